@@ -1,0 +1,816 @@
+// JobConfig loading: YAML text -> yaml-cpp node tree -> validated JobConfig.
+//
+// Design: the node tree is walked once, top-down, by small typed readers (ReadInt, ReadSize,
+// ReadBool, ...) that each know the dotted key path of the value they read and the node's Mark,
+// so every failure becomes a ConfigError "<file>:<line>:<column>: <key.path>: <problem>" at the
+// exact spot. Every mapping is checked against its list of known keys first (unknown keys and
+// duplicates are errors; yaml-cpp 0.7 keeps duplicate keys as separate pairs, so we can see them).
+// `${VAR}` / `${VAR:-default}` substitution happens in ScalarText(), the single place every scalar
+// value passes through, and never on keys. yaml-cpp's own conversions (as<int>, as<bool>) are not
+// used: they accept yes/no/on/off, hex and octal, and report no position.
+//
+// Invariant: a JobConfig that leaves this file satisfies every rule in docs/config.md; consumers
+// (ringfeedd, ringfeedctl, the tuner) do not re-validate.
+#include "config/job_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace ringfeed {
+namespace {
+
+// Limits of the schema (docs/config.md).
+constexpr int64_t kMaxBatchSize = int64_t{1} << 24;
+constexpr uint64_t kMinRecordBytes = 16;                  // the TFRecord frame alone is 16 bytes
+constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 40;
+constexpr int64_t kMaxParallelism = 65536;                // cycle_length, readers, workers, prefetch
+constexpr int64_t kMaxFeatureElements = int64_t{1} << 40;  // prod(shape) of one fixed feature
+constexpr size_t kMaxJobNameLength = 64;
+constexpr size_t kMaxSuggestionDistance = 2;
+
+constexpr std::string_view kTopKeys[] = {"job", "source", "features", "batch",
+                                         "shuffle", "epochs", "pipeline"};
+constexpr std::string_view kSourceKeys[] = {"files", "compression", "on_error",
+                                            "max_record_bytes"};
+constexpr std::string_view kFeatureKeys[] = {"type", "dtype", "shape", "default", "decode"};
+constexpr std::string_view kBatchKeys[] = {"size", "drop_remainder"};
+constexpr std::string_view kShuffleKeys[] = {"files", "buffer", "seed"};
+constexpr std::string_view kPipelineKeys[] = {"cycle_length", "readers", "workers",
+                                              "prefetch", "memory_budget", "cpu_budget"};
+
+constexpr std::string_view kCompressionWords[] = {"auto", "none", "gzip", "zlib"};
+constexpr std::string_view kOnErrorWords[] = {"fail", "skip"};
+constexpr std::string_view kFeatureTypeWords[] = {"fixed", "varlen"};
+constexpr std::string_view kDecodeWords[] = {"raw"};
+constexpr std::string_view kDTypeWords[] = {"int64", "float32", "bytes", "uint8", "int8",
+                                            "uint16", "int16", "int32", "uint32", "float64"};
+
+constexpr std::string_view kSizeHelp =
+    "a byte count with an optional unit B, KB, MB, GB, TB (powers of 1000) or "
+    "KiB, MiB, GiB, TiB (powers of 1024), e.g. 256MiB";
+
+template <size_t N>
+std::string JoinWords(const std::string_view (&words)[N]) {
+  std::string out;
+  for (size_t i = 0; i < N; ++i) {
+    if (i > 0) out += ", ";
+    out += words[i];
+  }
+  return out;
+}
+
+// Optimal string alignment distance (Levenshtein plus adjacent transpositions), so that both
+// "sufle" and "bacth" find their key.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// "; did you mean 'x'?" for the closest word within kMaxSuggestionDistance, else "".
+template <size_t N>
+std::string Suggestion(std::string_view word, const std::string_view (&words)[N]) {
+  size_t best = kMaxSuggestionDistance + 1;
+  std::string_view best_word;
+  for (std::string_view w : words) {
+    size_t dist = EditDistance(word, w);
+    if (dist < best) {
+      best = dist;
+      best_word = w;
+    }
+  }
+  if (best_word.empty()) return "";
+  return "; did you mean '" + std::string(best_word) + "'?";
+}
+
+std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+std::string FormatMessage(const std::string& file, int line, int column, const std::string& key,
+                          const std::string& problem) {
+  std::string out = file;
+  if (line > 0) {
+    out += ":" + std::to_string(line);
+    if (column > 0) out += ":" + std::to_string(column);
+  }
+  out += ": ";
+  if (!key.empty()) out += key + ": ";
+  out += problem;
+  return out;
+}
+
+bool IsVarNameStart(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
+}
+bool IsVarNameChar(char c) { return IsVarNameStart(c) || (c >= '0' && c <= '9'); }
+
+bool IsJobNameChar(char c) {
+  return IsVarNameChar(c) || c == '.' || c == '-';
+}
+
+// Decimal integer with an optional sign. nullopt when malformed; `overflow` set when the text is
+// a well-formed integer that does not fit.
+template <typename T>
+std::optional<T> ParseInteger(std::string_view text, bool* overflow) {
+  *overflow = false;
+  std::string_view digits = text;
+  bool negative = false;
+  if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) {
+    negative = digits[0] == '-';
+    digits.remove_prefix(1);
+  }
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(),
+                                     [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  if (negative && std::is_unsigned_v<T>) {
+    // "-0" is zero; any other negative number is out of range of an unsigned type.
+    bool zero = std::all_of(digits.begin(), digits.end(), [](char c) { return c == '0'; });
+    if (zero) return T{0};
+    *overflow = true;
+    return std::nullopt;
+  }
+  // from_chars takes '-' but not '+'; parse from the sign for signed types.
+  std::string_view parse = negative ? text.substr(text.size() - digits.size() - 1) : digits;
+  T value{};
+  auto [ptr, ec] = std::from_chars(parse.data(), parse.data() + parse.size(), value);
+  if (ec == std::errc::result_out_of_range) {
+    *overflow = true;
+    return std::nullopt;
+  }
+  if (ec != std::errc() || ptr != parse.data() + parse.size()) return std::nullopt;
+  return value;
+}
+
+// A YAML 1.2 core-schema float or integer: 1, -2.5, 1e-3, .5, .nan, .inf, -.inf (and the
+// .NaN/.NAN/.Inf/.INF spellings). nullopt when malformed.
+std::optional<double> ParseNumber(std::string_view text) {
+  std::string_view body = text;
+  bool negative = false;
+  if (!body.empty() && (body[0] == '+' || body[0] == '-')) {
+    negative = body[0] == '-';
+    body.remove_prefix(1);
+  }
+  if (text == ".nan" || text == ".NaN" || text == ".NAN") {
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+  if (body == ".inf" || body == ".Inf" || body == ".INF") {
+    return negative ? -std::numeric_limits<double>::infinity()
+                    : std::numeric_limits<double>::infinity();
+  }
+  // [0-9]* ( . [0-9]* )? ( [eE] [-+]? [0-9]+ )?, with at least one mantissa digit.
+  size_t i = 0, mantissa_digits = 0;
+  while (i < body.size() && body[i] >= '0' && body[i] <= '9') ++i, ++mantissa_digits;
+  if (i < body.size() && body[i] == '.') {
+    ++i;
+    while (i < body.size() && body[i] >= '0' && body[i] <= '9') ++i, ++mantissa_digits;
+  }
+  if (mantissa_digits == 0) return std::nullopt;
+  if (i < body.size() && (body[i] == 'e' || body[i] == 'E')) {
+    ++i;
+    if (i < body.size() && (body[i] == '+' || body[i] == '-')) ++i;
+    size_t exp_digits = 0;
+    while (i < body.size() && body[i] >= '0' && body[i] <= '9') ++i, ++exp_digits;
+    if (exp_digits == 0) return std::nullopt;
+  }
+  if (i != body.size()) return std::nullopt;
+  std::string copy(body);  // strtod: from_chars<double> does not accept a leading '.' portably
+  errno = 0;
+  double value = std::strtod(copy.c_str(), nullptr);
+  if (errno == ERANGE && std::isinf(value)) return std::nullopt;  // 1e999 is not a number we take
+  return negative ? -value : value;
+}
+
+// One key/value pair of a mapping, with the key's dotted path.
+struct Entry {
+  std::string key;
+  std::string path;
+  YAML::Node key_node;
+  YAML::Node value;
+};
+
+class Loader {
+ public:
+  explicit Loader(std::string file) : file_(std::move(file)) {}
+
+  JobConfig Load(const std::string& text) {
+    std::vector<YAML::Node> docs;
+    try {
+      docs = YAML::LoadAll(text);
+    } catch (const YAML::ParserException& e) {
+      Fail(e.mark, "", "YAML syntax error: " + e.msg);
+    } catch (const YAML::Exception& e) {
+      Fail(e.mark, "", "YAML error: " + e.msg);
+    }
+    if (docs.empty() || docs[0].IsNull()) {
+      Fail(YAML::Mark::null_mark(), "",
+           "the config is empty; expected a mapping with at least the keys job, source and "
+           "features");
+    }
+    if (docs.size() > 1) {
+      Fail(docs[1].Mark(), "", "a config file holds one YAML document; found a second one");
+    }
+    JobConfig config;
+    config.path = file_;
+    ReadTop(docs[0], &config);
+    return config;
+  }
+
+ private:
+  [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key,
+                         const std::string& problem) const {
+    int line = mark.line >= 0 ? mark.line + 1 : 0;
+    int column = mark.column >= 0 && line > 0 ? mark.column + 1 : 0;
+    throw ConfigError(file_, line, column, key, problem);
+  }
+
+  // The mark to blame for a value: its own, or its key's when the value is an implicit null
+  // (yaml-cpp places those at the start of the next line).
+  static YAML::Mark MarkOf(const Entry& e) {
+    return e.value.IsNull() ? e.key_node.Mark() : e.value.Mark();
+  }
+
+  static std::string NodeKindName(const YAML::Node& n) {
+    switch (n.Type()) {
+      case YAML::NodeType::Map: return "a mapping";
+      case YAML::NodeType::Sequence: return "a list";
+      case YAML::NodeType::Scalar: return "a scalar " + Quote(n.Scalar());
+      case YAML::NodeType::Null: return "nothing (null)";
+      case YAML::NodeType::Undefined: return "nothing";
+    }
+    return "?";
+  }
+
+  // Checks that `node` is a mapping whose keys are all in `known` and unique; returns its pairs
+  // in file order.
+  template <size_t N>
+  std::vector<Entry> ReadMap(const YAML::Node& node, const YAML::Mark& mark,
+                             const std::string& path, const std::string_view (&known)[N]) {
+    if (!node.IsMap()) {
+      Fail(mark, path, "expected a mapping with keys " + JoinWords(known) + ", got " +
+                           NodeKindName(node));
+    }
+    std::vector<Entry> entries = ReadPairs(node, path);
+    for (const Entry& e : entries) {
+      if (std::find(std::begin(known), std::end(known), e.key) == std::end(known)) {
+        Fail(e.key_node.Mark(), e.path,
+             "unknown key " + Quote(e.key) + "; known keys: " + JoinWords(known) +
+                 Suggestion(e.key, known));
+      }
+    }
+    return entries;
+  }
+
+  // The pairs of a mapping with scalar, unique keys (any key names).
+  std::vector<Entry> ReadPairs(const YAML::Node& node, const std::string& path) {
+    std::vector<Entry> entries;
+    for (const auto& pair : node) {  // `pair` lives for the iteration; it->first would dangle
+      const YAML::Node key = pair.first;
+      const YAML::Node value = pair.second;
+      std::string where = path.empty() ? "" : path + ".";
+      if (!key.IsScalar()) {
+        Fail(key.Mark(), path, "keys must be plain names, got " + NodeKindName(key));
+      }
+      std::string name = key.Scalar();
+      for (const Entry& prev : entries) {
+        if (prev.key == name) {
+          Fail(key.Mark(), where + name,
+               "duplicate key " + Quote(name) + " (first given at line " +
+                   std::to_string(prev.key_node.Mark().line + 1) + ")");
+        }
+      }
+      entries.push_back(Entry{name, where + name, key, value});
+    }
+    return entries;
+  }
+
+  static const Entry* Find(const std::vector<Entry>& entries, std::string_view key) {
+    for (const Entry& e : entries) {
+      if (e.key == key) return &e;
+    }
+    return nullptr;
+  }
+
+  // The text of a scalar value after ${VAR} substitution. `expected` completes "expected ...".
+  std::string ScalarText(const YAML::Node& node, const YAML::Mark& mark, const std::string& path,
+                         const std::string& expected) {
+    if (!node.IsScalar()) {
+      Fail(mark, path, "expected " + expected + ", got " + NodeKindName(node));
+    }
+    return Substitute(node.Scalar(), mark, path);
+  }
+  std::string ScalarText(const Entry& e, const std::string& expected) {
+    return ScalarText(e.value, MarkOf(e), e.path, expected);
+  }
+
+  // Replaces every ${NAME} and ${NAME:-default} in `text` from the environment. Like the shell,
+  // the default also applies when NAME is set but empty.
+  std::string Substitute(const std::string& text, const YAML::Mark& mark,
+                         const std::string& path) {
+    std::string out;
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t start = text.find("${", pos);
+      if (start == std::string::npos) {
+        out.append(text, pos, std::string::npos);
+        break;
+      }
+      out.append(text, pos, start - pos);
+      size_t end = text.find('}', start + 2);
+      if (end == std::string::npos) {
+        Fail(mark, path, "unterminated '${' in " + Quote(text) +
+                             "; write ${NAME} or ${NAME:-default}");
+      }
+      std::string_view inner(text.data() + start + 2, end - start - 2);
+      std::string_view name = inner;
+      std::optional<std::string_view> fallback;
+      if (size_t sep = inner.find(":-"); sep != std::string_view::npos) {
+        name = inner.substr(0, sep);
+        fallback = inner.substr(sep + 2);
+      }
+      if (name.empty() || !IsVarNameStart(name[0]) ||
+          !std::all_of(name.begin(), name.end(), IsVarNameChar)) {
+        Fail(mark, path, "invalid variable reference '${" + std::string(inner) + "}' in " +
+                             Quote(text) + "; expected ${NAME} or ${NAME:-default} where NAME is a "
+                             "letter or '_' followed by letters, digits or '_'");
+      }
+      std::string name_str(name);
+      const char* value = std::getenv(name_str.c_str());
+      if (value != nullptr && (*value != '\0' || !fallback)) {
+        out += value;
+      } else if (fallback) {
+        out += *fallback;
+      } else {
+        Fail(mark, path, "environment variable " + name_str + " is not set (referenced in " +
+                             Quote(text) + "); set it or write ${" + name_str + ":-default}");
+      }
+      pos = end + 1;
+    }
+    return out;
+  }
+
+  static std::string IntRange(int64_t min, int64_t max) {
+    if (max == std::numeric_limits<int64_t>::max()) {
+      return "an integer >= " + std::to_string(min);
+    }
+    return "an integer from " + std::to_string(min) + " to " + std::to_string(max);
+  }
+
+  int64_t ReadInt(const Entry& e, int64_t min, int64_t max) {
+    return ReadIntNode(e.value, MarkOf(e), e.path, min, max, "");
+  }
+
+  int64_t ReadIntNode(const YAML::Node& node, const YAML::Mark& mark, const std::string& path,
+                      int64_t min, int64_t max, const std::string& extra_expected) {
+    std::string expected = extra_expected + IntRange(min, max);
+    std::string text = ScalarText(node, mark, path, expected);
+    bool overflow = false;
+    std::optional<int64_t> v = ParseInteger<int64_t>(text, &overflow);
+    if (!v && !overflow) Fail(mark, path, "expected " + expected + ", got " + Quote(text));
+    if (overflow || *v < min || *v > max) {
+      Fail(mark, path, "value " + text + " is out of range; expected " + expected);
+    }
+    return *v;
+  }
+
+  uint64_t ReadUInt64(const Entry& e) {
+    std::string expected = "an integer from 0 to 18446744073709551615";
+    std::string text = ScalarText(e, expected);
+    bool overflow = false;
+    std::optional<uint64_t> v = ParseInteger<uint64_t>(text, &overflow);
+    if (overflow) Fail(MarkOf(e), e.path, "value " + text + " is out of range; expected " + expected);
+    if (!v) Fail(MarkOf(e), e.path, "expected " + expected + ", got " + Quote(text));
+    return *v;
+  }
+
+  bool ReadBool(const Entry& e) {
+    std::string text = ScalarText(e, "true or false");
+    if (text == "true" || text == "True" || text == "TRUE") return true;
+    if (text == "false" || text == "False" || text == "FALSE") return false;
+    Fail(MarkOf(e), e.path, "expected true or false, got " + Quote(text));
+  }
+
+  uint64_t ReadSize(const Entry& e, uint64_t min, uint64_t max, const std::string& extra) {
+    std::string text = ScalarText(e, extra + "a size such as 256MiB");
+    std::optional<uint64_t> v = ParseSize(text);
+    if (!v) {
+      Fail(MarkOf(e), e.path,
+           "invalid size " + Quote(text) + "; expected " + extra + std::string(kSizeHelp));
+    }
+    if (*v < min || *v > max) {
+      Fail(MarkOf(e), e.path,
+           "size " + text + " (" + std::to_string(*v) + " bytes) is out of range; expected from " +
+               std::to_string(min) + " to " + std::to_string(max) + " bytes");
+    }
+    return *v;
+  }
+
+  template <size_t N>
+  size_t ReadWord(const Entry& e, const std::string_view (&words)[N]) {
+    std::string expected = "one of " + JoinWords(words);
+    std::string text = ScalarText(e, expected);
+    for (size_t i = 0; i < N; ++i) {
+      if (text == words[i]) return i;
+    }
+    Fail(MarkOf(e), e.path, "unknown value " + Quote(text) + "; allowed values: " +
+                                JoinWords(words) + Suggestion(text, words));
+  }
+
+  // `auto` -> nullopt, else an integer in [min, max].
+  std::optional<int64_t> ReadAutoInt(const Entry& e, int64_t min, int64_t max) {
+    std::string text = ScalarText(e, "auto or " + IntRange(min, max));
+    if (text == "auto") return std::nullopt;
+    return ReadIntNode(e.value, MarkOf(e), e.path, min, max, "auto or ");
+  }
+
+  // --- sections ---
+
+  void ReadTop(const YAML::Node& root, JobConfig* config) {
+    std::vector<Entry> top = ReadMap(root, root.Mark(), "", kTopKeys);
+    const YAML::Mark root_mark = root.Mark();
+
+    const Entry* job = Find(top, "job");
+    if (job == nullptr) Fail(root_mark, "job", "missing required key 'job' (the job's name)");
+    config->job = ReadJobName(*job);
+
+    const Entry* source = Find(top, "source");
+    if (source == nullptr) {
+      Fail(root_mark, "source", "missing required key 'source' (with at least source.files)");
+    }
+    ReadSource(*source, &config->source);
+
+    const Entry* features = Find(top, "features");
+    if (features == nullptr) {
+      Fail(root_mark, "features",
+           "missing required key 'features' (a mapping of feature name -> spec)");
+    }
+    ReadFeatures(*features, &config->features);
+
+    if (const Entry* e = Find(top, "batch")) ReadBatch(*e, &config->batch);
+    if (const Entry* e = Find(top, "shuffle")) ReadShuffle(*e, &config->shuffle);
+    if (const Entry* e = Find(top, "epochs")) {
+      config->epochs = ReadInt(*e, 0, std::numeric_limits<int64_t>::max());
+    }
+    if (const Entry* e = Find(top, "pipeline")) ReadPipeline(*e, &config->pipeline);
+  }
+
+  std::string ReadJobName(const Entry& e) {
+    std::string name = ScalarText(e, "a job name");
+    bool ok = !name.empty() && name.size() <= kMaxJobNameLength &&
+              std::all_of(name.begin(), name.end(), IsJobNameChar);
+    if (!ok) {
+      Fail(MarkOf(e), e.path,
+           "invalid job name " + Quote(name) + "; expected 1 to 64 characters from "
+           "A-Z a-z 0-9 _ . - (it names the job's socket and shared memory)");
+    }
+    return name;
+  }
+
+  void ReadSource(const Entry& section, SourceConfig* source) {
+    std::vector<Entry> entries = ReadMap(section.value, MarkOf(section), "source", kSourceKeys);
+    const Entry* files = Find(entries, "files");
+    if (files == nullptr) {
+      Fail(MarkOf(section), "source.files",
+           "missing required key 'files' (a list of file paths or glob patterns)");
+    }
+    source->files = ReadFiles(*files);
+    if (const Entry* e = Find(entries, "compression")) {
+      std::string_view word = kCompressionWords[ReadWord(*e, kCompressionWords)];
+      source->compression = *ParseCompression(word);
+    }
+    if (const Entry* e = Find(entries, "on_error")) {
+      source->on_error = ReadWord(*e, kOnErrorWords) == 0 ? OnError::kFail : OnError::kSkip;
+    }
+    if (const Entry* e = Find(entries, "max_record_bytes")) {
+      source->max_record_bytes = ReadSize(*e, kMinRecordBytes, kMaxRecordBytes, "");
+    }
+  }
+
+  std::vector<std::string> ReadFiles(const Entry& e) {
+    const std::string expected = "a file path or glob pattern";
+    std::vector<std::string> files;
+    if (e.value.IsSequence()) {
+      if (e.value.size() == 0) {
+        Fail(MarkOf(e), e.path, "the list of files is empty; give at least one path or glob");
+      }
+      for (size_t i = 0; i < e.value.size(); ++i) {
+        const YAML::Node item = e.value[i];
+        std::string path = e.path + "[" + std::to_string(i) + "]";
+        YAML::Mark mark = item.IsNull() ? e.value.Mark() : item.Mark();
+        files.push_back(ScalarText(item, mark, path, expected));
+        if (files.back().empty()) Fail(mark, path, "empty file pattern");
+      }
+    } else {
+      files.push_back(ScalarText(e, "a list of file paths or glob patterns"));
+      if (files.back().empty()) Fail(MarkOf(e), e.path, "empty file pattern");
+    }
+    return files;
+  }
+
+  void ReadFeatures(const Entry& section, FeatureSpecs* features) {
+    if (!section.value.IsMap() || section.value.size() == 0) {
+      Fail(MarkOf(section), section.path,
+           "expected a non-empty mapping of feature name -> spec (e.g. label: {dtype: int64}), "
+           "got " + (section.value.IsMap() ? std::string("an empty mapping")
+                                            : NodeKindName(section.value)));
+    }
+    for (const Entry& e : ReadPairs(section.value, "features")) {
+      if (e.key.empty()) Fail(e.key_node.Mark(), e.path, "a feature name must not be empty");
+      features->push_back(ReadFeature(e));
+    }
+  }
+
+  FeatureSpec ReadFeature(const Entry& feature) {
+    FeatureSpec spec;
+    spec.name = feature.key;
+    std::vector<Entry> entries = ReadMap(feature.value, MarkOf(feature), feature.path,
+                                         kFeatureKeys);
+    const Entry* type = Find(entries, "type");
+    const Entry* dtype = Find(entries, "dtype");
+    const Entry* shape = Find(entries, "shape");
+    const Entry* deflt = Find(entries, "default");
+    const Entry* decode = Find(entries, "decode");
+
+    if (type != nullptr) {
+      spec.type = ReadWord(*type, kFeatureTypeWords) == 0 ? FeatureType::kFixedLen
+                                                          : FeatureType::kVarLen;
+    }
+    const bool varlen = spec.type == FeatureType::kVarLen;
+    if (decode != nullptr) {
+      ReadWord(*decode, kDecodeWords);
+      if (varlen) {
+        Fail(decode->key_node.Mark(), decode->path,
+             "'decode: raw' is only allowed with type: fixed (the raw bytes decode to a fixed "
+             "shape)");
+      }
+      spec.decode_raw = true;
+    }
+
+    if (dtype == nullptr) {
+      Fail(MarkOf(feature), feature.path + ".dtype",
+           "missing required key 'dtype' (int64, float32 or bytes)");
+    }
+    std::string dtype_text = ScalarText(*dtype, "a dtype");
+    std::optional<DType> parsed = ParseDType(dtype_text);
+    if (!parsed) {
+      Fail(MarkOf(*dtype), dtype->path,
+           "unknown dtype " + Quote(dtype_text) + "; allowed values: int64, float32, bytes "
+           "(with decode: raw also uint8, int8, uint16, int16, int32, uint32, float64)" +
+               Suggestion(dtype_text, kDTypeWords));
+    }
+    spec.dtype = *parsed;
+    if (spec.decode_raw && spec.dtype == DType::kBytes) {
+      Fail(MarkOf(*dtype), dtype->path,
+           "dtype 'bytes' cannot be the output of 'decode: raw'; give the numeric type the bytes "
+           "hold: uint8, int8, uint16, int16, int32, uint32, int64, float32 or float64");
+    }
+    if (!spec.decode_raw && spec.dtype != DType::kInt64 && spec.dtype != DType::kFloat32 &&
+        spec.dtype != DType::kBytes) {
+      Fail(MarkOf(*dtype), dtype->path,
+           "dtype " + Quote(dtype_text) + " needs 'decode: raw' (a tf.train.Example holds only "
+           "int64, float32 or bytes lists)");
+    }
+
+    if (shape != nullptr) {
+      if (varlen) {
+        Fail(shape->key_node.Mark(), shape->path,
+             "'shape' is only allowed with type: fixed; a varlen feature is ragged "
+             "(values + row_splits)");
+      }
+      spec.shape = ReadShape(*shape);
+    }
+
+    if (deflt != nullptr) {
+      if (varlen) {
+        Fail(deflt->key_node.Mark(), deflt->path,
+             "'default' is only allowed with type: fixed; a missing varlen feature gives an "
+             "empty row");
+      }
+      if (spec.decode_raw) {
+        Fail(deflt->key_node.Mark(), deflt->path,
+             "'default' cannot be combined with 'decode: raw'");
+      }
+      ReadDefault(*deflt, &spec);
+    }
+    return spec;
+  }
+
+  std::vector<int64_t> ReadShape(const Entry& e) {
+    if (!e.value.IsSequence()) {
+      Fail(MarkOf(e), e.path, "expected a list of dimensions such as [28, 28, 1] ([] for a "
+                              "scalar), got " + NodeKindName(e.value));
+    }
+    std::vector<int64_t> shape;
+    int64_t elements = 1;
+    for (size_t i = 0; i < e.value.size(); ++i) {
+      const YAML::Node item = e.value[i];
+      std::string path = e.path + "[" + std::to_string(i) + "]";
+      YAML::Mark mark = item.IsNull() ? e.value.Mark() : item.Mark();
+      int64_t dim = ReadIntNode(item, mark, path, 0, kMaxFeatureElements, "");
+      shape.push_back(dim);
+      if (dim != 0 && elements > kMaxFeatureElements / dim) {
+        Fail(MarkOf(e), e.path, "the shape has more than " +
+                                    std::to_string(kMaxFeatureElements) + " elements");
+      }
+      elements *= dim;
+    }
+    return shape;
+  }
+
+  void ReadDefault(const Entry& e, FeatureSpec* spec) {
+    std::vector<std::pair<YAML::Node, YAML::Mark>> items;
+    std::vector<std::string> paths;
+    if (e.value.IsSequence()) {
+      int64_t want = spec->NumElements();
+      if (static_cast<int64_t>(e.value.size()) != want) {
+        std::string shape = "[";
+        for (size_t i = 0; i < spec->shape.size(); ++i) {
+          shape += (i ? ", " : "") + std::to_string(spec->shape[i]);
+        }
+        shape += "]";
+        Fail(MarkOf(e), e.path,
+             "default has " + std::to_string(e.value.size()) +
+                 (e.value.size() == 1 ? " value" : " values") + " but shape " + shape +
+                 " needs " + std::to_string(want) +
+                 " (or give a single scalar to fill the whole shape)");
+      }
+      for (size_t i = 0; i < e.value.size(); ++i) {
+        const YAML::Node item = e.value[i];
+        items.emplace_back(item, item.IsNull() ? e.value.Mark() : item.Mark());
+        paths.push_back(e.path + "[" + std::to_string(i) + "]");
+      }
+    } else {
+      items.emplace_back(e.value, MarkOf(e));
+      paths.push_back(e.path);
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      const auto& [node, mark] = items[i];
+      const std::string& path = paths[i];
+      switch (spec->dtype) {
+        case DType::kInt64:
+          spec->default_int64.push_back(ReadIntNode(node, mark, path,
+                                                    std::numeric_limits<int64_t>::min(),
+                                                    std::numeric_limits<int64_t>::max(), ""));
+          break;
+        case DType::kFloat32: {
+          std::string text = ScalarText(node, mark, path, "a number");
+          std::optional<double> v = ParseNumber(text);
+          if (!v) Fail(mark, path, "expected a number for dtype float32, got " + Quote(text));
+          if (std::isfinite(*v) && std::fabs(*v) > std::numeric_limits<float>::max()) {
+            Fail(mark, path, "value " + text + " is out of range of float32");
+          }
+          spec->default_float.push_back(static_cast<float>(*v));
+          break;
+        }
+        case DType::kBytes:
+          spec->default_bytes.push_back(ScalarText(node, mark, path, "a string"));
+          break;
+        default:
+          break;  // unreachable: decode_raw dtypes take no default (checked above)
+      }
+    }
+    spec->has_default = true;
+  }
+
+  void ReadBatch(const Entry& section, BatchConfig* batch) {
+    std::vector<Entry> entries = ReadMap(section.value, MarkOf(section), "batch", kBatchKeys);
+    if (const Entry* e = Find(entries, "size")) batch->size = ReadInt(*e, 1, kMaxBatchSize);
+    if (const Entry* e = Find(entries, "drop_remainder")) batch->drop_remainder = ReadBool(*e);
+  }
+
+  void ReadShuffle(const Entry& section, ShuffleConfig* shuffle) {
+    std::vector<Entry> entries =
+        ReadMap(section.value, MarkOf(section), "shuffle", kShuffleKeys);
+    if (const Entry* e = Find(entries, "files")) shuffle->files = ReadBool(*e);
+    if (const Entry* e = Find(entries, "buffer")) {
+      shuffle->buffer = ReadInt(*e, 0, std::numeric_limits<int64_t>::max());
+    }
+    if (const Entry* e = Find(entries, "seed")) shuffle->seed = ReadUInt64(*e);
+  }
+
+  void ReadPipeline(const Entry& section, PipelineConfig* pipeline) {
+    std::vector<Entry> entries =
+        ReadMap(section.value, MarkOf(section), "pipeline", kPipelineKeys);
+    if (const Entry* e = Find(entries, "cycle_length")) {
+      pipeline->cycle_length = ReadInt(*e, 1, kMaxParallelism);
+    }
+    if (const Entry* e = Find(entries, "readers")) {
+      pipeline->readers = ReadAutoInt(*e, 1, kMaxParallelism);
+    }
+    if (const Entry* e = Find(entries, "workers")) {
+      pipeline->workers = ReadAutoInt(*e, 1, kMaxParallelism);
+    }
+    if (const Entry* e = Find(entries, "prefetch")) {
+      pipeline->prefetch = ReadAutoInt(*e, 1, kMaxParallelism);
+    }
+    if (const Entry* e = Find(entries, "memory_budget")) {
+      std::string text = ScalarText(*e, "auto or a size such as 8GiB");
+      if (text != "auto") {
+        pipeline->memory_budget =
+            ReadSize(*e, 1, std::numeric_limits<uint64_t>::max(), "auto or ");
+      }
+    }
+    if (const Entry* e = Find(entries, "cpu_budget")) {
+      const std::string expected = "auto or a number of cores > 0 (e.g. 6 or 2.5)";
+      std::string text = ScalarText(*e, expected);
+      if (text != "auto") {
+        std::optional<double> v = ParseNumber(text);
+        if (!v) Fail(MarkOf(*e), e->path, "expected " + expected + ", got " + Quote(text));
+        if (!std::isfinite(*v) || *v <= 0) {
+          Fail(MarkOf(*e), e->path, "value " + text + " is out of range; expected " + expected);
+        }
+        pipeline->cpu_budget = *v;
+      }
+    }
+  }
+
+  std::string file_;
+};
+
+}  // namespace
+
+ConfigError::ConfigError(std::string file, int line, int column, std::string key,
+                         const std::string& problem)
+    : std::runtime_error(FormatMessage(file, line, column, key, problem)),
+      file_(std::move(file)),
+      line_(line),
+      column_(column),
+      key_(std::move(key)) {}
+
+JobConfig LoadJobConfig(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    int err = errno;
+    throw ConfigError(path, 0, 0, "", std::string("cannot open config file: ") +
+                                          std::strerror(err));
+  }
+  std::string text;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  if (std::ferror(f)) {
+    int err = errno;
+    std::fclose(f);
+    throw ConfigError(path, 0, 0, "", std::string("cannot read config file: ") +
+                                          std::strerror(err));
+  }
+  std::fclose(f);
+  return Loader(path).Load(text);
+}
+
+JobConfig LoadJobConfigFromString(const std::string& yaml, const std::string& name) {
+  return Loader(name).Load(yaml);
+}
+
+std::optional<uint64_t> ParseSize(const std::string& text) {
+  struct Unit {
+    std::string_view name;
+    uint64_t factor;
+  };
+  static constexpr Unit kUnits[] = {
+      {"B", 1},
+      {"KB", 1000ull},         {"MB", 1000ull * 1000},
+      {"GB", 1000ull * 1000 * 1000}, {"TB", 1000ull * 1000 * 1000 * 1000},
+      {"KiB", 1ull << 10},     {"MiB", 1ull << 20},
+      {"GiB", 1ull << 30},     {"TiB", 1ull << 40},
+  };
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return std::nullopt;  // also rejects signs, fractions like ".5", empty text
+  uint64_t value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + digits, value);
+  if (ec != std::errc() || ptr != text.data() + digits) return std::nullopt;
+  std::string_view rest(text.data() + digits, text.size() - digits);
+  if (rest.empty()) return value;
+  if (rest[0] == ' ') rest.remove_prefix(1);  // one optional space: "64 MiB"
+  for (const Unit& unit : kUnits) {
+    if (rest == unit.name) {
+      uint64_t bytes;
+      if (__builtin_mul_overflow(value, unit.factor, &bytes)) return std::nullopt;
+      return bytes;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace ringfeed

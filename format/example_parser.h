@@ -1,0 +1,66 @@
+// ExampleParser: serialized tf.train.Example -> one row of an ExampleBatch, by walking the
+// protobuf wire format directly (no message objects) and writing values straight into the
+// batch's columns.
+//
+// Semantics are TensorFlow's fast parser (tensorflow/core/util/example_proto_fast_parsing.cc),
+// checked against TF 2.21 (tests/golden):
+//   - a Feature with no list set counts as missing; a missing FixedLen feature takes its default
+//     or is an error; a missing VarLen feature is a row of length 0;
+//   - a list that is set but empty is NOT missing: for a FixedLen feature it is a count error
+//     (as in TF), for a VarLen feature a row of length 0;
+//   - the list kind must match the spec ("data types don't match"), whatever the count;
+//   - a FixedLen feature must hold exactly prod(shape) values;
+//   - keys not in the spec are skipped without decoding; a key given twice: the last one wins;
+//   - packed and unpacked repeated fields are both accepted, also mixed; repeated `features`
+//     fields and repeated lists of the same kind merge, as protobuf parsing does;
+//   - floats are copied bit for bit (NaN payloads and infinities unchanged);
+//   - `decode: raw`: the one bytes value must hold exactly prod(shape) * DTypeSize(dtype)
+//     bytes, reinterpreted as little-endian values (tf.io.decode_raw).
+//
+// Thread-safety: Parse() is const and may run concurrently on distinct batches.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "format/example_batch.h"
+#include "format/feature_spec.h"
+
+namespace ringfeed {
+
+struct ParseError {
+  std::string key;      // the feature concerned; empty for a malformed Example
+  std::string message;  // "key 'fare': data types don't match: ..." (no file/record prefix)
+};
+
+class ExampleParser {
+ public:
+  // Throws std::invalid_argument for an inconsistent spec (the config validates first).
+  explicit ExampleParser(FeatureSpecs specs);
+
+  const FeatureSpecs& specs() const { return specs_; }
+
+  // Appends one row to `batch` (which must have been built from specs() and have room).
+  // Returns false and fills *error on failure; the batch is then unchanged.
+  bool Parse(std::span<const uint8_t> example, ExampleBatch& batch, ParseError* error) const;
+
+  // Index of the spec feature called `key`, or -1. Exposed for tests.
+  int Lookup(std::span<const uint8_t> key) const;
+
+ private:
+  struct Slot {
+    uint32_t hash = 0;
+    int32_t feature = -1;
+  };
+  static uint32_t Hash(const uint8_t* p, size_t n);
+
+  FeatureSpecs specs_;
+  std::vector<Slot> table_;  // open addressing, power-of-two size, >= 4x the feature count
+  uint32_t mask_ = 0;
+  // Defaults expanded to full rows (FixedLen numeric with has_default), as raw bytes.
+  std::vector<std::vector<uint8_t>> default_rows_;
+};
+
+}  // namespace ringfeed

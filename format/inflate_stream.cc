@@ -1,0 +1,326 @@
+#include "format/inflate_stream.h"
+
+#include <errno.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+
+#ifdef RINGFEED_HAVE_ISAL
+#include <isa-l/igzip_lib.h>
+#endif
+
+namespace ringfeed {
+
+// One decompressor. Step() consumes from [*in, *in + *in_avail) and writes to
+// [*out, *out + *out_avail), advancing both.
+class InflateStream::Decoder {
+ public:
+  enum class Result { kProgress, kMemberEnd, kError };
+  virtual ~Decoder() = default;
+  virtual void Reset() = 0;  // ready for the next gzip member
+  virtual Result Step(const uint8_t** in, size_t* in_avail, uint8_t** out, size_t* out_avail,
+                      std::string* error) = 0;
+};
+
+namespace {
+
+// Both libraries count in 32 bits.
+constexpr size_t kMaxStep = size_t{1} << 30;
+
+class ZlibDecoder final : public InflateStream::Decoder {
+ public:
+  explicit ZlibDecoder(Compression c) : window_bits_(c == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS) {
+    std::memset(&z_, 0, sizeof z_);
+    ok_ = inflateInit2(&z_, window_bits_) == Z_OK;
+  }
+  ~ZlibDecoder() override {
+    if (ok_) inflateEnd(&z_);
+  }
+  void Reset() override { inflateReset(&z_); }
+  Result Step(const uint8_t** in, size_t* in_avail, uint8_t** out, size_t* out_avail,
+              std::string* error) override {
+    if (!ok_) {
+      *error = "zlib inflateInit2 failed (out of memory?)";
+      return Result::kError;
+    }
+    z_.next_in = const_cast<Bytef*>(*in);
+    z_.avail_in = static_cast<uInt>(std::min(*in_avail, kMaxStep));
+    z_.next_out = *out;
+    z_.avail_out = static_cast<uInt>(std::min(*out_avail, kMaxStep));
+    const uInt in_before = z_.avail_in, out_before = z_.avail_out;
+    int rc = inflate(&z_, Z_NO_FLUSH);
+    size_t used = in_before - z_.avail_in, made = out_before - z_.avail_out;
+    *in += used;
+    *in_avail -= used;
+    *out += made;
+    *out_avail -= made;
+    if (rc == Z_STREAM_END) return Result::kMemberEnd;
+    if (rc == Z_OK || rc == Z_BUF_ERROR) return Result::kProgress;
+    *error = std::string("zlib: ") + (z_.msg ? z_.msg : zError(rc));
+    return Result::kError;
+  }
+
+ private:
+  z_stream z_;
+  int window_bits_;
+  bool ok_ = false;
+};
+
+#ifdef RINGFEED_HAVE_ISAL
+const char* IsalError(int rc) {
+  switch (rc) {
+    case ISAL_INVALID_BLOCK: return "invalid deflate block";
+    case ISAL_INVALID_SYMBOL: return "invalid deflate symbol";
+    case ISAL_INVALID_LOOKBACK: return "invalid lookback distance";
+    case ISAL_INVALID_WRAPPER: return "invalid gzip/zlib header";
+    case ISAL_UNSUPPORTED_METHOD: return "unsupported compression method";
+    case ISAL_INCORRECT_CHECKSUM: return "incorrect checksum (CRC-32/Adler-32 of the data)";
+    case ISAL_NEED_DICT: return "stream needs a preset dictionary";
+    default: return "inflate error";
+  }
+}
+
+class IsalDecoder final : public InflateStream::Decoder {
+ public:
+  explicit IsalDecoder(Compression c)
+      // For GZIP the member header is parsed by InflateStream (ISA-L 2.30 miscomputes FHCRC when
+    // the header spans two input buffers); ISA-L then inflates and verifies CRC-32 and ISIZE.
+    : state_(std::make_unique<inflate_state>()),
+      flag_(c == Compression::kGzip ? ISAL_GZIP_NO_HDR_VER : ISAL_ZLIB) {
+    Reset();
+  }
+  void Reset() override {
+    isal_inflate_init(state_.get());
+    state_->crc_flag = flag_;
+  }
+  Result Step(const uint8_t** in, size_t* in_avail, uint8_t** out, size_t* out_avail,
+              std::string* error) override {
+    inflate_state& s = *state_;
+    s.next_in = const_cast<uint8_t*>(*in);
+    s.avail_in = static_cast<uint32_t>(std::min(*in_avail, kMaxStep));
+    s.next_out = *out;
+    s.avail_out = static_cast<uint32_t>(std::min(*out_avail, kMaxStep));
+    const uint32_t in_before = s.avail_in, out_before = s.avail_out;
+    int rc = isal_inflate(&s);
+    size_t used = in_before - s.avail_in, made = out_before - s.avail_out;
+    *in += used;
+    *in_avail -= used;
+    *out += made;
+    *out_avail -= made;
+    if (rc < 0 || rc == ISAL_NEED_DICT) {
+      *error = std::string("isa-l: ") + IsalError(rc);
+      return Result::kError;
+    }
+    return s.block_state == ISAL_BLOCK_FINISH ? Result::kMemberEnd : Result::kProgress;
+  }
+
+ private:
+  std::unique_ptr<inflate_state> state_;
+  uint32_t flag_;
+};
+#endif
+
+std::unique_ptr<InflateStream::Decoder> MakeDecoder(Compression c, InflateBackend b) {
+#ifdef RINGFEED_HAVE_ISAL
+  if (b == InflateBackend::kIsal) return std::make_unique<IsalDecoder>(c);
+#endif
+  (void)b;
+  return std::make_unique<ZlibDecoder>(c);
+}
+
+// RFC 1952 member header: ID1 ID2 CM FLG MTIME(4) XFL OS [XLEN extra] [name\0] [comment\0] [CRC16].
+enum class HeaderParse { kComplete, kIncomplete, kInvalid };
+
+HeaderParse ParseGzipHeader(const uint8_t* p, size_t n, size_t* length, std::string* why) {
+  constexpr uint8_t kFtext = 1, kFhcrc = 2, kFextra = 4, kFname = 8, kFcomment = 16;
+  if (n < 10) return n >= 2 && (p[0] != 0x1f || p[1] != 0x8b) ? HeaderParse::kInvalid : HeaderParse::kIncomplete;
+  if (p[0] != 0x1f || p[1] != 0x8b) {
+    *why = "not in gzip format (no 1f 8b magic)";
+    return HeaderParse::kInvalid;
+  }
+  if (p[2] != 8) {
+    *why = "unsupported gzip compression method " + std::to_string(p[2]);
+    return HeaderParse::kInvalid;
+  }
+  const uint8_t flags = p[3];
+  if (flags & 0xe0) {
+    *why = "reserved gzip header flags set";
+    return HeaderParse::kInvalid;
+  }
+  (void)kFtext;
+  size_t pos = 10;
+  if (flags & kFextra) {
+    if (n < pos + 2) return HeaderParse::kIncomplete;
+    pos += 2 + (p[pos] | (size_t{p[pos + 1]} << 8));
+    if (n < pos) return HeaderParse::kIncomplete;
+  }
+  for (uint8_t flag : {kFname, kFcomment}) {
+    if (!(flags & flag)) continue;
+    const void* nul = std::memchr(p + pos, 0, n - pos);
+    if (nul == nullptr) return HeaderParse::kIncomplete;
+    pos = static_cast<size_t>(static_cast<const uint8_t*>(nul) - p) + 1;
+  }
+  if (flags & kFhcrc) {
+    if (n < pos + 2) return HeaderParse::kIncomplete;
+    const uint32_t crc = static_cast<uint32_t>(crc32(0, p, static_cast<uInt>(pos))) & 0xffff;
+    if (crc != (p[pos] | (uint32_t{p[pos + 1]} << 8))) {
+      *why = "gzip header CRC (FHCRC) mismatch";
+      return HeaderParse::kInvalid;
+    }
+    pos += 2;
+  }
+  *length = pos;
+  return HeaderParse::kComplete;
+}
+
+}  // namespace
+
+bool InflateStream::ConsumeGzipHeader() {
+  constexpr size_t kMaxHeaderBytes = size_t{1} << 20;  // FEXTRA is <= 64 KiB; names are short
+  while (true) {
+    size_t length = 0;
+    std::string why;
+    switch (ParseGzipHeader(in_buf_.get() + in_pos_, in_end_ - in_pos_, &length, &why)) {
+      case HeaderParse::kComplete:
+        in_pos_ += length;
+        header_pending_ = false;
+        return true;
+      case HeaderParse::kInvalid:
+        Fail(Status::kDataError, why + " at compressed byte " + std::to_string(compressed_offset()));
+        return false;
+      case HeaderParse::kIncomplete: break;
+    }
+    if (in_pos_ == 0 && in_end_ == in_capacity_) {
+      if (in_capacity_ >= kMaxHeaderBytes) {
+        Fail(Status::kDataError, "gzip header longer than 1 MiB at compressed byte " + std::to_string(compressed_offset()));
+        return false;
+      }
+      std::unique_ptr<uint8_t[]> bigger(new uint8_t[in_capacity_ * 2]);
+      std::memcpy(bigger.get(), in_buf_.get(), in_end_);
+      in_buf_ = std::move(bigger);
+      in_capacity_ *= 2;
+    }
+    if (!FillInput()) {
+      if (final_ != Status::kOk) return false;
+      if (file_offset_ == 0) {
+        final_ = Status::kEnd;  // empty file: no member at all
+        return false;
+      }
+      Fail(Status::kDataError, "unexpected end of compressed data inside a gzip header at compressed byte " +
+                                   std::to_string(file_offset_));
+      return false;
+    }
+  }
+}
+
+InflateStream::InflateStream(int fd, Compression compression, InflateBackend backend, size_t input_bytes)
+    : fd_(fd),
+      compression_(compression),
+      backend_(ResolveInflateBackend(backend)),
+      decoder_(MakeDecoder(compression, backend_)),
+      in_buf_(new uint8_t[std::max<size_t>(input_bytes, 64)]),
+      in_capacity_(std::max<size_t>(input_bytes, 64)),
+      parse_gzip_header_(compression == Compression::kGzip && backend_ == InflateBackend::kIsal),
+      header_pending_(parse_gzip_header_) {}
+
+InflateStream::~InflateStream() = default;
+
+bool InflateStream::FillInput() {
+  if (eof_) return false;
+  if (in_pos_ > 0) {
+    std::memmove(in_buf_.get(), in_buf_.get() + in_pos_, in_end_ - in_pos_);
+    in_end_ -= in_pos_;
+    in_pos_ = 0;
+  }
+  while (true) {
+    ssize_t n = ::read(fd_, in_buf_.get() + in_end_, in_capacity_ - in_end_);
+    if (n > 0) {
+      in_end_ += static_cast<size_t>(n);
+      file_offset_ += static_cast<uint64_t>(n);
+      return true;
+    }
+    if (n == 0) {
+      eof_ = true;
+      return false;
+    }
+    if (errno == EINTR) continue;
+    Fail(Status::kIoError, std::string("read failed: ") + std::strerror(errno));
+    return false;
+  }
+}
+
+InflateStream::Status InflateStream::Fail(Status status, std::string message) {
+  final_ = status;
+  error_ = std::move(message);
+  return status;
+}
+
+bool InflateStream::StartNextMember() {
+  // Skip trailing zero padding; anything else must be a new gzip member.
+  while (true) {
+    while (in_pos_ < in_end_ && in_buf_[in_pos_] == 0) ++in_pos_;
+    if (in_pos_ < in_end_ || !FillInput()) break;
+  }
+  if (final_ != Status::kOk) return false;
+  if (in_pos_ == in_end_) return false;  // clean end
+  if (compression_ == Compression::kGzip) {
+    if (in_end_ - in_pos_ < 2) FillInput();
+    if (in_end_ - in_pos_ >= 2 && in_buf_[in_pos_] == 0x1f && in_buf_[in_pos_ + 1] == 0x8b) {
+      decoder_->Reset();
+      member_done_ = false;
+      header_pending_ = parse_gzip_header_;
+      return true;
+    }
+    Fail(Status::kDataError, "trailing garbage after the last gzip member at compressed byte " +
+                                 std::to_string(compressed_offset()));
+  } else {
+    Fail(Status::kDataError,
+         "data after the end of the zlib stream at compressed byte " + std::to_string(compressed_offset()));
+  }
+  return false;
+}
+
+InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t* produced) {
+  *produced = 0;
+  if (final_ != Status::kOk) return final_;
+  uint8_t* out = dst;
+  size_t out_avail = capacity;
+  while (out == dst) {
+    if (member_done_ && !StartNextMember()) {
+      if (final_ != Status::kOk) return final_;
+      return final_ = Status::kEnd;
+    }
+    if (in_pos_ == in_end_ && !eof_ && !FillInput() && final_ != Status::kOk) return final_;
+    if (header_pending_ && !ConsumeGzipHeader()) return final_;
+    // Even with no input left the decoder may still hold output (ISA-L buffers internally),
+    // so it is stepped until it makes no progress at all.
+    const uint8_t* in = in_buf_.get() + in_pos_;
+    size_t in_avail = in_end_ - in_pos_;
+    const uint64_t before = compressed_offset();
+    std::string why;
+    auto result = decoder_->Step(&in, &in_avail, &out, &out_avail, &why);
+    const bool consumed = in != in_buf_.get() + in_pos_;
+    in_pos_ = static_cast<size_t>(in - in_buf_.get());
+    if (result == Decoder::Result::kError) {
+      return Fail(Status::kDataError, why + " near compressed byte " + std::to_string(before));
+    }
+    if (result == Decoder::Result::kMemberEnd) {
+      member_done_ = true;
+    } else if (out == dst && !consumed) {
+      if (!eof_) {
+        if (!FillInput() && final_ != Status::kOk) return final_;
+        continue;
+      }
+      // EOF inside a member. An empty file (nothing ever read) has no member at all.
+      if (file_offset_ == 0) return final_ = Status::kEnd;
+      return Fail(Status::kDataError, "unexpected end of compressed data (file truncated?) at compressed byte " +
+                                          std::to_string(file_offset_));
+    }
+  }
+  *produced = static_cast<size_t>(out - dst);
+  return Status::kOk;
+}
+
+}  // namespace ringfeed

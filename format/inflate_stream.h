@@ -1,0 +1,70 @@
+// InflateStream: the uncompressed bytes of a GZIP or ZLIB file, produced on demand from a file
+// descriptor through a bounded input buffer (never the whole file in memory).
+//
+// GZIP (RFC 1952): any number of concatenated members, any optional header fields (FEXTRA,
+// FNAME, FCOMMENT, FHCRC), any deflate block types; trailing zero bytes after the last member
+// are ignored, as `gzip -d` does. Other trailing bytes are a decompression error.
+// ZLIB (RFC 1950): one stream; data after its end is a decompression error.
+// Backends: ISA-L igzip (isal_inflate, about 2x zlib) or zlib, chosen per stream.
+//
+// Thread-safety: one thread at a time per stream. The fd is borrowed, not closed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "format/compression.h"
+
+namespace ringfeed {
+
+class InflateStream {
+ public:
+  enum class Status { kOk, kEnd, kIoError, kDataError };
+
+  // `compression` must be kGzip or kZlib. `input_bytes` is the size of the compressed-input
+  // buffer (bytes read from `fd` per read() call).
+  InflateStream(int fd, Compression compression, InflateBackend backend, size_t input_bytes);
+  ~InflateStream();
+  InflateStream(const InflateStream&) = delete;
+  InflateStream& operator=(const InflateStream&) = delete;
+
+  // Writes between 1 and `capacity` uncompressed bytes to `dst` and sets *produced (kOk), or
+  // reports the end of the stream (kEnd, *produced = 0), or an error (kIoError / kDataError)
+  // described by error(). After an error or kEnd every further call returns the same status.
+  Status Read(uint8_t* dst, size_t capacity, size_t* produced);
+
+  // Human-readable reason of the last error, e.g. "invalid deflate block (isa-l) at compressed
+  // byte 1234".
+  const std::string& error() const { return error_; }
+  // Bytes of the compressed file consumed by the decoder so far.
+  uint64_t compressed_offset() const { return file_offset_ - (in_end_ - in_pos_); }
+  InflateBackend backend() const { return backend_; }
+
+  class Decoder;  // one backend (ISA-L or zlib); defined in inflate_stream.cc
+
+ private:
+  bool FillInput();  // reads more compressed bytes; false on EOF or error
+  Status Fail(Status status, std::string message);
+  bool StartNextMember();
+  bool ConsumeGzipHeader();  // ISA-L path: parses (and checks) a gzip member header itself  // at a member boundary: true when another gzip member follows
+
+  int fd_;
+  Compression compression_;
+  InflateBackend backend_;
+  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<uint8_t[]> in_buf_;
+  size_t in_capacity_;
+  size_t in_pos_ = 0;
+  size_t in_end_ = 0;
+  uint64_t file_offset_ = 0;  // bytes read from fd so far
+  bool eof_ = false;
+  bool member_done_ = false;
+  bool parse_gzip_header_;  // ISA-L + GZIP: headers are parsed here, not by the decoder
+  bool header_pending_;
+  Status final_ = Status::kOk;  // sticky terminal status
+  std::string error_;
+};
+
+}  // namespace ringfeed

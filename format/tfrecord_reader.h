@@ -1,0 +1,132 @@
+// TFRecordReader: streams the records of one TFRecord file (plain, GZIP or ZLIB), checking the
+// masked CRC-32C of every length and payload.
+//
+// Format (tensorflow/core/lib/io/record_writer.cc, see ../shared/reference/tfrecord-and-example.md):
+//   uint64 length (LE) | uint32 masked_crc32c(length bytes) | byte data[length] | uint32 masked_crc32c(data)
+//
+// Memory: one window buffer of `buffer_bytes` (default 1 MiB) that grows only as far as the
+// largest record read (never beyond max_record_bytes + 16), plus, for compressed files, an input
+// buffer of `buffer_bytes` and the decoder state. A file is never loaded whole. A record that
+// lies inside the window is returned in place: the only user-space copy of its payload is the
+// caller's (e.g. the parser writing into a batch column).
+//
+// Errors are values (ReadError), never exceptions. Policy (fail or skip) belongs to the caller:
+//   kCorruptedData, kRecordTooLarge  - recoverable: the next Next() continues with the following
+//                                      record (a too-large payload is skipped without storing it);
+//   every other kind                 - ends the file: the next Next() returns kEnd. A corrupted
+//                                      length can't be trusted to find the next record, so there
+//                                      is no resynchronisation (as in TensorFlow).
+// A clean end of file at a record boundary is the end, not an error; an empty file (whatever its
+// declared compression) has zero records.
+//
+// Thread-safety: one thread at a time per reader; distinct readers are independent.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "format/compression.h"
+
+namespace ringfeed {
+
+constexpr size_t kRecordHeaderBytes = 12;  // uint64 length + uint32 masked CRC of it
+constexpr size_t kRecordFooterBytes = 4;   // uint32 masked CRC of the data
+constexpr uint64_t kDefaultMaxRecordBytes = uint64_t{256} << 20;
+
+struct ReaderOptions {
+  Compression compression = Compression::kAuto;
+  // Records whose length field exceeds this are rejected before any allocation.
+  uint64_t max_record_bytes = kDefaultMaxRecordBytes;
+  bool verify_crc = true;
+  // Granularity of read() calls and of the window buffer, in bytes (min 64). Records larger
+  // than this still work; tests set it tiny to split records across reads.
+  size_t buffer_bytes = size_t{1} << 20;
+  InflateBackend inflate = InflateBackend::kDefault;
+};
+
+enum class ReadErrorKind {
+  kTruncatedRecord,  // file ends inside a record
+  kCorruptedLength,  // length CRC mismatch
+  kCorruptedData,    // payload CRC mismatch (recoverable)
+  kRecordTooLarge,   // length > max_record_bytes (recoverable)
+  kDecompression,    // the gzip/zlib stream is invalid or truncated
+  kIo,               // open/read failed
+};
+std::string_view ReadErrorKindName(ReadErrorKind kind);  // "truncated record", ...
+
+struct ReadError {
+  ReadErrorKind kind;
+  std::string file;
+  uint64_t record_index = 0;  // index of the record the error is about (0-based)
+  uint64_t offset = 0;        // byte offset of that record's header in the uncompressed stream
+  bool recoverable = false;   // true: Next() may be called to go on with the next record
+  // Full message naming the file, record index and offset, e.g.
+  // "data.tfrecord: record 4 at byte 5120: corrupted record: data CRC mismatch ...".
+  std::string message;
+};
+
+// One record. `data` stays valid until the next call to Next() or the reader's destruction.
+struct Record {
+  std::span<const uint8_t> data;
+  uint64_t index = 0;   // 0-based record index within the file
+  uint64_t offset = 0;  // byte offset of its header in the uncompressed stream
+};
+
+class TFRecordReader {
+ public:
+  enum class Status { kRecord, kEnd, kError };
+
+  // Does no I/O; the file is opened by the first Next() (an open failure is a kIo error).
+  TFRecordReader(std::string path, ReaderOptions options = {});
+  ~TFRecordReader();
+  TFRecordReader(const TFRecordReader&) = delete;
+  TFRecordReader& operator=(const TFRecordReader&) = delete;
+
+  // kRecord: *record is set. kEnd: no more records. kError: *error is set (see above).
+  Status Next(Record* record, ReadError* error);
+
+  const std::string& path() const { return path_; }
+  // The compression in use: the configured one, or what auto detection found (after the first
+  // Next(); kAuto before).
+  Compression compression() const { return compression_; }
+  // Records returned so far (good records, not counting errors).
+  uint64_t records_read() const { return records_read_; }
+  // Bytes of the uncompressed stream consumed so far (= offset of the next record).
+  uint64_t offset() const { return offset_; }
+  // Bytes of the file itself consumed so far (equals offset() for plain files).
+  uint64_t file_offset() const;
+
+ private:
+  bool Open(ReadError* error);
+  // Makes at least `n` unconsumed bytes available in the window unless the stream ends first.
+  // Returns false on a stream error (error_ set).
+  bool Ensure(size_t n);
+  size_t Fill(uint8_t* dst, size_t capacity);  // 0 = end of stream or error
+  Status MakeError(ReadErrorKind kind, std::string detail, ReadError* error);
+
+  std::string path_;
+  ReaderOptions options_;
+  Compression compression_ = Compression::kAuto;
+  int fd_ = -1;
+  bool opened_ = false;
+  bool done_ = false;
+  std::unique_ptr<class InflateStream> inflate_;
+  // Window buffer: bytes [begin_, end_) are read but unconsumed.
+  std::unique_ptr<uint8_t[]> buf_;
+  size_t capacity_ = 0;
+  size_t begin_ = 0;
+  size_t end_ = 0;
+  bool stream_end_ = false;
+  std::string stream_error_;       // set when Fill failed
+  ReadErrorKind stream_error_kind_ = ReadErrorKind::kIo;
+  uint64_t offset_ = 0;             // uncompressed offset of buf_[begin_]
+  uint64_t index_ = 0;              // index of the next record
+  uint64_t records_read_ = 0;
+  uint64_t plain_file_offset_ = 0;  // bytes read from the file (plain)
+  uint64_t discard_ = 0;            // bytes still to skip (payload of a too-large record)
+};
+
+}  // namespace ringfeed

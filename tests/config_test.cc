@@ -1,0 +1,654 @@
+// Tests of config/job_config: a full config, defaults, ${VAR} substitution, sizes, `auto` knobs,
+// a table of broken configs (each with the exact line, column and key path of its error), and the
+// example configs under config/examples/.
+#include <glob.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "config/job_config.h"
+
+namespace ringfeed {
+namespace {
+
+#ifdef RINGFEED_SOURCE_DIR
+const std::string kSourceDir = RINGFEED_SOURCE_DIR;
+#else
+const std::string kSourceDir = ".";
+#endif
+
+JobConfig Load(const std::string& yaml) { return LoadJobConfigFromString(yaml, "test.yaml"); }
+
+// Sets an environment variable for the lifetime of the object, restoring the old state after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = getenv(name)) old_ = std::string(old);
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_.c_str(), old_->c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+const char* const kMinimal = R"(job: t
+source:
+  files: [a.tfrecord]
+features:
+  x: {dtype: int64}
+)";
+
+TEST_CASE("full config: every key is read", "[config]") {
+  const char* yaml = R"(
+# every key of the schema, none at its default
+job: taxi.train-2_b
+source:
+  files:
+    - /data/a/*.gz
+    - /data/b/part-0001.tfrecord
+  compression: zlib
+  on_error: skip
+  max_record_bytes: 4 MiB
+features:
+  image:
+    type: fixed
+    dtype: uint16
+    shape: [28, 28, 1]
+    decode: raw
+  label:
+    dtype: int64
+    default: -7
+  weights:
+    dtype: float32
+    shape: [2, 2]
+    default: [1, 2.5, .nan, -.inf]
+  tag:
+    type: fixed
+    dtype: bytes
+    shape: [2]
+    default: ["a", ""]
+  tokens:
+    type: varlen
+    dtype: bytes
+  scores:
+    type: varlen
+    dtype: float32
+batch:
+  size: 1024
+  drop_remainder: true
+shuffle:
+  files: true
+  buffer: 100000
+  seed: 18446744073709551615
+epochs: 0
+pipeline:
+  cycle_length: 16
+  readers: 3
+  workers: 12
+  prefetch: 5
+  memory_budget: 2GB
+  cpu_budget: 7.5
+)";
+  JobConfig c = Load(yaml);
+  CHECK(c.path == "test.yaml");
+  CHECK(c.job == "taxi.train-2_b");
+  CHECK(c.source.files == std::vector<std::string>{"/data/a/*.gz", "/data/b/part-0001.tfrecord"});
+  CHECK(c.source.compression == Compression::kZlib);
+  CHECK(c.source.on_error == OnError::kSkip);
+  CHECK(c.source.max_record_bytes == 4u << 20);
+
+  REQUIRE(c.features.size() == 6);
+  const FeatureSpec& image = c.features[0];
+  CHECK(image.name == "image");
+  CHECK(image.type == FeatureType::kFixedLen);
+  CHECK(image.dtype == DType::kUInt16);
+  CHECK(image.shape == std::vector<int64_t>{28, 28, 1});
+  CHECK(image.decode_raw);
+  CHECK_FALSE(image.has_default);
+  CHECK(image.NumElements() == 784);
+  CHECK(image.WireKind() == ListKind::kBytes);
+
+  const FeatureSpec& label = c.features[1];
+  CHECK(label.name == "label");
+  CHECK(label.type == FeatureType::kFixedLen);
+  CHECK(label.dtype == DType::kInt64);
+  CHECK(label.shape.empty());
+  CHECK_FALSE(label.decode_raw);
+  CHECK(label.has_default);
+  CHECK(label.default_int64 == std::vector<int64_t>{-7});
+  CHECK(label.default_float.empty());
+  CHECK(label.default_bytes.empty());
+
+  const FeatureSpec& weights = c.features[2];
+  CHECK(weights.name == "weights");
+  CHECK(weights.dtype == DType::kFloat32);
+  CHECK(weights.shape == std::vector<int64_t>{2, 2});
+  REQUIRE(weights.default_float.size() == 4);
+  CHECK(weights.default_float[0] == 1.0f);
+  CHECK(weights.default_float[1] == 2.5f);
+  CHECK(std::isnan(weights.default_float[2]));
+  CHECK(weights.default_float[3] == -std::numeric_limits<float>::infinity());
+
+  const FeatureSpec& tag = c.features[3];
+  CHECK(tag.name == "tag");
+  CHECK(tag.dtype == DType::kBytes);
+  CHECK(tag.shape == std::vector<int64_t>{2});
+  CHECK(tag.default_bytes == std::vector<std::string>{"a", ""});
+
+  const FeatureSpec& tokens = c.features[4];
+  CHECK(tokens.name == "tokens");
+  CHECK(tokens.type == FeatureType::kVarLen);
+  CHECK(tokens.dtype == DType::kBytes);
+  CHECK(tokens.shape.empty());
+  CHECK_FALSE(tokens.has_default);
+
+  const FeatureSpec& scores = c.features[5];
+  CHECK(scores.name == "scores");
+  CHECK(scores.type == FeatureType::kVarLen);
+  CHECK(scores.dtype == DType::kFloat32);
+  CHECK(scores.WireKind() == ListKind::kFloat);
+
+  CHECK(c.batch.size == 1024);
+  CHECK(c.batch.drop_remainder);
+  CHECK(c.shuffle.files);
+  CHECK(c.shuffle.buffer == 100000);
+  CHECK(c.shuffle.seed == std::numeric_limits<uint64_t>::max());
+  CHECK(c.epochs == 0);
+  CHECK(c.pipeline.cycle_length == 16);
+  CHECK(c.pipeline.readers == std::optional<int64_t>(3));
+  CHECK(c.pipeline.workers == std::optional<int64_t>(12));
+  CHECK(c.pipeline.prefetch == std::optional<int64_t>(5));
+  CHECK(c.pipeline.memory_budget == std::optional<uint64_t>(2000000000ull));
+  CHECK(c.pipeline.cpu_budget == std::optional<double>(7.5));
+}
+
+TEST_CASE("defaults of every optional key", "[config]") {
+  JobConfig c = Load(kMinimal);
+  CHECK(c.job == "t");
+  CHECK(c.source.files == std::vector<std::string>{"a.tfrecord"});
+  CHECK(c.source.compression == Compression::kAuto);
+  CHECK(c.source.on_error == OnError::kFail);
+  CHECK(c.source.max_record_bytes == 256ull << 20);
+  REQUIRE(c.features.size() == 1);
+  CHECK(c.features[0].name == "x");
+  CHECK(c.features[0].type == FeatureType::kFixedLen);
+  CHECK(c.features[0].dtype == DType::kInt64);
+  CHECK(c.features[0].shape.empty());
+  CHECK_FALSE(c.features[0].has_default);
+  CHECK_FALSE(c.features[0].decode_raw);
+  CHECK(c.batch.size == 32);
+  CHECK_FALSE(c.batch.drop_remainder);
+  CHECK_FALSE(c.shuffle.files);
+  CHECK(c.shuffle.buffer == 0);
+  CHECK(c.shuffle.seed == 0);
+  CHECK(c.epochs == 1);
+  CHECK(c.pipeline.cycle_length == 4);
+  CHECK_FALSE(c.pipeline.readers);
+  CHECK_FALSE(c.pipeline.workers);
+  CHECK_FALSE(c.pipeline.prefetch);
+  CHECK_FALSE(c.pipeline.memory_budget);
+  CHECK_FALSE(c.pipeline.cpu_budget);
+}
+
+TEST_CASE("small forms: a single file string, scalar default broadcast, feature order", "[config]") {
+  JobConfig c = Load(R"(job: t
+source: {files: "one/*.gz"}
+features:
+  zeta: {dtype: float32, shape: [3], default: 0}
+  alpha: {dtype: bytes, default: "n/a"}
+  mid: {dtype: int64, shape: [0]}
+)");
+  CHECK(c.source.files == std::vector<std::string>{"one/*.gz"});
+  REQUIRE(c.features.size() == 3);
+  CHECK(c.features[0].name == "zeta");
+  CHECK(c.features[1].name == "alpha");
+  CHECK(c.features[2].name == "mid");
+  CHECK(c.features[0].default_float == std::vector<float>{0.0f});  // one value: broadcast
+  CHECK(c.features[1].default_bytes == std::vector<std::string>{"n/a"});
+  CHECK(c.features[2].NumElements() == 0);
+}
+
+TEST_CASE("${VAR} substitution", "[config][env]") {
+  ScopedEnv root("RINGFEED_TEST_ROOT", "/mnt/data");
+  ScopedEnv split("RINGFEED_TEST_SPLIT", nullptr);
+  ScopedEnv empty("RINGFEED_TEST_EMPTY", "");
+  ScopedEnv batch("RINGFEED_TEST_BATCH", "64");
+  ScopedEnv job("RINGFEED_TEST_JOB", "from-env");
+
+  SECTION("set, unset with default, several in one string, numbers and words") {
+    JobConfig c = Load(R"(job: ${RINGFEED_TEST_JOB}
+source:
+  files:
+    - ${RINGFEED_TEST_ROOT}/${RINGFEED_TEST_SPLIT:-train}/*.gz
+    - "${RINGFEED_TEST_ROOT:-/nope}/x-${RINGFEED_TEST_SPLIT:-eval}-${RINGFEED_TEST_ROOT}"
+    - plain$dollar/${RINGFEED_TEST_EMPTY:-fallback}/${RINGFEED_TEST_EMPTY}end
+  compression: ${RINGFEED_TEST_SPLIT:-gzip}
+features:
+  x: {dtype: int64}
+batch:
+  size: ${RINGFEED_TEST_BATCH}
+pipeline:
+  workers: ${RINGFEED_TEST_SPLIT:-auto}
+  readers: ${RINGFEED_TEST_BATCH:-auto}
+)");
+    CHECK(c.job == "from-env");
+    CHECK(c.source.files ==
+          std::vector<std::string>{"/mnt/data/train/*.gz", "/mnt/data/x-eval-/mnt/data",
+                                   "plain$dollar/fallback/end"});
+    CHECK(c.source.compression == Compression::kGzip);
+    CHECK(c.batch.size == 64);
+    CHECK_FALSE(c.pipeline.workers);
+    CHECK(c.pipeline.readers == std::optional<int64_t>(64));
+  }
+
+  SECTION("the substituted value is validated like a literal one") {
+    ScopedEnv bad("RINGFEED_TEST_BATCH", "-3");
+    try {
+      Load("job: t\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\nbatch:\n  size: ${RINGFEED_TEST_BATCH}\n");
+      FAIL("no error");
+    } catch (const ConfigError& e) {
+      CHECK(e.line() == 5);
+      CHECK(e.column() == 9);
+      CHECK(e.key() == "batch.size");
+      CHECK_THAT(e.what(), Catch::Contains("-3") && Catch::Contains("out of range"));
+    }
+  }
+
+  SECTION("keys are not substituted") {
+    try {
+      Load(std::string(kMinimal) + "${RINGFEED_TEST_JOB}: 1\n");
+      FAIL("no error");
+    } catch (const ConfigError& e) {
+      CHECK(e.key() == "${RINGFEED_TEST_JOB}");
+      CHECK_THAT(e.what(), Catch::Contains("unknown key '${RINGFEED_TEST_JOB}'"));
+    }
+  }
+}
+
+TEST_CASE("ParseSize", "[config][size]") {
+  struct Case {
+    const char* text;
+    std::optional<uint64_t> bytes;
+  };
+  const Case cases[] = {
+      {"0", 0},
+      {"1500", 1500},
+      {"16B", 16},
+      {"16 B", 16},
+      {"10KB", 10000},
+      {"10MB", 10000000},
+      {"3GB", 3000000000ull},
+      {"2TB", 2000000000000ull},
+      {"1KiB", 1024},
+      {"64MiB", 64ull << 20},
+      {"64 MiB", 64ull << 20},
+      {"2GiB", 2ull << 30},
+      {"1TiB", 1ull << 40},
+      {"007MiB", 7ull << 20},
+      {"18446744073709551615", std::numeric_limits<uint64_t>::max()},
+      {"18446744073709551616", std::nullopt},  // overflow
+      {"16777216TiB", std::nullopt},           // 2^64: overflow
+      {"16777215TiB", 16777215ull << 40},
+      {"", std::nullopt},
+      {"MiB", std::nullopt},
+      {"-1", std::nullopt},
+      {"-1MiB", std::nullopt},
+      {"+1", std::nullopt},
+      {"1.5GiB", std::nullopt},
+      {".5MiB", std::nullopt},
+      {"1e6", std::nullopt},
+      {"64mib", std::nullopt},
+      {"64Mb", std::nullopt},
+      {"64M", std::nullopt},
+      {"64  MiB", std::nullopt},
+      {" 64MiB", std::nullopt},
+      {"64MiB ", std::nullopt},
+      {"64 ", std::nullopt},
+      {"1,000", std::nullopt},
+      {"0x10", std::nullopt},
+  };
+  for (const Case& c : cases) {
+    INFO("ParseSize(\"" << c.text << "\")");
+    CHECK(ParseSize(c.text) == c.bytes);
+  }
+}
+
+TEST_CASE("sizes in the config", "[config][size]") {
+  auto load_max = [](const std::string& value) {
+    return Load("job: t\nsource:\n  files: [a]\n  max_record_bytes: " + value +
+                "\nfeatures: {x: {dtype: int64}}\n")
+        .source.max_record_bytes;
+  };
+  CHECK(load_max("16") == 16);
+  CHECK(load_max("1KB") == 1000);
+  CHECK(load_max("1 GiB") == 1ull << 30);
+  CHECK(load_max("1TiB") == 1ull << 40);
+  CHECK_THROWS_WITH(load_max("15"), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(load_max("1025GiB"), Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(load_max("1.5MiB"), Catch::Contains("invalid size '1.5MiB'") &&
+                                            Catch::Contains("KiB, MiB, GiB, TiB"));
+}
+
+TEST_CASE("auto knobs", "[config][auto]") {
+  auto pipeline = [](const std::string& body) {
+    return Load(std::string(kMinimal) + "pipeline:\n" + body).pipeline;
+  };
+  PipelineConfig all_auto = pipeline(
+      "  readers: auto\n  workers: auto\n  prefetch: auto\n  memory_budget: auto\n"
+      "  cpu_budget: auto\n");
+  CHECK_FALSE(all_auto.readers);
+  CHECK_FALSE(all_auto.workers);
+  CHECK_FALSE(all_auto.prefetch);
+  CHECK_FALSE(all_auto.memory_budget);
+  CHECK_FALSE(all_auto.cpu_budget);
+  CHECK(all_auto.cycle_length == 4);
+
+  PipelineConfig fixed = pipeline(
+      "  readers: 1\n  workers: 65536\n  prefetch: 2\n  memory_budget: 8GiB\n  cpu_budget: 3\n");
+  CHECK(fixed.readers == std::optional<int64_t>(1));
+  CHECK(fixed.workers == std::optional<int64_t>(65536));
+  CHECK(fixed.prefetch == std::optional<int64_t>(2));
+  CHECK(fixed.memory_budget == std::optional<uint64_t>(8ull << 30));
+  CHECK(fixed.cpu_budget == std::optional<double>(3.0));
+
+  CHECK(pipeline("  cpu_budget: 0.25\n").cpu_budget == std::optional<double>(0.25));
+  CHECK_THROWS_WITH(pipeline("  workers: 0\n"),
+                    Catch::Contains("pipeline.workers") && Catch::Contains("auto or an integer"));
+  CHECK_THROWS_WITH(pipeline("  prefetch: Auto\n"), Catch::Contains("expected auto or"));
+  CHECK_THROWS_WITH(pipeline("  cycle_length: auto\n"),
+                    Catch::Contains("pipeline.cycle_length") &&
+                        Catch::Contains("expected an integer from 1 to 65536"));
+  CHECK_THROWS_WITH(pipeline("  memory_budget: lots\n"),
+                    Catch::Contains("invalid size 'lots'") && Catch::Contains("auto or"));
+  CHECK_THROWS_WITH(pipeline("  cpu_budget: .inf\n"), Catch::Contains("out of range"));
+}
+
+TEST_CASE("booleans are true/false only", "[config]") {
+  auto drop = [](const std::string& value) {
+    return Load(std::string(kMinimal) + "batch:\n  drop_remainder: " + value + "\n")
+        .batch.drop_remainder;
+  };
+  CHECK(drop("true"));
+  CHECK(drop("True"));
+  CHECK_FALSE(drop("false"));
+  for (const char* word : {"yes", "no", "on", "off", "1", "0", "y"}) {
+    INFO(word);
+    CHECK_THROWS_WITH(drop(word), Catch::Contains("expected true or false"));
+  }
+}
+
+struct BrokenCase {
+  const char* name;
+  std::string yaml;
+  int line;
+  int column;
+  const char* key;
+  std::vector<const char*> fragments;
+};
+
+// Prefix shared by most cases: lines 1-5.
+const std::string kHead = kMinimal;
+
+TEST_CASE("broken configs name file, line, column and key", "[config][errors]") {
+  ScopedEnv unset("RINGFEED_TEST_UNSET_VAR", nullptr);
+  const std::vector<BrokenCase> cases = {
+      {"typo in a top-level key", kHead + "sufle:\n  buffer: 10\n", 6, 1, "sufle",
+       {"unknown key 'sufle'", "known keys: job, source, features, batch, shuffle, epochs, "
+        "pipeline", "did you mean 'shuffle'?"}},
+      {"typo in a nested key", kHead + "shuffle:\n  bufer: 10\n", 7, 3, "shuffle.bufer",
+       {"unknown key 'bufer'", "known keys: files, buffer, seed", "did you mean 'buffer'?"}},
+      {"unknown key far from every known key", kHead + "pipeline:\n  turbo: true\n", 7, 3,
+       "pipeline.turbo", {"unknown key 'turbo'; known keys: cycle_length, readers"}},
+      {"wrong type: scalar for a mapping", kHead + "batch: 32\n", 6, 8, "batch",
+       {"expected a mapping with keys size, drop_remainder", "got a scalar '32'"}},
+      {"wrong type: list for a scalar", kHead + "batch:\n  size: [32]\n", 7, 9, "batch.size",
+       {"expected an integer from 1 to 16777216, got a list"}},
+      {"non-integer", kHead + "epochs: 1.5\n", 6, 9, "epochs",
+       {"expected an integer >= 0, got '1.5'"}},
+      {"negative batch size", kHead + "batch:\n  size: -4\n", 7, 9, "batch.size",
+       {"value -4 is out of range", "from 1 to 16777216"}},
+      {"boolean spelled yes", kHead + "shuffle:\n  files: yes\n", 7, 10, "shuffle.files",
+       {"expected true or false, got 'yes'"}},
+      {"bad compression word", "job: t\nsource:\n  files: [a]\n  compression: bzip2\n"
+       "features: {x: {dtype: int64}}\n", 4, 16, "source.compression",
+       {"unknown value 'bzip2'", "allowed values: auto, none, gzip, zlib"}},
+      {"bad on_error word with suggestion", "job: t\nsource:\n  files: [a]\n  on_error: skipp\n"
+       "features: {x: {dtype: int64}}\n", 4, 13, "source.on_error",
+       {"allowed values: fail, skip", "did you mean 'skip'?"}},
+      {"shape on varlen", "job: t\nsource: {files: [a]}\nfeatures:\n"
+       "  x: {type: varlen, dtype: int64, shape: [3]}\n", 4, 35, "features.x.shape",
+       {"'shape' is only allowed with type: fixed"}},
+      {"default on varlen", "job: t\nsource: {files: [a]}\nfeatures:\n  x:\n    type: varlen\n"
+       "    dtype: bytes\n    default: \"\"\n", 7, 5, "features.x.default",
+       {"'default' is only allowed with type: fixed"}},
+      {"default count mismatch", "job: t\nsource: {files: [a]}\nfeatures:\n  img:\n"
+       "    dtype: float32\n    shape: [2, 2]\n    default: [1, 2, 3]\n", 7, 14,
+       "features.img.default", {"default has 3 values but shape [2, 2] needs 4"}},
+      {"default of the wrong type", "job: t\nsource: {files: [a]}\nfeatures:\n  n:\n"
+       "    dtype: int64\n    shape: [2]\n    default: [1, two]\n", 7, 18,
+       "features.n.default[1]", {"expected an integer", "got 'two'"}},
+      {"float32 default out of range", "job: t\nsource: {files: [a]}\nfeatures:\n"
+       "  f: {dtype: float32, default: 1e39}\n", 4, 32, "features.f.default",
+       {"out of range of float32"}},
+      {"decode raw on bytes dtype", "job: t\nsource: {files: [a]}\nfeatures:\n  img:\n"
+       "    dtype: bytes\n    decode: raw\n", 5, 12, "features.img.dtype",
+       {"dtype 'bytes' cannot be the output of 'decode: raw'"}},
+      {"decode raw on varlen", "job: t\nsource: {files: [a]}\nfeatures:\n  img:\n"
+       "    type: varlen\n    dtype: uint8\n    decode: raw\n", 7, 5, "features.img.decode",
+       {"only allowed with type: fixed"}},
+      {"default with decode raw", "job: t\nsource: {files: [a]}\nfeatures:\n  img:\n"
+       "    dtype: uint8\n    decode: raw\n    default: 0\n", 7, 5, "features.img.default",
+       {"cannot be combined with 'decode: raw'"}},
+      {"decode word other than raw", "job: t\nsource: {files: [a]}\nfeatures:\n  img:\n"
+       "    dtype: uint8\n    decode: png\n", 6, 13, "features.img.decode",
+       {"unknown value 'png'; allowed values: raw"}},
+      {"raw-only dtype without decode", "job: t\nsource: {files: [a]}\nfeatures:\n"
+       "  img: {dtype: uint8}\n", 4, 16, "features.img.dtype", {"needs 'decode: raw'"}},
+      {"unknown dtype", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: int46}\n", 4,
+       14, "features.x.dtype", {"unknown dtype 'int46'", "did you mean 'int64'?"}},
+      {"missing dtype", "job: t\nsource: {files: [a]}\nfeatures:\n  x:\n    shape: [2]\n", 5,
+       5, "features.x.dtype", {"missing required key 'dtype'"}},
+      {"feature spec that is not a mapping", "job: t\nsource: {files: [a]}\nfeatures:\n"
+       "  x: int64\n", 4, 6, "features.x", {"expected a mapping", "got a scalar 'int64'"}},
+      {"negative dimension", "job: t\nsource: {files: [a]}\nfeatures:\n"
+       "  x: {dtype: int64, shape: [4, -1]}\n", 4, 32, "features.x.shape[1]",
+       {"value -1 is out of range"}},
+      {"bad size unit", "job: t\nsource:\n  files: [a]\n  max_record_bytes: 64Mb\n"
+       "features: {x: {dtype: int64}}\n", 4, 21, "source.max_record_bytes",
+       {"invalid size '64Mb'", "MB, GB, TB", "MiB"}},
+      {"unset environment variable", "job: t\nsource:\n  files: [\"${RINGFEED_TEST_UNSET_VAR}/x\"]\n"
+       "features: {x: {dtype: int64}}\n", 3, 11, "source.files[0]",
+       {"environment variable RINGFEED_TEST_UNSET_VAR is not set",
+        "${RINGFEED_TEST_UNSET_VAR:-default}"}},
+      {"unterminated ${", "job: t\nsource:\n  files: [\"${ROOT/x\"]\n"
+       "features: {x: {dtype: int64}}\n", 3, 11, "source.files[0]", {"unterminated '${'"}},
+      {"missing source.files", "job: t\nsource:\n  compression: gzip\n"
+       "features: {x: {dtype: int64}}\n", 3, 3, "source.files",
+       {"missing required key 'files'"}},
+      {"empty source.files", "job: t\nsource:\n  files: []\nfeatures: {x: {dtype: int64}}\n",
+       3, 10, "source.files", {"the list of files is empty"}},
+      {"missing features", "job: t\nsource:\n  files: [a]\n", 1, 1, "features",
+       {"missing required key 'features'"}},
+      {"empty features", "job: t\nsource:\n  files: [a]\nfeatures: {}\n", 4, 11, "features",
+       {"non-empty mapping", "got an empty mapping"}},
+      {"missing job", "source: {files: [a]}\nfeatures: {x: {dtype: int64}}\n", 1, 1, "job",
+       {"missing required key 'job'"}},
+      {"bad job name", "job: \"taxi train!\"\nsource: {files: [a]}\n"
+       "features: {x: {dtype: int64}}\n", 1, 6, "job",
+       {"invalid job name 'taxi train!'", "A-Z a-z 0-9 _ . -"}},
+      {"job name too long", "job: " + std::string(65, 'j') + "\nsource: {files: [a]}\n"
+       "features: {x: {dtype: int64}}\n", 1, 6, "job", {"1 to 64 characters"}},
+      {"duplicate key", "job: a\njob: b\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\n",
+       2, 1, "job", {"duplicate key 'job' (first given at line 1)"}},
+      {"duplicate feature", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: int64}\n"
+       "  x: {dtype: bytes}\n", 5, 3, "features.x", {"duplicate key 'x'"}},
+      {"value left empty", kHead + "epochs:\n", 6, 1, "epochs",
+       {"expected an integer >= 0, got nothing (null)"}},
+      {"seed out of range", kHead + "shuffle:\n  seed: -1\n", 7, 9, "shuffle.seed",
+       {"out of range", "18446744073709551615"}},
+      {"cpu_budget zero", kHead + "pipeline:\n  cpu_budget: 0\n", 7, 15, "pipeline.cpu_budget",
+       {"out of range", "number of cores > 0"}},
+      {"YAML syntax error", "job: t\nsource:\n  files: [a]\n  - b\n", 4, 3, "",
+       {"YAML syntax error: end of map not found"}},
+      {"YAML tab indentation", "job: t\n\tsource: x\n", 2, 1, "", {"YAML syntax error"}},
+      {"two documents", std::string(kMinimal) + "---\njob: u\n", 7, 1, "",
+       {"one YAML document"}},
+      {"top level is a list", "- job: t\n", 1, 1, "", {"expected a mapping with keys job"}},
+      {"empty config", "# nothing here\n", 0, 0, "", {"the config is empty"}},
+  };
+
+  for (const BrokenCase& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      INFO("config:\n" << c.yaml);
+      try {
+        JobConfig config = Load(c.yaml);
+        FAIL("loaded without error");
+      } catch (const ConfigError& e) {
+        INFO("message: " << e.what());
+        CHECK(e.file() == "test.yaml");
+        CHECK(e.line() == c.line);
+        CHECK(e.column() == c.column);
+        CHECK(e.key() == c.key);
+        std::string prefix = "test.yaml:";
+        if (c.line > 0) prefix += std::to_string(c.line) + ":" + std::to_string(c.column) + ":";
+        prefix += " ";
+        if (*c.key != '\0') prefix += std::string(c.key) + ": ";
+        if (c.line == 0) prefix = "test.yaml: ";
+        CHECK_THAT(e.what(), Catch::StartsWith(prefix));
+        for (const char* fragment : c.fragments) CHECK_THAT(e.what(), Catch::Contains(fragment));
+      }
+    }
+  }
+  CHECK(cases.size() >= 12);
+}
+
+TEST_CASE("config files: read errors and positions name the file", "[config][file]") {
+  SECTION("missing file") {
+    try {
+      LoadJobConfig("/nonexistent/ringfeed/job.yaml");
+      FAIL("no error");
+    } catch (const ConfigError& e) {
+      CHECK(e.line() == 0);
+      CHECK(e.file() == "/nonexistent/ringfeed/job.yaml");
+      CHECK_THAT(e.what(), Catch::StartsWith("/nonexistent/ringfeed/job.yaml: ") &&
+                               Catch::Contains("No such file or directory"));
+    }
+  }
+  SECTION("a directory") {
+    CHECK_THROWS_WITH(LoadJobConfig("/"), Catch::StartsWith("/: ") &&
+                                              Catch::Contains("Is a directory"));
+  }
+  SECTION("an error inside a real file") {
+    char path[] = "/tmp/ringfeed_config_test_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    {
+      std::ofstream out(path);
+      out << kMinimal << "batch:\n  size: 0\n";
+    }
+    try {
+      LoadJobConfig(path);
+      FAIL("no error");
+    } catch (const ConfigError& e) {
+      CHECK(std::string(e.what()).rfind(std::string(path) + ":7:9: batch.size: ", 0) == 0);
+    }
+    {
+      std::ofstream out(path);
+      out << kMinimal;
+    }
+    CHECK(LoadJobConfig(path).path == path);
+    std::remove(path);
+  }
+}
+
+std::vector<std::string> Glob(const std::string& pattern) {
+  glob_t g{};
+  std::vector<std::string> out;
+  if (glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  return out;
+}
+
+bool IsDir(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+TEST_CASE("every example config loads", "[config][examples]") {
+  ScopedEnv data("RINGFEED_DATA", nullptr);
+  std::vector<std::string> files = Glob(kSourceDir + "/config/examples/*.yaml");
+  REQUIRE(files.size() >= 3);
+  for (const std::string& file : files) {
+    INFO(file);
+    CHECK_NOTHROW(LoadJobConfig(file));
+  }
+
+  JobConfig taxi = LoadJobConfig(kSourceDir + "/config/examples/taxi.yaml");
+  CHECK(taxi.job == "taxi-train");
+  CHECK(taxi.source.compression == Compression::kGzip);
+  REQUIRE(taxi.features.size() == 18);
+  int varlen = 0;
+  for (const FeatureSpec& f : taxi.features) {
+    if (f.type == FeatureType::kVarLen) {
+      ++varlen;
+    } else {
+      CHECK(f.shape.empty());
+    }
+    if (f.name == "company") CHECK(f.type == FeatureType::kVarLen);
+    if (f.name == "payment_type") CHECK(f.dtype == DType::kBytes);
+  }
+  CHECK(varlen == 7);
+
+  JobConfig penguin = LoadJobConfig(kSourceDir + "/config/examples/penguin.yaml");
+  REQUIRE(penguin.features.size() == 5);
+  CHECK(penguin.features.back().name == "species");
+  CHECK(penguin.features.back().dtype == DType::kInt64);
+
+  JobConfig mnist = LoadJobConfig(kSourceDir + "/config/examples/mnist.yaml");
+  CHECK(mnist.source.files == std::vector<std::string>{"data/sample/mnist-*.tfrecord.gz"});
+  REQUIRE(mnist.features.size() == 2);
+  CHECK(mnist.features[0].name == "image");
+  CHECK(mnist.features[0].decode_raw);
+  CHECK(mnist.features[0].dtype == DType::kUInt8);
+  CHECK(mnist.features[0].shape == std::vector<int64_t>{28, 28, 1});
+  CHECK(mnist.features[1].name == "label");
+  CHECK(mnist.features[1].dtype == DType::kInt64);
+  {
+    ScopedEnv set("RINGFEED_DATA", "/srv/mnist");
+    CHECK(LoadJobConfig(kSourceDir + "/config/examples/mnist.yaml").source.files ==
+          std::vector<std::string>{"/srv/mnist/mnist-*.tfrecord.gz"});
+  }
+
+  // The examples' globs are relative to the repository root; where the shared TFX data is
+  // present, they must find its shards.
+  if (IsDir(kSourceDir + "/../shared/data/tfx")) {
+    CHECK(Glob(kSourceDir + "/" + taxi.source.files.at(0)).size() == 12);
+    CHECK(Glob(kSourceDir + "/" + penguin.source.files.at(0)).size() == 1);
+  }
+}
+
+}  // namespace
+}  // namespace ringfeed

@@ -1,0 +1,47 @@
+// Helpers shared by the tests: temporary directories, building TFRecord files in every
+// compression, and locating ../shared/data (skipping visibly where it is absent).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "format/compression.h"
+
+namespace ringfeed::testing {
+
+// A fresh directory under $TMPDIR, removed with its contents on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& bytes);
+
+// Concatenated framed records (plain TFRecord bytes).
+std::string FrameRecords(const std::vector<std::string>& records);
+
+// Compresses `plain` as a gzip member (with optional header fields) or a zlib stream.
+struct GzipOptions {
+  int level = 6;
+  int strategy = 0;  // Z_DEFAULT_STRATEGY
+  std::string extra, name, comment;  // FEXTRA / FNAME / FCOMMENT when non-empty
+  bool header_crc = false;           // FHCRC
+};
+std::string GzipBytes(const std::string& plain, const GzipOptions& options = {});
+std::string ZlibBytes(const std::string& plain, int level = 6);
+
+// The directory of the real TensorFlow-written files (../shared/data/tfx), or "" when absent.
+// When absent: with CI=true the calling test fails; otherwise it prints "RINGFEED_SKIP: <why>"
+// (CTest shows the test as skipped) and the caller should return.
+std::string TfxDirOrSkip();
+
+}  // namespace ringfeed::testing

@@ -1,0 +1,405 @@
+// TFRecordReader against files built here: framing, CRCs, every compression and inflate backend,
+// tiny buffers, and the reader/decompression cases of ../shared/reference/bad-inputs.md.
+#include <zlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "format/crc32c.h"
+#include "format/tfrecord_reader.h"
+#include "format/tfrecord_writer.h"
+#include "tests/test_support.h"
+
+using namespace ringfeed;
+using namespace ringfeed::testing;
+
+namespace {
+
+struct Outcome {
+  std::vector<std::string> records;
+  std::vector<uint64_t> offsets;
+  std::vector<ReadError> errors;
+};
+
+// Reads the whole file, skipping recoverable errors (skip policy) and stopping at fatal ones.
+Outcome ReadAll(const std::string& path, ReaderOptions options = {}) {
+  Outcome out;
+  TFRecordReader reader(path, options);
+  Record record;
+  ReadError error;
+  for (int guard = 0; guard < 1000000; ++guard) {
+    auto status = reader.Next(&record, &error);
+    if (status == TFRecordReader::Status::kEnd) return out;
+    if (status == TFRecordReader::Status::kError) {
+      out.errors.push_back(error);
+      if (!error.recoverable) {
+        REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kEnd);
+        return out;
+      }
+      continue;
+    }
+    out.records.emplace_back(reinterpret_cast<const char*>(record.data.data()), record.data.size());
+    out.offsets.push_back(record.offset);
+  }
+  FAIL("reader did not terminate");
+  return out;
+}
+
+std::vector<std::string> TenRecords() {
+  std::vector<std::string> r;
+  for (int i = 0; i < 10; ++i) r.push_back("record-" + std::to_string(i) + std::string(static_cast<size_t>(i) * 37, 'a' + i));
+  return r;
+}
+
+uint64_t OffsetOf(const std::vector<std::string>& records, size_t index) {
+  uint64_t off = 0;
+  for (size_t i = 0; i < index; ++i) off += 16 + records[i].size();
+  return off;
+}
+
+std::string LengthHeader(uint64_t length) {
+  std::string h(12, '\0');
+  std::memcpy(h.data(), &length, 8);
+  uint32_t crc = MaskedCrc32c(h.data(), 8);
+  std::memcpy(h.data() + 8, &crc, 4);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("plain, GZIP and ZLIB round-trip through every buffer size and backend") {
+  TempDir dir;
+  std::vector<std::string> records = {"", "x", std::string(1000, 'q'), std::string(100000, 'z'), "tail"};
+  for (int i = 0; i < 50; ++i) records.push_back(std::string(static_cast<size_t>(i * 13), static_cast<char>(i)));
+  const std::string plain = FrameRecords(records);
+  WriteFile(dir.file("p.tfrecord"), plain);
+  WriteFile(dir.file("g.tfrecord.gz"), GzipBytes(plain));
+  WriteFile(dir.file("z.tfrecord.zz"), ZlibBytes(plain));
+
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    for (size_t buffer : {size_t{64}, size_t{100}, size_t{4096}, size_t{1} << 20}) {
+      for (auto [name, declared] : std::vector<std::pair<std::string, Compression>>{
+               {"p.tfrecord", Compression::kNone}, {"g.tfrecord.gz", Compression::kGzip},
+               {"z.tfrecord.zz", Compression::kZlib}, {"p.tfrecord", Compression::kAuto},
+               {"g.tfrecord.gz", Compression::kAuto}, {"z.tfrecord.zz", Compression::kAuto}}) {
+        INFO(name << " declared " << CompressionName(declared) << " buffer " << buffer << " backend "
+                  << InflateBackendName(backend));
+        ReaderOptions o;
+        o.compression = declared;
+        o.buffer_bytes = buffer;
+        o.inflate = backend;
+        Outcome out = ReadAll(dir.file(name), o);
+        REQUIRE(out.errors.empty());
+        REQUIRE(out.records == records);
+        CHECK(out.offsets[3] == OffsetOf(records, 3));
+      }
+    }
+  }
+}
+
+TEST_CASE("bad input 1: a flipped payload byte fails or skips exactly that record") {
+  TempDir dir;
+  auto records = TenRecords();
+  std::string bytes = FrameRecords(records);
+  const uint64_t off4 = OffsetOf(records, 4);
+  bytes[off4 + 12 + 3] ^= 0x01;  // a payload byte of the fifth record (index 4)
+  WriteFile(dir.file("flip.tfrecord"), bytes);
+
+  TFRecordReader reader(dir.file("flip.tfrecord"));
+  Record rec;
+  ReadError err;
+  for (uint64_t i = 0; i < 4; ++i) {
+    REQUIRE(reader.Next(&rec, &err) == TFRecordReader::Status::kRecord);
+    CHECK(rec.index == i);
+  }
+  REQUIRE(reader.Next(&rec, &err) == TFRecordReader::Status::kError);
+  CHECK(err.kind == ReadErrorKind::kCorruptedData);
+  CHECK(err.recoverable);
+  CHECK(err.record_index == 4);
+  CHECK(err.offset == off4);
+  CHECK_THAT(err.message, Catch::Contains("flip.tfrecord") && Catch::Contains("record 4") &&
+                              Catch::Contains("byte " + std::to_string(off4)) && Catch::Contains("data CRC"));
+  // Skip policy: the caller goes on and gets records 5..9, never the same offset again.
+  for (uint64_t i = 5; i < 10; ++i) {
+    REQUIRE(reader.Next(&rec, &err) == TFRecordReader::Status::kRecord);
+    CHECK(rec.index == i);
+    CHECK(std::string(reinterpret_cast<const char*>(rec.data.data()), rec.data.size()) == records[i]);
+  }
+  CHECK(reader.Next(&rec, &err) == TFRecordReader::Status::kEnd);
+  CHECK(reader.records_read() == 9);
+}
+
+TEST_CASE("bad input 2: truncation inside a header, a payload and a data CRC") {
+  TempDir dir;
+  auto records = TenRecords();
+  const std::string bytes = FrameRecords(records);
+  const uint64_t off7 = OffsetOf(records, 7);
+  struct Cut {
+    const char* what;
+    uint64_t at;
+    uint64_t expected;
+  } cuts[] = {
+      {"inside the header", off7 + 5, 12},
+      {"3 bytes into the payload", off7 + 12 + 3, 16 + records[7].size()},
+      {"2 bytes into the data CRC", off7 + 12 + records[7].size() + 2, 16 + records[7].size()},
+  };
+  for (const Cut& cut : cuts) {
+    for (auto compression : {Compression::kNone, Compression::kGzip}) {
+      INFO(cut.what << " " << CompressionName(compression));
+      std::string truncated = bytes.substr(0, cut.at);
+      WriteFile(dir.file("cut"), compression == Compression::kGzip ? GzipBytes(truncated) : truncated);
+      ReaderOptions o;
+      o.buffer_bytes = 64;
+      Outcome out = ReadAll(dir.file("cut"), o);
+      REQUIRE(out.records.size() == 7);
+      REQUIRE(out.errors.size() == 1);
+      const ReadError& e = out.errors[0];
+      CHECK(e.kind == ReadErrorKind::kTruncatedRecord);
+      CHECK(e.record_index == 7);
+      CHECK(e.offset == off7);
+      CHECK_THAT(e.message, Catch::Contains("expected " + std::to_string(cut.expected)) &&
+                                Catch::Contains(std::to_string(cut.at - off7) + " present"));
+      if (compression == Compression::kGzip) CHECK_THAT(e.message, Catch::Contains("uncompressed stream"));
+    }
+  }
+}
+
+TEST_CASE("bad input 3: zero-byte files have zero records, whatever the declared compression") {
+  TempDir dir;
+  WriteFile(dir.file("empty"), "");
+  for (auto c : {Compression::kAuto, Compression::kNone, Compression::kGzip, Compression::kZlib}) {
+    ReaderOptions o;
+    o.compression = c;
+    Outcome out = ReadAll(dir.file("empty"), o);
+    CHECK(out.records.empty());
+    CHECK(out.errors.empty());
+  }
+}
+
+TEST_CASE("bad input 4: absurd lengths are rejected before allocating; text files are not TFRecord") {
+  TempDir dir;
+  // A length near 2^64 whose length CRC is valid, followed by a good record (unreachable).
+  WriteFile(dir.file("huge.tfrecord"), FrameRecord("ok") + LengthHeader(~uint64_t{0} - 5) + "garbage");
+  Outcome out = ReadAll(dir.file("huge.tfrecord"));
+  REQUIRE(out.records.size() == 1);
+  REQUIRE(out.errors.size() == 2);
+  CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
+  CHECK(out.errors[0].record_index == 1);
+  CHECK(out.errors[0].offset == 18);
+  CHECK_THAT(out.errors[0].message, Catch::Contains(std::to_string(~uint64_t{0} - 5)) &&
+                                        Catch::Contains(std::to_string(kDefaultMaxRecordBytes)) &&
+                                        Catch::Contains("huge.tfrecord"));
+  // Skipping it runs into the end of the file: a truncation, then the end.
+  CHECK(out.errors[1].kind == ReadErrorKind::kTruncatedRecord);
+
+  WriteFile(dir.file("notes.tfrecord"), "This is a text file, not TFRecord.\nSecond line.\n");
+  out = ReadAll(dir.file("notes.tfrecord"));
+  CHECK(out.records.empty());
+  REQUIRE(out.errors.size() == 1);
+  CHECK(out.errors[0].kind == ReadErrorKind::kCorruptedLength);
+  CHECK(out.errors[0].offset == 0);
+  CHECK_THAT(out.errors[0].message, Catch::Contains("does not look like a TFRecord file"));
+}
+
+TEST_CASE("bad input 6: a header claiming 2^31+ bytes is rejected with size and limit, no 32-bit overflow") {
+  TempDir dir;
+  const uint64_t claimed = (uint64_t{1} << 31) + 7;
+  WriteFile(dir.file("big.tfrecord"), LengthHeader(claimed) + std::string(100, 'x'));
+  Outcome out = ReadAll(dir.file("big.tfrecord"));
+  REQUIRE(!out.errors.empty());
+  CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
+  CHECK_THAT(out.errors[0].message, Catch::Contains("2147483655"));
+
+  // Within a raised limit, a large record (3 MiB) is read intact with a small buffer.
+  std::string large(3u << 20, '\0');
+  for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<char>(i * 7);
+  WriteFile(dir.file("large.tfrecord"), FrameRecords({"a", large, "b"}));
+  ReaderOptions o;
+  o.max_record_bytes = 4u << 20;
+  o.buffer_bytes = 4096;
+  out = ReadAll(dir.file("large.tfrecord"), o);
+  REQUIRE(out.errors.empty());
+  REQUIRE(out.records.size() == 3);
+  CHECK(out.records[1] == large);
+  // With the limit below its size the big one is skipped and the rest survives.
+  o.max_record_bytes = 1u << 20;
+  out = ReadAll(dir.file("large.tfrecord"), o);
+  CHECK(out.records == std::vector<std::string>{"a", "b"});
+  REQUIRE(out.errors.size() == 1);
+  CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
+}
+
+TEST_CASE("bad input 5: the same records plain, GZIP and ZLIB, read in every mode") {
+  TempDir dir;
+  auto records = TenRecords();
+  const std::string plain = FrameRecords(records);
+  WriteFile(dir.file("plain"), plain);
+  WriteFile(dir.file("gzip"), GzipBytes(plain));
+  WriteFile(dir.file("zlib"), ZlibBytes(plain));
+
+  for (const char* file : {"plain", "gzip", "zlib"}) {
+    ReaderOptions o;
+    o.compression = Compression::kAuto;
+    INFO(file << " in auto mode");
+    Outcome out = ReadAll(dir.file(file), o);
+    CHECK(out.errors.empty());
+    CHECK(out.records == records);
+  }
+  struct Mismatch {
+    const char* file;
+    Compression declared;
+    ReadErrorKind kind;
+    const char* hint;
+  } mismatches[] = {
+      {"gzip", Compression::kNone, ReadErrorKind::kCorruptedLength, "looks like gzip"},
+      {"zlib", Compression::kNone, ReadErrorKind::kCorruptedLength, "looks like zlib"},
+      {"plain", Compression::kGzip, ReadErrorKind::kDecompression, "gzip"},
+      {"plain", Compression::kZlib, ReadErrorKind::kDecompression, "zlib"},
+      {"zlib", Compression::kGzip, ReadErrorKind::kDecompression, "gzip"},
+      {"gzip", Compression::kZlib, ReadErrorKind::kDecompression, "zlib"},
+  };
+  for (const Mismatch& m : mismatches) {
+    for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+      INFO(m.file << " declared " << CompressionName(m.declared) << " " << InflateBackendName(backend));
+      ReaderOptions o;
+      o.compression = m.declared;
+      o.inflate = backend;
+      Outcome out = ReadAll(dir.file(m.file), o);
+      CHECK(out.records.empty());  // never garbage records
+      REQUIRE(out.errors.size() == 1);
+      CHECK(out.errors[0].kind == m.kind);
+      CHECK(out.errors[0].record_index == 0);
+      CHECK_THAT(out.errors[0].message, Catch::Contains(m.hint));
+    }
+  }
+}
+
+TEST_CASE("auto detection confirms gzip magic with the length CRC: a plain file may start with 1f 8b") {
+  TempDir dir;
+  // Length 35,615 = 0x8b1f: the little-endian length field begins with the gzip magic.
+  std::string payload(35615, 'p');
+  const std::string plain = FrameRecords({payload, "second"});
+  REQUIRE(static_cast<uint8_t>(plain[0]) == 0x1f);
+  REQUIRE(static_cast<uint8_t>(plain[1]) == 0x8b);
+  WriteFile(dir.file("magic.tfrecord"), plain);
+  TFRecordReader reader(dir.file("magic.tfrecord"));
+  Record rec;
+  ReadError err;
+  REQUIRE(reader.Next(&rec, &err) == TFRecordReader::Status::kRecord);
+  CHECK(reader.compression() == Compression::kNone);
+  CHECK(rec.data.size() == payload.size());
+  REQUIRE(reader.Next(&rec, &err) == TFRecordReader::Status::kRecord);
+  CHECK(reader.Next(&rec, &err) == TFRecordReader::Status::kEnd);
+  // And a zlib-looking start: length 0x9c78 = 40,056 begins with 78 9c.
+  WriteFile(dir.file("zmagic.tfrecord"), FrameRecords({std::string(0x9c78, 'z')}));
+  Outcome out = ReadAll(dir.file("zmagic.tfrecord"));
+  CHECK(out.errors.empty());
+  CHECK(out.records.size() == 1);
+}
+
+TEST_CASE("anything gzip -d accepts: header fields, block types, members, padding") {
+  TempDir dir;
+  auto records = TenRecords();
+  const std::string plain = FrameRecords(records);
+  struct Variant {
+    const char* name;
+    std::string bytes;
+  };
+  GzipOptions fields;
+  fields.extra = std::string("RF\x04\x00" "abcd", 8);
+  fields.name = "data.tfrecord";
+  fields.comment = "written by the ringfeed test";
+  fields.header_crc = true;
+  GzipOptions stored;
+  stored.level = 0;
+  GzipOptions fixed;
+  fixed.strategy = Z_FIXED;
+  GzipOptions huffman;
+  huffman.strategy = Z_HUFFMAN_ONLY;
+  const size_t half = OffsetOf(records, 5) + 7;  // members split inside a record
+  std::vector<Variant> variants = {
+      {"FEXTRA+FNAME+FCOMMENT+FHCRC", GzipBytes(plain, fields)},
+      {"stored blocks", GzipBytes(plain, stored)},
+      {"fixed Huffman blocks", GzipBytes(plain, fixed)},
+      {"Huffman-only", GzipBytes(plain, huffman)},
+      {"two members", GzipBytes(plain.substr(0, half)) + GzipBytes(plain.substr(half))},
+      {"three members, one empty", GzipBytes(plain.substr(0, half)) + GzipBytes("") + GzipBytes(plain.substr(half))},
+      {"trailing zero padding", GzipBytes(plain) + std::string(1000, '\0')},
+  };
+  for (const Variant& v : variants) {
+    for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+      for (size_t buffer : {size_t{64}, size_t{1} << 20}) {
+        INFO(v.name << " " << InflateBackendName(backend) << " buffer " << buffer);
+        WriteFile(dir.file("v.gz"), v.bytes);
+        ReaderOptions o;
+        o.inflate = backend;
+        o.buffer_bytes = buffer;
+        Outcome out = ReadAll(dir.file("v.gz"), o);
+        for (auto& e : out.errors) UNSCOPED_INFO(e.message);
+        CHECK(out.errors.empty());
+        CHECK(out.records == records);
+      }
+    }
+  }
+}
+
+TEST_CASE("broken compressed streams deliver the good records, then one decompression error") {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 200; ++i) records.push_back("rec" + std::to_string(i) + std::string(500, static_cast<char>('a' + i % 26)));
+  const std::string plain = FrameRecords(records);
+  const std::string gz = GzipBytes(plain);
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    INFO(InflateBackendName(backend));
+    ReaderOptions o;
+    o.inflate = backend;
+    o.buffer_bytes = 256;
+
+    WriteFile(dir.file("cut.gz"), gz.substr(0, gz.size() / 2));
+    Outcome out = ReadAll(dir.file("cut.gz"), o);
+    REQUIRE(out.errors.size() == 1);
+    CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
+    CHECK_THAT(out.errors[0].message, Catch::Contains("unexpected end"));
+    CHECK(out.records.size() > 10);
+    for (size_t i = 0; i < out.records.size(); ++i) CHECK(out.records[i] == records[i]);
+
+    WriteFile(dir.file("garbage.gz"), gz + "NOT GZIP");
+    out = ReadAll(dir.file("garbage.gz"), o);
+    CHECK(out.records == records);
+    REQUIRE(out.errors.size() == 1);
+    CHECK_THAT(out.errors[0].message, Catch::Contains("trailing garbage"));
+
+    std::string bad = gz;
+    bad[bad.size() - 6] ^= 0x40;  // inside the CRC-32 trailer
+    WriteFile(dir.file("crc.gz"), bad);
+    out = ReadAll(dir.file("crc.gz"), o);
+    REQUIRE(out.errors.size() == 1);
+    CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
+  }
+}
+
+TEST_CASE("I/O errors name the file") {
+  Outcome out = ReadAll("/nonexistent/dir/file.tfrecord");
+  REQUIRE(out.errors.size() == 1);
+  CHECK(out.errors[0].kind == ReadErrorKind::kIo);
+  CHECK_THAT(out.errors[0].message, Catch::Contains("/nonexistent/dir/file.tfrecord") && Catch::Contains("No such file"));
+}
+
+TEST_CASE("TFRecordWriter output reads back in every compression") {
+  TempDir dir;
+  auto records = TenRecords();
+  for (auto c : {Compression::kNone, Compression::kGzip, Compression::kZlib}) {
+    WriterOptions w;
+    w.compression = c;
+    {
+      TFRecordWriter writer(dir.file("w"), w);
+      for (const auto& r : records) writer.Write(r);
+      writer.Close();
+    }
+    Outcome out = ReadAll(dir.file("w"));
+    CHECK(out.errors.empty());
+    CHECK(out.records == records);
+  }
+}
