@@ -34,7 +34,7 @@ namespace {
 constexpr int64_t kMaxBatchSize = int64_t{1} << 24;
 constexpr uint64_t kMinRecordBytes = 16;                  // the TFRecord frame alone is 16 bytes
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 40;
-constexpr int64_t kMaxParallelism = 65536;                // cycle_length, readers, workers, prefetch
+constexpr int64_t kMaxParallelism = 65536;  // cycle_length, readers, workers, prefetch
 constexpr int64_t kMaxFeatureElements = int64_t{1} << 40;  // prod(shape) of one fixed feature
 constexpr size_t kMaxJobNameLength = 64;
 constexpr size_t kMaxSuggestionDistance = 2;
@@ -398,7 +398,9 @@ class Loader {
     std::string text = ScalarText(e, expected);
     bool overflow = false;
     std::optional<uint64_t> v = ParseInteger<uint64_t>(text, &overflow);
-    if (overflow) Fail(MarkOf(e), e.path, "value " + text + " is out of range; expected " + expected);
+    if (overflow) {
+      Fail(MarkOf(e), e.path, "value " + text + " is out of range; expected " + expected);
+    }
     if (!v) Fail(MarkOf(e), e.path, "expected " + expected + ", got " + Quote(text));
     return *v;
   }

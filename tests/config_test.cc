@@ -210,7 +210,7 @@ TEST_CASE("defaults of every optional key", "[config]") {
   CHECK_FALSE(c.pipeline.cpu_budget);
 }
 
-TEST_CASE("small forms: a single file string, scalar default broadcast, feature order", "[config]") {
+TEST_CASE("short forms: one file string, broadcast default, feature order", "[config]") {
   JobConfig c = Load(R"(job: t
 source: {files: "one/*.gz"}
 features:
@@ -264,7 +264,8 @@ pipeline:
   SECTION("the substituted value is validated like a literal one") {
     ScopedEnv bad("RINGFEED_TEST_BATCH", "-3");
     try {
-      Load("job: t\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\nbatch:\n  size: ${RINGFEED_TEST_BATCH}\n");
+      Load("job: t\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\nbatch:\n"
+           "  size: ${RINGFEED_TEST_BATCH}\n");
       FAIL("no error");
     } catch (const ConfigError& e) {
       CHECK(e.line() == 5);
@@ -476,8 +477,10 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"bad size unit", "job: t\nsource:\n  files: [a]\n  max_record_bytes: 64Mb\n"
        "features: {x: {dtype: int64}}\n", 4, 21, "source.max_record_bytes",
        {"invalid size '64Mb'", "MB, GB, TB", "MiB"}},
-      {"unset environment variable", "job: t\nsource:\n  files: [\"${RINGFEED_TEST_UNSET_VAR}/x\"]\n"
-       "features: {x: {dtype: int64}}\n", 3, 11, "source.files[0]",
+      {"unset environment variable",
+       "job: t\nsource:\n  files: [\"${RINGFEED_TEST_UNSET_VAR}/x\"]\n"
+       "features: {x: {dtype: int64}}\n",
+       3, 11, "source.files[0]",
        {"environment variable RINGFEED_TEST_UNSET_VAR is not set",
         "${RINGFEED_TEST_UNSET_VAR:-default}"}},
       {"unterminated ${", "job: t\nsource:\n  files: [\"${ROOT/x\"]\n"

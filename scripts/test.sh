@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The project's test command (README "Quickstart", step 2; CI runs it through .ci/run).
+#
+#   scripts/test.sh            install deps, then: release-ish build + all tests, the same tests
+#                              under AddressSanitizer+UBSan, and a bounded libFuzzer run
+#   scripts/test.sh --quick    only the first build and its tests
+#
+# Environment: JOBS (parallel build jobs, default nproc), FUZZ_SECONDS (default 60),
+# CI=true makes tests that need ../shared/data fail instead of skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=0
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
+  esac
+done
+jobs=${JOBS:-$(nproc)}
+
+scripts/install-deps.sh
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "build (RelWithDebInfo, gcc) and test"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+if [ "$quick" = 1 ]; then exit 0; fi
+
+step "build with AddressSanitizer + UndefinedBehaviorSanitizer and test"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRINGFEED_SANITIZE=ON -DRINGFEED_BENCH=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+step "fuzz reader+parser for ${FUZZ_SECONDS:-60} s"
+scripts/run-fuzz.sh "${FUZZ_SECONDS:-60}"
