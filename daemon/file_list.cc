@@ -10,7 +10,7 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns) {
   std::vector<std::string> files;
   for (const std::string& pattern : patterns) {
     glob_t g{};
-    const int rc = ::glob(pattern.c_str(), GLOB_ERR | GLOB_BRACE | GLOB_TILDE, nullptr, &g);
+    const int rc = ::glob(pattern.c_str(), GLOB_BRACE | GLOB_TILDE, nullptr, &g);
     if (rc == GLOB_NOMATCH) {
       globfree(&g);
       throw std::runtime_error("source.files: pattern '" + pattern + "' matches no file");

@@ -1,1 +1,200 @@
-int main() { return 0; }
+// ringfeedctl: ringfeed's command-line tool.
+//
+// Each subcommand is one Add<Name>Command() below: it declares the subcommand and its options on
+// the CLI11 app and returns the action to run when that subcommand is chosen; the work itself
+// lives in a library (inspect: daemon/inspect.h, check: daemon/job_check.h). To add a subcommand, write its Add function
+// and append it to the list in main(). Exit statuses (ringfeed::ExitStatus): 0 ok, 1 data
+// problems found, 2 usage error (CLI11 prints what was wrong; --help exits 0).
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/job_config.h"
+#include "daemon/inspect.h"
+#include "daemon/job_check.h"
+#include "format/compression.h"
+
+namespace {
+
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+// --max-record-bytes takes the config's size syntax (64MiB, 1500, ...) and range.
+const CLI::Validator kSizeValidator(
+    [](std::string& text) -> std::string {
+      std::optional<uint64_t> size = ringfeed::ParseSize(text);
+      if (!size) return "'" + text + "' is not a size; write a byte count with an optional unit: 1500, 64KiB, 16MiB, 1GiB";
+      if (*size < 16 || *size > (uint64_t{1} << 40)) return "'" + text + "' is out of range; allowed: 16 B to 1 TiB";
+      return "";
+    },
+    "SIZE");
+
+const CLI::Validator kCountValidator(
+    [](std::string& text) -> std::string {
+      uint64_t n = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec != std::errc() || end != text.data() + text.size() || n == 0) return "'" + text + "' is not a positive integer";
+      return "";
+    },
+    "N");
+
+// A first word that names no subcommand gets a clearer message than CLI11's "A subcommand is
+// required". Returns false after printing it.
+bool CheckCommandName(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') continue;  // the top level has only --help
+    try {
+      app.get_subcommand(arg);
+      return true;
+    } catch (const CLI::OptionNotFound&) {
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+      std::cerr << "ringfeedctl: unknown command '" << arg << "' (commands: " << names << ")\n"
+                << "Run with --help for more information.\n";
+      return false;
+    }
+  }
+  return true;
+}
+
+Command AddInspectCommand(CLI::App& parent) {
+  struct Flags {
+    ringfeed::InspectOptions options;
+    bool count = false, verify = false, schema = false;
+    std::string compression = "auto";
+    std::string max_record_bytes;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* cmd = parent.add_subcommand(
+      "inspect",
+      "Look at TFRecord files of tf.train.Example records: print them, count them, check their CRCs, "
+      "or infer the features: block of a job config");
+  cmd->footer(
+      "Modes (one at a time; default: records):\n"
+      "  (none)    one JSON line per record: file, index, byte offset, every feature's kind and values\n"
+      "  --count   records per file and the total\n"
+      "  --verify  check every CRC; list each corrupt or truncated record and a summary line\n"
+      "  --schema  feature kinds, value counts and presence, then a ready-to-paste features: block\n"
+      "Compression (plain, GZIP, ZLIB) is detected unless --compression names it.\n"
+      "Problems (file, record index, byte offset) go to stderr; exit status 0: all good,\n"
+      "1: problems found, 2: usage error.\n"
+      "\n"
+      "Examples:\n"
+      "  ringfeedctl inspect --limit 2 data/train-00000.gz\n"
+      "  ringfeedctl inspect --count data/*.tfrecord\n"
+      "  ringfeedctl inspect --verify --compression gzip data/*.gz\n"
+      "  ringfeedctl inspect --schema data/*.gz > features.yaml");
+
+  ringfeed::InspectOptions& o = flags->options;
+  CLI::Option* count = cmd->add_flag("--count", flags->count, "Print records per file and the total");
+  CLI::Option* verify = cmd->add_flag("--verify", flags->verify, "Check every CRC and list each corrupt or truncated record");
+  CLI::Option* schema = cmd->add_flag("--schema", flags->schema, "Summarize features and print a features: block for the job config");
+  count->excludes(verify)->excludes(schema);
+  verify->excludes(schema);
+  cmd->add_flag("--json", o.json, "With --count, --verify or --schema: one JSON object instead of the report");
+  cmd->add_option("--compression", flags->compression, "Compression of every file; auto detects it")
+      ->check(CLI::IsMember({"auto", "none", "gzip", "zlib"}))
+      ->option_text("auto|none|gzip|zlib (default: auto)");
+  cmd->add_option("--max-record-bytes", flags->max_record_bytes,
+                  "Records with a larger length field are reported as too large (default 256MiB)")
+      ->check(kSizeValidator)
+      ->option_text("SIZE");
+  cmd->add_option("--limit", o.limit, "Read only the first N records of each file")
+      ->check(kCountValidator)
+      ->option_text("N");
+  cmd->add_option("FILE", o.files, "TFRecord files (named in the output as given here)")
+      ->required()
+      ->option_text("...");
+
+  auto run = [flags]() {
+    ringfeed::InspectOptions options = flags->options;
+    options.mode = flags->count    ? ringfeed::InspectMode::kCount
+                   : flags->verify ? ringfeed::InspectMode::kVerify
+                   : flags->schema ? ringfeed::InspectMode::kSchema
+                                   : ringfeed::InspectMode::kRecords;
+    options.reader.compression = *ringfeed::ParseCompression(flags->compression);  // checked by CLI11
+    if (!flags->max_record_bytes.empty()) options.reader.max_record_bytes = *ringfeed::ParseSize(flags->max_record_bytes);
+    return ringfeed::RunInspect(options, std::cout, std::cerr);
+  };
+  return {cmd, run};
+}
+
+Command AddCheckCommand(CLI::App& parent) {
+  auto config_path = std::make_shared<std::string>();
+  CLI::App* cmd = parent.add_subcommand(
+      "check", "Run one epoch of a job config over its files: every CRC checked, every record parsed into batches");
+  cmd->footer(
+      "Loads and validates CONFIG (errors name file, line, column and key), expands source.files,\n"
+      "then reads and parses every record exactly as ringfeedd will, applying source.on_error, and\n"
+      "prints records per file, errors, batches and single-core throughput. No shuffling, no daemon.\n"
+      "Exit status 0: all records good, 1: records skipped or the job failed, 2: usage or config error.\n"
+      "\n"
+      "Example:\n"
+      "  ringfeedctl check config/examples/taxi.yaml");
+  cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required();
+  auto run = [config_path]() {
+    ringfeed::JobConfig config;
+    try {
+      config = ringfeed::LoadJobConfig(*config_path);
+    } catch (const ringfeed::ConfigError& e) {
+      std::cerr << "ringfeedctl check: " << e.what() << "\n";
+      return ringfeed::kExitUsage;
+    }
+    ringfeed::JobCheckResult r;
+    try {
+      r = ringfeed::RunJobCheck(config, std::cout);
+    } catch (const std::exception& e) {
+      std::cerr << "ringfeedctl check: " << config_path->c_str() << ": " << e.what() << "\n";
+      return ringfeed::kExitUsage;
+    }
+    const double mb = static_cast<double>(r.bytes) / 1e6;
+    std::cout << "job " << config.job << ": " << r.records << " records in " << r.files << " files -> " << r.batches
+              << " batches of " << config.batch.size;
+    if (r.dropped_records > 0) std::cout << " (" << r.dropped_records << " records dropped by drop_remainder)";
+    std::cout << "\nerrors: " << r.read_errors << " read, " << r.parse_errors << " parse"
+              << (r.failed ? " (on_error: fail stopped the epoch)" : "") << "\n";
+    if (r.seconds > 0) {
+      std::cout << "throughput (one core): " << static_cast<uint64_t>(static_cast<double>(r.records) / r.seconds)
+                << " records/s, " << static_cast<uint64_t>(mb / r.seconds) << " MB/s of serialized records\n";
+    }
+    return r.read_errors + r.parse_errors > 0 ? ringfeed::kExitDataProblems : ringfeed::kExitOk;
+  };
+  return {cmd, run};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::ios::sync_with_stdio(false);  // std::cerr stays tied to std::cout: messages keep their place
+  CLI::App app("ringfeedctl: ringfeed's command-line tool", "ringfeedctl");
+  app.require_subcommand(1);
+  app.footer(
+      "Examples:\n"
+      "  ringfeedctl inspect --schema data/*.gz\n"
+      "  ringfeedctl check job.yaml\n"
+      "Run 'ringfeedctl COMMAND --help' for the options of a command.");
+
+  const std::vector<Command> commands = {
+      AddInspectCommand(app),
+      AddCheckCommand(app),
+  };
+
+  if (!CheckCommandName(app, argc, argv)) return ringfeed::kExitUsage;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int status = app.exit(e);  // prints help, or the error and a hint to stderr
+    return status == 0 ? ringfeed::kExitOk : ringfeed::kExitUsage;
+  }
+  for (const Command& command : commands) {
+    if (command.app->parsed()) return command.run();
+  }
+  return ringfeed::kExitUsage;  // unreachable: require_subcommand(1)
+}

@@ -216,6 +216,7 @@ bool WriteNumeric(const ListRun& run, uint8_t* dst) {
   if (run.kind == static_cast<uint32_t>(ListKind::kFloat)) {
     return ForEachList(run, [&](const uint8_t* b, const uint8_t* e) {
       return VisitFloatList(b, e, [&](const uint8_t* f, size_t n) {
+        if (n == 0) return;  // an empty packed run; dst may be null (no values at all)
         std::memcpy(dst, f, n * 4);
         dst += n * 4;
       });
@@ -269,8 +270,22 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
   default_rows_.resize(specs_.size());
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FeatureSpec& s = specs_[i];
-    if (s.type == FeatureType::kFixedLen && s.NumElements() < 0) {
-      throw std::invalid_argument("feature '" + s.name + "': negative dimension in shape");
+    const bool fixed_len = s.type == FeatureType::kFixedLen;
+    for (int64_t dim : s.shape) {
+      // Checked per dimension: [-1, -1] has a positive product.
+      if (fixed_len && dim < 0) throw std::invalid_argument("feature '" + s.name + "': negative dimension in shape");
+    }
+    if (s.decode_raw && (!fixed_len || s.dtype == DType::kBytes)) {
+      throw std::invalid_argument("feature '" + s.name + "': decode: raw needs a FixedLen feature of a numeric dtype");
+    }
+    if (!s.decode_raw && s.dtype != DType::kInt64 && s.dtype != DType::kFloat32 && s.dtype != DType::kBytes) {
+      throw std::invalid_argument("feature '" + s.name + "': dtype " + std::string(DTypeName(s.dtype)) +
+                                  " needs decode: raw");
+    }
+    if (fixed_len && s.has_default && s.dtype == DType::kBytes && s.default_bytes.size() != 1 &&
+        s.default_bytes.size() != static_cast<size_t>(s.NumElements())) {
+      throw std::invalid_argument("feature '" + s.name + "': default has " + std::to_string(s.default_bytes.size()) +
+                                  " values, shape needs 1 or " + std::to_string(s.NumElements()));
     }
     auto key = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.name.data()), s.name.size());
     if (Lookup(key) >= 0) throw std::invalid_argument("feature '" + s.name + "' listed twice");
@@ -306,7 +321,10 @@ int ExampleParser::Lookup(std::span<const uint8_t> key) const {
     if (slot.feature < 0) return -1;
     if (slot.hash == h) {
       const std::string& name = specs_[static_cast<size_t>(slot.feature)].name;
-      if (name.size() == key.size() && std::memcmp(name.data(), key.data(), key.size()) == 0) return slot.feature;
+      // An absent map-entry key is the empty string, passed as (nullptr, 0): no memcmp then.
+      if (name.size() == key.size() && (key.empty() || std::memcmp(name.data(), key.data(), key.size()) == 0)) {
+        return slot.feature;
+      }
     }
   }
 }
@@ -349,11 +367,16 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
       size_t key_size = 0;
       FeatureRef value;
       value.present = true;
+      bool have_value = false;
       while (r < rend) {
         if (!ReadTag(r, rend, &field, &wire)) return malformed("", "bad tag in feature map entry");
         if (field == 1 && wire == kLen) {
           if (!ReadLen(r, rend, &key, &key_size)) return malformed("", "key length exceeds map entry");
         } else if (field == 2 && wire == kLen) {
+          // Protobuf would merge a second value into the first; TensorFlow rejects the Example.
+          // We reject it too rather than silently keep only one of them.
+          if (have_value) return malformed("", "feature map entry holds two values");
+          have_value = true;
           if (!ReadLen(r, rend, &value.data, &value.size)) return malformed("", "Feature length exceeds map entry");
         } else if (!SkipField(r, rend, wire)) {
           return malformed("", "bad field in feature map entry");
@@ -398,7 +421,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
         }
       } else {
         const std::vector<uint8_t>& d = default_rows_[i];
-        std::memcpy(col.values.data() + row * d.size(), d.data(), d.size());
+        if (!d.empty()) std::memcpy(col.values.data() + row * d.size(), d.data(), d.size());
       }
       continue;
     }
@@ -427,7 +450,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
                     std::string(DTypeName(spec.dtype)) + " " + ShapeString(spec.shape) + "), the record has " +
                     std::to_string(count) + " value(s)" + (count == 1 ? " of " + std::to_string(src_size) + " bytes" : ""));
       }
-      std::memcpy(col.values.data() + row * bytes, src, bytes);
+      if (bytes != 0) std::memcpy(col.values.data() + row * bytes, src, bytes);
       continue;
     }
 

@@ -2,8 +2,9 @@
 // protobuf wire format directly (no message objects) and writing values straight into the
 // batch's columns.
 //
-// Semantics are TensorFlow's fast parser (tensorflow/core/util/example_proto_fast_parsing.cc),
-// checked against TF 2.21 (tests/golden):
+// Semantics: TensorFlow's fast parser (tensorflow/core/util/example_proto_fast_parsing.cc) for
+// everything a protobuf serializer writes, checked against TF 2.21 (tests/golden/, 874 edge
+// cases in tests/golden/edge_cases.json):
 //   - a Feature with no list set counts as missing; a missing FixedLen feature takes its default
 //     or is an error; a missing VarLen feature is a row of length 0;
 //   - a list that is set but empty is NOT missing: for a FixedLen feature it is a count error
@@ -11,11 +12,16 @@
 //   - the list kind must match the spec ("data types don't match"), whatever the count;
 //   - a FixedLen feature must hold exactly prod(shape) values;
 //   - keys not in the spec are skipped without decoding; a key given twice: the last one wins;
-//   - packed and unpacked repeated fields are both accepted, also mixed; repeated `features`
-//     fields and repeated lists of the same kind merge, as protobuf parsing does;
+//   - a map entry with two Feature values is rejected (as TF does);
 //   - floats are copied bit for bit (NaN payloads and infinities unchanged);
 //   - `decode: raw`: the one bytes value must hold exactly prod(shape) * DTypeSize(dtype)
 //     bytes, reinterpreted as little-endian values (tf.io.decode_raw).
+// Where TF's fast parser silently drops values that the protobuf encoding carries, ringfeed
+// follows protobuf decoding instead (never losing data): packed and unpacked repeated fields
+// are both accepted, also mixed; repeated lists of one kind concatenate; when a Feature sets
+// several list kinds the last one wins (oneof); repeated `features` fields merge. TF reads only
+// the first list / first packed run there. The full list of differences is in
+// tests/golden/make_edge_cases.py (KNOWN_DIVERGENCES) and docs/config.md.
 //
 // Thread-safety: Parse() is const and may run concurrently on distinct batches.
 #pragma once

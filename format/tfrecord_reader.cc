@@ -27,6 +27,8 @@ uint32_t LoadU32(const uint8_t* p) {
   return v;
 }
 
+uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
 static_assert(std::endian::native == std::endian::little, "TFRecord framing is read as little-endian");
 
 }  // namespace
@@ -65,6 +67,10 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
   error->record_index = index_;
   error->offset = offset_;
   error->recoverable = recoverable;
+  if (buf_ == nullptr) {  // the file could not even be opened: no record position to name
+    error->message = path_ + ": " + std::string(ReadErrorKindName(kind)) + ": " + detail;
+    return Status::kError;
+  }
   const bool compressed = compression_ == Compression::kGzip || compression_ == Compression::kZlib;
   error->message = path_ + ": record " + std::to_string(index_) + " at byte " + std::to_string(offset_) +
                    (compressed ? " of the uncompressed stream (" + std::string(CompressionName(compression_)) + ")" : "") +
@@ -208,11 +214,14 @@ TFRecordReader::Status TFRecordReader::Next(Record* record, ReadError* error) {
   if (length > options_.max_record_bytes) {
     Status s = MakeError(ReadErrorKind::kRecordTooLarge,
                          "length " + std::to_string(length) + " bytes exceeds max_record_bytes " +
-                             std::to_string(options_.max_record_bytes) + " (raise source.max_record_bytes if the record is genuine)",
+                             std::to_string(options_.max_record_bytes) + " (raise max_record_bytes if the record is genuine)",
                          error);
+    // Saturating: a length near 2^64 (with a valid length CRC) must not wrap the offset or the
+    // bytes left to skip; the skip then runs into the end of the file (a truncated record).
+    const uint64_t skip = SaturatingAdd(length, kRecordFooterBytes);
     begin_ += kRecordHeaderBytes;
-    offset_ += kRecordHeaderBytes + length + kRecordFooterBytes;
-    discard_ = length + kRecordFooterBytes;
+    offset_ = SaturatingAdd(offset_, SaturatingAdd(kRecordHeaderBytes, skip));
+    discard_ = skip;
     ++index_;
     return s;
   }

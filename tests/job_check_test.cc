@@ -1,0 +1,101 @@
+// RunJobCheck (`ringfeedctl check`): glob expansion, batching, on_error policies, and the
+// bundled example configs over the real TensorFlow-written files.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <sstream>
+#include <string>
+
+#include "config/job_config.h"
+#include "daemon/file_list.h"
+#include "daemon/job_check.h"
+#include "format/example_builder.h"
+#include "format/tfrecord_writer.h"
+#include "tests/test_support.h"
+
+using namespace ringfeed;
+using namespace ringfeed::testing;
+
+namespace {
+
+std::string Example(int64_t id) {
+  ExampleBuilder b;
+  b.AddInt64("id", {id}).AddFloat("x", {static_cast<float>(id) * 0.5f});
+  return b.Serialize();
+}
+
+void WriteShard(const std::string& path, int first, int count) {
+  TFRecordWriter w(path);
+  for (int i = 0; i < count; ++i) w.Write(Example(first + i));
+  w.Close();
+}
+
+JobConfig Config(const TempDir& dir, const std::string& on_error, const std::string& extra) {
+  return LoadJobConfigFromString("job: t\nsource:\n  files: [\"" + dir.file("*.tfrecord") + "\"]\n  on_error: " +
+                                 on_error + "\nfeatures:\n  id: {dtype: int64}\n  x: {dtype: float32}\n" + extra);
+}
+
+}  // namespace
+
+TEST_CASE("files with 7, 5 and 0 records: every record once, batches as configured") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 7);
+  WriteShard(dir.file("b.tfrecord"), 7, 5);
+  WriteShard(dir.file("c.tfrecord"), 12, 0);
+  CHECK(ExpandFiles({dir.file("*.tfrecord")}) ==
+        std::vector<std::string>{dir.file("a.tfrecord"), dir.file("b.tfrecord"), dir.file("c.tfrecord")});
+
+  std::ostringstream log;
+  JobCheckResult r = RunJobCheck(Config(dir, "fail", "batch: {size: 5}\n"), log);
+  CHECK(r.files == 3);
+  CHECK(r.records == 12);
+  CHECK(r.batches == 3);  // 5 + 5 + 2
+  CHECK(r.dropped_records == 0);
+  CHECK(r.read_errors + r.parse_errors == 0);
+  CHECK_THAT(log.str(), Catch::Contains("a.tfrecord: 7 records") && Catch::Contains("c.tfrecord: 0 records"));
+
+  r = RunJobCheck(Config(dir, "fail", "batch: {size: 5, drop_remainder: true}\n"), log);
+  CHECK(r.batches == 2);
+  CHECK(r.dropped_records == 2);
+}
+
+TEST_CASE("on_error: skip counts bad records and goes on; fail stops at the first") {
+  TempDir dir;
+  std::string bytes;
+  for (int i = 0; i < 10; ++i) bytes += FrameRecord(Example(i));
+  bytes[FrameRecord(Example(0)).size() * 3 + 14] ^= 0x10;  // payload of record 3
+  WriteFile(dir.file("bad.tfrecord"), bytes + FrameRecord("not an Example \xff\xff"));
+
+  std::ostringstream log;
+  JobCheckResult r = RunJobCheck(Config(dir, "skip", ""), log);
+  CHECK(r.records == 9);
+  CHECK(r.read_errors == 1);
+  CHECK(r.parse_errors == 1);
+  CHECK_FALSE(r.failed);
+  CHECK_THAT(log.str(), Catch::Contains("skipped: ") && Catch::Contains("record 3") && Catch::Contains("record 10"));
+
+  std::ostringstream log2;
+  r = RunJobCheck(Config(dir, "fail", ""), log2);
+  CHECK(r.failed);
+  CHECK(r.records == 3);
+  CHECK_THAT(r.first_error, Catch::Contains("bad.tfrecord") && Catch::Contains("record 3"));
+}
+
+TEST_CASE("a glob that matches nothing is an error naming it") {
+  CHECK_THROWS_WITH(ExpandFiles({"/nonexistent-ringfeed/*.tfrecord"}),
+                    Catch::Contains("/nonexistent-ringfeed/*.tfrecord") && Catch::Contains("matches no file"));
+}
+
+TEST_CASE("the bundled taxi and penguin configs parse every real record") {
+  if (TfxDirOrSkip().empty()) return;
+  // The examples' globs are relative to the repository root, as for a user running them there.
+  REQUIRE(::chdir(RINGFEED_SOURCE_DIR) == 0);
+  std::ostringstream log;
+  JobCheckResult taxi = RunJobCheck(LoadJobConfig("config/examples/taxi.yaml"), log);
+  CHECK(taxi.files == 12);
+  CHECK(taxi.records == 9909);
+  CHECK(taxi.read_errors + taxi.parse_errors == 0);
+  JobCheckResult penguin = RunJobCheck(LoadJobConfig("config/examples/penguin.yaml"), log);
+  CHECK(penguin.records == 234);
+  CHECK(penguin.read_errors + penguin.parse_errors == 0);
+}
