@@ -13,6 +13,8 @@
 #   RINGFEED_BENCH_REPS   repetitions; the median is reported (default: 5)
 #   RINGFEED_BENCH_MIN_TIME  seconds per repetition (default: 0.5)
 #   RINGFEED_BENCH_BATCH  rows per ExampleBatch     (default: 1024)
+#   RINGFEED_BENCH_NICE   e.g. -10: run format_bench at that nice level, so that other work on a
+#                         shared machine is scheduled on the other core(s) (negative needs root)
 #   RINGFEED_BENCH_JSON   an existing result file: only print its table (no build, no run)
 set -euo pipefail
 
@@ -25,6 +27,7 @@ REPS=${RINGFEED_BENCH_REPS:-5}
 MIN_TIME=${RINGFEED_BENCH_MIN_TIME:-0.5}
 BATCH=${RINGFEED_BENCH_BATCH:-1024}
 JSON=${RINGFEED_BENCH_JSON:-}
+NICE=${RINGFEED_BENCH_NICE:-}
 
 if [[ -z "$JSON" ]]; then
   # ---- build (Release) ----
@@ -43,6 +46,7 @@ if [[ -z "$JSON" ]]; then
 
   # ---- machine ----
   echo
+  echo "pinned to core $CPU${NICE:+, nice $NICE}, $REPS repetitions of >= ${MIN_TIME} s, batch $BATCH rows"
   echo "machine: $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)," \
        "$(${CXX:-c++} --version | head -1)," \
        "ISA-L $(pkg-config --modversion libisal 2>/dev/null || echo '?')," \
@@ -52,10 +56,12 @@ if [[ -z "$JSON" ]]; then
   # ---- run ----
   mkdir -p "$DATA/results"
   JSON="$DATA/results/format_bench-$(date +%Y%m%d-%H%M%S).json"
-  # The console shows the medians only; every repetition is in the JSON file.
-  taskset -c "$CPU" "$BUILD/bench/format_bench" --data_dir="$DATA" --batch="$BATCH" \
+  # Repetitions of all benchmarks run in random order, so that a busy spell on a shared machine
+  # spreads over all of them instead of skewing one ratio. The console shows the medians only;
+  # every repetition is in the JSON file.
+  ${NICE:+nice -n "$NICE"} taskset -c "$CPU" "$BUILD/bench/format_bench" --data_dir="$DATA" --batch="$BATCH" \
     --benchmark_repetitions="$REPS" --benchmark_min_time="$MIN_TIME" --benchmark_min_warmup_time=0.1 \
-    --benchmark_display_aggregates_only=true \
+    --benchmark_display_aggregates_only=true --benchmark_enable_random_interleaving=true \
     --benchmark_out="$JSON" --benchmark_out_format=json "$@" 2>&1 |
     awk '!/_(mean|stddev|cv) /'
   echo

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (README "Quickstart", step 2; CI runs it through .ci/run).
 #
-#   scripts/test.sh            install deps, then: release-ish build + all tests, the same tests
-#                              under AddressSanitizer+UBSan, and a bounded libFuzzer run
+#   scripts/test.sh            install deps, then: release-ish build + all tests, a bounded
+#                              libFuzzer run, and the same tests under AddressSanitizer+UBSan
 #   scripts/test.sh --quick    only the first build and its tests
 #
 # Environment: JOBS (parallel build jobs, default nproc), FUZZ_SECONDS (default 60),
@@ -31,11 +31,11 @@ ctest --test-dir build --output-on-failure -j "$jobs"
 
 if [ "$quick" = 1 ]; then exit 0; fi
 
+step "fuzz reader+parser for ${FUZZ_SECONDS:-60} s"
+scripts/run-fuzz.sh "${FUZZ_SECONDS:-60}"
+
 step "build with AddressSanitizer + UndefinedBehaviorSanitizer and test"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRINGFEED_SANITIZE=ON -DRINGFEED_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
-
-step "fuzz reader+parser for ${FUZZ_SECONDS:-60} s"
-scripts/run-fuzz.sh "${FUZZ_SECONDS:-60}"
