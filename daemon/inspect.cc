@@ -27,9 +27,9 @@
 // with the next record (recoverable errors) or the next file, and the exit status is
 // kExitDataProblems at the end. In verify mode the problem list is the report itself (stdout).
 //
-// The Example decoding here is a generic wire walk listing every (key, kind, values): the
-// ExampleParser only decodes the keys of a spec, and inspect has no spec. It follows the
-// parser's (and TensorFlow's) semantics; tests compare it with both.
+// The Example decoding lists every (key, kind, values): inspect has no spec, so it cannot use
+// ExampleParser, which only decodes the keys of one. It uses the same wire walk
+// (format/example_wire.h), so both read a record the same way; tests compare them.
 #include "daemon/inspect.h"
 
 #include <algorithm>
@@ -45,241 +45,43 @@
 
 #include <nlohmann/json.hpp>
 
+#include "format/example_wire.h"
+
 namespace ringfeed {
 namespace {
 
 using Json = nlohmann::ordered_json;  // keeps "file", "index", "offset", "features" in that order
 
 // ---------------------------------------------------------------------------------------------
-// tf.train.Example wire walk
-//
-//   Example  { Features features = 1; }
-//   Features { map<string, Feature> feature = 1; }   entry: key = 1, value = 2
-//   Feature  { oneof kind { BytesList bytes_list = 1; FloatList float_list = 2; Int64List int64_list = 3; } }
-//   XxxList  { repeated xxx value = 1; }             packed (wire type 2) or not (0 / 5 / 2)
+// Decoding one Feature (the wire walk is format/example_wire.h, shared with ExampleParser)
 
-enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kFixed32 = 5 };
-
-constexpr uint64_t kMaxFieldNumber = (uint64_t{1} << 29) - 1;
-constexpr int kMaxVarintBytes = 10;
-
-// A read position inside one protobuf message.
-struct Cursor {
-  const uint8_t* p;
-  const uint8_t* end;
-
-  bool AtEnd() const { return p >= end; }
-
-  bool Varint(uint64_t* value) {
-    uint64_t result = 0;
-    for (int i = 0; i < kMaxVarintBytes && p < end; ++i) {
-      const uint8_t b = *p++;
-      result |= uint64_t{b & 0x7fu} << (7 * i);
-      if (b < 0x80) {
-        *value = result;
-        return true;
-      }
-    }
-    return false;  // runs past the message or longer than 10 bytes
-  }
-
-  bool Tag(uint32_t* field, uint32_t* wire) {
-    uint64_t tag;
-    if (!Varint(&tag) || (tag >> 3) == 0 || (tag >> 3) > kMaxFieldNumber) return false;
-    *field = static_cast<uint32_t>(tag >> 3);
-    *wire = static_cast<uint32_t>(tag & 7);
-    return true;
-  }
-
-  // A length-delimited payload, which must lie inside this message.
-  bool Payload(Cursor* inner) {
-    uint64_t size;
-    if (!Varint(&size) || size > static_cast<uint64_t>(end - p)) return false;
-    *inner = {p, p + size};
-    p += size;
-    return true;
-  }
-
-  bool Fixed(size_t size) {
-    if (static_cast<size_t>(end - p) < size) return false;
-    p += size;
-    return true;
-  }
-
-  bool Skip(uint32_t wire) {
-    uint64_t ignored;
-    Cursor payload;
-    switch (wire) {
-      case kVarint: return Varint(&ignored);
-      case kFixed64: return Fixed(8);
-      case kLen: return Payload(&payload);
-      case kFixed32: return Fixed(4);
-      default: return false;  // groups are not part of an Example
-    }
-  }
-};
-
-bool DecodeFloats(Cursor list, std::vector<float>* out) {
-  while (!list.AtEnd()) {
-    uint32_t field, wire;
-    if (!list.Tag(&field, &wire)) return false;
-    if (field != 1) {
-      if (!list.Skip(wire)) return false;
-      continue;
-    }
-    const uint8_t* values = list.p;
-    Cursor packed;
-    if (wire == kLen) {
-      if (!list.Payload(&packed) || (packed.end - packed.p) % 4 != 0) return false;
-      values = packed.p;
-    } else if (wire != kFixed32 || !list.Fixed(4)) {
-      return false;
-    }
-    const size_t count = wire == kLen ? static_cast<size_t>(packed.end - packed.p) / 4 : 1;
-    if (count == 0) continue;  // an empty packed run
-    const size_t old = out->size();
-    out->resize(old + count);
-    std::memcpy(out->data() + old, values, count * 4);  // little-endian, bit for bit
-  }
-  return true;
-}
-
-bool DecodeInt64s(Cursor list, std::vector<int64_t>* out) {
-  while (!list.AtEnd()) {
-    uint32_t field, wire;
-    if (!list.Tag(&field, &wire)) return false;
-    uint64_t v;
-    if (field != 1) {
-      if (!list.Skip(wire)) return false;
-    } else if (wire == kVarint) {
-      if (!list.Varint(&v)) return false;
-      out->push_back(static_cast<int64_t>(v));
-    } else if (wire == kLen) {
-      Cursor packed;
-      if (!list.Payload(&packed)) return false;
-      while (!packed.AtEnd()) {
-        if (!packed.Varint(&v)) return false;
-        out->push_back(static_cast<int64_t>(v));
-      }
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
-
-bool DecodeBytes(Cursor list, std::vector<std::string>* out) {
-  while (!list.AtEnd()) {
-    uint32_t field, wire;
-    if (!list.Tag(&field, &wire)) return false;
-    if (field != 1) {
-      if (!list.Skip(wire)) return false;
-      continue;
-    }
-    Cursor value;
-    if (wire != kLen || !list.Payload(&value)) return false;
-    out->emplace_back(reinterpret_cast<const char*>(value.p), static_cast<size_t>(value.end - value.p));
-  }
-  return true;
-}
-
-bool DecodeList(ListKind kind, Cursor list, FeatureValues* out) {
-  switch (kind) {
-    case ListKind::kBytes: return DecodeBytes(list, &out->bytes_values);
-    case ListKind::kFloat: return DecodeFloats(list, &out->float_values);
-    case ListKind::kInt64: return DecodeInt64s(list, &out->int64_values);
-  }
-  return false;
-}
-
-// Protobuf oneof semantics: setting another kind clears the list; lists of the same kind merge.
-// So the values are those of the lists of the last kind set, from where it was last switched to.
+// The values of the list that counts (protobuf oneof + merge rules, as in ExampleParser).
 // Returns "" or what is malformed.
-std::string DecodeFeature(Cursor feature, FeatureValues* out) {
-  uint32_t kind = 0;
-  Cursor run = feature;
-  for (Cursor c = feature; !c.AtEnd();) {
-    const Cursor start = c;
-    uint32_t field, wire;
-    if (!c.Tag(&field, &wire) || !c.Skip(wire)) return "bad field in Feature";
-    if (field >= 1 && field <= 3 && wire == kLen && field != kind) {
-      kind = field;
-      run = start;
-    }
-  }
+std::string DecodeFeature(const wire::FeatureRef& ref, FeatureValues* out) {
   *out = FeatureValues{};
-  if (kind == 0) return "";  // no list set
-  out->kind = static_cast<ListKind>(kind);
-  while (!run.AtEnd()) {
-    uint32_t field, wire;
-    Cursor list;
-    if (!run.Tag(&field, &wire)) return "bad field in Feature";  // (validated above)
-    if (field != kind || wire != kLen) {
-      if (!run.Skip(wire)) return "bad field in Feature";
-    } else if (!run.Payload(&list) || !DecodeList(*out->kind, list, out)) {
-      return "bad " + std::string(ListKindName(*out->kind)) + "_list";
+  wire::ListRun run;
+  if (!wire::FindListRun(ref, &run)) return "bad field in Feature";
+  if (run.kind == 0) return "";  // no list set
+  const auto kind = static_cast<ListKind>(run.kind);
+  out->kind = kind;
+  const bool ok = wire::ForEachList(run, [&](const uint8_t* b, const uint8_t* e) {
+    switch (kind) {
+      case ListKind::kFloat:
+        return wire::VisitFloatList(b, e, [&](const uint8_t* f, size_t n) {
+          const size_t old = out->float_values.size();
+          out->float_values.resize(old + n);
+          if (n > 0) std::memcpy(out->float_values.data() + old, f, n * 4);
+        });
+      case ListKind::kInt64:
+        return wire::VisitInt64List(b, e, [&](int64_t v) { out->int64_values.push_back(v); });
+      case ListKind::kBytes:
+        return wire::VisitBytesList(b, e, [&](const uint8_t* v, size_t n) {
+          out->bytes_values.emplace_back(reinterpret_cast<const char*>(v), n);
+        });
     }
-  }
-  return "";
-}
-
-// One map entry: key = 1, value = 2 (a missing key is "", a missing value an empty Feature).
-// A second value is malformed, as for ExampleParser and TensorFlow (protobuf would merge them).
-// Returns "" or what is malformed.
-std::string DecodeMapEntry(Cursor entry, std::string* key, Cursor* feature) {
-  *key = "";
-  *feature = {entry.p, entry.p};
-  bool have_value = false;
-  while (!entry.AtEnd()) {
-    uint32_t field, wire;
-    Cursor payload;
-    if (!entry.Tag(&field, &wire)) return "bad tag in feature map entry";
-    if ((field == 1 || field == 2) && wire == kLen) {
-      if (!entry.Payload(&payload)) return field == 1 ? "key length exceeds map entry" : "Feature length exceeds map entry";
-      if (field == 1) {
-        key->assign(reinterpret_cast<const char*>(payload.p), static_cast<size_t>(payload.end - payload.p));
-      } else {
-        if (have_value) return "feature map entry holds two values";
-        have_value = true;
-        *feature = payload;
-      }
-    } else if (!entry.Skip(wire)) {
-      return "bad field in feature map entry";
-    }
-  }
-  return "";
-}
-
-// Collects key -> Feature bytes of every `features` field (later entries win).
-bool CollectFeatures(Cursor example, std::map<std::string, Cursor>* features, std::string* error) {
-  auto fail = [&](const std::string& what) {
-    *error = "malformed Example: " + what;
     return false;
-  };
-  while (!example.AtEnd()) {
-    uint32_t field, wire;
-    if (!example.Tag(&field, &wire)) return fail("bad field tag");
-    Cursor map;
-    if (field != 1 || wire != kLen) {
-      if (!example.Skip(wire)) return fail("bad field");
-      continue;
-    }
-    if (!example.Payload(&map)) return fail("features length exceeds the record");
-    while (!map.AtEnd()) {
-      Cursor entry;
-      if (!map.Tag(&field, &wire)) return fail("bad tag in Features");
-      if (field != 1 || wire != kLen) {
-        if (!map.Skip(wire)) return fail("bad field in Features");
-        continue;
-      }
-      if (!map.Payload(&entry)) return fail("map entry length exceeds Features");
-      std::string key;
-      Cursor feature;
-      if (std::string why = DecodeMapEntry(entry, &key, &feature); !why.empty()) return fail(why);
-      (*features)[std::move(key)] = feature;
-    }
-  }
-  return true;
+  });
+  return ok ? "" : "bad " + std::string(ListKindName(kind)) + "_list";
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -734,12 +536,22 @@ size_t FeatureValues::size() const {
 }
 
 bool DecodeExample(std::span<const uint8_t> example, ExampleFeatures* out, std::string* error) {
-  std::map<std::string, Cursor> raw;
-  if (!CollectFeatures({example.data(), example.data() + example.size()}, &raw, error)) return false;
+  std::map<std::string, wire::FeatureRef> raw;  // sorted by key; a later duplicate wins
+  std::string why;
+  const bool well_formed = wire::ForEachFeature(
+      example,
+      [&](const uint8_t* key, size_t key_size, const wire::FeatureRef& feature) {
+        raw[std::string(reinterpret_cast<const char*>(key), key_size)] = feature;
+      },
+      &why);
+  if (!well_formed) {
+    *error = "malformed Example: " + why;
+    return false;
+  }
   out->clear();
   for (const auto& [key, feature] : raw) {
-    if (std::string why = DecodeFeature(feature, &(*out)[key]); !why.empty()) {
-      *error = "key '" + key + "': malformed Feature: " + why;
+    if (std::string bad = DecodeFeature(feature, &(*out)[key]); !bad.empty()) {
+      *error = "key '" + key + "': malformed Feature: " + bad;
       return false;
     }
   }
