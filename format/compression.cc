@@ -77,6 +77,7 @@ Compression DetectCompression(const uint8_t* head, size_t size) {
 }
 
 std::string_view LooksLike(const uint8_t* head, size_t size) {
+  if (HasValidLengthCrc(head, size)) return "plain TFRecord";
   switch (DetectCompression(head, size)) {
     case Compression::kGzip: return "gzip";
     case Compression::kZlib: return "zlib";

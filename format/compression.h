@@ -36,7 +36,8 @@ std::string_view InflateBackendName(InflateBackend b);
 // anything else, including an empty head.
 Compression DetectCompression(const uint8_t* head, size_t size);
 
-// What a plain-looking mismatch probably is, for hints in error messages: "gzip", "zlib" or "".
+// What a file probably is, for hints in error messages: "plain TFRecord" (a valid first length
+// CRC), "gzip", "zlib", or "" when none of these.
 std::string_view LooksLike(const uint8_t* head, size_t size);
 
 }  // namespace ringfeed

@@ -113,7 +113,15 @@ class IsalDecoder final : public InflateStream::Decoder {
       *error = std::string("isa-l: ") + IsalError(rc);
       return Result::kError;
     }
-    return s.block_state == ISAL_BLOCK_FINISH ? Result::kMemberEnd : Result::kProgress;
+    if (s.block_state != ISAL_BLOCK_FINISH) return Result::kProgress;
+    // ISA-L reads ahead up to 8 bytes into its bit buffer; at the end of a stream the whole
+    // bytes left there belong to whatever follows (another member, padding, garbage). Hand them
+    // back: InflateStream keeps the last 8 consumed bytes in its buffer for this.
+    const size_t unread = static_cast<size_t>(s.read_in_length) / 8;
+    *in -= unread;
+    *in_avail += unread;
+    s.read_in_length = 0;
+    return Result::kMemberEnd;
   }
 
  private:
@@ -178,7 +186,7 @@ HeaderParse ParseGzipHeader(const uint8_t* p, size_t n, size_t* length, std::str
 }  // namespace
 
 bool InflateStream::ConsumeGzipHeader() {
-  constexpr size_t kMaxHeaderBytes = size_t{1} << 20;  // FEXTRA is <= 64 KiB; names are short
+  constexpr size_t kMaxHeaderBytes = size_t{1} << 20;  // buffered at most; FEXTRA is <= 64 KiB
   while (true) {
     size_t length = 0;
     std::string why;
@@ -192,15 +200,13 @@ bool InflateStream::ConsumeGzipHeader() {
         return false;
       case HeaderParse::kIncomplete: break;
     }
-    if (in_pos_ == 0 && in_end_ == in_capacity_) {
-      if (in_capacity_ >= kMaxHeaderBytes) {
-        Fail(Status::kDataError, "gzip header longer than 1 MiB at compressed byte " + std::to_string(compressed_offset()));
-        return false;
-      }
-      std::unique_ptr<uint8_t[]> bigger(new uint8_t[in_capacity_ * 2]);
-      std::memcpy(bigger.get(), in_buf_.get(), in_end_);
-      in_buf_ = std::move(bigger);
-      in_capacity_ *= 2;
+    if (in_end_ - in_pos_ >= kMaxHeaderBytes) {
+      // A header this long (huge FNAME/FCOMMENT/FEXTRA) is legal: let zlib, which parses
+      // headers as a stream, decompress the rest of the file instead of buffering it.
+      backend_ = InflateBackend::kZlib;
+      decoder_ = MakeDecoder(compression_, backend_);
+      parse_gzip_header_ = header_pending_ = false;
+      return true;
     }
     if (!FillInput()) {
       if (final_ != Status::kOk) return false;
@@ -229,11 +235,14 @@ InflateStream::~InflateStream() = default;
 
 bool InflateStream::FillInput() {
   if (eof_) return false;
-  if (in_pos_ > 0) {
-    std::memmove(in_buf_.get(), in_buf_.get() + in_pos_, in_end_ - in_pos_);
-    in_end_ -= in_pos_;
-    in_pos_ = 0;
+  // Compact, keeping the last kHistoryBytes consumed bytes (a decoder may hand them back).
+  if (in_pos_ > kHistoryBytes) {
+    const size_t drop = in_pos_ - kHistoryBytes;
+    std::memmove(in_buf_.get(), in_buf_.get() + drop, in_end_ - drop);
+    in_end_ -= drop;
+    in_pos_ -= drop;
   }
+  if (in_end_ == in_capacity_) Grow();
   while (true) {
     ssize_t n = ::read(fd_, in_buf_.get() + in_end_, in_capacity_ - in_end_);
     if (n > 0) {
@@ -249,6 +258,13 @@ bool InflateStream::FillInput() {
     Fail(Status::kIoError, std::string("read failed: ") + std::strerror(errno));
     return false;
   }
+}
+
+void InflateStream::Grow() {
+  std::unique_ptr<uint8_t[]> bigger(new uint8_t[in_capacity_ * 2]);
+  std::memcpy(bigger.get(), in_buf_.get(), in_end_);
+  in_buf_ = std::move(bigger);
+  in_capacity_ *= 2;
 }
 
 InflateStream::Status InflateStream::Fail(Status status, std::string message) {

@@ -45,7 +45,9 @@ class InflateStream {
   class Decoder;  // one backend (ISA-L or zlib); defined in inflate_stream.cc
 
  private:
+  static constexpr size_t kHistoryBytes = 8;  // consumed bytes kept for Decoder hand-backs
   bool FillInput();  // reads more compressed bytes; false on EOF or error
+  void Grow();       // doubles the input buffer (when it is full and more is needed)
   Status Fail(Status status, std::string message);
   bool StartNextMember();
   bool ConsumeGzipHeader();  // ISA-L path: parses (and checks) a gzip member header itself  // at a member boundary: true when another gzip member follows
@@ -62,6 +64,7 @@ class InflateStream {
   bool eof_ = false;
   bool member_done_ = false;
   bool parse_gzip_header_;  // ISA-L + GZIP: headers are parsed here, not by the decoder
+                            // (a header over 1 MiB switches the stream to zlib instead)
   bool header_pending_;
   Status final_ = Status::kOk;  // sticky terminal status
   std::string error_;

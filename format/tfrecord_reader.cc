@@ -67,6 +67,14 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
   error->record_index = index_;
   error->offset = offset_;
   error->recoverable = recoverable;
+  if (kind == ReadErrorKind::kDecompression && offset_ == 0 && begin_ == end_) {
+    // Nothing could be decompressed at all: say what the file looks like instead.
+    const std::string_view looks = LooksLike(head_, head_size_);
+    if (!looks.empty() && looks != CompressionName(compression_)) {
+      const std::string_view fix = looks == "plain TFRecord" ? "none" : looks;
+      detail += "; the file looks like " + std::string(looks) + ": set compression: " + std::string(fix) + " (or auto)";
+    }
+  }
   if (buf_ == nullptr) {  // the file could not even be opened: no record position to name
     error->message = path_ + ": " + std::string(ReadErrorKindName(kind)) + ": " + detail;
     return Status::kError;
@@ -92,6 +100,8 @@ bool TFRecordReader::Open(ReadError* error) {
     MakeError(ReadErrorKind::kIo, std::string("cannot read: ") + std::strerror(errno), error);
     return false;
   }
+  head_size_ = static_cast<size_t>(got);
+  std::memcpy(head_, head, head_size_);
   compression_ = options_.compression;
   if (compression_ == Compression::kAuto) compression_ = DetectCompression(head, static_cast<size_t>(got));
   if (compression_ != Compression::kNone) {
@@ -139,35 +149,44 @@ size_t TFRecordReader::Fill(uint8_t* dst, size_t capacity) {
 
 bool TFRecordReader::Ensure(size_t n) {
   if (end_ - begin_ >= n) return true;
-  if (capacity_ - begin_ < n) {
-    // Not enough room after begin_: move the partial record to the front, growing the window
-    // when the record is larger than it. A window grown for one huge record is given back once
-    // records are small again.
-    size_t want = std::max(n, options_.buffer_bytes);
-    if (want > capacity_ || capacity_ > 4 * want) {
-      std::unique_ptr<uint8_t[]> bigger(new uint8_t[want]);
-      std::memcpy(bigger.get(), buf_.get() + begin_, end_ - begin_);
-      buf_ = std::move(bigger);
-      capacity_ = want;
-    } else {
-      std::memmove(buf_.get(), buf_.get() + begin_, end_ - begin_);
-    }
-    end_ -= begin_;
-    begin_ = 0;
-  }
+  // A window grown for one huge record is given back once records are small again.
+  if (capacity_ > 4 * std::max(n, options_.buffer_bytes)) Reallocate(std::max(n, options_.buffer_bytes));
   while (end_ - begin_ < n) {
-    size_t got = Fill(buf_.get() + end_, capacity_ - end_);
+    if (end_ == capacity_) {
+      if (begin_ > 0) {
+        // Move the partial record to the front.
+        std::memmove(buf_.get(), buf_.get() + begin_, end_ - begin_);
+        end_ -= begin_;
+        begin_ = 0;
+      } else {
+        // Grow by doubling as data actually arrives, never straight to the length a header
+        // claims: a corrupt (or hostile) length with a valid CRC then ends as a truncated record
+        // instead of a huge allocation.
+        Reallocate(std::min(n, std::max(2 * capacity_, options_.buffer_bytes)));
+      }
+    }
+    const size_t got = Fill(buf_.get() + end_, capacity_ - end_);
     if (got == 0) return stream_error_.empty();
     end_ += got;
   }
   return true;
 }
 
+void TFRecordReader::Reallocate(size_t capacity) {
+  std::unique_ptr<uint8_t[]> fresh(new uint8_t[capacity]);
+  std::memcpy(fresh.get(), buf_.get() + begin_, end_ - begin_);
+  buf_ = std::move(fresh);
+  capacity_ = capacity;
+  end_ -= begin_;
+  begin_ = 0;
+}
+
 TFRecordReader::Status TFRecordReader::Next(Record* record, ReadError* error) {
   if (done_) return Status::kEnd;
   if (!opened_ && !Open(error)) return Status::kError;
 
-  // Skip the rest of a too-large record (its payload and footer) without storing it.
+  // Skip a too-large record (header, payload and footer) without storing it. index_ and
+  // offset_ still name it until it is gone, so a truncation inside it is reported at it.
   while (discard_ > 0) {
     if (begin_ == end_) {
       begin_ = end_ = 0;
@@ -179,9 +198,13 @@ TFRecordReader::Status TFRecordReader::Next(Record* record, ReadError* error) {
                          error);
       }
     }
-    size_t n = static_cast<size_t>(std::min<uint64_t>(discard_, end_ - begin_));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(discard_, end_ - begin_));
     begin_ += n;
     discard_ -= n;
+    if (discard_ == 0) {
+      offset_ = SaturatingAdd(offset_, discard_total_);
+      ++index_;
+    }
   }
 
   if (!Ensure(kRecordHeaderBytes)) return MakeError(stream_error_kind_, stream_error_, error);
@@ -216,13 +239,10 @@ TFRecordReader::Status TFRecordReader::Next(Record* record, ReadError* error) {
                          "length " + std::to_string(length) + " bytes exceeds max_record_bytes " +
                              std::to_string(options_.max_record_bytes) + " (raise max_record_bytes if the record is genuine)",
                          error);
-    // Saturating: a length near 2^64 (with a valid length CRC) must not wrap the offset or the
-    // bytes left to skip; the skip then runs into the end of the file (a truncated record).
-    const uint64_t skip = SaturatingAdd(length, kRecordFooterBytes);
-    begin_ += kRecordHeaderBytes;
-    offset_ = SaturatingAdd(offset_, SaturatingAdd(kRecordHeaderBytes, skip));
-    discard_ = skip;
-    ++index_;
+    // Saturating: a length near 2^64 (with a valid length CRC) must not wrap; the skip then
+    // runs into the end of the file (a truncated record).
+    discard_total_ = SaturatingAdd(kRecordHeaderBytes + kRecordFooterBytes, length);
+    discard_ = discard_total_;
     return s;
   }
   const size_t total = kRecordHeaderBytes + static_cast<size_t>(length) + kRecordFooterBytes;

@@ -4,8 +4,9 @@
 // Format (tensorflow/core/lib/io/record_writer.cc, see ../shared/reference/tfrecord-and-example.md):
 //   uint64 length (LE) | uint32 masked_crc32c(length bytes) | byte data[length] | uint32 masked_crc32c(data)
 //
-// Memory: one window buffer of `buffer_bytes` (default 1 MiB) that grows only as far as the
-// largest record read (never beyond max_record_bytes + 16), plus, for compressed files, an input
+// Memory: one window buffer of `buffer_bytes` (default 1 MiB) that grows, by doubling as data
+// arrives, only as far as the largest record read (never beyond max_record_bytes + 16, never
+// just because a header claims a large length), plus, for compressed files, an input
 // buffer of `buffer_bytes` and the decoder state. A file is never loaded whole. A record that
 // lies inside the window is returned in place: the only user-space copy of its payload is the
 // caller's (e.g. the parser writing into a batch column).
@@ -105,6 +106,7 @@ class TFRecordReader {
   // Returns false on a stream error (error_ set).
   bool Ensure(size_t n);
   size_t Fill(uint8_t* dst, size_t capacity);  // 0 = end of stream or error
+  void Reallocate(size_t capacity);             // moves the unconsumed bytes to a new window
   Status MakeError(ReadErrorKind kind, std::string detail, ReadError* error);
 
   std::string path_;
@@ -126,7 +128,10 @@ class TFRecordReader {
   uint64_t index_ = 0;              // index of the next record
   uint64_t records_read_ = 0;
   uint64_t plain_file_offset_ = 0;  // bytes read from the file (plain)
-  uint64_t discard_ = 0;            // bytes still to skip (payload of a too-large record)
+  uint8_t head_[16] = {};           // the file's first bytes (for hints in error messages)
+  size_t head_size_ = 0;
+  uint64_t discard_ = 0;            // bytes of a too-large record still to skip
+  uint64_t discard_total_ = 0;      // its whole size (header + payload + footer, saturated)
 };
 
 }  // namespace ringfeed

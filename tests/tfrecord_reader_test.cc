@@ -403,3 +403,81 @@ TEST_CASE("TFRecordWriter output reads back in every compression") {
     CHECK(out.records == records);
   }
 }
+
+TEST_CASE("a huge claimed length within the limit is a truncation, not a huge allocation") {
+  TempDir dir;
+  // 100 GiB claimed, valid length CRC, 3 bytes present; the limit allows up to 1 TiB.
+  WriteFile(dir.file("claim.tfrecord"), FrameRecord("ok") + LengthHeader(uint64_t{100} << 30) + "abc");
+  ReaderOptions o;
+  o.max_record_bytes = uint64_t{1} << 40;
+  Outcome out = ReadAll(dir.file("claim.tfrecord"), o);  // would throw std::bad_alloc if it allocated first
+  CHECK(out.records == std::vector<std::string>{"ok"});
+  REQUIRE(out.errors.size() == 1);
+  CHECK(out.errors[0].kind == ReadErrorKind::kTruncatedRecord);
+  CHECK(out.errors[0].record_index == 1);
+  CHECK(out.errors[0].offset == 18);
+}
+
+TEST_CASE("a too-large record cut short is reported at that record") {
+  TempDir dir;
+  WriteFile(dir.file("big.tfrecord"), FrameRecord("ok") + LengthHeader((uint64_t{1} << 31) + 5) + "abc");
+  Outcome out = ReadAll(dir.file("big.tfrecord"));
+  REQUIRE(out.errors.size() == 2);
+  CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
+  CHECK(out.errors[1].kind == ReadErrorKind::kTruncatedRecord);
+  for (const ReadError& e : out.errors) {
+    CHECK(e.record_index == 1);
+    CHECK(e.offset == 18);
+  }
+}
+
+TEST_CASE("bytes after a zlib stream are an error with both backends, even one or two") {
+  TempDir dir;
+  auto records = TenRecords();
+  for (const std::string& tail : {std::string("A"), std::string("AA"), std::string("AAAAAAAAAA")}) {
+    WriteFile(dir.file("z"), ZlibBytes(FrameRecords(records)) + tail);
+    for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+      INFO(tail.size() << " trailing bytes, " << InflateBackendName(backend));
+      ReaderOptions o;
+      o.inflate = backend;
+      Outcome out = ReadAll(dir.file("z"), o);
+      CHECK(out.records == records);
+      REQUIRE(out.errors.size() == 1);
+      CHECK_THAT(out.errors[0].message, Catch::Contains("data after the end of the zlib stream"));
+    }
+  }
+}
+
+TEST_CASE("a gzip header longer than 1 MiB (huge FNAME) is read like gzip -d reads it") {
+  TempDir dir;
+  auto records = TenRecords();
+  GzipOptions o;
+  o.name = std::string(2u << 20, 'n');
+  WriteFile(dir.file("long.gz"), GzipBytes(FrameRecords(records), o) + GzipBytes(FrameRecords(records)));
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    ReaderOptions r;
+    r.inflate = backend;
+    Outcome out = ReadAll(dir.file("long.gz"), r);
+    CHECK(out.errors.empty());
+    CHECK(out.records.size() == 2 * records.size());
+  }
+}
+
+TEST_CASE("naming the wrong decompressor hints at what the file is") {
+  TempDir dir;
+  const std::string plain = FrameRecords(TenRecords());
+  WriteFile(dir.file("plain"), plain);
+  WriteFile(dir.file("gz"), GzipBytes(plain));
+  for (auto c : {Compression::kGzip, Compression::kZlib}) {
+    ReaderOptions o;
+    o.compression = c;
+    Outcome out = ReadAll(dir.file("plain"), o);
+    REQUIRE(out.errors.size() == 1);
+    CHECK_THAT(out.errors[0].message, Catch::Contains("looks like plain TFRecord: set compression: none"));
+  }
+  ReaderOptions o;
+  o.compression = Compression::kZlib;
+  Outcome out = ReadAll(dir.file("gz"), o);
+  REQUIRE(out.errors.size() == 1);
+  CHECK_THAT(out.errors[0].message, Catch::Contains("looks like gzip: set compression: gzip"));
+}
