@@ -237,6 +237,12 @@ class Loader {
   }
 
  private:
+  // "file:line:column: key: " (a ConfigError's prefix), to name a value in errors found later.
+  std::string Where(const YAML::Mark& mark, const std::string& key) const {
+    const int line = mark.line >= 0 ? mark.line + 1 : 0;
+    return FormatMessage(file_, line, line > 0 && mark.column >= 0 ? mark.column + 1 : 0, key, "");
+  }
+
   [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key,
                          const std::string& problem) const {
     int line = mark.line >= 0 ? mark.line + 1 : 0;
@@ -495,7 +501,7 @@ class Loader {
       Fail(MarkOf(section), "source.files",
            "missing required key 'files' (a list of file paths or glob patterns)");
     }
-    source->files = ReadFiles(*files);
+    source->files = ReadFiles(*files, &source->file_origins);
     if (const Entry* e = Find(entries, "compression")) {
       std::string_view word = kCompressionWords[ReadWord(*e, kCompressionWords)];
       source->compression = *ParseCompression(word);
@@ -508,7 +514,7 @@ class Loader {
     }
   }
 
-  std::vector<std::string> ReadFiles(const Entry& e) {
+  std::vector<std::string> ReadFiles(const Entry& e, std::vector<std::string>* origins) {
     const std::string expected = "a file path or glob pattern";
     std::vector<std::string> files;
     if (e.value.IsSequence()) {
@@ -521,10 +527,12 @@ class Loader {
         YAML::Mark mark = item.IsNull() ? e.value.Mark() : item.Mark();
         files.push_back(ScalarText(item, mark, path, expected));
         if (files.back().empty()) Fail(mark, path, "empty file pattern");
+        origins->push_back(Where(mark, path));
       }
     } else {
       files.push_back(ScalarText(e, "a list of file paths or glob patterns"));
       if (files.back().empty()) Fail(MarkOf(e), e.path, "empty file pattern");
+      origins->push_back(Where(MarkOf(e), e.path));
     }
     return files;
   }

@@ -28,6 +28,9 @@ enum class OnError { kFail, kSkip };
 
 struct SourceConfig {
   std::vector<std::string> files;           // globs, as written (after ${VAR} substitution)
+  // Where each entry of `files` was written, "job.yaml:7:5: source.files[0]: ", so that a
+  // pattern matching nothing can be reported like a config error. Empty for hand-built configs.
+  std::vector<std::string> file_origins;
   Compression compression = Compression::kAuto;
   OnError on_error = OnError::kFail;
   uint64_t max_record_bytes = 256ull << 20;

@@ -3,28 +3,82 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <set>
 
 namespace ringfeed {
+namespace {
 
-std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns) {
+bool HasWildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// Shell-style brace expansion: "a{1,2}b{x,y}" -> a1bx a1by a2bx a2by (nested braces work; a
+// brace group without a top-level comma is kept literally). Done here rather than with glob's
+// GLOB_BRACE, which silently drops an alternative that matches nothing.
+std::vector<std::string> ExpandBraces(const std::string& pattern) {
+  for (size_t open = pattern.find('{'); open != std::string::npos; open = pattern.find('{', open + 1)) {
+    std::vector<size_t> commas;
+    int depth = 0;
+    size_t close = std::string::npos;
+    for (size_t i = open; i < pattern.size() && close == std::string::npos; ++i) {
+      if (pattern[i] == '{') ++depth;
+      else if (pattern[i] == '}' && --depth == 0) close = i;
+      else if (pattern[i] == ',' && depth == 1) commas.push_back(i);
+    }
+    if (close == std::string::npos) break;  // unbalanced: literal
+    if (commas.empty()) continue;           // "{x}": literal, look further
+    std::vector<std::string> out;
+    size_t begin = open + 1;
+    commas.push_back(close);
+    for (size_t end : commas) {
+      const std::string alternative = pattern.substr(0, open) + pattern.substr(begin, end - begin) + pattern.substr(close + 1);
+      for (std::string& expanded : ExpandBraces(alternative)) out.push_back(std::move(expanded));
+      begin = end + 1;
+    }
+    return out;
+  }
+  return {pattern};
+}
+
+[[noreturn]] void NoMatch(const std::string& origin, const std::string& pattern, const std::string& item) {
+  std::string message = origin.empty() ? "source.files: " : origin;
+  message += HasWildcard(item) ? "pattern '" + item + "' matches no file" : "no such file '" + item + "'";
+  if (item != pattern) message += " (from '" + pattern + "')";
+  if (!item.empty() && item[0] != '/' && item[0] != '~') {
+    std::error_code ec;
+    message += "; relative paths are resolved against the current directory " +
+               std::filesystem::current_path(ec).string();
+  }
+  throw std::runtime_error(message);
+}
+
+}  // namespace
+
+std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, const std::vector<std::string>& origins) {
   std::vector<std::string> files;
-  for (const std::string& pattern : patterns) {
-    glob_t g{};
-    const int rc = ::glob(pattern.c_str(), GLOB_BRACE | GLOB_TILDE, nullptr, &g);
-    if (rc == GLOB_NOMATCH) {
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    const std::string& pattern = patterns[i];
+    const std::string origin = i < origins.size() ? origins[i] : "";
+    for (const std::string& item : ExpandBraces(pattern)) {
+      glob_t g{};
+      const int rc = ::glob(item.c_str(), GLOB_TILDE, nullptr, &g);
+      if (rc != 0) {
+        globfree(&g);
+        NoMatch(origin, pattern, item);
+      }
+      for (size_t k = 0; k < g.gl_pathc; ++k) files.emplace_back(g.gl_pathv[k]);
       globfree(&g);
-      throw std::runtime_error("source.files: pattern '" + pattern + "' matches no file");
     }
-    if (rc != 0) {
-      globfree(&g);
-      throw std::runtime_error("source.files: cannot expand '" + pattern + "' (unreadable directory?)");
-    }
-    for (size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
-    globfree(&g);
   }
   std::sort(files.begin(), files.end());
-  files.erase(std::unique(files.begin(), files.end()), files.end());
-  return files;
+  // One file named twice (a/./b and a/b, or two overlapping globs) is read once.
+  std::set<std::string> seen;
+  std::vector<std::string> unique;
+  for (std::string& f : files) {
+    std::error_code ec;
+    std::string canonical = std::filesystem::weakly_canonical(f, ec).string();
+    if (seen.insert(ec ? f : canonical).second) unique.push_back(std::move(f));
+  }
+  return unique;
 }
 
 }  // namespace ringfeed

@@ -1,6 +1,7 @@
-// The files of a job: source.files globs expanded with glob(3), relative to the current
-// working directory, sorted by path, duplicates removed. The order is part of the
-// determinism contract (docs/config.md), so it never depends on directory listing order.
+// The files of a job: source.files entries expanded with glob(3) (wildcards, {a,b} braces, ~),
+// relative paths against the current working directory, sorted by path, the same file named
+// twice read once. The order is part of the determinism contract, so it never depends on
+// directory listing order.
 #pragma once
 
 #include <stdexcept>
@@ -9,8 +10,11 @@
 
 namespace ringfeed {
 
-// Throws std::runtime_error naming the pattern when one matches nothing or glob fails
-// (a pattern without wildcards must name an existing file).
-std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns);
+// `origins[i]`, when given, names where patterns[i] was written ("job.yaml:7:5:
+// source.files[0]: ") and prefixes errors about it. Throws std::runtime_error when a pattern
+// (or one alternative of a brace pattern) matches nothing, or names a file that does not exist;
+// the message says which, and against which directory a relative pattern was resolved.
+std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns,
+                                     const std::vector<std::string>& origins = {});
 
 }  // namespace ringfeed

@@ -1,33 +1,82 @@
 #include "daemon/job_check.h"
 
+#include <algorithm>
 #include <chrono>
+#include <set>
 
 #include "daemon/file_list.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
+#include "format/example_wire.h"
 #include "format/tfrecord_reader.h"
 
 namespace ringfeed {
+namespace {
 
-JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& log) {
+// Records whose keys are collected to spot spec features that the data does not have.
+constexpr uint64_t kKeySampleRecords = 1000;
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = row[j];
+      row[j] = next;
+    }
+  }
+  return row[b.size()];
+}
+
+// "feature 'tip' is in none of the first N records; did you mean 'tips'?"
+std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
+                                        uint64_t sampled) {
+  std::vector<std::string> absent;
+  for (const FeatureSpec& spec : specs) {
+    if (keys.count(spec.name)) continue;
+    std::string line = "feature '" + spec.name + "' is in none of the " + std::to_string(sampled) +
+                       " records sampled (every row gets its default or an empty list)";
+    std::string best;
+    size_t best_distance = 3;
+    for (const std::string& key : keys) {
+      const size_t d = EditDistance(spec.name, key);
+      if (d < best_distance) best_distance = d, best = key;
+    }
+    if (!best.empty()) line += "; did you mean '" + best + "'?";
+    absent.push_back(line);
+  }
+  return absent;
+}
+
+}  // namespace
+
+JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::ostream& problems) {
   JobCheckResult result;
-  const std::vector<std::string> files = ExpandFiles(config.source.files);
+  const std::vector<std::string> files = ExpandFiles(config.source.files, config.source.file_origins);
+  result.files = files.size();
   const bool skip = config.source.on_error == OnError::kSkip;
   ExampleParser parser(config.features);
   ExampleBatch batch(parser.specs(), static_cast<size_t>(config.batch.size));
   ReaderOptions options;
   options.compression = config.source.compression;
   options.max_record_bytes = config.source.max_record_bytes;
+  std::set<std::string> keys_seen;
+  uint64_t sampled = 0;
 
-  auto error = [&](const std::string& message) {
+  auto problem = [&](const std::string& message) {
     if (result.first_error.empty()) result.first_error = message;
-    log << (skip ? "skipped: " : "error: ") << message << "\n";
+    if (result.read_errors + result.parse_errors <= kMaxProblemsShown) {
+      problems << (skip ? "skipped: " : "error: ") << message << "\n";
+    }
     if (!skip) result.failed = true;
   };
 
   const auto start = std::chrono::steady_clock::now();
   for (const std::string& file : files) {
-    ++result.files;
+    ++result.files_read;
     TFRecordReader reader(file, options);
     Record record;
     ReadError read_error;
@@ -37,15 +86,25 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& log) {
       if (status == TFRecordReader::Status::kEnd) break;
       if (status == TFRecordReader::Status::kError) {
         ++result.read_errors;
-        error(read_error.message);
+        problem(read_error.message);
         continue;  // a non-recoverable error makes the next Next() return kEnd
       }
       result.bytes += record.data.size();
+      if (sampled < kKeySampleRecords) {
+        std::string ignored;
+        wire::ForEachFeature(
+            record.data,
+            [&](const uint8_t* key, size_t size, const wire::FeatureRef&) {
+              keys_seen.emplace(reinterpret_cast<const char*>(key), size);
+            },
+            &ignored);
+        ++sampled;
+      }
       ParseError parse_error;
       if (!parser.Parse(record.data, batch, &parse_error)) {
         ++result.parse_errors;
-        error(file + ": record " + std::to_string(record.index) + " at byte " + std::to_string(record.offset) +
-              ": " + parse_error.message);
+        problem(file + ": record " + std::to_string(record.index) + " at byte " + std::to_string(record.offset) +
+                ": " + parse_error.message);
         continue;
       }
       ++file_records;
@@ -55,7 +114,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& log) {
         batch.Clear();
       }
     }
-    log << file << ": " << file_records << " records (" << CompressionName(reader.compression()) << ")\n";
+    report << file << ": " << file_records << " records (" << CompressionName(reader.compression()) << ")\n";
     if (result.failed) break;
   }
   if (batch.rows() > 0) {
@@ -63,6 +122,11 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& log) {
     else ++result.batches;
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const uint64_t problem_count = result.read_errors + result.parse_errors;
+  if (problem_count > kMaxProblemsShown) {
+    problems << "... and " << problem_count - kMaxProblemsShown << " more problems (not shown)\n";
+  }
+  if (sampled > 0) result.absent_features = AbsentFeatures(parser.specs(), keys_seen, sampled);
   return result;
 }
 

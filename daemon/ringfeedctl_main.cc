@@ -133,7 +133,8 @@ Command AddCheckCommand(CLI::App& parent) {
   cmd->footer(
       "Loads and validates CONFIG (errors name file, line, column and key), expands source.files,\n"
       "then reads and parses every record exactly as ringfeedd will, applying source.on_error, and\n"
-      "prints records per file, errors, batches and single-core throughput. No shuffling, no daemon.\n"
+      "prints records per file, batches and single-core throughput. Problems (the first 20) and\n"
+      "warnings (spec features that no record has) go to stderr. No shuffling, no daemon.\n"
       "Exit status 0: all records good, 1: records skipped or the job failed, 2: usage or config error.\n"
       "\n"
       "Example:\n"
@@ -149,18 +150,24 @@ Command AddCheckCommand(CLI::App& parent) {
     }
     ringfeed::JobCheckResult r;
     try {
-      r = ringfeed::RunJobCheck(config, std::cout);
+      r = ringfeed::RunJobCheck(config, std::cout, std::cerr);
+    } catch (const std::bad_alloc&) {
+      std::cerr << "ringfeedctl check: " << *config_path << ": out of memory building a batch of " << config.batch.size
+                << " rows; lower batch.size or the feature shapes\n";
+      return ringfeed::kExitUsage;
     } catch (const std::exception& e) {
-      std::cerr << "ringfeedctl check: " << config_path->c_str() << ": " << e.what() << "\n";
+      std::cerr << "ringfeedctl check: " << e.what() << "\n";
       return ringfeed::kExitUsage;
     }
+    for (const std::string& warning : r.absent_features) std::cerr << "warning: " << warning << "\n";
     const double mb = static_cast<double>(r.bytes) / 1e6;
-    std::cout << "job " << config.job << ": " << r.records << " records in " << r.files << " files -> " << r.batches
-              << " batches of " << config.batch.size;
+    std::cout << "job " << config.job << ": " << r.records << " records from " << r.files_read << " of " << r.files
+              << " file(s) -> " << r.batches << " batch(es) of " << config.batch.size;
     if (r.dropped_records > 0) std::cout << " (" << r.dropped_records << " records dropped by drop_remainder)";
-    std::cout << "\nerrors: " << r.read_errors << " read, " << r.parse_errors << " parse"
-              << (r.failed ? " (on_error: fail stopped the epoch)" : "") << "\n";
-    if (r.seconds > 0) {
+    std::cout << "\nerrors: " << r.read_errors << " read, " << r.parse_errors << " parse";
+    if (r.failed) std::cout << " (on_error: fail stopped the epoch in file " << r.files_read << " of " << r.files << ")";
+    std::cout << "\n";
+    if (r.seconds > 0 && r.records > 0) {
       std::cout << "throughput (one core): " << static_cast<uint64_t>(static_cast<double>(r.records) / r.seconds)
                 << " records/s, " << static_cast<uint64_t>(mb / r.seconds) << " MB/s of serialized records\n";
     }

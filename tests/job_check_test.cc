@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <algorithm>
 #include <sstream>
 #include <string>
 
@@ -46,7 +47,7 @@ TEST_CASE("files with 7, 5 and 0 records: every record once, batches as configur
         std::vector<std::string>{dir.file("a.tfrecord"), dir.file("b.tfrecord"), dir.file("c.tfrecord")});
 
   std::ostringstream log;
-  JobCheckResult r = RunJobCheck(Config(dir, "fail", "batch: {size: 5}\n"), log);
+  JobCheckResult r = RunJobCheck(Config(dir, "fail", "batch: {size: 5}\n"), log, log);
   CHECK(r.files == 3);
   CHECK(r.records == 12);
   CHECK(r.batches == 3);  // 5 + 5 + 2
@@ -54,7 +55,7 @@ TEST_CASE("files with 7, 5 and 0 records: every record once, batches as configur
   CHECK(r.read_errors + r.parse_errors == 0);
   CHECK_THAT(log.str(), Catch::Contains("a.tfrecord: 7 records") && Catch::Contains("c.tfrecord: 0 records"));
 
-  r = RunJobCheck(Config(dir, "fail", "batch: {size: 5, drop_remainder: true}\n"), log);
+  r = RunJobCheck(Config(dir, "fail", "batch: {size: 5, drop_remainder: true}\n"), log, log);
   CHECK(r.batches == 2);
   CHECK(r.dropped_records == 2);
 }
@@ -67,7 +68,7 @@ TEST_CASE("on_error: skip counts bad records and goes on; fail stops at the firs
   WriteFile(dir.file("bad.tfrecord"), bytes + FrameRecord("not an Example \xff\xff"));
 
   std::ostringstream log;
-  JobCheckResult r = RunJobCheck(Config(dir, "skip", ""), log);
+  JobCheckResult r = RunJobCheck(Config(dir, "skip", ""), log, log);
   CHECK(r.records == 9);
   CHECK(r.read_errors == 1);
   CHECK(r.parse_errors == 1);
@@ -75,15 +76,56 @@ TEST_CASE("on_error: skip counts bad records and goes on; fail stops at the firs
   CHECK_THAT(log.str(), Catch::Contains("skipped: ") && Catch::Contains("record 3") && Catch::Contains("record 10"));
 
   std::ostringstream log2;
-  r = RunJobCheck(Config(dir, "fail", ""), log2);
+  r = RunJobCheck(Config(dir, "fail", ""), log2, log2);
   CHECK(r.failed);
   CHECK(r.records == 3);
   CHECK_THAT(r.first_error, Catch::Contains("bad.tfrecord") && Catch::Contains("record 3"));
 }
 
-TEST_CASE("a glob that matches nothing is an error naming it") {
+TEST_CASE("a pattern that matches nothing is an error naming it and its config line") {
   CHECK_THROWS_WITH(ExpandFiles({"/nonexistent-ringfeed/*.tfrecord"}),
-                    Catch::Contains("/nonexistent-ringfeed/*.tfrecord") && Catch::Contains("matches no file"));
+                    Catch::Contains("pattern '/nonexistent-ringfeed/*.tfrecord' matches no file"));
+  TempDir dir;
+  WriteShard(dir.file("g1.tfrecord"), 0, 2);
+  // A missing shard inside braces is not silently dropped.
+  CHECK_THROWS_WITH(ExpandFiles({dir.path().string() + "/g{1,9}.tfrecord"}),
+                    Catch::Contains("no such file '" + dir.file("g9.tfrecord") + "'"));
+  // The same file named twice is read once.
+  CHECK(ExpandFiles({dir.file("g1.tfrecord"), dir.path().string() + "/./g1.tfrecord"}).size() == 1);
+  // Errors found after loading still name file, line, column and key; relative paths say where they were resolved.
+  const JobConfig config = LoadJobConfigFromString(
+      "job: t\nsource:\n  files:\n    - " + dir.file("g1.tfrecord") + "\n    - nothing-here/*.gz\nfeatures:\n  id: {dtype: int64}\n",
+      "job.yaml");
+  CHECK_THROWS_WITH(ExpandFiles(config.source.files, config.source.file_origins),
+                    Catch::StartsWith("job.yaml:5:7: source.files[1]: pattern 'nothing-here/*.gz' matches no file") &&
+                        Catch::Contains("resolved against the current directory"));
+}
+
+TEST_CASE("spec features that no record has are reported with the closest key") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 3);
+  std::ostringstream log;
+  const JobCheckResult r = RunJobCheck(
+      LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("*.tfrecord") +
+                              "\"]}\nfeatures:\n  idd: {type: varlen, dtype: int64}\n  x: {dtype: float32}\n"),
+      log, log);
+  CHECK(r.records == 3);
+  REQUIRE(r.absent_features.size() == 1);
+  CHECK_THAT(r.absent_features[0], Catch::Contains("feature 'idd' is in none of the 3 records") &&
+                                       Catch::Contains("did you mean 'id'?"));
+}
+
+TEST_CASE("only the first problems are printed, all are counted") {
+  TempDir dir;
+  std::string bytes;
+  for (int i = 0; i < 50; ++i) bytes += FrameRecord("garbage \xff");
+  WriteFile(dir.file("bad.tfrecord"), bytes);
+  std::ostringstream report, problems;
+  const JobCheckResult r = RunJobCheck(Config(dir, "skip", ""), report, problems);
+  CHECK(r.parse_errors == 50);
+  const std::string text = problems.str();
+  CHECK(static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n')) == kMaxProblemsShown + 1);
+  CHECK_THAT(text, Catch::EndsWith("... and 30 more problems (not shown)\n"));
 }
 
 TEST_CASE("the bundled taxi and penguin configs parse every real record") {
@@ -91,11 +133,11 @@ TEST_CASE("the bundled taxi and penguin configs parse every real record") {
   // The examples' globs are relative to the repository root, as for a user running them there.
   REQUIRE(::chdir(RINGFEED_SOURCE_DIR) == 0);
   std::ostringstream log;
-  JobCheckResult taxi = RunJobCheck(LoadJobConfig("config/examples/taxi.yaml"), log);
+  JobCheckResult taxi = RunJobCheck(LoadJobConfig("config/examples/taxi.yaml"), log, log);
   CHECK(taxi.files == 12);
   CHECK(taxi.records == 9909);
   CHECK(taxi.read_errors + taxi.parse_errors == 0);
-  JobCheckResult penguin = RunJobCheck(LoadJobConfig("config/examples/penguin.yaml"), log);
+  JobCheckResult penguin = RunJobCheck(LoadJobConfig("config/examples/penguin.yaml"), log, log);
   CHECK(penguin.records == 234);
   CHECK(penguin.read_errors + penguin.parse_errors == 0);
 }
