@@ -474,12 +474,31 @@ class Loader {
     }
     ReadFeatures(*features, &config->features);
 
-    if (const Entry* e = Find(top, "batch")) ReadBatch(*e, &config->batch);
+    const Entry* batch = Find(top, "batch");
+    if (batch != nullptr) ReadBatch(*batch, &config->batch);
+    CheckBatchSize(batch != nullptr ? MarkOf(*batch) : MarkOf(*features), *config);
     if (const Entry* e = Find(top, "shuffle")) ReadShuffle(*e, &config->shuffle);
     if (const Entry* e = Find(top, "epochs")) {
       config->epochs = ReadInt(*e, 0, std::numeric_limits<int64_t>::max());
     }
     if (const Entry* e = Find(top, "pipeline")) ReadPipeline(*e, &config->pipeline);
+  }
+
+  // One batch of a FixedLen feature must stay addressable: batch.size x prod(shape) values
+  // and bytes both at most 2^40 (the pipeline's memory budget will bound it further).
+  void CheckBatchSize(const YAML::Mark& mark, const JobConfig& config) {
+    constexpr uint64_t kMaxBatchValues = uint64_t{1} << 40;
+    for (const FeatureSpec& f : config.features) {
+      if (f.type != FeatureType::kFixedLen) continue;
+      const uint64_t n = static_cast<uint64_t>(f.NumElements());
+      const uint64_t rows = static_cast<uint64_t>(config.batch.size);
+      const uint64_t size = std::max<uint64_t>(DTypeSize(f.dtype), 1);
+      if (n != 0 && rows > kMaxBatchValues / n / size) {
+        Fail(mark, "batch.size",
+             "a batch of " + std::to_string(rows) + " rows of feature '" + f.name + "' (" + std::to_string(n) +
+                 " values per row) would exceed 2^40 values or bytes; lower batch.size or the shape");
+      }
+    }
   }
 
   std::string ReadJobName(const Entry& e) {

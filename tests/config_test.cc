@@ -428,6 +428,10 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        {"expected an integer >= 0, got '1.5'"}},
       {"negative batch size", kHead + "batch:\n  size: -4\n", 7, 9, "batch.size",
        {"value -4 is out of range", "from 1 to 16777216"}},
+      {"a batch too large to address",
+       "job: t\nsource:\n  files: [a.tfrecord]\nfeatures:\n  x: {dtype: bytes, shape: [1099511627776], default: \"\"}\n"
+       "batch:\n  size: 16777216\n",
+       7, 3, "batch.size", {"a batch of 16777216 rows of feature 'x'", "would exceed 2^40"}},
       {"boolean spelled yes", kHead + "shuffle:\n  files: yes\n", 7, 10, "shuffle.files",
        {"expected true or false, got 'yes'"}},
       {"bad compression word", "job: t\nsource:\n  files: [a]\n  compression: bzip2\n"
