@@ -49,7 +49,13 @@ const CLI::Validator kCountValidator(
 bool CheckCommandName(const CLI::App& app, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg.empty() || arg[0] == '-') continue;  // the top level has only --help
+    if (arg == "-h" || arg == "--help" || arg == "--version") continue;
+    if (!arg.empty() && arg[0] == '-') {
+      std::cerr << "ringfeedctl: unknown option '" << arg << "' (options before a command: --help, --version)\n"
+                << "Run with --help for more information.\n";
+      return false;
+    }
+    if (arg.empty()) continue;
     try {
       app.get_subcommand(arg);
       return true;
@@ -182,6 +188,7 @@ int main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);  // std::cerr stays tied to std::cout: messages keep their place
   CLI::App app("ringfeedctl: ringfeed's command-line tool", "ringfeedctl");
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("ringfeedctl ") + RINGFEED_VERSION);
   app.footer(
       "Examples:\n"
       "  ringfeedctl inspect --schema data/*.gz\n"
