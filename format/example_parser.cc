@@ -6,6 +6,7 @@
 // straight into its column.
 #include "format/example_parser.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <stdexcept>
@@ -38,6 +39,41 @@ bool WriteNumeric(const ListRun& run, uint8_t* dst) {
   });
 }
 
+// The bytes list in the form protobuf serializers write (the Feature holds one bytes_list of
+// only values): appends its values to the column and returns true; otherwise appends nothing
+// and returns false (the general walk then handles the Feature).
+bool AppendCanonicalBytes(const FeatureRef& ref, Column* c, size_t* count) {
+  constexpr uint8_t kBytesListTag = (1 << 3) | kLen, kValueTag = (1 << 3) | kLen;
+  const uint8_t* p = ref.data;
+  const uint8_t* const end = p + ref.size;
+  if (p == end || *p++ != kBytesListTag) return false;
+  const uint8_t* list;
+  size_t list_size;
+  if (!ReadLen(p, end, &list, &list_size) || p != end) return false;
+  const uint8_t* const list_end = list + list_size;
+  size_t n = 0, total = 0;
+  for (const uint8_t* q = list; q < list_end; ++n) {
+    const uint8_t* value;
+    size_t size;
+    if (*q++ != kValueTag || !ReadLen(q, list_end, &value, &size)) return false;
+    total += size;
+  }
+  const size_t old = c->values.size();
+  c->values.resize(old + total);
+  uint8_t* dst = c->values.data() + old;
+  for (const uint8_t* q = list; q < list_end;) {
+    const uint8_t* value = nullptr;
+    size_t size = 0;
+    ++q;
+    ReadLen(q, list_end, &value, &size);  // validated by the loop above
+    if (size != 0) std::memcpy(dst, value, size);
+    dst += size;
+    c->value_offsets.push_back(static_cast<int64_t>(dst - c->values.data()));
+  }
+  *count = n;
+  return true;
+}
+
 bool AppendBytes(const ListRun& run, Column& c) {
   return ForEachList(run, [&](const uint8_t* b, const uint8_t* e) {
     return VisitBytesList(b, e, [&](const uint8_t* s, size_t n) {
@@ -57,16 +93,21 @@ std::string ListName(uint32_t kind) { return std::string(ListKindName(static_cas
 
 }  // namespace
 
-uint32_t ExampleParser::Hash(const uint8_t* p, size_t n) {
-  // Keys are short names: mix length with the first and last (up to) 8 bytes.
-  uint64_t a = 0, b = 0;
+ExampleParser::Fingerprint ExampleParser::FingerprintOf(const uint8_t* p, size_t n) {
+  Fingerprint f;
+  f.size = n;
   if (n >= 8) {
-    std::memcpy(&a, p, 8);
-    std::memcpy(&b, p + n - 8, 8);
+    std::memcpy(&f.head, p, 8);
+    std::memcpy(&f.tail, p + n - 8, 8);
+    if (n > 16) std::memcpy(&f.mid, p + 8, std::min<size_t>(n - 16, 8));
   } else if (n > 0) {
-    std::memcpy(&a, p, n);
+    std::memcpy(&f.head, p, n);
   }
-  uint64_t h = (a * 0x9E3779B97F4A7C15ull) ^ (b + n) * 0xC2B2AE3D27D4EB4Full;
+  return f;
+}
+
+uint32_t ExampleParser::Hash(const Fingerprint& f) {
+  const uint64_t h = (f.head * 0x9E3779B97F4A7C15ull) ^ ((f.tail + f.size + f.mid) * 0xC2B2AE3D27D4EB4Full);
   return static_cast<uint32_t>(h >> 32) ^ static_cast<uint32_t>(h);
 }
 
@@ -76,6 +117,10 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
   table_.resize(size);
   mask_ = static_cast<uint32_t>(size - 1);
   default_rows_.resize(specs_.size());
+  for (const FeatureSpec& f : specs_) {
+    plans_.push_back({static_cast<uint32_t>(f.WireKind()), f.type == FeatureType::kFixedLen, f.dtype == DType::kBytes,
+                      f.type == FeatureType::kFixedLen ? static_cast<size_t>(f.NumElements()) : 0, DTypeSize(f.dtype)});
+  }
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FeatureSpec& s = specs_[i];
     const bool fixed_len = s.type == FeatureType::kFixedLen;
@@ -97,10 +142,11 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
     }
     auto key = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.name.data()), s.name.size());
     if (Lookup(key) >= 0) throw std::invalid_argument("feature '" + s.name + "' listed twice");
-    uint32_t h = Hash(key.data(), key.size());
-    uint32_t pos = h & mask_;
+    const Fingerprint f = FingerprintOf(key.data(), key.size());
+    uint32_t pos = Hash(f) & mask_;
     while (table_[pos].feature >= 0) pos = (pos + 1) & mask_;
-    table_[pos] = {h, static_cast<int32_t>(i)};
+    table_[pos] = {f, static_cast<int32_t>(i)};
+    fingerprints_.push_back(f);
 
     if (s.type != FeatureType::kFixedLen || !s.has_default || s.dtype == DType::kBytes) continue;
     const size_t n = static_cast<size_t>(s.NumElements());
@@ -122,18 +168,21 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
   }
 }
 
+bool ExampleParser::Matches(int feature, const Fingerprint& f, const uint8_t* key, size_t size) const {
+  if (!(fingerprints_[static_cast<size_t>(feature)] == f)) return false;
+  // Keys over 24 bytes have a middle the fingerprint does not cover.
+  return size <= 24 || std::memcmp(specs_[static_cast<size_t>(feature)].name.data() + 16, key + 16, size - 24) == 0;
+}
+
 int ExampleParser::Lookup(std::span<const uint8_t> key) const {
-  const uint32_t h = Hash(key.data(), key.size());
-  for (uint32_t pos = h & mask_;; pos = (pos + 1) & mask_) {
+  return Find(FingerprintOf(key.data(), key.size()), key.data(), key.size());
+}
+
+int ExampleParser::Find(const Fingerprint& f, const uint8_t* key, size_t size) const {
+  for (uint32_t pos = Hash(f) & mask_;; pos = (pos + 1) & mask_) {
     const Slot& slot = table_[pos];
     if (slot.feature < 0) return -1;
-    if (slot.hash == h) {
-      const std::string& name = specs_[static_cast<size_t>(slot.feature)].name;
-      // An absent map-entry key is the empty string, passed as (nullptr, 0): no memcmp then.
-      if (name.size() == key.size() && (key.empty() || std::memcmp(name.data(), key.data(), key.size()) == 0)) {
-        return slot.feature;
-      }
-    }
+    if (Matches(slot.feature, f, key, size)) return slot.feature;
   }
 }
 
@@ -148,11 +197,25 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   };
 
   // Pass 1: locate each spec feature's Feature message (a later duplicate key wins).
+  // Records of one dataset list their keys in the same order, so the feature found at entry
+  // position k last time (per thread) is tried first; the hash table is the fallback.
+  thread_local std::vector<int32_t> hints;
+  size_t position = 0;
   std::string why;
   const bool well_formed = ForEachFeature(
       example,
       [&](const uint8_t* key, size_t key_size, const FeatureRef& value) {
-        const int idx = Lookup({key, key_size});
+        const Fingerprint f = FingerprintOf(key, key_size);
+        int idx;
+        if (position < hints.size() && hints[position] >= 0 && static_cast<size_t>(hints[position]) < specs_.size() &&
+            Matches(hints[position], f, key, key_size)) {
+          idx = hints[position];
+        } else {
+          idx = Find(f, key, key_size);
+          if (position >= hints.size()) hints.resize(position + 1);
+          hints[position] = idx;
+        }
+        ++position;
         if (idx >= 0) found[static_cast<size_t>(idx)] = value;
       },
       &why);
@@ -162,20 +225,54 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   const size_t row = batch.rows();
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FeatureSpec& spec = specs_[i];
+    const Plan& plan = plans_[i];
     Column& col = batch.column(i);
-    ListRun run;
-    if (found[i].present && !FindListRun(found[i], &run)) {
-      batch.RollbackRow();
-      return malformed(spec.name, "bad field in Feature");
-    }
-    const bool missing = !found[i].present || run.kind == 0;
-    const bool fixed = spec.type == FeatureType::kFixedLen;
+    const bool fixed = plan.fixed;
+    const uint32_t want = plan.wire_kind;
     auto fail = [&](std::string message) {
       batch.RollbackRow();
       error->key = spec.name;
       error->message = "key '" + spec.name + "': " + message;
       return false;
     };
+    auto count_mismatch = [&](uint32_t kind, size_t count) {
+      return fail("number of " + std::string(ListKindName(static_cast<ListKind>(kind))) +
+                  " values != expected: the record has " + std::to_string(count) + ", shape " +
+                  ShapeString(spec.shape) + " needs " + std::to_string(spec.NumElements()));
+    };
+
+    // Fast path for the encoding protobuf serializers write: one list holding one packed run.
+    PackedRun packed;
+    if (found[i].present && !plan.bytes && !spec.decode_raw && FindCanonicalPackedRun(found[i], &packed) &&
+        packed.kind == want) {
+      if (fixed && packed.count != plan.elements) return count_mismatch(want, packed.count);
+      const size_t bytes = packed.count * plan.element_size;
+      uint8_t* dst;
+      if (fixed) {
+        dst = col.values.data() + row * bytes;
+      } else {
+        const size_t old = col.values.size();
+        col.values.resize(old + bytes);
+        dst = col.values.data() + old;
+      }
+      WritePackedRun(packed, dst);
+      continue;
+    }
+    // ... and for a bytes list in that form (only bytes values).
+    if (found[i].present && plan.bytes && want == static_cast<uint32_t>(ListKind::kBytes)) {
+      size_t count = 0;
+      if (AppendCanonicalBytes(found[i], &col, &count)) {
+        if (fixed && count != plan.elements) return count_mismatch(want, count);
+        continue;
+      }
+    }
+
+    ListRun run;
+    if (found[i].present && !FindListRun(found[i], &run)) {
+      batch.RollbackRow();
+      return malformed(spec.name, "bad field in Feature");
+    }
+    const bool missing = !found[i].present || run.kind == 0;
 
     if (missing) {
       if (!fixed) continue;  // VarLen: a row of length 0
@@ -197,7 +294,6 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
       continue;
     }
 
-    const uint32_t want = static_cast<uint32_t>(spec.WireKind());
     if (run.kind != want) {
       return fail("data types don't match: the record has " + ListName(run.kind) + ", the spec expects " +
                   ListName(want) + " (dtype " + std::string(DTypeName(spec.dtype)) +
@@ -225,11 +321,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
       continue;
     }
 
-    if (fixed && count != static_cast<size_t>(spec.NumElements())) {
-      return fail("number of " + std::string(ListKindName(static_cast<ListKind>(run.kind))) +
-                  " values != expected: the record has " + std::to_string(count) + ", shape " +
-                  ShapeString(spec.shape) + " needs " + std::to_string(spec.NumElements()));
-    }
+    if (fixed && count != static_cast<size_t>(spec.NumElements())) return count_mismatch(run.kind, count);
     if (spec.dtype == DType::kBytes) {
       AppendBytes(run, col);
     } else {

@@ -56,13 +56,37 @@ class ExampleParser {
   int Lookup(std::span<const uint8_t> key) const;
 
  private:
+  // A key's fingerprint: its length, its first and last (up to) 8 bytes and bytes 8..15,
+  // zero-padded. For keys of at most 24 bytes equal fingerprints mean equal keys, so no memcmp.
+  struct Fingerprint {
+    uint64_t head = 0;
+    uint64_t mid = 0;
+    uint64_t tail = 0;
+    uint64_t size = 0;
+    bool operator==(const Fingerprint&) const = default;
+  };
   struct Slot {
-    uint32_t hash = 0;
+    Fingerprint key;
     int32_t feature = -1;
   };
-  static uint32_t Hash(const uint8_t* p, size_t n);
+  static Fingerprint FingerprintOf(const uint8_t* p, size_t n);
+  static uint32_t Hash(const Fingerprint& f);
+  int Find(const Fingerprint& f, const uint8_t* key, size_t size) const;  // Lookup, fingerprint given
+  // True when spec feature `feature` is the key [key, key + size) with fingerprint f.
+  bool Matches(int feature, const Fingerprint& f, const uint8_t* key, size_t size) const;
+
+  // Per feature, what Parse needs on every record, computed once.
+  struct Plan {
+    uint32_t wire_kind;   // ListKind the record must hold
+    bool fixed;           // FixedLen
+    bool bytes;           // dtype bytes
+    size_t elements;      // FixedLen: values per row
+    size_t element_size;  // DTypeSize(dtype)
+  };
 
   FeatureSpecs specs_;
+  std::vector<Plan> plans_;
+  std::vector<Fingerprint> fingerprints_;  // per feature
   std::vector<Slot> table_;  // open addressing, power-of-two size, >= 4x the feature count
   uint32_t mask_ = 0;
   // Defaults expanded to full rows (FixedLen numeric with has_default), as raw bytes.

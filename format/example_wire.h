@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -24,7 +25,7 @@ namespace ringfeed::wire {
 
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
 
-inline bool ReadVarint(const uint8_t*& p, const uint8_t* end, uint64_t* value) {
+[[gnu::always_inline]] inline bool ReadVarint(const uint8_t*& p, const uint8_t* end, uint64_t* value) {
   if (p < end && *p < 0x80) {
     *value = *p++;
     return true;
@@ -42,7 +43,7 @@ inline bool ReadVarint(const uint8_t*& p, const uint8_t* end, uint64_t* value) {
   return false;  // more than 10 bytes
 }
 
-inline bool ReadTag(const uint8_t*& p, const uint8_t* end, uint32_t* field, uint32_t* wire) {
+[[gnu::always_inline]] inline bool ReadTag(const uint8_t*& p, const uint8_t* end, uint32_t* field, uint32_t* wire) {
   uint64_t tag;
   if (!ReadVarint(p, end, &tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1fffffff) return false;
   *field = static_cast<uint32_t>(tag >> 3);
@@ -51,7 +52,7 @@ inline bool ReadTag(const uint8_t*& p, const uint8_t* end, uint32_t* field, uint
 }
 
 // Reads a length-delimited payload; [*begin, *begin + *size) stays inside [p, end).
-inline bool ReadLen(const uint8_t*& p, const uint8_t* end, const uint8_t** begin, size_t* size) {
+[[gnu::always_inline]] inline bool ReadLen(const uint8_t*& p, const uint8_t* end, const uint8_t** begin, size_t* size) {
   uint64_t len;
   if (!ReadVarint(p, end, &len) || len > static_cast<uint64_t>(end - p)) return false;
   *begin = p;
@@ -60,7 +61,7 @@ inline bool ReadLen(const uint8_t*& p, const uint8_t* end, const uint8_t** begin
   return true;
 }
 
-inline bool SkipField(const uint8_t*& p, const uint8_t* end, uint32_t wire) {
+[[gnu::always_inline]] inline bool SkipField(const uint8_t*& p, const uint8_t* end, uint32_t wire) {
   uint64_t v;
   const uint8_t* b;
   size_t n;
@@ -214,6 +215,70 @@ inline bool CountValues(const ListRun& run, size_t* count) {
   return ok;
 }
 
+// One numeric list in the form every protobuf serializer writes: the Feature holds exactly one
+// list field, and that list holds one packed run (or nothing). `count` values are at `data`
+// (floats: little-endian float32; int64: varints, all checked to decode).
+struct PackedRun {
+  uint32_t kind = 0;  // ListKind::kFloat or kInt64
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  size_t count = 0;
+};
+
+// True when the Feature has exactly that shape and its values are well-formed; false for
+// anything else (other encodings, bytes lists, malformed data), which the general walk handles.
+inline bool FindCanonicalPackedRun(const FeatureRef& ref, PackedRun* out) {
+  constexpr uint8_t kFloatListTag = (2 << 3) | kLen, kInt64ListTag = (3 << 3) | kLen, kValueTag = (1 << 3) | kLen;
+  const uint8_t* p = ref.data;
+  const uint8_t* const end = p + ref.size;
+  if (p == end || (*p != kFloatListTag && *p != kInt64ListTag)) return false;
+  out->kind = *p++ >> 3;
+  const uint8_t* list;
+  size_t list_size;
+  if (!ReadLen(p, end, &list, &list_size) || p != end) return false;
+  if (list_size == 0) {
+    out->data = list;
+    out->size = out->count = 0;
+    return true;
+  }
+  const uint8_t* const list_end = list + list_size;
+  if (*list++ != kValueTag || !ReadLen(list, list_end, &out->data, &out->size) || list != list_end) return false;
+  if (out->kind == static_cast<uint32_t>(ListKind::kFloat)) {
+    if (out->size % 4 != 0) return false;
+    out->count = out->size / 4;
+    return true;
+  }
+  // int64: one value per byte without the continuation bit; the last byte must end a value and
+  // no value may be longer than 10 bytes.
+  size_t count = 0, run = 0;
+  for (size_t k = 0; k < out->size; ++k) {
+    const bool last = out->data[k] < 0x80;
+    count += last;
+    run = last ? 0 : run + 1;
+    if (run >= 10) return false;
+  }
+  if (run != 0) return false;
+  out->count = count;
+  return true;
+}
+
+// Writes a PackedRun's values to dst as little-endian int64 or float32.
+inline void WritePackedRun(const PackedRun& run, uint8_t* dst) {
+  if (run.kind == static_cast<uint32_t>(ListKind::kFloat)) {
+    if (run.size == 4) std::memcpy(dst, run.data, 4);  // the common scalar: a fixed-size copy
+    else if (run.size != 0) std::memcpy(dst, run.data, run.size);
+    return;
+  }
+  const uint8_t* p = run.data;
+  const uint8_t* const end = p + run.size;
+  uint64_t v;
+  while (p < end && ReadVarint(p, end, &v)) {
+    const int64_t value = static_cast<int64_t>(v);
+    std::memcpy(dst, &value, 8);
+    dst += 8;
+  }
+}
+
 // Walks every map entry of every `features` field of an Example, calling
 // on_entry(const uint8_t* key, size_t key_size, const FeatureRef& feature) in record order (a
 // later duplicate key comes later: callers keep the last). A missing key is the empty string; a
@@ -221,6 +286,7 @@ inline bool CountValues(const ListRun& run, size_t* count) {
 // in TensorFlow (protobuf would merge them). On malformed input returns false and sets *why.
 template <typename OnEntry>
 bool ForEachFeature(std::span<const uint8_t> example, OnEntry&& on_entry, std::string* why) {
+  constexpr uint8_t kKeyTag = (1 << 3) | kLen, kValueTag = (2 << 3) | kLen;
   auto fail = [&](const char* what) {
     *why = what;
     return false;
@@ -248,6 +314,16 @@ bool ForEachFeature(std::span<const uint8_t> example, OnEntry&& on_entry, std::s
       size_t rn;
       if (!ReadLen(q, qend, &r, &rn)) return fail("map entry length exceeds Features");
       const uint8_t* const rend = r + rn;
+      // Fast path: the layout serializers write, key (< 128 bytes) then value, nothing else.
+      if (rn >= 4 && r[0] == kKeyTag && r[1] < 0x80 && r[1] + 3u <= rn && r[2 + r[1]] == kValueTag) {
+        const uint8_t* v = r + 3 + r[1];
+        FeatureRef value;
+        value.present = true;
+        if (ReadLen(v, rend, &value.data, &value.size) && v == rend) {
+          on_entry(r + 2, static_cast<size_t>(r[1]), value);
+          continue;
+        }
+      }
       const uint8_t* key = nullptr;
       size_t key_size = 0;
       FeatureRef value;

@@ -9,7 +9,7 @@ namespace {
 struct DTypeInfo {
   DType dtype;
   std::string_view name;
-  size_t size;
+  size_t size;  // must agree with DTypeSize (checked below)
 };
 
 constexpr std::array<DTypeInfo, 10> kDTypes = {{
@@ -21,9 +21,16 @@ constexpr std::array<DTypeInfo, 10> kDTypes = {{
 
 const DTypeInfo& Info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
 
+constexpr bool SizesAgree() {
+  for (const auto& info : kDTypes) {
+    if (DTypeSize(info.dtype) != info.size) return false;
+  }
+  return true;
+}
+static_assert(SizesAgree(), "kDTypes sizes and DTypeSize disagree");
+
 }  // namespace
 
-size_t DTypeSize(DType dtype) { return Info(dtype).size; }
 std::string_view DTypeName(DType dtype) { return Info(dtype).name; }
 
 std::optional<DType> ParseDType(std::string_view name) {

@@ -27,7 +27,16 @@ enum class DType : uint8_t { kInt64, kFloat32, kBytes, kUInt8, kInt8, kUInt16, k
                              kUInt32, kFloat64 };
 
 // Size in bytes of one element; 0 for kBytes (variable-size strings).
-size_t DTypeSize(DType dtype);
+constexpr size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kInt64: case DType::kFloat64: return 8;
+    case DType::kFloat32: case DType::kInt32: case DType::kUInt32: return 4;
+    case DType::kUInt16: case DType::kInt16: return 2;
+    case DType::kUInt8: case DType::kInt8: return 1;
+    case DType::kBytes: return 0;
+  }
+  return 0;
+}
 // Canonical lower-case name used in configs and JSON: "int64", "float32", "bytes", "uint8", ...
 std::string_view DTypeName(DType dtype);
 // Inverse of DTypeName; nullopt for unknown names.
