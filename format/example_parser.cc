@@ -99,9 +99,11 @@ ExampleParser::Fingerprint ExampleParser::FingerprintOf(const uint8_t* p, size_t
   if (n >= 8) {
     std::memcpy(&f.head, p, 8);
     std::memcpy(&f.tail, p + n - 8, 8);
-    if (n > 16) std::memcpy(&f.mid, p + 8, std::min<size_t>(n - 16, 8));
-  } else if (n > 0) {
-    std::memcpy(&f.head, p, n);
+    // Bytes 8..15: with the tail this covers every byte of keys up to 24 bytes. Fixed-size
+    // copies compile to plain loads (a variable-size memcpy would be a library call).
+    if (n > 16) std::memcpy(&f.mid, p + 8, 8);
+  } else {
+    for (size_t k = 0; k < n; ++k) f.head |= uint64_t{p[k]} << (8 * k);
   }
   return f;
 }

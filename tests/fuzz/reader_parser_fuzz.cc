@@ -333,6 +333,25 @@ ReadResult ReadAll(const std::string& path, const ReaderOptions& options, OnReco
   TFRecordReader reader(path, options);
   uint64_t last_offset = 0, records = 0, next_index = 0;
   bool any_error = false;
+  // After a too-large record the next call skips it: it then reports either what follows it
+  // (index + 1, at a later offset) or a truncation at the skipped record itself.
+  bool skipping = false;
+  uint64_t skip_index = 0, skip_offset = 0;
+  auto check_position = [&](uint64_t index, uint64_t offset, bool is_error, ReadErrorKind kind) {
+    if (!skipping) {
+      CHECK(index == next_index);
+      CHECK(offset == last_offset);
+      return;
+    }
+    skipping = false;
+    if (is_error && index == skip_index) {
+      CHECK(offset == skip_offset);
+      CHECK(kind == ReadErrorKind::kTruncatedRecord || kind == ReadErrorKind::kDecompression || kind == ReadErrorKind::kIo);
+      return;
+    }
+    CHECK(index == skip_index + 1);
+    CHECK(offset > skip_offset);
+  };
   while (true) {
     Record record;
     ReadError error;
@@ -340,8 +359,7 @@ ReadResult ReadAll(const std::string& path, const ReaderOptions& options, OnReco
     if (st == TFRecordReader::Status::kEnd) break;
     if (st == TFRecordReader::Status::kRecord) {
       ++records;
-      CHECK(record.index == next_index);
-      CHECK(record.offset == last_offset);
+      check_position(record.index, record.offset, false, ReadErrorKind::kIo);
       CHECK(record.data.size() <= options.max_record_bytes);
       CHECK(reader.offset() == record.offset + kRecordHeaderBytes + record.data.size() + kRecordFooterBytes);
       CHECK(reader.records_read() == records);
@@ -361,8 +379,7 @@ ReadResult ReadAll(const std::string& path, const ReaderOptions& options, OnReco
     CHECK(!error.message.empty());
     CHECK(error.file == path);
     CHECK(error.message.find(path) != std::string::npos);
-    CHECK(error.record_index == next_index);
-    CHECK(error.offset == last_offset);
+    check_position(error.record_index, error.offset, true, error.kind);
     const bool may_recover =
         error.kind == ReadErrorKind::kCorruptedData || error.kind == ReadErrorKind::kRecordTooLarge;
     CHECK(error.recoverable == may_recover, error.message);
@@ -377,8 +394,14 @@ ReadResult ReadAll(const std::string& path, const ReaderOptions& options, OnReco
       CHECK(reader.Next(&record, &error) == TFRecordReader::Status::kEnd);
       break;
     }
+    if (error.kind == ReadErrorKind::kRecordTooLarge) {
+      skipping = true;
+      skip_index = error.record_index;
+      skip_offset = error.offset;
+      continue;
+    }
     // Recoverable: the reader moved past the bad record (never re-reads the same offset).
-    CHECK(reader.offset() >= last_offset + kRecordHeaderBytes + kRecordFooterBytes, error.message);
+    CHECK(reader.offset() >= error.offset + kRecordHeaderBytes + kRecordFooterBytes, error.message);
     next_index = error.record_index + 1;
     last_offset = reader.offset();
   }
@@ -416,10 +439,11 @@ std::vector<Event> ReferencePlain(const uint8_t* p, size_t size, const ReaderOpt
     if (o.verify_crc && MaskedCrc32c(p + pos, 8) != length_crc) return error(ReadErrorKind::kCorruptedLength), out;
     if (length > o.max_record_bytes) {
       error(ReadErrorKind::kRecordTooLarge);
-      ++index;
       const uint64_t skip = SatAdd(length, kRecordHeaderBytes + kRecordFooterBytes);
-      pos = SatAdd(pos, skip);  // offset of the next record
+      // A file that ends inside the skipped record: the truncation is reported at that record.
       if (skip > left) return error(ReadErrorKind::kTruncatedRecord), out;
+      ++index;
+      pos = SatAdd(pos, skip);  // offset of the next record
       continue;
     }
     const uint64_t total = kRecordHeaderBytes + length + kRecordFooterBytes;
