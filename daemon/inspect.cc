@@ -114,7 +114,46 @@ Json FeatureJson(const FeatureValues& feature) {
   return Json{{"kind", std::move(kind)}, {"values", std::move(values)}};
 }
 
-// One line of JSON. Invalid UTF-8 (file names, feature keys) becomes U+FFFD instead of throwing.
+// Length of the valid UTF-8 sequence at s[i] (1-4), or 0 when the bytes there are not one.
+size_t Utf8Sequence(const std::string& s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+  }
+  // Overlong 3/4-byte forms, UTF-16 surrogates and code points past U+10FFFF.
+  if ((c == 0xe0 && b(i + 1) < 0xa0) || (c == 0xed && b(i + 1) >= 0xa0) || (c == 0xf0 && b(i + 1) < 0x90) ||
+      (c == 0xf4 && b(i + 1) >= 0x90)) {
+    return 0;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::string TextForJson(const std::string& bytes) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t n = Utf8Sequence(bytes, i);
+    if (n == 0) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(bytes[i]));
+      out += escaped;
+      ++i;
+    } else {
+      out.append(bytes, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// One line of JSON. Names that are not valid UTF-8 were made so by TextForJson.
 std::string Dump(const Json& json) {
   return json.dump(-1, ' ', false, nlohmann::detail::error_handler_t::replace);
 }
@@ -202,8 +241,10 @@ int RunRecords(const InspectOptions& options, std::ostream& out, std::ostream& e
         return;
       }
       nlohmann::json by_name = nlohmann::json::object();  // a std::map: sorted, O(log n) inserts
-      for (const auto& [name, values] : features) by_name[name] = FeatureJson(values);
-      out << Dump({{"file", file}, {"index", record.index}, {"offset", record.offset}, {"features", Json(by_name)}}) << '\n';
+      for (const auto& [name, values] : features) by_name[TextForJson(name)] = FeatureJson(values);
+      out << Dump({{"file", TextForJson(file)}, {"index", record.index}, {"offset", record.offset},
+                   {"features", Json(by_name)}})
+          << '\n';
     };
     problems += ReadRecords(file, options, on_record, [&](const ReadError& e) { ReportReadError(e, err); }).problems;
   }
@@ -384,6 +425,16 @@ std::string Percent(uint64_t part, uint64_t whole) {
   return text;
 }
 
+// A feature name for a one-line comment: as is when it is plain printable text, else quoted
+// with escapes (so a newline in a key cannot break the YAML around it).
+std::string DisplayName(const std::string& name) {
+  const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+  });
+  if (printable && TextForJson(name) == name) return name;
+  return Json(TextForJson(name)).dump();
+}
+
 // A feature name as a YAML mapping key: plain when unambiguous, else a double-quoted (JSON)
 // string, which YAML reads back to the same name.
 std::string YamlKey(const std::string& name) {
@@ -431,7 +482,7 @@ void PrintSchemaTable(const Schema& schema, size_t files, std::ostream& out) {
     out << "# " << Plural(schema.problems, "record") << " could not be read or decoded (see stderr); they are not counted\n";
   }
   size_t width = 7;
-  for (const auto& [name, s] : schema.features) width = std::max(width, name.size());
+  for (const auto& [name, s] : schema.features) width = std::max(width, DisplayName(name).size());
   auto pad = [](std::string text, size_t to) { return text + std::string(to > text.size() ? to - text.size() : 0, ' '); };
   out << "#\n# " << pad("feature", width) << "  " << pad("kind", 5) << "  " << pad("present", 16) << "  values per record\n";
   for (const auto& [name, s] : schema.features) {
@@ -439,7 +490,7 @@ void PrintSchemaTable(const Schema& schema, size_t files, std::ostream& out) {
     const uint64_t lo = MinValues(s, schema.records);
     std::string counts = std::to_string(lo) + (lo == s.max_values ? "" : "-" + std::to_string(s.max_values));
     std::string present = std::to_string(s.present) + " (" + Percent(s.present, schema.records) + ")";
-    out << "# " << pad(name, width) << "  " << pad(kind, 5) << "  " << pad(present, 16) << "  " << counts << '\n';
+    out << "# " << pad(DisplayName(name), width) << "  " << pad(kind, 5) << "  " << pad(present, 16) << "  " << counts << '\n';
   }
   out << "#\n";
 }
@@ -457,6 +508,10 @@ void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
   for (const auto& [name, s] : schema.features) {
     Line line{YamlKey(name) + ":", "", ""};
     if (name.empty()) line.why = "left out: a job config does not accept an empty feature name";
+    else if (TextForJson(name) != name) {
+      line.key = DisplayName(name) + ":";
+      line.why = "left out: the name is not valid UTF-8, which a YAML config cannot hold";
+    }
     else line.spec = SpecFor(s, schema.records, &line.why);
     key_width = std::max(key_width, line.key.size());
     if (!line.why.empty()) spec_width = std::max(spec_width, line.spec.size());  // aligns the comments

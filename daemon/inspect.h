@@ -63,6 +63,10 @@ struct FeatureValues {
 // Feature name -> values, sorted by name.
 using ExampleFeatures = std::map<std::string, FeatureValues>;
 
+// `bytes` as JSON-safe text: valid UTF-8 is kept, every other byte becomes the four characters
+// \xNN (hex), so distinct keys stay distinct in the output.
+std::string TextForJson(const std::string& bytes);
+
 // Decodes every feature of a serialized tf.train.Example with the semantics of ExampleParser
 // and TensorFlow's parser: a key given twice: the last one wins; repeated `features` fields
 // merge; packed and unpacked lists (also mixed) are accepted; when a Feature sets several list

@@ -871,3 +871,30 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
 
 }  // namespace
 }  // namespace ringfeed
+
+TEST_CASE("keys that are not plain text stay distinct in JSON and cannot break the schema's YAML") {
+  TempDir dir;
+  const std::string path = dir.file("keys.tfrecord");
+  const std::string newline_key = "line\nevil: 1\n#";
+  WriteRecords(path, {Example({Int64Entry("a\xff", {1}), Int64Entry("a\xfe", {2}), Int64Entry(newline_key, {3})})});
+
+  CtlResult r = Ctl({"inspect", path});
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains(R"("a\\xFE":{"kind":"int64","values":[2]})") &&
+                        Catch::Contains(R"("a\\xFF":{"kind":"int64","values":[1]})") &&
+                        Catch::Contains(R"("line\nevil: 1\n#":{"kind":"int64","values":[3]})"));
+
+  r = Ctl({"inspect", "--schema", path});
+  REQUIRE(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("# \"a\\\\xFF\"") && Catch::Contains("not valid UTF-8"));
+  // The block is valid YAML, keeps the newline key, and parses the record.
+  const JobConfig config = LoadJobConfigFromString("job: t\nsource: {files: [x]}\n" + r.out);
+  REQUIRE(config.features.size() == 1);
+  CHECK(config.features[0].name == newline_key);
+  ExampleParser parser(config.features);
+  ExampleBatch batch(parser.specs(), 1);
+  ParseError error;
+  const std::string record = Example({Int64Entry(newline_key, {3})});
+  CHECK(parser.Parse({reinterpret_cast<const uint8_t*>(record.data()), record.size()}, batch, &error));
+  CHECK(batch.column(0).as<int64_t>()[0] == 3);
+}
