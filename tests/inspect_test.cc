@@ -869,9 +869,6 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
   }
 }
 
-}  // namespace
-}  // namespace ringfeed
-
 TEST_CASE("keys that are not plain text stay distinct in JSON and cannot break the schema's YAML") {
   TempDir dir;
   const std::string path = dir.file("keys.tfrecord");
@@ -898,3 +895,6 @@ TEST_CASE("keys that are not plain text stay distinct in JSON and cannot break t
   CHECK(parser.Parse({reinterpret_cast<const uint8_t*>(record.data()), record.size()}, batch, &error));
   CHECK(batch.column(0).as<int64_t>()[0] == 3);
 }
+
+}  // namespace
+}  // namespace ringfeed
