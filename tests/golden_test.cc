@@ -25,6 +25,7 @@
 
 using namespace ringfeed;
 using nlohmann::json;
+using ringfeed::testing::Base64Decode;
 
 namespace {
 
@@ -35,32 +36,6 @@ const std::string kGoldenDir = "tests/golden";
 #endif
 
 const InflateBackend kBackends[] = {InflateBackend::kIsal, InflateBackend::kZlib};
-
-std::string Base64Decode(const std::string& in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : in) {
-    if (c == '=') break;
-    const int v = value(c);
-    if (v < 0) throw std::runtime_error("bad base64");
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<char>((acc >> bits) & 0xff));
-    }
-  }
-  return out;
-}
 
 // JSON Lines from a .gz file, read with zlib's gzgets.
 class GzLines {

@@ -39,6 +39,10 @@ struct GzipOptions {
 std::string GzipBytes(const std::string& plain, const GzipOptions& options = {});
 std::string ZlibBytes(const std::string& plain, int level = 6);
 
+// Standard base64 (RFC 4648, padded) to bytes, as the golden files write bytes values.
+// Throws std::runtime_error on a character outside the alphabet.
+std::string Base64Decode(const std::string& in);
+
 // The directory of the real TensorFlow-written files (../shared/data/tfx), or "" when absent.
 // When absent: with CI=true the calling test fails; otherwise it prints "RINGFEED_SKIP: <why>"
 // (CTest shows the test as skipped) and the caller should return.
