@@ -17,6 +17,7 @@ ExampleBatch::ExampleBatch(const FeatureSpecs& specs, size_t capacity)
     if (!fixed) {
       c.row_splits.reserve(capacity + 1);
       c.row_splits.push_back(0);
+      varlen_.push_back({i, DTypeSize(spec.dtype)});
     }
   }
 }
@@ -48,12 +49,9 @@ void ExampleBatch::RollbackRow() {
 }
 
 void ExampleBatch::CommitRow() {
-  for (size_t i = 0; i < columns_.size(); ++i) {
-    const FeatureSpec& spec = (*specs_)[i];
-    if (spec.type != FeatureType::kVarLen) continue;
-    Column& c = columns_[i];
-    const size_t values = spec.dtype == DType::kBytes ? c.value_offsets.size() - 1
-                                                      : c.values.size() / DTypeSize(spec.dtype);
+  for (const VarLenColumn& v : varlen_) {
+    Column& c = columns_[v.index];
+    const size_t values = v.element_size == 0 ? c.value_offsets.size() - 1 : c.values.size() / v.element_size;
     c.row_splits.push_back(static_cast<int64_t>(values));
   }
   ++rows_;

@@ -57,6 +57,12 @@ class ExampleBatch {
   size_t capacity_;
   size_t rows_ = 0;
   std::vector<Column> columns_;
+  // VarLen columns, the only ones CommitRow touches: index and element size (0 = bytes).
+  struct VarLenColumn {
+    size_t index;
+    size_t element_size;
+  };
+  std::vector<VarLenColumn> varlen_;
 };
 
 }  // namespace ringfeed

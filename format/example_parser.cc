@@ -7,6 +7,7 @@
 #include "format/example_parser.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <stdexcept>
@@ -114,6 +115,8 @@ uint32_t ExampleParser::Hash(const Fingerprint& f) {
 }
 
 ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
   size_t size = 16;
   while (size < specs_.size() * 4) size *= 2;
   table_.resize(size);
@@ -190,8 +193,22 @@ int ExampleParser::Find(const Fingerprint& f, const uint8_t* key, size_t size) c
 
 bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch, ParseError* error) const {
   if (batch.rows() >= batch.capacity()) throw std::out_of_range("ExampleParser::Parse: the batch is full");
-  thread_local std::vector<FeatureRef> found;
-  found.assign(specs_.size(), FeatureRef{});
+  // Per-thread scratch: where each spec feature's Feature is in this record, and which feature
+  // was found at each entry position last time (records of one dataset list their keys in the
+  // same order, so that one is tried before the hash table). Reset when another parser uses it.
+  struct Scratch {
+    uint64_t owner = 0;  // ExampleParser::id_ (an address could be reused by another parser)
+    std::vector<FeatureRef> found;
+    std::vector<int32_t> hints;
+  };
+  thread_local Scratch scratch;
+  if (scratch.owner != id_) {
+    scratch.owner = id_;
+    scratch.hints.clear();
+  }
+  scratch.found.assign(specs_.size(), FeatureRef{});
+  FeatureRef* const found = scratch.found.data();
+  std::vector<int32_t>& hints = scratch.hints;
   auto malformed = [&](const std::string& key, const std::string& what) {
     error->key = key;
     error->message = (key.empty() ? "malformed Example: " : "key '" + key + "': malformed Feature: ") + what;
@@ -199,26 +216,20 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   };
 
   // Pass 1: locate each spec feature's Feature message (a later duplicate key wins).
-  // Records of one dataset list their keys in the same order, so the feature found at entry
-  // position k last time (per thread) is tried first; the hash table is the fallback.
-  thread_local std::vector<int32_t> hints;
   size_t position = 0;
   std::string why;
   const bool well_formed = ForEachFeature(
       example,
       [&](const uint8_t* key, size_t key_size, const FeatureRef& value) {
         const Fingerprint f = FingerprintOf(key, key_size);
-        int idx;
-        if (position < hints.size() && hints[position] >= 0 && static_cast<size_t>(hints[position]) < specs_.size() &&
-            Matches(hints[position], f, key, key_size)) {
-          idx = hints[position];
-        } else {
+        int idx = position < hints.size() ? hints[position] : -1;
+        if (idx < 0 || !Matches(idx, f, key, key_size)) {
           idx = Find(f, key, key_size);
-          if (position >= hints.size()) hints.resize(position + 1);
+          if (position >= hints.size()) hints.resize(position + 1, -1);
           hints[position] = idx;
         }
         ++position;
-        if (idx >= 0) found[static_cast<size_t>(idx)] = value;
+        if (idx >= 0) found[idx] = value;
       },
       &why);
   if (!well_formed) return malformed("", why);
@@ -249,15 +260,19 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
         packed.kind == want) {
       if (fixed && packed.count != plan.elements) return count_mismatch(want, packed.count);
       const size_t bytes = packed.count * plan.element_size;
-      uint8_t* dst;
       if (fixed) {
-        dst = col.values.data() + row * bytes;
+        WritePackedRun(packed, col.values.data() + row * bytes);
+      } else if (want == static_cast<uint32_t>(ListKind::kFloat)) {
+        col.values.insert(col.values.end(), packed.data, packed.data + packed.size);  // no zero-fill
+      } else if (packed.count == 1) {
+        uint8_t value[8];
+        WritePackedRun(packed, value);
+        col.values.insert(col.values.end(), value, value + 8);
       } else {
         const size_t old = col.values.size();
         col.values.resize(old + bytes);
-        dst = col.values.data() + old;
+        WritePackedRun(packed, col.values.data() + old);
       }
-      WritePackedRun(packed, dst);
       continue;
     }
     // ... and for a bytes list in that form (only bytes values).

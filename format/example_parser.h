@@ -84,6 +84,7 @@ class ExampleParser {
     size_t element_size;  // DTypeSize(dtype)
   };
 
+  uint64_t id_ = 0;  // unique per constructed parser (copies share it: same specs)
   FeatureSpecs specs_;
   std::vector<Plan> plans_;
   std::vector<Fingerprint> fingerprints_;  // per feature
