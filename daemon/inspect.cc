@@ -41,7 +41,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -99,20 +101,6 @@ Json FloatJson(float f) {
   return d;
 }
 
-Json FeatureJson(const FeatureValues& feature) {
-  Json values = Json::array();
-  if (feature.kind == ListKind::kInt64) {
-    for (int64_t v : feature.int64_values) values.push_back(v);
-  } else if (feature.kind == ListKind::kFloat) {
-    for (float v : feature.float_values) values.push_back(FloatJson(v));
-  } else if (feature.kind == ListKind::kBytes) {
-    for (const std::string& v : feature.bytes_values) {
-      values.push_back(Base64Encode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}));
-    }
-  }
-  Json kind = feature.kind ? Json(std::string(ListKindName(*feature.kind))) : Json(nullptr);
-  return Json{{"kind", std::move(kind)}, {"values", std::move(values)}};
-}
 
 // Length of the valid UTF-8 sequence at s[i] (1-4), or 0 when the bytes there are not one.
 size_t Utf8Sequence(const std::string& s, size_t i) {
@@ -231,6 +219,35 @@ int ExitFor(uint64_t problems) { return problems == 0 ? kExitOk : kExitDataProbl
 // ---------------------------------------------------------------------------------------------
 // records mode
 
+// Writes one record's JSON line value by value, without building the whole document: a record
+// may hold millions of values, and a JSON tree of them would take many times the record's size.
+// The text is what nlohmann would print for the same object (keys sorted, no spaces).
+void WriteRecordLine(std::ostream& out, const std::string& file, const Record& record, const ExampleFeatures& features) {
+  std::map<std::string, const FeatureValues*> by_name;  // sorted by the printed key
+  for (const auto& [name, values] : features) by_name[TextForJson(name)] = &values;
+  out << "{\"file\":" << Dump(Json(TextForJson(file))) << ",\"index\":" << record.index
+      << ",\"offset\":" << record.offset << ",\"features\":{";
+  const char* feature_separator = "";
+  for (const auto& [name, feature] : by_name) {
+    out << std::exchange(feature_separator, ",") << Dump(Json(name)) << ":{\"kind\":"
+        << (feature->kind ? "\"" + std::string(ListKindName(*feature->kind)) + "\"" : std::string("null"))
+        << ",\"values\":[";
+    const char* separator = "";
+    if (feature->kind == ListKind::kInt64) {
+      for (int64_t v : feature->int64_values) out << std::exchange(separator, ",") << v;
+    } else if (feature->kind == ListKind::kFloat) {
+      for (float v : feature->float_values) out << std::exchange(separator, ",") << Dump(FloatJson(v));
+    } else if (feature->kind == ListKind::kBytes) {
+      for (const std::string& v : feature->bytes_values) {
+        out << std::exchange(separator, ",") << '"'
+            << Base64Encode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}) << '"';
+      }
+    }
+    out << "]}";
+  }
+  out << "}}\n";
+}
+
 int RunRecords(const InspectOptions& options, std::ostream& out, std::ostream& err) {
   uint64_t problems = 0;
   ExampleFeatures features;
@@ -240,11 +257,7 @@ int RunRecords(const InspectOptions& options, std::ostream& out, std::ostream& e
         ++problems;
         return;
       }
-      nlohmann::json by_name = nlohmann::json::object();  // a std::map: sorted, O(log n) inserts
-      for (const auto& [name, values] : features) by_name[TextForJson(name)] = FeatureJson(values);
-      out << Dump({{"file", TextForJson(file)}, {"index", record.index}, {"offset", record.offset},
-                   {"features", Json(by_name)}})
-          << '\n';
+      WriteRecordLine(out, file, record, features);
     };
     problems += ReadRecords(file, options, on_record, [&](const ReadError& e) { ReportReadError(e, err); }).problems;
   }
