@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 
 #include "format/crc32c.h"
 
@@ -48,17 +49,20 @@ TFRecordWriter::~TFRecordWriter() {
   }
 }
 
+// Feeds z_'s pending input through deflate and writes what comes out. Z_NO_FLUSH returns once
+// the input is consumed; Z_FINISH once the stream is complete.
 void TFRecordWriter::Deflate(int flush) {
-  do {
+  while (true) {
     z_.next_out = out_.data();
     z_.avail_out = static_cast<uInt>(out_.size());
-    int rc = deflate(&z_, flush);
+    const int rc = deflate(&z_, flush);
     if (rc == Z_STREAM_ERROR) throw std::runtime_error(path_ + ": deflate failed");
-    size_t n = out_.size() - z_.avail_out;
+    const size_t n = out_.size() - z_.avail_out;
     if (n > 0 && std::fwrite(out_.data(), 1, n, file_) != n) {
       throw std::runtime_error(path_ + ": write failed: " + std::strerror(errno));
     }
-  } while (z_.avail_out == 0 || (flush == Z_FINISH && z_.avail_in > 0));
+    if (flush == Z_FINISH ? rc == Z_STREAM_END : z_.avail_out != 0) return;
+  }
 }
 
 void TFRecordWriter::Emit(const uint8_t* data, size_t size) {
@@ -90,23 +94,22 @@ void TFRecordWriter::Write(std::span<const uint8_t> record) {
 
 void TFRecordWriter::Close() {
   if (file_ == nullptr) return;
-  std::FILE* f = file_;
   if (deflating_) {
     z_.next_in = nullptr;
     z_.avail_in = 0;
-    int rc;
-    do {
-      z_.next_out = out_.data();
-      z_.avail_out = static_cast<uInt>(out_.size());
-      rc = deflate(&z_, Z_FINISH);
-      size_t n = out_.size() - z_.avail_out;
-      if (n > 0) std::fwrite(out_.data(), 1, n, f);
-    } while (rc == Z_OK);
-    deflateEnd(&z_);
     deflating_ = false;
+    try {
+      Deflate(Z_FINISH);
+    } catch (...) {
+      deflateEnd(&z_);
+      std::fclose(std::exchange(file_, nullptr));
+      throw;
+    }
+    deflateEnd(&z_);
   }
-  file_ = nullptr;
-  if (std::fclose(f) != 0) throw std::runtime_error(path_ + ": close failed: " + std::strerror(errno));
+  if (std::fclose(std::exchange(file_, nullptr)) != 0) {
+    throw std::runtime_error(path_ + ": close failed: " + std::strerror(errno));
+  }
 }
 
 }  // namespace ringfeed
