@@ -286,7 +286,7 @@ inline void WritePackedRun(const PackedRun& run, uint8_t* dst) {
 // in TensorFlow (protobuf would merge them). On malformed input returns false and sets *why.
 template <typename OnEntry>
 bool ForEachFeature(std::span<const uint8_t> example, OnEntry&& on_entry, std::string* why) {
-  constexpr uint8_t kKeyTag = (1 << 3) | kLen, kValueTag = (2 << 3) | kLen;
+  constexpr uint8_t kEntryTag = (1 << 3) | kLen, kKeyTag = (1 << 3) | kLen, kValueTag = (2 << 3) | kLen;
   auto fail = [&](const char* what) {
     *why = what;
     return false;
@@ -305,14 +305,22 @@ bool ForEachFeature(std::span<const uint8_t> example, OnEntry&& on_entry, std::s
     if (!ReadLen(p, end, &q, &qn)) return fail("features length exceeds the record");
     const uint8_t* const qend = q + qn;
     while (q < qend) {
-      if (!ReadTag(q, qend, &field, &wire)) return fail("bad tag in Features");
-      if (field != 1 || wire != kLen) {
-        if (!SkipField(q, qend, wire)) return fail("bad field in Features");
-        continue;
-      }
       const uint8_t* r;
       size_t rn;
-      if (!ReadLen(q, qend, &r, &rn)) return fail("map entry length exceeds Features");
+      if (q[0] == kEntryTag && qend - q >= 2 && q[1] < 0x80) {
+        // The usual entry: its tag and a one-byte length.
+        rn = q[1];
+        r = q + 2;
+        if (rn > static_cast<size_t>(qend - r)) return fail("map entry length exceeds Features");
+        q = r + rn;
+      } else {
+        if (!ReadTag(q, qend, &field, &wire)) return fail("bad tag in Features");
+        if (field != 1 || wire != kLen) {
+          if (!SkipField(q, qend, wire)) return fail("bad field in Features");
+          continue;
+        }
+        if (!ReadLen(q, qend, &r, &rn)) return fail("map entry length exceeds Features");
+      }
       const uint8_t* const rend = r + rn;
       // Fast path: the layout serializers write, key (< 128 bytes) then value, nothing else.
       if (rn >= 4 && r[0] == kKeyTag && r[1] < 0x80 && r[1] + 3u <= rn && r[2 + r[1]] == kValueTag) {
