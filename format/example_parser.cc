@@ -124,6 +124,7 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
   default_rows_.resize(specs_.size());
   for (const FeatureSpec& f : specs_) {
     plans_.push_back({static_cast<uint32_t>(f.WireKind()), f.type == FeatureType::kFixedLen, f.dtype == DType::kBytes,
+                      f.dtype != DType::kBytes && !f.decode_raw,
                       f.type == FeatureType::kFixedLen ? static_cast<size_t>(f.NumElements()) : 0, DTypeSize(f.dtype)});
   }
   for (size_t i = 0; i < specs_.size(); ++i) {
@@ -256,8 +257,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
 
     // Fast path for the encoding protobuf serializers write: one list holding one packed run.
     PackedRun packed;
-    if (found[i].present && !plan.bytes && !spec.decode_raw && FindCanonicalPackedRun(found[i], &packed) &&
-        packed.kind == want) {
+    if (found[i].present && plan.numeric_list && FindCanonicalPackedRun(found[i], &packed) && packed.kind == want) {
       if (fixed && packed.count != plan.elements) return count_mismatch(want, packed.count);
       const size_t bytes = packed.count * plan.element_size;
       if (fixed) {

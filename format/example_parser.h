@@ -80,6 +80,7 @@ class ExampleParser {
     uint32_t wire_kind;   // ListKind the record must hold
     bool fixed;           // FixedLen
     bool bytes;           // dtype bytes
+    bool numeric_list;    // read from an int64_list / float_list (not bytes, not decode: raw)
     size_t elements;      // FixedLen: values per row
     size_t element_size;  // DTypeSize(dtype)
   };
