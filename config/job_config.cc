@@ -37,10 +37,17 @@ constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 40;
 constexpr int64_t kMaxParallelism = 65536;  // cycle_length, readers, workers, prefetch
 constexpr int64_t kMaxFeatureElements = int64_t{1} << 40;  // prod(shape) of one fixed feature
 constexpr size_t kMaxJobNameLength = 64;
+constexpr int64_t kMinRingSlots = 2;                   // one being filled while one is read
+constexpr int64_t kMaxRingSlots = 256;                 // shm::kMaxSlots
+constexpr uint64_t kMinSlotBytes = uint64_t{4} << 10;  // one page
+constexpr uint64_t kMaxSlotBytes = uint64_t{64} << 30;
+constexpr int64_t kMaxRanks = 64;                      // shm::kMaxQueues
+constexpr size_t kMaxGroupNameLength = 32;             // groupadd's limit
 constexpr size_t kMaxSuggestionDistance = 2;
 
-constexpr std::string_view kTopKeys[] = {"job", "source", "features", "batch",
-                                         "shuffle", "epochs", "pipeline"};
+constexpr std::string_view kTopKeys[] = {"job", "source", "features", "batch", "shuffle",
+                                         "epochs", "pipeline", "deterministic", "shard", "ring",
+                                         "consumers", "permissions", "log_level"};
 constexpr std::string_view kSourceKeys[] = {"files", "compression", "on_error",
                                             "max_record_bytes"};
 constexpr std::string_view kFeatureKeys[] = {"type", "dtype", "shape", "default", "decode"};
@@ -48,11 +55,18 @@ constexpr std::string_view kBatchKeys[] = {"size", "drop_remainder"};
 constexpr std::string_view kShuffleKeys[] = {"files", "buffer", "seed"};
 constexpr std::string_view kPipelineKeys[] = {"cycle_length", "readers", "workers",
                                               "prefetch", "memory_budget", "cpu_budget"};
+constexpr std::string_view kShardKeys[] = {"index", "count"};
+constexpr std::string_view kRingKeys[] = {"slots", "slot_bytes"};
+constexpr std::string_view kConsumersKeys[] = {"mode", "count"};
+constexpr std::string_view kPermissionsKeys[] = {"group"};
 
 constexpr std::string_view kCompressionWords[] = {"auto", "none", "gzip", "zlib"};
 constexpr std::string_view kOnErrorWords[] = {"fail", "skip"};
 constexpr std::string_view kFeatureTypeWords[] = {"fixed", "varlen"};
 constexpr std::string_view kDecodeWords[] = {"raw"};
+// In the order of DeliveryMode and LogLevel.
+constexpr std::string_view kDeliveryModeWords[] = {"shared", "ranks"};
+constexpr std::string_view kLogLevelWords[] = {"trace", "debug", "info", "warn", "error", "off"};
 constexpr std::string_view kDTypeWords[] = {"int64", "float32", "bytes", "uint8", "int8",
                                             "uint16", "int16", "int32", "uint32", "float64"};
 
@@ -126,6 +140,16 @@ bool IsVarNameChar(char c) { return IsVarNameStart(c) || (c >= '0' && c <= '9');
 
 bool IsJobNameChar(char c) {
   return IsVarNameChar(c) || c == '.' || c == '-';
+}
+
+// A group name as systemd and shadow-utils accept it: a letter or '_', then letters, digits,
+// '_', '-' or '.', optionally ending in '$' (Samba machine accounts); at most 32 characters. A
+// leading digit is refused so that a name can never be mistaken for a numeric GID.
+bool IsValidGroupName(std::string_view name) {
+  if (name.empty() || name.size() > kMaxGroupNameLength || !IsVarNameStart(name[0])) return false;
+  if (name.back() == '$') name.remove_suffix(1);
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return IsVarNameChar(c) || c == '-' || c == '.'; });
 }
 
 // Decimal integer with an optional sign. nullopt when malformed; `overflow` set when the text is
@@ -482,6 +506,14 @@ class Loader {
       config->epochs = ReadInt(*e, 0, std::numeric_limits<int64_t>::max());
     }
     if (const Entry* e = Find(top, "pipeline")) ReadPipeline(*e, &config->pipeline);
+    if (const Entry* e = Find(top, "deterministic")) config->deterministic = ReadBool(*e);
+    if (const Entry* e = Find(top, "shard")) ReadShard(*e, &config->shard);
+    if (const Entry* e = Find(top, "ring")) ReadRing(*e, &config->ring);
+    if (const Entry* e = Find(top, "consumers")) ReadConsumers(*e, &config->consumers);
+    if (const Entry* e = Find(top, "permissions")) ReadPermissions(*e, &config->permissions);
+    if (const Entry* e = Find(top, "log_level")) {
+      config->log_level = static_cast<LogLevel>(ReadWord(*e, kLogLevelWords));
+    }
   }
 
   // One batch of a FixedLen feature must stay addressable: batch.size x prod(shape) values
@@ -773,10 +805,90 @@ class Loader {
     }
   }
 
+  // Both keys are required once `shard` is given: a forgotten index would silently make every
+  // node read shard 0.
+  void ReadShard(const Entry& section, ShardConfig* shard) {
+    std::vector<Entry> entries = ReadMap(section.value, MarkOf(section), "shard", kShardKeys);
+    const Entry* index = Find(entries, "index");
+    const Entry* count = Find(entries, "count");
+    if (index == nullptr) {
+      Fail(MarkOf(section), "shard.index",
+           "missing required key 'index' (this node's shard, 0 to count - 1, e.g. ${RANK})");
+    }
+    if (count == nullptr) {
+      Fail(MarkOf(section), "shard.count",
+           "missing required key 'count' (the number of shards, e.g. ${WORLD_SIZE})");
+    }
+    shard->index = ReadInt(*index, 0, std::numeric_limits<int64_t>::max());
+    shard->count = ReadInt(*count, 1, std::numeric_limits<int64_t>::max());
+    if (shard->index >= shard->count) {
+      Fail(MarkOf(*index), "shard.index",
+           "shard.index is " + std::to_string(shard->index) + " but shard.count is " +
+               std::to_string(shard->count) + "; expected 0 <= index < count (0 to " +
+               std::to_string(shard->count - 1) + ")");
+    }
+  }
+
+  void ReadRing(const Entry& section, RingConfig* ring) {
+    std::vector<Entry> entries = ReadMap(section.value, MarkOf(section), "ring", kRingKeys);
+    if (const Entry* e = Find(entries, "slots")) {
+      ring->slots = ReadAutoInt(*e, kMinRingSlots, kMaxRingSlots);
+    }
+    if (const Entry* e = Find(entries, "slot_bytes")) {
+      std::string text = ScalarText(*e, "auto or a size such as 64MiB");
+      if (text != "auto") ring->slot_bytes = ReadSize(*e, kMinSlotBytes, kMaxSlotBytes, "auto or ");
+    }
+  }
+
+  void ReadConsumers(const Entry& section, ConsumersConfig* consumers) {
+    std::vector<Entry> entries =
+        ReadMap(section.value, MarkOf(section), "consumers", kConsumersKeys);
+    const Entry* mode = Find(entries, "mode");
+    const Entry* count = Find(entries, "count");
+    if (mode != nullptr) {
+      consumers->mode = static_cast<DeliveryMode>(ReadWord(*mode, kDeliveryModeWords));
+    }
+    if (consumers->mode == DeliveryMode::kRanks) {
+      if (count == nullptr) {
+        Fail(MarkOf(section), "consumers.count",
+             "missing required key 'count' with mode: ranks (the number of ranks, 1 to " +
+                 std::to_string(kMaxRanks) + ", e.g. the trainer's local world size)");
+      }
+      consumers->count = ReadInt(*count, 1, kMaxRanks);
+    } else if (count != nullptr) {
+      Fail(count->key_node.Mark(), count->path,
+           "'count' is only allowed with mode: ranks; in mode shared any number of consumers "
+           "take from one queue (remove count, or set mode: ranks)");
+    }
+  }
+
+  void ReadPermissions(const Entry& section, PermissionsConfig* permissions) {
+    std::vector<Entry> entries =
+        ReadMap(section.value, MarkOf(section), "permissions", kPermissionsKeys);
+    if (const Entry* e = Find(entries, "group")) {
+      std::string name = ScalarText(*e, "a group name");
+      if (!IsValidGroupName(name)) {
+        Fail(MarkOf(*e), e->path,
+             "invalid group name " + Quote(name) + "; expected 1 to 32 characters: a letter or "
+             "'_', then letters, digits, '_', '-' or '.' (an optional '$' at the end), as "
+             "groupadd accepts");
+      }
+      permissions->group = std::move(name);
+    }
+  }
+
   std::string file_;
 };
 
 }  // namespace
+
+std::string_view DeliveryModeName(DeliveryMode mode) {
+  return kDeliveryModeWords[static_cast<size_t>(mode)];
+}
+
+std::string_view LogLevelName(LogLevel level) {
+  return kLogLevelWords[static_cast<size_t>(level)];
+}
 
 ConfigError::ConfigError(std::string file, int line, int column, std::string key,
                          const std::string& problem)

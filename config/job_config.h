@@ -17,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "format/compression.h"
@@ -56,6 +57,42 @@ struct PipelineConfig {
   std::optional<double> cpu_budget;         // cores; nullopt = auto
 };
 
+// `shard`: this daemon's part of the data when several nodes read the same files: of the
+// sorted file list, the files at positions p with p % count == index (tf.data
+// `Dataset.shard(count, index)` on the file list).
+struct ShardConfig {
+  int64_t index = 0;  // 0 <= index < count
+  int64_t count = 1;  // >= 1; 1 = read everything
+};
+
+// `ring`: the shared-memory ring's geometry. nullopt = auto (the daemon sizes it from
+// batch.size, the features and pipeline.prefetch).
+struct RingConfig {
+  std::optional<int64_t> slots;        // batches in flight, 2..256 (shm::kMaxSlots)
+  std::optional<uint64_t> slot_bytes;  // bytes per slot, 4 KiB..64 GiB
+};
+
+// `consumers.mode`: how batches reach the trainer processes attached to the job.
+enum class DeliveryMode {
+  kShared,  // one queue; every consumer takes the next ready batch
+  kRanks,   // one queue per rank (0..count-1); a consumer attaches as one rank
+};
+
+struct ConsumersConfig {
+  DeliveryMode mode = DeliveryMode::kShared;
+  int64_t count = 0;  // ranks: number of ranks, 1..64 (shm::kMaxQueues); 0 in shared mode
+};
+
+// `permissions`: who besides the daemon's user may attach.
+struct PermissionsConfig {
+  // Group given read-write access (socket and segment mode 0660, group-owned); empty = none
+  // (owner-only). A name, not yet resolved: the daemon looks it up at start.
+  std::string group;
+};
+
+// `log_level`: the daemon's log threshold (spdlog's level names).
+enum class LogLevel { kTrace, kDebug, kInfo, kWarn, kError, kOff };
+
 struct JobConfig {
   std::string path;  // the file it was loaded from ("<string>" for LoadJobConfigFromString)
   std::string job;   // [A-Za-z0-9_.-]{1,64}; names the job's socket and shared memory
@@ -65,7 +102,21 @@ struct JobConfig {
   ShuffleConfig shuffle;
   int64_t epochs = 1;  // 0 = forever
   PipelineConfig pipeline;
+  // true: batch k of epoch e is a function of the (sharded) file list, the config and
+  // shuffle.seed only, whatever the timing; false: the daemon may hand out whichever batch is
+  // ready first.
+  bool deterministic = true;
+  ShardConfig shard;
+  RingConfig ring;
+  ConsumersConfig consumers;
+  PermissionsConfig permissions;
+  LogLevel log_level = LogLevel::kInfo;
 };
+
+// The config words for the enums ("shared", "ranks"; "trace" ... "off"), for logs and status
+// output that use the config's names.
+std::string_view DeliveryModeName(DeliveryMode mode);
+std::string_view LogLevelName(LogLevel level);
 
 // A config problem. what() is the full message:
 //   "<file>:<line>:<column>: <key.path>: <problem>"  (line/column omitted when unknown).

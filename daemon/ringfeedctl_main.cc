@@ -2,7 +2,8 @@
 //
 // Each subcommand is one Add<Name>Command() below: it declares the subcommand and its options on
 // the CLI11 app and returns the action to run when that subcommand is chosen; the work itself
-// lives in a library (inspect: daemon/inspect.h, check: daemon/job_check.h). To add a subcommand, write its Add function
+// lives in a library (inspect: daemon/inspect.h, check: daemon/job_check.h, list/status/dump:
+// daemon/ctl_client.h). To add a subcommand, write its Add function
 // and append it to the list in main(). Exit statuses (ringfeed::ExitStatus): 0 ok, 1 data
 // problems found, 2 usage error (CLI11 prints what was wrong; --help exits 0).
 #include <CLI/CLI.hpp>
@@ -14,9 +15,11 @@
 #include <vector>
 
 #include "config/job_config.h"
+#include "daemon/ctl_client.h"
 #include "daemon/inspect.h"
 #include "daemon/job_check.h"
 #include "format/compression.h"
+#include "shm/names.h"
 
 namespace {
 
@@ -182,6 +185,101 @@ Command AddCheckCommand(CLI::App& parent) {
   return {cmd, run};
 }
 
+// --runtime-dir, shared by the commands that talk to a running daemon.
+void AddRuntimeDirOption(CLI::App* cmd, std::string* dir) {
+  cmd->add_option("--runtime-dir", *dir,
+                  "Where the daemons' sockets are (default: $RINGFEED_RUNTIME_DIR, else $RUNTIME_DIRECTORY, else "
+                  "/run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed)");
+}
+
+std::string RuntimeDirOr(const std::string& dir) { return dir.empty() ? ringfeed::shm::RuntimeDir() : dir; }
+
+Command AddListCommand(CLI::App& parent) {
+  auto dir = std::make_shared<std::string>();
+  CLI::App* cmd = parent.add_subcommand("list", "List the ringfeed jobs running on this machine (from their sockets)");
+  AddRuntimeDirOption(cmd, dir.get());
+  auto run = [dir]() {
+    ringfeed::ListJobs(RuntimeDirOr(*dir), std::cout);
+    return ringfeed::kExitOk;
+  };
+  return {cmd, run};
+}
+
+Command AddStatusCommand(CLI::App& parent) {
+  struct Flags {
+    std::string job, dir;
+    bool json = false;
+  };
+  auto flags = std::make_shared<Flags>();
+  CLI::App* cmd = parent.add_subcommand("status", "Show what a running ringfeedd is doing");
+  cmd->footer(
+      "Shows state, uptime, epoch and file progress, records and batches produced, throughput\n"
+      "(last 10 s and overall), ring occupancy (free / filling / ready / held), consumers (pid, rank,\n"
+      "batches taken, time spent waiting), readers and workers, memory (segment, daemon private RSS,\n"
+      "budget) and errors with the last one. Fields: docs/operations.md.\n"
+      "Exit status 0: shown, 1: the daemon is not running or did not answer.\n"
+      "\n"
+      "Example:\n"
+      "  ringfeedctl status taxi-train --json | jq .throughput");
+  cmd->add_option("JOB", flags->job, "Job name (the config's job:)")->required();
+  cmd->add_flag("--json", flags->json, "Print the status object as JSON");
+  AddRuntimeDirOption(cmd, &flags->dir);
+  auto run = [flags]() {
+    try {
+      const nlohmann::json status = ringfeed::QueryDaemon(RuntimeDirOr(flags->dir), flags->job, {{"type", "status"}});
+      if (flags->json) {
+        std::cout << status.dump(2) << "\n";
+      } else {
+        ringfeed::PrintStatusTable(status, std::cout);
+      }
+      return ringfeed::kExitOk;
+    } catch (const std::exception& e) {
+      std::cerr << "ringfeedctl status: " << e.what() << "\n";
+      return ringfeed::kExitDataProblems;
+    }
+  };
+  return {cmd, run};
+}
+
+Command AddDumpCommand(CLI::App& parent) {
+  auto options = std::make_shared<ringfeed::DumpOptions>();
+  auto batches = std::make_shared<uint64_t>(0);
+  CLI::App* cmd = parent.add_subcommand(
+      "dump", "Attach to a running job as a consumer and print its batches as JSON lines: what a trainer sees");
+  cmd->footer(
+      "One line per batch: {\"epoch\": E, \"batch\": K, \"size\": B, \"features\": {NAME: {\"dtype\": ...,\n"
+      "\"shape\": [...], \"values\": [...flat, row-major...], \"row_splits\": [...] (varlen only)}},\n"
+      "\"sources\": [[file_index, record_index], ...]}. bytes values are base64; NaN and infinities are\n"
+      "the strings \"nan\", \"inf\", \"-inf\". The batches printed are taken from the job: in shared mode\n"
+      "they do not reach other consumers.\n"
+      "Exit status 0: done (batch count reached or end of data), 1: the daemon failed or went away.\n"
+      "\n"
+      "Example:\n"
+      "  ringfeedctl dump taxi-train --batches 1 | jq '.features.fare.values[:4]'");
+  cmd->add_option("JOB", options->job, "Job name (the config's job:)")->required();
+  cmd->add_option("--batches", *batches, "Print this many batches (default: all until the end of the data)")
+      ->check(kCountValidator)
+      ->option_text("N");
+  cmd->add_option("--rank", options->rank, "consumers.mode ranks: attach as this rank")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--timeout", options->timeout_seconds, "Give up when no batch comes for this many seconds (default 60)")
+      ->check(CLI::PositiveNumber);
+  AddRuntimeDirOption(cmd, &options->runtime_dir);
+  auto run = [options, batches]() {
+    ringfeed::DumpOptions o = *options;
+    o.runtime_dir = RuntimeDirOr(o.runtime_dir);
+    if (*batches > 0) o.batches = *batches;
+    try {
+      ringfeed::DumpBatches(o, std::cout);
+      return ringfeed::kExitOk;
+    } catch (const std::exception& e) {
+      std::cout.flush();
+      std::cerr << "ringfeedctl dump: " << e.what() << "\n";
+      return ringfeed::kExitDataProblems;
+    }
+  };
+  return {cmd, run};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -193,11 +291,17 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  ringfeedctl inspect --schema data/*.gz\n"
       "  ringfeedctl check job.yaml\n"
+      "  ringfeedctl list\n"
+      "  ringfeedctl status taxi-train\n"
+      "  ringfeedctl dump taxi-train --batches 1\n"
       "Run 'ringfeedctl COMMAND --help' for the options of a command.");
 
   const std::vector<Command> commands = {
       AddInspectCommand(app),
       AddCheckCommand(app),
+      AddListCommand(app),
+      AddStatusCommand(app),
+      AddDumpCommand(app),
   };
 
   if (!CheckCommandName(app, argc, argv)) return ringfeed::kExitUsage;

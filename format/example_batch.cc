@@ -1,5 +1,8 @@
 #include "format/example_batch.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace ringfeed {
 
 ExampleBatch::ExampleBatch(const FeatureSpecs& specs, size_t capacity)
@@ -9,22 +12,87 @@ ExampleBatch::ExampleBatch(const FeatureSpecs& specs, size_t capacity)
     Column& c = columns_[i];
     const bool fixed = spec.type == FeatureType::kFixedLen;
     if (spec.dtype == DType::kBytes) {
-      c.value_offsets.reserve(fixed ? capacity * spec.NumElements() + 1 : capacity + 1);
-      c.value_offsets.push_back(0);
+      if (!c.value_offsets.reserve(fixed ? capacity * spec.NumElements() + 1 : capacity + 1)) throw std::bad_alloc();
+      c.value_offsets.push_back_reserved(0);
     } else if (fixed) {
-      c.values.resize(capacity * spec.NumElements() * DTypeSize(spec.dtype));
+      const size_t bytes = capacity * spec.NumElements() * DTypeSize(spec.dtype);
+      if (!c.values.resize(bytes)) throw std::bad_alloc();
+      if (bytes != 0) std::memset(c.values.data(), 0, bytes);  // once, as std::vector did
     }
     if (!fixed) {
-      c.row_splits.reserve(capacity + 1);
-      c.row_splits.push_back(0);
-      varlen_.push_back({i, DTypeSize(spec.dtype)});
+      if (!c.row_splits.reserve(capacity + 1)) throw std::bad_alloc();
+      c.row_splits.push_back_reserved(0);
     }
+  }
+  IndexVarLenColumns();
+}
+
+ExampleBatch::ExampleBatch(const FeatureSpecs& specs, size_t capacity, std::span<const ColumnRegion> regions)
+    : specs_(&specs), capacity_(capacity), columns_(specs.size()) {
+  if (regions.size() != specs.size()) {
+    throw std::invalid_argument("ExampleBatch: " + std::to_string(regions.size()) + " column regions for " +
+                                std::to_string(specs.size()) + " features; give one per feature");
+  }
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const FeatureSpec& spec = specs[i];
+    const ColumnRegion& r = regions[i];
+    Column& c = columns_[i];
+    const bool fixed = spec.type == FeatureType::kFixedLen;
+    const bool bytes = spec.dtype == DType::kBytes;
+    auto bad = [&](const std::string& what) {
+      return std::invalid_argument("ExampleBatch: feature '" + spec.name + "': " + what);
+    };
+    if (!bytes && !r.value_offsets.empty()) throw bad("a value_offsets region for a numeric feature");
+    if (fixed && !r.row_splits.empty()) throw bad("a row_splits region for a FixedLen feature");
+    if (bytes && r.value_offsets.empty()) throw bad("the value_offsets region is empty; it needs at least 1 entry");
+    if (!fixed && r.row_splits.size() < capacity + 1) {
+      throw bad("the row_splits region has " + std::to_string(r.row_splits.size()) + " entries, a batch of " +
+                std::to_string(capacity) + " rows needs " + std::to_string(capacity + 1));
+    }
+    c.values = ColumnBuffer<uint8_t>::External(r.values);
+    c.value_offsets = ColumnBuffer<int64_t>::External(r.value_offsets);
+    c.row_splits = ColumnBuffer<int64_t>::External(r.row_splits);
+    if (fixed && !bytes) {
+      const size_t need = capacity * static_cast<size_t>(spec.NumElements()) * DTypeSize(spec.dtype);
+      if (!c.values.resize(need)) {
+        throw bad("the values region has " + std::to_string(r.values.size()) + " bytes, " +
+                  std::to_string(capacity) + " rows of " + std::string(DTypeName(spec.dtype)) + " x " +
+                  std::to_string(spec.NumElements()) + " need " + std::to_string(need));
+      }
+    }
+    if (bytes) c.value_offsets.push_back_reserved(0);
+    if (!fixed) c.row_splits.push_back_reserved(0);
+  }
+  IndexVarLenColumns();
+}
+
+void ExampleBatch::IndexVarLenColumns() {
+  for (size_t i = 0; i < specs_->size(); ++i) {
+    const FeatureSpec& spec = (*specs_)[i];
+    if (spec.type != FeatureType::kFixedLen) varlen_.push_back({i, DTypeSize(spec.dtype)});
   }
 }
 
 void ExampleBatch::Clear() {
   rows_ = 0;
-  RollbackRow();
+  // Written, not read back: a slot's consumer maps it writable, and the leading zeros are part
+  // of the layout contract.
+  for (size_t i = 0; i < columns_.size(); ++i) {
+    const FeatureSpec& spec = (*specs_)[i];
+    Column& c = columns_[i];
+    const bool fixed = spec.type == FeatureType::kFixedLen;
+    if (spec.dtype == DType::kBytes) {
+      c.value_offsets.truncate(1);
+      c.value_offsets[0] = 0;
+      c.values.truncate(0);
+    } else if (!fixed) {
+      c.values.truncate(0);
+    }
+    if (!fixed) {
+      c.row_splits.truncate(1);
+      c.row_splits[0] = 0;
+    }
+  }
 }
 
 void ExampleBatch::RollbackRow() {
@@ -36,14 +104,14 @@ void ExampleBatch::RollbackRow() {
     if (fixed) {
       values = rows_ * static_cast<size_t>(spec.NumElements());
     } else {
-      c.row_splits.resize(rows_ + 1);
+      c.row_splits.truncate(rows_ + 1);
       values = static_cast<size_t>(c.row_splits[rows_]);
     }
     if (spec.dtype == DType::kBytes) {
-      c.value_offsets.resize(values + 1);
-      c.values.resize(static_cast<size_t>(c.value_offsets[values]));
+      c.value_offsets.truncate(values + 1);
+      c.values.truncate(static_cast<size_t>(c.value_offsets[values]));
     } else if (!fixed) {
-      c.values.resize(values * DTypeSize(spec.dtype));
+      c.values.truncate(values * DTypeSize(spec.dtype));
     }
   }
 }
@@ -52,7 +120,10 @@ void ExampleBatch::CommitRow() {
   for (const VarLenColumn& v : varlen_) {
     Column& c = columns_[v.index];
     const size_t values = v.element_size == 0 ? c.value_offsets.size() - 1 : c.values.size() / v.element_size;
-    c.row_splits.push_back(static_cast<int64_t>(values));
+    // Room for capacity + 1 entries is reserved (owned) or checked (external) at construction.
+    if (!c.row_splits.push_back(static_cast<int64_t>(values))) {
+      throw std::logic_error("ExampleBatch::CommitRow: more rows than the batch capacity");
+    }
   }
   ++rows_;
 }

@@ -41,9 +41,16 @@ bool WriteNumeric(const ListRun& run, uint8_t* dst) {
 }
 
 // The bytes list in the form protobuf serializers write (the Feature holds one bytes_list of
-// only values): appends its values to the column and returns true; otherwise appends nothing
-// and returns false (the general walk then handles the Feature).
-bool AppendCanonicalBytes(const FeatureRef& ref, Column* c, size_t* count) {
+// only values): returns true with its value list, string count and total bytes; otherwise
+// false (the general walk then handles the Feature).
+struct CanonicalBytes {
+  const uint8_t* list;
+  const uint8_t* list_end;
+  size_t count;
+  size_t total;
+};
+
+bool FindCanonicalBytes(const FeatureRef& ref, CanonicalBytes* out) {
   constexpr uint8_t kBytesListTag = (1 << 3) | kLen, kValueTag = (1 << 3) | kLen;
   const uint8_t* p = ref.data;
   const uint8_t* const end = p + ref.size;
@@ -59,29 +66,38 @@ bool AppendCanonicalBytes(const FeatureRef& ref, Column* c, size_t* count) {
     if (*q++ != kValueTag || !ReadLen(q, list_end, &value, &size)) return false;
     total += size;
   }
-  const size_t old = c->values.size();
-  c->values.resize(old + total);
-  uint8_t* dst = c->values.data() + old;
-  for (const uint8_t* q = list; q < list_end;) {
-    const uint8_t* value = nullptr;
-    size_t size = 0;
-    ++q;
-    ReadLen(q, list_end, &value, &size);  // validated by the loop above
-    if (size != 0) std::memcpy(dst, value, size);
-    dst += size;
-    c->value_offsets.push_back(static_cast<int64_t>(dst - c->values.data()));
-  }
-  *count = n;
+  *out = {list, list_end, n, total};
   return true;
 }
 
+// Appends the strings FindCanonicalBytes found; false (column unchanged) when there is no room.
+bool AppendCanonicalBytes(const CanonicalBytes& bytes, Column* c) {
+  const size_t old = c->values.size();
+  if (!c->value_offsets.reserve(c->value_offsets.size() + bytes.count)) return false;
+  if (!c->values.resize(old + bytes.total)) return false;
+  uint8_t* const base = c->values.data();
+  uint8_t* dst = base + old;
+  for (const uint8_t* q = bytes.list; q < bytes.list_end;) {
+    const uint8_t* value = nullptr;
+    size_t size = 0;
+    ++q;
+    ReadLen(q, bytes.list_end, &value, &size);  // validated by FindCanonicalBytes
+    if (size != 0) std::memcpy(dst, value, size);
+    dst += size;
+    c->value_offsets.push_back_reserved(static_cast<int64_t>(dst - base));
+  }
+  return true;
+}
+
+// False when the column ran out of room (what was appended is rolled back by the caller).
 bool AppendBytes(const ListRun& run, Column& c) {
-  return ForEachList(run, [&](const uint8_t* b, const uint8_t* e) {
+  bool room = true;
+  ForEachList(run, [&](const uint8_t* b, const uint8_t* e) {
     return VisitBytesList(b, e, [&](const uint8_t* s, size_t n) {
-      c.values.insert(c.values.end(), s, s + n);
-      c.value_offsets.push_back(static_cast<int64_t>(c.values.size()));
+      room = room && c.values.append(s, n) && c.value_offsets.push_back(static_cast<int64_t>(c.values.size()));
     });
   });
+  return room;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {
@@ -154,6 +170,16 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
     table_[pos] = {f, static_cast<int32_t>(i)};
     fingerprints_.push_back(f);
 
+    if (s.dtype == DType::kBytes || (!fixed_len && !s.decode_raw)) {
+      Measured m{static_cast<uint32_t>(i), static_cast<uint32_t>(s.WireKind()), 0, 0};
+      if (fixed_len && s.has_default && s.dtype == DType::kBytes) {
+        const size_t n = static_cast<size_t>(s.NumElements());
+        for (size_t k = 0; k < n; ++k) m.default_bytes += s.default_bytes[s.default_bytes.size() == 1 ? 0 : k].size();
+        m.default_strings = n;
+      }
+      measured_.push_back(m);
+    }
+
     if (s.type != FeatureType::kFixedLen || !s.has_default || s.dtype == DType::kBytes) continue;
     const size_t n = static_cast<size_t>(s.NumElements());
     const size_t given = s.dtype == DType::kInt64 ? s.default_int64.size() : s.default_float.size();
@@ -192,16 +218,34 @@ int ExampleParser::Find(const Fingerprint& f, const uint8_t* key, size_t size) c
   }
 }
 
+namespace {
+
+// Per-thread scratch of Parse (and, separately, of Measure): where each spec feature's Feature is
+// in this record, and which feature was found at each entry position last time (records of one
+// dataset list their keys in the same order, so that one is tried before the hash table).
+// Reset when another parser uses it.
+struct Scratch {
+  uint64_t owner = 0;  // ExampleParser::id_ (an address could be reused by another parser)
+  std::vector<FeatureRef> found;
+  std::vector<int32_t> hints;
+};
+
+[[gnu::cold, gnu::noinline]] bool NoRoom(ExampleBatch& batch, const FeatureSpec& spec, size_t feature,
+                                         ParseError* error) {
+  const Column& c = batch.column(feature);
+  std::string regions = "values: " + std::to_string(c.values.capacity()) + " bytes";
+  if (spec.dtype == DType::kBytes) regions += ", value_offsets: " + std::to_string(c.value_offsets.capacity()) + " entries";
+  batch.RollbackRow();
+  error->key = spec.name;
+  error->message = "key '" + spec.name + "': the record does not fit in the batch's column regions (" + regions +
+                   "); size them with ExampleParser::Measure and ColumnCapacities";
+  return false;
+}
+
+}  // namespace
+
 bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch, ParseError* error) const {
   if (batch.rows() >= batch.capacity()) throw std::out_of_range("ExampleParser::Parse: the batch is full");
-  // Per-thread scratch: where each spec feature's Feature is in this record, and which feature
-  // was found at each entry position last time (records of one dataset list their keys in the
-  // same order, so that one is tried before the hash table). Reset when another parser uses it.
-  struct Scratch {
-    uint64_t owner = 0;  // ExampleParser::id_ (an address could be reused by another parser)
-    std::vector<FeatureRef> found;
-    std::vector<int32_t> hints;
-  };
   thread_local Scratch scratch;
   if (scratch.owner != id_) {
     scratch.owner = id_;
@@ -209,14 +253,16 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   }
   scratch.found.assign(specs_.size(), FeatureRef{});
   FeatureRef* const found = scratch.found.data();
-  std::vector<int32_t>& hints = scratch.hints;
   auto malformed = [&](const std::string& key, const std::string& what) {
     error->key = key;
     error->message = (key.empty() ? "malformed Example: " : "key '" + key + "': malformed Feature: ") + what;
     return false;
   };
 
-  // Pass 1: locate each spec feature's Feature message (a later duplicate key wins).
+  std::vector<int32_t>& hints = scratch.hints;
+
+  // Pass 1: locate each spec feature's Feature message (a later duplicate key wins). Measure()
+  // has a copy of this walk: kept inline here, where GCC inlines the lambda into the walk.
   size_t position = 0;
   std::string why;
   const bool well_formed = ForEachFeature(
@@ -263,25 +309,24 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
       if (fixed) {
         WritePackedRun(packed, col.values.data() + row * bytes);
       } else if (want == static_cast<uint32_t>(ListKind::kFloat)) {
-        col.values.insert(col.values.end(), packed.data, packed.data + packed.size);  // no zero-fill
+        if (!col.values.append(packed.data, packed.size)) return NoRoom(batch, spec, i, error);
       } else if (packed.count == 1) {
         uint8_t value[8];
         WritePackedRun(packed, value);
-        col.values.insert(col.values.end(), value, value + 8);
+        if (!col.values.append(value, 8)) return NoRoom(batch, spec, i, error);
       } else {
         const size_t old = col.values.size();
-        col.values.resize(old + bytes);
+        if (!col.values.resize(old + bytes)) return NoRoom(batch, spec, i, error);
         WritePackedRun(packed, col.values.data() + old);
       }
       continue;
     }
     // ... and for a bytes list in that form (only bytes values).
-    if (found[i].present && plan.bytes && want == static_cast<uint32_t>(ListKind::kBytes)) {
-      size_t count = 0;
-      if (AppendCanonicalBytes(found[i], &col, &count)) {
-        if (fixed && count != plan.elements) return count_mismatch(want, count);
-        continue;
-      }
+    CanonicalBytes canonical;
+    if (found[i].present && plan.bytes && FindCanonicalBytes(found[i], &canonical)) {
+      if (fixed && canonical.count != plan.elements) return count_mismatch(want, canonical.count);
+      if (!AppendCanonicalBytes(canonical, &col)) return NoRoom(batch, spec, i, error);
+      continue;
     }
 
     ListRun run;
@@ -301,8 +346,10 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
         const size_t n = static_cast<size_t>(spec.NumElements());
         for (size_t k = 0; k < n; ++k) {
           const std::string& s = spec.default_bytes[spec.default_bytes.size() == 1 ? 0 : k];
-          col.values.insert(col.values.end(), s.begin(), s.end());
-          col.value_offsets.push_back(static_cast<int64_t>(col.values.size()));
+          if (!col.values.append(reinterpret_cast<const uint8_t*>(s.data()), s.size()) ||
+              !col.value_offsets.push_back(static_cast<int64_t>(col.values.size()))) {
+            return NoRoom(batch, spec, i, error);
+          }
         }
       } else {
         const std::vector<uint8_t>& d = default_rows_[i];
@@ -340,7 +387,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
 
     if (fixed && count != static_cast<size_t>(spec.NumElements())) return count_mismatch(run.kind, count);
     if (spec.dtype == DType::kBytes) {
-      AppendBytes(run, col);
+      if (!AppendBytes(run, col)) return NoRoom(batch, spec, i, error);
     } else {
       const size_t elem = DTypeSize(spec.dtype);
       uint8_t* dst;
@@ -348,7 +395,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
         dst = col.values.data() + row * count * elem;
       } else {
         const size_t old = col.values.size();
-        col.values.resize(old + count * elem);
+        if (!col.values.resize(old + count * elem)) return NoRoom(batch, spec, i, error);
         dst = col.values.data() + old;
       }
       WriteNumeric(run, dst);
@@ -356,6 +403,117 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   }
   batch.CommitRow();
   return true;
+}
+
+namespace {
+
+// Adds to *bytes / *strings an upper bound of the values of list kind `want` in one list message
+// (an XxxList): every value field counts, whatever its wire encoding; a packed int64 run counts
+// its bytes without the continuation bit (each varint ends with exactly one). Stops at the first
+// malformed field: Parse fails on a list it reads that is malformed, and never reads the rest.
+[[gnu::always_inline]] inline void MeasureList(const uint8_t* p, const uint8_t* end, uint32_t want, uint64_t* bytes,
+                                               uint64_t* strings) {
+  while (p < end) {
+    uint32_t field, wire;
+    if (!ReadTag(p, end, &field, &wire)) return;
+    if (field == 1 && wire == kLen) {
+      const uint8_t* v;
+      size_t n;
+      if (!ReadLen(p, end, &v, &n)) return;
+      if (want == static_cast<uint32_t>(ListKind::kInt64)) {
+        size_t ends = 0;
+        for (size_t k = 0; k < n; ++k) ends += v[k] < 0x80;
+        *bytes += 8 * ends;
+      } else {
+        *bytes += n;  // float32 bytes, or one string's bytes
+        *strings += want == static_cast<uint32_t>(ListKind::kBytes);
+      }
+    } else if (field == 1 && wire == kFixed32 && want == static_cast<uint32_t>(ListKind::kFloat)) {
+      if (end - p < 4) return;
+      p += 4;
+      *bytes += 4;
+    } else if (field == 1 && wire == kVarint && want == static_cast<uint32_t>(ListKind::kInt64)) {
+      uint64_t ignored;
+      if (!ReadVarint(p, end, &ignored)) return;
+      *bytes += 8;
+    } else if (!SkipField(p, end, wire)) {
+      return;
+    }
+  }
+}
+
+// Measures every list of kind `want` in one Feature (protobuf's oneof and merge rules make the
+// values Parse appends a subset of those). *listed: the Feature sets some list, so it is not
+// missing (Parse's rule: a list field of any kind, wire type LEN).
+[[gnu::always_inline]] inline void MeasureFeature(const FeatureRef& ref, uint32_t want, uint64_t* bytes,
+                                                  uint64_t* strings, bool* listed) {
+  const uint8_t* p = ref.data;
+  const uint8_t* const end = p + ref.size;
+  while (p < end) {
+    uint32_t field, wire;
+    if (!ReadTag(p, end, &field, &wire)) return;  // malformed Feature: Parse appends nothing
+    if (wire != kLen) {
+      if (!SkipField(p, end, wire)) return;
+      continue;
+    }
+    const uint8_t* list;
+    size_t list_size;
+    if (!ReadLen(p, end, &list, &list_size)) return;
+    if (field < 1 || field > 3) continue;
+    *listed = true;
+    if (field == want) MeasureList(list, list + list_size, want, bytes, strings);
+  }
+}
+
+}  // namespace
+
+void ExampleParser::Measure(std::span<const uint8_t> example, ColumnSizes* sizes) const {
+  if (sizes->features.size() != specs_.size()) {
+    if (!sizes->features.empty()) {
+      throw std::invalid_argument("ExampleParser::Measure: sizes of " + std::to_string(sizes->features.size()) +
+                                  " features for a parser of " + std::to_string(specs_.size()));
+    }
+    sizes->features.resize(specs_.size());
+  }
+  ++sizes->records;
+  if (measured_.empty()) return;  // only FixedLen numeric features: nothing depends on the record
+  thread_local Scratch scratch;
+  if (scratch.owner != id_) {
+    scratch.owner = id_;
+    scratch.hints.clear();
+  }
+  scratch.found.assign(specs_.size(), FeatureRef{});
+  FeatureRef* const found = scratch.found.data();
+  std::vector<int32_t>& hints = scratch.hints;
+  // Parse's pass 1 (a later duplicate key wins).
+  size_t position = 0;
+  std::string why;
+  const bool well_formed = ForEachFeature(
+      example,
+      [&](const uint8_t* key, size_t key_size, const FeatureRef& value) {
+        const Fingerprint f = FingerprintOf(key, key_size);
+        int idx = position < hints.size() ? hints[position] : -1;
+        if (idx < 0 || !Matches(idx, f, key, key_size)) {
+          idx = Find(f, key, key_size);
+          if (position >= hints.size()) hints.resize(position + 1, -1);
+          hints[position] = idx;
+        }
+        ++position;
+        if (idx >= 0) found[idx] = value;
+      },
+      &why);
+  if (!well_formed) return;  // Parse fails before appending anything
+
+  for (const Measured& m : measured_) {
+    ColumnSize& out = sizes->features[m.feature];
+    const FeatureRef& ref = found[m.feature];
+    bool listed = false;
+    if (ref.present) MeasureFeature(ref, m.wire_kind, &out.value_bytes, &out.strings, &listed);
+    if (!listed) {  // missing: a FixedLen bytes feature takes its default (0 for the others)
+      out.value_bytes += m.default_bytes;
+      out.strings += m.default_strings;
+    }
+  }
 }
 
 }  // namespace ringfeed

@@ -23,7 +23,13 @@
 // the first list / first packed run there. The full list of differences is in
 // tests/golden/make_edge_cases.py (KNOWN_DIVERGENCES) and docs/config.md.
 //
-// Thread-safety: Parse() is const and may run concurrently on distinct batches.
+// Writing into a shared-memory slot: Measure() each record of the batch first, turn the sums
+// into region sizes with ColumnCapacities (format/column_sizes.h), build an external
+// ExampleBatch over the slot and Parse into it. A record that does not fit its regions (which
+// Measure's bounds rule out) fails with a "no room" ParseError and leaves the batch unchanged.
+//
+// Thread-safety: Parse() and Measure() are const and may run concurrently (on distinct batches
+// and ColumnSizes).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "format/column_sizes.h"
 #include "format/example_batch.h"
 #include "format/feature_spec.h"
 
@@ -51,6 +58,13 @@ class ExampleParser {
   // Appends one row to `batch` (which must have been built from specs() and have room).
   // Returns false and fills *error on failure; the batch is then unchanged.
   bool Parse(std::span<const uint8_t> example, ExampleBatch& batch, ParseError* error) const;
+
+  // Adds to *sizes, per spec feature, an upper bound of what Parse appends for this record to
+  // the record-dependent arrays (see ColumnSize), whatever the record: malformed, with repeated
+  // keys or wrong list kinds (those count what they hold of the spec's kind, or 0). One walk
+  // over the record; values are counted, not decoded. sizes->features is sized on first use.
+  // Throws std::invalid_argument when *sizes was filled by a parser of another spec size.
+  void Measure(std::span<const uint8_t> example, ColumnSizes* sizes) const;
 
   // Index of the spec feature called `key`, or -1. Exposed for tests.
   int Lookup(std::span<const uint8_t> key) const;
@@ -84,10 +98,19 @@ class ExampleParser {
     size_t elements;      // FixedLen: values per row
     size_t element_size;  // DTypeSize(dtype)
   };
+  // A feature Measure looks at (VarLen numeric, bytes): its index, list kind, and for a FixedLen
+  // bytes feature with a default the bytes of one row of defaults.
+  struct Measured {
+    uint32_t feature;
+    uint32_t wire_kind;
+    uint64_t default_bytes;
+    uint64_t default_strings;
+  };
 
   uint64_t id_ = 0;  // unique per constructed parser (copies share it: same specs)
   FeatureSpecs specs_;
   std::vector<Plan> plans_;
+  std::vector<Measured> measured_;
   std::vector<Fingerprint> fingerprints_;  // per feature
   std::vector<Slot> table_;  // open addressing, power-of-two size, >= 4x the feature count
   uint32_t mask_ = 0;

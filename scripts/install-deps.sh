@@ -15,6 +15,7 @@ packages=(
   libisal-dev             # ISA-L: igzip inflate and crc32_iscsi (CRC-32C)
   nlohmann-json3-dev      # JSON output of ringfeedctl
   libcli11-dev            # command-line parsing and --help
+  libsystemd-dev systemd  # sd_notify for ringfeedd; systemd-analyze verifies the unit (tests)
   # tests, fuzzing, benchmarks
   catch2                  # Catch2 v2 (single header)
   libprotobuf-dev protobuf-compiler   # independent Example serialiser for differential tests

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -108,6 +109,17 @@ pipeline:
   prefetch: 5
   memory_budget: 2GB
   cpu_budget: 7.5
+deterministic: false
+shard: {index: 3, count: 8}
+ring:
+  slots: 256
+  slot_bytes: 64GiB
+consumers:
+  mode: ranks
+  count: 64
+permissions:
+  group: ml-train_2.x$
+log_level: trace
 )";
   JobConfig c = Load(yaml);
   CHECK(c.path == "test.yaml");
@@ -180,6 +192,15 @@ pipeline:
   CHECK(c.pipeline.prefetch == std::optional<int64_t>(5));
   CHECK(c.pipeline.memory_budget == std::optional<uint64_t>(2000000000ull));
   CHECK(c.pipeline.cpu_budget == std::optional<double>(7.5));
+  CHECK_FALSE(c.deterministic);
+  CHECK(c.shard.index == 3);
+  CHECK(c.shard.count == 8);
+  CHECK(c.ring.slots == std::optional<int64_t>(256));
+  CHECK(c.ring.slot_bytes == std::optional<uint64_t>(64ull << 30));
+  CHECK(c.consumers.mode == DeliveryMode::kRanks);
+  CHECK(c.consumers.count == 64);
+  CHECK(c.permissions.group == "ml-train_2.x$");
+  CHECK(c.log_level == LogLevel::kTrace);
 }
 
 TEST_CASE("defaults of every optional key", "[config]") {
@@ -208,6 +229,98 @@ TEST_CASE("defaults of every optional key", "[config]") {
   CHECK_FALSE(c.pipeline.prefetch);
   CHECK_FALSE(c.pipeline.memory_budget);
   CHECK_FALSE(c.pipeline.cpu_budget);
+  CHECK(c.deterministic);
+  CHECK(c.shard.index == 0);
+  CHECK(c.shard.count == 1);
+  CHECK_FALSE(c.ring.slots);
+  CHECK_FALSE(c.ring.slot_bytes);
+  CHECK(c.consumers.mode == DeliveryMode::kShared);
+  CHECK(c.consumers.count == 0);
+  CHECK(c.permissions.group.empty());
+  CHECK(c.log_level == LogLevel::kInfo);
+}
+
+TEST_CASE("daemon keys: shard from the launcher's environment, ring, consumers, log_level",
+          "[config][daemon]") {
+  auto load = [](const std::string& body) { return Load(std::string(kMinimal) + body); };
+
+  SECTION("shard index and count from ${RANK} / ${WORLD_SIZE}, with defaults") {
+    ScopedEnv rank("RINGFEED_TEST_RANK", "5");
+    ScopedEnv world("RINGFEED_TEST_WORLD_SIZE", "6");
+    ScopedEnv unset("RINGFEED_TEST_SLURM_PROCID", nullptr);
+    JobConfig c = load("shard:\n  index: ${RINGFEED_TEST_RANK}\n"
+                       "  count: ${RINGFEED_TEST_WORLD_SIZE}\n");
+    CHECK(c.shard.index == 5);
+    CHECK(c.shard.count == 6);
+    c = load("shard: {index: \"${RINGFEED_TEST_SLURM_PROCID:-0}\", count: 1}\n");
+    CHECK(c.shard.index == 0);
+    CHECK(c.shard.count == 1);
+
+    ScopedEnv too_big("RINGFEED_TEST_RANK", "6");
+    try {
+      load("shard:\n  index: ${RINGFEED_TEST_RANK}\n  count: ${RINGFEED_TEST_WORLD_SIZE}\n");
+      FAIL("no error");
+    } catch (const ConfigError& e) {
+      CHECK(e.line() == 7);
+      CHECK(e.column() == 10);
+      CHECK(e.key() == "shard.index");
+      CHECK_THAT(e.what(), Catch::Contains("shard.index is 6 but shard.count is 6") &&
+                               Catch::Contains("0 to 5"));
+    }
+  }
+
+  SECTION("ring: auto and numbers, every size unit") {
+    RingConfig ring = load("ring: {slots: auto, slot_bytes: auto}\n").ring;
+    CHECK_FALSE(ring.slots);
+    CHECK_FALSE(ring.slot_bytes);
+    ring = load("ring: {slots: 2, slot_bytes: 4KiB}\n").ring;
+    CHECK(ring.slots == std::optional<int64_t>(2));
+    CHECK(ring.slot_bytes == std::optional<uint64_t>(4096));
+    ring = load("ring:\n  slot_bytes: 16 MB\n").ring;
+    CHECK_FALSE(ring.slots);
+    CHECK(ring.slot_bytes == std::optional<uint64_t>(16000000));
+  }
+
+  SECTION("consumers: shared needs no count, ranks from 1 to 64") {
+    CHECK(load("consumers: {mode: shared}\n").consumers.mode == DeliveryMode::kShared);
+    CHECK(load("consumers: {}\n").consumers.mode == DeliveryMode::kShared);
+    ConsumersConfig one = load("consumers: {mode: ranks, count: 1}\n").consumers;
+    CHECK(one.mode == DeliveryMode::kRanks);
+    CHECK(one.count == 1);
+  }
+
+  SECTION("deterministic") {
+    CHECK(load("deterministic: true\n").deterministic);
+    CHECK_FALSE(load("deterministic: false\n").deterministic);
+  }
+
+  SECTION("log levels and names") {
+    const std::pair<const char*, LogLevel> levels[] = {
+        {"trace", LogLevel::kTrace}, {"debug", LogLevel::kDebug}, {"info", LogLevel::kInfo},
+        {"warn", LogLevel::kWarn},   {"error", LogLevel::kError}, {"off", LogLevel::kOff}};
+    for (const auto& [word, level] : levels) {
+      INFO(word);
+      CHECK(load(std::string("log_level: ") + word + "\n").log_level == level);
+      CHECK(LogLevelName(level) == word);
+    }
+    CHECK(DeliveryModeName(DeliveryMode::kShared) == "shared");
+    CHECK(DeliveryModeName(DeliveryMode::kRanks) == "ranks");
+  }
+
+  SECTION("group names") {
+    for (const char* name : {"trainers", "_ml", "a", "ml.team-1", "host$",
+                             "abcdefghijklmnopqrstuvwxyz012345"}) {
+      INFO(name);
+      CHECK(load(std::string("permissions: {group: \"") + name + "\"}\n").permissions.group ==
+            name);
+    }
+    for (const char* name : {"", "1000", "-x", "a b", "a:b", "a/b", "$", "a$b", "\xc3\xa9",
+                             "abcdefghijklmnopqrstuvwxyz0123456"}) {
+      INFO(name);
+      CHECK_THROWS_WITH(load(std::string("permissions: {group: \"") + name + "\"}\n"),
+                        Catch::Contains("permissions.group: invalid group name"));
+    }
+  }
 }
 
 TEST_CASE("short forms: one file string, broadcast default, feature order", "[config]") {
@@ -415,7 +528,10 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
   const std::vector<BrokenCase> cases = {
       {"typo in a top-level key", kHead + "sufle:\n  buffer: 10\n", 6, 1, "sufle",
        {"unknown key 'sufle'", "known keys: job, source, features, batch, shuffle, epochs, "
-        "pipeline", "did you mean 'shuffle'?"}},
+        "pipeline, deterministic, shard, ring, consumers, permissions, log_level",
+        "did you mean 'shuffle'?"}},
+      {"typo in a new top-level key", kHead + "log_levl: debug\n", 6, 1, "log_levl",
+       {"unknown key 'log_levl'", "did you mean 'log_level'?"}},
       {"typo in a nested key", kHead + "shuffle:\n  bufer: 10\n", 7, 3, "shuffle.bufer",
        {"unknown key 'bufer'", "known keys: files, buffer, seed", "did you mean 'buffer'?"}},
       {"unknown key far from every known key", kHead + "pipeline:\n  turbo: true\n", 7, 3,
@@ -515,6 +631,70 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        {"out of range", "18446744073709551615"}},
       {"cpu_budget zero", kHead + "pipeline:\n  cpu_budget: 0\n", 7, 15, "pipeline.cpu_budget",
        {"out of range", "number of cores > 0"}},
+      // The daemon's keys.
+      {"deterministic spelled yes", kHead + "deterministic: yes\n", 6, 16, "deterministic",
+       {"expected true or false, got 'yes'"}},
+      {"shard index equal to count", kHead + "shard:\n  index: 4\n  count: 4\n", 7, 10,
+       "shard.index", {"shard.index is 4 but shard.count is 4", "0 <= index < count (0 to 3)"}},
+      {"shard index far beyond count", kHead + "shard: {index: 17, count: 8}\n", 6, 16,
+       "shard.index", {"shard.index is 17 but shard.count is 8"}},
+      {"negative shard index", kHead + "shard: {index: -1, count: 8}\n", 6, 16, "shard.index",
+       {"value -1 is out of range", "an integer >= 0"}},
+      {"shard count zero", kHead + "shard: {index: 0, count: 0}\n", 6, 26, "shard.count",
+       {"value 0 is out of range", "an integer >= 1"}},
+      {"shard without index", kHead + "shard:\n  count: 4\n", 7, 3, "shard.index",
+       {"missing required key 'index'", "${RANK}"}},
+      {"shard without count", kHead + "shard: {index: 0}\n", 6, 8, "shard.count",
+       {"missing required key 'count'", "${WORLD_SIZE}"}},
+      {"shard index not a number", kHead + "shard: {index: first, count: 2}\n", 6, 16,
+       "shard.index", {"expected an integer >= 0, got 'first'"}},
+      {"shard index from an unset variable",
+       kHead + "shard: {index: \"${RINGFEED_TEST_UNSET_VAR}\", count: 2}\n",
+       6, 16, "shard.index", {"environment variable RINGFEED_TEST_UNSET_VAR is not set"}},
+      {"shard typo", kHead + "shard: {index: 0, cuont: 2}\n", 6, 19, "shard.cuont",
+       {"unknown key 'cuont'; known keys: index, count", "did you mean 'count'?"}},
+      {"ring slots one", kHead + "ring:\n  slots: 1\n", 7, 10, "ring.slots",
+       {"value 1 is out of range", "auto or an integer from 2 to 256"}},
+      {"ring slots above 256", kHead + "ring:\n  slots: 257\n", 7, 10, "ring.slots",
+       {"value 257 is out of range", "from 2 to 256"}},
+      {"ring slots word", kHead + "ring:\n  slots: many\n", 7, 10, "ring.slots",
+       {"expected auto or an integer from 2 to 256, got 'many'"}},
+      {"ring slot_bytes below a page", kHead + "ring:\n  slot_bytes: 4095\n", 7, 15,
+       "ring.slot_bytes", {"size 4095 (4095 bytes) is out of range", "from 4096 to 68719476736"}},
+      {"ring slot_bytes above 64GiB", kHead + "ring:\n  slot_bytes: 65GiB\n", 7, 15,
+       "ring.slot_bytes", {"out of range", "68719476736 bytes"}},
+      {"ring slot_bytes bad unit", kHead + "ring:\n  slot_bytes: 64M\n", 7, 15,
+       "ring.slot_bytes", {"invalid size '64M'", "expected auto or a byte count"}},
+      {"ring typo", kHead + "ring:\n  slot: 8\n", 7, 3, "ring.slot",
+       {"unknown key 'slot'; known keys: slots, slot_bytes", "did you mean 'slots'?"}},
+      {"consumers mode unknown", kHead + "consumers:\n  mode: rank\n", 7, 9, "consumers.mode",
+       {"unknown value 'rank'; allowed values: shared, ranks", "did you mean 'ranks'?"}},
+      {"consumers ranks without count", kHead + "consumers:\n  mode: ranks\n", 7, 3,
+       "consumers.count", {"missing required key 'count' with mode: ranks", "1 to 64"}},
+      {"consumers count with shared", kHead + "consumers:\n  mode: shared\n  count: 4\n", 8, 3,
+       "consumers.count", {"'count' is only allowed with mode: ranks"}},
+      {"consumers count without mode", kHead + "consumers: {count: 4}\n", 6, 13,
+       "consumers.count", {"'count' is only allowed with mode: ranks"}},
+      {"consumers ranks count zero", kHead + "consumers: {mode: ranks, count: 0}\n", 6, 33,
+       "consumers.count", {"value 0 is out of range", "from 1 to 64"}},
+      {"consumers ranks count 65", kHead + "consumers: {mode: ranks, count: 65}\n", 6, 33,
+       "consumers.count", {"value 65 is out of range", "from 1 to 64"}},
+      {"consumers not a mapping", kHead + "consumers: ranks\n", 6, 12, "consumers",
+       {"expected a mapping with keys mode, count", "got a scalar 'ranks'"}},
+      {"permissions group with a space", kHead + "permissions:\n  group: \"ml team\"\n", 7, 10,
+       "permissions.group", {"invalid group name 'ml team'", "as groupadd accepts"}},
+      {"permissions group numeric", kHead + "permissions: {group: 1000}\n", 6, 22,
+       "permissions.group", {"invalid group name '1000'", "a letter or '_'"}},
+      {"permissions group empty", kHead + "permissions: {group: \"\"}\n", 6, 22,
+       "permissions.group", {"invalid group name ''"}},
+      {"permissions group left out", kHead + "permissions:\n  group:\n", 7, 3,
+       "permissions.group", {"expected a group name, got nothing (null)"}},
+      {"permissions typo", kHead + "permissions: {gruop: ml}\n", 6, 15, "permissions.gruop",
+       {"unknown key 'gruop'; known keys: group", "did you mean 'group'?"}},
+      {"log_level unknown", kHead + "log_level: warning\n", 6, 12, "log_level",
+       {"unknown value 'warning'; allowed values: trace, debug, info, warn, error, off"}},
+      {"log_level critical", kHead + "log_level: critical\n", 6, 12, "log_level",
+       {"unknown value 'critical'"}},
       {"YAML syntax error", "job: t\nsource:\n  files: [a]\n  - b\n", 4, 3, "",
        {"YAML syntax error: end of map not found"}},
       {"YAML tab indentation", "job: t\n\tsource: x\n", 2, 1, "", {"YAML syntax error"}},
@@ -604,8 +784,70 @@ bool IsDir(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// The fenced ```yaml blocks of a Markdown file, in order.
+std::vector<std::string> YamlBlocks(const std::string& markdown_path) {
+  std::ifstream in(markdown_path);
+  std::vector<std::string> blocks;
+  std::string line;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (!inside && line == "```yaml") {
+      inside = true;
+      blocks.emplace_back();
+    } else if (inside && line == "```") {
+      inside = false;
+    } else if (inside) {
+      blocks.back() += line + "\n";
+    }
+  }
+  return blocks;
+}
+
+TEST_CASE("the example in docs/config.md loads", "[config][examples]") {
+  ScopedEnv rank("RANK", nullptr);
+  ScopedEnv world("WORLD_SIZE", nullptr);
+  std::vector<std::string> blocks = YamlBlocks(kSourceDir + "/docs/config.md");
+  REQUIRE(blocks.size() >= 2);
+  JobConfig c = LoadJobConfigFromString(blocks[0], "docs/config.md");
+  CHECK(c.job == "taxi-train");
+  CHECK(c.deterministic);
+  CHECK(c.shard.index == 0);
+  CHECK(c.shard.count == 1);
+  CHECK(c.consumers.mode == DeliveryMode::kRanks);
+  CHECK(c.consumers.count == 8);
+  CHECK(c.permissions.group == "trainers");
+  CHECK(c.log_level == LogLevel::kInfo);
+  {
+    ScopedEnv r("RANK", "2");
+    ScopedEnv w("WORLD_SIZE", "4");
+    JobConfig ranked = LoadJobConfigFromString(blocks[0], "docs/config.md");
+    CHECK(ranked.shard.index == 2);
+    CHECK(ranked.shard.count == 4);
+  }
+  // The shard snippets, each on top of a minimal job.
+  int snippets = 0;
+  for (const std::string& block : blocks) {
+    if (block.rfind("shard:", 0) != 0) continue;
+    std::istringstream lines(block);
+    std::string line;
+    while (std::getline(lines, line)) {
+      INFO(line);
+      ScopedEnv procid("SLURM_PROCID", "1");
+      ScopedEnv ntasks("SLURM_NTASKS", "2");
+      ScopedEnv r("RANK", "1");
+      ScopedEnv w("WORLD_SIZE", "2");
+      JobConfig s = Load(std::string(kMinimal) + line + "\n");
+      CHECK(s.shard.count >= 1);
+      ++snippets;
+    }
+  }
+  CHECK(snippets == 3);
+}
+
 TEST_CASE("every example config loads", "[config][examples]") {
   ScopedEnv data("RINGFEED_DATA", nullptr);
+  ScopedEnv rank("NODE_RANK", nullptr);
+  ScopedEnv nodes("NNODES", nullptr);
   std::vector<std::string> files = Glob(kSourceDir + "/config/examples/*.yaml");
   REQUIRE(files.size() >= 3);
   for (const std::string& file : files) {
@@ -628,6 +870,21 @@ TEST_CASE("every example config loads", "[config][examples]") {
     if (f.name == "payment_type") CHECK(f.dtype == DType::kBytes);
   }
   CHECK(varlen == 7);
+  CHECK(taxi.deterministic);
+  CHECK(taxi.shard.index == 0);
+  CHECK(taxi.shard.count == 1);
+  CHECK_FALSE(taxi.ring.slots);
+  CHECK_FALSE(taxi.ring.slot_bytes);
+  CHECK(taxi.consumers.mode == DeliveryMode::kShared);
+  CHECK(taxi.permissions.group.empty());
+  CHECK(taxi.log_level == LogLevel::kInfo);
+  {
+    ScopedEnv rank("NODE_RANK", "3");
+    ScopedEnv nodes("NNODES", "4");
+    JobConfig node3 = LoadJobConfig(kSourceDir + "/config/examples/taxi.yaml");
+    CHECK(node3.shard.index == 3);
+    CHECK(node3.shard.count == 4);
+  }
 
   JobConfig penguin = LoadJobConfig(kSourceDir + "/config/examples/penguin.yaml");
   REQUIRE(penguin.features.size() == 5);

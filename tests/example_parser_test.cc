@@ -181,14 +181,14 @@ struct Snapshot {
     for (size_t i = 0; i < b.specs().size(); ++i) {
       const Column& c = b.column(i);
       const FeatureSpec& s = b.specs()[i];
-      std::vector<uint8_t> v = c.values;
+      std::vector<uint8_t> v(c.values.begin(), c.values.end());
       if (s.type == FeatureType::kFixedLen && s.dtype != DType::kBytes) {
         // Only the committed rows of the preallocated area are meaningful.
         v.resize(rows * static_cast<size_t>(s.NumElements()) * DTypeSize(s.dtype));
       }
       values.push_back(std::move(v));
-      offsets.push_back(c.value_offsets);
-      splits.push_back(c.row_splits);
+      offsets.emplace_back(c.value_offsets.begin(), c.value_offsets.end());
+      splits.emplace_back(c.row_splits.begin(), c.row_splits.end());
     }
   }
   // Compares rows, column sizes and committed bytes.

@@ -1,0 +1,106 @@
+#include "client/batch.h"
+
+#include <cstring>
+#include <utility>
+
+#include "client/attachment.h"
+#include "client/client_error.h"
+#include "shm/ring.h"
+
+namespace ringfeed {
+
+Batch::~Batch() { Release(); }
+
+Batch::Batch(Batch&& other) noexcept
+    : attachment_(std::move(other.attachment_)), slot_(other.slot_), seq_(other.seq_),
+      base_(std::exchange(other.base_, nullptr)), checked_(std::move(other.checked_)) {}
+
+Batch& Batch::operator=(Batch&& other) noexcept {
+  if (this != &other) {
+    Release();
+    attachment_ = std::move(other.attachment_);
+    slot_ = other.slot_;
+    seq_ = other.seq_;
+    base_ = std::exchange(other.base_, nullptr);
+    checked_ = std::move(other.checked_);
+  }
+  return *this;
+}
+
+void Batch::Release() noexcept {
+  if (!attachment_) return;
+  shm::Release(attachment_->ring, slot_, attachment_->consumer_id, seq_);
+  attachment_.reset();
+  base_ = nullptr;
+}
+
+void Batch::CheckValid(const char* what) const {
+  if (!attachment_) {
+    throw ClientError(std::string("Batch::") + what +
+                      " on a batch that holds no slot (released, moved from, or never filled by Next)");
+  }
+}
+
+uint64_t Batch::epoch() const { CheckValid("epoch"); return checked_.epoch; }
+uint64_t Batch::index() const { CheckValid("index"); return checked_.batch_index; }
+uint32_t Batch::rows() const { CheckValid("rows"); return checked_.rows; }
+bool Batch::end_of_epoch() const { CheckValid("end_of_epoch"); return checked_.flags & shm::kBatchEndOfEpoch; }
+bool Batch::end_of_data() const { CheckValid("end_of_data"); return checked_.flags & shm::kBatchEndOfData; }
+uint32_t Batch::slot() const { CheckValid("slot"); return slot_; }
+size_t Batch::feature_count() const { CheckValid("feature_count"); return checked_.columns.size(); }
+
+TensorView Batch::feature(size_t i) const {
+  CheckValid("feature");
+  const Schema& schema = attachment_->schema;
+  if (i >= schema.features.size()) {
+    throw ClientError("feature index " + std::to_string(i) + " out of range: job " + schema.job + " has " +
+                      std::to_string(schema.features.size()) + " features");
+  }
+  const FeatureInfo& info = schema.features[i];
+  const shm::ColumnDesc& c = checked_.columns[i];
+  TensorView v;
+  v.name_ = info.name;
+  v.dtype_ = info.dtype;
+  v.type_ = info.type;
+  v.data_ = base_ + c.values_offset;
+  v.bytes_ = c.values_bytes;
+  const bool is_bytes = info.dtype == shm::DType::kBytes;
+  if (is_bytes) {
+    v.value_offsets_ = {reinterpret_cast<const int64_t*>(base_ + c.value_offsets_offset), c.value_offsets_count};
+    v.size_ = c.value_offsets_count - 1;
+  } else {
+    v.size_ = c.values_bytes / shm::DTypeSize(info.dtype);
+  }
+  if (info.type == shm::FeatureType::kVarLen) {
+    v.row_splits_ = {reinterpret_cast<const int64_t*>(base_ + c.row_splits_offset), c.row_splits_count};
+    v.shape_[0] = static_cast<int64_t>(v.size_);
+    v.rank_ = 1;
+  } else {
+    v.shape_[0] = checked_.rows;
+    for (size_t d = 0; d < info.shape.size(); ++d) v.shape_[d + 1] = info.shape[d];
+    v.rank_ = info.shape.size() + 1;
+  }
+  return v;
+}
+
+TensorView Batch::feature(std::string_view name) const {
+  CheckValid("feature");
+  const Schema& schema = attachment_->schema;
+  if (auto i = schema.IndexOf(name)) return feature(*i);
+  std::string known;
+  for (const FeatureInfo& f : schema.features) known += (known.empty() ? "" : ", ") + f.name;
+  throw ClientError("job " + schema.job + " has no feature '" + std::string(name) + "'; known features: " + known);
+}
+
+shm::RowSource Batch::source(size_t row) const {
+  CheckValid("source");
+  if (row >= checked_.rows) {
+    throw ClientError("row " + std::to_string(row) + " out of range: the batch has " +
+                      std::to_string(checked_.rows) + " rows");
+  }
+  shm::RowSource s;
+  std::memcpy(&s, base_ + checked_.sources_offset + row * sizeof(shm::RowSource), sizeof s);
+  return s;
+}
+
+}  // namespace ringfeed

@@ -1,0 +1,66 @@
+// Batch: one batch taken from the ring, zero-copy. Move-only RAII: it holds its shared-memory
+// slot until Release() or destruction, which hands the slot back to the daemon for refilling.
+//
+// Accessors of a released (or moved-from, or never filled) batch throw ClientError, never
+// read freed memory. TensorViews and spans obtained from a batch are valid only until it is
+// released (see client/tensor_view.h).
+//
+// Thread-safety: const accessors may run concurrently; Release/move/destruction must not race
+// with other use of the same Batch. Different Batches are independent.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "client/tensor_view.h"
+#include "shm/batch_check.h"
+#include "shm/ring_layout.h"
+
+namespace ringfeed {
+namespace detail {
+struct Attachment;
+}  // namespace detail
+
+class Batch {
+ public:
+  Batch() = default;
+  ~Batch();
+  Batch(Batch&& other) noexcept;
+  Batch& operator=(Batch&& other) noexcept;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  // True while the batch holds its slot.
+  bool valid() const { return attachment_ != nullptr; }
+  // Returns the slot to the daemon. Idempotent.
+  void Release() noexcept;
+
+  uint64_t epoch() const;         // 0-based
+  uint64_t index() const;         // 0-based batch index within the epoch (across all ranks)
+  uint32_t rows() const;          // records in this batch (<= Schema::batch_size)
+  bool end_of_epoch() const;      // the last batch of its epoch (for this queue)
+  bool end_of_data() const;       // the last batch of the run (for this queue)
+  uint32_t slot() const;          // ring slot (for diagnostics)
+
+  size_t feature_count() const;
+  // Feature i in schema order. Throws ClientError when i is out of range.
+  TensorView feature(size_t i) const;
+  // Feature by name. Throws ClientError naming the known features when there is none.
+  TensorView feature(std::string_view name) const;
+  // Where row `row` (< rows()) came from: file_index in the job's file list, record_index in
+  // that file.
+  shm::RowSource source(size_t row) const;
+
+ private:
+  friend class Client;
+  void CheckValid(const char* what) const;
+
+  std::shared_ptr<detail::Attachment> attachment_;
+  uint32_t slot_ = 0;
+  uint64_t seq_ = 0;
+  uint8_t* base_ = nullptr;  // the slot's first byte
+  shm::CheckedBatch checked_;
+};
+
+}  // namespace ringfeed

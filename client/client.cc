@@ -1,0 +1,304 @@
+#include "client/client.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <nlohmann/json.hpp>
+
+#include "client/attachment.h"
+#include "shm/futex.h"
+#include "shm/names.h"
+#include "shm/protocol.h"
+#include "shm/ring.h"
+#include "shm/shm_error.h"
+
+namespace ringfeed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+// The longest futex sleep: how often a waiting Next looks at the socket, state and heartbeat.
+constexpr std::chrono::milliseconds kWaitSlice{100};
+// A daemon's heartbeat period is trusted up to this (a garbage value must not disable the check).
+constexpr uint64_t kMaxHeartbeatPeriodNs = 60'000'000'000ull;
+
+std::string Hex64(uint64_t v) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016" PRIx64, v);
+  return text;
+}
+
+bool ParseHex64(const std::string& text, uint64_t* value) {
+  if (text.empty() || text.size() > 16) return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (digit < 0) return false;
+    v = v << 4 | static_cast<uint64_t>(digit);
+  }
+  *value = v;
+  return true;
+}
+
+std::string HelloLine(int rank) {
+  json hello = {{"type", shm::kMessageHello}, {"protocol", shm::kProtocolVersion},
+                {"role", shm::kRoleConsumer}, {"pid", static_cast<int64_t>(getpid())}};
+  hello["rank"] = rank >= 0 ? json(rank) : json(nullptr);
+  return hello.dump();
+}
+
+// Fields of the daemon's answer, checked for type; `what` names the message for errors.
+struct Answer {
+  const json& message;
+  const std::string& socket;
+
+  [[noreturn]] void Bad(const std::string& field, const std::string& why) const {
+    throw ClientError("ringfeedd's answer on " + socket + " has " + why + " \"" + field + "\": " +
+                      message.dump().substr(0, 300) + "; the daemon and this client speak different "
+                      "protocols: use the same ringfeed version for both");
+  }
+  std::string String(const std::string& field) const {
+    auto it = message.find(field);
+    if (it == message.end() || !it->is_string()) Bad(field, "no string field");
+    return it->get<std::string>();
+  }
+  int64_t Int(const std::string& field) const {
+    auto it = message.find(field);
+    if (it == message.end() || !it->is_number_integer()) Bad(field, "no integer field");
+    return it->get<int64_t>();
+  }
+};
+
+// The superblock as it was at attach time, in private memory: everything the client trusts
+// (geometry, schema, ids) is checked and read from this copy, so a later write to the shared
+// superblock can't slip past the check.
+struct SuperblockCopy {
+  SuperblockCopy() : bytes(static_cast<uint8_t*>(::operator new(sizeof(shm::Superblock), std::align_val_t(shm::kPageBytes)))) {}
+  ~SuperblockCopy() { ::operator delete(bytes, std::align_val_t(shm::kPageBytes)); }
+  SuperblockCopy(const SuperblockCopy&) = delete;
+  SuperblockCopy& operator=(const SuperblockCopy&) = delete;
+  const shm::Superblock& sb() const { return *reinterpret_cast<const shm::Superblock*>(bytes); }
+  uint8_t* bytes;
+};
+
+}  // namespace
+
+Client::Client(std::shared_ptr<detail::Attachment> attachment) : attachment_(std::move(attachment)) {}
+Client::~Client() = default;
+
+std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
+  if (options.job.empty()) {
+    throw ClientError("ClientOptions::job is empty: set it to the job's name (the job: key of its config)");
+  }
+  auto a = std::make_shared<detail::Attachment>();
+  a->job = options.job;
+  a->rank = options.rank;
+  a->liveness_timeout = std::max(options.liveness_timeout, std::chrono::milliseconds(1));
+  const std::string runtime_dir = options.runtime_dir.empty() ? shm::RuntimeDir() : options.runtime_dir;
+  a->socket_path = shm::SocketPath(runtime_dir, options.job);
+
+  a->connection.Connect(a->socket_path, a->job);
+  a->connection.SendLine(HelloLine(options.rank));
+  const std::string line = a->connection.ReadLine(std::max(a->liveness_timeout, std::chrono::milliseconds(1000)));
+  const json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (message.is_discarded() || !message.is_object()) {
+    throw ClientError("ringfeedd's answer on " + a->socket_path + " is not a JSON object: " + line.substr(0, 300));
+  }
+  const Answer answer{message, a->socket_path};
+  const std::string type = answer.String("type");
+  if (type == shm::kMessageError) {
+    std::string why = message.contains("message") && message["message"].is_string()
+                          ? message["message"].get<std::string>() : message.dump();
+    throw ClientError("ringfeedd for job " + a->job + " refused this consumer: " + why);
+  }
+  if (type != shm::kMessageWelcome) answer.Bad("type", "an unexpected value in");
+  if (answer.Int("protocol") != shm::kProtocolVersion) {
+    throw ClientError("ringfeedd for job " + a->job + " speaks control protocol " +
+                      std::to_string(answer.Int("protocol")) + ", this client " +
+                      std::to_string(shm::kProtocolVersion) + ": use the same ringfeed version for both");
+  }
+  if (answer.String("job") != a->job) {
+    throw ClientError("the daemon at " + a->socket_path + " serves job " + answer.String("job") + ", not " + a->job);
+  }
+  const std::string segment_name = answer.String("segment");
+  const int64_t consumer_id = answer.Int("consumer_id");
+  const int64_t daemon_pid = answer.Int("daemon_pid");
+  uint64_t instance_id = 0;
+  if (!ParseHex64(answer.String("instance_id"), &instance_id)) answer.Bad("instance_id", "a non-hex");
+  if (consumer_id < 1 || consumer_id > shm::kMaxConsumers) answer.Bad("consumer_id", "an out-of-range");
+  if (daemon_pid <= 0 || daemon_pid > INT32_MAX) answer.Bad("daemon_pid", "an invalid");
+  if (segment_name.size() < 2 || segment_name[0] != '/' || segment_name.find('/', 1) != std::string::npos) {
+    answer.Bad("segment", "an invalid");
+  }
+  a->consumer_id = static_cast<uint32_t>(consumer_id);
+  a->daemon_pid = static_cast<int>(daemon_pid);
+  a->instance_id = instance_id;
+
+  try {
+    a->segment = shm::Segment::Open(segment_name);
+  } catch (const shm::ShmError& e) {
+    throw ClientError(e.what());
+  }
+  SuperblockCopy copy;
+  if (a->segment.size() < sizeof(shm::Superblock)) {
+    throw ClientError("ringfeed segment " + segment_name + " for job " + a->job + ": " +
+                      shm::CheckSuperblock(a->segment.data(), a->segment.size()));
+  }
+  std::memcpy(copy.bytes, a->segment.data(), sizeof(shm::Superblock));
+  if (std::string error = shm::CheckSuperblock(copy.bytes, a->segment.size()); !error.empty()) {
+    throw ClientError("ringfeed segment " + segment_name + " for job " + a->job + ": " + error);
+  }
+  const shm::Superblock& sb = copy.sb();
+  if (sb.instance_id != instance_id) {
+    throw ClientError("ringfeed segment " + segment_name + " belongs to another ringfeedd instance (" +
+                      Hex64(sb.instance_id) + ") than the one that answered (" + Hex64(instance_id) +
+                      "): ringfeedd for job " + a->job + " restarted while this trainer attached; attach again");
+  }
+  a->ring = shm::Ring::Of(copy.bytes);
+  a->ring.sb = a->segment.superblock();
+  a->features.assign(sb.features, sb.features + sb.feature_count);
+  a->batch_size = sb.batch_size;
+  a->heartbeat_period_ns = std::min(sb.heartbeat_period_ns, kMaxHeartbeatPeriodNs);
+
+  Schema& schema = a->schema;
+  schema.job = a->job;
+  schema.batch_size = sb.batch_size;
+  schema.mode = static_cast<shm::DeliveryMode>(sb.mode);
+  schema.queue_count = sb.queue_count;
+  for (const shm::FeatureDesc& f : a->features) {
+    FeatureInfo info;
+    info.name = std::string(f.name, strnlen(f.name, shm::kMaxNameBytes));
+    info.dtype = static_cast<shm::DType>(f.dtype);
+    info.type = static_cast<shm::FeatureType>(f.type);
+    if (f.type == shm::kFixedLen) info.shape.assign(f.shape, f.shape + f.rank);
+    schema.features.push_back(std::move(info));
+  }
+  if (schema.mode == shm::DeliveryMode::kRanks) {
+    if (options.rank < 0 || static_cast<uint32_t>(options.rank) >= sb.queue_count) {
+      throw ClientError("job " + a->job + " delivers per rank (consumers.mode: ranks, " +
+                        std::to_string(sb.queue_count) + " ranks): attach with a rank in 0.." +
+                        std::to_string(sb.queue_count - 1) + ", not " + std::to_string(options.rank));
+    }
+    a->queue = static_cast<uint32_t>(options.rank);
+  }
+  a->last_heartbeat = a->ring.sb->heartbeat_ns.load(std::memory_order_acquire);
+  a->last_heartbeat_change_ns = shm::MonotonicNs();
+  return std::unique_ptr<Client>(new Client(std::move(a)));
+}
+
+const Schema& Client::schema() const { return attachment_->schema; }
+uint32_t Client::consumer_id() const { return attachment_->consumer_id; }
+int Client::rank() const { return attachment_->rank; }
+int Client::daemon_pid() const { return attachment_->daemon_pid; }
+const std::string& Client::job() const { return attachment_->job; }
+const std::string& Client::segment_name() const { return attachment_->segment.name(); }
+
+void Client::TakeBatch(uint32_t slot, uint64_t seq, Batch* out) {
+  detail::Attachment& a = *attachment_;
+  uint8_t* base = a.ring.slot(slot);
+  shm::CheckedBatch checked;
+  std::string error;
+  if (!shm::ReadBatch(base, a.ring.slot_bytes, a.batch_size, a.features, &checked, &error)) {
+    shm::Release(a.ring, slot, a.consumer_id, seq);
+    throw ClientError(a.DaemonName() + " wrote an invalid batch into slot " + std::to_string(slot) +
+                      " (queue " + std::to_string(a.queue) + ", sequence number " + std::to_string(seq) +
+                      "): " + error + ". The batch was dropped; this is a bug in ringfeedd or memory "
+                      "corruption: please report it");
+  }
+  a.consumer_entry().batches_taken.fetch_add(1, std::memory_order_relaxed);
+  out->attachment_ = attachment_;
+  out->slot_ = slot;
+  out->seq_ = seq;
+  out->base_ = base;
+  out->checked_ = std::move(checked);
+}
+
+void Client::CheckHeartbeat() {
+  detail::Attachment& a = *attachment_;
+  const uint64_t heartbeat = a.ring.sb->heartbeat_ns.load(std::memory_order_acquire);
+  const uint64_t now = shm::MonotonicNs();
+  std::lock_guard lock(a.liveness_mutex);
+  if (heartbeat != a.last_heartbeat) {
+    a.last_heartbeat = heartbeat;
+    a.last_heartbeat_change_ns = now;
+    return;
+  }
+  const uint64_t limit = std::max<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(a.liveness_timeout).count(), 2 * a.heartbeat_period_ns);
+  const uint64_t age = now - a.last_heartbeat_change_ns;
+  if (age > limit) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(age) / 1e9);
+    throw ClientError(a.DaemonName() + " has not written its heartbeat for " + seconds +
+                      " s (stopped or frozen?); check it with `ringfeedctl status " + a.job +
+                      "` or restart it, then attach again");
+  }
+}
+
+Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
+  out->Release();
+  detail::Attachment& a = *attachment_;
+  shm::QueueHeader& queue = a.ring.queue(a.queue);
+  const auto start = Clock::now();
+  const auto deadline = start + std::max(timeout, std::chrono::milliseconds(0));
+  auto account_wait = [&] {
+    const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    a.consumer_entry().wait_ns.fetch_add(static_cast<uint64_t>(waited), std::memory_order_relaxed);
+  };
+  auto daemon_error = [&](shm::DaemonState state) {
+    const char* error = a.ring.sb->error;
+    const std::string text(error, strnlen(error, shm::kErrorBytes));
+    return ClientError(a.DaemonName() + (state == shm::DaemonState::kFailed ? " failed: " : " stopped: ") +
+                       (text.empty() ? std::string("(no message)") : text));
+  };
+  auto load_state = [&] { return static_cast<shm::DaemonState>(a.ring.sb->state.load(std::memory_order_acquire)); };
+
+  bool daemon_closed = false;
+  for (;;) {
+    const uint32_t futex = queue.publish_futex.load(std::memory_order_acquire);
+    // Read before claiming: whatever was published before this state is visible to TryClaim.
+    shm::DaemonState state = load_state();
+    uint32_t slot = 0;
+    uint64_t seq = 0;
+    const shm::ClaimResult claim = shm::TryClaim(a.ring, a.queue, a.consumer_id, &slot, &seq);
+    if (claim == shm::ClaimResult::kClaimed) {
+      account_wait();
+      TakeBatch(slot, seq, out);
+      return Status::kBatch;
+    }
+    if (claim == shm::ClaimResult::kInvalid) {
+      throw ClientError(a.DaemonName() + ": delivery queue " + std::to_string(a.queue) +
+                        " names a slot outside the ring's " + std::to_string(a.ring.slot_count) +
+                        " slots (corrupt segment " + a.segment.name() + ")");
+    }
+    if (claim == shm::ClaimResult::kClosed) state = load_state();  // closed is set after the state
+    if (state == shm::DaemonState::kFailed || state == shm::DaemonState::kStopped) throw daemon_error(state);
+    if (claim == shm::ClaimResult::kClosed || state == shm::DaemonState::kEndOfData) {
+      account_wait();
+      return Status::kEndOfData;
+    }
+    if (daemon_closed) {
+      throw ClientError(a.DaemonName() + " exited (its control connection " + a.socket_path +
+                        " closed); see its log (journalctl -u ringfeedd@" + a.job +
+                        "), restart it and attach again");
+    }
+    if (a.connection.DaemonClosed()) {
+      daemon_closed = true;  // one more look: it may have published or failed just before exiting
+      continue;
+    }
+    CheckHeartbeat();
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      account_wait();
+      return Status::kTimeout;
+    }
+    shm::FutexWait(&queue.publish_futex, futex, std::min<Clock::duration>(kWaitSlice, deadline - now));
+  }
+}
+
+}  // namespace ringfeed

@@ -1,0 +1,93 @@
+// Client: a trainer process's attachment to ringfeedd — takes the job's batches from the
+// shared-memory ring, zero-copy. Reference: docs/client.md.
+//
+//   auto client = ringfeed::Client::Attach({.job = "train", .rank = rank});
+//   ringfeed::Batch batch;
+//   while (client->Next(std::chrono::seconds(30), &batch) == ringfeed::Client::Status::kBatch) {
+//     auto label = batch.feature("label").values<int64_t>();   // rows() values
+//     ...
+//   }   // each Next (or batch.Release()) hands the previous slot back to the daemon
+//
+// Attach connects to the job's control socket (shm/names.h: SocketPath), says hello (protocol
+// in shm/protocol.h), maps the segment the welcome names, checks it (CheckSuperblock: magic,
+// layout version and hash, geometry, schema) and that it belongs to the daemon that answered
+// (instance id). The connection stays open while the Client or any of its Batches lives: its
+// end tells the daemon that this consumer is gone, and the daemon then reclaims its slots.
+//
+// Next waits on the queue's futex in slices of at most 100 ms, no busy spinning. Between
+// slices it checks that the daemon is alive: its end of the control connection (EOF => error
+// within a slice of the daemon dying), its state (kFailed/kStopped => error with the daemon's
+// message) and its heartbeat (unchanged for longer than liveness_timeout, or twice the
+// daemon's heartbeat period if that is longer => "frozen?" error). Batches published before
+// the daemon failed, stopped or reached the end are still delivered first. Every batch is
+// checked (shm/batch_check.h) before it is handed out; a bad one is released and reported.
+//
+// Errors: ClientError (daemon not running, refused the consumer with its reason, died,
+// failed, stopped, froze, wrote an invalid batch, incompatible layout). A timeout is
+// Status::kTimeout, the end of the data Status::kEndOfData (then every later Next too).
+//
+// Thread-safety: Next may be called from several threads of one Client at once (each call
+// claims a different batch). fork(): a child must not use its parent's Client; attach anew in
+// the child (a DataLoader worker, say) after fork.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "client/batch.h"
+#include "client/client_error.h"
+#include "client/schema.h"
+#include "client/tensor_view.h"
+
+namespace ringfeed {
+
+struct ClientOptions {
+  std::string job;
+  // consumers.mode ranks: this trainer's rank (0..ranks-1), whose queue it takes from.
+  // Shared mode: -1 (the daemon may still record a rank for status output).
+  int rank = -1;
+  std::string runtime_dir;  // empty = shm::RuntimeDir() (RINGFEED_RUNTIME_DIR, ...)
+  // How long the daemon's heartbeat may stand still before Next reports it frozen; also the
+  // longest wait for the daemon's answer to the hello.
+  std::chrono::milliseconds liveness_timeout{10000};
+};
+
+namespace detail {
+struct Attachment;
+}  // namespace detail
+
+class Client {
+ public:
+  enum class Status { kBatch, kTimeout, kEndOfData };
+
+  // Throws ClientError (see above).
+  static std::unique_ptr<Client> Attach(const ClientOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Takes the next batch into *out (releasing what *out held first), waiting at most
+  // `timeout` (0 = just look). kTimeout and kEndOfData leave *out empty.
+  Status Next(std::chrono::milliseconds timeout, Batch* out);
+
+  const Schema& schema() const;
+  uint32_t consumer_id() const;  // 1..64, this consumer's entry in the daemon's table
+  int rank() const;
+  int daemon_pid() const;
+  const std::string& job() const;
+  const std::string& segment_name() const;
+
+ private:
+  explicit Client(std::shared_ptr<detail::Attachment> attachment);
+  // Checks the claimed batch in `slot` and hands it to *out; releases it and throws
+  // ClientError when it is invalid.
+  void TakeBatch(uint32_t slot, uint64_t seq, Batch* out);
+  // Throws ClientError when the daemon's heartbeat has stood still too long.
+  void CheckHeartbeat();
+
+  std::shared_ptr<detail::Attachment> attachment_;
+};
+
+}  // namespace ringfeed

@@ -1,0 +1,122 @@
+#include "client/control_connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "client/client_error.h"
+#include "shm/protocol.h"
+
+namespace ringfeed::detail {
+
+ControlConnection::~ControlConnection() { Close(); }
+
+void ControlConnection::Connect(const std::string& path, const std::string& job) {
+  path_ = path;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    throw ClientError("control socket path " + path + " is " + std::to_string(path.size()) +
+                      " bytes, longer than a Unix socket allows (" + std::to_string(sizeof addr.sun_path - 1) +
+                      "); use a shorter runtime directory (RINGFEED_RUNTIME_DIR)");
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  owner_pid_ = getpid();
+  fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) throw ClientError(std::string("cannot create a Unix socket: ") + std::strerror(errno));
+  int rc;
+  do {
+    rc = connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int err = errno;
+    close(fd_);
+    fd_ = -1;
+    std::string message = "cannot connect to ringfeedd for job " + job + " at " + path + ": " + std::strerror(err);
+    if (err == ENOENT || err == ECONNREFUSED) {
+      message += "; is ringfeedd running for job " + job +
+                 " (systemctl status ringfeedd@" + job + ")? If it uses another runtime directory, "
+                 "set RINGFEED_RUNTIME_DIR or ClientOptions::runtime_dir to it";
+    } else if (err == EACCES) {
+      message += "; run the trainer as the daemon's user or in the job's permissions.group";
+    }
+    throw ClientError(message);
+  }
+}
+
+void ControlConnection::SendLine(const std::string& line) {
+  std::string data = line + "\n";
+  size_t sent = 0;
+  while (sent < data.size()) {
+    ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw ClientError("cannot write to ringfeedd's control socket " + path_ + ": " + std::strerror(errno));
+    sent += static_cast<size_t>(n);
+  }
+}
+
+std::string ControlConnection::ReadLine(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (size_t nl = buffered_.find('\n'); nl != std::string::npos) {
+      std::string line = buffered_.substr(0, nl);
+      buffered_.erase(0, nl + 1);
+      return line;
+    }
+    if (buffered_.size() > shm::kMaxMessageBytes) {
+      throw ClientError("ringfeedd sent a control message longer than " +
+                        std::to_string(shm::kMaxMessageBytes) + " bytes on " + path_);
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      throw ClientError("ringfeedd did not answer the hello on " + path_ + " within " +
+                        std::to_string(timeout.count()) + " ms (stopped or frozen?)");
+    }
+    pollfd pfd{fd_, POLLIN, 0};
+    int rc = poll(&pfd, 1, static_cast<int>(left.count()));
+    if (rc < 0 && errno != EINTR) throw ClientError(std::string("poll on the control socket failed: ") + std::strerror(errno));
+    if (rc <= 0) continue;
+    char chunk[4096];
+    ssize_t n = recv(fd_, chunk, sizeof chunk, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw ClientError("cannot read ringfeedd's control socket " + path_ + ": " + std::strerror(errno));
+    if (n == 0) throw ClientError("ringfeedd closed the control connection on " + path_ + " before answering");
+    buffered_.append(chunk, static_cast<size_t>(n));
+  }
+}
+
+bool ControlConnection::DaemonClosed() {
+  if (fd_ < 0) return true;
+  for (;;) {
+    pollfd pfd{fd_, POLLIN | POLLRDHUP, 0};
+    int rc = poll(&pfd, 1, 0);
+    if (rc < 0) return errno != EINTR ? true : false;
+    if (rc == 0) return false;
+    if (pfd.revents & (POLLHUP | POLLRDHUP | POLLERR | POLLNVAL)) return true;
+    char chunk[4096];
+    ssize_t n = recv(fd_, chunk, sizeof chunk, MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    // Data after the welcome: nothing is defined yet; drop it and look again.
+  }
+}
+
+void ControlConnection::Close() {
+  if (fd_ < 0) return;
+  // A forked child closes only its copy of the descriptor: the bye would speak for the parent.
+  if (getpid() != owner_pid_) {
+    close(fd_);
+    fd_ = -1;
+    return;
+  }
+  std::string bye = std::string("{\"type\":\"") + shm::kMessageBye + "\"}\n";
+  (void)send(fd_, bye.data(), bye.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace ringfeed::detail

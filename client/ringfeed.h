@@ -1,0 +1,157 @@
+/* ringfeed.h: the client library's C ABI, for trainers in C or behind an FFI (ctypes, cffi,
+ * Rust, Go). A thin layer over client/client.h; docs/client.md is the reference.
+ *
+ *   rf_attach_options opts = {sizeof opts};        (job, rank = -1 unless ranks mode, ...)
+ *   opts.job = "train"; opts.rank = -1;
+ *   rf_client* client; char err[512];
+ *   if (rf_attach(&opts, &client, err, sizeof err) != RF_OK) { fprintf(stderr, "%s\n", err); ... }
+ *   rf_batch* batch;
+ *   while (rf_next(client, 30000, &batch, err, sizeof err) == RF_OK) {
+ *     rf_tensor t = {sizeof t};
+ *     rf_batch_feature(batch, 0, &t);               (t.data, t.bytes, t.shape[0..t.rank-1], ...)
+ *     rf_batch_release(batch);                      (hands the slot back; frees the handle)
+ *   }
+ *   rf_detach(client);
+ *
+ * Versioned structs: every struct passed in or out starts with `size_t struct_size`, which
+ * the caller sets to sizeof(the struct) as it was compiled. The library reads only the fields
+ * an input struct's size covers (later fields take their defaults) and writes only the fields
+ * an output struct's size covers, so programs built against an older header keep working. A
+ * struct_size smaller than the first version's is an error.
+ *
+ * Errors: functions return RF_OK (0) or another RF_* status; RF_ERROR (-1) comes with a
+ * message: written to `err` (at most err_len bytes, always NUL-terminated; err may be NULL)
+ * where the function has that parameter, and always kept for the calling thread by
+ * rf_last_error(). No C++ exception crosses this boundary.
+ *
+ * Lifetimes: an rf_batch holds its shared-memory slot until rf_batch_release; pointers in an
+ * rf_tensor (data, value_offsets, row_splits, name) are valid until then. rf_detach may be
+ * called with batches still held: the connection and mapping stay until the last is released.
+ * Threads: rf_next may be called on one client from several threads at once; one rf_batch must
+ * not be used from two threads while one of them releases it.
+ */
+#ifndef RINGFEED_CLIENT_RINGFEED_H_
+#define RINGFEED_CLIENT_RINGFEED_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RF_ABI_VERSION 1
+
+/* Status codes. */
+#define RF_OK 0
+#define RF_TIMEOUT 1         /* rf_next: nothing arrived within the timeout */
+#define RF_END_OF_DATA 2     /* rf_next: the job's data has ended (every later call too) */
+#define RF_ERROR (-1)        /* see the message */
+
+/* dtype (the ring's numbering; format/feature_spec.h). */
+#define RF_INT64 0
+#define RF_FLOAT32 1
+#define RF_BYTES 2
+#define RF_UINT8 3
+#define RF_INT8 4
+#define RF_UINT16 5
+#define RF_INT16 6
+#define RF_INT32 7
+#define RF_UINT32 8
+#define RF_FLOAT64 9
+
+/* Feature type. */
+#define RF_FIXED_LEN 0
+#define RF_VAR_LEN 1
+
+/* rf_batch_info.flags */
+#define RF_BATCH_END_OF_EPOCH 1u
+#define RF_BATCH_END_OF_DATA 2u
+
+#define RF_MAX_SHAPE 9 /* rows + up to 8 per-row dimensions */
+
+typedef struct rf_client rf_client;
+typedef struct rf_batch rf_batch;
+
+typedef struct rf_attach_options {
+  size_t struct_size;          /* sizeof(rf_attach_options) */
+  const char* job;             /* required */
+  int32_t rank;                /* consumers.mode ranks: 0..ranks-1; else -1 */
+  const char* runtime_dir;     /* NULL or "" = default (RINGFEED_RUNTIME_DIR, ...) */
+  int64_t liveness_timeout_ms; /* <= 0 = default (10000) */
+} rf_attach_options;
+
+typedef struct rf_batch_info {
+  size_t struct_size; /* sizeof(rf_batch_info) */
+  uint64_t epoch;     /* 0-based */
+  uint64_t index;     /* batch index within the epoch */
+  uint32_t rows;      /* records in the batch */
+  uint32_t flags;     /* RF_BATCH_END_OF_EPOCH | RF_BATCH_END_OF_DATA */
+} rf_batch_info;
+
+/* One feature's column (see client/tensor_view.h for the layouts). */
+typedef struct rf_tensor {
+  size_t struct_size;             /* sizeof(rf_tensor) */
+  const char* name;               /* NUL-terminated */
+  int32_t dtype;                  /* RF_INT64, ... */
+  int32_t type;                   /* RF_FIXED_LEN or RF_VAR_LEN */
+  uint32_t rank;                  /* entries used in shape */
+  int64_t shape[RF_MAX_SHAPE];    /* fixed: {rows, dims...}; varlen: {values or strings} */
+  void* data;                     /* values (numbers, or the strings' bytes); writable */
+  uint64_t bytes;                 /* size of data in bytes */
+  const int64_t* value_offsets;   /* bytes dtype: strings + 1 entries; else NULL */
+  uint64_t value_offsets_count;
+  const int64_t* row_splits;      /* varlen: rows + 1 entries; else NULL */
+  uint64_t row_splits_count;
+} rf_tensor;
+
+/* A feature of the schema (no batch needed). */
+typedef struct rf_feature {
+  size_t struct_size;          /* sizeof(rf_feature) */
+  const char* name;            /* valid until rf_detach (and all its batches released) */
+  int32_t dtype;
+  int32_t type;
+  uint32_t rank;               /* per-row dims (fixed only) */
+  int64_t shape[RF_MAX_SHAPE - 1];
+} rf_feature;
+
+typedef struct rf_row_source {
+  size_t struct_size;    /* sizeof(rf_row_source) */
+  uint32_t file_index;   /* in the job's file list */
+  uint64_t record_index; /* 0-based, in that file */
+} rf_row_source;
+
+/* Attaches to ringfeedd for options->job. On RF_OK, *client must be rf_detach'ed. */
+int rf_attach(const rf_attach_options* options, rf_client** client, char* err, size_t err_len);
+/* Detaches (NULL is fine). Batches still held stay valid until released. */
+void rf_detach(rf_client* client);
+
+/* Waits at most timeout_ms (0 = just look) for the next batch. RF_OK: *batch is set and must
+ * be rf_batch_release'd. RF_TIMEOUT / RF_END_OF_DATA: *batch is NULL. RF_ERROR: daemon exited,
+ * failed, stopped, froze, or wrote an invalid batch (see err). */
+int rf_next(rf_client* client, int64_t timeout_ms, rf_batch** batch, char* err, size_t err_len);
+
+int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info);
+/* Feature `index` (schema order) of the batch. RF_ERROR when index >= rf_schema_count. */
+int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor);
+/* Index of the feature called `name`, or -1. */
+int64_t rf_feature_index(const rf_client* client, const char* name);
+int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source);
+/* Hands the slot back to the daemon and frees the handle (NULL is fine). */
+void rf_batch_release(rf_batch* batch);
+
+size_t rf_schema_count(const rf_client* client);
+int rf_schema_feature(const rf_client* client, size_t index, rf_feature* feature);
+uint32_t rf_schema_batch_size(const rf_client* client);
+uint32_t rf_consumer_id(const rf_client* client);
+
+/* "int64", "float32", "bytes", ...; "unknown" for other values. Static storage. */
+const char* rf_dtype_name(int32_t dtype);
+/* The calling thread's last error message ("" if none). Valid until its next rf_ call. */
+const char* rf_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGFEED_CLIENT_RINGFEED_H_ */

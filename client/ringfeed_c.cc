@@ -1,0 +1,253 @@
+// The C ABI (client/ringfeed.h) over the C++ client. Every entry point catches everything:
+// no exception crosses into C.
+#include "client/ringfeed.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "client/client.h"
+
+struct rf_client {
+  std::unique_ptr<ringfeed::Client> client;
+};
+
+struct rf_batch {
+  ringfeed::Batch batch;
+};
+
+namespace {
+
+// Sizes of the first ABI version: the smallest struct_size accepted for output structs.
+// Freeze these when a struct grows (new fields go at the end). Input structs (options) only
+// need to cover `job`.
+constexpr size_t kBatchInfoV1 = sizeof(rf_batch_info);
+constexpr size_t kTensorV1 = sizeof(rf_tensor);
+constexpr size_t kFeatureV1 = sizeof(rf_feature);
+constexpr size_t kRowSourceV1 = sizeof(rf_row_source);
+
+thread_local std::string last_error;
+
+int Fail(const std::string& message, char* err, size_t err_len) {
+  try {
+    last_error = message;
+  } catch (...) {
+  }
+  if (err != nullptr && err_len > 0) {
+    const size_t n = std::min(message.size(), err_len - 1);
+    std::memcpy(err, message.data(), n);
+    err[n] = '\0';
+  }
+  return RF_ERROR;
+}
+
+int Fail(const std::string& message) { return Fail(message, nullptr, 0); }
+
+void ClearError(char* err, size_t err_len) {
+  last_error.clear();
+  if (err != nullptr && err_len > 0) err[0] = '\0';
+}
+
+// Copies `full` into the caller's struct, as far as its struct_size reaches.
+template <typename T>
+void CopyOut(const T& full, T* out) {
+  const size_t size = out->struct_size;
+  std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t), reinterpret_cast<const char*>(&full) + sizeof(size_t),
+              std::min(size, sizeof(T)) - sizeof(size_t));
+}
+
+template <typename T>
+bool Covers(const T* in, size_t field_offset, size_t field_size) {
+  return in->struct_size >= field_offset + field_size;
+}
+
+int Guard(const char* what, char* err, size_t err_len, auto&& body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return Fail(std::string(what) + ": out of memory", err, err_len);
+  } catch (const std::exception& e) {
+    return Fail(e.what(), err, err_len);
+  } catch (...) {
+    return Fail(std::string(what) + ": unknown error", err, err_len);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int rf_attach(const rf_attach_options* options, rf_client** client, char* err, size_t err_len) {
+  ClearError(err, err_len);
+  if (client == nullptr) return Fail("rf_attach: client is NULL", err, err_len);
+  *client = nullptr;
+  if (options == nullptr) return Fail("rf_attach: options is NULL", err, err_len);
+  if (options->struct_size < offsetof(rf_attach_options, job) + sizeof(options->job)) {
+    return Fail("rf_attach: options->struct_size " + std::to_string(options->struct_size) +
+                " is too small; set it to sizeof(rf_attach_options)", err, err_len);
+  }
+  return Guard("rf_attach", err, err_len, [&] {
+    ringfeed::ClientOptions o;
+    if (options->job == nullptr || options->job[0] == '\0') {
+      return Fail("rf_attach: options->job is empty: set it to the job's name", err, err_len);
+    }
+    o.job = options->job;
+    if (Covers(options, offsetof(rf_attach_options, rank), sizeof options->rank)) o.rank = options->rank;
+    if (Covers(options, offsetof(rf_attach_options, runtime_dir), sizeof options->runtime_dir) &&
+        options->runtime_dir != nullptr) {
+      o.runtime_dir = options->runtime_dir;
+    }
+    if (Covers(options, offsetof(rf_attach_options, liveness_timeout_ms), sizeof options->liveness_timeout_ms) &&
+        options->liveness_timeout_ms > 0) {
+      o.liveness_timeout = std::chrono::milliseconds(options->liveness_timeout_ms);
+    }
+    auto handle = std::make_unique<rf_client>();
+    handle->client = ringfeed::Client::Attach(o);
+    *client = handle.release();
+    return RF_OK;
+  });
+}
+
+void rf_detach(rf_client* client) {
+  try {
+    delete client;
+  } catch (...) {
+  }
+}
+
+int rf_next(rf_client* client, int64_t timeout_ms, rf_batch** batch, char* err, size_t err_len) {
+  ClearError(err, err_len);
+  if (batch == nullptr) return Fail("rf_next: batch is NULL", err, err_len);
+  *batch = nullptr;
+  if (client == nullptr) return Fail("rf_next: client is NULL", err, err_len);
+  return Guard("rf_next", err, err_len, [&] {
+    auto handle = std::make_unique<rf_batch>();
+    const auto status = client->client->Next(std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0)), &handle->batch);
+    switch (status) {
+      case ringfeed::Client::Status::kBatch:
+        *batch = handle.release();
+        return RF_OK;
+      case ringfeed::Client::Status::kTimeout:
+        return RF_TIMEOUT;
+      case ringfeed::Client::Status::kEndOfData:
+        return RF_END_OF_DATA;
+    }
+    return Fail("rf_next: unknown status", err, err_len);
+  });
+}
+
+int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info) {
+  ClearError(nullptr, 0);
+  if (batch == nullptr || info == nullptr) return Fail("rf_batch_get_info: NULL argument");
+  if (info->struct_size < kBatchInfoV1) return Fail("rf_batch_get_info: info->struct_size is too small");
+  return Guard("rf_batch_get_info", nullptr, 0, [&] {
+    rf_batch_info full{};
+    full.epoch = batch->batch.epoch();
+    full.index = batch->batch.index();
+    full.rows = batch->batch.rows();
+    full.flags = (batch->batch.end_of_epoch() ? RF_BATCH_END_OF_EPOCH : 0u) |
+                 (batch->batch.end_of_data() ? RF_BATCH_END_OF_DATA : 0u);
+    CopyOut(full, info);
+    return RF_OK;
+  });
+}
+
+int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor) {
+  ClearError(nullptr, 0);
+  if (batch == nullptr || tensor == nullptr) return Fail("rf_batch_feature: NULL argument");
+  if (tensor->struct_size < kTensorV1) return Fail("rf_batch_feature: tensor->struct_size is too small");
+  return Guard("rf_batch_feature", nullptr, 0, [&] {
+    const ringfeed::TensorView v = batch->batch.feature(index);
+    rf_tensor full{};
+    full.name = v.name().data();  // a std::string's buffer: NUL-terminated
+    full.dtype = static_cast<int32_t>(v.dtype());
+    full.type = static_cast<int32_t>(v.type());
+    const auto shape = v.shape();
+    full.rank = static_cast<uint32_t>(std::min<size_t>(shape.size(), RF_MAX_SHAPE));
+    std::copy_n(shape.begin(), full.rank, full.shape);
+    full.data = v.mutable_data();
+    full.bytes = v.bytes();
+    if (!v.value_offsets().empty()) {
+      full.value_offsets = v.value_offsets().data();
+      full.value_offsets_count = v.value_offsets().size();
+    }
+    if (!v.row_splits().empty()) {
+      full.row_splits = v.row_splits().data();
+      full.row_splits_count = v.row_splits().size();
+    }
+    CopyOut(full, tensor);
+    return RF_OK;
+  });
+}
+
+int64_t rf_feature_index(const rf_client* client, const char* name) {
+  if (client == nullptr || name == nullptr) return -1;
+  const auto index = client->client->schema().IndexOf(name);
+  return index ? static_cast<int64_t>(*index) : -1;
+}
+
+int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source) {
+  ClearError(nullptr, 0);
+  if (batch == nullptr || source == nullptr) return Fail("rf_batch_source: NULL argument");
+  if (source->struct_size < kRowSourceV1) return Fail("rf_batch_source: source->struct_size is too small");
+  return Guard("rf_batch_source", nullptr, 0, [&] {
+    const ringfeed::shm::RowSource s = batch->batch.source(row);
+    rf_row_source full{};
+    full.file_index = s.file_index;
+    full.record_index = s.record_index;
+    CopyOut(full, source);
+    return RF_OK;
+  });
+}
+
+void rf_batch_release(rf_batch* batch) {
+  try {
+    delete batch;
+  } catch (...) {
+  }
+}
+
+size_t rf_schema_count(const rf_client* client) {
+  return client == nullptr ? 0 : client->client->schema().features.size();
+}
+
+int rf_schema_feature(const rf_client* client, size_t index, rf_feature* feature) {
+  ClearError(nullptr, 0);
+  if (client == nullptr || feature == nullptr) return Fail("rf_schema_feature: NULL argument");
+  if (feature->struct_size < kFeatureV1) return Fail("rf_schema_feature: feature->struct_size is too small");
+  const auto& features = client->client->schema().features;
+  if (index >= features.size()) {
+    return Fail("rf_schema_feature: index " + std::to_string(index) + " out of range (" +
+                std::to_string(features.size()) + " features)");
+  }
+  const ringfeed::FeatureInfo& f = features[index];
+  rf_feature full{};
+  full.name = f.name.c_str();
+  full.dtype = static_cast<int32_t>(f.dtype);
+  full.type = static_cast<int32_t>(f.type);
+  full.rank = static_cast<uint32_t>(std::min<size_t>(f.shape.size(), RF_MAX_SHAPE - 1));
+  std::copy_n(f.shape.begin(), full.rank, full.shape);
+  CopyOut(full, feature);
+  return RF_OK;
+}
+
+uint32_t rf_schema_batch_size(const rf_client* client) {
+  return client == nullptr ? 0 : client->client->schema().batch_size;
+}
+
+uint32_t rf_consumer_id(const rf_client* client) {
+  return client == nullptr ? 0 : client->client->consumer_id();
+}
+
+const char* rf_dtype_name(int32_t dtype) {
+  if (dtype < 0 || dtype >= ringfeed::shm::kDTypeCount) return "unknown";
+  return ringfeed::shm::DTypeName(static_cast<ringfeed::shm::DType>(dtype)).data();
+}
+
+const char* rf_last_error(void) { return last_error.c_str(); }
+
+}  // extern "C"

@@ -1,0 +1,113 @@
+#include "daemon/batch_writer.h"
+
+#include <algorithm>
+
+#include "shm/ring.h"
+
+namespace ringfeed {
+namespace {
+constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+}  // namespace
+
+uint64_t BatchWriter::HeaderBytes(size_t features, size_t rows) {
+  const uint64_t sources = AlignUp(sizeof(shm::SlotHeader) + features * sizeof(shm::ColumnDesc), shm::kColumnAlign);
+  return AlignUp(sources + rows * sizeof(shm::RowSource), shm::kColumnAlign);
+}
+
+BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool skip_errors,
+                                       const std::vector<std::string>& files) {
+  Result result;
+  const FeatureSpecs& specs = parser_.specs();
+  const shm::Superblock& sb = *segment_.superblock();
+  uint8_t* const base = segment_.slot(slot);
+  const uint64_t slot_bytes = sb.slot_bytes;
+  const size_t n = job.records.size();
+  shm::BeginFill(ring_, slot);
+
+  // 1. Sizing pass.
+  sizes_ = ColumnSizes{};
+  for (const OwnedRecord& r : job.records) parser_.Measure(r.bytes(), &sizes_);
+  const std::vector<ColumnCapacity> caps = ColumnCapacities(specs, n, sizes_);
+
+  // 2. Layout.
+  const uint64_t columns_offset = sizeof(shm::SlotHeader);
+  const uint64_t sources_offset = AlignUp(columns_offset + specs.size() * sizeof(shm::ColumnDesc), shm::kColumnAlign);
+  const uint64_t regions_offset = HeaderBytes(specs.size(), n);
+  const uint64_t needed = regions_offset + ColumnRegionsBytes(caps, shm::kColumnAlign);
+  if (needed > slot_bytes) {
+    size_t largest = 0;
+    uint64_t largest_bytes = 0;
+    for (size_t i = 0; i < caps.size(); ++i) {
+      const uint64_t b = caps[i].values_bytes + 8 * (caps[i].value_offsets + caps[i].row_splits);
+      if (b > largest_bytes) largest_bytes = b, largest = i;
+    }
+    result.error = "batch " + std::to_string(job.index) + " of epoch " + std::to_string(job.epoch) + " needs " +
+                   std::to_string(needed) + " bytes (" + shm::HumanBytes(needed) + ") but a ring slot holds " +
+                   std::to_string(slot_bytes) + " (" + shm::HumanBytes(slot_bytes) +
+                   "); set ring.slot_bytes to at least " + shm::HumanBytes(needed) + " (the largest column is '" +
+                   (specs.empty() ? std::string() : specs[largest].name) + "' with " +
+                   std::to_string(largest_bytes) + " bytes)";
+    return result;
+  }
+  CarveColumnRegions(std::span<uint8_t>(base + regions_offset, slot_bytes - regions_offset), caps, shm::kColumnAlign,
+                     &regions_);
+
+  // 3. Parse into the slot.
+  ExampleBatch batch(specs, n, regions_);
+  auto* sources = reinterpret_cast<shm::RowSource*>(base + sources_offset);
+  ParseError error;
+  for (const OwnedRecord& r : job.records) {
+    if (!parser_.Parse(r.bytes(), batch, &error)) {
+      std::string message = files[r.file_index] + ": record " + std::to_string(r.record_index) + " at byte " +
+                            std::to_string(r.offset) + ": " + error.message;
+      if (!skip_errors) {
+        result.error = std::move(message);
+        return result;
+      }
+      result.skipped.push_back(std::move(message));
+      continue;
+    }
+    sources[result.rows] = shm::RowSource{r.file_index, 0, r.record_index};
+    ++result.rows;
+    result.record_bytes += r.size;
+  }
+
+  // 4. Column directory and header.
+  auto* columns = reinterpret_cast<shm::ColumnDesc*>(base + columns_offset);
+  uint64_t used = regions_offset;
+  // An empty array may have no memory at all; it is then described at an in-bounds offset.
+  auto offset_of = [&](const void* p, uint64_t count) {
+    return p != nullptr && count != 0 ? static_cast<uint64_t>(static_cast<const uint8_t*>(p) - base) : regions_offset;
+  };
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const FeatureSpec& spec = specs[i];
+    const Column& c = batch.column(i);
+    shm::ColumnDesc d{};
+    d.values_bytes = spec.type == FeatureType::kFixedLen && spec.dtype != DType::kBytes
+                         ? result.rows * static_cast<uint64_t>(spec.NumElements()) * DTypeSize(spec.dtype)
+                         : c.values.size();
+    d.values_offset = offset_of(c.values.data(), d.values_bytes);
+    if (spec.dtype == DType::kBytes) {
+      d.value_offsets_count = c.value_offsets.size();
+      d.value_offsets_offset = offset_of(c.value_offsets.data(), d.value_offsets_count);
+    }
+    if (spec.type == FeatureType::kVarLen) {
+      d.row_splits_count = c.row_splits.size();
+      d.row_splits_offset = offset_of(c.row_splits.data(), d.row_splits_count);
+    }
+    used = std::max({used, d.values_offset + d.values_bytes, d.value_offsets_offset + 8 * d.value_offsets_count,
+                     d.row_splits_offset + 8 * d.row_splits_count});
+    columns[i] = d;
+  }
+  shm::SlotHeader* header = segment_.slot_header(slot);
+  header->epoch = job.epoch;
+  header->batch_index = job.index;
+  header->rows = static_cast<uint32_t>(result.rows);
+  header->flags = job.flags;
+  header->used_bytes = used;
+  header->columns_offset = columns_offset;
+  header->sources_offset = sources_offset;
+  return result;
+}
+
+}  // namespace ringfeed

@@ -1,0 +1,56 @@
+// BatchWriter: parses one batch's serialized records straight into its shared-memory slot.
+//
+//   1. sizing pass: ExampleParser::Measure over the records gives, per column, an upper bound
+//      of what parsing appends (format/column_sizes.h);
+//   2. layout: SlotHeader | ColumnDesc[features] | RowSource[records] | column regions, each
+//      region 64-byte aligned (shm/ring_layout.h). A batch that does not fit the slot is an
+//      error naming the bytes needed and ring.slot_bytes — never truncated data;
+//   3. ExampleParser::Parse into an ExampleBatch whose columns are those regions: the values
+//      are written once, into the memory the trainer reads (no staging copy);
+//   4. the slot header and column directory are written; publishing is the caller's.
+// A record that fails to parse is skipped (on_error: skip: the batch is one row smaller, the
+// message returned) or fails the batch (on_error: fail).
+//
+// Thread-safety: one BatchWriter per worker thread (it keeps its scratch vectors).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "daemon/sequencer.h"
+#include "format/column_sizes.h"
+#include "format/example_parser.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+
+namespace ringfeed {
+
+class BatchWriter {
+ public:
+  BatchWriter(const ExampleParser& parser, shm::Segment& segment)
+      : parser_(parser), segment_(segment), ring_(shm::Ring::Of(segment.data())) {}
+
+  struct Result {
+    size_t rows = 0;                   // records written
+    uint64_t record_bytes = 0;         // serialized bytes of those records
+    std::vector<std::string> skipped;  // on_error: skip: one message per skipped record
+    std::string error;                 // non-empty: the batch failed (on_error: fail, or no room)
+  };
+  // Fills slot `slot` (which the caller owns: its word is kFree or kFilling) with `job`.
+  // `files` is the job's file list, for messages.
+  Result Write(const BatchJob& job, uint32_t slot, bool skip_errors, const std::vector<std::string>& files);
+
+  // Bytes a slot needs for the header, column directory and row sources of `rows` rows
+  // before the column regions start (a multiple of shm::kColumnAlign).
+  static uint64_t HeaderBytes(size_t features, size_t rows);
+
+ private:
+  const ExampleParser& parser_;
+  shm::Segment& segment_;
+  shm::Ring ring_;
+  ColumnSizes sizes_;
+  std::vector<ColumnRegion> regions_;
+};
+
+}  // namespace ringfeed

@@ -1,0 +1,83 @@
+#include "daemon/consumer_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include "shm/futex.h"
+#include "shm/ring.h"
+
+namespace ringfeed {
+
+std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> rank, std::string* error) {
+  if (ranks_ == 0 && rank) {
+    *error = "this job delivers in consumers.mode: shared; attach without a rank (or set consumers.mode: ranks)";
+    return std::nullopt;
+  }
+  if (ranks_ != 0) {
+    if (!rank) {
+      *error = "this job delivers in consumers.mode: ranks with " + std::to_string(ranks_) +
+               " ranks; attach with a rank in 0.." + std::to_string(ranks_ - 1);
+      return std::nullopt;
+    }
+    if (*rank < 0 || static_cast<uint32_t>(*rank) >= ranks_) {
+      *error = "rank " + std::to_string(*rank) + " is out of range: consumers.count is " + std::to_string(ranks_) +
+               " (ranks 0.." + std::to_string(ranks_ - 1) + ")";
+      return std::nullopt;
+    }
+    for (const Entry& e : entries_) {
+      if (e.attached && e.rank == *rank) {
+        *error = "rank " + std::to_string(*rank) + " is already attached by pid " + std::to_string(e.pid);
+        return std::nullopt;
+      }
+    }
+  }
+  for (uint32_t i = 0; i < entries_.size(); ++i) {
+    Entry& e = entries_[i];
+    if (e.attached) continue;
+    e = Entry{true, pid, rank.value_or(-1), std::chrono::steady_clock::now()};
+    shm::ConsumerEntry& c = segment_.superblock()->consumers[i];
+    c.pid = pid;
+    c.rank = e.rank;
+    c.batches_taken.store(0, std::memory_order_relaxed);
+    c.wait_ns.store(0, std::memory_order_relaxed);
+    c.attached.store(1, std::memory_order_release);
+    ++consumers_seen_;
+    spdlog::info("consumer {} attached (pid {}{})", i + 1, pid, rank ? ", rank " + std::to_string(*rank) : "");
+    return i + 1;
+  }
+  *error = "too many consumers: " + std::to_string(shm::kMaxConsumers) + " are attached already";
+  return std::nullopt;
+}
+
+uint32_t ConsumerRegistry::Detach(uint32_t id) {
+  if (id == 0 || id > entries_.size() || !entries_[id - 1].attached) return 0;
+  Entry& e = entries_[id - 1];
+  shm::Superblock* sb = segment_.superblock();
+  const uint32_t reclaimed = shm::ReclaimConsumer(shm::Ring::Of(segment_.data()), id);
+  sb->consumers[id - 1].attached.store(0, std::memory_order_release);
+  batches_reclaimed_ += reclaimed;
+  if (reclaimed > 0) {
+    spdlog::warn("consumer {} (pid {}) went away holding {} batch(es); their slots are reclaimed and those batches "
+                 "are not delivered again", id, e.pid, reclaimed);
+    sb->free_futex.fetch_add(1, std::memory_order_release);
+    shm::FutexWakeAll(&sb->free_futex);
+  } else {
+    spdlog::info("consumer {} (pid {}) detached", id, e.pid);
+  }
+  e.attached = false;
+  return reclaimed;
+}
+
+std::vector<ConsumerRegistry::Info> ConsumerRegistry::List() const {
+  std::vector<Info> out;
+  const auto now = std::chrono::steady_clock::now();
+  for (uint32_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (!e.attached) continue;
+    const shm::ConsumerEntry& c = segment_.superblock()->consumers[i];
+    out.push_back({i + 1, e.pid, e.rank, c.batches_taken.load(std::memory_order_relaxed),
+                   c.wait_ns.load(std::memory_order_relaxed), std::chrono::duration<double>(now - e.since).count()});
+  }
+  return out;
+}
+
+}  // namespace ringfeed

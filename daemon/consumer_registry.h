@@ -1,0 +1,59 @@
+// ConsumerRegistry: the daemon's record of attached consumers (trainer processes). It hands
+// out consumer ids (1..shm::kMaxConsumers, the owner field of held slots), enforces
+// consumers.mode (a rank in 0..count-1, each rank attached at most once, in ranks mode; no
+// rank in shared mode), fills the superblock's consumer table, and on detach (the consumer's
+// control connection closed: it exited or was killed) reclaims the slots it held. Batches a
+// dead consumer held are lost to the job (counted as batches_reclaimed): they were handed out
+// and may have been used, so they are not delivered again.
+//
+// Thread-safety: none; used on the control server's thread only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shm/segment.h"
+
+namespace ringfeed {
+
+class ConsumerRegistry {
+ public:
+  // ranks = consumers.count in ranks mode, 0 in shared mode.
+  ConsumerRegistry(shm::Segment& segment, uint32_t ranks) : segment_(segment), ranks_(ranks) {}
+
+  std::optional<uint32_t> Attach(pid_t pid, std::optional<int> rank, std::string* error);
+  // Returns the number of slots reclaimed.
+  uint32_t Detach(uint32_t id);
+
+  struct Info {
+    uint32_t id;
+    pid_t pid;
+    int rank;  // -1 in shared mode
+    uint64_t batches_taken;
+    uint64_t wait_ns;
+    double attached_seconds;
+  };
+  std::vector<Info> List() const;
+  uint64_t batches_reclaimed() const { return batches_reclaimed_; }
+  uint64_t consumers_seen() const { return consumers_seen_; }
+
+ private:
+  struct Entry {
+    bool attached = false;
+    pid_t pid = 0;
+    int rank = -1;
+    std::chrono::steady_clock::time_point since;
+  };
+  shm::Segment& segment_;
+  uint32_t ranks_;
+  std::vector<Entry> entries_ = std::vector<Entry>(shm::kMaxConsumers);
+  uint64_t batches_reclaimed_ = 0;
+  uint64_t consumers_seen_ = 0;
+};
+
+}  // namespace ringfeed

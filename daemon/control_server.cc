@@ -1,0 +1,183 @@
+#include "daemon/control_server.h"
+
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <istream>
+#include <stdexcept>
+
+#include "shm/protocol.h"
+
+namespace ringfeed {
+namespace asio = boost::asio;
+using stream_protocol = asio::local::stream_protocol;
+
+namespace {
+constexpr size_t kMaxRequestBytes = 64 * 1024;  // a hello or a request is tiny
+
+std::string Hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace
+
+class ControlServer::Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(ControlServer* server, stream_protocol::socket socket)
+      : server_(server), alive_(server->alive_), socket_(std::move(socket)), input_(kMaxRequestBytes) {}
+
+  ~Connection() {
+    if (consumer_id_ != 0 && *alive_) server_->handlers_.detach(consumer_id_);
+  }
+
+  void Start() {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer_pid_ = cred.pid;
+    Read();
+  }
+
+ private:
+  void Read() {
+    auto self = shared_from_this();
+    asio::async_read_until(socket_, input_, '\n', [this, self](const boost::system::error_code& ec, size_t) {
+      if (ec || !*alive_) return;  // closed (EOF), too long, or server gone: the destructor detaches
+      std::istream in(&input_);
+      std::string line;
+      std::getline(in, line);
+      if (!Handle(line)) return;
+      Read();
+    });
+  }
+
+  // Returns false when the connection should close after the reply.
+  bool Handle(const std::string& line) {
+    nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!request.is_object() || !request.contains("type") || !request["type"].is_string()) {
+      return Fail("malformed request: expected one JSON object per line with a \"type\"");
+    }
+    const std::string type = request["type"];
+    if (!said_hello_) {
+      if (type != "hello") return Fail("the first message must be a hello");
+      const auto protocol = request.value("protocol", nlohmann::json());
+      if (!protocol.is_number_integer() || protocol.get<int64_t>() != shm::kProtocolVersion) {
+        return Fail("protocol version " + protocol.dump() + " not supported: this ringfeedd speaks version " +
+                    std::to_string(shm::kProtocolVersion) + "; use a client of the same ringfeed version");
+      }
+      said_hello_ = true;
+      const std::string role = request.value("role", "");
+      nlohmann::json welcome = {{"type", "welcome"},
+                                {"protocol", shm::kProtocolVersion},
+                                {"job", server_->welcome_.job},
+                                {"segment", server_->welcome_.segment},
+                                {"instance_id", Hex16(server_->welcome_.instance_id)},
+                                {"daemon_pid", static_cast<int64_t>(getpid())}};
+      if (role == "consumer") {
+        std::optional<int> rank;
+        if (request.contains("rank") && !request["rank"].is_null()) {
+          if (!request["rank"].is_number_integer()) return Fail("\"rank\" must be an integer or null");
+          rank = request["rank"].get<int>();
+        }
+        std::string error;
+        const auto id = server_->handlers_.attach(peer_pid_, rank, &error);
+        if (!id) return Fail(error);
+        consumer_id_ = *id;
+        welcome["consumer_id"] = *id;
+      } else if (role != "control") {
+        return Fail("unknown role '" + role + "' (consumer or control)");
+      }
+      Write(welcome, false);
+      return true;
+    }
+    if (consumer_id_ != 0) {
+      if (type == "bye") return false;
+      return true;  // consumers send nothing else; ignore
+    }
+    Write(server_->handlers_.request(request), false);
+    return true;
+  }
+
+  bool Fail(const std::string& message) {
+    Write({{"type", "error"}, {"message", message}}, true);
+    return false;
+  }
+
+  void Write(const nlohmann::json& message, bool close_after) {
+    outbox_.push_back(message.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    close_after_ = close_after_ || close_after;
+    if (outbox_.size() == 1) Flush();
+  }
+
+  void Flush() {
+    auto self = shared_from_this();
+    asio::async_write(socket_, asio::buffer(outbox_.front()), [this, self](const boost::system::error_code& ec, size_t) {
+      outbox_.pop_front();
+      if (ec) return;
+      if (!outbox_.empty()) return Flush();
+      if (close_after_) {
+        boost::system::error_code ignored;
+        socket_.shutdown(stream_protocol::socket::shutdown_both, ignored);
+      }
+    });
+  }
+
+  ControlServer* server_;
+  std::shared_ptr<bool> alive_;
+  stream_protocol::socket socket_;
+  asio::streambuf input_;
+  std::deque<std::string> outbox_;
+  bool said_hello_ = false;
+  bool close_after_ = false;
+  pid_t peer_pid_ = 0;
+  uint32_t consumer_id_ = 0;
+};
+
+ControlServer::ControlServer(asio::io_context& io, std::string socket_path, mode_t mode, std::optional<gid_t> group,
+                             Welcome welcome, Handlers handlers)
+    : io_(io),
+      socket_path_(std::move(socket_path)),
+      welcome_(std::move(welcome)),
+      handlers_(std::move(handlers)),
+      acceptor_(io),
+      alive_(std::make_shared<bool>(true)) {
+  ::unlink(socket_path_.c_str());
+  boost::system::error_code ec;
+  acceptor_.open(stream_protocol(), ec);
+  // Created with the final mode: no window in which another user could connect.
+  const mode_t old_umask = ::umask(0777 & ~mode);
+  if (!ec) acceptor_.bind(stream_protocol::endpoint(socket_path_), ec);
+  ::umask(old_umask);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw std::runtime_error("control socket " + socket_path_ + ": " + ec.message());
+  if (group && ::chown(socket_path_.c_str(), static_cast<uid_t>(-1), *group) != 0) {
+    throw std::runtime_error("control socket " + socket_path_ + ": cannot give it to group " +
+                             std::to_string(*group) + ": " + std::strerror(errno));
+  }
+  ::chmod(socket_path_.c_str(), mode);
+  Accept();
+}
+
+ControlServer::~ControlServer() {
+  *alive_ = false;
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  ::unlink(socket_path_.c_str());
+}
+
+void ControlServer::Accept() {
+  acceptor_.async_accept([this, alive = alive_](const boost::system::error_code& ec, stream_protocol::socket socket) {
+    if (!*alive) return;
+    if (!ec) std::make_shared<Connection>(this, std::move(socket))->Start();
+    if (acceptor_.is_open()) Accept();
+  });
+}
+
+}  // namespace ringfeed

@@ -1,0 +1,71 @@
+// ControlServer: the job's Unix-domain control socket (Boost.Asio), speaking newline-delimited
+// JSON (nlohmann-json). Protocol version shm::kProtocolVersion (shm/protocol.h):
+//
+//   client -> {"type":"hello","protocol":1,"role":"consumer"|"control","pid":P,"rank":R|null}
+//   daemon -> {"type":"welcome","protocol":1,"job":...,"segment":...,"instance_id":"<16 hex>",
+//              "consumer_id":C (consumers only),"daemon_pid":...}
+//          or {"type":"error","message":"..."} and the connection is closed.
+//   A consumer keeps its connection open while it lives: the connection closing (the process
+//   exited or was killed; the kernel closes its sockets) is how the daemon learns that a
+//   consumer is gone and reclaims the slots it held.
+//   A control client then sends requests, one per line: {"type":"status"} -> the status object
+//   (docs/operations.md), {"type":"files"} -> {"type":"files","files":[...]}.
+// The consumer's pid is taken from the socket's peer credentials (SO_PEERCRED), not from the
+// message.
+//
+// Threading: everything runs on the io_context's thread; the handlers are called there.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ringfeed {
+
+class ControlServer {
+ public:
+  struct Handlers {
+    // A consumer says hello; returns its consumer id, or an error message for the client.
+    std::function<std::optional<uint32_t>(pid_t pid, std::optional<int> rank, std::string* error)> attach;
+    // The consumer's connection closed.
+    std::function<void(uint32_t consumer_id)> detach;
+    // {"type":"status"} and other requests: returns the reply object.
+    std::function<nlohmann::json(const nlohmann::json& request)> request;
+  };
+  // What the welcome message carries besides the consumer id.
+  struct Welcome {
+    std::string job;
+    std::string segment;
+    uint64_t instance_id = 0;
+  };
+
+  // Binds and listens on `socket_path` (an existing file there is removed first: the caller
+  // has made sure no live daemon owns it). `mode` 0600 or 0660; `group` chowns the socket.
+  // Throws std::runtime_error naming the path on failure.
+  ControlServer(boost::asio::io_context& io, std::string socket_path, mode_t mode, std::optional<gid_t> group,
+                Welcome welcome, Handlers handlers);
+  ~ControlServer();  // closes the acceptor and every connection, removes the socket file
+
+  const std::string& socket_path() const { return socket_path_; }
+
+ private:
+  class Connection;
+  void Accept();
+
+  boost::asio::io_context& io_;
+  std::string socket_path_;
+  Welcome welcome_;
+  Handlers handlers_;
+  boost::asio::local::stream_protocol::acceptor acceptor_;
+  std::shared_ptr<bool> alive_;  // connections outliving the server see false
+};
+
+}  // namespace ringfeed

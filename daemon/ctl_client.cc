@@ -1,0 +1,266 @@
+#include "daemon/ctl_client.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+#include <stdexcept>
+
+#include "client/client.h"
+#include "client/control_connection.h"
+#include "shm/names.h"
+#include "shm/protocol.h"
+
+namespace ringfeed {
+namespace {
+
+constexpr auto kReplyTimeout = std::chrono::seconds(5);
+
+std::string Base64(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 2 < bytes.size(); i += 3) {
+    const uint32_t v = uint32_t(uint8_t(bytes[i])) << 16 | uint32_t(uint8_t(bytes[i + 1])) << 8 | uint8_t(bytes[i + 2]);
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[v >> 12 & 63];
+    out += kAlphabet[v >> 6 & 63];
+    out += kAlphabet[v & 63];
+  }
+  if (i + 1 == bytes.size()) {
+    const uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[v >> 12 & 63];
+    out += "==";
+  } else if (i + 2 == bytes.size()) {
+    const uint32_t v = uint32_t(uint8_t(bytes[i])) << 16 | uint32_t(uint8_t(bytes[i + 1])) << 8;
+    out += kAlphabet[v >> 18];
+    out += kAlphabet[v >> 12 & 63];
+    out += kAlphabet[v >> 6 & 63];
+    out += '=';
+  }
+  return out;
+}
+
+template <typename T>
+nlohmann::ordered_json Number(T v) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  }
+  return v;
+}
+
+template <typename T>
+nlohmann::ordered_json Values(const TensorView& t) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const T& v : t.values<T>()) out.push_back(Number(v));
+  return out;
+}
+
+nlohmann::ordered_json FeatureJson(const TensorView& t) {
+  nlohmann::ordered_json f;
+  f["dtype"] = std::string(shm::DTypeName(t.dtype()));
+  nlohmann::ordered_json shape = nlohmann::ordered_json::array();
+  for (int64_t d : t.shape()) shape.push_back(d);
+  f["shape"] = shape;
+  nlohmann::ordered_json values;
+  using shm::DType;
+  switch (t.dtype()) {
+    case DType::kInt64: values = Values<int64_t>(t); break;
+    case DType::kFloat32: values = Values<float>(t); break;
+    case DType::kFloat64: values = Values<double>(t); break;
+    case DType::kUInt8: values = Values<uint8_t>(t); break;
+    case DType::kInt8: values = Values<int8_t>(t); break;
+    case DType::kUInt16: values = Values<uint16_t>(t); break;
+    case DType::kInt16: values = Values<int16_t>(t); break;
+    case DType::kInt32: values = Values<int32_t>(t); break;
+    case DType::kUInt32: values = Values<uint32_t>(t); break;
+    case DType::kBytes:
+      values = nlohmann::ordered_json::array();
+      for (uint64_t i = 0; i < t.size(); ++i) values.push_back(Base64(t.string(i)));
+      break;
+  }
+  f["values"] = std::move(values);
+  if (t.type() == shm::FeatureType::kVarLen) f["row_splits"] = t.row_splits();
+  return f;
+}
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s < 120) std::snprintf(buf, sizeof buf, "%.1f s", s);
+  else if (s < 7200) std::snprintf(buf, sizeof buf, "%.1f min", s / 60);
+  else std::snprintf(buf, sizeof buf, "%.1f h", s / 3600);
+  return buf;
+}
+
+std::string Bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request) {
+  const std::string path = shm::SocketPath(runtime_dir, job);
+  detail::ControlConnection connection;
+  connection.Connect(path, job);
+  connection.SendLine(nlohmann::json{{"type", shm::kMessageHello},
+                                     {"protocol", shm::kProtocolVersion},
+                                     {"role", "control"},
+                                     {"pid", ::getpid()}}
+                          .dump());
+  nlohmann::json welcome = nlohmann::json::parse(connection.ReadLine(kReplyTimeout), nullptr, false);
+  if (!welcome.is_object()) throw std::runtime_error("job '" + job + "': malformed answer on " + path);
+  if (welcome.value("type", "") == "error") {
+    throw std::runtime_error("job '" + job + "': ringfeedd refused: " + welcome.value("message", ""));
+  }
+  connection.SendLine(request.dump());
+  nlohmann::json reply = nlohmann::json::parse(connection.ReadLine(kReplyTimeout), nullptr, false);
+  if (!reply.is_object()) throw std::runtime_error("job '" + job + "': malformed reply on " + path);
+  if (reply.value("type", "") == "error") throw std::runtime_error("job '" + job + "': " + reply.value("message", ""));
+  connection.Close();
+  return reply;
+}
+
+int ListJobs(const std::string& runtime_dir, std::ostream& out) {
+  std::error_code ec;
+  std::vector<std::string> jobs;
+  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir, ec)) {
+    if (entry.path().extension() == ".sock") jobs.push_back(entry.path().stem().string());
+  }
+  std::sort(jobs.begin(), jobs.end());
+  if (jobs.empty()) {
+    out << "no ringfeed jobs in " << runtime_dir << " (set RINGFEED_RUNTIME_DIR or --runtime-dir to look elsewhere)\n";
+    return 0;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line, "%-24s %-12s %8s %10s %12s %10s\n", "JOB", "STATE", "PID", "UPTIME", "RECORDS/S",
+                "CONSUMERS");
+  out << line;
+  int running = 0;
+  for (const std::string& job : jobs) {
+    try {
+      const nlohmann::json s = QueryDaemon(runtime_dir, job, {{"type", "status"}});
+      std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu\n", job.c_str(),
+                    s.value("state", "?").c_str(), static_cast<long long>(s.value("pid", 0)),
+                    Seconds(s.value("uptime_seconds", 0.0)).c_str(),
+                    s["throughput"]["records_per_second"].value("last_10s", 0.0), s["consumers"].size());
+      ++running;
+    } catch (const std::exception& e) {
+      std::snprintf(line, sizeof line, "%-24s %-12s (%s)\n", job.c_str(), "unreachable", e.what());
+    }
+    out << line;
+  }
+  return running;
+}
+
+void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
+  auto num = [](const nlohmann::json& j, const char* key) { return j.contains(key) ? j[key].get<double>() : 0.0; };
+  const auto& files = s["files"];
+  const auto& tp = s["throughput"];
+  const auto& ring = s["ring"];
+  const auto& pipeline = s["pipeline"];
+  const auto& memory = s["memory"];
+  const auto& errors = s["errors"];
+  const int64_t epochs = s.value("epochs", int64_t{0});
+  char buf[512];
+  out << "job        " << s.value("job", "") << "   (pid " << s.value("pid", 0) << ", config " << s.value("config", "")
+      << ")\n";
+  out << "state      " << s.value("state", "") << ", up " << Seconds(s.value("uptime_seconds", 0.0)) << "\n";
+  std::snprintf(buf, sizeof buf, "progress   epoch %lld of %s, %llu of %llu files of this epoch done\n",
+                static_cast<long long>(s.value("epoch", int64_t{0})) + 1,
+                epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(),
+                static_cast<unsigned long long>(files.value("done_in_epoch", uint64_t{0})),
+                static_cast<unsigned long long>(files.value("in_shard", uint64_t{0})));
+  out << buf;
+  std::snprintf(buf, sizeof buf, "produced   %llu records in %llu batches, %s\n",
+                static_cast<unsigned long long>(s.value("records", uint64_t{0})),
+                static_cast<unsigned long long>(s.value("batches", uint64_t{0})),
+                Bytes(num(s, "record_bytes")).c_str());
+  out << buf;
+  std::snprintf(buf, sizeof buf, "throughput %.0f records/s, %.1f MB/s (last 10 s); %.0f records/s, %.1f MB/s overall\n",
+                num(tp["records_per_second"], "last_10s"), num(tp["mb_per_second"], "last_10s"),
+                num(tp["records_per_second"], "overall"), num(tp["mb_per_second"], "overall"));
+  out << buf;
+  std::snprintf(buf, sizeof buf, "ring       %d slots x %s: %d free, %d filling, %d ready, %d held\n",
+                ring.value("slots", 0), Bytes(num(ring, "slot_bytes")).c_str(), ring.value("free", 0),
+                ring.value("filling", 0), ring.value("ready", 0), ring.value("held", 0));
+  out << buf;
+  std::snprintf(buf, sizeof buf, "pipeline   cycle_length %d, readers %d, workers %d, %d files open, read-ahead %s\n",
+                pipeline.value("cycle_length", 0), pipeline.value("readers", 0), pipeline.value("workers", 0),
+                pipeline.value("open_files", 0), Bytes(num(pipeline, "read_ahead_bytes")).c_str());
+  out << buf;
+  const std::string budget = memory["budget_bytes"].is_null() ? "no budget set" : "budget " + Bytes(num(memory, "budget_bytes"));
+  std::snprintf(buf, sizeof buf, "memory     segment %s + private RSS %s (%s)\n", Bytes(num(memory, "segment_bytes")).c_str(),
+                Bytes(num(memory, "private_rss_bytes")).c_str(), budget.c_str());
+  out << buf;
+  const auto& consumers = s["consumers"];
+  out << "consumers  " << consumers.size() << " attached";
+  if (s.value("batches_reclaimed", 0) > 0) out << ", " << s.value("batches_reclaimed", 0) << " batches reclaimed from dead consumers";
+  out << "\n";
+  for (const auto& c : consumers) {
+    std::snprintf(buf, sizeof buf, "           id %d pid %d%s: %llu batches taken, waited %.1f s, attached %s\n",
+                  c.value("id", 0), c.value("pid", 0),
+                  c["rank"].is_null() ? "" : (" rank " + std::to_string(c["rank"].get<int>())).c_str(),
+                  static_cast<unsigned long long>(c.value("batches_taken", uint64_t{0})), c.value("wait_seconds", 0.0),
+                  Seconds(c.value("attached_seconds", 0.0)).c_str());
+    out << buf;
+  }
+  std::snprintf(buf, sizeof buf, "errors     %llu read and %llu parse errors skipped, %llu batches dropped (ranks remainder)\n",
+                static_cast<unsigned long long>(errors.value("read_errors_skipped", uint64_t{0})),
+                static_cast<unsigned long long>(errors.value("parse_errors_skipped", uint64_t{0})),
+                static_cast<unsigned long long>(errors.value("batches_dropped", uint64_t{0})));
+  out << buf;
+  const std::string last = errors.value("last_error", "");
+  if (!last.empty()) out << "last error " << last << "\n";
+}
+
+uint64_t DumpBatches(const DumpOptions& options, std::ostream& out) {
+  ClientOptions co;
+  co.job = options.job;
+  co.rank = options.rank;
+  co.runtime_dir = options.runtime_dir;
+  auto client = Client::Attach(co);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
+  uint64_t printed = 0;
+  Batch batch;
+  while (!options.batches || printed < *options.batches) {
+    const Client::Status status = client->Next(timeout, &batch);
+    if (status == Client::Status::kEndOfData) break;
+    if (status == Client::Status::kTimeout) {
+      throw std::runtime_error("job '" + options.job + "': no batch within " + Seconds(options.timeout_seconds) +
+                               " (is the ring held by other consumers, or the data slow?)");
+    }
+    nlohmann::ordered_json line;
+    line["epoch"] = batch.epoch();
+    line["batch"] = batch.index();
+    line["size"] = batch.rows();
+    nlohmann::ordered_json features = nlohmann::ordered_json::object();
+    for (size_t i = 0; i < batch.feature_count(); ++i) {
+      const TensorView t = batch.feature(i);
+      features[std::string(t.name())] = FeatureJson(t);
+    }
+    line["features"] = std::move(features);
+    nlohmann::ordered_json sources = nlohmann::ordered_json::array();
+    for (size_t r = 0; r < batch.rows(); ++r) {
+      const shm::RowSource src = batch.source(r);
+      sources.push_back({src.file_index, src.record_index});
+    }
+    line["sources"] = std::move(sources);
+    out << line.dump() << "\n";
+    ++printed;
+  }
+  out.flush();
+  return printed;
+}
+
+}  // namespace ringfeed

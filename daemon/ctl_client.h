@@ -1,0 +1,43 @@
+// What `ringfeedctl` asks a running ringfeedd: `list` (jobs with a socket in the runtime
+// directory), `status JOB` (the daemon's status object as a table or JSON) and `dump JOB`
+// (attach as a consumer through the client library and print every batch as one JSON line,
+// exactly what a trainer sees). Protocol: daemon/control_server.h.
+//
+// Errors: std::runtime_error naming the job, the socket and the fix ("is ringfeedd running?").
+// Thread-safety: plain functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace ringfeed {
+
+// Sends one control request ({"type":"status"}, ...) to the job's daemon and returns the reply.
+nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request);
+
+// `ringfeedctl list`: one line per job socket in the runtime directory. Returns the number of
+// running jobs.
+int ListJobs(const std::string& runtime_dir, std::ostream& out);
+
+// `ringfeedctl status`: the status object as a human-readable table.
+void PrintStatusTable(const nlohmann::json& status, std::ostream& out);
+
+struct DumpOptions {
+  std::string job;
+  std::string runtime_dir;
+  std::optional<uint64_t> batches;  // stop after this many; nullopt = until end of data
+  int rank = -1;                    // ranks mode: attach as this rank
+  double timeout_seconds = 60;      // give up waiting for one batch after this long
+};
+// `ringfeedctl dump`: one line per batch:
+//   {"epoch":E,"batch":K,"size":B,"features":{NAME:{"dtype":...,"shape":[...],"values":[...],
+//    "row_splits":[...] (VarLen only)}},"sources":[[file_index, record_index], ...]}
+// values flat and row-major; bytes base64-encoded (RFC 4648); NaN and infinities as the strings
+// "nan", "inf", "-inf". Returns the number of batches printed.
+uint64_t DumpBatches(const DumpOptions& options, std::ostream& out);
+
+}  // namespace ringfeed

@@ -1,0 +1,278 @@
+#include "daemon/pipeline.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
+#include "shm/futex.h"
+#include "shm/ring.h"
+
+namespace ringfeed {
+namespace {
+constexpr auto kSlotWait = std::chrono::milliseconds(100);
+constexpr uint64_t kLogBurst = 20;  // skipped records logged one by one before rate limiting
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Segment& segment,
+                   std::function<void(PipelineEnd, const std::string&)> on_end)
+    : options_(std::move(options)), parser_(parser), segment_(segment), ring_(shm::Ring::Of(segment.data())), on_end_(std::move(on_end)) {
+  slot_use_.assign(segment_.superblock()->slot_count, SlotUse::kFree);
+  read_ahead_ = std::make_unique<ReadAhead>(options_.reader, options_.readers, options_.stream_buffer_bytes);
+  sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
+    read_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
+    const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
+    const int64_t now = NowNs();
+    if (n < kLogBurst || now >= skip_log_next_ns_.load(std::memory_order_relaxed)) {
+      skip_log_next_ns_.store(now + 1'000'000'000, std::memory_order_relaxed);
+      spdlog::warn("skipped (on_error: skip): {} [{} skipped so far]", error.message,
+                   read_errors_skipped_.load() + parse_errors_skipped_.load());
+    }
+    std::lock_guard lock(mutex_);
+    last_error_ = error.message;
+  });
+}
+
+Pipeline::~Pipeline() {
+  RequestStop();
+  Join();
+}
+
+void Pipeline::Start() {
+  SetWorkers(options_.workers);
+  sequencer_thread_ = std::thread([this] { RunSequencer(); });
+}
+
+void Pipeline::RequestStop(const std::string& reason) {
+  sequencer_->Stop();
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    if (!reason.empty()) stop_reason_ = reason;
+  }
+  work_ready_.notify_all();
+  work_done_.notify_all();
+  shm::FutexWakeAll(&segment_.superblock()->free_futex);
+}
+
+void Pipeline::Join() {
+  if (sequencer_thread_.joinable()) sequencer_thread_.join();
+  std::vector<std::thread> workers;
+  {
+    std::lock_guard lock(mutex_);
+    wanted_workers_ = 0;
+    workers.swap(workers_);
+  }
+  work_ready_.notify_all();
+  for (std::thread& t : workers) t.join();
+  std::string reason;
+  {
+    std::lock_guard lock(mutex_);
+    reason = stop_reason_;
+  }
+  Finish(PipelineEnd::kStopped, reason);
+}
+
+void Pipeline::SetWorkers(size_t n) {
+  if (n < 1) n = 1;
+  std::vector<std::thread> retired;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+    wanted_workers_ = n;
+    while (workers_.size() < n) {
+      const size_t id = workers_.size();
+      workers_.emplace_back([this, id] { RunWorker(id); });
+    }
+    while (workers_.size() > n) {
+      retired.push_back(std::move(workers_.back()));
+      workers_.pop_back();
+    }
+  }
+  work_ready_.notify_all();
+  for (std::thread& t : retired) t.join();  // each finishes the batch it is parsing first
+}
+
+void Pipeline::SetReaders(size_t n) { read_ahead_->SetThreads(n); }
+
+bool Pipeline::AcquireSlot(uint32_t* slot) {
+  shm::Superblock* sb = segment_.superblock();
+  const uint32_t count = sb->slot_count;
+  for (;;) {
+    const uint32_t seen = sb->free_futex.load(std::memory_order_acquire);
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return false;
+      for (uint32_t k = 0; k < count; ++k) {
+        const uint32_t s = (next_slot_scan_ + k) % count;
+        if (slot_use_[s] == SlotUse::kPublished && shm::IsFree(ring_, s)) slot_use_[s] = SlotUse::kFree;
+        if (slot_use_[s] == SlotUse::kFree) {
+          slot_use_[s] = SlotUse::kInPipeline;
+          next_slot_scan_ = (s + 1) % count;
+          *slot = s;
+          return true;
+        }
+      }
+    }
+    shm::FutexWait(&sb->free_futex, seen, kSlotWait);
+  }
+}
+
+void Pipeline::RunSequencer() {
+  const Sequencer::Outcome outcome = sequencer_->Run([this](BatchJob&& job) {
+    uint32_t slot;
+    if (!AcquireSlot(&slot)) return false;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) {
+        slot_use_[slot] = SlotUse::kFree;
+        return false;
+      }
+      ++in_flight_;
+      work_.push_back(Work{std::move(job), slot});
+    }
+    work_ready_.notify_one();
+    return true;
+  });
+  if (outcome == Sequencer::Outcome::kFailed) {
+    Fail(sequencer_->failure());
+    return;
+  }
+  if (outcome == Sequencer::Outcome::kStopped) return;
+  // End of data: wait until every batch handed out is published.
+  std::unique_lock lock(mutex_);
+  work_done_.wait(lock, [&] { return stopping_ || (in_flight_ == 0 && completed_.empty()); });
+  if (stopping_) return;
+  lock.unlock();
+  Finish(PipelineEnd::kEndOfData, "");
+}
+
+void Pipeline::RunWorker(size_t id) {
+  BatchWriter writer(parser_, segment_);
+  for (;;) {
+    Work work;
+    {
+      std::unique_lock lock(mutex_);
+      work_ready_.wait(lock, [&] { return stopping_ || id >= wanted_workers_ || !work_.empty(); });
+      if (stopping_ || id >= wanted_workers_) return;
+      work = std::move(work_.front());
+      work_.pop_front();
+      ++busy_workers_;
+    }
+    BatchWriter::Result result = writer.Write(work.job, work.slot, options_.sequencer.skip_errors,
+                                              options_.sequencer.files);
+    for (const std::string& skipped : result.skipped) {
+      parse_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
+      const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
+      const int64_t now = NowNs();
+      if (n < kLogBurst || now >= skip_log_next_ns_.load(std::memory_order_relaxed)) {
+        skip_log_next_ns_.store(now + 1'000'000'000, std::memory_order_relaxed);
+        spdlog::warn("skipped (on_error: skip): {} [{} skipped so far]", skipped,
+                     read_errors_skipped_.load() + parse_errors_skipped_.load());
+      }
+    }
+    if (!result.skipped.empty()) {
+      std::lock_guard lock(mutex_);
+      last_error_ = result.skipped.back();
+    }
+    if (!result.error.empty()) {
+      {
+        std::lock_guard lock(mutex_);
+        --busy_workers_;
+      }
+      Fail(result.error);
+      return;
+    }
+    records_.fetch_add(result.rows, std::memory_order_relaxed);
+    record_bytes_.fetch_add(result.record_bytes, std::memory_order_relaxed);
+    Complete(work.job.seq, work.slot, work.job.queue, true);
+    std::lock_guard lock(mutex_);
+    --busy_workers_;
+  }
+}
+
+void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue, bool ok) {
+  (void)ok;
+  {
+    std::lock_guard lock(mutex_);
+    --in_flight_;
+    if (stopping_) return;
+    if (!options_.deterministic) {
+      shm::Publish(ring_, slot, queue);
+      slot_use_[slot] = SlotUse::kPublished;
+      batches_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      completed_.emplace(seq, std::make_pair(slot, queue));
+      // Publish every batch whose predecessors are all published.
+      for (auto it = completed_.begin(); it != completed_.end() && it->first == next_publish_;
+           it = completed_.erase(it)) {
+        shm::Publish(ring_, it->second.first, it->second.second);
+        slot_use_[it->second.first] = SlotUse::kPublished;
+        ++next_publish_;
+        batches_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  work_done_.notify_all();
+}
+
+void Pipeline::Fail(const std::string& message) {
+  spdlog::error("{}", message);
+  {
+    std::lock_guard lock(mutex_);
+    last_error_ = message;
+  }
+  Finish(PipelineEnd::kFailed, message);
+  RequestStop();
+}
+
+void Pipeline::Finish(PipelineEnd end, const std::string& message) {
+  {
+    std::lock_guard lock(mutex_);
+    if (finished_) return;
+    finished_ = true;
+    end_ = end;
+  }
+  shm::Superblock* sb = segment_.superblock();
+  for (uint32_t q = 0; q < sb->queue_count; ++q) shm::CloseQueue(ring_, q);
+  const shm::DaemonState state = end == PipelineEnd::kEndOfData ? shm::DaemonState::kEndOfData
+                                 : end == PipelineEnd::kFailed  ? shm::DaemonState::kFailed
+                                                                : shm::DaemonState::kStopped;
+  shm::SetState(ring_, state, message);
+  if (on_end_) on_end_(end, message);
+}
+
+PipelineStats Pipeline::Snapshot() const {
+  PipelineStats s;
+  s.epoch = sequencer_->epoch();
+  s.files_done_in_epoch = sequencer_->files_done_in_epoch();
+  s.records = records_.load(std::memory_order_relaxed);
+  s.batches = batches_.load(std::memory_order_relaxed);
+  s.record_bytes = record_bytes_.load(std::memory_order_relaxed);
+  s.read_errors_skipped = read_errors_skipped_.load(std::memory_order_relaxed);
+  s.parse_errors_skipped = parse_errors_skipped_.load(std::memory_order_relaxed);
+  s.batches_dropped = sequencer_->batches_dropped();
+  s.read_ahead_bytes = read_ahead_->buffered_bytes();
+  s.readers = read_ahead_->threads();
+  s.open_files = read_ahead_->open_streams();
+  const shm::Superblock* sb = segment_.superblock();
+  for (uint32_t i = 0; i < sb->slot_count; ++i) {
+    switch (shm::SlotWord::Unpack(ring_.header(i)->word.load(std::memory_order_relaxed)).state) {
+      case shm::SlotState::kFree: ++s.slots_free; break;
+      case shm::SlotState::kFilling: ++s.slots_filling; break;
+      case shm::SlotState::kReady: ++s.slots_ready; break;
+      case shm::SlotState::kHeld: ++s.slots_held; break;
+    }
+  }
+  std::lock_guard lock(mutex_);
+  s.workers = wanted_workers_;
+  s.last_error = last_error_;
+  s.end = end_;
+  return s;
+}
+
+}  // namespace ringfeed

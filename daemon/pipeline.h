@@ -1,0 +1,138 @@
+// Pipeline: ringfeedd's data path, from files to published batches in the shared-memory ring.
+//
+//   ReadAhead (I/O threads)  ->  Sequencer (1 thread)  ->  parse workers  ->  publish
+//   files read ahead in         interleave, shuffle,      parse a batch's      in sequence order
+//   parallel, in file order     batch; takes a free        records straight    (deterministic) or
+//                               slot for each batch        into its slot       as ready (not)
+//
+// Slots are assigned to batches in sequence order, so the batches in flight always hold a
+// contiguous range of sequence numbers and batch k never waits for a slot held by batch k+1
+// (no deadlock with in-order publishing). A slot comes back when its word reads kFree again
+// (released by a consumer, or reclaimed from a dead one); the sequencer waits for that on the
+// superblock's free_futex, with a timeout, so it never spins.
+//
+// Worker and reader counts can change while running (SetWorkers, SetReaders): the autotuner's
+// knobs. Neither changes the order of batches.
+//
+// Thread-safety: Start/RequestStop/Join from the owner thread; Snapshot and the setters from
+// any thread.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/batch_writer.h"
+#include "daemon/read_ahead.h"
+#include "daemon/sequencer.h"
+#include "format/example_parser.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+
+namespace ringfeed {
+
+struct PipelineOptions {
+  SequencerOptions sequencer;
+  ReaderOptions reader;
+  size_t readers = 1;                       // I/O threads
+  size_t workers = 1;                       // parse workers
+  uint64_t stream_buffer_bytes = 4u << 20;  // read-ahead per open file
+  bool deterministic = true;
+};
+
+enum class PipelineEnd { kRunning, kEndOfData, kFailed, kStopped };
+
+struct PipelineStats {
+  uint64_t epoch = 0;
+  uint64_t files_done_in_epoch = 0;
+  uint64_t records = 0;         // records published in batches
+  uint64_t batches = 0;         // batches published
+  uint64_t record_bytes = 0;    // serialized record bytes published
+  uint64_t read_errors_skipped = 0;
+  uint64_t parse_errors_skipped = 0;
+  uint64_t batches_dropped = 0; // ranks mode: incomplete final rounds
+  uint64_t read_ahead_bytes = 0;
+  size_t readers = 0;
+  size_t workers = 0;
+  size_t open_files = 0;
+  uint32_t slots_free = 0, slots_filling = 0, slots_ready = 0, slots_held = 0;
+  std::string last_error;
+  PipelineEnd end = PipelineEnd::kRunning;
+};
+
+class Pipeline {
+ public:
+  // `files` is the job's sorted file list; `segment` holds a ready superblock. Both outlive
+  // the pipeline. `on_end` is called once, from a pipeline thread, when production ends
+  // (end of data, failure — with the message naming file, record and offset — or stop).
+  Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Segment& segment,
+           std::function<void(PipelineEnd, const std::string&)> on_end);
+  ~Pipeline();  // RequestStop + Join
+
+  void Start();
+  // Stops production; `reason` becomes the consumers' error text ("ringfeedd stopped by SIGTERM").
+  void RequestStop(const std::string& reason = "");
+  void Join();
+
+  void SetWorkers(size_t n);
+  void SetReaders(size_t n);
+  PipelineStats Snapshot() const;
+
+ private:
+  struct Work {
+    BatchJob job;
+    uint32_t slot;
+  };
+  enum class SlotUse : uint8_t { kFree, kInPipeline, kPublished };
+
+  void RunSequencer();
+  void RunWorker(size_t id);
+  // Blocks until a slot is free (or stopping: false).
+  bool AcquireSlot(uint32_t* slot);
+  void Complete(uint64_t seq, uint32_t slot, uint32_t queue, bool ok);
+  void Fail(const std::string& message);
+  void Finish(PipelineEnd end, const std::string& message);
+
+  PipelineOptions options_;
+  const ExampleParser& parser_;
+  shm::Segment& segment_;
+  shm::Ring ring_;
+  std::function<void(PipelineEnd, const std::string&)> on_end_;
+  std::unique_ptr<ReadAhead> read_ahead_;
+  std::unique_ptr<Sequencer> sequencer_;
+  std::thread sequencer_thread_;
+
+  mutable std::mutex mutex_;  // guards everything below
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  std::deque<Work> work_;
+  std::vector<std::thread> workers_;
+  size_t wanted_workers_ = 0;
+  size_t busy_workers_ = 0;
+  std::vector<SlotUse> slot_use_;
+  uint32_t next_slot_scan_ = 0;
+  uint64_t next_publish_ = 0;                 // deterministic: next sequence number to publish
+  std::map<uint64_t, std::pair<uint32_t, uint32_t>> completed_;  // seq -> (slot, queue), not yet published
+  uint64_t in_flight_ = 0;                    // batches handed to workers, not yet completed
+  bool stopping_ = false;
+  bool finished_ = false;
+  PipelineEnd end_ = PipelineEnd::kRunning;
+  std::string last_error_;
+  std::string stop_reason_ = "ringfeedd stopped";
+
+  std::atomic<uint64_t> records_{0}, batches_{0}, record_bytes_{0}, parse_errors_skipped_{0};
+  std::atomic<uint64_t> read_errors_skipped_{0};
+  // Rate limit for skip logs: the first kLogBurst, then one per second with a count.
+  std::atomic<uint64_t> skip_logged_{0};
+  std::atomic<int64_t> skip_log_next_ns_{0};
+};
+
+}  // namespace ringfeed

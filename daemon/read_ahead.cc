@@ -1,0 +1,172 @@
+#include "daemon/read_ahead.h"
+
+#include <cstring>
+
+namespace ringfeed {
+namespace {
+// Records read per turn before a thread lets go of a stream (so one thread serves several
+// streams fairly), unless the stream's buffer fills first.
+constexpr size_t kRecordsPerTurn = 256;
+}  // namespace
+
+StreamItem FileStream::Next() {
+  std::unique_lock lock(owner_->mutex_);
+  ready_.wait(lock, [&] { return !items_.empty() || owner_->stopping_; });
+  if (items_.empty()) return {};  // stopping: kEnd
+  StreamItem item = std::move(items_.front());
+  items_.pop_front();
+  if (item.kind == StreamItem::Kind::kRecord) {
+    buffered_bytes_ -= item.record.size;
+    owner_->buffered_bytes_ -= item.record.size;
+    if (!finished_ && !busy_) owner_->work_.notify_one();
+  } else if (item.kind == StreamItem::Kind::kEnd) {
+    items_.push_front(StreamItem{});  // kEnd stays
+  }
+  return item;
+}
+
+ReadAhead::ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes)
+    : options_(options), stream_buffer_bytes_(stream_buffer_bytes) {
+  SetThreads(threads);
+}
+
+ReadAhead::~ReadAhead() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+    for (auto& s : streams_) s->ready_.notify_all();
+  }
+  work_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+std::shared_ptr<FileStream> ReadAhead::Open(uint32_t file_index, const std::string& path) {
+  std::shared_ptr<FileStream> stream(new FileStream(this, file_index, path, options_));
+  std::lock_guard lock(mutex_);
+  streams_.push_back(stream);
+  work_.notify_one();
+  return stream;
+}
+
+void ReadAhead::Close(const std::shared_ptr<FileStream>& stream) {
+  std::lock_guard lock(mutex_);
+  stream->closed_ = true;
+  for (const StreamItem& item : stream->items_) {
+    if (item.kind == StreamItem::Kind::kRecord) buffered_bytes_ -= item.record.size;
+  }
+  stream->items_.clear();
+  stream->buffered_bytes_ = 0;
+  std::erase(streams_, stream);
+}
+
+void ReadAhead::SetThreads(size_t threads) {
+  if (threads < 1) threads = 1;
+  std::vector<std::thread> retired;
+  {
+    std::lock_guard lock(mutex_);
+    wanted_threads_ = threads;
+    while (threads_.size() < threads) {
+      const size_t id = threads_.size();
+      threads_.emplace_back([this, id] { Run(id); });
+    }
+    while (threads_.size() > threads) {
+      retired.push_back(std::move(threads_.back()));
+      threads_.pop_back();
+    }
+  }
+  work_.notify_all();
+  for (std::thread& t : retired) t.join();  // each finishes its current turn first
+}
+
+size_t ReadAhead::threads() const {
+  std::lock_guard lock(mutex_);
+  return wanted_threads_;
+}
+
+uint64_t ReadAhead::buffered_bytes() const {
+  std::lock_guard lock(mutex_);
+  return buffered_bytes_;
+}
+
+uint64_t ReadAhead::records_read() const {
+  std::lock_guard lock(mutex_);
+  return records_read_;
+}
+
+uint64_t ReadAhead::bytes_read() const {
+  std::lock_guard lock(mutex_);
+  return bytes_read_;
+}
+
+size_t ReadAhead::open_streams() const {
+  std::lock_guard lock(mutex_);
+  return streams_.size();
+}
+
+std::shared_ptr<FileStream> ReadAhead::PickLocked() {
+  for (const auto& s : streams_) {
+    if (!s->busy_ && !s->finished_ && !s->closed_ && s->buffered_bytes_ < stream_buffer_bytes_) return s;
+  }
+  return nullptr;
+}
+
+void ReadAhead::Run(size_t id) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    std::shared_ptr<FileStream> stream;
+    work_.wait(lock, [&] { return stopping_ || id >= wanted_threads_ || (stream = PickLocked()) != nullptr; });
+    if (stopping_ || id >= wanted_threads_) return;
+    stream->busy_ = true;
+    lock.unlock();
+
+    // Read a turn's worth outside the lock, then hand the items over in one go.
+    std::vector<StreamItem> items;
+    uint64_t bytes = 0;
+    const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
+    bool finished = false;
+    while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room)) {
+      Record record;
+      StreamItem item;
+      const auto status = stream->reader_.Next(&record, &item.error);
+      if (status == TFRecordReader::Status::kEnd) {
+        item.kind = StreamItem::Kind::kEnd;
+        items.push_back(std::move(item));
+        finished = true;
+        break;
+      }
+      if (status == TFRecordReader::Status::kError) {
+        item.kind = StreamItem::Kind::kError;
+        items.push_back(std::move(item));
+        continue;  // a non-recoverable error: the next Next() is kEnd
+      }
+      item.kind = StreamItem::Kind::kRecord;
+      item.record.size = record.data.size();
+      item.record.data.reset(new uint8_t[record.data.size() ? record.data.size() : 1]);
+      if (!record.data.empty()) std::memcpy(item.record.data.get(), record.data.data(), record.data.size());
+      item.record.file_index = stream->file_index_;
+      item.record.record_index = record.index;
+      item.record.offset = record.offset;
+      bytes += record.data.size();
+      items.push_back(std::move(item));
+    }
+
+    lock.lock();
+    stream->busy_ = false;
+    stream->finished_ = finished;
+    if (!stream->closed_) {
+      size_t records = 0;
+      for (StreamItem& item : items) {
+        if (item.kind == StreamItem::Kind::kRecord) ++records;
+        stream->items_.push_back(std::move(item));
+      }
+      stream->buffered_bytes_ += bytes;
+      buffered_bytes_ += bytes;
+      records_read_ += records;
+      bytes_read_ += bytes;
+      stream->ready_.notify_all();
+    }
+    if (finished || stream->closed_) std::erase(streams_, stream);
+  }
+}
+
+}  // namespace ringfeed

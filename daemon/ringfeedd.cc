@@ -1,0 +1,547 @@
+#include "daemon/ringfeedd.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/batch_writer.h"
+#include "daemon/consumer_registry.h"
+#include "daemon/control_server.h"
+#include "daemon/file_list.h"
+#include "daemon/pipeline.h"
+#include "daemon/systemd_notify.h"
+#include "format/column_sizes.h"
+#include "format/example_parser.h"
+#include "format/tfrecord_reader.h"
+#include "shm/futex.h"
+#include "shm/names.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+
+namespace ringfeed {
+namespace {
+
+namespace asio = boost::asio;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(100);
+constexpr uint64_t kSampleRecords = 1000;          // records read to estimate variable column sizes
+constexpr uint64_t kSampleBytes = 64ull << 20;     // ... or this many bytes, whichever comes first
+constexpr int64_t kDefaultPrefetch = 4;            // ready batches kept ahead (pipeline.prefetch: auto)
+constexpr uint64_t kStreamBufferBytes = 4ull << 20;
+
+static_assert(static_cast<int>(DType::kFloat64) == 9 && static_cast<int>(DType::kBytes) == 2,
+              "shm/ring_layout.h repeats format/feature_spec.h's DType numbering");
+
+class StartupError : public std::runtime_error {
+ public:
+  StartupError(const std::string& what, int status = 1) : std::runtime_error(what), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+std::string Hex16(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+spdlog::level::level_enum SpdLevel(LogLevel level) {
+  switch (level) {
+    case LogLevel::kTrace: return spdlog::level::trace;
+    case LogLevel::kDebug: return spdlog::level::debug;
+    case LogLevel::kInfo: return spdlog::level::info;
+    case LogLevel::kWarn: return spdlog::level::warn;
+    case LogLevel::kError: return spdlog::level::err;
+    case LogLevel::kOff: return spdlog::level::off;
+  }
+  return spdlog::level::info;
+}
+
+// Private (anonymous) resident memory of this process, from /proc/self/status RssAnon.
+uint64_t PrivateRssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "RssAnon:") {
+      uint64_t kib = 0;
+      in >> kib;
+      return kib * 1024;
+    }
+    std::getline(in, key);
+  }
+  return 0;
+}
+
+// The job's lock file: held (flock) for the daemon's lifetime; holds its pid.
+class LockFile {
+ public:
+  LockFile(const std::string& path, const std::string& job) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw StartupError("cannot open lock file " + path + ": " + std::strerror(errno));
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      char buf[32] = {};
+      const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+      const std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "unknown";
+      ::close(fd_);
+      fd_ = -1;
+      throw StartupError("ringfeedd for job '" + job + "' is already running (pid " +
+                         pid.substr(0, pid.find_first_of("\n")) + ", lock " + path +
+                         "); stop it first (ringfeedctl status " + job + ")");
+    }
+    const std::string pid = std::to_string(::getpid()) + "\n";
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
+      spdlog::warn("cannot write the pid to {}: {}", path, std::strerror(errno));
+    }
+  }
+  ~LockFile() {
+    if (fd_ >= 0) {
+      ::unlink(path_.c_str());
+      ::close(fd_);
+    }
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// Slot size for ring.slot_bytes: auto: exact for FixedLen numeric columns; for the others the
+// sampled mean per row x 1.5 x batch.size plus the largest sampled row, so one outlier fits.
+uint64_t EstimateSlotBytes(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
+                           const std::vector<uint32_t>& shard_files) {
+  const FeatureSpecs& specs = parser.specs();
+  ColumnSizes total;
+  std::vector<ColumnSize> largest(specs.size());
+  uint64_t records = 0, bytes = 0;
+  ReaderOptions options;
+  options.compression = config.source.compression;
+  options.max_record_bytes = config.source.max_record_bytes;
+  for (uint32_t f : shard_files) {
+    TFRecordReader reader(files[f], options);
+    Record record;
+    ReadError error;
+    while (records < kSampleRecords && bytes < kSampleBytes) {
+      const auto status = reader.Next(&record, &error);
+      if (status == TFRecordReader::Status::kEnd) break;
+      if (status == TFRecordReader::Status::kError) {
+        if (!error.recoverable) break;
+        continue;
+      }
+      ColumnSizes one;
+      parser.Measure(record.data, &one);
+      parser.Measure(record.data, &total);
+      for (size_t i = 0; i < one.features.size(); ++i) {
+        largest[i].value_bytes = std::max(largest[i].value_bytes, one.features[i].value_bytes);
+        largest[i].strings = std::max(largest[i].strings, one.features[i].strings);
+      }
+      ++records;
+      bytes += record.data.size();
+    }
+    if (records >= kSampleRecords || bytes >= kSampleBytes) break;
+  }
+  const uint64_t rows = static_cast<uint64_t>(config.batch.size);
+  ColumnSizes estimate;
+  estimate.features.resize(specs.size());
+  for (size_t i = 0; i < specs.size() && records > 0 && i < total.features.size(); ++i) {
+    const double mean_bytes = static_cast<double>(total.features[i].value_bytes) / static_cast<double>(records);
+    const double mean_strings = static_cast<double>(total.features[i].strings) / static_cast<double>(records);
+    estimate.features[i].value_bytes =
+        static_cast<uint64_t>(std::ceil(mean_bytes * 1.5 * static_cast<double>(rows))) + largest[i].value_bytes;
+    estimate.features[i].strings =
+        static_cast<uint64_t>(std::ceil(mean_strings * 1.5 * static_cast<double>(rows))) + largest[i].strings;
+  }
+  const std::vector<ColumnCapacity> caps = ColumnCapacities(specs, static_cast<size_t>(rows), estimate);
+  const uint64_t needed = BatchWriter::HeaderBytes(specs.size(), static_cast<size_t>(rows)) +
+                          ColumnRegionsBytes(caps, shm::kColumnAlign);
+  return AlignUp(needed, shm::kPageBytes);
+}
+
+void WriteSchema(const FeatureSpecs& specs, shm::Superblock* sb) {
+  if (specs.size() > shm::kMaxFeatures) {
+    throw StartupError("the job has " + std::to_string(specs.size()) + " features; the ring holds at most " +
+                       std::to_string(shm::kMaxFeatures));
+  }
+  sb->feature_count = static_cast<uint32_t>(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const FeatureSpec& s = specs[i];
+    shm::FeatureDesc& d = sb->features[i];
+    if (s.name.size() >= shm::kMaxNameBytes) {
+      throw StartupError("feature '" + s.name + "': names in the ring are at most " +
+                         std::to_string(shm::kMaxNameBytes - 1) + " bytes");
+    }
+    if (s.shape.size() > shm::kMaxRank) {
+      throw StartupError("feature '" + s.name + "': shape has " + std::to_string(s.shape.size()) +
+                         " dimensions; the ring supports at most " + std::to_string(shm::kMaxRank));
+    }
+    std::memcpy(d.name, s.name.data(), s.name.size());
+    d.name[s.name.size()] = '\0';
+    d.dtype = static_cast<uint8_t>(s.dtype);
+    d.type = s.type == FeatureType::kFixedLen ? shm::kFixedLen : shm::kVarLen;
+    d.rank = static_cast<uint8_t>(s.type == FeatureType::kFixedLen ? s.shape.size() : 0);
+    for (size_t k = 0; k < d.rank; ++k) d.shape[k] = s.shape[k];
+  }
+}
+
+uint64_t RandomId() {
+  uint64_t id = 0;
+  if (::getrandom(&id, sizeof id, 0) != sizeof id) {
+    id = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (static_cast<uint64_t>(::getpid()) << 32);
+  }
+  return id;
+}
+
+// Throughput over the last 10 s from one sample per second.
+class RateWindow {
+ public:
+  void Add(Clock::time_point t, uint64_t records, uint64_t bytes) {
+    std::lock_guard lock(mutex_);
+    samples_.push_back({t, records, bytes});
+    while (samples_.size() > 11) samples_.pop_front();
+  }
+  // records/s, bytes/s over the window (0 with fewer than two samples).
+  std::pair<double, double> Rates() const {
+    std::lock_guard lock(mutex_);
+    if (samples_.size() < 2) return {0, 0};
+    const Sample& a = samples_.front();
+    const Sample& b = samples_.back();
+    const double dt = std::chrono::duration<double>(b.t - a.t).count();
+    if (dt <= 0) return {0, 0};
+    return {static_cast<double>(b.records - a.records) / dt, static_cast<double>(b.bytes - a.bytes) / dt};
+  }
+
+ private:
+  struct Sample {
+    Clock::time_point t;
+    uint64_t records, bytes;
+  };
+  mutable std::mutex mutex_;
+  std::deque<Sample> samples_;
+};
+
+std::string_view EndName(PipelineEnd end) {
+  switch (end) {
+    case PipelineEnd::kRunning: return "running";
+    case PipelineEnd::kEndOfData: return "end_of_data";
+    case PipelineEnd::kFailed: return "failed";
+    case PipelineEnd::kStopped: return "stopped";
+  }
+  return "?";
+}
+
+}  // namespace
+
+int RunDaemon(const DaemonOptions& options) {
+  auto logger = spdlog::stderr_color_mt("ringfeedd");
+  // Under systemd the journal adds its own timestamps.
+  logger->set_pattern(std::getenv("JOURNAL_STREAM") ? "[%l] %v" : "%Y-%m-%d %H:%M:%S.%e [%l] %v");
+  spdlog::set_default_logger(logger);
+
+  JobConfig config;
+  try {
+    config = LoadJobConfig(options.config_path);
+  } catch (const ConfigError& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+  spdlog::set_level(SpdLevel(config.log_level));
+  if (!options.log_level.empty()) spdlog::set_level(spdlog::level::from_str(options.log_level));
+
+  SystemdNotifier notifier;
+  try {
+    // 1. Runtime directory and lock.
+    const std::string runtime_dir = options.runtime_dir.empty() ? shm::RuntimeDir() : options.runtime_dir;
+    std::error_code ec;
+    std::filesystem::create_directories(runtime_dir, ec);
+    if (ec) throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message());
+    LockFile lock(runtime_dir + "/" + config.job + ".lock", config.job);
+
+    // 2. Files, parser, geometry.
+    std::vector<std::string> files;
+    try {
+      files = ExpandFiles(config.source.files, config.source.file_origins);
+    } catch (const std::exception& e) {
+      throw StartupError(e.what(), 2);
+    }
+    ExampleParser parser(config.features);
+    const bool ranks = config.consumers.mode == DeliveryMode::kRanks;
+    const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;
+
+    PipelineOptions po;
+    po.sequencer.files = files;
+    po.sequencer.cycle_length = config.pipeline.cycle_length;
+    po.sequencer.batch_size = config.batch.size;
+    po.sequencer.drop_remainder = config.batch.drop_remainder;
+    po.sequencer.shuffle_files = config.shuffle.files;
+    po.sequencer.shuffle_buffer = config.shuffle.buffer;
+    po.sequencer.seed = config.shuffle.seed;
+    po.sequencer.epochs = config.epochs;
+    po.sequencer.queues = queues;
+    po.sequencer.shard_index = config.shard.index;
+    po.sequencer.shard_count = config.shard.count;
+    po.sequencer.skip_errors = config.source.on_error == OnError::kSkip;
+    po.reader.compression = config.source.compression;
+    po.reader.max_record_bytes = config.source.max_record_bytes;
+    po.workers = static_cast<size_t>(config.pipeline.workers.value_or(
+        std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) - 1)));
+    po.readers = static_cast<size_t>(config.pipeline.readers.value_or(std::min<int64_t>(2, config.pipeline.cycle_length)));
+    po.stream_buffer_bytes = kStreamBufferBytes;
+    po.deterministic = config.deterministic;
+
+    // The shard's files, for sampling (the Sequencer applies the same rule).
+    std::vector<uint32_t> shard_files;
+    for (uint32_t i = 0; i < files.size(); ++i) {
+      if (files.size() < static_cast<size_t>(config.shard.count) ||
+          i % static_cast<uint64_t>(config.shard.count) == static_cast<uint64_t>(config.shard.index)) {
+        shard_files.push_back(i);
+      }
+    }
+    const uint64_t slot_bytes = config.ring.slot_bytes.value_or(EstimateSlotBytes(config, parser, files, shard_files));
+    const int64_t prefetch = config.pipeline.prefetch.value_or(kDefaultPrefetch);
+    const uint32_t slot_count = static_cast<uint32_t>(std::clamp<int64_t>(
+        config.ring.slots.value_or(static_cast<int64_t>(po.workers) + prefetch + (ranks ? queues : 1)), 2,
+        shm::kMaxSlots));
+    const shm::Geometry geometry = shm::ComputeGeometry(slot_count, slot_bytes);
+    if (config.pipeline.memory_budget && geometry.segment_bytes > *config.pipeline.memory_budget) {
+      throw StartupError("the ring needs " + std::to_string(slot_count) + " slots x " + shm::HumanBytes(geometry.slot_stride) +
+                         " + " + shm::HumanBytes(geometry.slots_offset) + " superblock = " +
+                         shm::HumanBytes(geometry.segment_bytes) + ", more than pipeline.memory_budget (" +
+                         shm::HumanBytes(*config.pipeline.memory_budget) +
+                         "); lower ring.slots, ring.slot_bytes or batch.size, or raise the budget", 2);
+    }
+
+    // 3. Segment.
+    std::optional<gid_t> group;
+    mode_t mode = 0600;
+    if (!config.permissions.group.empty()) {
+      const struct group* g = ::getgrnam(config.permissions.group.c_str());
+      if (!g) throw StartupError("permissions.group: no group named '" + config.permissions.group + "' on this machine", 2);
+      group = g->gr_gid;
+      mode = 0660;
+    }
+    const std::string segment_name = shm::SegmentName(runtime_dir, config.job);
+    shm::Segment segment = shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group);
+    shm::Superblock* sb = segment.superblock();
+    const uint64_t instance_id = RandomId();
+    std::memcpy(sb->magic, shm::kMagic, sizeof sb->magic);
+    sb->layout_version = shm::kLayoutVersion;
+    sb->superblock_bytes = sizeof(shm::Superblock);
+    sb->layout_hash = shm::kLayoutHash;
+    sb->instance_id = instance_id;
+    sb->daemon_pid = ::getpid();
+    std::snprintf(sb->job, sizeof sb->job, "%s", config.job.c_str());
+    sb->state.store(static_cast<uint32_t>(shm::DaemonState::kRunning), std::memory_order_relaxed);
+    sb->heartbeat_period_ns = std::chrono::nanoseconds(kHeartbeatPeriod).count();
+    sb->heartbeat_ns.store(static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now().time_since_epoch()).count()));
+    sb->segment_bytes = geometry.segment_bytes;
+    sb->slots_offset = geometry.slots_offset;
+    sb->slot_stride = geometry.slot_stride;
+    sb->slot_bytes = slot_bytes;
+    sb->slot_count = slot_count;
+    sb->batch_size = static_cast<uint32_t>(config.batch.size);
+    sb->mode = static_cast<uint32_t>(ranks ? shm::DeliveryMode::kRanks : shm::DeliveryMode::kShared);
+    sb->queue_count = queues;
+    WriteSchema(parser.specs(), sb);
+    sb->ready.store(1, std::memory_order_release);
+    struct SegmentRemover {
+      std::string name;
+      ~SegmentRemover() { shm::Segment::Remove(name); }
+    } remover{segment_name};
+    spdlog::info("job '{}': {} files ({} in this shard), {} features, batch.size {}, ring {} slots x {} = {} ({})",
+                 config.job, files.size(), shard_files.size(), parser.specs().size(), config.batch.size, slot_count,
+                 shm::HumanBytes(slot_bytes), shm::HumanBytes(geometry.segment_bytes), segment_name);
+
+    // 4. Control socket, pipeline, heartbeat.
+    asio::io_context io;
+    ConsumerRegistry consumers(segment, ranks ? queues : 0);
+    const auto started = Clock::now();
+    RateWindow window;
+    std::atomic<bool> done_producing{false};
+    std::atomic<int> exit_status{0};
+
+    std::unique_ptr<Pipeline> pipeline;
+    auto status_json = [&]() {
+      const PipelineStats s = pipeline->Snapshot();
+      const double uptime = std::chrono::duration<double>(Clock::now() - started).count();
+      const auto [rate_records, rate_bytes] = window.Rates();
+      nlohmann::json consumers_json = nlohmann::json::array();
+      for (const auto& c : consumers.List()) {
+        consumers_json.push_back({{"id", c.id},
+                                  {"pid", c.pid},
+                                  {"rank", c.rank < 0 ? nlohmann::json(nullptr) : nlohmann::json(c.rank)},
+                                  {"batches_taken", c.batches_taken},
+                                  {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9},
+                                  {"attached_seconds", c.attached_seconds}});
+      }
+      return nlohmann::json{
+          {"type", "status"},
+          {"job", config.job},
+          {"state", EndName(s.end)},
+          {"pid", ::getpid()},
+          {"config", config.path},
+          {"instance_id", Hex16(instance_id)},
+          {"uptime_seconds", uptime},
+          {"deterministic", config.deterministic},
+          {"epoch", s.epoch},
+          {"epochs", config.epochs},
+          {"files", {{"total", files.size()}, {"in_shard", shard_files.size()}, {"done_in_epoch", s.files_done_in_epoch}}},
+          {"records", s.records},
+          {"batches", s.batches},
+          {"record_bytes", s.record_bytes},
+          {"throughput",
+           {{"records_per_second", {{"last_10s", rate_records}, {"overall", uptime > 0 ? s.records / uptime : 0.0}}},
+            {"mb_per_second",
+             {{"last_10s", rate_bytes / 1e6}, {"overall", uptime > 0 ? s.record_bytes / uptime / 1e6 : 0.0}}}}},
+          {"ring",
+           {{"slots", slot_count},
+            {"slot_bytes", slot_bytes},
+            {"free", s.slots_free},
+            {"filling", s.slots_filling},
+            {"ready", s.slots_ready},
+            {"held", s.slots_held}}},
+          {"consumers", consumers_json},
+          {"batches_reclaimed", consumers.batches_reclaimed()},
+          {"pipeline",
+           {{"cycle_length", config.pipeline.cycle_length},
+            {"readers", s.readers},
+            {"workers", s.workers},
+            {"open_files", s.open_files},
+            {"read_ahead_bytes", s.read_ahead_bytes}}},
+          {"memory",
+           {{"segment_bytes", geometry.segment_bytes},
+            {"private_rss_bytes", PrivateRssBytes()},
+            {"budget_bytes", config.pipeline.memory_budget ? nlohmann::json(*config.pipeline.memory_budget)
+                                                            : nlohmann::json(nullptr)}}},
+          {"errors",
+           {{"read_errors_skipped", s.read_errors_skipped},
+            {"parse_errors_skipped", s.parse_errors_skipped},
+            {"batches_dropped", s.batches_dropped},
+            {"last_error", s.last_error}}}};
+    };
+
+    ControlServer::Handlers handlers;
+    handlers.attach = [&](pid_t pid, std::optional<int> rank, std::string* error) {
+      return consumers.Attach(pid, rank, error);
+    };
+    handlers.detach = [&](uint32_t id) { consumers.Detach(id); };
+    handlers.request = [&](const nlohmann::json& request) -> nlohmann::json {
+      const std::string type = request.value("type", "");
+      if (type == "status") return status_json();
+      if (type == "files") return {{"type", "files"}, {"files", files}};
+      return {{"type", "error"}, {"message", "unknown request '" + type + "' (status, files)"}};
+    };
+    ControlServer server(io, shm::SocketPath(runtime_dir, config.job), mode, group,
+                         {config.job, segment_name, instance_id}, std::move(handlers));
+
+    pipeline = std::make_unique<Pipeline>(po, parser, segment, [&](PipelineEnd end, const std::string& message) {
+      if (end == PipelineEnd::kEndOfData) spdlog::info("all epochs produced (end of data)");
+      if (end == PipelineEnd::kFailed) {
+        spdlog::error("stopped producing (on_error: fail): {}", message);
+        exit_status = 1;
+      }
+      done_producing = true;
+    });
+
+    std::atomic<bool> heartbeat_stop{false};
+    std::thread heartbeat([&] {
+      const auto watchdog = SystemdNotifier::WatchdogInterval();
+      auto next_watchdog = Clock::now();
+      auto next_sample = Clock::now();
+      while (!heartbeat_stop.load()) {
+        const auto now = Clock::now();
+        sb->heartbeat_ns.store(static_cast<uint64_t>(std::chrono::nanoseconds(now.time_since_epoch()).count()),
+                               std::memory_order_release);
+        if (watchdog && now >= next_watchdog) {
+          notifier.Watchdog();
+          next_watchdog = now + *watchdog;
+        }
+        if (now >= next_sample) {
+          const PipelineStats s = pipeline->Snapshot();
+          window.Add(now, s.records, s.record_bytes);
+          const auto [r, b] = window.Rates();
+          notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch) + ", " +
+                          std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
+                          " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");
+          next_sample = now + std::chrono::seconds(1);
+        }
+        std::this_thread::sleep_for(kHeartbeatPeriod);
+      }
+    });
+
+    asio::signal_set signals(io, SIGINT, SIGTERM);
+    std::string stop_reason;
+    signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+      if (ec) return;
+      stop_reason = std::string("ringfeedd stopped by ") + (signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      spdlog::info("{}: stopping", stop_reason);
+      io.stop();
+    });
+    // --exit-when-done: poll for "produced everything and every batch was released".
+    asio::steady_timer done_timer(io);
+    std::function<void()> check_done = [&] {
+      done_timer.expires_after(std::chrono::milliseconds(100));
+      done_timer.async_wait([&](const boost::system::error_code& ec) {
+        if (ec) return;
+        if (done_producing.load()) {
+          const PipelineStats s = pipeline->Snapshot();
+          if (s.end == PipelineEnd::kFailed || (s.slots_ready == 0 && s.slots_held == 0)) {
+            stop_reason = "ringfeedd exited: all batches delivered";
+            io.stop();
+            return;
+          }
+        }
+        check_done();
+      });
+    };
+    if (options.exit_when_done) check_done();
+
+    pipeline->Start();
+    notifier.Ready();
+    spdlog::info("ready: socket {}", server.socket_path());
+    io.run();
+
+    // Stop: consumers see kStopped with the reason (unless production already ended).
+    notifier.Stopping();
+    pipeline->RequestStop(stop_reason);
+    pipeline->Join();
+    heartbeat_stop = true;
+    heartbeat.join();
+    spdlog::info("stopped: removed {} and {}", server.socket_path(), segment_name);
+    return exit_status.load();
+  } catch (const StartupError& e) {
+    spdlog::error("{}", e.what());
+    return e.status();
+  } catch (const shm::ShmError& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+}
+
+}  // namespace ringfeed

@@ -1,0 +1,36 @@
+// Ringfeedd: one running loader daemon for one job — start-up checks, the shared-memory ring,
+// the pipeline, the control socket, the heartbeat and systemd notifications, and a clean stop.
+//
+// Start-up, in order (each failure is a clear message and a non-zero exit, nothing left behind):
+//   1. runtime directory (shm/names.h) created; `<job>.lock` locked (flock) — a second daemon
+//      for the job refuses to start and names the running pid;
+//   2. files expanded (daemon/file_list.h); slot size estimated from the first records
+//      (ring.slot_bytes: auto) — exact for FixedLen features, for variable ones
+//      1.5 x the sampled mean per row plus the largest sampled row;
+//   3. segment created (a stale one of the same name replaced; /dev/shm space checked and
+//      reserved), superblock written and marked ready last;
+//   4. control socket listening, pipeline started, READY=1 to systemd.
+// Stop (SIGTERM/SIGINT): pipeline stopped, consumers told (state kStopped with the reason),
+// STOPPING=1, socket and segment removed, lock released.
+//
+// Thread-safety: Run() on the main thread; it owns everything.
+#pragma once
+
+#include <string>
+
+#include "config/job_config.h"
+
+namespace ringfeed {
+
+struct DaemonOptions {
+  std::string config_path;
+  std::string log_level;    // overrides the config's log_level when set
+  std::string runtime_dir;  // overrides the runtime directory rules when set
+  bool exit_when_done = false;  // exit once all epochs are produced and every batch is released
+};
+
+// Runs the daemon until it is stopped; returns the process exit status (0 clean stop or done,
+// 1 runtime failure, 2 bad config or command line).
+int RunDaemon(const DaemonOptions& options);
+
+}  // namespace ringfeed

@@ -1,0 +1,31 @@
+// ringfeedd: the ringfeed loader daemon, one per job. See daemon/ringfeedd.h and
+// docs/operations.md.
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "daemon/ringfeedd.h"
+
+int main(int argc, char** argv) {
+  ringfeed::DaemonOptions options;
+  CLI::App app(
+      "ringfeedd: reads the TFRecord files of one job, parses tf.train.Example records, shuffles and batches "
+      "them, and serves ready batches to trainer processes through a shared-memory ring.\n"
+      "Trainers attach with the client library (client/client.h, client/ringfeed.h); watch it with "
+      "`ringfeedctl status JOB`. Stop it with SIGTERM or SIGINT (Ctrl-C).\n"
+      "Exit status: 0 stopped cleanly (or done, with --exit-when-done), 1 runtime failure, 2 bad config.",
+      "ringfeedd");
+  app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--log-level", options.log_level, "Overrides the config's log_level")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.add_option("--runtime-dir", options.runtime_dir,
+                 "Directory for the control socket and lock file (default: $RINGFEED_RUNTIME_DIR, else "
+                 "$RUNTIME_DIRECTORY, else /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed)");
+  app.add_flag("--exit-when-done", options.exit_when_done,
+               "Exit once every epoch is produced and every batch has been released by a consumer "
+               "(default: keep serving until stopped)");
+  app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
+  CLI11_PARSE(app, argc, argv);
+  return ringfeed::RunDaemon(options);
+}

@@ -1,0 +1,173 @@
+#include "daemon/sequencer.h"
+
+#include <deque>
+#include <memory>
+
+#include "daemon/shuffle.h"
+#include "shm/ring_layout.h"
+
+namespace ringfeed {
+
+Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
+                     std::function<void(const ReadError&)> on_skipped)
+    : options_(std::move(options)), read_ahead_(read_ahead), on_skipped_(std::move(on_skipped)) {
+  if (options_.cycle_length < 1) options_.cycle_length = 1;
+  if (options_.batch_size < 1) options_.batch_size = 1;
+  if (options_.queues < 1) options_.queues = 1;
+  if (options_.shard_count < 1) options_.shard_count = 1;
+  const uint64_t count = static_cast<uint64_t>(options_.shard_count);
+  const uint64_t index = static_cast<uint64_t>(options_.shard_index);
+  shard_by_record_ = options_.files.size() < count;
+  for (uint32_t i = 0; i < options_.files.size(); ++i) {
+    if (shard_by_record_ || i % count == index) shard_files_.push_back(i);
+  }
+}
+
+Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
+  for (uint64_t e = 0; options_.epochs == 0 || e < static_cast<uint64_t>(options_.epochs); ++e) {
+    epoch_.store(e, std::memory_order_relaxed);
+    uint64_t delivered = 0;
+    if (!RunEpoch(e, emit, &delivered)) return failure_.empty() ? Outcome::kStopped : Outcome::kFailed;
+    // An epoch that delivers nothing would loop forever with epochs: 0.
+    if (delivered == 0) return Outcome::kEndOfData;
+  }
+  return Outcome::kEndOfData;
+}
+
+bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, uint64_t* delivered) {
+  files_done_.store(0, std::memory_order_relaxed);
+  std::vector<uint32_t> order = shard_files_;
+  if (options_.shuffle_files) {
+    Xoshiro256StarStar rng(options_.seed, RngStream::kFileOrder, e);
+    FisherYatesShuffle(order, rng);
+  }
+  const bool last_epoch = options_.epochs != 0 && e + 1 == static_cast<uint64_t>(options_.epochs);
+  const uint64_t round = options_.queues;
+  const uint64_t shard_count = static_cast<uint64_t>(options_.shard_count);
+  const uint64_t shard_index = static_cast<uint64_t>(options_.shard_index);
+
+  // Batches are held back until the next round is complete, so the last delivered round can
+  // be flagged end-of-epoch (and an incomplete final round dropped in ranks mode).
+  std::deque<BatchJob> complete;
+  BatchJob current;
+  uint64_t next_index = 0;
+  auto release = [&](size_t n, uint32_t flags) {
+    for (size_t i = 0; i < n; ++i) {
+      BatchJob job = std::move(complete.front());
+      complete.pop_front();
+      job.seq = next_seq_++;
+      job.flags = flags;
+      ++*delivered;
+      if (stop_.load() || !emit(std::move(job))) return false;
+    }
+    return true;
+  };
+  auto add = [&](OwnedRecord record) {
+    if (current.records.empty()) {
+      current.epoch = e;
+      current.index = next_index++;
+      current.queue = static_cast<uint32_t>(current.index % round);
+      current.records.reserve(static_cast<size_t>(options_.batch_size));
+    }
+    current.records.push_back(std::move(record));
+    if (current.records.size() == static_cast<size_t>(options_.batch_size)) {
+      complete.push_back(std::move(current));
+      current = BatchJob{};
+      if (complete.size() >= 2 * round) return release(round, 0);
+    }
+    return true;
+  };
+
+  ShuffleBuffer<OwnedRecord> shuffle(static_cast<size_t>(std::max<int64_t>(options_.shuffle_buffer, 1)),
+                                     Xoshiro256StarStar(options_.seed, RngStream::kRecordShuffle, e));
+  auto push = [&](OwnedRecord record) {
+    if (!shuffle.full()) {
+      shuffle.Add(std::move(record));
+      return true;
+    }
+    return add(shuffle.Exchange(std::move(record)));
+  };
+
+  // Interleave.
+  const size_t cycle = static_cast<size_t>(options_.cycle_length);
+  std::vector<std::shared_ptr<FileStream>> positions(cycle);
+  size_t next_file = 0;
+  auto open_next = [&]() -> std::shared_ptr<FileStream> {
+    if (next_file >= order.size()) return nullptr;
+    const uint32_t f = order[next_file++];
+    return read_ahead_->Open(f, options_.files[f]);
+  };
+  // Files beyond the cycle are opened a little early, so read-ahead can start on them.
+  std::deque<std::shared_ptr<FileStream>> upcoming;
+  auto take_next = [&]() -> std::shared_ptr<FileStream> {
+    while (upcoming.size() < cycle) {
+      auto s = open_next();
+      if (!s) break;
+      upcoming.push_back(std::move(s));
+    }
+    if (upcoming.empty()) return nullptr;
+    auto s = std::move(upcoming.front());
+    upcoming.pop_front();
+    return s;
+  };
+  struct Closer {
+    ReadAhead* ra;
+    std::vector<std::shared_ptr<FileStream>>* positions;
+    std::deque<std::shared_ptr<FileStream>>* upcoming;
+    ~Closer() {
+      for (auto& s : *positions) if (s) ra->Close(s);
+      for (auto& s : *upcoming) ra->Close(s);
+    }
+  } closer{read_ahead_, &positions, &upcoming};
+  for (size_t p = 0; p < cycle; ++p) positions[p] = take_next();
+
+  size_t live = 0;
+  for (auto& s : positions) live += s != nullptr;
+  for (size_t p = 0; live > 0; p = (p + 1) % cycle) {
+    while (positions[p]) {
+      if (stop_.load()) return false;
+      StreamItem item = positions[p]->Next();
+      if (item.kind == StreamItem::Kind::kEnd) {
+        read_ahead_->Close(positions[p]);
+        files_done_.fetch_add(1, std::memory_order_relaxed);
+        positions[p] = take_next();
+        if (!positions[p]) --live;
+        continue;
+      }
+      if (item.kind == StreamItem::Kind::kError) {
+        if (!options_.skip_errors) {
+          failure_ = item.error.message;
+          return false;
+        }
+        records_skipped_.fetch_add(1, std::memory_order_relaxed);
+        if (on_skipped_) on_skipped_(item.error);
+        continue;
+      }
+      if (shard_by_record_ && item.record.record_index % shard_count != shard_index) continue;
+      if (!push(std::move(item.record))) return false;
+      break;  // one record per visit
+    }
+  }
+
+  while (!shuffle.empty()) {
+    if (!add(shuffle.Drain())) return false;
+  }
+  if (!current.records.empty()) {
+    if (options_.drop_remainder) {
+      current = BatchJob{};
+    } else {
+      complete.push_back(std::move(current));
+    }
+  }
+  // What is left: one or two rounds, the second maybe incomplete.
+  const size_t whole = complete.size() / round * round;
+  const size_t dropped = complete.size() - whole;
+  batches_dropped_.fetch_add(dropped, std::memory_order_relaxed);
+  complete.resize(whole);
+  const uint32_t end = shm::kBatchEndOfEpoch | (last_epoch ? shm::kBatchEndOfData : 0);
+  if (whole > round && !release(whole - round, 0)) return false;
+  if (whole > 0 && !release(round, end)) return false;
+  return true;
+}
+
+}  // namespace ringfeed

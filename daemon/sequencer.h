@@ -1,0 +1,109 @@
+// Sequencer: the one place that decides the order of records and batches. It runs on a single
+// thread and turns the job's file list into a sequence of BatchJobs:
+//
+//   for epoch e = 0, 1, ... (epochs, 0 = forever):
+//     1. files: the shard's files (shard below), in sorted order, or Fisher-Yates shuffled with
+//        the RNG for (shuffle.seed, kFileOrder, e) when shuffle.files (daemon/shuffle.h).
+//     2. interleave (tf.data's interleave, block length 1): cycle positions 0..cycle_length-1
+//        start with the first cycle_length files. Visit the positions round-robin, taking one
+//        record from each. When a position's file ends, the next unopened file takes its place
+//        and the same visit reads from it; when no file is left, the position stays empty.
+//        The epoch's input ends when every position is empty. Read errors skipped under
+//        on_error: skip take no turn.
+//     3. shard by record (only when there are fewer files than shard.count): keep record r of a
+//        file when r % shard.count == shard.index.
+//     4. shuffle buffer of shuffle.buffer records (RNG (seed, kRecordShuffle, e); ShuffleBuffer).
+//     5. batches of batch.size records; the last, smaller one is kept unless drop_remainder.
+//        Batch k of the epoch goes to delivery queue k % queues (queues = 1 in shared mode,
+//        consumers.count in ranks mode). In ranks mode, only complete rounds of `queues`
+//        batches are delivered: the last batches of an epoch that do not fill a round are
+//        dropped (and counted), so every rank gets the same number of batches per epoch.
+//   shard by file (when there are at least shard.count files): file i of the sorted list
+//   belongs to shard i % shard.count.
+// None of this depends on thread timing, read-ahead or worker counts: ReadAhead only fills
+// each file's stream in file order, and the sequencer alone picks which stream to take from.
+//
+// Thread-safety: Run() on one thread; Stop() and the counters from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "daemon/read_ahead.h"
+
+namespace ringfeed {
+
+struct SequencerOptions {
+  std::vector<std::string> files;  // the job's sorted file list (before sharding)
+  int64_t cycle_length = 4;
+  int64_t batch_size = 32;
+  bool drop_remainder = false;
+  bool shuffle_files = false;
+  int64_t shuffle_buffer = 0;
+  uint64_t seed = 0;
+  int64_t epochs = 1;  // 0 = forever
+  uint32_t queues = 1;
+  int64_t shard_index = 0;
+  int64_t shard_count = 1;
+  bool skip_errors = false;  // on_error: skip
+};
+
+// One batch, before parsing: its serialized records and where it goes.
+struct BatchJob {
+  uint64_t seq = 0;    // 0-based position in the run's batch sequence
+  uint64_t epoch = 0;
+  uint64_t index = 0;  // 0-based index within the epoch
+  uint32_t queue = 0;
+  uint32_t flags = 0;  // shm::kBatchEndOfEpoch | shm::kBatchEndOfData
+  std::vector<OwnedRecord> records;
+};
+
+class Sequencer {
+ public:
+  // `on_skipped` is called (on the sequencer thread) for every read error skipped under
+  // on_error: skip.
+  Sequencer(SequencerOptions options, ReadAhead* read_ahead, std::function<void(const ReadError&)> on_skipped);
+
+  enum class Outcome {
+    kEndOfData,  // every epoch ran (never with epochs: 0 unless the data yields no batches)
+    kFailed,     // a read error under on_error: fail; failure() says which
+    kStopped,    // Stop() was called or `emit` returned false
+  };
+  // Calls `emit` for each batch in order; `emit` may block (back-pressure) and returns false
+  // to stop.
+  Outcome Run(const std::function<bool(BatchJob&&)>& emit);
+  void Stop() { stop_.store(true); }
+
+  const std::string& failure() const { return failure_; }
+  // The files this shard reads (indices into options.files).
+  const std::vector<uint32_t>& shard_files() const { return shard_files_; }
+  bool shard_by_record() const { return shard_by_record_; }
+
+  // Progress, readable from any thread.
+  uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
+  uint64_t files_done_in_epoch() const { return files_done_.load(std::memory_order_relaxed); }
+  uint64_t records_skipped() const { return records_skipped_.load(std::memory_order_relaxed); }
+  uint64_t batches_dropped() const { return batches_dropped_.load(std::memory_order_relaxed); }
+
+ private:
+  // Runs epoch e; false when it stopped early (failure or stop).
+  bool RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, uint64_t* delivered);
+
+  SequencerOptions options_;
+  ReadAhead* read_ahead_;
+  std::function<void(const ReadError&)> on_skipped_;
+  std::vector<uint32_t> shard_files_;
+  bool shard_by_record_ = false;
+  uint64_t next_seq_ = 0;
+  std::string failure_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> epoch_{0};
+  std::atomic<uint64_t> files_done_{0};
+  std::atomic<uint64_t> records_skipped_{0};
+  std::atomic<uint64_t> batches_dropped_{0};
+};
+
+}  // namespace ringfeed

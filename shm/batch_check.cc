@@ -1,0 +1,195 @@
+#include "shm/batch_check.h"
+
+#include <cstddef>
+#include <cstring>
+
+#include "shm/dtype.h"
+
+namespace ringfeed::shm {
+namespace {
+
+std::string Str(uint64_t v) { return std::to_string(v); }
+
+template <typename T>
+T Load(const uint8_t* slot, size_t offset) {
+  T value;
+  std::memcpy(&value, slot + offset, sizeof value);
+  return value;
+}
+
+bool Fits(uint64_t offset, uint64_t bytes, uint64_t limit) {
+  return offset <= limit && bytes <= limit - offset;
+}
+
+// A table (column descriptors, row sources) inside the slot, past the header.
+std::string CheckTable(const char* what, uint64_t offset, uint64_t count, uint64_t entry_bytes,
+                       uint64_t slot_bytes) {
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, entry_bytes, &bytes) || !Fits(offset, bytes, slot_bytes) ||
+      offset < sizeof(SlotHeader) || offset % 8 != 0) {
+    return std::string(what) + " at offset " + Str(offset) + " (" + Str(count) + " entries of " +
+           Str(entry_bytes) + " bytes) is not an 8-byte aligned range after the slot header and "
+           "inside the slot's " + Str(slot_bytes) + " bytes";
+  }
+  return "";
+}
+
+// A column region: kColumnAlign-aligned, inside the slot, past the header unless empty.
+std::string CheckRegion(const std::string& column, const char* field, uint64_t offset,
+                        uint64_t bytes, uint64_t slot_bytes) {
+  if (offset % kColumnAlign != 0) {
+    return column + ": " + field + " offset " + Str(offset) + " is not a multiple of " + Str(kColumnAlign);
+  }
+  if (!Fits(offset, bytes, slot_bytes)) {
+    return column + ": " + field + " [" + Str(offset) + ", +" + Str(bytes) +
+           " bytes) runs past the slot's " + Str(slot_bytes) + " bytes";
+  }
+  if (bytes > 0 && offset < sizeof(SlotHeader)) {
+    return column + ": " + field + " at offset " + Str(offset) + " overlaps the slot header";
+  }
+  return "";
+}
+
+// An int64 offsets array (value_offsets or row_splits): starts at 0, never decreases, ends at
+// `last`. `count` entries at `offset`, already checked to lie inside the slot.
+std::string CheckOffsets(const std::string& column, const char* field, const uint8_t* slot,
+                         uint64_t offset, uint64_t count, uint64_t last) {
+  if (count == 0) return column + ": " + field + " is empty, must hold at least one entry";
+  const uint8_t* p = slot + offset;
+  int64_t prev = Load<int64_t>(p, 0);
+  if (prev != 0) return column + ": " + field + "[0] = " + std::to_string(prev) + ", must be 0";
+  for (uint64_t i = 1; i < count; ++i) {
+    const int64_t v = Load<int64_t>(p, i * 8);
+    if (v < prev) {
+      return column + ": " + field + "[" + Str(i) + "] = " + std::to_string(v) + " < " + field + "[" +
+             Str(i - 1) + "] = " + std::to_string(prev);
+    }
+    prev = v;
+  }
+  if (static_cast<uint64_t>(prev) != last) {
+    return column + ": " + field + "[" + Str(count - 1) + "] = " + std::to_string(prev) +
+           ", must be " + Str(last);
+  }
+  return "";
+}
+
+std::string CheckColumn(const FeatureDesc& f, const ColumnDesc& c, const uint8_t* slot,
+                        uint64_t slot_bytes, uint32_t rows) {
+  const auto dtype = static_cast<DType>(f.dtype);
+  const bool varlen = f.type == kVarLen;
+  const bool bytes = dtype == DType::kBytes;
+  const std::string column = "feature '" + std::string(f.name, strnlen(f.name, kMaxNameBytes)) + "' (" +
+                             (varlen ? "varlen " : "fixed ") + std::string(DTypeName(dtype)) + ")";
+  if (!IsKnownDType(f.dtype) || (f.type != kFixedLen && f.type != kVarLen) || f.rank > kMaxRank) {
+    return column + ": invalid feature description";
+  }
+  uint64_t offsets_bytes = 0, splits_bytes = 0;
+  if (__builtin_mul_overflow(c.value_offsets_count, uint64_t{8}, &offsets_bytes) ||
+      __builtin_mul_overflow(c.row_splits_count, uint64_t{8}, &splits_bytes)) {
+    return column + ": value_offsets_count " + Str(c.value_offsets_count) + " or row_splits_count " +
+           Str(c.row_splits_count) + " overflows";
+  }
+  if (std::string e = CheckRegion(column, "values", c.values_offset, c.values_bytes, slot_bytes); !e.empty()) return e;
+  if (bytes) {
+    if (auto e = CheckRegion(column, "value_offsets", c.value_offsets_offset, offsets_bytes, slot_bytes); !e.empty()) return e;
+  } else if (c.value_offsets_count != 0) {
+    return column + ": value_offsets_count " + Str(c.value_offsets_count) + " for a numeric column, must be 0";
+  }
+  if (varlen) {
+    if (auto e = CheckRegion(column, "row_splits", c.row_splits_offset, splits_bytes, slot_bytes); !e.empty()) return e;
+  } else if (c.row_splits_count != 0) {
+    return column + ": row_splits_count " + Str(c.row_splits_count) + " for a fixed column, must be 0";
+  }
+
+  // Number of values (numeric) or strings (bytes).
+  uint64_t elements = 0;
+  if (varlen) {
+    if (c.row_splits_count != uint64_t{rows} + 1) {
+      return column + ": row_splits_count " + Str(c.row_splits_count) + ", must be rows + 1 = " + Str(rows + uint64_t{1});
+    }
+    uint64_t last = 0;
+    if (bytes) {
+      if (c.value_offsets_count == 0) return column + ": value_offsets_count 0, must be strings + 1";
+      last = c.value_offsets_count - 1;
+    } else {
+      const uint64_t size = DTypeSize(dtype);
+      if (c.values_bytes % size != 0) {
+        return column + ": values_bytes " + Str(c.values_bytes) + " is not a multiple of " + Str(size);
+      }
+      last = c.values_bytes / size;
+    }
+    if (auto e = CheckOffsets(column, "row_splits", slot, c.row_splits_offset, c.row_splits_count, last); !e.empty()) return e;
+    elements = last;
+  } else {
+    elements = rows;
+    for (uint32_t d = 0; d < f.rank; ++d) {
+      if (f.shape[d] < 0 || __builtin_mul_overflow(elements, static_cast<uint64_t>(f.shape[d]), &elements)) {
+        return column + ": rows * shape overflows";
+      }
+    }
+    if (!bytes) {
+      uint64_t expected = 0;
+      if (__builtin_mul_overflow(elements, DTypeSize(dtype), &expected) || c.values_bytes != expected) {
+        return column + ": values_bytes " + Str(c.values_bytes) + ", must be rows " + Str(rows) +
+               " x " + Str(elements / (rows ? rows : 1)) + " values x " + Str(DTypeSize(dtype)) + " bytes";
+      }
+    } else if (c.value_offsets_count != elements + 1) {
+      return column + ": value_offsets_count " + Str(c.value_offsets_count) + ", must be strings + 1 = " +
+             Str(elements + 1);
+    }
+  }
+  if (bytes) {
+    if (auto e = CheckOffsets(column, "value_offsets", slot, c.value_offsets_offset, c.value_offsets_count,
+                              c.values_bytes); !e.empty()) return e;
+  }
+  return "";
+}
+
+}  // namespace
+
+bool ReadBatch(const uint8_t* slot, uint64_t slot_bytes, uint32_t batch_size,
+               std::span<const FeatureDesc> features, CheckedBatch* out, std::string* error) {
+  auto fail = [&](std::string message) {
+    *error = std::move(message);
+    return false;
+  };
+  if (slot_bytes < sizeof(SlotHeader)) return fail("slot_bytes " + Str(slot_bytes) + " cannot hold a slot header");
+  const auto rows = Load<uint32_t>(slot, offsetof(SlotHeader, rows));
+  const auto used_bytes = Load<uint64_t>(slot, offsetof(SlotHeader, used_bytes));
+  const auto columns_offset = Load<uint64_t>(slot, offsetof(SlotHeader, columns_offset));
+  const auto sources_offset = Load<uint64_t>(slot, offsetof(SlotHeader, sources_offset));
+  if (rows > batch_size) return fail("rows " + Str(rows) + " exceeds batch_size " + Str(batch_size));
+  if (used_bytes > slot_bytes) {
+    return fail("used_bytes " + Str(used_bytes) + " exceeds slot_bytes " + Str(slot_bytes));
+  }
+  if (auto e = CheckTable("column table", columns_offset, features.size(), sizeof(ColumnDesc), slot_bytes);
+      !e.empty()) {
+    return fail(e);
+  }
+  if (auto e = CheckTable("row sources", sources_offset, rows, sizeof(RowSource), slot_bytes); !e.empty()) {
+    return fail(e);
+  }
+  out->epoch = Load<uint64_t>(slot, offsetof(SlotHeader, epoch));
+  out->batch_index = Load<uint64_t>(slot, offsetof(SlotHeader, batch_index));
+  out->rows = rows;
+  out->flags = Load<uint32_t>(slot, offsetof(SlotHeader, flags));
+  out->sources_offset = sources_offset;
+  out->columns.resize(features.size());
+  if (!features.empty()) {
+    std::memcpy(out->columns.data(), slot + columns_offset, features.size() * sizeof(ColumnDesc));
+  }
+  for (size_t i = 0; i < features.size(); ++i) {
+    if (auto e = CheckColumn(features[i], out->columns[i], slot, slot_bytes, rows); !e.empty()) {
+      return fail(e);
+    }
+  }
+  return true;
+}
+
+bool ValidateBatch(const Superblock& sb, const uint8_t* slot, std::string* error) {
+  CheckedBatch batch;
+  const uint32_t count = sb.feature_count <= kMaxFeatures ? sb.feature_count : kMaxFeatures;
+  return ReadBatch(slot, sb.slot_bytes, sb.batch_size, std::span(sb.features, count), &batch, error);
+}
+
+}  // namespace ringfeed::shm

@@ -1,0 +1,54 @@
+// Checking one batch slot before anything in it is handed out: ReadBatch / ValidateBatch.
+//
+// Every offset and count a client will follow is checked against the slot's bounds
+// (slot_bytes) with overflow-safe arithmetic, so a buggy or hostile writer of the slot can't
+// make the client read outside it:
+//   header     rows <= batch_size; used_bytes <= slot_bytes; ColumnDesc[feature_count] at
+//              columns_offset and RowSource[rows] at sources_offset lie inside the slot, past
+//              the SlotHeader, 8-byte aligned;
+//   columns    every region (values, value_offsets, row_splits) lies inside the slot, starts
+//              at a multiple of kColumnAlign and, unless empty, past the SlotHeader; sizes match
+//              the schema (ring_layout.h):
+//                fixed numeric  values_bytes == rows * prod(shape) * dtype size
+//                varlen numeric row_splits_count == rows + 1, row_splits[0] == 0,
+//                               non-decreasing, last == values_bytes / dtype size
+//                bytes          value_offsets_count == strings + 1 (fixed: rows * prod(shape)
+//                               strings; varlen: row_splits' last), offsets[0] == 0,
+//                               non-decreasing, last == values_bytes
+//              arrays a column does not have must have count 0.
+// The header and the ColumnDescs are copied out of the slot first and the copies checked
+// (a writer changing them later changes nothing the caller uses). The offset arrays are checked
+// in place; the caller's zero-copy views of them are only as stable as the slot itself.
+// Thread-safe (reads only).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shm/ring_layout.h"
+
+namespace ringfeed::shm {
+
+// A checked copy of a slot's header and column table.
+struct CheckedBatch {
+  uint64_t epoch = 0;
+  uint64_t batch_index = 0;
+  uint32_t rows = 0;
+  uint32_t flags = 0;
+  uint64_t sources_offset = 0;      // RowSource[rows] from the slot start
+  std::vector<ColumnDesc> columns;  // one per feature, all regions inside the slot
+};
+
+// Checks the batch in `slot` (slot_bytes usable bytes) against the schema `features` and
+// `batch_size`; on success fills *out and returns true, else sets *error (naming the feature,
+// the field and its value) and returns false.
+bool ReadBatch(const uint8_t* slot, uint64_t slot_bytes, uint32_t batch_size,
+               std::span<const FeatureDesc> features, CheckedBatch* out, std::string* error);
+
+// ReadBatch with the superblock's geometry and schema (which the caller has checked with
+// CheckSuperblock).
+bool ValidateBatch(const Superblock& sb, const uint8_t* slot, std::string* error);
+
+}  // namespace ringfeed::shm

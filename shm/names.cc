@@ -1,0 +1,56 @@
+#include "shm/names.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace ringfeed::shm {
+namespace {
+
+std::string_view Env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? std::string_view(value) : std::string_view();
+}
+
+}  // namespace
+
+uint64_t Fnv1a64(std::string_view bytes) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::string RuntimeDir() {
+  if (auto dir = Env("RINGFEED_RUNTIME_DIR"); !dir.empty()) return std::string(dir);
+  if (auto dirs = Env("RUNTIME_DIRECTORY"); !dirs.empty()) {
+    std::string_view first = dirs.substr(0, dirs.find(':'));
+    if (!first.empty()) return std::string(first);
+  }
+  if (geteuid() == 0) return "/run/ringfeed";
+  if (auto xdg = Env("XDG_RUNTIME_DIR"); !xdg.empty()) return std::string(xdg) + "/ringfeed";
+  return "/tmp/ringfeed-" + std::to_string(geteuid());
+}
+
+std::string SocketPath(std::string_view runtime_dir, std::string_view job) {
+  std::string path(runtime_dir);
+  path += '/';
+  path += job;
+  path += ".sock";
+  return path;
+}
+
+std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
+  char hash[17];
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(Fnv1a64(runtime_dir)));
+  std::string name = "/ringfeed.";
+  name += job;
+  name += '.';
+  name += hash;
+  return name;
+}
+
+}  // namespace ringfeed::shm

@@ -1,0 +1,28 @@
+// Where a job's control socket and shared-memory segment live, computed the same way by
+// ringfeedd and by the client library.
+//
+//   RuntimeDir()        $RINGFEED_RUNTIME_DIR, else $RUNTIME_DIRECTORY (set by systemd's
+//                       RuntimeDirectory=; the first of several ':'-separated paths), else
+//                       /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else
+//                       /tmp/ringfeed-<uid>. Empty variables count as unset.
+//   SocketPath(d, job)  d + "/" + job + ".sock"
+//   SegmentName(d, job) "/ringfeed." + job + "." + 16 lower-case hex digits of FNV-1a-64 of d,
+//                       so two daemons with different runtime directories never share a segment.
+//
+// FNV-1a: http://www.isthe.com/chongo/tech/comp/fnv/ (64-bit offset basis 0xcbf29ce484222325,
+// prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace ringfeed::shm {
+
+std::string RuntimeDir();
+std::string SocketPath(std::string_view runtime_dir, std::string_view job);
+std::string SegmentName(std::string_view runtime_dir, std::string_view job);
+
+uint64_t Fnv1a64(std::string_view bytes);
+
+}  // namespace ringfeed::shm

@@ -1,0 +1,151 @@
+#include "shm/ring.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "shm/futex.h"
+
+namespace ringfeed::shm {
+namespace {
+
+uint64_t ReadyWord(uint32_t queue, uint64_t seq) {
+  return SlotWord{SlotState::kReady, queue, 0, seq}.Pack();
+}
+
+// slot_of entries are plain uint32_t in the layout; every access goes through atomic_ref so
+// concurrent publish/claim are well-defined (and visible to ThreadSanitizer).
+uint32_t LoadSlotOf(QueueHeader& q, uint64_t seq) {
+  return std::atomic_ref<uint32_t>(q.slot_of[seq % kMaxSlots]).load(std::memory_order_relaxed);
+}
+
+void BumpAndWake(std::atomic<uint32_t>& futex) {
+  futex.fetch_add(1, std::memory_order_release);
+  FutexWakeAll(&futex);
+}
+
+}  // namespace
+
+Ring Ring::Of(void* mapping) {
+  Ring ring;
+  ring.sb = static_cast<Superblock*>(mapping);
+  ring.slot_count = ring.sb->slot_count;
+  ring.queue_count = ring.sb->queue_count;
+  ring.slots_offset = ring.sb->slots_offset;
+  ring.slot_stride = ring.sb->slot_stride;
+  ring.slot_bytes = ring.sb->slot_bytes;
+  return ring;
+}
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1'000'000'000u + uint64_t(ts.tv_nsec);
+}
+
+bool BeginFill(const Ring& ring, uint32_t slot) {
+  uint64_t expected = SlotWord{}.Pack();
+  // acquire: the consumer's last reads (and possible writes) of the slot happen before the
+  // daemon overwrites it.
+  return ring.header(slot)->word.compare_exchange_strong(
+      expected, SlotWord{SlotState::kFilling}.Pack(), std::memory_order_acquire);
+}
+
+uint64_t Publish(const Ring& ring, uint32_t slot, uint32_t queue) {
+  QueueHeader& q = ring.queue(queue);
+  const uint64_t seq = q.published.load(std::memory_order_relaxed);  // the daemon's own counter
+  std::atomic_ref<uint32_t>(q.slot_of[seq % kMaxSlots]).store(slot, std::memory_order_relaxed);
+  ring.header(slot)->word.store(ReadyWord(queue, seq), std::memory_order_release);
+  q.published.store(seq + 1, std::memory_order_release);
+  BumpAndWake(q.publish_futex);
+  return seq;
+}
+
+void CloseQueue(const Ring& ring, uint32_t queue) {
+  QueueHeader& q = ring.queue(queue);
+  q.closed.store(1, std::memory_order_release);
+  BumpAndWake(q.publish_futex);
+}
+
+void SetState(const Ring& ring, DaemonState state, std::string_view message) {
+  const size_t n = std::min<size_t>(message.size(), kErrorBytes - 1);
+  std::memcpy(ring.sb->error, message.data(), n);
+  ring.sb->error[n] = '\0';
+  ring.sb->state.store(static_cast<uint32_t>(state), std::memory_order_release);
+  const bool terminal = state == DaemonState::kEndOfData || state == DaemonState::kFailed ||
+                        state == DaemonState::kStopped;
+  // After the state: a consumer that sees `closed` (acquire) also sees why.
+  for (uint32_t q = 0; q < ring.queue_count; ++q) {
+    if (terminal) ring.queue(q).closed.store(1, std::memory_order_release);
+    BumpAndWake(ring.queue(q).publish_futex);
+  }
+}
+
+void Heartbeat(const Ring& ring) {
+  ring.sb->heartbeat_ns.store(MonotonicNs(), std::memory_order_release);
+}
+
+bool IsFree(const Ring& ring, uint32_t slot) {
+  return SlotWord::Unpack(ring.header(slot)->word.load(std::memory_order_acquire)).state ==
+         SlotState::kFree;
+}
+
+uint32_t ReclaimConsumer(const Ring& ring, uint32_t consumer_id) {
+  uint32_t freed = 0;
+  for (uint32_t i = 0; i < ring.slot_count; ++i) {
+    std::atomic<uint64_t>& word = ring.header(i)->word;
+    uint64_t w = word.load(std::memory_order_acquire);
+    const SlotWord sw = SlotWord::Unpack(w);
+    if (sw.state != SlotState::kHeld || sw.owner != consumer_id) continue;
+    if (word.compare_exchange_strong(w, SlotWord{}.Pack(), std::memory_order_acq_rel)) ++freed;
+  }
+  if (freed > 0) BumpAndWake(ring.sb->free_futex);
+  return freed;
+}
+
+ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uint32_t* slot,
+                     uint64_t* seq) {
+  QueueHeader& q = ring.queue(queue);
+  for (;;) {
+    uint64_t taken = q.taken.load(std::memory_order_acquire);
+    const uint64_t published = q.published.load(std::memory_order_acquire);
+    if (taken >= published) {
+      if (q.closed.load(std::memory_order_acquire) == 0) return ClaimResult::kEmpty;
+      // Everything was published before `closed` was set: re-read to be sure it was all taken.
+      if (q.published.load(std::memory_order_acquire) <= taken) return ClaimResult::kClosed;
+      continue;
+    }
+    const uint32_t s = LoadSlotOf(q, taken);
+    if (s >= ring.slot_count) return ClaimResult::kInvalid;
+    std::atomic<uint64_t>& word = ring.header(s)->word;
+    uint64_t expected = ReadyWord(queue, taken);
+    const uint64_t held = SlotWord{SlotState::kHeld, queue, consumer_id, taken}.Pack();
+    if (word.compare_exchange_strong(expected, held, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+      q.taken.compare_exchange_strong(taken, taken + 1, std::memory_order_acq_rel);
+      *slot = s;
+      *seq = taken;
+      return ClaimResult::kClaimed;
+    }
+    // `taken` was claimed by someone else (its word left kReady(queue, taken)), or our view of
+    // `taken` is stale; either way, help advance it and try again.
+    q.taken.compare_exchange_strong(taken, taken + 1, std::memory_order_acq_rel);
+  }
+}
+
+bool Release(const Ring& ring, uint32_t slot, uint32_t consumer_id, uint64_t seq) {
+  std::atomic<uint64_t>& word = ring.header(slot)->word;
+  uint64_t w = word.load(std::memory_order_relaxed);
+  const SlotWord sw = SlotWord::Unpack(w);
+  if (sw.state != SlotState::kHeld || sw.owner != consumer_id || sw.seq != (seq & SlotWord::kSeqMask)) {
+    return false;
+  }
+  // release: our reads of the batch happen before the daemon refills the slot.
+  if (!word.compare_exchange_strong(w, SlotWord{}.Pack(), std::memory_order_release)) return false;
+  BumpAndWake(ring.sb->free_futex);
+  return true;
+}
+
+}  // namespace ringfeed::shm

@@ -1,0 +1,108 @@
+// The ring's hand-off operations on a mapped segment: the daemon fills and publishes slots,
+// consumers claim and release them. The protocol is the one described in shm/ring_layout.h:
+//
+//   slot word   kFree --BeginFill--> kFilling --Publish--> kReady(queue, seq)
+//               --TryClaim--> kHeld(owner, seq, queue) --Release / ReclaimConsumer--> kFree
+//   queue       Publish: slot_of[seq % kMaxSlots] = slot, word = kReady, published = seq + 1
+//               (release), publish_futex++, wake. TryClaim: seq = taken; CAS the slot word from
+//               the exact kReady(queue, seq) to kHeld; then CAS taken seq -> seq + 1. A consumer
+//               that finds seq's word no longer kReady(queue, seq) knows seq was claimed (only a
+//               claim moves a word out of kReady, and slot_of[seq % kMaxSlots] can only be
+//               overwritten once seq's slot came back) and helps advance `taken`, so a consumer
+//               that dies between its two CASes does not stall the queue.
+//
+// No locks anywhere: every step is one atomic operation on the mapping, so consumers in many
+// processes and threads may race freely (each batch is claimed exactly once, none is skipped).
+// Waiting is the caller's business: FutexWait on QueueHeader::publish_futex (consumers) or on
+// Superblock::free_futex (the daemon), both bumped and woken by the operations here.
+//
+// Thread-safety: every function may be called concurrently from any thread of any process,
+// except that Publish/CloseQueue for one queue, BeginFill and SetState belong to the daemon's
+// single producer of that queue/slot (the daemon owns the `published` counter).
+//
+// Trust: a Ring holds the geometry copied once (by the daemon from its own values, by a client
+// right after CheckSuperblock), so later writes to the superblock's geometry by a buggy or
+// hostile process can't move a slot outside the mapping.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "shm/batch_check.h"
+#include "shm/ring_layout.h"
+#include "shm/superblock_check.h"
+
+namespace ringfeed::shm {
+
+struct Ring {
+  Superblock* sb = nullptr;  // the mapping's start
+  uint32_t slot_count = 0;
+  uint32_t queue_count = 0;
+  uint64_t slots_offset = 0;
+  uint64_t slot_stride = 0;
+  uint64_t slot_bytes = 0;
+
+  // The geometry as the superblock at `mapping` holds it now. A client calls this only after
+  // CheckSuperblock returned "" for that mapping.
+  static Ring Of(void* mapping);
+
+  // Slot `i` (< slot_count): its first byte and its header.
+  uint8_t* slot(uint32_t i) const {
+    return reinterpret_cast<uint8_t*>(sb) + slots_offset + uint64_t{i} * slot_stride;
+  }
+  SlotHeader* header(uint32_t i) const { return reinterpret_cast<SlotHeader*>(slot(i)); }
+  QueueHeader& queue(uint32_t q) const { return sb->queues[q]; }
+};
+
+// CLOCK_MONOTONIC in nanoseconds (the clock of Superblock::heartbeat_ns).
+uint64_t MonotonicNs();
+
+// ---- Daemon side ----
+
+// kFree -> kFilling. False when the word is not kFree (the daemon only calls this on slots its
+// own record says are free; false then means a consumer scribbled on the word).
+bool BeginFill(const Ring& ring, uint32_t slot);
+
+// Publishes a kFilling slot to `queue` as its next sequence number, which it returns, and
+// wakes the queue's waiters. The slot's header and data must be complete: the word's release
+// store publishes them.
+uint64_t Publish(const Ring& ring, uint32_t slot, uint32_t queue);
+
+// No more batches for `queue`; wakes its waiters. Consumers drain what was published first.
+void CloseQueue(const Ring& ring, uint32_t queue);
+
+// Sets the daemon state. `message` (truncated to kErrorBytes - 1) is written before the state
+// (release), so a consumer that reads kFailed/kStopped reads the message too. Terminal states
+// (kEndOfData, kFailed, kStopped) then close every queue. Bumps and wakes every queue.
+void SetState(const Ring& ring, DaemonState state, std::string_view message = {});
+
+// Writes MonotonicNs() to heartbeat_ns (the daemon's heartbeat thread, every period).
+void Heartbeat(const Ring& ring);
+
+// True when the slot's word is kFree (released by its consumer, or never used).
+bool IsFree(const Ring& ring, uint32_t slot);
+
+// Frees every slot held by consumer `consumer_id` (CAS from each exact kHeld word it owns) and
+// returns how many; bumps and wakes free_futex when any. Called when that consumer's control
+// connection ended (its process died or detached).
+uint32_t ReclaimConsumer(const Ring& ring, uint32_t consumer_id);
+
+// ---- Consumer side ----
+
+enum class ClaimResult {
+  kClaimed,  // *slot / *seq hold the claimed batch (now kHeld by consumer_id)
+  kEmpty,    // nothing published yet beyond what was taken; wait on publish_futex
+  kClosed,   // the queue is closed and drained: nothing more will come
+  kInvalid,  // the queue names a slot outside the ring (corrupt superblock)
+};
+
+// Claims the queue's next batch for consumer `consumer_id` (1..kMaxConsumers). Lock-free.
+ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uint32_t* slot,
+                     uint64_t* seq);
+
+// kHeld(consumer_id, seq) -> kFree; bumps and wakes free_futex. False when the slot was not
+// held by that consumer with that seq (already released, or reclaimed by the daemon).
+bool Release(const Ring& ring, uint32_t slot, uint32_t consumer_id, uint64_t seq);
+
+}  // namespace ringfeed::shm

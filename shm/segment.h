@@ -1,0 +1,87 @@
+// Segment: one POSIX shared-memory object (in /dev/shm) mapped read-write into this process:
+// the ring of one job (layout: shm/ring_layout.h). Built on boost::interprocess
+// shared_memory_object + mapped_region.
+//
+// The daemon Create()s the segment: the whole size is reserved up front with posix_fallocate,
+// so a /dev/shm that is too small is an error at start-up (ShmError naming the bytes needed and
+// free) and never a SIGBUS when a page is first touched. Consumers Open() it by the name the
+// daemon's welcome message gives. The mapping lives as long as the Segment object; removing
+// the name (Remove) does not unmap anyone.
+//
+// Errors: ShmError with the segment name, the cause and the fix. Thread-safety: a Segment is
+// not synchronised itself; the memory it maps is shared through the atomics of ring_layout.h.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/interprocess/mapped_region.hpp>
+#include <boost/interprocess/shared_memory_object.hpp>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "shm/ring_layout.h"
+#include "shm/shm_error.h"
+
+namespace ringfeed::shm {
+
+// Where the slots lie, in bytes. slots_offset and slot_stride are multiples of kPageBytes.
+struct Geometry {
+  uint64_t slots_offset = 0;   // sizeof(Superblock) rounded up to kPageBytes
+  uint64_t slot_stride = 0;    // slot_bytes rounded up to kPageBytes
+  uint64_t segment_bytes = 0;  // slots_offset + slot_count * slot_stride
+};
+
+// Throws ShmError when slot_count is 0 or above kMaxSlots, slot_bytes is too small to hold a
+// SlotHeader, or the total overflows.
+Geometry ComputeGeometry(uint32_t slot_count, uint64_t slot_bytes);
+
+// "256.0 MiB", "4.0 KiB", "512 B": for messages.
+std::string HumanBytes(uint64_t bytes);
+
+class Segment {
+ public:
+  Segment() = default;
+  Segment(Segment&& other) noexcept;
+  Segment& operator=(Segment&& other) noexcept;
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  // Creates the segment `name` ("/ringfeed.<job>.<hash>", shm/names.h) of `segment_bytes`,
+  // zero-filled and fully reserved, replacing a stale one of that name (the caller has made
+  // sure no live daemon owns it). Permissions: `mode` (0600 by default); with `group`, the
+  // segment's group is set to it and the mode should allow the group (0660). Throws ShmError
+  // — e.g. when /dev/shm has too little free space, after removing what it created.
+  static Segment Create(const std::string& name, uint64_t segment_bytes, mode_t mode = 0600,
+                        std::optional<gid_t> group = std::nullopt);
+
+  // Opens the existing segment `name` read-write and maps all of it. Throws ShmError when it
+  // does not exist ("is ringfeedd running for job X?") or can't be opened or mapped.
+  static Segment Open(const std::string& name);
+
+  // Removes the name; true if it existed. Mappings stay valid.
+  static bool Remove(const std::string& name);
+
+  bool valid() const { return data_ != nullptr; }
+  const std::string& name() const { return name_; }
+  uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  Superblock* superblock() const { return reinterpret_cast<Superblock*>(data_); }
+  // Slot i by the superblock's geometry; the caller checks i < slot_count (CheckSuperblock
+  // has checked that every slot lies inside the mapping).
+  uint8_t* slot(uint32_t i) const {
+    const Superblock* sb = superblock();
+    return data_ + sb->slots_offset + uint64_t{i} * sb->slot_stride;
+  }
+  SlotHeader* slot_header(uint32_t i) const { return reinterpret_cast<SlotHeader*>(slot(i)); }
+
+ private:
+  Segment(std::string name, boost::interprocess::mapped_region region);
+
+  std::string name_;
+  boost::interprocess::mapped_region region_;
+  uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+}  // namespace ringfeed::shm

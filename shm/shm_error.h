@@ -1,0 +1,15 @@
+// ShmError: what shm/ throws when a segment can't be created, opened or mapped. The message
+// names the segment and, where one exists, the fix (e.g. "enlarge /dev/shm").
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ringfeed::shm {
+
+class ShmError : public std::runtime_error {
+ public:
+  explicit ShmError(const std::string& message) : std::runtime_error(message) {}
+};
+
+}  // namespace ringfeed::shm

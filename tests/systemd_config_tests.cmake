@@ -1,0 +1,12 @@
+# systemd integration: the sd_notify wrapper (daemon/systemd_notify.h) against a fake service
+# manager socket, and the template unit (systemd/ringfeed@.service) checked by assertion and by
+# `systemd-analyze verify` (skipped, "RINGFEED_SKIP:", where systemd-analyze is absent).
+# Included from tests/CMakeLists.txt.
+include(GNUInstallDirs)
+
+ringfeed_test(systemd_notify_test SOURCES systemd_notify_test.cc LIBS ringfeed_systemd TIMEOUT 60)
+
+ringfeed_test(systemd_unit_test SOURCES systemd_unit_test.cc TIMEOUT 60)
+target_compile_definitions(systemd_unit_test PRIVATE
+  RINGFEED_INSTALL_BINDIR="${CMAKE_INSTALL_FULL_BINDIR}")
+set_property(TEST systemd_unit_test APPEND PROPERTY ENVIRONMENT "SYSTEMD_LOG_COLOR=0")
