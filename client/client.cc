@@ -24,6 +24,7 @@ using nlohmann::json;
 
 // The longest futex sleep: how often a waiting Next looks at the socket, state and heartbeat.
 constexpr std::chrono::milliseconds kWaitSlice{100};
+constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365 * 100);
 // A daemon's heartbeat period is trusted up to this (a garbage value must not disable the check).
 constexpr uint64_t kMaxHeartbeatPeriodNs = 60'000'000'000ull;
 
@@ -235,8 +236,8 @@ void Client::CheckHeartbeat() {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(age) / 1e9);
     throw ClientError(a.DaemonName() + " has not written its heartbeat for " + seconds +
-                      " s (stopped or frozen?); check it with `ringfeedctl status " + a.job +
-                      "` or restart it, then attach again");
+                      " s (stopped or frozen?); check it (systemctl status ringfeed@" + a.job +
+                      ") or restart it, then attach again");
   }
 }
 
@@ -245,7 +246,8 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
   detail::Attachment& a = *attachment_;
   shm::QueueHeader& queue = a.ring.queue(a.queue);
   const auto start = Clock::now();
-  const auto deadline = start + std::max(timeout, std::chrono::milliseconds(0));
+  // milliseconds::max() (or anything past a century) means "no limit" without overflowing.
+  const auto deadline = start + std::clamp(timeout, std::chrono::milliseconds(0), kForever);
   auto account_wait = [&] {
     const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
     a.consumer_entry().wait_ns.fetch_add(static_cast<uint64_t>(waited), std::memory_order_relaxed);
@@ -276,15 +278,18 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
                         " names a slot outside the ring's " + std::to_string(a.ring.slot_count) +
                         " slots (corrupt segment " + a.segment.name() + ")");
     }
-    if (claim == shm::ClaimResult::kClosed) state = load_state();  // closed is set after the state
+    if (claim == shm::ClaimResult::kClosed) state = load_state();  // SetState closes after the state
     if (state == shm::DaemonState::kFailed || state == shm::DaemonState::kStopped) throw daemon_error(state);
-    if (claim == shm::ClaimResult::kClosed || state == shm::DaemonState::kEndOfData) {
+    // Nothing left to claim (kEmpty with the state read before the claim, or kClosed). A queue
+    // closed while the state still says running ends only with the state, which says how:
+    // end of data, failure or stop. Until then, wait like for an empty queue.
+    if (state == shm::DaemonState::kEndOfData) {
       account_wait();
       return Status::kEndOfData;
     }
     if (daemon_closed) {
       throw ClientError(a.DaemonName() + " exited (its control connection " + a.socket_path +
-                        " closed); see its log (journalctl -u ringfeedd@" + a.job +
+                        " closed); see its log (journalctl -u ringfeed@" + a.job +
                         "), restart it and attach again");
     }
     if (a.connection.DaemonClosed()) {

@@ -69,7 +69,8 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Takes the next batch into *out (releasing what *out held first), waiting at most
-  // `timeout` (0 = just look). kTimeout and kEndOfData leave *out empty.
+  // `timeout` (0 = just look; std::chrono::milliseconds::max() = no limit). kTimeout and
+  // kEndOfData leave *out empty.
   Status Next(std::chrono::milliseconds timeout, Batch* out);
 
   const Schema& schema() const;

@@ -39,7 +39,7 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     std::string message = "cannot connect to ringfeedd for job " + job + " at " + path + ": " + std::strerror(err);
     if (err == ENOENT || err == ECONNREFUSED) {
       message += "; is ringfeedd running for job " + job +
-                 " (systemctl status ringfeedd@" + job + ")? If it uses another runtime directory, "
+                 " (systemctl status ringfeed@" + job + ")? If it uses another runtime directory, "
                  "set RINGFEED_RUNTIME_DIR or ClientOptions::runtime_dir to it";
     } else if (err == EACCES) {
       message += "; run the trainer as the daemon's user or in the job's permissions.group";

@@ -1,13 +1,12 @@
 /* ringfeed.h: the client library's C ABI, for trainers in C or behind an FFI (ctypes, cffi,
  * Rust, Go). A thin layer over client/client.h; docs/client.md is the reference.
  *
- *   rf_attach_options opts = {sizeof opts};        (job, rank = -1 unless ranks mode, ...)
- *   opts.job = "train"; opts.rank = -1;
+ *   rf_attach_options opts = {.struct_size = sizeof opts, .job = "train", .rank = -1};
  *   rf_client* client; char err[512];
  *   if (rf_attach(&opts, &client, err, sizeof err) != RF_OK) { fprintf(stderr, "%s\n", err); ... }
  *   rf_batch* batch;
  *   while (rf_next(client, 30000, &batch, err, sizeof err) == RF_OK) {
- *     rf_tensor t = {sizeof t};
+ *     rf_tensor t = {.struct_size = sizeof t};
  *     rf_batch_feature(batch, 0, &t);               (t.data, t.bytes, t.shape[0..t.rank-1], ...)
  *     rf_batch_release(batch);                      (hands the slot back; frees the handle)
  *   }
@@ -126,7 +125,7 @@ int rf_attach(const rf_attach_options* options, rf_client** client, char* err, s
 /* Detaches (NULL is fine). Batches still held stay valid until released. */
 void rf_detach(rf_client* client);
 
-/* Waits at most timeout_ms (0 = just look) for the next batch. RF_OK: *batch is set and must
+/* Waits at most timeout_ms (0 = just look, < 0 = no limit) for the next batch. RF_OK: *batch is set and must
  * be rf_batch_release'd. RF_TIMEOUT / RF_END_OF_DATA: *batch is NULL. RF_ERROR: daemon exited,
  * failed, stopped, froze, or wrote an invalid batch (see err). */
 int rf_next(rf_client* client, int64_t timeout_ms, rf_batch** batch, char* err, size_t err_len);

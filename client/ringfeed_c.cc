@@ -126,7 +126,8 @@ int rf_next(rf_client* client, int64_t timeout_ms, rf_batch** batch, char* err, 
   if (client == nullptr) return Fail("rf_next: client is NULL", err, err_len);
   return Guard("rf_next", err, err_len, [&] {
     auto handle = std::make_unique<rf_batch>();
-    const auto status = client->client->Next(std::chrono::milliseconds(std::max<int64_t>(timeout_ms, 0)), &handle->batch);
+    const auto timeout = timeout_ms < 0 ? std::chrono::milliseconds::max() : std::chrono::milliseconds(timeout_ms);
+    const auto status = client->client->Next(timeout, &handle->batch);
     switch (status) {
       case ringfeed::Client::Status::kBatch:
         *batch = handle.release();

@@ -59,14 +59,15 @@ struct PipelineConfig {
 
 // `shard`: this daemon's part of the data when several nodes read the same files: of the
 // sorted file list, the files at positions p with p % count == index (tf.data
-// `Dataset.shard(count, index)` on the file list).
+// `Dataset.shard(count, index)` on the file list); with fewer files than count, records r with
+// r % count == index of every file (daemon/sequencer.h).
 struct ShardConfig {
   int64_t index = 0;  // 0 <= index < count
   int64_t count = 1;  // >= 1; 1 = read everything
 };
 
 // `ring`: the shared-memory ring's geometry. nullopt = auto (the daemon sizes it from
-// batch.size, the features and pipeline.prefetch).
+// batch.size, the features, pipeline.workers/prefetch and the number of queues).
 struct RingConfig {
   std::optional<int64_t> slots;        // batches in flight, 2..256 (shm::kMaxSlots)
   std::optional<uint64_t> slot_bytes;  // bytes per slot, 4 KiB..64 GiB

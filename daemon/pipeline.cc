@@ -221,7 +221,6 @@ void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue, bool ok) {
 }
 
 void Pipeline::Fail(const std::string& message) {
-  spdlog::error("{}", message);
   {
     std::lock_guard lock(mutex_);
     last_error_ = message;

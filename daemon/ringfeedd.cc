@@ -356,7 +356,7 @@ int RunDaemon(const DaemonOptions& options) {
     std::snprintf(sb->job, sizeof sb->job, "%s", config.job.c_str());
     sb->state.store(static_cast<uint32_t>(shm::DaemonState::kRunning), std::memory_order_relaxed);
     sb->heartbeat_period_ns = std::chrono::nanoseconds(kHeartbeatPeriod).count();
-    sb->heartbeat_ns.store(static_cast<uint64_t>(std::chrono::nanoseconds(Clock::now().time_since_epoch()).count()));
+    sb->heartbeat_ns.store(shm::MonotonicNs(), std::memory_order_relaxed);
     sb->segment_bytes = geometry.segment_bytes;
     sb->slots_offset = geometry.slots_offset;
     sb->slot_stride = geometry.slot_stride;
@@ -367,6 +367,7 @@ int RunDaemon(const DaemonOptions& options) {
     sb->queue_count = queues;
     WriteSchema(parser.specs(), sb);
     sb->ready.store(1, std::memory_order_release);
+    const shm::Ring ring = shm::Ring::Of(segment.data());
     struct SegmentRemover {
       std::string name;
       ~SegmentRemover() { shm::Segment::Remove(name); }
@@ -473,8 +474,7 @@ int RunDaemon(const DaemonOptions& options) {
       auto next_sample = Clock::now();
       while (!heartbeat_stop.load()) {
         const auto now = Clock::now();
-        sb->heartbeat_ns.store(static_cast<uint64_t>(std::chrono::nanoseconds(now.time_since_epoch()).count()),
-                               std::memory_order_release);
+        shm::Heartbeat(ring);
         if (watchdog && now >= next_watchdog) {
           notifier.Watchdog();
           next_watchdog = now + *watchdog;

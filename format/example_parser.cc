@@ -170,14 +170,14 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
     table_[pos] = {f, static_cast<int32_t>(i)};
     fingerprints_.push_back(f);
 
-    if (s.dtype == DType::kBytes || (!fixed_len && !s.decode_raw)) {
-      Measured m{static_cast<uint32_t>(i), static_cast<uint32_t>(s.WireKind()), 0, 0};
-      if (fixed_len && s.has_default && s.dtype == DType::kBytes) {
-        const size_t n = static_cast<size_t>(s.NumElements());
-        for (size_t k = 0; k < n; ++k) m.default_bytes += s.default_bytes[s.default_bytes.size() == 1 ? 0 : k].size();
-        m.default_strings = n;
-      }
-      measured_.push_back(m);
+    const bool measured = s.dtype == DType::kBytes || (!fixed_len && !s.decode_raw);
+    measure_.push_back(measured ? static_cast<uint8_t>(s.WireKind()) : 0);
+    measured_features_ += measured;
+    if (fixed_len && s.has_default && s.dtype == DType::kBytes) {
+      measure_.back() |= kDefaultBytes;
+      DefaultBytes d{static_cast<uint32_t>(i), 0, static_cast<uint64_t>(s.NumElements())};
+      for (uint64_t k = 0; k < d.strings; ++k) d.bytes += s.default_bytes[s.default_bytes.size() == 1 ? 0 : k].size();
+      default_bytes_.push_back(d);
     }
 
     if (s.type != FeatureType::kFixedLen || !s.has_default || s.dtype == DType::kBytes) continue;
@@ -476,19 +476,31 @@ void ExampleParser::Measure(std::span<const uint8_t> example, ColumnSizes* sizes
     sizes->features.resize(specs_.size());
   }
   ++sizes->records;
-  if (measured_.empty()) return;  // only FixedLen numeric features: nothing depends on the record
-  thread_local Scratch scratch;
+  if (measured_features_ == 0) return;  // only FixedLen numeric features: nothing depends on the record
+  // Parse's key matching (position hints, then the table) with its own per-thread scratch, and
+  // `listed`: per FixedLen bytes feature with a default, whether its last Feature set a list.
+  struct MeasureScratch {
+    uint64_t owner = 0;
+    std::vector<int32_t> hints;
+    std::vector<uint8_t> listed;
+  };
+  thread_local MeasureScratch scratch;
   if (scratch.owner != id_) {
     scratch.owner = id_;
     scratch.hints.clear();
+    scratch.listed.assign(specs_.size(), 0);
   }
-  scratch.found.assign(specs_.size(), FeatureRef{});
-  FeatureRef* const found = scratch.found.data();
   std::vector<int32_t>& hints = scratch.hints;
-  // Parse's pass 1 (a later duplicate key wins).
+  uint8_t* const listed = scratch.listed.data();
+  for (const DefaultBytes& d : default_bytes_) listed[d.feature] = 0;
+  ColumnSize* const out = sizes->features.data();
+
+  // One walk; each Feature is measured where it is found. A repeated key is counted every time
+  // (Parse keeps the last: the sum bounds it). On malformed input the walk stops early: Parse
+  // then fails and appends nothing, so what was added is still a bound.
   size_t position = 0;
   std::string why;
-  const bool well_formed = ForEachFeature(
+  ForEachFeature(
       example,
       [&](const uint8_t* key, size_t key_size, const FeatureRef& value) {
         const Fingerprint f = FingerprintOf(key, key_size);
@@ -499,19 +511,18 @@ void ExampleParser::Measure(std::span<const uint8_t> example, ColumnSizes* sizes
           hints[position] = idx;
         }
         ++position;
-        if (idx >= 0) found[idx] = value;
+        if (idx < 0) return;
+        const uint8_t what = measure_[static_cast<size_t>(idx)];
+        if (what == 0) return;
+        bool any_list = false;
+        MeasureFeature(value, what & ~kDefaultBytes, &out[idx].value_bytes, &out[idx].strings, &any_list);
+        if (what & kDefaultBytes) listed[idx] = any_list;
       },
       &why);
-  if (!well_formed) return;  // Parse fails before appending anything
-
-  for (const Measured& m : measured_) {
-    ColumnSize& out = sizes->features[m.feature];
-    const FeatureRef& ref = found[m.feature];
-    bool listed = false;
-    if (ref.present) MeasureFeature(ref, m.wire_kind, &out.value_bytes, &out.strings, &listed);
-    if (!listed) {  // missing: a FixedLen bytes feature takes its default (0 for the others)
-      out.value_bytes += m.default_bytes;
-      out.strings += m.default_strings;
+  for (const DefaultBytes& d : default_bytes_) {
+    if (!listed[d.feature]) {  // missing (or Feature{}): Parse writes the defaults
+      out[d.feature].value_bytes += d.bytes;
+      out[d.feature].strings += d.strings;
     }
   }
 }

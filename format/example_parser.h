@@ -98,19 +98,21 @@ class ExampleParser {
     size_t elements;      // FixedLen: values per row
     size_t element_size;  // DTypeSize(dtype)
   };
-  // A feature Measure looks at (VarLen numeric, bytes): its index, list kind, and for a FixedLen
-  // bytes feature with a default the bytes of one row of defaults.
-  struct Measured {
+  // What Measure does per feature: 0 = nothing (FixedLen numeric), else the ListKind to count,
+  // | kDefaultBytes for a FixedLen bytes feature with a default (taken when the record has no list).
+  static constexpr uint8_t kDefaultBytes = 0x80;
+  struct DefaultBytes {
     uint32_t feature;
-    uint32_t wire_kind;
-    uint64_t default_bytes;
-    uint64_t default_strings;
+    uint64_t bytes;    // one row of defaults
+    uint64_t strings;  // NumElements()
   };
 
   uint64_t id_ = 0;  // unique per constructed parser (copies share it: same specs)
   FeatureSpecs specs_;
   std::vector<Plan> plans_;
-  std::vector<Measured> measured_;
+  std::vector<uint8_t> measure_;  // per feature, see kDefaultBytes
+  size_t measured_features_ = 0;
+  std::vector<DefaultBytes> default_bytes_;
   std::vector<Fingerprint> fingerprints_;  // per feature
   std::vector<Slot> table_;  // open addressing, power-of-two size, >= 4x the feature count
   uint32_t mask_ = 0;

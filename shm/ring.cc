@@ -124,7 +124,8 @@ ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uin
     const uint64_t held = SlotWord{SlotState::kHeld, queue, consumer_id, taken}.Pack();
     if (word.compare_exchange_strong(expected, held, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
-      q.taken.compare_exchange_strong(taken, taken + 1, std::memory_order_acq_rel);
+      uint64_t advance = taken;  // a failed CAS overwrites its argument; `taken` must stay ours
+      q.taken.compare_exchange_strong(advance, taken + 1, std::memory_order_acq_rel);
       *slot = s;
       *seq = taken;
       return ClaimResult::kClaimed;

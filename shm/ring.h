@@ -69,7 +69,9 @@ bool BeginFill(const Ring& ring, uint32_t slot);
 // store publishes them.
 uint64_t Publish(const Ring& ring, uint32_t slot, uint32_t queue);
 
-// No more batches for `queue`; wakes its waiters. Consumers drain what was published first.
+// No more batches for `queue`; wakes its waiters. Consumers drain what was published, then
+// wait for the state to say how the run ended (the client reports kEndOfData only in state
+// kEndOfData): end a run with SetState, which closes every queue after writing the state.
 void CloseQueue(const Ring& ring, uint32_t queue);
 
 // Sets the daemon state. `message` (truncated to kErrorBytes - 1) is written before the state

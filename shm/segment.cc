@@ -38,9 +38,8 @@ uint64_t FreeShmBytes() {
 
 std::string NoSpaceMessage(uint64_t needed, uint64_t free_bytes) {
   return "shared memory: the ring needs " + std::to_string(needed) + " bytes (" + HumanBytes(needed) +
-         ") but " + kShmDir + " has " + std::to_string(free_bytes) + " bytes free (" +
-         HumanBytes(free_bytes) +
-         "); lower ring.slots or ring.slot_bytes, or enlarge /dev/shm (docker run --shm-size=...)";
+         ") but " + kShmDir + " has " + std::to_string(free_bytes) +
+         " bytes free; lower ring.slots or ring.slot_bytes, or enlarge /dev/shm (docker run --shm-size=...)";
 }
 
 }  // namespace

@@ -1,3 +1,14 @@
 # ringfeedd: order algorithms, sequencer, end-to-end runs with real processes.
 ringfeed_test(shuffle_test SOURCES shuffle_test.cc LIBS ringfeed_daemon nlohmann_json::nlohmann_json)
 ringfeed_test(sequencer_test SOURCES sequencer_test.cc LIBS ringfeed_daemon)
+# End to end: ringfeedd and ringfeedctl run as real processes, consumers in forked children
+# (tests/daemon_harness.h). The binaries are built first.
+add_library(ringfeed_daemon_harness STATIC daemon_harness.cc)
+target_link_libraries(ringfeed_daemon_harness PUBLIC ringfeed_test_support ringfeed_client ringfeed_format
+  nlohmann_json::nlohmann_json)
+ringfeed_test(daemon_e2e_test SOURCES daemon_e2e_test.cc TIMEOUT 120
+  LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format nlohmann_json::nlohmann_json ZLIB::ZLIB)
+ringfeed_test(daemon_faults_test SOURCES daemon_faults_test.cc TIMEOUT 120
+  LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format nlohmann_json::nlohmann_json)
+add_dependencies(daemon_e2e_test ringfeedd ringfeedctl)
+add_dependencies(daemon_faults_test ringfeedd ringfeedctl)

@@ -12,7 +12,9 @@
 // For every record four specs are checked: VarLen for every key (must succeed), FixedLen with the
 // exact counts and defaults for absent keys (must succeed), one key with a wrong dtype (must fail
 // naming it) and one key with a wrong count (must fail naming it). A second test parses records with
-// consistent kinds into multi-row batches and checks row_splits.
+// consistent kinds into multi-row batches and checks row_splits. A third parses every record into
+// external batches (caller memory) sized by ExampleParser::Measure, alone and in batches, and
+// checks them against the owned batch and Measure against what Parse appended.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <limits>
@@ -22,6 +24,7 @@
 #include <vector>
 
 #include "example.pb.h"
+#include "format/column_sizes.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
 #include "format/feature_spec.h"
@@ -512,4 +515,117 @@ TEST_CASE("differential: consistent kinds parsed into multi-row batches") {
   check_batch();
   CHECK(checked_rows == kRecords);
   CHECK(truncated > 200);
+}
+
+namespace {
+
+std::span<const uint8_t> SpanOf(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
+
+// Caller memory for an external batch sized by `sizes` (8-byte aligned words).
+struct External {
+  std::vector<uint64_t> words;
+  std::vector<ColumnRegion> regions;
+  External(const FeatureSpecs& specs, size_t rows, const ColumnSizes& sizes) {
+    const std::vector<ColumnCapacity> caps = ColumnCapacities(specs, rows, sizes);
+    words.resize(ColumnRegionsBytes(caps, 8) / 8 + 1);
+    CarveColumnRegions({reinterpret_cast<uint8_t*>(words.data()), words.size() * 8}, caps, 8, &regions);
+  }
+};
+
+void CheckSameBatches(const ExampleBatch& a, const ExampleBatch& b) {
+  REQUIRE(a.rows() == b.rows());
+  for (size_t i = 0; i < a.specs().size(); ++i) {
+    const FeatureSpec& s = a.specs()[i];
+    const Column& x = a.column(i);
+    const Column& y = b.column(i);
+    INFO("feature '" << s.name << "'");
+    size_t n = x.values.size();
+    if (s.type == FeatureType::kFixedLen && s.dtype != DType::kBytes) {
+      n = a.rows() * static_cast<size_t>(s.NumElements()) * DTypeSize(s.dtype);
+    } else {
+      REQUIRE(y.values.size() == n);
+    }
+    CHECK((n == 0 || std::memcmp(x.values.data(), y.values.data(), n) == 0));
+    CHECK(y.value_offsets == std::vector<int64_t>(x.value_offsets.begin(), x.value_offsets.end()));
+    CHECK(y.row_splits == std::vector<int64_t>(x.row_splits.begin(), x.row_splits.end()));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("differential: external batches sized by Measure equal owned ones; Measure bounds Parse") {
+  Rng rng(kSeed + 2);
+  // Specs that fit some records and not others: every kind and shape against every record.
+  std::vector<FeatureSpecs> all(4);
+  for (size_t i = 0; i < kSpecKeys.size(); ++i) {
+    FeatureSpec s;
+    s.name = kSpecKeys[i];
+    s.type = FeatureType::kVarLen;
+    s.dtype = DTypeOfKind(1 + static_cast<int>(i % 3));
+    all[0].push_back(s);
+    s.dtype = DType::kBytes;
+    all[1].push_back(s);
+    s.type = FeatureType::kFixedLen;
+    s.shape = {static_cast<int64_t>(i % 3)};
+    s.has_default = true;
+    s.default_bytes = i % 2 ? std::vector<std::string>{"x"} : std::vector<std::string>(i % 3, "default");
+    all[2].push_back(s);
+    s.dtype = DTypeOfKind(1 + static_cast<int>((i + 1) % 3));
+    s.type = i % 2 ? FeatureType::kFixedLen : FeatureType::kVarLen;
+    s.shape = i % 2 ? std::vector<int64_t>{1} : std::vector<int64_t>{};
+    s.has_default = i % 2 == 1;
+    s.default_int64 = {-7};
+    s.default_float = {0.5f};
+    s.default_bytes = {"dflt"};
+    all[3].push_back(s);
+  }
+  std::vector<std::string> records;
+  for (int iter = 0; iter < kRecords; ++iter) {
+    std::string bytes = RandomExample(rng);
+    // Now and then a broken one: cut, or a flipped bit.
+    if (bytes.size() > 2 && Chance(rng, 0.15)) bytes.resize(1 + Pick(rng, bytes.size() - 1));
+    if (!bytes.empty() && Chance(rng, 0.15)) bytes[Pick(rng, bytes.size())] ^= static_cast<char>(1u << Pick(rng, 8));
+    records.push_back(std::move(bytes));
+  }
+  size_t ok = 0, failed = 0, measured_features = 0;
+  for (const FeatureSpecs& specs : all) {
+    const ExampleParser parser(specs);
+    constexpr size_t kBatch = 37;
+    for (size_t first = 0; first < records.size(); first += kBatch) {
+      const size_t n = std::min(kBatch, records.size() - first);
+      ColumnSizes sum;
+      for (size_t r = first; r < first + n; ++r) parser.Measure(SpanOf(records[r]), &sum);
+      External memory(specs, n, sum);
+      ExampleBatch owned(specs, n), external(specs, n, memory.regions);
+      for (size_t r = first; r < first + n; ++r) {
+        INFO("record " << r);
+        ColumnSizes one;
+        parser.Measure(SpanOf(records[r]), &one);
+        ExampleBatch alone(specs, 1);
+        External one_memory(specs, 1, one);
+        ExampleBatch alone_external(specs, 1, one_memory.regions);
+        ParseError e1, e2, e3, e4;
+        const bool alone_ok = parser.Parse(SpanOf(records[r]), alone, &e1);
+        REQUIRE(parser.Parse(SpanOf(records[r]), alone_external, &e2) == alone_ok);
+        CHECK(e2.message == e1.message);
+        CheckSameBatches(alone, alone_external);
+        REQUIRE(parser.Parse(SpanOf(records[r]), owned, &e3) == alone_ok);
+        REQUIRE(parser.Parse(SpanOf(records[r]), external, &e4) == alone_ok);
+        CHECK(e4.message == e3.message);
+        (alone_ok ? ok : failed) += 1;
+        if (!alone_ok) continue;
+        for (size_t i = 0; i < specs.size(); ++i) {
+          if (specs[i].dtype != DType::kBytes && specs[i].type == FeatureType::kFixedLen) continue;
+          CHECK(alone.column(i).values.size() <= one.features[i].value_bytes);
+          if (specs[i].dtype == DType::kBytes) CHECK(alone.column(i).value_offsets.size() - 1 <= one.features[i].strings);
+          ++measured_features;
+        }
+      }
+      CheckSameBatches(owned, external);
+    }
+  }
+  CHECK(ok > 3000);
+  CHECK(failed > 3000);
+  WARN("external batches: " << ok << " records parsed, " << failed << " failed, the same in both; "
+                            << measured_features << " measured features checked");
 }

@@ -95,11 +95,12 @@ class RingTestProducer {
   uint32_t reclaimed_ = 0;
 };
 
-// A forked child process, killed (SIGKILL) and reaped on destruction unless waited for.
+// A forked child process, killed (SIGKILL) and reaped on destruction unless waited for; then
+// its producer's segment, if any, is removed.
 class ChildProcess {
  public:
   ChildProcess() = default;
-  explicit ChildProcess(pid_t pid) : pid_(pid) {}
+  explicit ChildProcess(pid_t pid, std::string segment = "") : pid_(pid), segment_(std::move(segment)) {}
   ~ChildProcess();
   ChildProcess(ChildProcess&& other) noexcept;
   ChildProcess& operator=(ChildProcess&& other) noexcept;
@@ -108,8 +109,12 @@ class ChildProcess {
   // Waits up to `timeout` for the exit; returns the wait status, or -1 on timeout.
   int Wait(std::chrono::milliseconds timeout = std::chrono::seconds(15));
 
+  // Gives up ownership (the caller reaps it).
+  pid_t release() { pid_t p = pid_; pid_ = -1; return p; }
+
  private:
   pid_t pid_ = -1;
+  std::string segment_;  // removed after the child is gone (a SIGKILLed producer can't)
 };
 
 // Runs `body` in a forked child, which _exits 0 after it (1 on an exception, printed).

@@ -94,6 +94,7 @@ TEST_CASE("the unit has the settings ringfeedd depends on", "[systemd][unit]") {
   CHECK(unit.Value(S, "WatchdogSec") == "30s");
   CHECK(unit.Value(S, "Restart") == "on-failure");
   CHECK(unit.Value(S, "RestartSec") == "2s");
+  CHECK(unit.Value(S, "RestartPreventExitStatus") == "2");  // a bad config (ringfeedd --help)
   CHECK(unit.Value(S, "KillSignal") == "SIGTERM");
   CHECK(unit.Value(S, "TimeoutStopSec") == "30s");
 
@@ -103,7 +104,7 @@ TEST_CASE("the unit has the settings ringfeedd depends on", "[systemd][unit]") {
   CHECK(unit.Value(S, "RuntimeDirectoryMode") == "0755");
   CHECK_FALSE(unit.HasKeyAnywhere("RuntimeDirectoryPreserve"));
 
-  // The shared-memory ring must survive stop/start: no RemoveIPC, hence no DynamicUser.
+  // No systemd clean-up of POSIX shared memory: no RemoveIPC, hence no DynamicUser.
   CHECK(unit.Value(S, "RemoveIPC") == "no");
   CHECK_FALSE(unit.HasKeyAnywhere("DynamicUser"));
   CHECK_FALSE(unit.HasKeyAnywhere("PrivateIPC"));
@@ -126,6 +127,7 @@ TEST_CASE("the unit has the settings ringfeedd depends on", "[systemd][unit]") {
       {"ProtectKernelTunables", "yes"},  {"ProtectControlGroups", "yes"},
       {"RestrictAddressFamilies", "AF_UNIX"}, {"LockPersonality", "yes"},
       {"MemoryDenyWriteExecute", "yes"}, {"DevicePolicy", "closed"},
+      {"UMask", "0077"},
   };
   for (const auto& [key, value] : hardening) {
     INFO(key);

@@ -1,0 +1,420 @@
+// The client library against a test producer in a forked process (real shared memory, real
+// control socket): batch contents, end of data, timeouts without CPU burn, the daemon dying
+// (SIGKILL), freezing (SIGSTOP), failing, refusing, restarting; invalid batches; threads.
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "client/client.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+#include "tests/ring_test_producer.h"
+#include "tests/test_support.h"
+
+namespace ringfeed {
+namespace {
+
+using namespace std::chrono_literals;
+using Status = Client::Status;
+using testing::ChildProcess;
+using testing::ForkProducer;
+using testing::ProducerOptions;
+using testing::RingTestProducer;
+using testing::TempDir;
+using Clock = std::chrono::steady_clock;
+
+ProducerOptions Options(const TempDir& dir, const std::string& job = "train") {
+  ProducerOptions o;
+  o.runtime_dir = dir.path().string();
+  o.job = job;
+  return o;
+}
+
+ClientOptions Attach(const TempDir& dir, const std::string& job = "train", int rank = -1) {
+  ClientOptions o;
+  o.job = job;
+  o.rank = rank;
+  o.runtime_dir = dir.path().string();
+  return o;
+}
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Checks a batch against the producer's formula (tests/ring_test_producer.h).
+void CheckTestBatch(const Batch& b, uint32_t batch_size, uint32_t queue) {
+  const uint64_t first = b.index() * batch_size;
+  const uint32_t rows = b.rows();
+  REQUIRE(b.feature_count() == 4);
+
+  const TensorView label = b.feature("label");
+  CHECK(label.dtype() == shm::DType::kInt64);
+  CHECK(label.type() == shm::FeatureType::kFixedLen);
+  REQUIRE(label.shape().size() == 1);
+  CHECK(label.shape()[0] == rows);
+  const auto labels = label.values<int64_t>();
+  REQUIRE(labels.size() == rows);
+  for (uint32_t r = 0; r < rows; ++r) CHECK(labels[r] == static_cast<int64_t>(first + r));
+
+  const TensorView weights = b.feature(1);
+  CHECK(weights.name() == "weights");
+  CHECK(weights.type() == shm::FeatureType::kVarLen);
+  const auto splits = weights.row_splits();
+  const auto values = weights.values<float>();
+  REQUIRE(splits.size() == rows + 1);
+  CHECK(weights.shape()[0] == static_cast<int64_t>(values.size()));
+  for (uint32_t r = 0; r < rows; ++r) {
+    const uint64_t g = first + r;
+    REQUIRE(splits[r + 1] - splits[r] == static_cast<int64_t>(g % 4));
+    for (int64_t k = 0; k < splits[r + 1] - splits[r]; ++k) {
+      CHECK(values[splits[r] + k] == static_cast<float>(g) + 0.5f * static_cast<float>(k));
+    }
+  }
+  CHECK(weights.value_offsets().empty());
+
+  const TensorView key = b.feature("key");
+  CHECK(key.dtype() == shm::DType::kBytes);
+  CHECK(std::vector<int64_t>(key.shape().begin(), key.shape().end()) == std::vector<int64_t>{rows, 2});
+  REQUIRE(key.size() == 2 * rows);
+  for (uint32_t r = 0; r < rows; ++r) {
+    CHECK(key.string(2 * r) == "k" + std::to_string(first + r) + "a");
+    CHECK(key.string(2 * r + 1) == "k" + std::to_string(first + r) + "bb");
+  }
+
+  const TensorView pixels = b.feature("pixels");
+  CHECK(std::vector<int64_t>(pixels.shape().begin(), pixels.shape().end()) == std::vector<int64_t>{rows, 2, 3});
+  const auto px = pixels.values<uint8_t>();
+  REQUIRE(px.size() == rows * 6);
+  for (uint32_t r = 0; r < rows; ++r) {
+    for (uint32_t j = 0; j < 6; ++j) CHECK(px[r * 6 + j] == static_cast<uint8_t>(first + r + j));
+  }
+  for (uint32_t r = 0; r < rows; ++r) {
+    CHECK(b.source(r).file_index == queue);
+    CHECK(b.source(r).record_index == first + r);
+  }
+  CHECK(reinterpret_cast<uintptr_t>(label.data()) % 64 == 0);
+}
+
+TEST_CASE("client: schema, batch contents, end of epoch and end of data") {
+  TempDir dir;
+  // 10 batches through 8 slots (the producer waits for releases), the last of 3 rows.
+  ChildProcess producer = ForkProducer(Options(dir), [](RingTestProducer& p) {
+    for (uint64_t n = 0; n < 10; ++n) {
+      const bool last = n == 9;
+      p.PublishBatch(0, n, 0, last ? shm::kBatchEndOfEpoch | shm::kBatchEndOfData : 0, last ? 3 : -1);
+    }
+    p.SetState(shm::DaemonState::kEndOfData);
+  });
+  auto client = Client::Attach(Attach(dir));
+  CHECK(client->job() == "train");
+  CHECK(client->daemon_pid() == producer.pid());
+  CHECK(client->consumer_id() == 1);
+  const Schema& schema = client->schema();
+  CHECK(schema.batch_size == 4);
+  REQUIRE(schema.features.size() == 4);
+  CHECK(schema.features[0].name == "label");
+  CHECK(schema.features[2].shape == std::vector<int64_t>{2});
+  CHECK(schema.features[3].dtype == shm::DType::kUInt8);
+  CHECK(schema.IndexOf("pixels") == 3u);
+  CHECK_FALSE(schema.IndexOf("nope"));
+
+  Batch batch;
+  for (uint64_t n = 0; n < 10; ++n) {
+    REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+    CHECK(batch.epoch() == 0);
+    CHECK(batch.index() == n);
+    CHECK(batch.rows() == (n == 9 ? 3u : 4u));
+    CHECK(batch.end_of_epoch() == (n == 9));
+    CHECK(batch.end_of_data() == (n == 9));
+    CheckTestBatch(batch, 4, 0);
+  }
+  CHECK_THROWS_WITH(batch.feature("nope"), Catch::Contains("has no feature 'nope'; known features: label, weights, key, pixels"));
+  CHECK_THROWS_WITH(batch.feature(4), Catch::Contains("feature index 4 out of range"));
+  CHECK_THROWS_WITH(batch.feature("label").values<float>(), Catch::Contains("has dtype int64"));
+  CHECK_THROWS_WITH(batch.source(3), Catch::Contains("row 3 out of range"));
+  batch.Release();
+  CHECK_FALSE(batch.valid());
+  CHECK_THROWS_WITH(batch.rows(), Catch::Contains("holds no slot"));
+  CHECK_THROWS_AS(batch.feature(0), ClientError);
+  batch.Release();  // idempotent
+
+  CHECK(client->Next(10s, &batch) == Status::kEndOfData);
+  CHECK(client->Next(0ms, &batch) == Status::kEndOfData);
+  CHECK(client->Next(std::chrono::milliseconds::max(), &batch) == Status::kEndOfData);
+  CHECK_FALSE(batch.valid());
+
+  // Statistics in the consumer table.
+  shm::Segment segment = shm::Segment::Open(client->segment_name());
+  CHECK(segment.superblock()->consumers[0].batches_taken.load() == 10);
+  CHECK(segment.superblock()->consumers[0].attached.load() == 1);
+}
+
+TEST_CASE("client: an empty ring times out without burning CPU") {
+  TempDir dir;
+  ChildProcess producer = ForkProducer(Options(dir), [](RingTestProducer&) {});
+  auto client = Client::Attach(Attach(dir));
+  Batch batch;
+  const auto t0 = Clock::now();
+  CHECK(client->Next(0ms, &batch) == Status::kTimeout);
+  CHECK(Clock::now() - t0 < 1s);
+
+  rusage before{}, after{};
+  getrusage(RUSAGE_SELF, &before);
+  const auto t1 = Clock::now();
+  CHECK(client->Next(1000ms, &batch) == Status::kTimeout);
+  const auto waited = Clock::now() - t1;
+  getrusage(RUSAGE_SELF, &after);
+  CHECK(waited >= 990ms);
+  CHECK(waited < 5s);
+  const double cpu = (after.ru_utime.tv_sec - before.ru_utime.tv_sec) + (after.ru_stime.tv_sec - before.ru_stime.tv_sec) +
+                     1e-6 * ((after.ru_utime.tv_usec - before.ru_utime.tv_usec) + (after.ru_stime.tv_usec - before.ru_stime.tv_usec));
+  INFO("CPU seconds over a 1 s wait: " << cpu);
+  CHECK(cpu < 0.1);
+  CHECK_FALSE(batch.valid());
+}
+
+TEST_CASE("client: ringfeedd SIGKILLed while a trainer waits: ClientError within 2 s") {
+  TempDir dir;
+  ChildProcess producer = ForkProducer(Options(dir), [](RingTestProducer&) {});
+  auto client = Client::Attach(Attach(dir));
+  const pid_t pid = producer.pid();
+  std::atomic<int64_t> killed_at{0};
+  std::thread killer([&] {
+    std::this_thread::sleep_for(300ms);
+    killed_at = Clock::now().time_since_epoch().count();
+    kill(pid, SIGKILL);
+  });
+  Batch batch;
+  std::string error;
+  try {
+    client->Next(20s, &batch);
+  } catch (const ClientError& e) {
+    error = e.what();
+  }
+  const auto noticed = Clock::now();
+  killer.join();
+  CHECK_THAT(error, Catch::Contains("ringfeedd (pid " + std::to_string(pid) + ") for job train exited"));
+  CHECK(Seconds(noticed - Clock::time_point(Clock::duration(killed_at.load()))) < 2.0);
+}
+
+TEST_CASE("client: ringfeedd SIGSTOPped: ClientError after the liveness timeout") {
+  TempDir dir;
+  ChildProcess producer = ForkProducer(Options(dir), [](RingTestProducer&) {});
+  ClientOptions options = Attach(dir);
+  options.liveness_timeout = 1000ms;
+  auto client = Client::Attach(options);
+  Batch batch;
+  CHECK(client->Next(1500ms, &batch) == Status::kTimeout);  // heartbeat going: no error
+  producer.Kill(SIGSTOP);
+  const auto stopped = Clock::now();
+  std::string error;
+  try {
+    client->Next(20s, &batch);
+  } catch (const ClientError& e) {
+    error = e.what();
+  }
+  const double after = Seconds(Clock::now() - stopped);
+  producer.Kill(SIGCONT);
+  CHECK_THAT(error, Catch::Contains("ringfeedd (pid " + std::to_string(producer.pid()) +
+                                    ") for job train has not written its heartbeat for "));
+  CHECK_THAT(error, Catch::Contains(" s (stopped or frozen?)"));
+  CHECK(after >= 0.9);
+  CHECK(after < 6.0);
+}
+
+TEST_CASE("client: re-attach after the daemon restarts") {
+  TempDir dir;
+  auto first = ForkProducer(Options(dir), [](RingTestProducer& p) { p.PublishBatch(0, 0); });
+  auto client = Client::Attach(Attach(dir));
+  Batch batch;
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  CHECK(batch.index() == 0);
+  first.Kill(SIGKILL);
+  first.Wait();
+  CHECK(batch.feature("label").values<int64_t>()[0] == 0);  // the old mapping stays readable
+  batch.Release();
+  CHECK_THROWS_WITH(client->Next(10s, &batch), Catch::Contains("exited"));
+
+  auto second = ForkProducer(Options(dir), [](RingTestProducer& p) { p.PublishBatch(0, 5); });
+  auto again = Client::Attach(Attach(dir));
+  CHECK(again->daemon_pid() == second.pid());
+  REQUIRE(again->Next(10s, &batch) == Status::kBatch);
+  CHECK(batch.index() == 5);
+  CheckTestBatch(batch, 4, 0);
+}
+
+TEST_CASE("client: the daemon's failure message; batches published before it still arrive") {
+  TempDir dir;
+  const std::string why = "data/part-3.tfrecord: record 17 at byte offset 4096: corrupted data (CRC mismatch)";
+  auto producer = ForkProducer(Options(dir), [&](RingTestProducer& p) {
+    p.PublishBatch(0, 0);
+    p.Serve(300ms);
+    p.SetState(shm::DaemonState::kFailed, why);
+  });
+  auto client = Client::Attach(Attach(dir));
+  Batch batch;
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  CHECK_THROWS_WITH(client->Next(10s, &batch),
+                    "ringfeedd (pid " + std::to_string(producer.pid()) + ") for job train failed: " + why);
+  CHECK_FALSE(batch.valid());
+}
+
+TEST_CASE("client: a queue closed before the state changes ends the way the state says") {
+  TempDir dir;
+  auto producer = ForkProducer(Options(dir), [&](RingTestProducer& p) {
+    p.PublishBatch(0, 0);
+    p.Serve(300ms);
+    shm::CloseQueue(p.ring(), 0);
+    p.Serve(500ms);
+    p.SetState(shm::DaemonState::kFailed, "disk gone");
+  });
+  auto client = Client::Attach(Attach(dir));
+  Batch batch;
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  CHECK_THROWS_WITH(client->Next(10s, &batch), Catch::EndsWith("for job train failed: disk gone"));
+}
+
+TEST_CASE("client: the daemon stopping is an error with its reason") {
+  TempDir dir;
+  auto producer = ForkProducer(Options(dir), [&](RingTestProducer& p) {
+    p.Serve(300ms);
+    p.SetState(shm::DaemonState::kStopped, "SIGTERM");
+  });
+  auto client = Client::Attach(Attach(dir));
+  Batch batch;
+  CHECK_THROWS_WITH(client->Next(10s, &batch), Catch::EndsWith("for job train stopped: SIGTERM"));
+}
+
+TEST_CASE("client: refusals carry the daemon's message; no daemon names the fix") {
+  TempDir dir;
+  {
+    ProducerOptions o = Options(dir);
+    o.reject_with = "too many consumers (64 attached); detach one or raise consumers.count";
+    auto producer = ForkProducer(o, [](RingTestProducer&) {});
+    CHECK_THROWS_WITH(Client::Attach(Attach(dir)),
+                      "ringfeedd for job train refused this consumer: too many consumers (64 attached); "
+                      "detach one or raise consumers.count");
+  }
+  CHECK_THROWS_WITH(Client::Attach(Attach(dir, "nojob")),
+                    Catch::Contains("cannot connect to ringfeedd for job nojob at " + dir.file("nojob.sock")) &&
+                        Catch::Contains("is ringfeedd running for job nojob"));
+  ClientOptions empty;
+  CHECK_THROWS_WITH(Client::Attach(empty), Catch::Contains("job is empty"));
+}
+
+TEST_CASE("client: ranks mode delivers queue r to rank r only") {
+  TempDir dir;
+  ProducerOptions o = Options(dir);
+  o.mode = shm::DeliveryMode::kRanks;
+  o.queue_count = 2;
+  auto producer = ForkProducer(o, [](RingTestProducer& p) {
+    for (uint64_t n = 0; n < 6; ++n) p.PublishBatch(static_cast<uint32_t>(n % 2), n);
+    p.SetState(shm::DaemonState::kEndOfData);
+  });
+  CHECK_THROWS_WITH(Client::Attach(Attach(dir, "train", 5)), Catch::Contains("refused this consumer: rank 5 out of range"));
+  auto rank1 = Client::Attach(Attach(dir, "train", 1));
+  CHECK_THROWS_WITH(Client::Attach(Attach(dir, "train", 1)), Catch::Contains("rank 1 is taken"));
+  CHECK(rank1->schema().mode == shm::DeliveryMode::kRanks);
+  CHECK(rank1->schema().queue_count == 2);
+  Batch batch;
+  std::vector<uint64_t> seen;
+  while (rank1->Next(10s, &batch) == Status::kBatch) {
+    seen.push_back(batch.index());
+    CheckTestBatch(batch, 4, 1);
+  }
+  CHECK(seen == std::vector<uint64_t>{1, 3, 5});
+}
+
+TEST_CASE("client: an invalid batch is a ClientError and its slot is released") {
+  TempDir dir;
+  auto producer = ForkProducer(Options(dir), [](RingTestProducer& p) {
+    p.PublishWith(0, [&](uint8_t* slot, uint64_t) {
+      p.WriteBatch(slot, 0, 0, 0, 0, 4);
+      auto* h = reinterpret_cast<shm::SlotHeader*>(slot);
+      auto* columns = reinterpret_cast<shm::ColumnDesc*>(slot + h->columns_offset);
+      columns[1].row_splits_offset = uint64_t{1} << 40;  // far outside the slot
+    });
+    p.PublishBatch(0, 1);
+  });
+  auto client = Client::Attach(Attach(dir));
+  Batch batch;
+  CHECK_THROWS_WITH(client->Next(10s, &batch),
+                    Catch::Contains("wrote an invalid batch into slot") &&
+                        Catch::Contains("feature 'weights' (varlen float32): row_splits [1099511627776"));
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  CHECK(batch.index() == 1);
+  shm::Segment segment = shm::Segment::Open(client->segment_name());
+  const shm::Ring ring = shm::Ring::Of(segment.data());
+  int held = 0;
+  for (uint32_t i = 0; i < ring.slot_count; ++i) {
+    held += shm::SlotWord::Unpack(ring.header(i)->word.load()).state == shm::SlotState::kHeld;
+  }
+  CHECK(held == 1);  // only the good batch we hold
+}
+
+TEST_CASE("client: an incompatible segment is refused with the layout difference") {
+  TempDir dir;
+  auto producer = ForkProducer(Options(dir), [](RingTestProducer& p) { p.ring().sb->layout_version = 2; });
+  CHECK_THROWS_WITH(Client::Attach(Attach(dir)),
+                    Catch::Contains("layout version 2 in the segment, this client speaks 1: rebuild the trainer"));
+}
+
+TEST_CASE("client: a batch outlives its client") {
+  TempDir dir;
+  auto producer = ForkProducer(Options(dir), [](RingTestProducer& p) { p.PublishBatch(0, 3); });
+  Batch batch;
+  {
+    auto client = Client::Attach(Attach(dir));
+    REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  }
+  CheckTestBatch(batch, 4, 0);
+  Batch moved = std::move(batch);
+  CHECK_FALSE(batch.valid());
+  CHECK(moved.index() == 3);
+}
+
+TEST_CASE("client: 4 threads share one client; every batch arrives once") {
+  TempDir dir;
+  constexpr uint64_t kBatches = 400;
+  auto producer = ForkProducer(Options(dir), [](RingTestProducer& p) {
+    for (uint64_t n = 0; n < kBatches; ++n) p.PublishBatch(0, n);
+    p.SetState(shm::DaemonState::kEndOfData);
+  });
+  auto client = Client::Attach(Attach(dir));
+  std::mutex mutex;
+  std::multiset<uint64_t> seen;
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      try {
+        Batch batch;
+        while (client->Next(10s, &batch) == Status::kBatch) {
+          const int64_t label = batch.feature("label").values<int64_t>()[0];
+          if (label != static_cast<int64_t>(batch.index() * 4)) errors++;
+          std::lock_guard lock(mutex);
+          seen.insert(batch.index());
+        }
+      } catch (...) {
+        errors++;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(errors.load() == 0);
+  CHECK(seen.size() == kBatches);
+  bool once = true;
+  for (uint64_t n = 0; n < kBatches; ++n) once &= seen.count(n) == 1;
+  CHECK(once);
+}
+
+}  // namespace
+}  // namespace ringfeed

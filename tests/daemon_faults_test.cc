@@ -1,0 +1,369 @@
+// ringfeedd when things go wrong, with real processes (tests/daemon_harness.h):
+//   * a consumer killed while holding batches: the daemon reclaims its slots and counts them,
+//     another consumer gets the rest;
+//   * the daemon killed (SIGKILL) or frozen (SIGSTOP) while a consumer waits in Next: Next
+//     throws quickly, never hangs; a restart over the killed daemon's stale segment and socket
+//     serves again;
+//   * a second daemon for the same job, a /dev/shm too small for the ring: refused at start;
+//   * a corrupted record under on_error: fail and skip;
+//   * broken configs: exit status 2 and file:line:column: key.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "format/tfrecord_writer.h"
+#include "tests/daemon_harness.h"
+#include "tests/test_support.h"
+
+using namespace ringfeed;
+using namespace ringfeed::testing;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::vector<int64_t> Ids(const std::vector<BatchInfo>& batches) {
+  std::vector<int64_t> ids;
+  for (const BatchInfo& b : batches) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+std::vector<int64_t> Iota(int64_t first, int64_t count) {
+  std::vector<int64_t> v(static_cast<size_t>(count));
+  std::iota(v.begin(), v.end(), first);
+  return v;
+}
+
+double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A job in ranks mode whose rank 0 never consumes: once rank 0's batches fill the ring
+// (4 slots), rank 1 waits in Next for good (epochs: 0, so the data never ends).
+std::string StalledRanksConfig(const std::string& job, const std::string& files) {
+  return "job: " + job + "\n"
+         "source: {files: [\"" + files + "\"]}\n"
+         "features:\n" + IdFeaturesYaml() +
+         "batch: {size: 2}\n"
+         "epochs: 0\n"
+         "ring: {slots: 4}\n"
+         "consumers: {mode: ranks, count: 2}\n";
+}
+
+// Child: attaches as rank 1, takes batches until none comes for 300 ms, says "waiting", then
+// waits in Next (30 s at a time) and reports "threw <message>" when it throws.
+int WaitingRank1(const ClientOptions& options, ChildIo& io) {
+  auto client = Client::Attach(options);
+  Batch batch;
+  while (client->Next(std::chrono::milliseconds(300), &batch) == Client::Status::kBatch) {
+  }
+  io.WriteLine("waiting");
+  try {
+    for (;;) {
+      const Client::Status status = client->Next(std::chrono::seconds(30), &batch);
+      if (status != Client::Status::kBatch) io.WriteLine(status == Client::Status::kTimeout ? "timeout" : "end");
+    }
+  } catch (const ClientError& e) {
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    io.WriteLine("threw " + what);
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a consumer killed while holding 2 batches: reclaimed, counted, the rest goes to another") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  const std::string config = "job: reclaim-job\n"
+                             "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
+                             "features:\n" + IdFeaturesYaml() +
+                             "batch: {size: 4}\n";
+  DaemonProcess daemon(dir.path(), "reclaim-job", config);
+  RINGFEED_REQUIRE_STARTED(daemon);
+
+  const ClientOptions options = daemon.client_options();
+  ChildProcess holder([options](ChildIo& io) {
+    auto client = Client::Attach(options);
+    Batch first, second;  // Next releases what its Batch held: two Batches hold two slots
+    if (client->Next(kEventually, &first) != Client::Status::kBatch) return 1;
+    if (client->Next(kEventually, &second) != Client::Status::kBatch) return 1;
+    io.WriteLine(BatchInfo::Of(first).ToLine());
+    io.WriteLine(BatchInfo::Of(second).ToLine());
+    io.WriteLine("holding");
+    ::pause();
+    return 0;
+  });
+  REQUIRE(holder.WaitForLine("holding"));
+  REQUIRE(holder.skipped().size() == 2);
+  std::vector<BatchInfo> held;
+  for (const std::string& line : holder.skipped()) held.push_back(BatchInfo::FromLine(line));
+  CHECK(daemon.Status()["ring"]["held"] == 2);
+
+  holder.Kill(SIGKILL);
+  CHECK(holder.Wait().signal == SIGKILL);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.WaitForStderr("(pid " + std::to_string(holder.pid()) + ") went away holding 2 batch(es)"));
+  const json status = daemon.Status();
+  CHECK(status["batches_reclaimed"] == 2);
+  CHECK(status["consumers"].empty());
+  CHECK(status["ring"]["held"] == 0);
+
+  ConsumerSpec spec;
+  spec.client = daemon.client_options();
+  const ConsumerReport rest = ConsumeInProcess(spec);
+  INFO("consumer error: " << rest.error);
+  CHECK(rest.end == "end");
+  CHECK(rest.batches.size() == 8);
+  std::vector<int64_t> all = Ids(rest.batches);
+  const std::vector<int64_t> lost = Ids(held);
+  CHECK(lost.size() == 8);
+  all.insert(all.end(), lost.begin(), lost.end());
+  std::sort(all.begin(), all.end());
+  CHECK(all == Iota(0, 40));  // disjoint, and together everything
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("the daemon dies while a consumer waits in Next: Next throws within 2 s") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 20);
+  DaemonProcess daemon(dir.path(), "killed-job", StalledRanksConfig("killed-job", dir.file("data.tfrecord")));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const ClientOptions options = daemon.client_options(1);
+  ChildProcess consumer([options](ChildIo& io) { return WaitingRank1(options, io); });
+  REQUIRE(consumer.WaitForLine("waiting"));
+  // Give the child time to enter Next; the result does not depend on it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+
+  const auto killed = Clock::now();
+  daemon.Kill(SIGKILL);
+  const auto line = consumer.WaitForLine("threw", kEventually);
+  const double seconds = SecondsSince(killed);
+  REQUIRE(line);
+  INFO(*line);
+  CHECK(seconds < 2.0);
+  CHECK_THAT(*line, Catch::Contains("ringfeedd (pid " + std::to_string(daemon.pid()) + ")"));
+  CHECK_THAT(*line, Catch::Contains("exited"));
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  CHECK(status->signal == SIGKILL);
+
+  SECTION("a restart over the stale segment and socket serves again") {
+    CHECK(std::filesystem::exists(daemon.segment_path()));  // left behind by SIGKILL
+    CHECK(std::filesystem::exists(daemon.socket_path()));
+    // Same job, same runtime directory, a config with an end so the consumer can finish.
+    WriteIdFile(dir.file("more.tfrecord"), 20, 6);
+    const std::string config = "job: killed-job\n"
+                               "source: {files: [\"" + dir.file("*.tfrecord") + "\"]}\n"
+                               "features:\n" + IdFeaturesYaml() +
+                               "batch: {size: 4}\n";
+    DaemonProcess again(dir.path(), "killed-job", config);
+    RINGFEED_REQUIRE_STARTED(again);
+    ConsumerSpec spec;
+    spec.client = again.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << again.Stderr());
+    CHECK(report.end == "end");
+    CHECK(Ids(report.batches) == Iota(0, 26));
+    CHECK(again.Stop().ToString() == "exit 0");
+    CHECK_FALSE(std::filesystem::exists(again.segment_path()));
+    CHECK_FALSE(std::filesystem::exists(again.socket_path()));
+  }
+}
+
+TEST_CASE("the daemon frozen (SIGSTOP): Next throws naming the heartbeat after about liveness_timeout") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 20);
+  DaemonProcess daemon(dir.path(), "frozen-job", StalledRanksConfig("frozen-job", dir.file("data.tfrecord")));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  ClientOptions options = daemon.client_options(1);
+  options.liveness_timeout = std::chrono::milliseconds(1000);
+  ChildProcess consumer([options](ChildIo& io) { return WaitingRank1(options, io); });
+  REQUIRE(consumer.WaitForLine("waiting"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // into Next; not needed for the result
+
+  const auto stopped = Clock::now();
+  daemon.Kill(SIGSTOP);
+  const auto line = consumer.WaitForLine("threw", kEventually);
+  const double seconds = SecondsSince(stopped);
+  daemon.Kill(SIGCONT);
+  REQUIRE(line);
+  INFO(*line);
+  CHECK(seconds > 0.5);  // the heartbeat was fresh when the daemon stopped
+  CHECK(seconds < 3.0);
+  CHECK_THAT(*line, Catch::Contains("heartbeat"));
+  CHECK(consumer.Wait().ToString() == "exit 0");
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("a second ringfeedd for the same job refuses to start and names the running one") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  const std::string config = "job: twice-job\n"
+                             "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
+                             "features:\n" + IdFeaturesYaml();
+  DaemonProcess first(dir.path(), "twice-job", config);
+  RINGFEED_REQUIRE_STARTED(first);
+  DaemonProcess second(dir.path(), "twice-job", config, "second.yaml");
+  CHECK_FALSE(second.Start());
+  const auto status = second.Wait();
+  REQUIRE(status);
+  INFO("second stderr:\n" << second.Stderr());
+  CHECK(status->exited);
+  CHECK(status->code != 0);
+  CHECK_THAT(second.Stderr(), Catch::Contains("already running (pid " + std::to_string(first.pid())));
+  // The first one is unharmed.
+  CHECK(first.running());
+  CHECK(first.Status()["pid"] == first.pid());
+  CHECK(first.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("/dev/shm too small for the ring: a clear start-up error, not SIGBUS") {
+  const std::string mount = "mount -t tmpfs -o size=64m tmpfs /dev/shm";
+  const CommandResult probe = RunCommand({"/usr/bin/unshare", "-m", "--map-root-user", "/bin/sh", "-c", mount});
+  if (!probe.status.exited || probe.status.code != 0) {
+    SkipOrFail("cannot mount a private /dev/shm (unshare -m --map-root-user: " + probe.status.ToString() + ": " +
+               probe.err + ")");
+    return;
+  }
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  const std::string config = "job: small-shm\n"
+                             "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
+                             "features:\n" + IdFeaturesYaml() +
+                             "ring: {slots: 4, slot_bytes: 128MiB}\n";
+  DaemonProcess daemon(dir.path(), "small-shm", config);
+  DaemonStart start;
+  start.wrapper = {"unshare", "-m", "--map-root-user", "sh", "-c", mount + " && exec \"$0\" \"$@\""};
+  CHECK_FALSE(daemon.Start(start));
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  const std::string err = daemon.Stderr();
+  INFO("stderr:\n" << err);
+  CHECK(status->exited);  // an exit status, not a signal (SIGBUS)
+  CHECK(status->code != 0);
+  CHECK_THAT(err, Catch::Contains("needs") && Catch::Contains("free"));
+  CHECK_THAT(err, Catch::Contains("/dev/shm"));
+}
+
+TEST_CASE("on_error with a corrupted record: fail names file and record, skip delivers the rest") {
+  TempDir dir;
+  // ids 0..9, record 6's payload with one byte flipped (its data CRC no longer matches).
+  std::string bytes;
+  size_t corrupt_at = 0;
+  for (int64_t id = 0; id < 10; ++id) {
+    const std::string record = IdRecord(id);
+    if (id == 6) corrupt_at = bytes.size() + 12 + record.size() / 2;  // 12: length + its CRC
+    bytes += FrameRecord(record);
+  }
+  bytes[corrupt_at] = static_cast<char>(bytes[corrupt_at] ^ 0x40);
+  const std::string bad = dir.file("a-bad.tfrecord");
+  WriteFile(bad, bytes);
+  WriteIdFile(dir.file("b-good.tfrecord"), 10, 10);
+  auto config = [&](const std::string& job, const std::string& on_error) {
+    return "job: " + job + "\n"
+           "source:\n"
+           "  files: [\"" + dir.file("*.tfrecord") + "\"]\n"
+           "  on_error: " + on_error + "\n"
+           "features:\n" + IdFeaturesYaml() +
+           "batch: {size: 3}\n"
+           "pipeline: {cycle_length: 1}\n";
+  };
+
+  SECTION("fail: Next throws with the daemon's message") {
+    DaemonProcess daemon(dir.path(), "fail-job", config("fail-job", "fail"));
+    RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("ringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE(report.end == "error");
+    INFO(report.error);
+    CHECK_THAT(report.error, Catch::Contains("ringfeedd (pid " + std::to_string(daemon.pid()) + ") for job fail-job failed"));
+    CHECK_THAT(report.error, Catch::Contains(bad + ": record 6 at byte"));
+    CHECK_THAT(report.error, Catch::Contains("corrupted record data"));
+    // What was published before the failure came first, in order, and nothing after record 5.
+    for (int64_t id : Ids(report.batches)) CHECK(id < 6);
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    CHECK(status->ToString() == "exit 1");
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("record 6"));
+  }
+  SECTION("skip: every other record arrives, one skip counted") {
+    DaemonProcess daemon(dir.path(), "skip-job", config("skip-job", "skip"));
+    RINGFEED_REQUIRE_STARTED(daemon);
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE(report.end == "end");
+    std::vector<int64_t> want = Iota(0, 20);
+    want.erase(want.begin() + 6);
+    CHECK(Ids(report.batches) == want);
+    const json status = daemon.Status();
+    CHECK(status["errors"]["read_errors_skipped"] == 1);
+    CHECK(status["errors"]["parse_errors_skipped"] == 0);
+    CHECK_THAT(status["errors"]["last_error"].get<std::string>(), Catch::Contains(bad + ": record 6"));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("skipped (on_error: skip)"));
+    CHECK(daemon.Stop().ToString() == "exit 0");
+  }
+}
+
+TEST_CASE("broken configs: ringfeedd exits 2 with file:line:column: key") {
+  ::unsetenv("RINGFEED_TEST_UNSET");
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 4);
+  const std::string head = "job: cfg\nsource:\n  files: [\"" + dir.file("data.tfrecord") + "\"]\n";
+  const std::string features = "features:\n  id: {dtype: int64}\n";
+  struct Case {
+    std::string yaml, expected;
+  };
+  const std::vector<Case> cases = {
+      {head + features + "batch:\n  sise: 4\n",
+       "7:3: batch.sise: unknown key 'sise'; known keys: size, drop_remainder; did you mean 'size'?"},
+      {head + features + "sufle: {buffer: 10}\n", "6:1: sufle: unknown key 'sufle'; known keys: job, source,"},
+      {head + features + "batch: {size: [4]}\n", "6:15: batch.size: expected an integer from 1 to 16777216, got a list"},
+      {head + features + "shard: {index: 4, count: 4}\n",
+       "6:16: shard.index: shard.index is 4 but shard.count is 4; expected 0 <= index < count (0 to 3)"},
+      {head + features + "consumers: {mode: ranks}\n", "6:12: consumers.count: missing required key 'count' with mode: ranks"},
+      {head + features + "consumers: {mode: shared, count: 2}\n", "6:27: consumers.count: 'count' is only allowed with mode: ranks"},
+      {head + features + "ring: {slots: 1}\n", "6:15: ring.slots: value 1 is out of range; expected auto or an integer from 2 to 256"},
+      {head + features + "batch:\n  size: 0\n", "7:9: batch.size: value 0 is out of range; expected an integer from 1 to 16777216"},
+      {head + features + "ring:\n  slot_bytes: 12XB\n", "7:15: ring.slot_bytes: invalid size '12XB'"},
+      {head + "batch: {size: 4}\n", "1:1: features: missing required key 'features'"},
+      {"job: cfg\nsource:\n  files: [\"${RINGFEED_TEST_UNSET}/x.tfrecord\"]\n" + features,
+       "3:11: source.files[0]: environment variable RINGFEED_TEST_UNSET is not set"},
+      {"job: cfg\nsource:\n  files:\n    - " + dir.file("data.tfrecord") + "\n    - " + dir.file("nothing-*.tfrecord") +
+           "\n" + features,
+       "5:7: source.files[1]: pattern '" + dir.file("nothing-*.tfrecord") + "' matches no file"},
+      {head + "features:\n  id: {dtype: int32}\n", "5:15: features.id.dtype: dtype 'int32' needs 'decode: raw'"},
+      {head + "  on_error: ignore\n" + features, "4:13: source.on_error: unknown value 'ignore'; allowed values: fail, skip"},
+      {head + features + "deterministic: yes\n", "6:16: deterministic: expected true or false, got 'yes'"},
+      {head + "features:\n  id: {dtype: int64, shape: [2], default: [1, 2, 3]}\n",
+       "5:43: features.id.default: default has 3 values but shape [2] needs 2"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string name = "case" + std::to_string(i) + ".yaml";
+    DaemonProcess daemon(dir.path(), "cfg", cases[i].yaml, name);
+    INFO("case " << i << ":\n" << cases[i].yaml);
+    CHECK_FALSE(daemon.Start());
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    INFO("stderr:\n" << daemon.Stderr());
+    CHECK(status->ToString() == "exit 2");
+    CHECK_THAT(daemon.Stderr(), Catch::Contains(daemon.config_path() + ":" + cases[i].expected));
+  }
+}

@@ -1,0 +1,325 @@
+// shm/: geometry and alignment, runtime directory and names, CheckSuperblock, ValidateBatch
+// against a table of corrupt slots, futex wait/wake across processes.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <new>
+#include <thread>
+
+#include "shm/futex.h"
+#include "shm/names.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
+#include "tests/ring_test_producer.h"
+#include "tests/test_support.h"
+
+namespace ringfeed {
+namespace {
+
+using shm::ColumnDesc;
+using shm::SlotHeader;
+using shm::Superblock;
+using testing::ProducerOptions;
+using testing::RingTestProducer;
+using testing::TempDir;
+
+// Sets or unsets an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1); else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_, old_.c_str(), 1); else unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+ProducerOptions Options(const TempDir& dir, const std::string& job = "ringtest") {
+  ProducerOptions o;
+  o.runtime_dir = dir.path().string();
+  o.job = job;
+  return o;
+}
+
+TEST_CASE("geometry: page-aligned slots, 64-byte slot header") {
+  STATIC_REQUIRE(sizeof(SlotHeader) == 64);
+  STATIC_REQUIRE(sizeof(Superblock) % shm::kPageBytes == 0);
+  STATIC_REQUIRE(sizeof(ColumnDesc) == 48);
+  STATIC_REQUIRE(sizeof(shm::RowSource) == 16);
+
+  const shm::Geometry g = shm::ComputeGeometry(8, 65536);
+  CHECK(g.slots_offset == sizeof(Superblock));
+  CHECK(g.slots_offset % 4096 == 0);
+  CHECK(g.slot_stride == 65536);
+  CHECK(g.segment_bytes == sizeof(Superblock) + 8 * 65536);
+
+  const shm::Geometry odd = shm::ComputeGeometry(3, 5000);
+  CHECK(odd.slot_stride == 8192);
+  CHECK(odd.segment_bytes == odd.slots_offset + 3 * 8192);
+
+  CHECK_THROWS_WITH(shm::ComputeGeometry(0, 65536), Catch::Contains("ring.slots is 0"));
+  CHECK_THROWS_WITH(shm::ComputeGeometry(257, 65536), Catch::Contains("1..256"));
+  CHECK_THROWS_WITH(shm::ComputeGeometry(4, 10), Catch::Contains("at least 64 bytes"));
+  CHECK_THROWS_AS(shm::ComputeGeometry(4, uint64_t{1} << 60), shm::ShmError);
+
+  TempDir dir;
+  RingTestProducer producer(Options(dir));
+  const auto& ring = producer.ring();
+  CHECK(reinterpret_cast<uintptr_t>(producer.segment().data()) % 4096 == 0);
+  for (uint32_t i = 0; i < ring.slot_count; ++i) {
+    CHECK(reinterpret_cast<uintptr_t>(ring.slot(i)) % 4096 == 0);
+    CHECK(ring.slot(i) == producer.segment().slot(i));
+  }
+  CHECK(producer.segment().size() == ring.slots_offset + ring.slot_count * ring.slot_stride);
+}
+
+TEST_CASE("names: runtime directory precedence, socket path, segment name") {
+  {
+    ScopedEnv a("RINGFEED_RUNTIME_DIR", "/srv/rf");
+    ScopedEnv b("RUNTIME_DIRECTORY", "/run/ringfeed-x:/run/other");
+    CHECK(shm::RuntimeDir() == "/srv/rf");
+  }
+  {
+    ScopedEnv a("RINGFEED_RUNTIME_DIR", nullptr);
+    ScopedEnv b("RUNTIME_DIRECTORY", "/run/ringfeed-x:/run/other");
+    CHECK(shm::RuntimeDir() == "/run/ringfeed-x");
+  }
+  {
+    ScopedEnv a("RINGFEED_RUNTIME_DIR", "");
+    ScopedEnv b("RUNTIME_DIRECTORY", nullptr);
+    ScopedEnv c("XDG_RUNTIME_DIR", "/run/user/1000");
+    CHECK(shm::RuntimeDir() == (geteuid() == 0 ? "/run/ringfeed" : "/run/user/1000/ringfeed"));
+  }
+  if (geteuid() == 0) {
+    // The non-root branches, in a child that drops to nobody (65534).
+    int* results = static_cast<int*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+    REQUIRE(results != MAP_FAILED);
+    auto child = testing::ForkChild([&] {
+      if (setgid(65534) != 0 || setuid(65534) != 0) _exit(3);
+      unsetenv("RINGFEED_RUNTIME_DIR");
+      unsetenv("RUNTIME_DIRECTORY");
+      setenv("XDG_RUNTIME_DIR", "/run/user/65534", 1);
+      results[0] = shm::RuntimeDir() == "/run/user/65534/ringfeed";
+      unsetenv("XDG_RUNTIME_DIR");
+      results[1] = shm::RuntimeDir() == "/tmp/ringfeed-65534";
+    });
+    const int status = child.Wait();
+    REQUIRE(WIFEXITED(status));
+    REQUIRE(WEXITSTATUS(status) == 0);
+    CHECK(results[0] == 1);
+    CHECK(results[1] == 1);
+    munmap(results, 4096);
+  }
+
+  CHECK(shm::SocketPath("/run/ringfeed", "train") == "/run/ringfeed/train.sock");
+  // FNV-1a 64 test vectors (the reference implementation's).
+  CHECK(shm::Fnv1a64("") == 0xcbf29ce484222325ull);
+  CHECK(shm::Fnv1a64("a") == 0xaf63dc4c8601ec8cull);
+  CHECK(shm::Fnv1a64("foobar") == 0x85944171f73967e8ull);
+  const std::string name = shm::SegmentName("/run/ringfeed", "train");
+  CHECK(name.rfind("/ringfeed.train.", 0) == 0);
+  REQUIRE(name.size() == std::string("/ringfeed.train.").size() + 16);
+  char expected[17];
+  std::snprintf(expected, sizeof expected, "%016llx", static_cast<unsigned long long>(shm::Fnv1a64("/run/ringfeed")));
+  CHECK(name.substr(name.size() - 16) == expected);
+  CHECK(shm::SegmentName("/run/ringfeed", "train") != shm::SegmentName("/tmp/ringfeed-0", "train"));
+  CHECK(shm::SegmentName("/run/ringfeed", "train") != shm::SegmentName("/run/ringfeed", "eval"));
+}
+
+// A private copy of a superblock to corrupt.
+struct SuperblockCopy {
+  explicit SuperblockCopy(const void* from)
+      : bytes(static_cast<uint8_t*>(::operator new(sizeof(Superblock), std::align_val_t(4096)))) {
+    std::memcpy(bytes, from, sizeof(Superblock));
+  }
+  ~SuperblockCopy() { ::operator delete(bytes, std::align_val_t(4096)); }
+  Superblock& sb() { return *reinterpret_cast<Superblock*>(bytes); }
+  uint8_t* bytes;
+};
+
+TEST_CASE("CheckSuperblock names what differs, with both values") {
+  TempDir dir;
+  RingTestProducer producer(Options(dir));
+  const uint64_t size = producer.segment().size();
+  CHECK(shm::CheckSuperblock(producer.segment().data(), size) == "");
+
+  struct Case {
+    const char* what;
+    std::function<void(Superblock&)> corrupt;
+    std::vector<std::string> expected;
+  };
+  const std::vector<Case> cases = {
+      {"magic", [](Superblock& sb) { sb.magic[0] = 'X'; }, {"magic 'XINGFEED' in the segment, expected 'RINGFEED'"}},
+      {"version", [](Superblock& sb) { sb.layout_version = 2; },
+       {"layout version 2 in the segment, this client speaks 1: rebuild the trainer against the daemon's ringfeed version"}},
+      {"superblock size", [](Superblock& sb) { sb.superblock_bytes = 4096; }, {"superblock size 4096 in the segment"}},
+      {"hash", [](Superblock& sb) { sb.layout_hash ^= 1; }, {"layout hash 0x", "in the segment, this client has 0x"}},
+      {"segment size", [size](Superblock& sb) { sb.segment_bytes = size + 4096; },
+       {"segment size " + std::to_string(size + 4096) + " bytes in the superblock, but only " + std::to_string(size)}},
+      {"not ready", [](Superblock& sb) { sb.ready.store(0); }, {"not ready"}},
+      {"not ready, empty", [](Superblock& sb) { std::memset(static_cast<void*>(&sb), 0, sizeof sb); }, {"not ready"}},
+      {"slot count", [](Superblock& sb) { sb.slot_count = 300; }, {"slot_count 300 is outside 1..256"}},
+      {"slots past the end", [](Superblock& sb) { sb.slot_stride *= 2; }, {"do not fit in the segment"}},
+      {"slot stride unaligned", [](Superblock& sb) { sb.slot_stride += 8; }, {"not a multiple of 4096"}},
+      {"slot bytes > stride", [](Superblock& sb) { sb.slot_bytes = sb.slot_stride + 1; }, {"slot_bytes"}},
+      {"slots over superblock", [](Superblock& sb) { sb.slots_offset = 0; }, {"overlaps the superblock"}},
+      {"stride overflow", [](Superblock& sb) { sb.slot_stride = uint64_t{1} << 62; sb.slot_count = 8; }, {"do not fit"}},
+      {"queues", [](Superblock& sb) { sb.mode = 1; sb.queue_count = 65; }, {"queue_count 65 is outside 1..64"}},
+      {"shared mode queues", [](Superblock& sb) { sb.queue_count = 2; }, {"queue_count 2 in shared mode"}},
+      {"mode", [](Superblock& sb) { sb.mode = 7; }, {"unknown delivery mode 7"}},
+      {"batch size", [](Superblock& sb) { sb.batch_size = 0; }, {"batch_size is 0"}},
+      {"feature count", [](Superblock& sb) { sb.feature_count = 300; }, {"feature_count 300 exceeds the maximum 256"}},
+      {"name", [](Superblock& sb) { std::memset(sb.features[1].name, 'x', shm::kMaxNameBytes); },
+       {"feature 1: name is not NUL-terminated"}},
+      {"empty name", [](Superblock& sb) { sb.features[2].name[0] = '\0'; }, {"feature 2: empty name"}},
+      {"rank", [](Superblock& sb) { sb.features[3].rank = 9; }, {"feature 3 'pixels': rank 9 exceeds the maximum 8"}},
+      {"dtype", [](Superblock& sb) { sb.features[0].dtype = 42; }, {"feature 0 'label': unknown dtype 42"}},
+      {"type", [](Superblock& sb) { sb.features[0].type = 5; }, {"unknown type 5"}},
+      {"negative dim", [](Superblock& sb) { sb.features[3].shape[1] = -3; }, {"shape[1] = -3 < 0"}},
+      {"job", [](Superblock& sb) { std::memset(sb.job, 'j', shm::kJobNameBytes); }, {"job name is not NUL-terminated"}},
+      {"state", [](Superblock& sb) { sb.state.store(9); }, {"unknown daemon state 9"}},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.what) {
+      SuperblockCopy copy(producer.segment().data());
+      c.corrupt(copy.sb());
+      const std::string error = shm::CheckSuperblock(copy.bytes, size);
+      INFO(error);
+      for (const std::string& e : c.expected) CHECK_THAT(error, Catch::Contains(e));
+    }
+  }
+  SECTION("mapping smaller than a superblock") {
+    CHECK_THAT(shm::CheckSuperblock(producer.segment().data(), 100),
+               Catch::Contains("segment is 100 bytes, smaller than a superblock"));
+  }
+}
+
+TEST_CASE("ValidateBatch accepts well-formed batches") {
+  TempDir dir;
+  RingTestProducer producer(Options(dir));
+  const Superblock& sb = *producer.ring().sb;
+  uint8_t* slot = producer.ring().slot(0);
+  std::string error;
+  for (uint32_t rows : {4u, 3u, 1u, 0u}) {
+    producer.WriteBatch(slot, 0, 7, 1, 0, rows);
+    CHECK(shm::ValidateBatch(sb, slot, &error));
+    INFO(error);
+  }
+  shm::CheckedBatch batch;
+  producer.WriteBatch(slot, 0, 7, 2, shm::kBatchEndOfEpoch, 4);
+  const std::vector<shm::FeatureDesc> features(sb.features, sb.features + sb.feature_count);
+  REQUIRE(shm::ReadBatch(slot, sb.slot_bytes, sb.batch_size, features, &batch, &error));
+  CHECK(batch.epoch == 2);
+  CHECK(batch.batch_index == 7);
+  CHECK(batch.rows == 4);
+  CHECK(batch.flags == shm::kBatchEndOfEpoch);
+  CHECK(batch.columns.size() == 4);
+}
+
+TEST_CASE("ValidateBatch rejects every out-of-bounds or inconsistent slot") {
+  TempDir dir;
+  RingTestProducer producer(Options(dir));
+  const Superblock& sb = *producer.ring().sb;
+  uint8_t* slot = producer.ring().slot(0);
+  const uint64_t slot_bytes = sb.slot_bytes;
+  auto header = [&] { return reinterpret_cast<SlotHeader*>(slot); };
+  auto column = [&](int i) { return reinterpret_cast<ColumnDesc*>(slot + header()->columns_offset) + i; };
+  auto i64 = [&](uint64_t offset, uint64_t index) { return reinterpret_cast<int64_t*>(slot + offset) + index; };
+  constexpr uint64_t kMax = std::numeric_limits<uint64_t>::max();
+
+  struct Case {
+    const char* what;
+    std::function<void()> corrupt;
+    std::string expected;
+  };
+  // Batch number 1 of 4 rows: g = 4..7, weights have 0,1,2,3 values (6 in all), key 8 strings.
+  const std::vector<Case> cases = {
+      {"rows > batch_size", [&] { header()->rows = 5; }, "rows 5 exceeds batch_size 4"},
+      {"used_bytes", [&] { header()->used_bytes = slot_bytes + 1; }, "used_bytes"},
+      {"column table past the end", [&] { header()->columns_offset = slot_bytes - 64; }, "column table at offset"},
+      {"column table overflow", [&] { header()->columns_offset = kMax - 7; }, "column table at offset"},
+      {"column table in the header", [&] { header()->columns_offset = 0; }, "column table at offset 0"},
+      {"column table unaligned", [&] { header()->columns_offset += 4; }, "column table"},
+      {"row sources overflow", [&] { header()->sources_offset = kMax - 15; }, "row sources at offset"},
+      {"row sources past the end", [&] { header()->sources_offset = slot_bytes - 32; }, "row sources"},
+      {"values unaligned", [&] { column(0)->values_offset += 8; }, "feature 'label' (fixed int64): values offset"},
+      {"values past the end", [&] { column(0)->values_offset = slot_bytes; }, "runs past the slot's"},
+      {"values offset overflow", [&] { column(0)->values_offset = kMax & ~uint64_t{63}; }, "runs past the slot's"},
+      {"values bytes overflow", [&] { column(3)->values_bytes = kMax; }, "runs past"},
+      {"values in the header", [&] { column(0)->values_offset = 0; }, "overlaps the slot header"},
+      {"fixed size", [&] { column(0)->values_bytes -= 8; }, "values_bytes 24, must be rows 4 x 1 values x 8 bytes"},
+      {"fixed with row_splits", [&] { column(0)->row_splits_count = 5; }, "row_splits_count 5 for a fixed column"},
+      {"numeric with value_offsets", [&] { column(1)->value_offsets_count = 2; }, "value_offsets_count 2 for a numeric"},
+      {"row_splits count", [&] { column(1)->row_splits_count = 4; }, "row_splits_count 4, must be rows + 1 = 5"},
+      {"row_splits count overflow", [&] { column(1)->row_splits_count = uint64_t{1} << 61; }, "overflows"},
+      {"row_splits region", [&] { column(1)->row_splits_offset = slot_bytes; }, "row_splits ["},
+      {"row_splits[0]", [&] { *i64(column(1)->row_splits_offset, 0) = 1; }, "row_splits[0] = 1, must be 0"},
+      {"row_splits decreasing", [&] { *i64(column(1)->row_splits_offset, 2) = -1; }, "row_splits[2] = -1 < row_splits[1] = 0"},
+      {"row_splits huge", [&] { *i64(column(1)->row_splits_offset, 3) = INT64_MAX; }, "row_splits[4] = 6 < row_splits[3]"},
+      {"row_splits last", [&] { *i64(column(1)->row_splits_offset, 4) = 7; }, "row_splits[4] = 7, must be 6"},
+      {"varlen values size", [&] { column(1)->values_bytes = 23; }, "values_bytes 23 is not a multiple of 4"},
+      {"value_offsets count", [&] { column(2)->value_offsets_count = 8; }, "value_offsets_count 8, must be strings + 1 = 9"},
+      {"value_offsets count overflow", [&] { column(2)->value_offsets_count = (uint64_t{1} << 61) + 9; }, "overflows"},
+      {"value_offsets region", [&] { column(2)->value_offsets_offset = slot_bytes - 64; }, "value_offsets ["},
+      {"value_offsets decreasing", [&] { *i64(column(2)->value_offsets_offset, 5) = 2; }, "value_offsets[5] = 2 < value_offsets[4]"},
+      {"value_offsets last", [&] { *i64(column(2)->value_offsets_offset, 8) += 1; }, "must be " },
+      {"value_offsets[0]", [&] { *i64(column(2)->value_offsets_offset, 0) = -4; }, "value_offsets[0] = -4, must be 0"},
+      {"strings past values", [&] {
+         column(2)->values_bytes = 2;  // offsets still end at the real length
+       }, "value_offsets[8] = "},
+  };
+  for (const Case& c : cases) {
+    SECTION(c.what) {
+      producer.WriteBatch(slot, 0, 1, 0, 0, 4);
+      std::string error;
+      REQUIRE(shm::ValidateBatch(sb, slot, &error));
+      c.corrupt();
+      CHECK_FALSE(shm::ValidateBatch(sb, slot, &error));
+      CHECK_THAT(error, Catch::Contains(c.expected));
+    }
+  }
+}
+
+TEST_CASE("futex: a wake in one process ends a wait in another; timeouts return") {
+  TempDir dir;
+  RingTestProducer producer(Options(dir, "futex"));
+  std::atomic<uint32_t>* word = &producer.ring().sb->free_futex;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  shm::FutexWait(word, word->load(), std::chrono::milliseconds(50));
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(40));
+  shm::FutexWait(word, word->load() + 1, std::chrono::seconds(10));  // not equal: returns at once
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+
+  const std::string name = producer.segment_name();
+  auto child = testing::ForkChild([&] {
+    shm::Segment segment = shm::Segment::Open(name);
+    auto* w = &segment.superblock()->free_futex;
+    const auto start = std::chrono::steady_clock::now();
+    while (w->load() == 0) shm::FutexWait(w, 0, std::chrono::seconds(10));
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(8)) _exit(4);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  word->fetch_add(1);
+  shm::FutexWakeAll(word);
+  const int status = child.Wait(std::chrono::seconds(15));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+}  // namespace
+}  // namespace ringfeed
