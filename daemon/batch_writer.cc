@@ -22,7 +22,11 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
   uint8_t* const base = segment_.slot(slot);
   const uint64_t slot_bytes = sb.slot_bytes;
   const size_t n = job.records.size();
-  shm::BeginFill(ring_, slot);
+  // The daemon's own record says the slot is free; a word that a consumer scribbled on does
+  // not change that (the daemon never trusts consumer-writable words).
+  if (!shm::BeginFill(ring_, slot)) {
+    segment_.slot_header(slot)->word.store(shm::SlotWord{shm::SlotState::kFilling}.Pack(), std::memory_order_release);
+  }
 
   // 1. Sizing pass.
   sizes_ = ColumnSizes{};

@@ -236,8 +236,7 @@ void Pipeline::Finish(PipelineEnd end, const std::string& message) {
     finished_ = true;
     end_ = end;
   }
-  shm::Superblock* sb = segment_.superblock();
-  for (uint32_t q = 0; q < sb->queue_count; ++q) shm::CloseQueue(ring_, q);
+  // SetState writes the message, then the state, then closes every queue.
   const shm::DaemonState state = end == PipelineEnd::kEndOfData ? shm::DaemonState::kEndOfData
                                  : end == PipelineEnd::kFailed  ? shm::DaemonState::kFailed
                                                                 : shm::DaemonState::kStopped;

@@ -10,18 +10,22 @@ constexpr size_t kRecordsPerTurn = 256;
 }  // namespace
 
 StreamItem FileStream::Next() {
-  std::unique_lock lock(owner_->mutex_);
-  ready_.wait(lock, [&] { return !items_.empty() || owner_->stopping_; });
-  if (items_.empty()) return {};  // stopping: kEnd
-  StreamItem item = std::move(items_.front());
-  items_.pop_front();
-  if (item.kind == StreamItem::Kind::kRecord) {
-    buffered_bytes_ -= item.record.size;
-    owner_->buffered_bytes_ -= item.record.size;
-    if (!finished_ && !busy_) owner_->work_.notify_one();
-  } else if (item.kind == StreamItem::Kind::kEnd) {
-    items_.push_front(StreamItem{});  // kEnd stays
+  if (local_.empty()) {
+    std::unique_lock lock(owner_->mutex_);
+    ready_.wait(lock, [&] { return !items_.empty() || owner_->stopping_; });
+    if (items_.empty()) return {};  // stopping: kEnd
+    local_.swap(items_);
+    uint64_t bytes = 0;
+    for (const StreamItem& item : local_) {
+      if (item.kind == StreamItem::Kind::kRecord) bytes += item.record.size;
+    }
+    buffered_bytes_ -= bytes;
+    owner_->buffered_bytes_ -= bytes;
+    if (!finished_ && !busy_) owner_->work_.notify_one();  // room again: read on
   }
+  StreamItem item = std::move(local_.front());
+  local_.pop_front();
+  if (item.kind == StreamItem::Kind::kEnd) local_.push_front(StreamItem{});  // kEnd stays
   return item;
 }
 

@@ -66,6 +66,9 @@ class FileStream {
   uint32_t file_index_;
   std::string path_;
   TFRecordReader reader_;  // used by one I/O thread at a time (`busy_`)
+  // The consumer's side: items taken from items_ in one go (one lock per turn, not per
+  // record). Used by the consumer thread only.
+  std::deque<StreamItem> local_;
   // Guarded by owner_->mutex_.
   std::deque<StreamItem> items_;
   uint64_t buffered_bytes_ = 0;

@@ -1,5 +1,6 @@
 #include "format/example_batch.h"
 
+#include <bit>
 #include <stdexcept>
 #include <string>
 
@@ -69,7 +70,9 @@ ExampleBatch::ExampleBatch(const FeatureSpecs& specs, size_t capacity, std::span
 void ExampleBatch::IndexVarLenColumns() {
   for (size_t i = 0; i < specs_->size(); ++i) {
     const FeatureSpec& spec = (*specs_)[i];
-    if (spec.type != FeatureType::kFixedLen) varlen_.push_back({i, DTypeSize(spec.dtype)});
+    if (spec.type == FeatureType::kFixedLen) continue;
+    const size_t size = DTypeSize(spec.dtype);
+    varlen_.push_back({&columns_[i], size == 0, static_cast<uint8_t>(size == 0 ? 0 : std::countr_zero(size))});
   }
 }
 
@@ -118,8 +121,8 @@ void ExampleBatch::RollbackRow() {
 
 void ExampleBatch::CommitRow() {
   for (const VarLenColumn& v : varlen_) {
-    Column& c = columns_[v.index];
-    const size_t values = v.element_size == 0 ? c.value_offsets.size() - 1 : c.values.size() / v.element_size;
+    Column& c = *v.column;
+    const size_t values = v.bytes ? c.value_offsets.size() - 1 : c.values.size() >> v.value_shift;
     // Room for capacity + 1 entries is reserved (owned) or checked (external) at construction.
     if (!c.row_splits.push_back(static_cast<int64_t>(values))) {
       throw std::logic_error("ExampleBatch::CommitRow: more rows than the batch capacity");

@@ -83,10 +83,12 @@ class ExampleBatch {
   size_t capacity_;
   size_t rows_ = 0;
   std::vector<Column> columns_;
-  // VarLen columns, the only ones CommitRow touches: index and element size (0 = bytes).
+  // VarLen columns, the only ones CommitRow touches (columns_ never reallocates after
+  // construction, and a move keeps its elements where they are).
   struct VarLenColumn {
-    size_t index;
-    size_t element_size;
+    Column* column;
+    bool bytes;          // row_splits count strings (value_offsets) rather than values
+    uint8_t value_shift;  // log2 of the element size (numeric)
   };
   std::vector<VarLenColumn> varlen_;
 };

@@ -3,7 +3,8 @@
 //
 // Pass 1 walks the Example once and remembers, per spec feature, where its (last) Feature
 // message is; keys not in the spec are never decoded. Pass 2 decodes each remembered Feature
-// straight into its column.
+// straight into its column, trying the exact byte shapes serializers write first (one value, one
+// packed run, one bytes list) before the general walk. Measure() is pass 1 with counting.
 #include "format/example_parser.h"
 
 #include <algorithm>
@@ -38,6 +39,34 @@ bool WriteNumeric(const ListRun& run, uint8_t* dst) {
       dst += 8;
     });
   });
+}
+
+// A Feature of exactly one numeric value in the form serializers write: float_list {value: [f]}
+// = 12 06 0a 04 <4 bytes>, or int64_list {value: [v]} = 1a <n+2> 0a <n> <varint of n bytes>.
+// Writes the value (4 or 8 bytes, little-endian) to dst and returns true; false otherwise
+// (FindCanonicalPackedRun then decides, and for these bytes it would give the same value). A
+// scalar in a few compares instead of the general packed-run walk.
+[[gnu::always_inline]] inline bool ReadOneValue(const FeatureRef& ref, uint32_t kind, uint8_t* dst) {
+  const uint8_t* const d = ref.data;
+  const size_t n = ref.size;  // 0 when the feature is absent
+  if (kind == static_cast<uint32_t>(ListKind::kFloat)) {
+    constexpr uint32_t kOneFloat = 0x040a0612;  // float_list tag, length 6, value tag, length 4
+    uint32_t head;
+    if (n != 8) return false;
+    std::memcpy(&head, d, 4);
+    if (head != kOneFloat) return false;
+    std::memcpy(dst, d + 4, 4);
+    return true;
+  }
+  if (n < 5 || n > 14 || d[0] != ((3 << 3) | kLen) || d[1] != n - 2 || d[2] != ((1 << 3) | kLen) || d[3] != n - 4) {
+    return false;
+  }
+  const uint8_t* p = d + 4;
+  uint64_t v;
+  if (!ReadVarint(p, d + n, &v) || p != d + n) return false;
+  const int64_t value = static_cast<int64_t>(v);
+  std::memcpy(dst, &value, 8);
+  return true;
 }
 
 // The bytes list in the form protobuf serializers write (the Feature holds one bytes_list of
@@ -139,9 +168,11 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
   mask_ = static_cast<uint32_t>(size - 1);
   default_rows_.resize(specs_.size());
   for (const FeatureSpec& f : specs_) {
-    plans_.push_back({static_cast<uint32_t>(f.WireKind()), f.type == FeatureType::kFixedLen, f.dtype == DType::kBytes,
-                      f.dtype != DType::kBytes && !f.decode_raw,
-                      f.type == FeatureType::kFixedLen ? static_cast<size_t>(f.NumElements()) : 0, DTypeSize(f.dtype)});
+    const bool fixed = f.type == FeatureType::kFixedLen;
+    const bool numeric_list = f.dtype != DType::kBytes && !f.decode_raw;
+    plans_.push_back({static_cast<uint32_t>(f.WireKind()), fixed, f.dtype == DType::kBytes, numeric_list,
+                      numeric_list && (!fixed || f.NumElements() == 1), fixed ? static_cast<size_t>(f.NumElements()) : 0,
+                      DTypeSize(f.dtype)});
   }
   for (size_t i = 0; i < specs_.size(); ++i) {
     const FeatureSpec& s = specs_[i];
@@ -220,7 +251,7 @@ int ExampleParser::Find(const Fingerprint& f, const uint8_t* key, size_t size) c
 
 namespace {
 
-// Per-thread scratch of Parse (and, separately, of Measure): where each spec feature's Feature is
+// Per-thread scratch of Parse: where each spec feature's Feature is
 // in this record, and which feature was found at each entry position last time (records of one
 // dataset list their keys in the same order, so that one is tried before the hash table).
 // Reset when another parser uses it.
@@ -281,30 +312,52 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
       &why);
   if (!well_formed) return malformed("", why);
 
-  // Pass 2: decode into the columns.
-  const size_t row = batch.rows();
-  for (size_t i = 0; i < specs_.size(); ++i) {
+  // Error paths of pass 2, declared once per record (a closure is set up where it is declared).
+  auto fail = [&](size_t i, std::string message) {
+    batch.RollbackRow();
     const FeatureSpec& spec = specs_[i];
-    const Plan& plan = plans_[i];
-    Column& col = batch.column(i);
+    error->key = spec.name;
+    error->message = "key '" + spec.name + "': " + message;
+    return false;
+  };
+  auto count_mismatch = [&](size_t i, uint32_t kind, size_t count) {
+    const FeatureSpec& spec = specs_[i];
+    return fail(i, "number of " + std::string(ListKindName(static_cast<ListKind>(kind))) +
+                       " values != expected: the record has " + std::to_string(count) + ", shape " +
+                       ShapeString(spec.shape) + " needs " + std::to_string(spec.NumElements()));
+  };
+
+  // Pass 2: decode into the columns. Loop bounds and bases in locals: the column writes go
+  // through uint8_t pointers, which may alias anything, so members would be reloaded each time.
+  const size_t row = batch.rows();
+  const size_t features = specs_.size();
+  const FeatureSpec* const specs = specs_.data();
+  const Plan* const plans = plans_.data();
+  Column* const columns = features != 0 ? &batch.column(0) : nullptr;
+  for (size_t i = 0; i < features; ++i) {
+    const FeatureSpec& spec = specs[i];
+    const Plan& plan = plans[i];
+    Column& col = columns[i];
     const bool fixed = plan.fixed;
     const uint32_t want = plan.wire_kind;
-    auto fail = [&](std::string message) {
-      batch.RollbackRow();
-      error->key = spec.name;
-      error->message = "key '" + spec.name + "': " + message;
-      return false;
-    };
-    auto count_mismatch = [&](uint32_t kind, size_t count) {
-      return fail("number of " + std::string(ListKindName(static_cast<ListKind>(kind))) +
-                  " values != expected: the record has " + std::to_string(count) + ", shape " +
-                  ShapeString(spec.shape) + " needs " + std::to_string(spec.NumElements()));
-    };
-
-    // Fast path for the encoding protobuf serializers write: one list holding one packed run.
+    // Fast paths for the encoding protobuf serializers write: one value, ...
+    if (plan.one_value) {
+      if (fixed) {
+        if (ReadOneValue(found[i], want, col.values.data() + row * plan.element_size)) continue;
+      } else {
+        uint8_t value[8];
+        if (ReadOneValue(found[i], want, value)) {
+          const bool room = want == static_cast<uint32_t>(ListKind::kFloat) ? col.values.append(value, 4)
+                                                                             : col.values.append(value, 8);
+          if (!room) return NoRoom(batch, spec, i, error);
+          continue;
+        }
+      }
+    }
+    // ... one list holding one packed run, ...
     PackedRun packed;
     if (found[i].present && plan.numeric_list && FindCanonicalPackedRun(found[i], &packed) && packed.kind == want) {
-      if (fixed && packed.count != plan.elements) return count_mismatch(want, packed.count);
+      if (fixed && packed.count != plan.elements) return count_mismatch(i, want, packed.count);
       const size_t bytes = packed.count * plan.element_size;
       if (fixed) {
         WritePackedRun(packed, col.values.data() + row * bytes);
@@ -324,7 +377,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
     // ... and for a bytes list in that form (only bytes values).
     CanonicalBytes canonical;
     if (found[i].present && plan.bytes && FindCanonicalBytes(found[i], &canonical)) {
-      if (fixed && canonical.count != plan.elements) return count_mismatch(want, canonical.count);
+      if (fixed && canonical.count != plan.elements) return count_mismatch(i, want, canonical.count);
       if (!AppendCanonicalBytes(canonical, &col)) return NoRoom(batch, spec, i, error);
       continue;
     }
@@ -339,7 +392,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
     if (missing) {
       if (!fixed) continue;  // VarLen: a row of length 0
       if (!spec.has_default) {
-        return fail("required feature is missing (FixedLenFeature " + std::string(DTypeName(spec.dtype)) + " " +
+        return fail(i, "required feature is missing (FixedLenFeature " + std::string(DTypeName(spec.dtype)) + " " +
                     ShapeString(spec.shape) + " without a default)");
       }
       if (spec.dtype == DType::kBytes) {
@@ -359,7 +412,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
     }
 
     if (run.kind != want) {
-      return fail("data types don't match: the record has " + ListName(run.kind) + ", the spec expects " +
+      return fail(i, "data types don't match: the record has " + ListName(run.kind) + ", the spec expects " +
                   ListName(want) + " (dtype " + std::string(DTypeName(spec.dtype)) +
                   (spec.decode_raw ? ", decode: raw" : "") + ")");
     }
@@ -377,7 +430,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
         return VisitBytesList(b, e, [&](const uint8_t* s, size_t n) { src = s, src_size = n; });
       });
       if (count != 1 || src_size != bytes) {
-        return fail("decode: raw needs exactly one bytes value of " + std::to_string(bytes) + " bytes (" +
+        return fail(i, "decode: raw needs exactly one bytes value of " + std::to_string(bytes) + " bytes (" +
                     std::string(DTypeName(spec.dtype)) + " " + ShapeString(spec.shape) + "), the record has " +
                     std::to_string(count) + " value(s)" + (count == 1 ? " of " + std::to_string(src_size) + " bytes" : ""));
       }
@@ -385,7 +438,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
       continue;
     }
 
-    if (fixed && count != static_cast<size_t>(spec.NumElements())) return count_mismatch(run.kind, count);
+    if (fixed && count != static_cast<size_t>(spec.NumElements())) return count_mismatch(i, run.kind, count);
     if (spec.dtype == DType::kBytes) {
       if (!AppendBytes(run, col)) return NoRoom(batch, spec, i, error);
     } else {

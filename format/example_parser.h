@@ -61,8 +61,10 @@ class ExampleParser {
 
   // Adds to *sizes, per spec feature, an upper bound of what Parse appends for this record to
   // the record-dependent arrays (see ColumnSize), whatever the record: malformed, with repeated
-  // keys or wrong list kinds (those count what they hold of the spec's kind, or 0). One walk
-  // over the record; values are counted, not decoded. sizes->features is sized on first use.
+  // keys (each occurrence counts) or wrong list kinds (they count what they hold of the spec's
+  // kind, or 0). Exact for the encoding serializers write. One walk over the record, as Parse's
+  // first pass; values are counted, not decoded (about 1,150 instructions per taxi record,
+  // Parse about 2,550). sizes->features is sized on first use.
   // Throws std::invalid_argument when *sizes was filled by a parser of another spec size.
   void Measure(std::span<const uint8_t> example, ColumnSizes* sizes) const;
 
@@ -95,6 +97,7 @@ class ExampleParser {
     bool fixed;           // FixedLen
     bool bytes;           // dtype bytes
     bool numeric_list;    // read from an int64_list / float_list (not bytes, not decode: raw)
+    bool one_value;       // numeric_list, and a record of one value is valid (VarLen, or 1 element)
     size_t elements;      // FixedLen: values per row
     size_t element_size;  // DTypeSize(dtype)
   };

@@ -13,6 +13,7 @@
 // unpacked values may be mixed. Thread-safety: pure functions.
 #pragma once
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -22,6 +23,8 @@
 #include "format/feature_spec.h"
 
 namespace ringfeed::wire {
+
+static_assert(std::endian::native == std::endian::little, "two-byte header checks load little-endian");
 
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
 
@@ -307,7 +310,8 @@ bool ForEachFeature(std::span<const uint8_t> example, OnEntry&& on_entry, std::s
     while (q < qend) {
       const uint8_t* r;
       size_t rn;
-      if (q[0] == kEntryTag && qend - q >= 2 && q[1] < 0x80) {
+      uint16_t head;  // the entry's tag and first length byte; both one byte in the usual entry
+      if (qend - q >= 2 && (std::memcpy(&head, q, 2), (head & 0x80ff) == kEntryTag)) {
         // The usual entry: its tag and a one-byte length.
         rn = q[1];
         r = q + 2;
@@ -323,7 +327,9 @@ bool ForEachFeature(std::span<const uint8_t> example, OnEntry&& on_entry, std::s
       }
       const uint8_t* const rend = r + rn;
       // Fast path: the layout serializers write, key (< 128 bytes) then value, nothing else.
-      if (rn >= 4 && r[0] == kKeyTag && r[1] < 0x80 && r[1] + 3u <= rn && r[2 + r[1]] == kValueTag) {
+      uint16_t key_head;
+      if (rn >= 4 && (std::memcpy(&key_head, r, 2), (key_head & 0x80ff) == kKeyTag) && r[1] + 3u <= rn &&
+          r[2 + r[1]] == kValueTag) {
         const uint8_t* v = r + 3 + r[1];
         FeatureRef value;
         value.present = true;

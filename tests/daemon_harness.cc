@@ -237,9 +237,10 @@ bool DaemonProcess::Start(const DaemonStart& options) {
   const std::filesystem::path config(config_path_);
   log_path_ = (config.parent_path() / (config.stem().string() + "." + std::to_string(++starts) + ".log")).string();
   std::vector<std::string> argv = options.wrapper;
-  for (const std::string& a : {DaemonBinary(), std::string("--config"), config_path_, std::string("--runtime-dir"), runtime_dir_}) {
+  for (const std::string& a : {DaemonBinary(), std::string("--config"), config_path_, std::string("--runtime-dir")}) {
     argv.push_back(a);
   }
+  argv.push_back(runtime_dir_);
   for (const std::string& a : options.args) argv.push_back(a);
   if (!options.wrapper.empty()) {
     // The wrapper is looked up on PATH; execv needs a path.
@@ -404,9 +405,12 @@ ChildProcess::ChildProcess(const std::function<int(ChildIo&)>& body) {
   pid_ = ::fork();
   if (pid_ < 0) SysFail("fork");
   if (pid_ == 0) {
-    ::close(up[0]);
-    ::close(down[1]);
-    ChildIo io(up[1], down[0]);
+    // Keep only the two pipe ends (as fds 3 and 4): a copy of another child's pipe or of the
+    // parent's client connection would keep it open after its owner closed it.
+    const int out = ::fcntl(up[1], F_DUPFD, 1000), in = ::fcntl(down[0], F_DUPFD, 1000);
+    if (out < 0 || in < 0 || ::dup2(out, 3) < 0 || ::dup2(in, 4) < 0) ::_exit(126);
+    ::syscall(SYS_close_range, 5u, ~0u, 0u);
+    ChildIo io(3, 4);
     int code = 1;
     try {
       code = body(io);

@@ -10,7 +10,8 @@
 // (kEventually, 10 s, unless stated) instead of sleeping a guessed time.
 //
 // Fork safety: the children run only the body given to them and end with _exit (no Catch2,
-// no atexit handlers); fork them while the test process has no other threads.
+// no atexit handlers), holding no descriptor of the parent's but stdin/stdout/stderr and their
+// pipe; fork them while the test process has no other threads.
 //
 // Errors: misuse and system-call failures throw std::runtime_error naming the call.
 // Thread-safety: none; one test thread.
@@ -205,7 +206,8 @@ ConsumerReport ConsumeInProcess(const ConsumerSpec& spec);
 // varlen bytes "tag" of id % 3 strings, so batches vary in size.
 std::string IdRecord(int64_t id);
 // Writes records with ids first_id .. first_id + count - 1 to `path`.
-void WriteIdFile(const std::string& path, int64_t first_id, int64_t count, Compression compression = Compression::kNone);
+void WriteIdFile(const std::string& path, int64_t first_id, int64_t count,
+                 Compression compression = Compression::kNone);
 // The features: block (indented by two spaces under "features:") matching IdRecord.
 std::string IdFeaturesYaml();
 

@@ -2,13 +2,18 @@
 ringfeed_test(shuffle_test SOURCES shuffle_test.cc LIBS ringfeed_daemon nlohmann_json::nlohmann_json)
 ringfeed_test(sequencer_test SOURCES sequencer_test.cc LIBS ringfeed_daemon)
 # End to end: ringfeedd and ringfeedctl run as real processes, consumers in forked children
-# (tests/daemon_harness.h). The binaries are built first.
+# (tests/daemon_harness.h). The golden and /dev/shm tests may skip ("RINGFEED_SKIP:"), so each is
+# a program of its own: a skip must not hide another test's result.
 add_library(ringfeed_daemon_harness STATIC daemon_harness.cc)
 target_link_libraries(ringfeed_daemon_harness PUBLIC ringfeed_test_support ringfeed_client ringfeed_format
   nlohmann_json::nlohmann_json)
 ringfeed_test(daemon_e2e_test SOURCES daemon_e2e_test.cc TIMEOUT 120
-  LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format nlohmann_json::nlohmann_json ZLIB::ZLIB)
+  LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format nlohmann_json::nlohmann_json)
+ringfeed_test(daemon_golden_test SOURCES daemon_golden_test.cc TIMEOUT 120
+  LIBS ringfeed_daemon_harness ringfeed_client nlohmann_json::nlohmann_json ZLIB::ZLIB)
 ringfeed_test(daemon_faults_test SOURCES daemon_faults_test.cc TIMEOUT 120
   LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format nlohmann_json::nlohmann_json)
-add_dependencies(daemon_e2e_test ringfeedd ringfeedctl)
-add_dependencies(daemon_faults_test ringfeedd ringfeedctl)
+ringfeed_test(daemon_devshm_test SOURCES daemon_devshm_test.cc TIMEOUT 60 LIBS ringfeed_daemon_harness)
+foreach(t daemon_e2e_test daemon_golden_test daemon_faults_test daemon_devshm_test)
+  add_dependencies(${t} ringfeedd ringfeedctl)
+endforeach()

@@ -3,8 +3,8 @@
 # against (a) the same files read and parsed in one process and (b) tf.data from
 # tensorflow-cpu, on the same files and cores; memory against the configured budget; and the
 # client's Next + Release cost on a full ring. Builds what it needs (Release), generates the data
-# once, prints ready-to-paste markdown tables and writes every run to one JSON file. About
-# 5 minutes on a quiet 2-core machine (more when it is busy).
+# once, prints ready-to-paste markdown tables and writes every run to one JSON file. It took
+# 10 minutes on the busy 2-core machine (load average 7-9), less on a quiet one.
 #
 #   bench/e2e/run_e2e_bench.sh
 #
@@ -246,8 +246,22 @@ def per_cpu(s, c):
             v.append(x["examples"] / cpu)
     return statistics.median(v) if v else None
 
-def k(v):
-    return "n/a" if v is None else f"{v / 1e3:,.0f}k" if v < 1e6 else f"{v / 1e6:.2f} M"
+def k(v):  # three significant digits
+    if v is None:
+        return "n/a"
+    if v >= 1e6:
+        return f"{v / 1e6:.2f} M"
+    if v >= 1e5:
+        return f"{v / 1e3:.0f}k"
+    if v >= 1e4:
+        return f"{v / 1e3:.1f}k"
+    return f"{v / 1e3:.2f}k" if v >= 1e3 else f"{v:.0f}"
+
+def fx(v):
+    return "n/a" if v is None else f"{v:.1f}x"
+
+def pct(v):
+    return "n/a" if v is None else f"{100 * v:.0f}%"
 
 def ratio(a, b):
     return None if a is None or not b else a / b
@@ -256,7 +270,7 @@ def fr(v, digits=2):
     return "n/a" if v is None else f"{v:.{digits}f}"
 
 def mib(v):
-    return "n/a" if v is None else f"{v / 2**20:.0f} MiB"
+    return "n/a" if v is None else f"{v / 2**20:.1f} MiB" if v < 10 * 2**20 else f"{v / 2**20:.0f} MiB"
 
 sets = list(doc["sets"])
 print()
@@ -267,6 +281,8 @@ print(f"Commit {doc['commit']}; {doc['machine']}; TensorFlow {doc['tf_version'] 
       f" load average {doc['load_start']} at the start, {doc['load_end']} at the end.")
 print()
 print("### Throughput (examples/s; in brackets examples per CPU-second, all threads and processes of the contender)")
+print()
+print("Ring cost = 1 - ringfeedd / alone. The ratios to tf.data use the faster of the two ringfeedd columns.")
 print()
 print("| data set | batch, epochs | alone, 1 thread | ringfeedd 1 worker + consumer | ring cost | alone, 2 threads"
       " | ringfeedd 2 workers + consumer | ring cost | tf.data article | tf.data tuned | ringfeedd / article | ringfeedd / tuned |")
@@ -280,10 +296,13 @@ for s in sets:
     cell = lambda c: f"{k(med(s, c))} ({k(per_cpu(s, c))})"
     best = max(v for v in (r1, r2, 0) if v is not None) or None
     print(f"| {s} | {doc['sets'][s]['batch']}, {doc['sets'][s]['epochs']} | {cell('alone_t1')} | {cell('ringfeed_w1')} |"
-          f" {fr(None if cost1 is None else 100 * cost1, 0)}% | {cell('alone_t2')} | {cell('ringfeed_w2')} |"
-          f" {fr(None if cost2 is None else 100 * cost2, 0)}% | {cell('tfdata_article')} | {cell('tfdata_tuned')} |"
-          f" {fr(ratio(best, art), 1)}x | {fr(ratio(best, tun), 1)}x |")
-    verdicts.append((s, cost1, cost2, ratio(best, art), ratio(best, tun)))
+          f" {pct(cost1)} | {cell('alone_t2')} | {cell('ringfeed_w2')} |"
+          f" {pct(cost2)} | {cell('tfdata_article')} | {cell('tfdata_tuned')} |"
+          f" {fx(ratio(best, art))} | {fx(ratio(best, tun))} |")
+    best_cpu = max(v for v in (per_cpu(s, "ringfeed_w1"), per_cpu(s, "ringfeed_w2"), 0) if v is not None) or None
+    cpu_cost = lambda r, a: None if ratio(per_cpu(s, r), per_cpu(s, a)) is None else 1 - ratio(per_cpu(s, r), per_cpu(s, a))
+    verdicts.append((s, (cost1, cpu_cost("ringfeed_w1", "alone_t1")), (cost2, cpu_cost("ringfeed_w2", "alone_t2")), ratio(best, art), ratio(best, tun),
+                     ratio(best_cpu, per_cpu(s, "tfdata_article")), ratio(best_cpu, per_cpu(s, "tfdata_tuned"))))
 
 print()
 print("### Targets")
@@ -292,15 +311,18 @@ print("| target | data set | figure | met? |")
 print("| --- | --- | --- | --- |")
 def yes(ok):
     return "n/a" if ok is None else ("met" if ok else "**MISSED**")
-for s, cost1, cost2, vs_art, vs_tun in verdicts:
-    for label, cost in (("1 worker vs 1 thread", cost1), ("2 workers vs 2 threads", cost2)):
-        print(f"| ring cost < 10% ({label}) | {s} | {fr(None if cost is None else 100 * cost, 1)}% |"
+for s, cost1, cost2, vs_art, vs_tun, cpu_art, cpu_tun in verdicts:
+    for label, (cost, cpu) in (("1 worker vs 1 thread", cost1), ("2 workers vs 2 threads", cost2)):
+        print(f"| ring cost < 10% ({label}) | {s} | {pct(cost)} (per CPU-second {pct(cpu)}) |"
               f" {yes(None if cost is None else cost < 0.10)} |")
     if s.startswith("taxi"):
-        print(f"| >= 10x tf.data article | {s} | {fr(vs_art, 1)}x | {yes(None if vs_art is None else vs_art >= 10)} |")
-        print(f"| >= 2x tf.data tuned | {s} | {fr(vs_tun, 1)}x | {yes(None if vs_tun is None else vs_tun >= 2)} |")
+        print(f"| >= 10x tf.data article | {s} | {fx(vs_art)} (per CPU-second {fx(cpu_art)}) |"
+              f" {yes(None if vs_art is None else vs_art >= 10)} |")
+        print(f"| >= 2x tf.data tuned | {s} | {fx(vs_tun)} (per CPU-second {fx(cpu_tun)}) |"
+              f" {yes(None if vs_tun is None else vs_tun >= 2)} |")
     else:
-        print(f"| (report) vs tf.data article / tuned | {s} | {fr(vs_art, 1)}x / {fr(vs_tun, 1)}x | |")
+        print(f"| (report) vs tf.data article / tuned | {s} | {fx(vs_art)} / {fx(vs_tun)}"
+              f" (per CPU-second {fx(cpu_art)} / {fx(cpu_tun)}) | |")
 
 print()
 print(f"### Memory (peaks; pipeline.memory_budget {doc['budget']})")
@@ -319,7 +341,7 @@ for s in sets:
     tot = None if p2 is None or g2 is None else p2 + g2
     tf_cell = lambda c: (f"{mib(mx(c, 'rss_peak_increase_bytes'))} (anon {mib(mx(c, 'rss_anon_peak_increase_bytes'))})"
                          if (s, c) in by else "n/a")
-    print(f"| {s} | {mib(p1)} / {mib(p2)} | {mib(g1)} / {mib(g2)} | {mib(tot)} | {fr(None if not b or tot is None else 100 * tot / b, 0)}% |"
+    print(f"| {s} | {mib(p1)} / {mib(p2)} | {mib(g1)} / {mib(g2)} | {mib(tot)} | {pct(None if not b or tot is None else tot / b)} |"
           f" {tf_cell('tfdata_article')} | {tf_cell('tfdata_tuned')} |")
 base = [x["rss_baseline_bytes"] for (s, c), xs in by.items() if c.startswith("tfdata") for x in xs]
 if base:
