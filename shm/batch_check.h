@@ -19,31 +19,44 @@
 // The header and the ColumnDescs are copied out of the slot first and the copies checked
 // (a writer changing them later changes nothing the caller uses). The offset arrays are checked
 // in place; the caller's zero-copy views of them are only as stable as the slot itself.
+//
+// Cost: this runs on every batch a trainer takes (Client::Next), so the success path
+// allocates nothing and builds no strings: it checks with plain comparisons (every offset
+// array in one branch-free pass, two int64 lanes at a time) and only a failed check runs the
+// slow path again to name what is wrong. Both paths accept and reject exactly the same slots.
 // Thread-safe (reads only).
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "shm/ring_layout.h"
 
 namespace ringfeed::shm {
 
-// A checked copy of a slot's header and column table.
+// A checked copy of a slot's header and column table. The table is stored inline (no heap
+// memory per batch): 12 KiB, of which only the first column_count entries are written,
+// read or copied.
 struct CheckedBatch {
+  CheckedBatch() {}  // `columns` stays uninitialized: only [0, column_count) is ever read
+  CheckedBatch(const CheckedBatch& other) { *this = other; }
+  CheckedBatch& operator=(const CheckedBatch& other);
+
+  std::span<const ColumnDesc> column_span() const { return {columns, column_count}; }
+
   uint64_t epoch = 0;
   uint64_t batch_index = 0;
   uint32_t rows = 0;
   uint32_t flags = 0;
-  uint64_t sources_offset = 0;      // RowSource[rows] from the slot start
-  std::vector<ColumnDesc> columns;  // one per feature, all regions inside the slot
+  uint64_t sources_offset = 0;  // RowSource[rows] from the slot start
+  uint32_t column_count = 0;    // = the number of features
+  ColumnDesc columns[kMaxFeatures];  // [0, column_count): one per feature, regions inside the slot
 };
 
 // Checks the batch in `slot` (slot_bytes usable bytes) against the schema `features` and
 // `batch_size`; on success fills *out and returns true, else sets *error (naming the feature,
-// the field and its value) and returns false.
+// the field and its value) and returns false. More than kMaxFeatures features is an error.
 bool ReadBatch(const uint8_t* slot, uint64_t slot_bytes, uint32_t batch_size,
                std::span<const FeatureDesc> features, CheckedBatch* out, std::string* error);
 

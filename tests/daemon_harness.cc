@@ -37,7 +37,8 @@ constexpr auto kPollInterval = std::chrono::milliseconds(5);
   throw std::runtime_error(what + ": " + std::strerror(errno));
 }
 
-// A test process must survive writing to a pipe whose reader (a killed child) is gone.
+// A test process must survive writing to a pipe whose reader (a killed child) is gone. The
+// processes it starts get the default action back.
 const bool kSigpipeIgnored = [] {
   ::signal(SIGPIPE, SIG_IGN);
   return true;
@@ -151,6 +152,7 @@ CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::mill
   const pid_t pid = ::fork();
   if (pid < 0) SysFail("fork");
   if (pid == 0) {
+    ::signal(SIGPIPE, SIG_DFL);  // an ignored signal stays ignored across exec
     ::dup2(out[1], STDOUT_FILENO);
     ::dup2(err[1], STDERR_FILENO);
     CloseOtherFds();
@@ -257,6 +259,7 @@ bool DaemonProcess::Start(const DaemonStart& options) {
   pid_ = ::fork();
   if (pid_ < 0) SysFail("fork");
   if (pid_ == 0) {
+    ::signal(SIGPIPE, SIG_DFL);
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
     const int null = ::open("/dev/null", O_RDONLY);
@@ -410,6 +413,7 @@ ChildProcess::ChildProcess(const std::function<int(ChildIo&)>& body) {
     const int out = ::fcntl(up[1], F_DUPFD, 1000), in = ::fcntl(down[0], F_DUPFD, 1000);
     if (out < 0 || in < 0 || ::dup2(out, 3) < 0 || ::dup2(in, 4) < 0) ::_exit(126);
     ::syscall(SYS_close_range, 5u, ~0u, 0u);
+    ::signal(SIGPIPE, SIG_DFL);  // as in a trainer: the client must not die of a closed socket
     ChildIo io(3, 4);
     int code = 1;
     try {

@@ -839,7 +839,7 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
   };
   const std::vector<Case> cases = {
       {{}, "A subcommand is required"},
-      {{"frobnicate", "x"}, "ringfeedctl: unknown command 'frobnicate' (commands: inspect, check)"},
+      {{"frobnicate", "x"}, "ringfeedctl: unknown command 'frobnicate' (commands: inspect, check, list, status, dump)"},
       {{"inspect"}, "FILE is required"},
       {{"inspect", "--bogus", "x"}, "--bogus"},
       {{"inspect", "--count", "--verify", "x"}, "--count excludes --verify"},
