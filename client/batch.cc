@@ -9,6 +9,7 @@
 
 namespace ringfeed {
 
+Batch::Batch() {}
 Batch::~Batch() { Release(); }
 
 Batch::Batch(Batch&& other) noexcept
@@ -47,7 +48,7 @@ uint32_t Batch::rows() const { CheckValid("rows"); return checked_.rows; }
 bool Batch::end_of_epoch() const { CheckValid("end_of_epoch"); return checked_.flags & shm::kBatchEndOfEpoch; }
 bool Batch::end_of_data() const { CheckValid("end_of_data"); return checked_.flags & shm::kBatchEndOfData; }
 uint32_t Batch::slot() const { CheckValid("slot"); return slot_; }
-size_t Batch::feature_count() const { CheckValid("feature_count"); return checked_.columns.size(); }
+size_t Batch::feature_count() const { CheckValid("feature_count"); return checked_.column_count; }
 
 TensorView Batch::feature(size_t i) const {
   CheckValid("feature");

@@ -7,6 +7,9 @@
 //
 // Thread-safety: const accessors may run concurrently; Release/move/destruction must not race
 // with other use of the same Batch. Different Batches are independent.
+//
+// Size: a Batch carries its checked column table inline (shm::CheckedBatch, about 12 KiB), so
+// taking a batch allocates nothing; a move copies only the table's used entries.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,7 @@ struct Attachment;
 
 class Batch {
  public:
-  Batch() = default;
+  Batch();  // user-provided: Batch{} must not zero the 12 KiB column table
   ~Batch();
   Batch(Batch&& other) noexcept;
   Batch& operator=(Batch&& other) noexcept;

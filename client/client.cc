@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "client/attachment.h"
-#include "shm/futex.h"
 #include "shm/names.h"
 #include "shm/protocol.h"
 #include "shm/ring.h"
@@ -202,9 +201,9 @@ const std::string& Client::segment_name() const { return attachment_->segment.na
 void Client::TakeBatch(uint32_t slot, uint64_t seq, Batch* out) {
   detail::Attachment& a = *attachment_;
   uint8_t* base = a.ring.slot(slot);
-  shm::CheckedBatch checked;
-  std::string error;
-  if (!shm::ReadBatch(base, a.ring.slot_bytes, a.batch_size, a.features, &checked, &error)) {
+  std::string error;  // empty: no allocation unless the batch is bad
+  // Checked straight into *out (which Next released): no copy of the column table.
+  if (!shm::ReadBatch(base, a.ring.slot_bytes, a.batch_size, a.features, &out->checked_, &error)) {
     shm::Release(a.ring, slot, a.consumer_id, seq);
     throw ClientError(a.DaemonName() + " wrote an invalid batch into slot " + std::to_string(slot) +
                       " (queue " + std::to_string(a.queue) + ", sequence number " + std::to_string(seq) +
@@ -216,7 +215,6 @@ void Client::TakeBatch(uint32_t slot, uint64_t seq, Batch* out) {
   out->slot_ = slot;
   out->seq_ = seq;
   out->base_ = base;
-  out->checked_ = std::move(checked);
 }
 
 void Client::CheckHeartbeat() {
@@ -245,10 +243,13 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
   out->Release();
   detail::Attachment& a = *attachment_;
   shm::QueueHeader& queue = a.ring.queue(a.queue);
-  const auto start = Clock::now();
-  // milliseconds::max() (or anything past a century) means "no limit" without overflowing.
-  const auto deadline = start + std::clamp(timeout, std::chrono::milliseconds(0), kForever);
+  // The clock starts when the first look finds nothing: a batch that is already there (the
+  // common case for a trainer that keeps up) costs no clock read and no wait accounting.
+  Clock::time_point start{};
+  Clock::time_point deadline{};
+  bool waiting = false;
   auto account_wait = [&] {
+    if (!waiting) return;
     const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
     a.consumer_entry().wait_ns.fetch_add(static_cast<uint64_t>(waited), std::memory_order_relaxed);
   };
@@ -298,11 +299,17 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
     }
     CheckHeartbeat();
     const auto now = Clock::now();
+    if (!waiting) {
+      waiting = true;
+      start = now;
+      // milliseconds::max() (or anything past a century) means "no limit" without overflowing.
+      deadline = start + std::clamp(timeout, std::chrono::milliseconds(0), kForever);
+    }
     if (now >= deadline) {
       account_wait();
       return Status::kTimeout;
     }
-    shm::FutexWait(&queue.publish_futex, futex, std::min<Clock::duration>(kWaitSlice, deadline - now));
+    shm::WaitForPublish(a.ring, a.queue, futex, std::min<Clock::duration>(kWaitSlice, deadline - now));
   }
 }
 

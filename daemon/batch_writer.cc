@@ -14,31 +14,70 @@ uint64_t BatchWriter::HeaderBytes(size_t features, size_t rows) {
   return AlignUp(sources + rows * sizeof(shm::RowSource), shm::kColumnAlign);
 }
 
+std::vector<ColumnCapacity> BatchWriter::PlanFromHistory(size_t rows, uint64_t space) const {
+  const FeatureSpecs& specs = parser_.specs();
+  // Exact arrays first (FixedLen numeric values, FixedLen bytes offsets, row_splits).
+  std::vector<ColumnCapacity> caps = ColumnCapacities(specs, rows, ColumnSizes{});
+  uint64_t exact = 0, arrays = 0;
+  double total = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const bool fixed = specs[i].type == FeatureType::kFixedLen;
+    const bool bytes = specs[i].dtype == DType::kBytes;
+    if (fixed && !bytes) exact += AlignUp(caps[i].values_bytes, shm::kColumnAlign), ++arrays;
+    if (fixed && bytes) exact += AlignUp(8 * caps[i].value_offsets, shm::kColumnAlign), ++arrays;
+    if (!fixed) exact += AlignUp(8 * caps[i].row_splits, shm::kColumnAlign), ++arrays;
+    if (!fixed || bytes) total += history_[i].value_bytes + shm::kColumnAlign, ++arrays;
+    if (!fixed && bytes) total += history_[i].offset_bytes + shm::kColumnAlign, ++arrays;
+  }
+  // Room for rounding every array up to the alignment.
+  const uint64_t reserved = exact + arrays * shm::kColumnAlign;
+  if (space <= reserved) return {};
+  const double share = static_cast<double>(space - reserved) / total;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const bool fixed = specs[i].type == FeatureType::kFixedLen;
+    const bool bytes = specs[i].dtype == DType::kBytes;
+    if (!fixed || bytes) {
+      caps[i].values_bytes = static_cast<size_t>((history_[i].value_bytes + shm::kColumnAlign) * share);
+    }
+    if (!fixed && bytes) {
+      caps[i].value_offsets = static_cast<size_t>((history_[i].offset_bytes + shm::kColumnAlign) * share) / 8;
+    }
+  }
+  return caps;
+}
+
 BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool skip_errors,
                                        const std::vector<std::string>& files) {
-  Result result;
   const FeatureSpecs& specs = parser_.specs();
-  const shm::Superblock& sb = *segment_.superblock();
-  uint8_t* const base = segment_.slot(slot);
-  const uint64_t slot_bytes = sb.slot_bytes;
+  const uint64_t slot_bytes = segment_.superblock()->slot_bytes;
   const size_t n = job.records.size();
   // The daemon's own record says the slot is free; a word that a consumer scribbled on does
   // not change that (the daemon never trusts consumer-writable words).
   if (!shm::BeginFill(ring_, slot)) {
     segment_.slot_header(slot)->word.store(shm::SlotWord{shm::SlotState::kFilling}.Pack(), std::memory_order_release);
   }
+  const uint64_t regions_offset = HeaderBytes(specs.size(), n);
 
-  // 1. Sizing pass.
+  // Usually the batch fits a layout planned from the previous batches' column sizes, with the
+  // slot's spare room shared in proportion: no sizing pass. If a record does not fit, the batch
+  // is measured exactly and parsed again.
+  if (!history_.empty() && regions_offset < slot_bytes) {
+    const std::vector<ColumnCapacity> caps = PlanFromHistory(n, slot_bytes - regions_offset);
+    if (!caps.empty()) {
+      bool no_room = false;
+      Result result = Fill(job, slot, caps, skip_errors, files, &no_room);
+      if (!no_room) return result;
+      ++remeasured_;
+    }
+  }
+
+  // Sizing pass: an upper bound of every column, exact for the encoding serializers write.
   sizes_ = ColumnSizes{};
   for (const OwnedRecord& r : job.records) parser_.Measure(r.bytes(), &sizes_);
   const std::vector<ColumnCapacity> caps = ColumnCapacities(specs, n, sizes_);
-
-  // 2. Layout.
-  const uint64_t columns_offset = sizeof(shm::SlotHeader);
-  const uint64_t sources_offset = AlignUp(columns_offset + specs.size() * sizeof(shm::ColumnDesc), shm::kColumnAlign);
-  const uint64_t regions_offset = HeaderBytes(specs.size(), n);
   const uint64_t needed = regions_offset + ColumnRegionsBytes(caps, shm::kColumnAlign);
   if (needed > slot_bytes) {
+    Result result;
     size_t largest = 0;
     uint64_t largest_bytes = 0;
     for (size_t i = 0; i < caps.size(); ++i) {
@@ -53,15 +92,36 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
                    std::to_string(largest_bytes) + " bytes)";
     return result;
   }
+  bool no_room = false;
+  Result result = Fill(job, slot, caps, skip_errors, files, &no_room);
+  if (no_room) result.error = "internal error: batch " + std::to_string(job.index) + " of epoch " +
+                              std::to_string(job.epoch) + " did not fit the regions Measure sized";
+  return result;
+}
+
+BatchWriter::Result BatchWriter::Fill(const BatchJob& job, uint32_t slot, const std::vector<ColumnCapacity>& caps,
+                                      bool skip_errors, const std::vector<std::string>& files, bool* no_room) {
+  Result result;
+  const FeatureSpecs& specs = parser_.specs();
+  uint8_t* const base = segment_.slot(slot);
+  const uint64_t slot_bytes = segment_.superblock()->slot_bytes;
+  const size_t n = job.records.size();
+  const uint64_t columns_offset = sizeof(shm::SlotHeader);
+  const uint64_t sources_offset = AlignUp(columns_offset + specs.size() * sizeof(shm::ColumnDesc), shm::kColumnAlign);
+  const uint64_t regions_offset = HeaderBytes(specs.size(), n);
   CarveColumnRegions(std::span<uint8_t>(base + regions_offset, slot_bytes - regions_offset), caps, shm::kColumnAlign,
                      &regions_);
 
-  // 3. Parse into the slot.
+  // Parse straight into the slot.
   ExampleBatch batch(specs, n, regions_);
   auto* sources = reinterpret_cast<shm::RowSource*>(base + sources_offset);
   ParseError error;
   for (const OwnedRecord& r : job.records) {
     if (!parser_.Parse(r.bytes(), batch, &error)) {
+      if (error.no_room) {
+        *no_room = true;
+        return result;
+      }
       std::string message = files[r.file_index] + ": record " + std::to_string(r.record_index) + " at byte " +
                             std::to_string(r.offset) + ": " + error.message;
       if (!skip_errors) {
@@ -102,6 +162,17 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
     used = std::max({used, d.values_offset + d.values_bytes, d.value_offsets_offset + 8 * d.value_offsets_count,
                      d.row_splits_offset + 8 * d.row_splits_count});
     columns[i] = d;
+  }
+  // What this batch used, per row: the plan for the next one.
+  if (result.rows > 0) {
+    history_.resize(specs.size());
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const Column& c = batch.column(i);
+      history_[i].value_bytes = static_cast<double>(c.values.size()) / static_cast<double>(result.rows) *
+                                static_cast<double>(n);
+      history_[i].offset_bytes = 8.0 * static_cast<double>(c.value_offsets.size()) /
+                                 static_cast<double>(result.rows) * static_cast<double>(n);
+    }
   }
   shm::SlotHeader* header = segment_.slot_header(slot);
   header->epoch = job.epoch;

@@ -1,7 +1,10 @@
 // BatchWriter: parses one batch's serialized records straight into its shared-memory slot.
 //
-//   1. sizing pass: ExampleParser::Measure over the records gives, per column, an upper bound
-//      of what parsing appends (format/column_sizes.h);
+//   1. sizing: the slot's room beyond the exactly-known arrays (FixedLen numeric values,
+//      row_splits, FixedLen bytes offsets) is shared among the variable arrays in proportion to
+//      what the previous batch used. If a record does not fit, or for the first batch, the
+//      sizing pass runs: ExampleParser::Measure over the records gives, per column, an upper
+//      bound of what parsing appends (format/column_sizes.h), and the batch is parsed again;
 //   2. layout: SlotHeader | ColumnDesc[features] | RowSource[records] | column regions, each
 //      region 64-byte aligned (shm/ring_layout.h). A batch that does not fit the slot is an
 //      error naming the bytes needed and ring.slot_bytes — never truncated data;
@@ -45,12 +48,29 @@ class BatchWriter {
   // before the column regions start (a multiple of shm::kColumnAlign).
   static uint64_t HeaderBytes(size_t features, size_t rows);
 
+  // Batches that did not fit the planned layout and were measured and parsed again.
+  uint64_t remeasured() const { return remeasured_; }
+
  private:
+  // Per feature: bytes of values and of value_offsets the last batch used, scaled to a full batch.
+  struct Usage {
+    double value_bytes = 0;
+    double offset_bytes = 0;
+  };
+  // Capacities sharing `space` bytes (after the header) by history_; empty when it can't.
+  std::vector<ColumnCapacity> PlanFromHistory(size_t rows, uint64_t space) const;
+  // Lays out `caps`, parses the batch into the slot and writes its header. *no_room: a record
+  // did not fit (the result is then incomplete).
+  Result Fill(const BatchJob& job, uint32_t slot, const std::vector<ColumnCapacity>& caps, bool skip_errors,
+              const std::vector<std::string>& files, bool* no_room);
+
   const ExampleParser& parser_;
   shm::Segment& segment_;
   shm::Ring ring_;
   ColumnSizes sizes_;
   std::vector<ColumnRegion> regions_;
+  std::vector<Usage> history_;
+  uint64_t remeasured_ = 0;
 };
 
 }  // namespace ringfeed

@@ -118,7 +118,7 @@ bool Pipeline::AcquireSlot(uint32_t* slot) {
         }
       }
     }
-    shm::FutexWait(&sb->free_futex, seen, kSlotWait);
+    shm::WaitForFree(ring_, seen, kSlotWait);  // counted in free_waiters, so releases wake us
   }
 }
 

@@ -29,6 +29,7 @@
 #include "daemon/control_server.h"
 #include "daemon/file_list.h"
 #include "daemon/pipeline.h"
+#include "daemon/ring_setup.h"
 #include "daemon/systemd_notify.h"
 #include "format/column_sizes.h"
 #include "format/example_parser.h"
@@ -50,8 +51,6 @@ constexpr uint64_t kSampleBytes = 64ull << 20;     // ... or this many bytes, wh
 constexpr int64_t kDefaultPrefetch = 4;            // ready batches kept ahead (pipeline.prefetch: auto)
 constexpr uint64_t kStreamBufferBytes = 4ull << 20;
 
-static_assert(static_cast<int>(DType::kFloat64) == 9 && static_cast<int>(DType::kBytes) == 2,
-              "shm/ring_layout.h repeats format/feature_spec.h's DType numbering");
 
 class StartupError : public std::runtime_error {
  public:
@@ -179,32 +178,6 @@ uint64_t EstimateSlotBytes(const JobConfig& config, const ExampleParser& parser,
   const uint64_t needed = BatchWriter::HeaderBytes(specs.size(), static_cast<size_t>(rows)) +
                           ColumnRegionsBytes(caps, shm::kColumnAlign);
   return AlignUp(needed, shm::kPageBytes);
-}
-
-void WriteSchema(const FeatureSpecs& specs, shm::Superblock* sb) {
-  if (specs.size() > shm::kMaxFeatures) {
-    throw StartupError("the job has " + std::to_string(specs.size()) + " features; the ring holds at most " +
-                       std::to_string(shm::kMaxFeatures));
-  }
-  sb->feature_count = static_cast<uint32_t>(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const FeatureSpec& s = specs[i];
-    shm::FeatureDesc& d = sb->features[i];
-    if (s.name.size() >= shm::kMaxNameBytes) {
-      throw StartupError("feature '" + s.name + "': names in the ring are at most " +
-                         std::to_string(shm::kMaxNameBytes - 1) + " bytes");
-    }
-    if (s.shape.size() > shm::kMaxRank) {
-      throw StartupError("feature '" + s.name + "': shape has " + std::to_string(s.shape.size()) +
-                         " dimensions; the ring supports at most " + std::to_string(shm::kMaxRank));
-    }
-    std::memcpy(d.name, s.name.data(), s.name.size());
-    d.name[s.name.size()] = '\0';
-    d.dtype = static_cast<uint8_t>(s.dtype);
-    d.type = s.type == FeatureType::kFixedLen ? shm::kFixedLen : shm::kVarLen;
-    d.rank = static_cast<uint8_t>(s.type == FeatureType::kFixedLen ? s.shape.size() : 0);
-    for (size_t k = 0; k < d.rank; ++k) d.shape[k] = s.shape[k];
-  }
 }
 
 uint64_t RandomId() {
@@ -345,33 +318,28 @@ int RunDaemon(const DaemonOptions& options) {
     }
     const std::string segment_name = shm::SegmentName(runtime_dir, config.job);
     shm::Segment segment = shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group);
-    shm::Superblock* sb = segment.superblock();
-    const uint64_t instance_id = RandomId();
-    std::memcpy(sb->magic, shm::kMagic, sizeof sb->magic);
-    sb->layout_version = shm::kLayoutVersion;
-    sb->superblock_bytes = sizeof(shm::Superblock);
-    sb->layout_hash = shm::kLayoutHash;
-    sb->instance_id = instance_id;
-    sb->daemon_pid = ::getpid();
-    std::snprintf(sb->job, sizeof sb->job, "%s", config.job.c_str());
-    sb->state.store(static_cast<uint32_t>(shm::DaemonState::kRunning), std::memory_order_relaxed);
-    sb->heartbeat_period_ns = std::chrono::nanoseconds(kHeartbeatPeriod).count();
-    sb->heartbeat_ns.store(shm::MonotonicNs(), std::memory_order_relaxed);
-    sb->segment_bytes = geometry.segment_bytes;
-    sb->slots_offset = geometry.slots_offset;
-    sb->slot_stride = geometry.slot_stride;
-    sb->slot_bytes = slot_bytes;
-    sb->slot_count = slot_count;
-    sb->batch_size = static_cast<uint32_t>(config.batch.size);
-    sb->mode = static_cast<uint32_t>(ranks ? shm::DeliveryMode::kRanks : shm::DeliveryMode::kShared);
-    sb->queue_count = queues;
-    WriteSchema(parser.specs(), sb);
-    sb->ready.store(1, std::memory_order_release);
-    const shm::Ring ring = shm::Ring::Of(segment.data());
     struct SegmentRemover {
       std::string name;
       ~SegmentRemover() { shm::Segment::Remove(name); }
     } remover{segment_name};
+    shm::Superblock* sb = segment.superblock();
+    const uint64_t instance_id = RandomId();
+    RingSetup setup;
+    setup.job = config.job;
+    setup.instance_id = instance_id;
+    setup.geometry = geometry;
+    setup.slot_count = slot_count;
+    setup.slot_bytes = slot_bytes;
+    setup.batch_size = static_cast<uint32_t>(config.batch.size);
+    setup.ranks = ranks;
+    setup.queue_count = queues;
+    setup.heartbeat_period_ns = std::chrono::nanoseconds(kHeartbeatPeriod).count();
+    try {
+      WriteSuperblock(setup, parser.specs(), sb);
+    } catch (const std::invalid_argument& e) {
+      throw StartupError(e.what(), 2);
+    }
+    const shm::Ring ring = shm::Ring::Of(segment.data());
     spdlog::info("job '{}': {} files ({} in this shard), {} features, batch.size {}, ring {} slots x {} = {} ({})",
                  config.job, files.size(), shard_files.size(), parser.specs().size(), config.batch.size, slot_count,
                  shm::HumanBytes(slot_bytes), shm::HumanBytes(geometry.segment_bytes), segment_name);

@@ -267,6 +267,7 @@ struct Scratch {
   std::string regions = "values: " + std::to_string(c.values.capacity()) + " bytes";
   if (spec.dtype == DType::kBytes) regions += ", value_offsets: " + std::to_string(c.value_offsets.capacity()) + " entries";
   batch.RollbackRow();
+  error->no_room = true;
   error->key = spec.name;
   error->message = "key '" + spec.name + "': the record does not fit in the batch's column regions (" + regions +
                    "); size them with ExampleParser::Measure and ColumnCapacities";
@@ -285,6 +286,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   scratch.found.assign(specs_.size(), FeatureRef{});
   FeatureRef* const found = scratch.found.data();
   auto malformed = [&](const std::string& key, const std::string& what) {
+    error->no_room = false;
     error->key = key;
     error->message = (key.empty() ? "malformed Example: " : "key '" + key + "': malformed Feature: ") + what;
     return false;
@@ -316,6 +318,7 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   auto fail = [&](size_t i, std::string message) {
     batch.RollbackRow();
     const FeatureSpec& spec = specs_[i];
+    error->no_room = false;
     error->key = spec.name;
     error->message = "key '" + spec.name + "': " + message;
     return false;

@@ -46,6 +46,9 @@ namespace ringfeed {
 struct ParseError {
   std::string key;      // the feature concerned; empty for a malformed Example
   std::string message;  // "key 'fare': data types don't match: ..." (no file/record prefix)
+  // True when the record is fine but did not fit an external batch's regions (size them with
+  // Measure); false for every error of the record itself.
+  bool no_room = false;
 };
 
 class ExampleParser {

@@ -2,7 +2,9 @@
 # The project's test command (README "Quickstart", step 2; CI runs it through .ci/run).
 #
 #   scripts/test.sh            install deps, then: release-ish build + all tests, a bounded
-#                              libFuzzer run, and the same tests under AddressSanitizer+UBSan
+#                              libFuzzer run, the same tests under AddressSanitizer+UBSan, and
+#                              the multi-threaded ones (ring, client, sequencer, daemon end to
+#                              end) under ThreadSanitizer
 #   scripts/test.sh --quick    only the first build and its tests
 #
 # Environment: JOBS (parallel build jobs, default nproc), FUZZ_SECONDS (default 60),
@@ -39,3 +41,13 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRINGFEED_SANITIZE=O
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+step "build with ThreadSanitizer and run the multi-threaded tests (ring, client, sequencer, daemon)"
+tsan_tests="shm_ring_test shm_claim_test client_test sequencer_test daemon_e2e_test daemon_faults_test"
+cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRINGFEED_BENCH=OFF \
+  -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread \
+  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
+# shellcheck disable=SC2086
+cmake --build build-tsan -j "$jobs" --target ringfeedd ringfeedctl $tsan_tests
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "^($(echo $tsan_tests | tr ' ' '|'))\$"

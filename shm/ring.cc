@@ -21,9 +21,21 @@ uint32_t LoadSlotOf(QueueHeader& q, uint64_t seq) {
   return std::atomic_ref<uint32_t>(q.slot_of[seq % kMaxSlots]).load(std::memory_order_relaxed);
 }
 
-void BumpAndWake(std::atomic<uint32_t>& futex) {
-  futex.fetch_add(1, std::memory_order_release);
-  FutexWakeAll(&futex);
+// The waker's half of the waiter-count handshake (ring_layout.h, "Waking"): bump, then look
+// for sleepers. Both sequentially consistent, pairing with CountedWait: if this load misses a
+// sleeper's increment, the increment (and the sleeper's FUTEX_WAIT after it) comes after the
+// bump, so FUTEX_WAIT finds the word changed and does not sleep.
+void BumpAndWake(std::atomic<uint32_t>& futex, std::atomic<uint32_t>& waiters) {
+  futex.fetch_add(1, std::memory_order_seq_cst);
+  if (waiters.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&futex);
+}
+
+void CountedWait(std::atomic<uint32_t>& futex, std::atomic<uint32_t>& waiters, uint32_t seen,
+                 std::chrono::nanoseconds timeout) {
+  if (timeout.count() <= 0) return;
+  waiters.fetch_add(1, std::memory_order_seq_cst);
+  if (futex.load(std::memory_order_seq_cst) == seen) FutexWait(&futex, seen, timeout);
+  waiters.fetch_sub(1, std::memory_order_relaxed);
 }
 
 }  // namespace
@@ -59,14 +71,14 @@ uint64_t Publish(const Ring& ring, uint32_t slot, uint32_t queue) {
   std::atomic_ref<uint32_t>(q.slot_of[seq % kMaxSlots]).store(slot, std::memory_order_relaxed);
   ring.header(slot)->word.store(ReadyWord(queue, seq), std::memory_order_release);
   q.published.store(seq + 1, std::memory_order_release);
-  BumpAndWake(q.publish_futex);
+  BumpAndWake(q.publish_futex, q.publish_waiters);
   return seq;
 }
 
 void CloseQueue(const Ring& ring, uint32_t queue) {
   QueueHeader& q = ring.queue(queue);
   q.closed.store(1, std::memory_order_release);
-  BumpAndWake(q.publish_futex);
+  BumpAndWake(q.publish_futex, q.publish_waiters);
 }
 
 void SetState(const Ring& ring, DaemonState state, std::string_view message) {
@@ -79,7 +91,7 @@ void SetState(const Ring& ring, DaemonState state, std::string_view message) {
   // After the state: a consumer that sees `closed` (acquire) also sees why.
   for (uint32_t q = 0; q < ring.queue_count; ++q) {
     if (terminal) ring.queue(q).closed.store(1, std::memory_order_release);
-    BumpAndWake(ring.queue(q).publish_futex);
+    BumpAndWake(ring.queue(q).publish_futex, ring.queue(q).publish_waiters);
   }
 }
 
@@ -101,8 +113,12 @@ uint32_t ReclaimConsumer(const Ring& ring, uint32_t consumer_id) {
     if (sw.state != SlotState::kHeld || sw.owner != consumer_id) continue;
     if (word.compare_exchange_strong(w, SlotWord{}.Pack(), std::memory_order_acq_rel)) ++freed;
   }
-  if (freed > 0) BumpAndWake(ring.sb->free_futex);
+  if (freed > 0) BumpAndWake(ring.sb->free_futex, ring.sb->free_waiters);
   return freed;
+}
+
+void WaitForFree(const Ring& ring, uint32_t seen, std::chrono::nanoseconds timeout) {
+  CountedWait(ring.sb->free_futex, ring.sb->free_waiters, seen, timeout);
 }
 
 ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uint32_t* slot,
@@ -145,8 +161,13 @@ bool Release(const Ring& ring, uint32_t slot, uint32_t consumer_id, uint64_t seq
   }
   // release: our reads of the batch happen before the daemon refills the slot.
   if (!word.compare_exchange_strong(w, SlotWord{}.Pack(), std::memory_order_release)) return false;
-  BumpAndWake(ring.sb->free_futex);
+  BumpAndWake(ring.sb->free_futex, ring.sb->free_waiters);
   return true;
+}
+
+void WaitForPublish(const Ring& ring, uint32_t queue, uint32_t seen, std::chrono::nanoseconds timeout) {
+  QueueHeader& q = ring.queue(queue);
+  CountedWait(q.publish_futex, q.publish_waiters, seen, timeout);
 }
 
 }  // namespace ringfeed::shm

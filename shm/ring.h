@@ -13,8 +13,11 @@
 //
 // No locks anywhere: every step is one atomic operation on the mapping, so consumers in many
 // processes and threads may race freely (each batch is claimed exactly once, none is skipped).
-// Waiting is the caller's business: FutexWait on QueueHeader::publish_futex (consumers) or on
-// Superblock::free_futex (the daemon), both bumped and woken by the operations here.
+// Waiting is the caller's: WaitForPublish (consumers) and WaitForFree (the daemon) sleep on
+// QueueHeader::publish_futex and Superblock::free_futex, which the operations here bump. They
+// wake sleepers only when the word's waiter count says there are any (a futex wake is a system
+// call even when nobody sleeps), so a sleeper must count itself: use these two, not a bare
+// FutexWait (which is woken by its timeout only).
 //
 // Thread-safety: every function may be called concurrently from any thread of any process,
 // except that Publish/CloseQueue for one queue, BeginFill and SetState belong to the daemon's
@@ -25,6 +28,7 @@
 // hostile process can't move a slot outside the mapping.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -90,6 +94,11 @@ bool IsFree(const Ring& ring, uint32_t slot);
 // connection ended (its process died or detached).
 uint32_t ReclaimConsumer(const Ring& ring, uint32_t consumer_id);
 
+// Sleeps until free_futex differs from `seen` (a slot was released or reclaimed since the
+// caller read `seen`, before it looked for a free slot), a wake, or `timeout`; counted in
+// free_waiters. Callers re-check in a loop.
+void WaitForFree(const Ring& ring, uint32_t seen, std::chrono::nanoseconds timeout);
+
 // ---- Consumer side ----
 
 enum class ClaimResult {
@@ -103,8 +112,13 @@ enum class ClaimResult {
 ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uint32_t* slot,
                      uint64_t* seq);
 
-// kHeld(consumer_id, seq) -> kFree; bumps and wakes free_futex. False when the slot was not
-// held by that consumer with that seq (already released, or reclaimed by the daemon).
+// kHeld(consumer_id, seq) -> kFree; bumps free_futex and wakes the daemon if it sleeps on it.
+// False when the slot was not held by that consumer with that seq (already released, or
+// reclaimed by the daemon).
 bool Release(const Ring& ring, uint32_t slot, uint32_t consumer_id, uint64_t seq);
+
+// Sleeps until the queue's publish_futex differs from `seen` (read before the caller's
+// TryClaim), a wake, or `timeout`; counted in publish_waiters. Callers re-check in a loop.
+void WaitForPublish(const Ring& ring, uint32_t queue, uint32_t seen, std::chrono::nanoseconds timeout);
 
 }  // namespace ringfeed::shm

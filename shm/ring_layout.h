@@ -32,16 +32,25 @@
 //   process died).
 //   A delivery queue (QueueHeader) is a sequence of published batches: the daemon writes
 //   slot_of[seq % kMaxSlots], then increments `published` (release) and `publish_futex`, and
-//   wakes waiters. Consumers of the queue claim seq = `taken` by CAS on the slot word, then
+//   wakes waiters if `publish_waiters` says there are any. Consumers of the queue claim seq = `taken` by CAS on the slot word, then
 //   advance `taken` from seq to seq + 1 (any consumer that sees the slot already claimed helps
 //   advance it). consumers.mode shared: one queue that every consumer takes from; ranks: queue
 //   r holds the batches for rank r.
 //   `closed` = 1 means no more batches will be published (end of data, failure or shutdown);
 //   the consumer drains what was published first when state is kEndOfData.
+//   Waking: a futex wake is a system call (about 1 us even when nobody sleeps), so each futex
+//   word has a waiter count beside it (publish_waiters, free_waiters). A sleeper increments the
+//   count before its FUTEX_WAIT and decrements it after (shm/ring.h: WaitForPublish,
+//   WaitForFree); a waker bumps the futex word, then wakes only when the count is non-zero
+//   (both sides sequentially consistent, so either the waker sees the sleeper or the sleeper's
+//   FUTEX_WAIT sees the bumped word and returns at once). A sleeper that does not count itself
+//   is still woken by its timeout.
 //
 // Trust: consumers map the segment read-write (NumPy/DLPack need writable buffers), so the
 // daemon never reads back anything a consumer can write except slot words (checked against
-// the daemon's own record of each slot) and the consumer-table counters (statistics only).
+// the daemon's own record of each slot), the consumer-table counters (statistics only) and
+// publish_waiters (a wrong count costs a needless wake, or a consumer a wait until its
+// 100 ms slice ends; never a lost or duplicated batch).
 //
 // Changing anything here changes kLayoutHash (computed from the sizes and offsets below);
 // bump kLayoutVersion for intentional format changes.
@@ -105,6 +114,8 @@ struct alignas(64) QueueHeader {
   std::atomic<uint64_t> taken;          // next sequence number to claim
   std::atomic<uint32_t> publish_futex;  // bumped on every publish, close and state change
   std::atomic<uint32_t> closed;         // 1: nothing more will be published
+  std::atomic<uint32_t> publish_waiters;  // consumers sleeping on publish_futex right now
+  uint32_t reserved;
   uint32_t slot_of[kMaxSlots];          // slot holding sequence number seq: slot_of[seq % kMaxSlots]
 };
 
@@ -131,6 +142,8 @@ struct alignas(kPageBytes) Superblock {
 
   std::atomic<uint32_t> state;            // DaemonState
   std::atomic<uint32_t> free_futex;       // bumped by consumers on release; the daemon waits on it
+  std::atomic<uint32_t> free_waiters;     // threads sleeping on free_futex right now
+  uint32_t reserved1;
   std::atomic<uint64_t> heartbeat_ns;     // CLOCK_MONOTONIC, written by the daemon's heartbeat thread
   uint64_t heartbeat_period_ns;
   char error[kErrorBytes];                // NUL-terminated; valid once state is kFailed/kStopped
@@ -227,10 +240,11 @@ inline constexpr uint64_t kLayoutHash = [] {
       kLayoutVersion, kPageBytes, kColumnAlign, kMaxFeatures, kMaxNameBytes, kMaxRank, kMaxSlots,
       kMaxQueues, kMaxConsumers, kErrorBytes, kJobNameBytes,
       sizeof(FeatureDesc), offsetof(FeatureDesc, dtype), offsetof(FeatureDesc, shape),
-      sizeof(QueueHeader), offsetof(QueueHeader, taken), offsetof(QueueHeader, slot_of),
+      sizeof(QueueHeader), offsetof(QueueHeader, taken), offsetof(QueueHeader, publish_waiters),
+      offsetof(QueueHeader, slot_of),
       sizeof(ConsumerEntry), offsetof(ConsumerEntry, batches_taken),
       sizeof(Superblock), offsetof(Superblock, ready), offsetof(Superblock, state),
-      offsetof(Superblock, heartbeat_ns), offsetof(Superblock, error),
+      offsetof(Superblock, free_waiters), offsetof(Superblock, heartbeat_ns), offsetof(Superblock, error),
       offsetof(Superblock, segment_bytes), offsetof(Superblock, features),
       offsetof(Superblock, queues), offsetof(Superblock, consumers),
       sizeof(ColumnDesc), sizeof(RowSource), sizeof(SlotHeader),

@@ -17,3 +17,4 @@ ringfeed_test(daemon_devshm_test SOURCES daemon_devshm_test.cc TIMEOUT 60 LIBS r
 foreach(t daemon_e2e_test daemon_golden_test daemon_faults_test daemon_devshm_test)
   add_dependencies(${t} ringfeedd ringfeedctl)
 endforeach()
+ringfeed_test(batch_writer_test SOURCES batch_writer_test.cc LIBS ringfeed_daemon)

@@ -170,6 +170,7 @@ void SlotCheck(const ExampleParser& parser, const std::vector<std::string>& reco
       REQUIRE(alone_external_ok == alone_ok);
       CHECK(alone_external_error.message == alone_error.message);
       CHECK(alone_external_error.key == alone_error.key);
+      CHECK_FALSE(alone_external_error.no_room);
       CheckSameColumns(alone, alone_external);
       CHECK(one_memory.Untouched());
       bool exact = alone_ok;
@@ -358,7 +359,10 @@ struct ExactRegions {
   }
 };
 
-bool NoRoom(const ParseError& e) { return e.message.find("does not fit in the batch's column regions") != std::string::npos; }
+bool NoRoom(const ParseError& e) {
+  CHECK(e.no_room == (e.message.find("does not fit in the batch's column regions") != std::string::npos));
+  return e.no_room;
+}
 
 // Parses `records` into an external batch with regions `caps` (some too small) and an owned
 // batch that skips exactly the records the external one had no room for: both must agree on
@@ -731,6 +735,27 @@ TEST_CASE("too-small regions: a parse error naming the feature, the batch unchan
     }
   }
   CHECK(cases >= 12);
+
+  // A ParseError reused after a no-room error says which kind the next error is.
+  const ExampleParser tokens({Var("tok", DType::kBytes)});
+  uint8_t values[3];
+  int64_t offsets[4], splits[3];
+  const ColumnRegion region{{values, 3}, {offsets, 4}, {splits, 3}};
+  ExampleBatch batch(tokens.specs(), 2, std::span<const ColumnRegion>(&region, 1));
+  CHECK_FALSE(tokens.Parse(Bytes(ExampleBuilder().AddBytes("tok", {"abcd"}).Serialize()), batch, &error));
+  CHECK(error.no_room);
+  CHECK(error.message ==
+        "key 'tok': the record does not fit in the batch's column regions (values: 3 bytes, value_offsets: 4 "
+        "entries); size them with ExampleParser::Measure and ColumnCapacities");
+  CHECK_FALSE(tokens.Parse(Bytes(ExampleBuilder().AddInt64("tok", {1}).Serialize()), batch, &error));
+  CHECK_FALSE(error.no_room);
+  CHECK(error.message.find("data types don't match") != std::string::npos);
+  CHECK_FALSE(tokens.Parse(Bytes(std::string("\x0a\x05", 2)), batch, &error));
+  CHECK_FALSE(error.no_room);
+  REQUIRE(tokens.Parse(Bytes(ExampleBuilder().AddBytes("tok", {"ab", "c"}).Serialize()), batch, &error));
+  CHECK(batch.column(0).value_offsets == std::vector<int64_t>{0, 2, 3});
+  CHECK(batch.column(0).row_splits == std::vector<int64_t>{0, 2});
+  CHECK(std::string(reinterpret_cast<const char*>(values), 3) == "abc");
 }
 
 TEST_CASE("too-small regions: real taxi records, one region at a time") {

@@ -13,7 +13,6 @@
 #include <thread>
 #include <vector>
 
-#include "shm/futex.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
 #include "tests/ring_test_producer.h"
@@ -58,7 +57,7 @@ std::string ConsumeAll(const shm::Ring& ring, uint32_t queue, uint32_t consumer_
     if (r == ClaimResult::kClosed) return "";
     if (r == ClaimResult::kInvalid) return "invalid";
     if (r == ClaimResult::kEmpty) {
-      shm::FutexWait(&ring.queue(queue).publish_futex, futex, std::chrono::milliseconds(100));
+      shm::WaitForPublish(ring, queue, futex, std::chrono::milliseconds(100));
       continue;
     }
     if (!first && seq <= last_seq) return "sequence numbers went backwards";
@@ -190,7 +189,7 @@ TEST_CASE("ranks: queue r is only seen by rank r") {
         const ClaimResult r = shm::TryClaim(ring, rank, rank + 1, &slot, &seq);
         if (r == ClaimResult::kClosed) break;
         if (r == ClaimResult::kEmpty) {
-          shm::FutexWait(&ring.queue(rank).publish_futex, futex, std::chrono::milliseconds(100));
+          shm::WaitForPublish(ring, rank, futex, std::chrono::milliseconds(100));
           continue;
         }
         if (r != ClaimResult::kClaimed) _exit(7);

@@ -12,7 +12,10 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <random>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "shm/futex.h"
 #include "shm/names.h"
@@ -227,7 +230,163 @@ TEST_CASE("ValidateBatch accepts well-formed batches") {
   CHECK(batch.batch_index == 7);
   CHECK(batch.rows == 4);
   CHECK(batch.flags == shm::kBatchEndOfEpoch);
-  CHECK(batch.columns.size() == 4);
+  REQUIRE(batch.column_count == 4);
+  CHECK(batch.column_span().size() == 4);
+  const auto* table = reinterpret_cast<const ColumnDesc*>(slot + reinterpret_cast<const SlotHeader*>(slot)->columns_offset);
+  CHECK(std::memcmp(batch.columns, table, 4 * sizeof(ColumnDesc)) == 0);
+
+  // A copy carries the used part of the table.
+  shm::CheckedBatch copy;
+  copy = batch;
+  CHECK(copy.rows == 4);
+  CHECK(copy.column_count == 4);
+  CHECK(std::memcmp(copy.columns, batch.columns, 4 * sizeof(ColumnDesc)) == 0);
+  const shm::CheckedBatch copied(batch);
+  CHECK(copied.epoch == 2);
+  CHECK(copied.columns[3].values_bytes == batch.columns[3].values_bytes);
+
+  // More features than a slot can describe.
+  std::vector<shm::FeatureDesc> many(shm::kMaxFeatures + 1, features[0]);
+  CHECK_FALSE(shm::ReadBatch(slot, sb.slot_bytes, sb.batch_size, many, &batch, &error));
+  CHECK_THAT(error, Catch::Contains("257 features, more than the maximum 256"));
+}
+
+// The offset checks look at every entry (two at a time, in a loop with a scalar tail): a bad
+// value at any position of arrays of every length from 1 to 33 entries is found and named.
+TEST_CASE("ReadBatch checks every row_splits and value_offsets entry, at every length") {
+  TempDir dir;
+  ProducerOptions o = Options(dir);
+  o.batch_size = 16;
+  RingTestProducer producer(o);
+  const Superblock& sb = *producer.ring().sb;
+  uint8_t* slot = producer.ring().slot(0);
+  auto column = [&](int i) {
+    return reinterpret_cast<ColumnDesc*>(slot + reinterpret_cast<SlotHeader*>(slot)->columns_offset) + i;
+  };
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  size_t checked = 0;
+  for (uint32_t rows = 0; rows <= 16; ++rows) {
+    // weights: row_splits (rows + 1 entries); key: value_offsets (2 * rows + 1 entries).
+    for (auto [index, field] : {std::pair{1, "row_splits"}, std::pair{2, "value_offsets"}}) {
+      producer.WriteBatch(slot, 0, 1, 0, 0, rows);
+      std::string error;
+      REQUIRE(shm::ValidateBatch(sb, slot, &error));
+      const ColumnDesc c = *column(index);
+      const uint64_t offset = index == 1 ? c.row_splits_offset : c.value_offsets_offset;
+      const uint64_t count = index == 1 ? c.row_splits_count : c.value_offsets_count;
+      auto* entries = reinterpret_cast<int64_t*>(slot + offset);
+      for (uint64_t i = 0; i < count; ++i) {
+        const int64_t good = entries[i];
+        std::vector<int64_t> bad = {-1, kMin, kMin + 1};
+        if (i + 1 == count) bad.push_back(good + 1);  // the last entry must be the size
+        if (i > 0 && entries[i - 1] > 0) bad.push_back(entries[i - 1] - 1);
+        if (i + 1 < count) bad.push_back(kMax);  // then the next entry is smaller
+        for (int64_t v : bad) {
+          if (v == good) continue;
+          entries[i] = v;
+          INFO(field << " rows " << rows << " entry " << i << " = " << v);
+          CHECK_FALSE(shm::ValidateBatch(sb, slot, &error));
+          CHECK_THAT(error, Catch::Contains(std::string(field) + "["));
+          ++checked;
+        }
+        entries[i] = good;
+      }
+      REQUIRE(shm::ValidateBatch(sb, slot, &error));
+    }
+  }
+  CHECK(checked > 1000);
+}
+
+// Whatever a writer scribbles over the header, the column table and the offset arrays,
+// ReadBatch either names a problem or hands out only regions inside the slot whose offset
+// arrays start at 0, never decrease and end at the region's size (checked here by a plain
+// reimplementation of the rules).
+TEST_CASE("ReadBatch on randomly corrupted slots: what it accepts is inside the slot") {
+  TempDir dir;
+  ProducerOptions o = Options(dir);
+  o.batch_size = 16;
+  RingTestProducer producer(o);
+  const Superblock& sb = *producer.ring().sb;
+  const uint64_t slot_bytes = sb.slot_bytes;
+  uint8_t* slot = producer.ring().slot(0);
+  const std::vector<shm::FeatureDesc> features(sb.features, sb.features + sb.feature_count);
+
+  auto offsets_ok = [&](uint64_t offset, uint64_t count, uint64_t last) {
+    if (count == 0 || offset > slot_bytes || count > (slot_bytes - offset) / 8) return false;
+    const auto* e = reinterpret_cast<const int64_t*>(slot + offset);
+    if (e[0] != 0) return false;
+    for (uint64_t i = 1; i < count; ++i) {
+      if (e[i] < e[i - 1]) return false;
+    }
+    return static_cast<uint64_t>(e[count - 1]) == last;
+  };
+  auto inside = [&](uint64_t offset, uint64_t bytes) {
+    return offset <= slot_bytes && bytes <= slot_bytes - offset && offset % shm::kColumnAlign == 0 &&
+           (bytes == 0 || offset >= sizeof(SlotHeader));
+  };
+  // The rules for the test schema: label fixed int64, weights varlen float32, key fixed bytes
+  // [2], pixels fixed uint8 [2, 3].
+  auto valid = [&](const shm::CheckedBatch& b) {
+    const uint64_t rows = b.rows;
+    if (rows > sb.batch_size || b.column_count != 4) return false;
+    if (b.sources_offset < sizeof(SlotHeader) || b.sources_offset > slot_bytes ||
+        rows * sizeof(shm::RowSource) > slot_bytes - b.sources_offset) {
+      return false;
+    }
+    const ColumnDesc* c = b.columns;
+    for (int i = 0; i < 4; ++i) {
+      if (!inside(c[i].values_offset, c[i].values_bytes)) return false;
+    }
+    return c[0].values_bytes == rows * 8 && c[0].row_splits_count == 0 && c[0].value_offsets_count == 0 &&
+           c[1].value_offsets_count == 0 && c[1].row_splits_count == rows + 1 && c[1].values_bytes % 4 == 0 &&
+           inside(c[1].row_splits_offset, c[1].row_splits_count * 8) &&
+           offsets_ok(c[1].row_splits_offset, c[1].row_splits_count, c[1].values_bytes / 4) &&
+           c[2].row_splits_count == 0 && c[2].value_offsets_count == 2 * rows + 1 &&
+           inside(c[2].value_offsets_offset, c[2].value_offsets_count * 8) &&
+           offsets_ok(c[2].value_offsets_offset, c[2].value_offsets_count, c[2].values_bytes) &&
+           c[3].values_bytes == rows * 6 && c[3].row_splits_count == 0 && c[3].value_offsets_count == 0;
+  };
+
+  std::mt19937_64 random(20240611);  // fixed seed: the same corruptions every run
+  const int64_t interesting[] = {0, 1, -1, 2, 4, 6, 7, 8, 63, 64, 65, 4096,
+                                 static_cast<int64_t>(slot_bytes), static_cast<int64_t>(slot_bytes) - 64,
+                                 std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                                 int64_t{1} << 61, (int64_t{1} << 61) + 9, int64_t{1} << 62};
+  size_t accepted = 0, rejected = 0;
+  for (int round = 0; round < 20000; ++round) {
+    producer.WriteBatch(slot, 0, 1, 0, 0, static_cast<uint32_t>(random() % 17));
+    const auto* header = reinterpret_cast<const SlotHeader*>(slot);
+    const uint64_t end = header->used_bytes;
+    // 1 to 3 eight-byte words anywhere in the used part of the slot (header, table, row
+    // sources, values, offset arrays), each set to an interesting value, a near neighbour of
+    // its old value, or random bits.
+    const int words = 1 + static_cast<int>(random() % 3);
+    for (int w = 0; w < words; ++w) {
+      const uint64_t at = (random() % (end / 8)) * 8;
+      int64_t value;
+      std::memcpy(&value, slot + at, 8);
+      switch (random() % 3) {
+        case 0: value = interesting[random() % std::size(interesting)]; break;
+        case 1: value += static_cast<int64_t>(random() % 5) - 2; break;
+        default: value = static_cast<int64_t>(random()); break;
+      }
+      std::memcpy(slot + at, &value, 8);
+    }
+    shm::CheckedBatch batch;
+    std::string error;
+    if (shm::ReadBatch(slot, slot_bytes, sb.batch_size, features, &batch, &error)) {
+      ++accepted;
+      if (!valid(batch)) FAIL("accepted an invalid batch in round " << round);
+    } else {
+      ++rejected;
+      if (error.empty() || error.find("changed while") != std::string::npos) {
+        FAIL("round " << round << ": no reason given: '" << error << "'");
+      }
+    }
+  }
+  CHECK(accepted > 1000);
+  CHECK(rejected > 1000);
 }
 
 TEST_CASE("ValidateBatch rejects every out-of-bounds or inconsistent slot") {
