@@ -41,12 +41,8 @@ bool RegionOk(uint64_t offset, uint64_t bytes, uint64_t slot_bytes) {
 // values non-negative their wrapping difference is the true one, so a sign bit anywhere in
 // (value | value - predecessor) is a violation: OR everything together and test the sign bit
 // once. Four int64 lanes per vector (GCC/Clang vector extensions), two vectors per step, no
-// branch but the loop's; built twice, for AVX2 (one instruction per vector operation) and for
-// the x86-64 baseline (SSE2, two), and picked at load time.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-bool NonNegativeNonDecreasing(const uint8_t* p, uint64_t count) {
+// branch but the loop's.
+inline __attribute__((always_inline)) bool NonNegativeNonDecreasingBody(const uint8_t* p, uint64_t count) {
   using U64x4 = uint64_t __attribute__((vector_size(32)));
   U64x4 acc0 = {0, 0, 0, 0};
   U64x4 acc1 = {0, 0, 0, 0};
@@ -67,6 +63,32 @@ bool NonNegativeNonDecreasing(const uint8_t* p, uint64_t count) {
     bad |= cur | (cur - Load<uint64_t>(p, (i - 1) * 8));
   }
   return bad >> 63 == 0;
+}
+
+// The body compiled for the x86-64 baseline (SSE2: two instructions per vector operation)
+// and, on x86-64, once more for AVX2 (one), picked at run time. Not target_clones: its ifunc
+// resolver runs before sanitizer runtimes start and crashes TSan builds.
+bool NonNegativeNonDecreasingGeneric(const uint8_t* p, uint64_t count) {
+  return NonNegativeNonDecreasingBody(p, count);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) bool NonNegativeNonDecreasingAvx2(const uint8_t* p, uint64_t count) {
+  return NonNegativeNonDecreasingBody(p, count);
+}
+bool HasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+#endif
+
+bool NonNegativeNonDecreasing(const uint8_t* p, uint64_t count) {
+#if defined(__x86_64__)
+  if (HasAvx2()) return NonNegativeNonDecreasingAvx2(p, count);
+#endif
+  return NonNegativeNonDecreasingGeneric(p, count);
 }
 
 // CheckOffsets' condition: count >= 1, [0] == 0, non-decreasing, [count - 1] == last.

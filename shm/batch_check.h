@@ -21,9 +21,12 @@
 // in place; the caller's zero-copy views of them are only as stable as the slot itself.
 //
 // Cost: this runs on every batch a trainer takes (Client::Next), so the success path
-// allocates nothing and builds no strings: it checks with plain comparisons (every offset
-// array in one branch-free pass, two int64 lanes at a time) and only a failed check runs the
-// slow path again to name what is wrong. Both paths accept and reject exactly the same slots.
+// allocates nothing and builds no strings: it checks with plain comparisons (each offset array
+// in one branch-free pass, four int64 lanes at a time, AVX2 where the CPU has it) and only a
+// failed check runs the slow path again to name what is wrong. Both paths accept and reject
+// exactly the same slots. The offset arrays were just written by the daemon on another core,
+// so all of them are prefetched before the first is checked; with large batches, fetching
+// them is most of the cost.
 // Thread-safe (reads only).
 #pragma once
 

@@ -222,7 +222,7 @@ int RingTestProducer::PublishWith(uint32_t queue, const std::function<void(uint8
     }
     if (std::chrono::steady_clock::now() >= deadline) return -1;
     ServeOnce(0);
-    shm::FutexWait(&ring_.sb->free_futex, seen, std::chrono::milliseconds(5));
+    shm::WaitForFree(ring_, seen, std::chrono::milliseconds(5));
   }
 }
 

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -307,6 +308,85 @@ TEST_CASE("a consumer that dies between its two CASes does not stall the queue")
   CHECK(seqs == std::vector<uint64_t>{2, 3, 4, 5});
   shm::CloseQueue(ring, 0);
   CHECK(shm::TryClaim(ring, 0, 2, &slot, &seq) == ClaimResult::kClosed);
+}
+
+// Wakes are skipped when nobody sleeps (a futex wake is a system call), so a lost wake-up
+// would show as a sleeper that sleeps until its timeout. Both sides here sleep with a 20 s
+// timeout and each acts only once the other is counted as sleeping: the test takes
+// milliseconds if every Release wakes the "daemon" in WaitForFree and every Publish the
+// consumer in WaitForPublish, across processes, and at least 20 s for a single lost wake.
+TEST_CASE("Release wakes a WaitForFree sleeper, Publish a WaitForPublish sleeper; counts return to 0") {
+  using namespace std::chrono_literals;
+  TempDir dir;
+  RingTestProducer producer(Options(dir, 1));  // one slot: every batch waits for the last release
+  const shm::Ring& ring = producer.ring();
+  CHECK(ring.sb->free_waiters.load() == 0);
+  CHECK(ring.queue(0).publish_waiters.load() == 0);
+  constexpr uint64_t kBatches = 40;
+  constexpr auto kSleep = std::chrono::seconds(20);
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + 60s;  // for the polls below, which only wait for the other side
+  auto until = [&](const std::function<bool()>& condition) {
+    while (!condition()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  };
+  const std::string name = producer.segment_name();
+  auto child = testing::ForkChild([&] {
+    shm::Segment segment = shm::Segment::Open(name);
+    const shm::Ring r = shm::Ring::Of(segment.data());
+    for (uint64_t n = 0; n < kBatches;) {
+      const uint32_t seen = r.queue(0).publish_futex.load();
+      uint32_t slot = 0;
+      uint64_t seq = 0;
+      const ClaimResult c = shm::TryClaim(r, 0, 1, &slot, &seq);
+      if (c == ClaimResult::kEmpty) {
+        shm::WaitForPublish(r, 0, seen, kSleep);
+        continue;
+      }
+      if (c != ClaimResult::kClaimed || seq != n) _exit(3);
+      // Hold the batch until the producer sleeps waiting for the slot.
+      if (!until([&] { return r.sb->free_waiters.load() != 0; })) _exit(4);
+      if (!shm::Release(r, slot, 1, seq)) _exit(5);
+      ++n;
+    }
+  });
+  // The consumer holds the only slot: sleep until its release wakes us.
+  auto wait_for_free_slot = [&] {
+    for (;;) {
+      const uint32_t seen = ring.sb->free_futex.load();
+      if (shm::IsFree(ring, 0)) return;
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      shm::WaitForFree(ring, seen, kSleep);
+    }
+  };
+  for (uint64_t n = 0; n < kBatches; ++n) {
+    if (n > 0) {
+      wait_for_free_slot();
+      // Publish only once the consumer sleeps on the empty queue.
+      REQUIRE(until([&] { return ring.queue(0).publish_waiters.load() != 0; }));
+    }
+    REQUIRE(producer.PublishBatch(0, n) == 0);
+  }
+  wait_for_free_slot();  // the consumer releases its last batch only while we sleep
+  const int status = child.Wait(std::chrono::seconds(60));
+  REQUIRE(status != -1);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(std::chrono::steady_clock::now() - start < 15s);  // no wait ran into its timeout
+  CHECK(ring.sb->free_waiters.load() == 0);
+  CHECK(ring.queue(0).publish_waiters.load() == 0);
+  CHECK(ring.queue(0).taken.load() == kBatches);
+
+  // A wait whose word already moved on returns at once, and counts nothing afterwards.
+  const auto t0 = std::chrono::steady_clock::now();
+  shm::WaitForFree(ring, ring.sb->free_futex.load() + 1, kSleep);
+  shm::WaitForPublish(ring, 0, ring.queue(0).publish_futex.load() + 1, kSleep);
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  CHECK(ring.sb->free_waiters.load() == 0);
+  CHECK(ring.queue(0).publish_waiters.load() == 0);
 }
 
 TEST_CASE("SetState writes the message before the state, closes queues on terminal states") {
