@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
@@ -109,10 +110,36 @@ std::string Bytes(double b) {
 
 }  // namespace
 
+namespace {
+std::vector<std::string> JobSockets(const std::string& runtime_dir) {
+  std::vector<std::string> jobs;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir, ec)) {
+    if (entry.path().extension() == ".sock") jobs.push_back(entry.path().stem().string());
+  }
+  std::sort(jobs.begin(), jobs.end());
+  return jobs;
+}
+}  // namespace
+
 nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request) {
   const std::string path = shm::SocketPath(runtime_dir, job);
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
+    std::string jobs;
+    for (const std::string& j : JobSockets(runtime_dir)) jobs += (jobs.empty() ? "" : ", ") + j;
+    throw std::runtime_error("job '" + job + "' is not running in " + runtime_dir + " (no " + path + "); " +
+                             (jobs.empty() ? std::string("no jobs run there")
+                                           : "jobs there: " + jobs) +
+                             ". Use --runtime-dir or RINGFEED_RUNTIME_DIR to look elsewhere");
+  }
   detail::ControlConnection connection;
-  connection.Connect(path, job);
+  try {
+    connection.Connect(path, job);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("job '" + job + "': cannot connect to " + path + " (" + e.what() +
+                             "); if ringfeedd was killed, the socket is stale: start the job again");
+  }
   connection.SendLine(nlohmann::json{{"type", shm::kMessageHello},
                                      {"protocol", shm::kProtocolVersion},
                                      {"role", "control"},
@@ -132,12 +159,7 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
 }
 
 int ListJobs(const std::string& runtime_dir, std::ostream& out) {
-  std::error_code ec;
-  std::vector<std::string> jobs;
-  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir, ec)) {
-    if (entry.path().extension() == ".sock") jobs.push_back(entry.path().stem().string());
-  }
-  std::sort(jobs.begin(), jobs.end());
+  const std::vector<std::string> jobs = JobSockets(runtime_dir);
   if (jobs.empty()) {
     out << "no ringfeed jobs in " << runtime_dir << " (set RINGFEED_RUNTIME_DIR or --runtime-dir to look elsewhere)\n";
     return 0;
@@ -155,10 +177,11 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
                     Seconds(s.value("uptime_seconds", 0.0)).c_str(),
                     s["throughput"]["records_per_second"].value("last_10s", 0.0), s["consumers"].size());
       ++running;
+      out << line;
     } catch (const std::exception& e) {
-      std::snprintf(line, sizeof line, "%-24s %-12s (%s)\n", job.c_str(), "unreachable", e.what());
+      std::snprintf(line, sizeof line, "%-24s %-12s", job.c_str(), "unreachable");
+      out << line << " " << e.what() << "\n";
     }
-    out << line;
   }
   return running;
 }
@@ -225,6 +248,9 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
 }
 
 uint64_t DumpBatches(const DumpOptions& options, std::ostream& out) {
+  // A reader that goes away (`| head`) makes writes fail with EPIPE instead of killing us, so
+  // the batch in hand is released and the daemon sees a clean detach, not a dead consumer.
+  std::signal(SIGPIPE, SIG_IGN);
   ClientOptions co;
   co.job = options.job;
   co.rank = options.rank;
@@ -257,6 +283,8 @@ uint64_t DumpBatches(const DumpOptions& options, std::ostream& out) {
     }
     line["sources"] = std::move(sources);
     out << line.dump() << "\n";
+    out.flush();
+    if (!out) break;  // the reader went away (e.g. `| head`): detach cleanly
     ++printed;
   }
   out.flush();

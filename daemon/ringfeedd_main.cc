@@ -21,11 +21,17 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   app.add_option("--runtime-dir", options.runtime_dir,
                  "Directory for the control socket and lock file (default: $RINGFEED_RUNTIME_DIR, else "
-                 "$RUNTIME_DIRECTORY, else /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed)");
+                 "$RUNTIME_DIRECTORY, else /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else "
+                 "/tmp/ringfeed-<uid>)");
   app.add_flag("--exit-when-done", options.exit_when_done,
                "Exit once every epoch is produced and every batch has been released by a consumer "
                "(default: keep serving until stopped)");
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // A usage error is a configuration error: exit 2, which the systemd unit does not retry.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return ringfeed::RunDaemon(options);
 }
