@@ -368,7 +368,9 @@ TEST_CASE("ReadBatch on randomly corrupted slots: what it accepts is inside the 
       std::memcpy(&value, slot + at, 8);
       switch (random() % 3) {
         case 0: value = interesting[random() % std::size(interesting)]; break;
-        case 1: value += static_cast<int64_t>(random() % 5) - 2; break;
+        case 1:  // wraps instead of overflowing (signed overflow is undefined)
+          value = static_cast<int64_t>(static_cast<uint64_t>(value) + static_cast<uint64_t>(random() % 5) - 2);
+          break;
         default: value = static_cast<int64_t>(random()); break;
       }
       std::memcpy(slot + at, &value, 8);
