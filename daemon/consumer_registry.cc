@@ -1,5 +1,9 @@
 #include "daemon/consumer_registry.h"
 
+#include <signal.h>
+
+#include <cerrno>
+
 #include <spdlog/spdlog.h>
 
 #include "shm/futex.h"
@@ -48,8 +52,20 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
   return std::nullopt;
 }
 
-uint32_t ConsumerRegistry::Detach(uint32_t id) {
-  if (id == 0 || id > entries_.size() || !entries_[id - 1].attached) return 0;
+void ConsumerRegistry::ReapDead() {
+  for (uint32_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (e.attached && e.pid > 0 && ::kill(e.pid, 0) != 0 && errno == ESRCH) {
+      spdlog::warn("consumer {} (pid {}) has exited but its control connection is still open (a child it forked "
+                   "holds it?); detaching it",
+                   i + 1, e.pid);
+      Detach(i + 1, e.pid);
+    }
+  }
+}
+
+uint32_t ConsumerRegistry::Detach(uint32_t id, pid_t pid) {
+  if (id == 0 || id > entries_.size() || !entries_[id - 1].attached || entries_[id - 1].pid != pid) return 0;
   Entry& e = entries_[id - 1];
   shm::Superblock* sb = segment_.superblock();
   const uint32_t reclaimed = shm::ReclaimConsumer(shm::Ring::Of(segment_.data()), id);

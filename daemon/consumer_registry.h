@@ -2,7 +2,9 @@
 // out consumer ids (1..shm::kMaxConsumers, the owner field of held slots), enforces
 // consumers.mode (a rank in 0..count-1, each rank attached at most once, in ranks mode; no
 // rank in shared mode), fills the superblock's consumer table, and on detach (the consumer's
-// control connection closed: it exited or was killed) reclaims the slots it held. Batches a
+// control connection closed: it exited or was killed) reclaims the slots it held. The
+// connection can outlive the consumer when it forked a child after attaching (a DataLoader
+// worker holds the inherited socket), so ReapDead also detaches consumers whose process is gone. Batches a
 // dead consumer held are lost to the job (counted as batches_reclaimed): they were handed out
 // and may have been used, so they are not delivered again.
 //
@@ -27,8 +29,11 @@ class ConsumerRegistry {
   ConsumerRegistry(shm::Segment& segment, uint32_t ranks) : segment_(segment), ranks_(ranks) {}
 
   std::optional<uint32_t> Attach(pid_t pid, std::optional<int> rank, std::string* error);
-  // Returns the number of slots reclaimed.
-  uint32_t Detach(uint32_t id);
+  // Detaches consumer `id` if it is still the one with `pid` (the id may have been given to a
+  // new consumer after ReapDead). Returns the number of slots reclaimed.
+  uint32_t Detach(uint32_t id, pid_t pid);
+  // Detaches every consumer whose process no longer exists (kill(pid, 0) says ESRCH).
+  void ReapDead();
 
   struct Info {
     uint32_t id;

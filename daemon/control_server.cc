@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -21,6 +23,13 @@ using stream_protocol = asio::local::stream_protocol;
 
 namespace {
 constexpr size_t kMaxRequestBytes = 64 * 1024;  // a hello or a request is tiny
+// Connections beyond this are closed at once, so clients that connect and say nothing can't
+// use up the daemon's file descriptors (it needs them to open data files).
+constexpr size_t kMaxConnections = 256;
+// A connection must say hello within this time.
+constexpr auto kHelloTimeout = std::chrono::seconds(5);
+// After accept() fails (e.g. EMFILE), wait before trying again instead of spinning.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
 std::string Hex16(uint64_t v) {
   char buf[17];
@@ -32,16 +41,31 @@ std::string Hex16(uint64_t v) {
 class ControlServer::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(ControlServer* server, stream_protocol::socket socket)
-      : server_(server), alive_(server->alive_), socket_(std::move(socket)), input_(kMaxRequestBytes) {}
+      : server_(server),
+        alive_(server->alive_),
+        socket_(std::move(socket)),
+        input_(kMaxRequestBytes),
+        hello_timer_(server->io_) {
+    ++server_->connections_;
+  }
 
   ~Connection() {
-    if (consumer_id_ != 0 && *alive_) server_->handlers_.detach(consumer_id_);
+    if (!*alive_) return;
+    --server_->connections_;
+    if (consumer_id_ != 0) server_->handlers_.detach(consumer_id_, peer_pid_);
   }
 
   void Start() {
     ucred cred{};
     socklen_t len = sizeof cred;
     if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) peer_pid_ = cred.pid;
+    auto self = shared_from_this();
+    hello_timer_.expires_after(kHelloTimeout);
+    hello_timer_.async_wait([this, self](const boost::system::error_code& ec) {
+      if (ec || said_hello_) return;
+      boost::system::error_code ignored;
+      socket_.close(ignored);  // pending reads end; the connection goes away
+    });
     Read();
   }
 
@@ -49,12 +73,18 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
   void Read() {
     auto self = shared_from_this();
     asio::async_read_until(socket_, input_, '\n', [this, self](const boost::system::error_code& ec, size_t) {
-      if (ec || !*alive_) return;  // closed (EOF), too long, or server gone: the destructor detaches
+      if (ec || !*alive_) {  // closed (EOF), too long, or server gone: the destructor detaches
+        hello_timer_.cancel();  // its handler holds this connection alive
+        return;
+      }
       std::istream in(&input_);
       std::string line;
       std::getline(in, line);
       if (!Handle(line)) return;
-      Read();
+      // One request at a time: the next is read once the reply is out, so a client that never
+      // reads its replies can't make the daemon queue them without bound.
+      if (outbox_.empty()) Read();
+      else read_after_flush_ = true;
     });
   }
 
@@ -73,6 +103,7 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
                     std::to_string(shm::kProtocolVersion) + "; use a client of the same ringfeed version");
       }
       said_hello_ = true;
+      hello_timer_.cancel();
       const std::string role = request.value("role", "");
       nlohmann::json welcome = {{"type", "welcome"},
                                 {"protocol", shm::kProtocolVersion},
@@ -122,6 +153,10 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
       outbox_.pop_front();
       if (ec) return;
       if (!outbox_.empty()) return Flush();
+      if (read_after_flush_ && !close_after_) {
+        read_after_flush_ = false;
+        Read();
+      }
       if (close_after_) {
         boost::system::error_code ignored;
         socket_.shutdown(stream_protocol::socket::shutdown_both, ignored);
@@ -134,8 +169,10 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
   stream_protocol::socket socket_;
   asio::streambuf input_;
   std::deque<std::string> outbox_;
+  asio::steady_timer hello_timer_;
   bool said_hello_ = false;
   bool close_after_ = false;
+  bool read_after_flush_ = false;
   pid_t peer_pid_ = 0;
   uint32_t consumer_id_ = 0;
 };
@@ -147,6 +184,7 @@ ControlServer::ControlServer(asio::io_context& io, std::string socket_path, mode
       welcome_(std::move(welcome)),
       handlers_(std::move(handlers)),
       acceptor_(io),
+      backoff_(io),
       alive_(std::make_shared<bool>(true)) {
   ::unlink(socket_path_.c_str());
   boost::system::error_code ec;
@@ -175,7 +213,27 @@ ControlServer::~ControlServer() {
 void ControlServer::Accept() {
   acceptor_.async_accept([this, alive = alive_](const boost::system::error_code& ec, stream_protocol::socket socket) {
     if (!*alive) return;
-    if (!ec) std::make_shared<Connection>(this, std::move(socket))->Start();
+    if (ec) {
+      if (!acceptor_.is_open()) return;
+      // Out of file descriptors or similar: retry later rather than spin on the error.
+      backoff_.expires_after(kAcceptBackoff);
+      backoff_.async_wait([this, alive](const boost::system::error_code& e) {
+        if (!e && *alive && acceptor_.is_open()) Accept();
+      });
+      return;
+    }
+    if (connections_ >= kMaxConnections) {  // refuse this one, saying why (best effort)
+      const std::string message = nlohmann::json{{"type", "error"},
+                                                  {"message", "ringfeedd has " + std::to_string(kMaxConnections) +
+                                                                  " control connections open already; try again"}}
+                                      .dump() + "\n";
+      boost::system::error_code ignored;
+      socket.non_blocking(true, ignored);
+      socket.write_some(asio::buffer(message), ignored);
+      socket.close(ignored);
+    } else {
+      std::make_shared<Connection>(this, std::move(socket))->Start();
+    }
     if (acceptor_.is_open()) Accept();
   });
 }

@@ -11,7 +11,8 @@
 //   A control client then sends requests, one per line: {"type":"status"} -> the status object
 //   (docs/operations.md), {"type":"files"} -> {"type":"files","files":[...]}.
 // The consumer's pid is taken from the socket's peer credentials (SO_PEERCRED), not from the
-// message.
+// message. Limits against misbehaving clients: at most 256 open connections, a hello within
+// 5 s, one request at a time (the next is read once the reply is written), 64 KiB per line.
 //
 // Threading: everything runs on the io_context's thread; the handlers are called there.
 #pragma once
@@ -20,6 +21,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -35,8 +37,9 @@ class ControlServer {
   struct Handlers {
     // A consumer says hello; returns its consumer id, or an error message for the client.
     std::function<std::optional<uint32_t>(pid_t pid, std::optional<int> rank, std::string* error)> attach;
-    // The consumer's connection closed.
-    std::function<void(uint32_t consumer_id)> detach;
+    // The consumer's connection closed (`pid`: its peer credentials, to tell it from a later
+    // consumer given the same id).
+    std::function<void(uint32_t consumer_id, pid_t pid)> detach;
     // {"type":"status"} and other requests: returns the reply object.
     std::function<nlohmann::json(const nlohmann::json& request)> request;
   };
@@ -65,6 +68,8 @@ class ControlServer {
   Welcome welcome_;
   Handlers handlers_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
+  boost::asio::steady_timer backoff_;  // after a failed accept
+  size_t connections_ = 0;
   std::shared_ptr<bool> alive_;  // connections outliving the server see false
 };
 

@@ -138,17 +138,18 @@ void Pipeline::RunSequencer() {
     work_ready_.notify_one();
     return true;
   });
-  if (outcome == Sequencer::Outcome::kFailed) {
-    Fail(sequencer_->failure());
-    return;
-  }
   if (outcome == Sequencer::Outcome::kStopped) return;
-  // End of data: wait until every batch handed out is published.
+  // End of data, or a read error under on_error: fail: first every batch handed out is
+  // published (consumers get the batches before the error, then the error).
   std::unique_lock lock(mutex_);
   work_done_.wait(lock, [&] { return stopping_ || (in_flight_ == 0 && completed_.empty()); });
   if (stopping_) return;
   lock.unlock();
-  Finish(PipelineEnd::kEndOfData, "");
+  if (outcome == Sequencer::Outcome::kFailed) {
+    Fail(sequencer_->failure());
+  } else {
+    Finish(PipelineEnd::kEndOfData, "");
+  }
 }
 
 void Pipeline::RunWorker(size_t id) {

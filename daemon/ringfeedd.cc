@@ -416,7 +416,7 @@ int RunDaemon(const DaemonOptions& options) {
     handlers.attach = [&](pid_t pid, std::optional<int> rank, std::string* error) {
       return consumers.Attach(pid, rank, error);
     };
-    handlers.detach = [&](uint32_t id) { consumers.Detach(id); };
+    handlers.detach = [&](uint32_t id, pid_t pid) { consumers.Detach(id, pid); };
     handlers.request = [&](const nlohmann::json& request) -> nlohmann::json {
       const std::string type = request.value("type", "");
       if (type == "status") return status_json();
@@ -486,6 +486,17 @@ int RunDaemon(const DaemonOptions& options) {
       });
     };
     if (options.exit_when_done) check_done();
+    // Consumers whose process died while a forked child keeps their connection open.
+    asio::steady_timer reap_timer(io);
+    std::function<void()> reap = [&] {
+      reap_timer.expires_after(std::chrono::seconds(1));
+      reap_timer.async_wait([&](const boost::system::error_code& ec) {
+        if (ec) return;
+        consumers.ReapDead();
+        reap();
+      });
+    };
+    reap();
 
     pipeline->Start();
     notifier.Ready();

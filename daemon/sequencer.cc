@@ -88,6 +88,30 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     return add(shuffle.Exchange(std::move(record)));
   };
 
+  // The end of the epoch's input (or a read error under on_error: fail): everything read so
+  // far is delivered — the shuffle buffer drained, the last batch kept unless drop_remainder,
+  // whole rounds in ranks mode — the last round carrying `end_flags`.
+  auto finish = [&](uint32_t end_flags) {
+    while (!shuffle.empty()) {
+      if (!add(shuffle.Drain())) return false;
+    }
+    if (!current.records.empty()) {
+      if (options_.drop_remainder) {
+        current = BatchJob{};
+      } else {
+        complete.push_back(std::move(current));
+      }
+    }
+    // What is left: one or two rounds, the second maybe incomplete.
+    const size_t whole = complete.size() / round * round;
+    const size_t dropped = complete.size() - whole;
+    batches_dropped_.fetch_add(dropped, std::memory_order_relaxed);
+    complete.resize(whole);
+    if (whole > round && !release(whole - round, 0)) return false;
+    if (whole > 0 && !release(round, end_flags)) return false;
+    return true;
+  };
+
   // Interleave.
   const size_t cycle = static_cast<size_t>(options_.cycle_length);
   std::vector<std::shared_ptr<FileStream>> positions(cycle);
@@ -136,6 +160,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       }
       if (item.kind == StreamItem::Kind::kError) {
         if (!options_.skip_errors) {
+          finish(0);  // the good records read before the error are still delivered
           failure_ = item.error.message;
           return false;
         }
@@ -149,25 +174,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     }
   }
 
-  while (!shuffle.empty()) {
-    if (!add(shuffle.Drain())) return false;
-  }
-  if (!current.records.empty()) {
-    if (options_.drop_remainder) {
-      current = BatchJob{};
-    } else {
-      complete.push_back(std::move(current));
-    }
-  }
-  // What is left: one or two rounds, the second maybe incomplete.
-  const size_t whole = complete.size() / round * round;
-  const size_t dropped = complete.size() - whole;
-  batches_dropped_.fetch_add(dropped, std::memory_order_relaxed);
-  complete.resize(whole);
-  const uint32_t end = shm::kBatchEndOfEpoch | (last_epoch ? shm::kBatchEndOfData : 0);
-  if (whole > round && !release(whole - round, 0)) return false;
-  if (whole > 0 && !release(round, end)) return false;
-  return true;
+  return finish(shm::kBatchEndOfEpoch | (last_epoch ? shm::kBatchEndOfData : 0));
 }
 
 }  // namespace ringfeed
