@@ -186,6 +186,41 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
   return running;
 }
 
+// The autotuner's part of `status`: what it may use, what it uses, why it changed.
+static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
+  const auto& limits = a["limits"];
+  const auto& knobs = a["knobs"];
+  char buf[1024];
+  std::string fixed;
+  for (const auto& f : a["fixed"]) fixed += (fixed.empty() ? "" : ", ") + f.get<std::string>();
+  std::snprintf(buf, sizeof buf,
+                "autotune   readers %lld, read-ahead %s per file, workers %lld, prefetch %lld%s\n"
+                "           threads: %lld runnable of %lld allowed (cpu_budget %.2g cores: %s), %lld blocked in I/O\n"
+                "           memory_budget %s (%s): read-ahead may use %s\n",
+                static_cast<long long>(knobs.value("readers", int64_t{0})),
+                Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(), static_cast<long long>(knobs.value("workers", int64_t{0})),
+                static_cast<long long>(knobs.value("prefetch", int64_t{0})),
+                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(),
+                static_cast<long long>(a.value("runnable_threads", int64_t{0})),
+                static_cast<long long>(limits.value("runnable_threads", int64_t{0})), limits.value("cpu_budget_cores", 0.0),
+                limits.value("cpu_budget_source", "").c_str(), static_cast<long long>(a.value("blocked_io_threads", int64_t{0})),
+                Bytes(limits.value("memory_budget_bytes", 0.0)).c_str(), limits.value("memory_budget_source", "").c_str(),
+                Bytes(limits.value("read_ahead_budget_bytes", 0.0)).c_str());
+  out << buf;
+  const auto& changes = a["changes"];
+  if (changes.empty()) {
+    out << "           no changes yet\n";
+    return;
+  }
+  out << "           last changes:\n";
+  for (const auto& c : changes) {
+    std::snprintf(buf, sizeof buf, "             at %7.1f s  %s %lld -> %lld: %s\n", c.value("at_seconds", 0.0),
+                  c.value("knob", "").c_str(), static_cast<long long>(c.value("from", int64_t{0})),
+                  static_cast<long long>(c.value("to", int64_t{0})), c.value("reason", "").c_str());
+    out << buf;
+  }
+}
+
 void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
   auto num = [](const nlohmann::json& j, const char* key) { return j.contains(key) ? j[key].get<double>() : 0.0; };
   const auto& files = s["files"];
@@ -218,14 +253,19 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
                 ring.value("slots", 0), Bytes(num(ring, "slot_bytes")).c_str(), ring.value("free", 0),
                 ring.value("filling", 0), ring.value("ready", 0), ring.value("held", 0));
   out << buf;
-  std::snprintf(buf, sizeof buf, "pipeline   cycle_length %d, readers %d, workers %d, %d files open, read-ahead %s\n",
-                pipeline.value("cycle_length", 0), pipeline.value("readers", 0), pipeline.value("workers", 0),
-                pipeline.value("open_files", 0), Bytes(num(pipeline, "read_ahead_bytes")).c_str());
+  std::snprintf(buf, sizeof buf,
+                "pipeline   cycle_length %d, readers %d (read-ahead %s per file, %d files open, %s buffered), "
+                "workers %d, prefetch %d\n",
+                pipeline.value("cycle_length", 0), pipeline.value("readers", 0),
+                Bytes(num(pipeline, "read_ahead_per_file_bytes")).c_str(), pipeline.value("open_files", 0),
+                Bytes(num(pipeline, "read_ahead_bytes")).c_str(), pipeline.value("workers", 0),
+                pipeline.value("prefetch", 0));
   out << buf;
   const std::string budget = memory["budget_bytes"].is_null() ? "no budget set" : "budget " + Bytes(num(memory, "budget_bytes"));
   std::snprintf(buf, sizeof buf, "memory     segment %s + private RSS %s (%s)\n", Bytes(num(memory, "segment_bytes")).c_str(),
                 Bytes(num(memory, "private_rss_bytes")).c_str(), budget.c_str());
   out << buf;
+  if (s.contains("autotune") && s["autotune"].is_object()) PrintAutotune(s["autotune"], out);
   const auto& consumers = s["consumers"];
   out << "consumers  " << consumers.size() << " attached";
   if (s.value("batches_reclaimed", 0) > 0) out << ", " << s.value("batches_reclaimed", 0) << " batches reclaimed from dead consumers";

@@ -10,6 +10,7 @@
 namespace ringfeed {
 namespace {
 constexpr auto kSlotWait = std::chrono::milliseconds(100);
+constexpr auto kPrefetchPoll = std::chrono::milliseconds(2);
 constexpr uint64_t kLogBurst = 20;  // skipped records logged one by one before rate limiting
 
 int64_t NowNs() {
@@ -22,6 +23,10 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
                    std::function<void(PipelineEnd, const std::string&)> on_end)
     : options_(std::move(options)), parser_(parser), segment_(segment), ring_(shm::Ring::Of(segment.data())), on_end_(std::move(on_end)) {
   slot_use_.assign(segment_.superblock()->slot_count, SlotUse::kFree);
+  prefetch_ = std::max<size_t>(1, options_.prefetch);
+  if (options_.sequencer.lookahead_files == 0) {
+    options_.sequencer.lookahead_files = static_cast<int64_t>(std::max<size_t>(1, options_.readers));
+  }
   read_ahead_ = std::make_unique<ReadAhead>(options_.reader, options_.readers, options_.stream_buffer_bytes);
   sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
     read_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
@@ -97,28 +102,63 @@ void Pipeline::SetWorkers(size_t n) {
   for (std::thread& t : retired) t.join();  // each finishes the batch it is parsing first
 }
 
-void Pipeline::SetReaders(size_t n) { read_ahead_->SetThreads(n); }
+void Pipeline::SetReaders(size_t n) {
+  read_ahead_->SetThreads(n);
+  sequencer_->SetLookahead(n);
+}
+
+void Pipeline::SetPrefetch(size_t n) {
+  {
+    std::lock_guard lock(mutex_);
+    prefetch_ = std::max<size_t>(1, n);
+  }
+  shm::FutexWakeAll(&segment_.superblock()->free_futex);  // a waiting sequencer re-checks
+}
+
+void Pipeline::SetStreamBufferBytes(uint64_t bytes) { read_ahead_->SetStreamBufferBytes(bytes); }
 
 bool Pipeline::AcquireSlot(uint32_t* slot) {
   shm::Superblock* sb = segment_.superblock();
   const uint32_t count = sb->slot_count;
+  int64_t wait_start = 0;
+  auto count_wait = [&] {
+    if (wait_start != 0) slot_wait_ns_.fetch_add(static_cast<uint64_t>(NowNs() - wait_start), std::memory_order_relaxed);
+  };
   for (;;) {
     const uint32_t seen = sb->free_futex.load(std::memory_order_acquire);
+    bool prefetch_reached = false;
     {
       std::lock_guard lock(mutex_);
       if (stopping_) return false;
-      for (uint32_t k = 0; k < count; ++k) {
-        const uint32_t s = (next_slot_scan_ + k) % count;
+      // Prefetch: batches in the pipeline plus batches ready in the ring stay below
+      // workers + prefetch. A consumer taking a batch does not wake us, releasing it does.
+      size_t loader_owned = 0;
+      for (uint32_t s = 0; s < count; ++s) {
         if (slot_use_[s] == SlotUse::kPublished && shm::IsFree(ring_, s)) slot_use_[s] = SlotUse::kFree;
-        if (slot_use_[s] == SlotUse::kFree) {
-          slot_use_[s] = SlotUse::kInPipeline;
-          next_slot_scan_ = (s + 1) % count;
-          *slot = s;
-          return true;
+        if (slot_use_[s] == SlotUse::kInPipeline) ++loader_owned;
+        if (slot_use_[s] == SlotUse::kPublished &&
+            shm::SlotWord::Unpack(ring_.header(s)->word.load(std::memory_order_acquire)).state == shm::SlotState::kReady) {
+          ++loader_owned;
+        }
+      }
+      prefetch_reached = loader_owned >= wanted_workers_ + prefetch_;
+      if (!prefetch_reached) {
+        for (uint32_t k = 0; k < count; ++k) {
+          const uint32_t s = (next_slot_scan_ + k) % count;
+          if (slot_use_[s] == SlotUse::kFree) {
+            slot_use_[s] = SlotUse::kInPipeline;
+            next_slot_scan_ = (s + 1) % count;
+            *slot = s;
+            count_wait();
+            return true;
+          }
         }
       }
     }
-    shm::WaitForFree(ring_, seen, kSlotWait);  // counted in free_waiters, so releases wake us
+    if (wait_start == 0) wait_start = NowNs();
+    // Counted in free_waiters, so releases wake us. A consumer claiming a ready batch (which
+    // lowers loader_owned) does not, hence the short poll when only prefetch holds us back.
+    shm::WaitForFree(ring_, seen, prefetch_reached ? kPrefetchPoll : kSlotWait);
   }
 }
 
@@ -164,8 +204,10 @@ void Pipeline::RunWorker(size_t id) {
       work_.pop_front();
       ++busy_workers_;
     }
+    const int64_t parse_start = NowNs();
     BatchWriter::Result result = writer.Write(work.job, work.slot, options_.sequencer.skip_errors,
                                               options_.sequencer.files);
+    parse_busy_ns_.fetch_add(static_cast<uint64_t>(NowNs() - parse_start), std::memory_order_relaxed);
     for (const std::string& skipped : result.skipped) {
       parse_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
       const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
@@ -190,14 +232,13 @@ void Pipeline::RunWorker(size_t id) {
     }
     records_.fetch_add(result.rows, std::memory_order_relaxed);
     record_bytes_.fetch_add(result.record_bytes, std::memory_order_relaxed);
-    Complete(work.job.seq, work.slot, work.job.queue, true);
+    Complete(work.job.seq, work.slot, work.job.queue);
     std::lock_guard lock(mutex_);
     --busy_workers_;
   }
 }
 
-void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue, bool ok) {
-  (void)ok;
+void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue) {
   {
     std::lock_guard lock(mutex_);
     --in_flight_;
@@ -257,7 +298,13 @@ PipelineStats Pipeline::Snapshot() const {
   s.batches_dropped = sequencer_->batches_dropped();
   s.read_ahead_bytes = read_ahead_->buffered_bytes();
   s.readers = read_ahead_->threads();
+  s.stream_buffer_bytes = read_ahead_->stream_buffer_bytes();
   s.open_files = read_ahead_->open_streams();
+  s.read_busy_ns = read_ahead_->busy_ns();
+  s.read_cpu_ns = read_ahead_->cpu_ns();
+  s.read_wait_ns = read_ahead_->consumer_wait_ns();
+  s.parse_busy_ns = parse_busy_ns_.load(std::memory_order_relaxed);
+  s.slot_wait_ns = slot_wait_ns_.load(std::memory_order_relaxed);
   const shm::Superblock* sb = segment_.superblock();
   for (uint32_t i = 0; i < sb->slot_count; ++i) {
     switch (shm::SlotWord::Unpack(ring_.header(i)->word.load(std::memory_order_relaxed)).state) {
@@ -269,6 +316,7 @@ PipelineStats Pipeline::Snapshot() const {
   }
   std::lock_guard lock(mutex_);
   s.workers = wanted_workers_;
+  s.prefetch = prefetch_;
   s.last_error = last_error_;
   s.end = end_;
   return s;

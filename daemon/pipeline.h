@@ -11,8 +11,10 @@
 // (released by a consumer, or reclaimed from a dead one); the sequencer waits for that on the
 // superblock's free_futex, with a timeout, so it never spins.
 //
-// Worker and reader counts can change while running (SetWorkers, SetReaders): the autotuner's
-// knobs. Neither changes the order of batches.
+// Worker and reader counts, prefetch depth and read-ahead bytes can change while running
+// (SetWorkers, SetReaders, SetPrefetch, SetStreamBufferBytes): the autotuner's knobs. None
+// changes the order of batches. Prefetch: the sequencer takes a slot for the next batch only
+// while the batches being parsed plus those ready in the ring are fewer than workers + prefetch.
 //
 // Thread-safety: Start/RequestStop/Join from the owner thread; Snapshot and the setters from
 // any thread.
@@ -44,6 +46,7 @@ struct PipelineOptions {
   ReaderOptions reader;
   size_t readers = 1;                       // I/O threads
   size_t workers = 1;                       // parse workers
+  size_t prefetch = 4;                      // batches kept ready in the ring beyond the workers'
   uint64_t stream_buffer_bytes = 4u << 20;  // read-ahead per open file
   bool deterministic = true;
 };
@@ -62,7 +65,13 @@ struct PipelineStats {
   uint64_t read_ahead_bytes = 0;
   size_t readers = 0;
   size_t workers = 0;
+  size_t prefetch = 0;
+  uint64_t stream_buffer_bytes = 0;
   size_t open_files = 0;
+  // Time counters for the autotuner (nanoseconds, cumulative; see ReadAhead for the read ones).
+  uint64_t read_busy_ns = 0, read_cpu_ns = 0, read_wait_ns = 0;
+  uint64_t parse_busy_ns = 0;  // summed over workers: wall time spent parsing batches
+  uint64_t slot_wait_ns = 0;   // the sequencer waiting for a slot (ring full or prefetch reached)
   uint32_t slots_free = 0, slots_filling = 0, slots_ready = 0, slots_held = 0;
   std::string last_error;
   PipelineEnd end = PipelineEnd::kRunning;
@@ -83,7 +92,11 @@ class Pipeline {
   void Join();
 
   void SetWorkers(size_t n);
+  // I/O threads; also the files opened ahead of their turn in the interleave (the readers
+  // need that many files to read in parallel).
   void SetReaders(size_t n);
+  void SetPrefetch(size_t n);  // >= 1
+  void SetStreamBufferBytes(uint64_t bytes);
   PipelineStats Snapshot() const;
 
  private:
@@ -97,7 +110,7 @@ class Pipeline {
   void RunWorker(size_t id);
   // Blocks until a slot is free (or stopping: false).
   bool AcquireSlot(uint32_t* slot);
-  void Complete(uint64_t seq, uint32_t slot, uint32_t queue, bool ok);
+  void Complete(uint64_t seq, uint32_t slot, uint32_t queue);
   void Fail(const std::string& message);
   void Finish(PipelineEnd end, const std::string& message);
 
@@ -119,6 +132,7 @@ class Pipeline {
   size_t busy_workers_ = 0;
   std::vector<SlotUse> slot_use_;
   uint32_t next_slot_scan_ = 0;
+  size_t prefetch_ = 1;
   uint64_t next_publish_ = 0;                 // deterministic: next sequence number to publish
   std::map<uint64_t, std::pair<uint32_t, uint32_t>> completed_;  // seq -> (slot, queue), not yet published
   uint64_t in_flight_ = 0;                    // batches handed to workers, not yet completed
@@ -130,6 +144,7 @@ class Pipeline {
 
   std::atomic<uint64_t> records_{0}, batches_{0}, record_bytes_{0}, parse_errors_skipped_{0};
   std::atomic<uint64_t> read_errors_skipped_{0};
+  std::atomic<uint64_t> parse_busy_ns_{0}, slot_wait_ns_{0};
   // Rate limit for skip logs: the first kLogBurst, then one per second with a count.
   std::atomic<uint64_t> skip_logged_{0};
   std::atomic<int64_t> skip_log_next_ns_{0};

@@ -1,5 +1,8 @@
 #include "daemon/read_ahead.h"
 
+#include <time.h>
+
+#include <chrono>
 #include <cstring>
 
 namespace ringfeed {
@@ -7,12 +10,27 @@ namespace {
 // Records read per turn before a thread lets go of a stream (so one thread serves several
 // streams fairly), unless the stream's buffer fills first.
 constexpr size_t kRecordsPerTurn = 256;
+
+int64_t WallNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+int64_t ThreadCpuNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
 }  // namespace
 
 StreamItem FileStream::Next() {
   if (local_.empty()) {
     std::unique_lock lock(owner_->mutex_);
-    ready_.wait(lock, [&] { return !items_.empty() || owner_->stopping_; });
+    if (items_.empty() && !owner_->stopping_) {
+      const int64_t start = WallNs();
+      ready_.wait(lock, [&] { return !items_.empty() || owner_->stopping_; });
+      owner_->consumer_wait_ns_.fetch_add(static_cast<uint64_t>(WallNs() - start), std::memory_order_relaxed);
+    }
     if (items_.empty()) return {};  // stopping: kEnd
     local_.swap(items_);
     uint64_t bytes = 0;
@@ -87,6 +105,19 @@ size_t ReadAhead::threads() const {
   return wanted_threads_;
 }
 
+void ReadAhead::SetStreamBufferBytes(uint64_t bytes) {
+  {
+    std::lock_guard lock(mutex_);
+    stream_buffer_bytes_ = std::max<uint64_t>(1, bytes);
+  }
+  work_.notify_all();  // more room: streams below the new limit can be read on
+}
+
+uint64_t ReadAhead::stream_buffer_bytes() const {
+  std::lock_guard lock(mutex_);
+  return stream_buffer_bytes_;
+}
+
 uint64_t ReadAhead::buffered_bytes() const {
   std::lock_guard lock(mutex_);
   return buffered_bytes_;
@@ -121,12 +152,14 @@ void ReadAhead::Run(size_t id) {
     work_.wait(lock, [&] { return stopping_ || id >= wanted_threads_ || (stream = PickLocked()) != nullptr; });
     if (stopping_ || id >= wanted_threads_) return;
     stream->busy_ = true;
+    const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
     lock.unlock();
+    const int64_t wall_start = WallNs();
+    const int64_t cpu_start = ThreadCpuNs();
 
     // Read a turn's worth outside the lock, then hand the items over in one go.
     std::vector<StreamItem> items;
     uint64_t bytes = 0;
-    const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
     bool finished = false;
     while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room)) {
       Record record;
@@ -154,6 +187,8 @@ void ReadAhead::Run(size_t id) {
       items.push_back(std::move(item));
     }
 
+    cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
+    busy_ns_.fetch_add(static_cast<uint64_t>(WallNs() - wall_start), std::memory_order_relaxed);
     lock.lock();
     stream->busy_ = false;
     stream->finished_ = finished;

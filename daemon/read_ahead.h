@@ -7,13 +7,15 @@
 // Memory: each open stream buffers at most `stream_buffer_bytes` of record payload (plus one
 // record, however large, so a record bigger than the buffer still moves), and the pool never
 // has more open streams than the sequencer asked for.
-// Threads: `threads` I/O threads, changeable at run time with SetThreads (the autotuner's knob);
+// Threads: `threads` I/O threads, changeable at run time with SetThreads (the autotuner's knob,
+// as is the per-stream buffer, SetStreamBufferBytes);
 // a thread picks the earliest-opened stream that is below its buffer limit and not being read
 // by another thread, reads up to a chunk of records, and moves on.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -93,6 +95,9 @@ class ReadAhead {
 
   void SetThreads(size_t threads);  // >= 1
   size_t threads() const;
+  // Read-ahead per open stream (bytes, >= 1): a thread stops reading a stream at this much.
+  void SetStreamBufferBytes(uint64_t bytes);
+  uint64_t stream_buffer_bytes() const;
   // Bytes of record payload currently buffered across all streams.
   uint64_t buffered_bytes() const;
   // Records and payload bytes read so far (for throughput figures).
@@ -101,6 +106,14 @@ class ReadAhead {
   // Streams currently open (being read or buffered).
   size_t open_streams() const;
 
+  // Time counters for the autotuner (nanoseconds, cumulative since construction):
+  // busy = wall time I/O threads spent reading (blocked in read() included), cpu = their
+  // thread CPU time while doing so, consumer_wait = time FileStream::Next waited for an
+  // empty stream (the sequencer starved of records: the read stage is the bottleneck).
+  uint64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
+  uint64_t cpu_ns() const { return cpu_ns_.load(std::memory_order_relaxed); }
+  uint64_t consumer_wait_ns() const { return consumer_wait_ns_.load(std::memory_order_relaxed); }
+
  private:
   friend class FileStream;
   void Run(size_t id);
@@ -108,7 +121,7 @@ class ReadAhead {
   std::shared_ptr<FileStream> PickLocked();
 
   const ReaderOptions options_;
-  const uint64_t stream_buffer_bytes_;
+  uint64_t stream_buffer_bytes_;  // guarded by mutex_
   mutable std::mutex mutex_;
   std::condition_variable work_;
   std::vector<std::shared_ptr<FileStream>> streams_;  // in Open order
@@ -118,6 +131,7 @@ class ReadAhead {
   uint64_t buffered_bytes_ = 0;
   uint64_t records_read_ = 0;
   uint64_t bytes_read_ = 0;
+  std::atomic<uint64_t> busy_ns_{0}, cpu_ns_{0}, consumer_wait_ns_{0};
 };
 
 }  // namespace ringfeed

@@ -24,13 +24,16 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/autotune.h"
 #include "daemon/batch_writer.h"
+#include "daemon/budget.h"
 #include "daemon/consumer_registry.h"
 #include "daemon/control_server.h"
 #include "daemon/file_list.h"
 #include "daemon/pipeline.h"
 #include "daemon/ring_setup.h"
 #include "daemon/systemd_notify.h"
+#include "daemon/tuning_plan.h"
 #include "format/column_sizes.h"
 #include "format/example_parser.h"
 #include "format/tfrecord_reader.h"
@@ -48,8 +51,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(100);
 constexpr uint64_t kSampleRecords = 1000;          // records read to estimate variable column sizes
 constexpr uint64_t kSampleBytes = 64ull << 20;     // ... or this many bytes, whichever comes first
-constexpr int64_t kDefaultPrefetch = 4;            // ready batches kept ahead (pipeline.prefetch: auto)
-constexpr uint64_t kStreamBufferBytes = 4ull << 20;
 
 
 class StartupError : public std::runtime_error {
@@ -81,19 +82,13 @@ spdlog::level::level_enum SpdLevel(LogLevel level) {
   return spdlog::level::info;
 }
 
-// Private (anonymous) resident memory of this process, from /proc/self/status RssAnon.
+// Private (anonymous) resident memory of this process (daemon/budget.h); 0 if unreadable.
 uint64_t PrivateRssBytes() {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "RssAnon:") {
-      uint64_t kib = 0;
-      in >> kib;
-      return kib * 1024;
-    }
-    std::getline(in, key);
+  try {
+    return ReadProcessMemory().private_rss();
+  } catch (const std::exception&) {
+    return 0;
   }
-  return 0;
 }
 
 // The job's lock file: held (flock) for the daemon's lifetime; holds its pid.
@@ -131,8 +126,9 @@ class LockFile {
 
 // Slot size for ring.slot_bytes: auto: exact for FixedLen numeric columns; for the others the
 // sampled mean per row x 1.5 x batch.size plus the largest sampled row, so one outlier fits.
-uint64_t EstimateSlotBytes(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
+RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                            const std::vector<uint32_t>& shard_files) {
+  RecordSample sample;
   const FeatureSpecs& specs = parser.specs();
   ColumnSizes total;
   std::vector<ColumnSize> largest(specs.size());
@@ -160,6 +156,7 @@ uint64_t EstimateSlotBytes(const JobConfig& config, const ExampleParser& parser,
       }
       ++records;
       bytes += record.data.size();
+      sample.largest_bytes = std::max<uint64_t>(sample.largest_bytes, record.data.size());
     }
     if (records >= kSampleRecords || bytes >= kSampleBytes) break;
   }
@@ -177,7 +174,10 @@ uint64_t EstimateSlotBytes(const JobConfig& config, const ExampleParser& parser,
   const std::vector<ColumnCapacity> caps = ColumnCapacities(specs, static_cast<size_t>(rows), estimate);
   const uint64_t needed = BatchWriter::HeaderBytes(specs.size(), static_cast<size_t>(rows)) +
                           ColumnRegionsBytes(caps, shm::kColumnAlign);
-  return AlignUp(needed, shm::kPageBytes);
+  sample.records = records;
+  sample.bytes = bytes;
+  sample.slot_bytes = AlignUp(needed, shm::kPageBytes);
+  return sample;
 }
 
 uint64_t RandomId() {
@@ -279,10 +279,6 @@ int RunDaemon(const DaemonOptions& options) {
     po.sequencer.skip_errors = config.source.on_error == OnError::kSkip;
     po.reader.compression = config.source.compression;
     po.reader.max_record_bytes = config.source.max_record_bytes;
-    po.workers = static_cast<size_t>(config.pipeline.workers.value_or(
-        std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) - 1)));
-    po.readers = static_cast<size_t>(config.pipeline.readers.value_or(std::min<int64_t>(2, config.pipeline.cycle_length)));
-    po.stream_buffer_bytes = kStreamBufferBytes;
     po.deterministic = config.deterministic;
 
     // The shard's files, for sampling (the Sequencer applies the same rule).
@@ -293,19 +289,24 @@ int RunDaemon(const DaemonOptions& options) {
         shard_files.push_back(i);
       }
     }
-    const uint64_t slot_bytes = config.ring.slot_bytes.value_or(EstimateSlotBytes(config, parser, files, shard_files));
-    const int64_t prefetch = config.pipeline.prefetch.value_or(kDefaultPrefetch);
-    const uint32_t slot_count = static_cast<uint32_t>(std::clamp<int64_t>(
-        config.ring.slots.value_or(static_cast<int64_t>(po.workers) + prefetch + (ranks ? queues : 1)), 2,
-        shm::kMaxSlots));
-    const shm::Geometry geometry = shm::ComputeGeometry(slot_count, slot_bytes);
-    if (config.pipeline.memory_budget && geometry.segment_bytes > *config.pipeline.memory_budget) {
-      throw StartupError("the ring needs " + std::to_string(slot_count) + " slots x " + shm::HumanBytes(geometry.slot_stride) +
-                         " + " + shm::HumanBytes(geometry.slots_offset) + " superblock = " +
-                         shm::HumanBytes(geometry.segment_bytes) + ", more than pipeline.memory_budget (" +
-                         shm::HumanBytes(*config.pipeline.memory_budget) +
-                         "); lower ring.slots, ring.slot_bytes or batch.size, or raise the budget", 2);
+    const RecordSample sample = SampleRecords(config, parser, files, shard_files);
+    TuningPlan plan;
+    try {
+      plan = PlanTuning(config, sample, static_cast<int64_t>(shard_files.size()), queues, PrivateRssBytes());
+    } catch (const BudgetError& e) {
+      throw StartupError(e.what(), 2);
     }
+    const TunerKnobs& start = plan.autotune.initial;
+    po.readers = static_cast<size_t>(start.readers);
+    po.workers = static_cast<size_t>(start.workers);
+    po.prefetch = static_cast<size_t>(start.prefetch);
+    po.stream_buffer_bytes = start.stream_buffer_bytes;
+    const uint32_t slot_count = plan.slot_count;
+    const uint64_t slot_bytes = plan.slot_bytes;
+    const shm::Geometry geometry = plan.geometry;
+    spdlog::info("{}", plan.memory.Describe());
+    spdlog::info("cpu_budget {:.3g} cores ({}): at most {} runnable threads", plan.autotune.cpu_budget_cores,
+                 plan.autotune.cpu_budget_source, plan.autotune.limits.cpu_threads);
 
     // 3. Segment.
     std::optional<gid_t> group;
@@ -353,6 +354,7 @@ int RunDaemon(const DaemonOptions& options) {
     std::atomic<int> exit_status{0};
 
     std::unique_ptr<Pipeline> pipeline;
+    std::unique_ptr<Autotune> autotune;
     auto status_json = [&]() {
       const PipelineStats s = pipeline->Snapshot();
       const double uptime = std::chrono::duration<double>(Clock::now() - started).count();
@@ -397,14 +399,17 @@ int RunDaemon(const DaemonOptions& options) {
           {"pipeline",
            {{"cycle_length", config.pipeline.cycle_length},
             {"readers", s.readers},
+            {"read_ahead_per_file_bytes", s.stream_buffer_bytes},
             {"workers", s.workers},
+            {"prefetch", s.prefetch},
             {"open_files", s.open_files},
             {"read_ahead_bytes", s.read_ahead_bytes}}},
+          {"autotune", autotune ? autotune->StatusJson() : nlohmann::json(nullptr)},
           {"memory",
            {{"segment_bytes", geometry.segment_bytes},
             {"private_rss_bytes", PrivateRssBytes()},
-            {"budget_bytes", config.pipeline.memory_budget ? nlohmann::json(*config.pipeline.memory_budget)
-                                                            : nlohmann::json(nullptr)}}},
+            {"budget_bytes", plan.autotune.memory_budget_bytes},
+            {"budget_source", plan.autotune.memory_budget_source}}},
           {"errors",
            {{"read_errors_skipped", s.read_errors_skipped},
             {"parse_errors_skipped", s.parse_errors_skipped},
@@ -499,12 +504,17 @@ int RunDaemon(const DaemonOptions& options) {
     reap();
 
     pipeline->Start();
+    if (plan.tune) {
+      autotune = std::make_unique<Autotune>(plan.autotune, *pipeline, segment, consumers);
+      autotune->Start();
+    }
     notifier.Ready();
     spdlog::info("ready: socket {}", server.socket_path());
     io.run();
 
     // Stop: consumers see kStopped with the reason (unless production already ended).
     notifier.Stopping();
+    if (autotune) autotune->Stop();
     pipeline->RequestStop(stop_reason);
     pipeline->Join();
     heartbeat_stop = true;

@@ -10,7 +10,9 @@ namespace ringfeed {
 
 Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
                      std::function<void(const ReadError&)> on_skipped)
-    : options_(std::move(options)), read_ahead_(read_ahead), on_skipped_(std::move(on_skipped)) {
+    : options_(std::move(options)), read_ahead_(read_ahead), on_skipped_(std::move(on_skipped)),
+      lookahead_(static_cast<size_t>(options_.lookahead_files > 0 ? options_.lookahead_files
+                                                                  : std::max<int64_t>(1, options_.cycle_length))) {
   if (options_.cycle_length < 1) options_.cycle_length = 1;
   if (options_.batch_size < 1) options_.batch_size = 1;
   if (options_.queues < 1) options_.queues = 1;
@@ -124,7 +126,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
   // Files beyond the cycle are opened a little early, so read-ahead can start on them.
   std::deque<std::shared_ptr<FileStream>> upcoming;
   auto take_next = [&]() -> std::shared_ptr<FileStream> {
-    while (upcoming.size() < cycle) {
+    while (upcoming.size() < lookahead_.load(std::memory_order_relaxed)) {
       auto s = open_next();
       if (!s) break;
       upcoming.push_back(std::move(s));

@@ -49,6 +49,9 @@ struct SequencerOptions {
   int64_t shard_index = 0;
   int64_t shard_count = 1;
   bool skip_errors = false;  // on_error: skip
+  // Files opened ahead of their turn in the interleave, so the read-ahead can start on them
+  // (0: cycle_length). Never changes the order; changeable with SetLookahead.
+  int64_t lookahead_files = 0;
 };
 
 // One batch, before parsing: its serialized records and where it goes.
@@ -76,6 +79,8 @@ class Sequencer {
   // to stop.
   Outcome Run(const std::function<bool(BatchJob&&)>& emit);
   void Stop() { stop_.store(true); }
+  // Files opened ahead of their turn (>= 1); takes effect at the next file opened.
+  void SetLookahead(size_t files) { lookahead_.store(files < 1 ? 1 : files, std::memory_order_relaxed); }
 
   const std::string& failure() const { return failure_; }
   // The files this shard reads (indices into options.files).
@@ -100,6 +105,7 @@ class Sequencer {
   uint64_t next_seq_ = 0;
   std::string failure_;
   std::atomic<bool> stop_{false};
+  std::atomic<size_t> lookahead_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<uint64_t> files_done_{0};
   std::atomic<uint64_t> records_skipped_{0};

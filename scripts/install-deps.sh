@@ -20,6 +20,7 @@ packages=(
   catch2                  # Catch2 v2 (single header)
   libprotobuf-dev protobuf-compiler   # independent Example serialiser for differential tests
   libbenchmark-dev        # Google Benchmark
+  fuse3 libfuse3-dev      # slowfs: slow-storage emulation for benchmarks and tests (bench/slowfs)
   clang libclang-rt-14-dev  # libFuzzer + sanitizers runtime
   python3 python3-venv    # fixture generation (TensorFlow lives in a venv, not in the repo)
 )

@@ -1,0 +1,185 @@
+#include "daemon/autotune.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <map>
+
+#include "shm/ring.h"
+
+namespace ringfeed {
+namespace {
+constexpr auto kSamplePeriod = std::chrono::milliseconds(10);  // ready-batch sampling
+constexpr size_t kKeptChanges = 20;                          // in StatusJson
+
+int64_t CountReady(const shm::Ring& ring, uint32_t slots) {
+  int64_t ready = 0;
+  for (uint32_t i = 0; i < slots; ++i) {
+    ready += shm::SlotWord::Unpack(ring.header(i)->word.load(std::memory_order_relaxed)).state == shm::SlotState::kReady;
+  }
+  return ready;
+}
+
+double Fraction(uint64_t part_ns, double whole_seconds) {
+  if (whole_seconds <= 0) return 0;
+  return std::clamp(static_cast<double>(part_ns) / 1e9 / whole_seconds, 0.0, 1.0);
+}
+}  // namespace
+
+Autotune::Autotune(AutotuneOptions options, Pipeline& pipeline, shm::Segment& segment, ConsumerRegistry& consumers)
+    : options_(std::move(options)),
+      pipeline_(pipeline),
+      segment_(segment),
+      consumers_(consumers),
+      tuner_(options_.limits, options_.initial, options_.fixed) {
+  last_.knobs = options_.initial;
+}
+
+Autotune::~Autotune() { Stop(); }
+
+void Autotune::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Autotune::Stop() {
+  {
+    std::lock_guard lock(stop_mutex_);
+    stop_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Autotune::Apply(const TunerKnobs& before, const TunerKnobs& k) {
+  // Memory first: shrink the per-file read-ahead before adding readers (more open files).
+  if (k.stream_buffer_bytes != before.stream_buffer_bytes) pipeline_.SetStreamBufferBytes(k.stream_buffer_bytes);
+  if (k.readers != before.readers) pipeline_.SetReaders(static_cast<size_t>(k.readers));
+  if (k.workers != before.workers) pipeline_.SetWorkers(static_cast<size_t>(k.workers));
+  if (k.prefetch != before.prefetch) pipeline_.SetPrefetch(static_cast<size_t>(k.prefetch));
+}
+
+void Autotune::Run() {
+  const shm::Ring ring = shm::Ring::Of(segment_.data());
+  const uint32_t slots = segment_.superblock()->slot_count;
+  using Clock = std::chrono::steady_clock;
+
+  PipelineStats prev = pipeline_.Snapshot();
+  std::map<uint32_t, uint64_t> prev_wait;  // consumer id -> wait_ns at the interval's start
+  for (const auto& c : consumers_.List()) prev_wait[c.id] = c.wait_ns;
+  Clock::time_point interval_start = Clock::now();
+  double interval = 0.25;  // until the tuner says
+  double ready_sum = 0;
+  int64_t ready_samples = 0, ready_min = INT64_MAX;
+
+  std::unique_lock lock(stop_mutex_);
+  for (;;) {
+    if (stop_cv_.wait_for(lock, kSamplePeriod, [&] { return stop_; })) return;
+    const int64_t ready = CountReady(ring, slots);
+    ready_sum += static_cast<double>(ready);
+    ++ready_samples;
+    ready_min = std::min(ready_min, ready);
+    const Clock::time_point now = Clock::now();
+    const double elapsed = std::chrono::duration<double>(now - interval_start).count();
+    if (elapsed < interval) continue;
+
+    const PipelineStats s = pipeline_.Snapshot();
+    if (s.end != PipelineEnd::kRunning) return;  // nothing left to tune
+    TunerObservation o;
+    o.interval_seconds = elapsed;
+    o.records = s.records - prev.records;
+    uint64_t wait_ns = 0;
+    std::map<uint32_t, uint64_t> wait_now;
+    for (const auto& c : consumers_.List()) {
+      wait_now[c.id] = c.wait_ns;
+      const auto it = prev_wait.find(c.id);
+      // A consumer that attached during the interval counts from zero.
+      const uint64_t before = it == prev_wait.end() ? 0 : it->second;
+      wait_ns += c.wait_ns >= before ? c.wait_ns - before : 0;
+    }
+    o.consumers = static_cast<int64_t>(wait_now.size());
+    o.consumer_wait_fraction = o.consumers > 0 ? Fraction(wait_ns / static_cast<uint64_t>(o.consumers), elapsed) : 0;
+    const double readers = static_cast<double>(std::max<size_t>(1, s.readers));
+    const double workers = static_cast<double>(std::max<size_t>(1, s.workers));
+    const uint64_t read_busy = s.read_busy_ns - prev.read_busy_ns;
+    o.read_busy_fraction = Fraction(read_busy, elapsed * readers);
+    o.read_cpu_fraction = read_busy > 0 ? std::clamp(static_cast<double>(s.read_cpu_ns - prev.read_cpu_ns) /
+                                                         static_cast<double>(read_busy), 0.0, 1.0)
+                                        : 0;
+    o.sequencer_read_wait_fraction = Fraction(s.read_wait_ns - prev.read_wait_ns, elapsed);
+    o.parse_busy_fraction = Fraction(s.parse_busy_ns - prev.parse_busy_ns, elapsed * workers);
+    o.sequencer_slot_wait_fraction = Fraction(s.slot_wait_ns - prev.slot_wait_ns, elapsed);
+    o.ready_slots_mean = ready_samples > 0 ? ready_sum / static_cast<double>(ready_samples) : 0;
+    o.ready_slots_min = ready_samples > 0 ? ready_min : 0;
+    o.read_ahead_bytes = s.read_ahead_bytes;
+
+    const TunerKnobs before = tuner_.knobs();
+    const TunerDecision decision = tuner_.Observe(o);
+    spdlog::debug(
+        "autotune: {:.2f} s, {} records ({:.0f}/s), {} consumers waited {:.0f}%, read busy {:.0f}% (cpu {:.0f}%), "
+        "sequencer waited for reads {:.0f}% / slots {:.0f}%, parse busy {:.0f}%, ready {:.1f} (min {}); "
+        "readers {} read_ahead {} workers {} prefetch {}, {} runnable + {} blocked-I/O threads",
+        elapsed, o.records, static_cast<double>(o.records) / elapsed, o.consumers, 100 * o.consumer_wait_fraction,
+        100 * o.read_busy_fraction, 100 * o.read_cpu_fraction, 100 * o.sequencer_read_wait_fraction,
+        100 * o.sequencer_slot_wait_fraction, 100 * o.parse_busy_fraction, o.ready_slots_mean, o.ready_slots_min,
+        decision.knobs.readers, shm::HumanBytes(decision.knobs.stream_buffer_bytes), decision.knobs.workers,
+        decision.knobs.prefetch, decision.runnable_threads, decision.blocked_io_threads);
+    for (const TunerChange& c : decision.changes) {
+      spdlog::debug("autotune: {} {} -> {}: {}", c.knob, c.from, c.to, c.reason);
+    }
+    Apply(before, decision.knobs);
+    {
+      std::lock_guard status_lock(mutex_);
+      last_ = decision;
+      const double at = std::chrono::duration<double>(now - started_).count();
+      for (const TunerChange& c : decision.changes) {
+        changes_.emplace_back(at, c);
+        if (changes_.size() > kKeptChanges) changes_.pop_front();
+      }
+    }
+
+    prev = s;
+    prev_wait = std::move(wait_now);
+    interval_start = now;
+    interval = std::clamp(decision.next_interval_seconds, 0.05, 10.0);
+    ready_sum = 0;
+    ready_samples = 0;
+    ready_min = INT64_MAX;
+  }
+}
+
+nlohmann::json Autotune::StatusJson() const {
+  std::lock_guard lock(mutex_);
+  const TunerLimits& l = options_.limits;
+  const TunerFixed& f = options_.fixed;
+  nlohmann::json fixed = nlohmann::json::array();
+  if (f.readers) fixed.push_back("readers");
+  if (f.stream_buffer_bytes) fixed.push_back("read_ahead");
+  if (f.workers) fixed.push_back("workers");
+  if (f.prefetch) fixed.push_back("prefetch");
+  nlohmann::json changes = nlohmann::json::array();
+  for (const auto& [at, c] : changes_) {
+    changes.push_back({{"at_seconds", at}, {"knob", c.knob}, {"from", c.from}, {"to", c.to}, {"reason", c.reason}});
+  }
+  return {{"knobs",
+           {{"readers", last_.knobs.readers},
+            {"read_ahead_bytes", last_.knobs.stream_buffer_bytes},
+            {"workers", last_.knobs.workers},
+            {"prefetch", last_.knobs.prefetch}}},
+          {"fixed", fixed},
+          {"limits",
+           {{"cpu_budget_cores", options_.cpu_budget_cores},
+            {"cpu_budget_source", options_.cpu_budget_source},
+            {"runnable_threads", l.cpu_threads},
+            {"memory_budget_bytes", options_.memory_budget_bytes},
+            {"memory_budget_source", options_.memory_budget_source},
+            {"read_ahead_budget_bytes", l.read_ahead_budget_bytes},
+            {"max_readers", l.max_readers},
+            {"max_workers", l.max_workers},
+            {"max_prefetch", l.max_prefetch}}},
+          {"runnable_threads", last_.runnable_threads},
+          {"blocked_io_threads", last_.blocked_io_threads},
+          {"interval_seconds", last_.next_interval_seconds},
+          {"changes", changes}};
+}
+
+}  // namespace ringfeed

@@ -1,0 +1,79 @@
+// Autotune: runs the autotuner (daemon/tuner.h) against the live pipeline. Its thread wakes
+// every 10 ms to sample the ring's ready batches, and at each tuning interval (the tuner says
+// how long, 0.1-2 s) turns the pipeline's cumulative counters and the consumers' wait times
+// (ConsumerEntry::wait_ns, written by the client library) into one TunerObservation, feeds it
+// to the Tuner and applies the knobs it returns (Pipeline::SetReaders / SetStreamBufferBytes /
+// SetWorkers / SetPrefetch). Every decision is logged at debug level; the current knobs,
+// limits and the last changes with their reasons are in StatusJson (`ringfeedctl status`).
+//
+// Thread-safety: Start/Stop from the owner thread; StatusJson from any thread.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/consumer_registry.h"
+#include "daemon/pipeline.h"
+#include "daemon/tuner.h"
+#include "shm/segment.h"
+
+namespace ringfeed {
+
+struct AutotuneOptions {
+  TunerLimits limits;
+  TunerKnobs initial;
+  TunerFixed fixed;
+  double cpu_budget_cores = 1;  // for status
+  std::string cpu_budget_source;
+  uint64_t memory_budget_bytes = 0;
+  std::string memory_budget_source;
+};
+
+class Autotune {
+ public:
+  Autotune(AutotuneOptions options, Pipeline& pipeline, shm::Segment& segment, ConsumerRegistry& consumers);
+  ~Autotune();  // Stop()
+  Autotune(const Autotune&) = delete;
+  Autotune& operator=(const Autotune&) = delete;
+
+  void Start();
+  void Stop();
+  // {"knobs": {...}, "fixed": [...], "limits": {...}, "runnable_threads", "blocked_io_threads",
+  //  "interval_seconds", "changes": [{"at_seconds", "knob", "from", "to", "reason"}, ...]}
+  nlohmann::json StatusJson() const;
+
+ private:
+  struct Totals {
+    double at_seconds = 0;
+    uint64_t records = 0, read_busy_ns = 0, read_cpu_ns = 0, read_wait_ns = 0, parse_busy_ns = 0, slot_wait_ns = 0;
+    uint64_t consumer_wait_ns = 0;
+    int64_t consumers = 0;
+  };
+  void Run();
+  Totals Sample() const;
+  void Apply(const TunerKnobs& before, const TunerKnobs& after);
+
+  AutotuneOptions options_;
+  Pipeline& pipeline_;
+  shm::Segment& segment_;
+  ConsumerRegistry& consumers_;
+  Tuner tuner_;
+  std::thread thread_;
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_ = false;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+
+  mutable std::mutex mutex_;  // guards the status below
+  TunerDecision last_;
+  std::deque<std::pair<double, TunerChange>> changes_;  // newest last, at most kKeptChanges
+};
+
+}  // namespace ringfeed

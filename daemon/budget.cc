@@ -1,0 +1,605 @@
+#include "daemon/budget.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace ringfeed {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::optional<std::string> ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return std::nullopt;
+  return text.str();
+}
+
+std::string Trim(const std::string& s) {
+  const auto begin = s.find_first_not_of(" \t\r\n");
+  if (begin == std::string::npos) return "";
+  const auto end = s.find_last_not_of(" \t\r\n");
+  return s.substr(begin, end - begin + 1);
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(s);
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  return parts;
+}
+
+// A decimal number without sign, the whole string; nullopt otherwise (or on overflow).
+std::optional<uint64_t> ParseUnsigned(const std::string& s) {
+  if (s.empty() || s.size() > 20) return std::nullopt;
+  uint64_t value = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return std::nullopt;
+    if (__builtin_mul_overflow(value, 10, &value) || __builtin_add_overflow(value, c - '0', &value)) {
+      return std::nullopt;
+    }
+  }
+  return value;
+}
+
+std::string FormatCores(double cores) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", cores);
+  std::string s = text;
+  while (!s.empty() && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+uint64_t SatAdd(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t SatMul(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+uint64_t CeilDiv(uint64_t a, uint64_t b) { return a / b + (a % b != 0); }
+
+// Products of two 64-bit byte counts (GCC's 128-bit integer; __extension__ keeps -Wpedantic quiet).
+__extension__ typedef unsigned __int128 U128;
+
+// One line of /proc/self/cgroup: "hierarchy-id:controller-list:path".
+struct CgroupLine {
+  std::string controllers;  // "" for the v2 line ("0::/path")
+  std::string path;
+};
+
+std::vector<CgroupLine> ReadCgroupLines(const SystemPaths& paths) {
+  std::vector<CgroupLine> lines;
+  const auto text = ReadSmallFile(paths.proc_root + "/self/cgroup");
+  if (!text) return lines;
+  std::istringstream in(*text);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto first = line.find(':');
+    if (first == std::string::npos) continue;
+    const auto second = line.find(':', first + 1);
+    if (second == std::string::npos) continue;
+    lines.push_back({line.substr(first + 1, second - first - 1), Trim(line.substr(second + 1))});
+  }
+  return lines;
+}
+
+bool HasController(const std::string& list, const std::string& controller) {
+  for (const auto& c : Split(list, ',')) {
+    if (c == controller) return true;
+  }
+  return false;
+}
+
+// The directories to read, from the process's cgroup up to the hierarchy's root (inclusive).
+// A cgroup path missing under the mount (a container whose own cgroup is mounted as the root,
+// without a cgroup namespace) is read at the root only.
+std::vector<std::string> WalkUp(const std::string& hierarchy, const std::string& cgroup_path) {
+  const fs::path root = fs::path(hierarchy).lexically_normal();
+  fs::path relative = fs::path(cgroup_path).relative_path().lexically_normal();
+  std::vector<std::string> dirs;
+  std::error_code ec;
+  fs::path dir = relative.empty() || relative == "." ? root : (root / relative).lexically_normal();
+  if (!fs::is_directory(dir, ec)) dir = root;
+  // Never walk outside the hierarchy (a path with ".." in it).
+  const std::string root_text = root.string();
+  while (true) {
+    std::string text = dir.string();
+    while (text.size() > 1 && text.back() == '/') text.pop_back();
+    if (text.compare(0, root_text.size(), root_text) != 0) break;
+    dirs.push_back(text);
+    if (text.size() <= root_text.size() || dirs.size() > 256) break;
+    dir = fs::path(text).parent_path();
+  }
+  return dirs;
+}
+
+// The cgroup v2 mount: pure v2 (cgroup.controllers at the root) or hybrid (under unified/).
+std::optional<std::string> UnifiedHierarchy(const SystemPaths& paths) {
+  std::error_code ec;
+  if (fs::exists(paths.cgroup_root + "/cgroup.controllers", ec)) return paths.cgroup_root;
+  if (fs::exists(paths.cgroup_root + "/unified/cgroup.controllers", ec)) return paths.cgroup_root + "/unified";
+  return std::nullopt;
+}
+
+// The v1 hierarchy holding `controller`, named as the line names it ("cpu,cpuacct") or by the
+// usual alias symlinks.
+std::optional<std::string> V1Hierarchy(const SystemPaths& paths, const std::string& controllers,
+                                       const std::string& controller) {
+  std::error_code ec;
+  const std::string names[] = {controllers, controller, controller + ",cpuacct", "cpuacct," + controller};
+  for (const std::string& name : names) {
+    const std::string dir = paths.cgroup_root + "/" + name;
+    if (fs::is_directory(dir, ec)) return dir;
+  }
+  return std::nullopt;
+}
+
+struct Quota {
+  double cores = 0;
+  std::string source;
+};
+
+void ConsiderQuota(std::optional<Quota>* best, Quota q) {
+  if (!(q.cores > 0)) return;  // a zero quota is not something the kernel accepts; ignore it
+  if (!*best || q.cores < (*best)->cores) *best = std::move(q);
+}
+
+std::optional<Quota> CgroupCpuQuota(const SystemPaths& paths) {
+  std::optional<Quota> best;
+  for (const CgroupLine& line : ReadCgroupLines(paths)) {
+    if (line.controllers.empty()) {
+      const auto hierarchy = UnifiedHierarchy(paths);
+      if (!hierarchy) continue;
+      for (const std::string& dir : WalkUp(*hierarchy, line.path)) {
+        const auto text = ReadSmallFile(dir + "/cpu.max");
+        if (!text) continue;
+        const auto fields = Split(Trim(*text), ' ');
+        if (fields.empty() || fields[0] == "max") continue;
+        const auto quota = ParseUnsigned(fields[0]);
+        const auto period = fields.size() > 1 ? ParseUnsigned(fields[1]) : std::optional<uint64_t>(100000);
+        if (!quota || !period || *period == 0) continue;
+        const double cores = static_cast<double>(*quota) / static_cast<double>(*period);
+        ConsiderQuota(&best, {cores, "cgroup v2 cpu.max " + fields[0] + " " + std::to_string(*period) + " = " +
+                                         FormatCores(cores) + " cores at " + dir});
+      }
+    } else if (HasController(line.controllers, "cpu")) {
+      const auto hierarchy = V1Hierarchy(paths, line.controllers, "cpu");
+      if (!hierarchy) continue;
+      for (const std::string& dir : WalkUp(*hierarchy, line.path)) {
+        const auto quota_text = ReadSmallFile(dir + "/cpu.cfs_quota_us");
+        if (!quota_text) continue;
+        const std::string quota_field = Trim(*quota_text);
+        const auto quota = ParseUnsigned(quota_field);  // -1 (none) does not parse
+        if (!quota) continue;
+        const auto period_text = ReadSmallFile(dir + "/cpu.cfs_period_us");
+        const auto period = period_text ? ParseUnsigned(Trim(*period_text)) : std::optional<uint64_t>(100000);
+        if (!period || *period == 0) continue;
+        const double cores = static_cast<double>(*quota) / static_cast<double>(*period);
+        ConsiderQuota(&best, {cores, "cgroup v1 cpu.cfs_quota_us " + quota_field + " / cpu.cfs_period_us " +
+                                         std::to_string(*period) + " = " + FormatCores(cores) + " cores at " + dir});
+      }
+    }
+  }
+  return best;
+}
+
+// CPUs in this thread's affinity mask, with a mask big enough for any machine.
+int64_t AffinityCpus(std::string* source) {
+  for (int n = 1024; n <= (1 << 22); n *= 2) {
+    cpu_set_t* set = CPU_ALLOC(n);
+    if (set == nullptr) break;
+    const size_t size = CPU_ALLOC_SIZE(n);
+    CPU_ZERO_S(size, set);
+    if (sched_getaffinity(0, size, set) == 0) {
+      const int count = CPU_COUNT_S(size, set);
+      CPU_FREE(set);
+      *source = std::to_string(count) + (count == 1 ? " CPU" : " CPUs") + " in the affinity mask";
+      return std::max(count, 1);
+    }
+    const int error = errno;
+    CPU_FREE(set);
+    if (error != EINVAL) {
+      const long online = sysconf(_SC_NPROCESSORS_ONLN);
+      *source = std::to_string(std::max(online, 1L)) + " online CPUs (sched_getaffinity failed: " +
+                std::strerror(error) + ")";
+      return std::max<int64_t>(online, 1);
+    }
+  }
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  *source = std::to_string(std::max(online, 1L)) + " online CPUs (no affinity mask could be read)";
+  return std::max<int64_t>(online, 1);
+}
+
+struct MemoryLimit {
+  uint64_t bytes = 0;
+  std::string source;
+};
+
+// v1's "no limit" is PAGE_COUNTER_MAX pages (0x7ffffffffffff000 with 4 KiB pages); anything
+// this large is no limit, whatever the page size.
+constexpr uint64_t kV1Unlimited = uint64_t{1} << 62;
+
+std::optional<MemoryLimit> CgroupMemoryLimit(const SystemPaths& paths) {
+  std::optional<MemoryLimit> best;
+  auto consider = [&](uint64_t bytes, std::string source) {
+    if (bytes == 0) return;
+    if (!best || bytes < best->bytes) best = MemoryLimit{bytes, std::move(source)};
+  };
+  for (const CgroupLine& line : ReadCgroupLines(paths)) {
+    if (line.controllers.empty()) {
+      const auto hierarchy = UnifiedHierarchy(paths);
+      if (!hierarchy) continue;
+      for (const std::string& dir : WalkUp(*hierarchy, line.path)) {
+        const auto text = ReadSmallFile(dir + "/memory.max");
+        if (!text) continue;
+        const auto value = ParseUnsigned(Trim(*text));  // "max" does not parse
+        if (value) consider(*value, "cgroup v2 memory.max " + FormatBytes(*value) + " at " + dir);
+      }
+    } else if (HasController(line.controllers, "memory")) {
+      const auto hierarchy = V1Hierarchy(paths, line.controllers, "memory");
+      if (!hierarchy) continue;
+      for (const std::string& dir : WalkUp(*hierarchy, line.path)) {
+        const auto text = ReadSmallFile(dir + "/memory.limit_in_bytes");
+        if (!text) continue;
+        const auto value = ParseUnsigned(Trim(*text));
+        if (value && *value < kV1Unlimited) {
+          consider(*value, "cgroup v1 memory.limit_in_bytes " + FormatBytes(*value) + " at " + dir);
+        }
+      }
+    }
+  }
+  return best;
+}
+
+MemoryLimit MemTotal(const SystemPaths& paths) {
+  if (const auto text = ReadSmallFile(paths.proc_root + "/meminfo")) {
+    std::istringstream in(*text);
+    std::string key;
+    while (in >> key) {
+      if (key == "MemTotal:") {
+        uint64_t kib = 0;
+        if (in >> kib) return {kib * 1024, "MemTotal " + FormatBytes(kib * 1024)};
+        break;
+      }
+      std::getline(in, key);
+    }
+  }
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  const uint64_t bytes = static_cast<uint64_t>(std::max(pages, 1L)) * static_cast<uint64_t>(std::max(page, 1L));
+  return {bytes, "physical memory " + FormatBytes(bytes) + " (" + paths.proc_root + "/meminfo unreadable)"};
+}
+
+}  // namespace
+
+std::string FormatBytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 6) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", value, kUnits[unit]);
+  return text;
+}
+
+// ---- CPU ----------------------------------------------------------------------------------------
+
+CpuBudget DetectCpuBudget(const SystemPaths& paths) {
+  CpuBudget budget;
+  std::string affinity_source;
+  budget.affinity_cpus = AffinityCpus(&affinity_source);
+  const auto quota = CgroupCpuQuota(paths);
+  if (quota) {
+    budget.quota_cores = quota->cores;
+    budget.quota_source = quota->source;
+  }
+  if (quota && quota->cores < static_cast<double>(budget.affinity_cpus)) {
+    budget.cores = quota->cores;
+    budget.source = quota->source + " (" + affinity_source + ")";
+  } else {
+    budget.cores = static_cast<double>(budget.affinity_cpus);
+    budget.source = affinity_source + (quota ? " (" + quota->source + " is not lower)" : " (no cgroup CPU quota)");
+  }
+  return budget;
+}
+
+int64_t RunnableThreads(double cores) {
+  if (!(cores >= 1)) return 1;  // also NaN
+  constexpr double kMax = 1 << 20;
+  return static_cast<int64_t>(std::floor(std::min(cores, kMax)));
+}
+
+// ---- Memory -------------------------------------------------------------------------------------
+
+MemoryBudgetDefault DefaultMemoryBudget(const SystemPaths& paths) {
+  MemoryBudgetDefault result;
+  const MemoryLimit total = MemTotal(paths);
+  const auto cgroup = CgroupMemoryLimit(paths);
+  std::string limit_source;
+  if (cgroup && cgroup->bytes < total.bytes) {
+    result.limit_bytes = cgroup->bytes;
+    limit_source = cgroup->source;
+  } else {
+    result.limit_bytes = total.bytes;
+    limit_source = total.source + (cgroup ? " (" + cgroup->source + " is not lower)" : " (no cgroup memory limit)");
+  }
+  const uint64_t quarter = result.limit_bytes / kMemoryBudgetDivisor;
+  if (quarter > kMemoryBudgetCap) {
+    result.bytes = kMemoryBudgetCap;
+    result.source = FormatBytes(kMemoryBudgetCap) + ", the default's cap (1/4 of " + limit_source + " is " +
+                    FormatBytes(quarter) + ")";
+  } else {
+    result.bytes = quarter;
+    result.source = "1/4 of " + limit_source + " = " + FormatBytes(quarter);
+  }
+  return result;
+}
+
+int64_t OpenFiles(int64_t cycle_length, int64_t lookahead_files, int64_t files) {
+  const int64_t open = std::max<int64_t>(cycle_length, 1) + std::max<int64_t>(lookahead_files, 0);
+  return std::max<int64_t>(files > 0 ? std::min(open, files) : open, 1);
+}
+
+namespace {
+
+void Require(bool ok, const std::string& what) {
+  if (!ok) throw BudgetError("memory plan: " + what);
+}
+
+// Payload bytes of read-ahead that `memory` bytes hold, when each record of `mean` bytes costs
+// 1.5 x kReadAheadRecordOverheadBytes / mean extra (1.5: records may be smaller than sampled).
+uint64_t PayloadFor(uint64_t memory, uint64_t mean) {
+  const U128 num = static_cast<U128>(memory) * (2 * mean);
+  const U128 den = 2 * mean + 3 * kReadAheadRecordOverheadBytes;
+  const U128 q = num / den;
+  return q > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(q);
+}
+
+// The inverse: memory needed for `payload` bytes of read-ahead.
+uint64_t MemoryFor(uint64_t payload, uint64_t mean) {
+  const U128 extra =
+      (static_cast<U128>(payload) * 3 * kReadAheadRecordOverheadBytes + 2 * mean - 1) / (2 * mean);
+  const U128 total = extra + payload;
+  return total > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(total);
+}
+
+uint64_t MarginFor(uint64_t budget) {
+  return std::max(CeilDiv(budget, kSafetyMarginDivisor), kSafetyMarginMinBytes);
+}
+
+std::string Plural(int64_t n, const char* one, const char* many) {
+  return std::to_string(n) + " " + (n == 1 ? one : many);
+}
+
+}  // namespace
+
+MemoryPlan PlanMemory(const MemoryInputs& in) {
+  Require(in.budget_bytes > 0, "the memory budget is 0 bytes; it must be at least 1 byte");
+  Require(in.cycle_length >= 1, "cycle_length is " + std::to_string(in.cycle_length) + "; it must be at least 1");
+  Require(in.ring_slots >= 0, "ring_slots is " + std::to_string(in.ring_slots) + "; it must not be negative");
+  Require(in.lookahead_files >= 0,
+          "lookahead_files is " + std::to_string(in.lookahead_files) + "; it must not be negative");
+  Require(in.shuffle_buffer >= 0,
+          "shuffle.buffer is " + std::to_string(in.shuffle_buffer) + "; it must not be negative");
+  Require(in.batch_size >= 1, "batch.size is " + std::to_string(in.batch_size) + "; it must be at least 1");
+  Require(in.queues >= 1, "queues is " + std::to_string(in.queues) + "; it must be at least 1");
+  Require(in.max_readers >= 1, "max_readers is " + std::to_string(in.max_readers) + "; it must be at least 1");
+  Require(in.max_workers >= 1, "max_workers is " + std::to_string(in.max_workers) + "; it must be at least 1");
+  Require(in.reader_buffer_bytes >= 1, "reader_buffer_bytes is 0; it must be at least 1");
+
+  MemoryPlan plan;
+  plan.budget_bytes = in.budget_bytes;
+  plan.budget_source = in.budget_source;
+  const int64_t lookahead = in.lookahead_files > 0 ? in.lookahead_files : in.max_readers;
+  plan.open_files = OpenFiles(in.cycle_length, lookahead, in.files);
+  const uint64_t mean = in.mean_record_bytes > 0 ? in.mean_record_bytes : kAssumedMeanRecordBytes;
+  const std::string mean_text =
+      in.mean_record_bytes > 0 ? FormatBytes(mean) + " mean" : FormatBytes(mean) + " assumed mean (no records sampled)";
+  // Records held by the sequencer (shuffle buffer, batches): 1.5 x the sampled mean each, plus
+  // the OwnedRecord and its allocation's header.
+  const uint64_t planned_record = CeilDiv(SatMul(mean, 3), 2) + kRecordOverheadBytes;
+  const std::string record_text = "(1.5 x " + mean_text + " + " + FormatBytes(kRecordOverheadBytes) + ")";
+  auto add = [&](const std::string& part, const std::string& arithmetic, uint64_t bytes) {
+    plan.lines.push_back({part, arithmetic, bytes});
+    plan.fixed_bytes = SatAdd(plan.fixed_bytes, bytes);
+    return bytes;
+  };
+
+  // Ring.
+  {
+    std::string arithmetic = "segment";
+    const uint64_t slots_bytes = SatMul(static_cast<uint64_t>(in.ring_slots), in.ring_slot_bytes);
+    if (in.ring_slots > 0 && in.ring_slot_bytes > 0 && slots_bytes <= in.ring_segment_bytes) {
+      arithmetic = Plural(in.ring_slots, "slot", "slots") + " x " + FormatBytes(in.ring_slot_bytes) + " + " +
+                   FormatBytes(in.ring_segment_bytes - slots_bytes) + " superblock";
+    }
+    plan.ring_bytes = add("ring", arithmetic, in.ring_segment_bytes);
+  }
+  plan.baseline_bytes =
+      add("daemon before the pipeline", "private RSS (RssAnon) at start", in.baseline_private_rss_bytes);
+
+  // Open files: the reader's window (grown to the largest record), for compressed files the
+  // compressed-input buffer and the decoder state, and the one record a stream may hold beyond
+  // its stream buffer (ReadAhead reads on until it passes the limit).
+  {
+    const uint64_t window = std::max(in.reader_buffer_bytes, SatAdd(in.largest_record_bytes, kRecordHeaderFooterBytes));
+    uint64_t per_file = window;
+    std::string arithmetic = FormatBytes(window) + " window";
+    if (in.compressed) {
+      per_file = SatAdd(per_file, SatAdd(in.reader_buffer_bytes, kInflateStateBytes));
+      arithmetic += " + " + FormatBytes(in.reader_buffer_bytes) + " compressed input + " +
+                    FormatBytes(kInflateStateBytes) + " inflate state";
+    }
+    const uint64_t beyond = SatAdd(in.largest_record_bytes, kReadAheadRecordOverheadBytes);
+    per_file = SatAdd(per_file, beyond);
+    arithmetic += " + " + FormatBytes(beyond) + " largest record beyond the stream buffer";
+    const bool all_files = in.files > 0 && in.files < in.cycle_length + lookahead;
+    const std::string count = all_files ? std::to_string(plan.open_files) + " (all files)"
+                                        : std::to_string(plan.open_files) + " (pipeline.cycle_length " +
+                                              std::to_string(in.cycle_length) + " + " +
+                                              Plural(lookahead, "file", "files") + " opened ahead)";
+    plan.open_files_bytes = add("open files", count + " x (" + arithmetic + ")",
+                                SatMul(static_cast<uint64_t>(plan.open_files), per_file));
+  }
+
+  // Shuffle buffer: shuffle.buffer records (at least the one record the sequencer passes through).
+  {
+    const int64_t records = std::max<int64_t>(in.shuffle_buffer, 1);
+    plan.shuffle_bytes =
+        add("shuffle buffer",
+            Plural(records, "record", "records") + " x " + record_text + " + " +
+                FormatBytes(in.largest_record_bytes) + " largest",
+            SatAdd(SatMul(static_cast<uint64_t>(records), planned_record), in.largest_record_bytes));
+  }
+
+  // Batches holding records: one per ring slot (being parsed or waiting for a worker), up to two
+  // rounds of queues held back by the sequencer (end-of-epoch flags), the one being filled and
+  // the one waiting for a free slot.
+  {
+    const uint64_t batches =
+        SatAdd(static_cast<uint64_t>(in.ring_slots), SatAdd(SatMul(2, static_cast<uint64_t>(in.queues)), 2));
+    const uint64_t records = SatMul(batches, static_cast<uint64_t>(in.batch_size));
+    plan.batches_bytes = add("batches in flight",
+                             "(" + Plural(in.ring_slots, "slot", "slots") + " + 2 x " +
+                                 Plural(in.queues, "queue", "queues") + " + 2) x " +
+                                 Plural(in.batch_size, "record", "records") + " x " + record_text,
+                             SatMul(records, planned_record));
+  }
+
+  plan.workers_bytes = add("parse workers",
+                           Plural(in.max_workers, "worker", "workers") + " x " +
+                               FormatBytes(in.worker_scratch_bytes) + " scratch",
+                           SatMul(static_cast<uint64_t>(in.max_workers), in.worker_scratch_bytes));
+  {
+    const int64_t threads = in.max_readers + in.max_workers + kDaemonFixedThreads;
+    plan.threads_bytes = add("threads",
+                             "(" + Plural(in.max_readers, "reader", "readers") + " + " +
+                                 Plural(in.max_workers, "worker", "workers") + " + " +
+                                 std::to_string(kDaemonFixedThreads) + " others) x " + FormatBytes(kThreadBytes),
+                             SatMul(static_cast<uint64_t>(threads), kThreadBytes));
+  }
+  const uint64_t fixed_without_margin = plan.fixed_bytes;
+  plan.margin_bytes = add("safety margin", "max(5% of the budget, " + FormatBytes(kSafetyMarginMinBytes) + ")",
+                          MarginFor(in.budget_bytes));
+
+  // The elastic rest: the read-ahead.
+  plan.read_ahead_memory_bytes = in.budget_bytes > plan.fixed_bytes ? in.budget_bytes - plan.fixed_bytes : 0;
+  plan.read_ahead_bytes = PayloadFor(plan.read_ahead_memory_bytes, mean);
+  plan.min_read_ahead_bytes = SatMul(static_cast<uint64_t>(plan.open_files), in.min_stream_buffer_bytes);
+  const std::string overhead_text = " + " + FormatBytes(kReadAheadRecordOverheadBytes) + " per " +
+                                    FormatBytes(CeilDiv(SatMul(mean, 2), 3)) + " record (2/3 of the mean)";
+
+  if (plan.read_ahead_bytes < plan.min_read_ahead_bytes || plan.read_ahead_bytes == 0) {
+    const uint64_t min_memory = MemoryFor(std::max<uint64_t>(plan.min_read_ahead_bytes, 1), mean);
+    // Smallest budget B with B - margin(B) - fixed >= min_memory (the margin grows with B).
+    const uint64_t rest = SatAdd(fixed_without_margin, min_memory);
+    // B - ceil(B / 20) = floor(19 B / 20) >= rest  <=>  B >= ceil(20 rest / 19).
+    const U128 by_share =
+        (static_cast<U128>(rest) * kSafetyMarginDivisor + kSafetyMarginDivisor - 2) / (kSafetyMarginDivisor - 1);
+    const uint64_t needed = std::max(SatAdd(rest, kSafetyMarginMinBytes),
+                                     by_share > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(by_share));
+    std::string message = (in.budget_source.empty() ? std::string("the memory budget") : in.budget_source) + " " +
+                          FormatBytes(in.budget_bytes) + " is too small for this job:\n";
+    for (const auto& line : plan.lines) {
+      message += "  " + line.part + ": " + line.arithmetic + " = " + FormatBytes(line.bytes) + "\n";
+    }
+    message += "  read-ahead at least: " + std::to_string(plan.open_files) + " open files x " +
+               FormatBytes(in.min_stream_buffer_bytes) + " min stream buffer" + overhead_text + " = " +
+               FormatBytes(min_memory) + " (the budget leaves " + FormatBytes(plan.read_ahead_memory_bytes) + ")\n";
+    // What the user can lower, biggest first.
+    struct Knob {
+      const char* keys;
+      uint64_t bytes;
+    };
+    std::vector<Knob> knobs = {{"ring.slots / ring.slot_bytes / batch.size", plan.ring_bytes},
+                               {"shuffle.buffer", plan.shuffle_bytes},
+                               {"pipeline.cycle_length / pipeline.readers", plan.open_files_bytes},
+                               {"pipeline.workers", SatAdd(plan.workers_bytes, plan.threads_bytes)},
+                               {"batch.size / ring.slots", plan.batches_bytes}};
+    std::stable_sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) { return a.bytes > b.bytes; });
+    const uint64_t mib = uint64_t{1} << 20;
+    message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) +
+               " bytes); raise pipeline.memory_budget to at least " + std::to_string(CeilDiv(needed, mib)) +
+               "MiB or lower " + knobs[0].keys + " (" + FormatBytes(knobs[0].bytes) + ") or " + knobs[1].keys +
+               " (" + FormatBytes(knobs[1].bytes) + ")";
+    throw BudgetError(message);
+  }
+
+  plan.lines.push_back({"read-ahead",
+                        FormatBytes(plan.read_ahead_memory_bytes) + " left = " + FormatBytes(plan.read_ahead_bytes) +
+                            " of record payload" + overhead_text + ", up to " +
+                            FormatBytes(plan.max_stream_buffer_bytes()) + " per open file",
+                        plan.read_ahead_memory_bytes});
+  return plan;
+}
+
+std::string MemoryPlan::Describe() const {
+  std::string text = "memory budget " + FormatBytes(budget_bytes) +
+                     (budget_source.empty() ? std::string() : " (" + budget_source + ")") + ":\n";
+  for (const auto& line : lines) {
+    text += "  " + line.part + ": " + line.arithmetic + " = " + FormatBytes(line.bytes) + "\n";
+  }
+  return text;
+}
+
+// ---- Process memory -----------------------------------------------------------------------------
+
+ProcessMemory ReadProcessMemory(pid_t pid, const SystemPaths& paths) {
+  const std::string file = paths.proc_root + "/" + (pid == 0 ? std::string("self") : std::to_string(pid)) + "/status";
+  std::ifstream in(file);
+  if (!in) {
+    throw std::runtime_error("cannot read " + file + ": " + std::strerror(errno) +
+                             (pid != 0 ? " (has process " + std::to_string(pid) + " exited?)" : ""));
+  }
+  ProcessMemory memory;
+  int found = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    const std::string key = line.substr(0, colon);
+    uint64_t* field = key == "RssAnon"    ? &memory.rss_anon
+                      : key == "RssFile"  ? &memory.rss_file
+                      : key == "RssShmem" ? &memory.rss_shmem
+                      : key == "VmRSS"    ? &memory.vm_rss
+                      : key == "VmHWM"    ? &memory.vm_hwm
+                                          : nullptr;
+    if (field == nullptr) continue;
+    std::istringstream value(line.substr(colon + 1));
+    uint64_t kib = 0;
+    std::string unit;
+    if (!(value >> kib >> unit) || unit != "kB") {
+      throw std::runtime_error(file + ": cannot parse '" + line + "' (expected '<n> kB')");
+    }
+    *field = kib * 1024;
+    ++found;
+  }
+  if (found < 5) {
+    throw std::runtime_error(file + " has no RssAnon/RssFile/RssShmem/VmRSS/VmHWM lines (a kernel before 4.5, "
+                             "or a kernel thread)");
+  }
+  return memory;
+}
+
+}  // namespace ringfeed

@@ -1,0 +1,229 @@
+// Budgets: how much CPU and memory a ringfeedd job may use (issue 4 §2, docs/config.md
+// `pipeline.cpu_budget`, `pipeline.memory_budget`), as arithmetic the daemon and the autotuner
+// (daemon/tuner.h) share. Nothing here starts threads or allocates buffers; it only reads /proc
+// and /sys/fs/cgroup and adds numbers.
+//
+// CPU (DetectCpuBudget): cores = min(CPUs in this thread's sched_getaffinity mask, cgroup CPU
+// quota). Loaders run in containers, where the quota (docker --cpus, Kubernetes limits.cpu) is
+// usually far below the machine's CPU count. The quota is the smallest one on the path from the
+// process's cgroup up to the hierarchy's root (a parent's quota caps its children):
+//   cgroup v2: `0::<path>` in /proc/self/cgroup, files `cpu.max` ("<quota> <period>", quota
+//              "max" = none), under /sys/fs/cgroup (pure v2) or /sys/fs/cgroup/unified (hybrid).
+//   cgroup v1: the `cpu` controller's line (`N:cpu:<path>` or `N:cpu,cpuacct:<path>`), files
+//              `cpu.cfs_quota_us` / `cpu.cfs_period_us` (quota -1 = none).
+// Both are read when both exist (hybrid hierarchies) and the smaller quota wins. A cgroup path
+// that does not exist under the mount (a container that mounts its own cgroup as the root
+// without a cgroup namespace) is read at the mount's root instead. A missing or unreadable file
+// means "no limit at that level", never an error. cpusets need no cgroup reading: the kernel
+// already narrows the affinity mask to them.
+//
+// Memory (DefaultMemoryBudget): pipeline.memory_budget's default is
+//   min(2 GiB, 1/4 of the memory limit), limit = min(cgroup memory limit, MemTotal),
+// cgroup v2 `memory.max` ("max" = none) and v1 `memory.limit_in_bytes` (values of 2^62 and more,
+// the kernel's "unlimited" 0x7ffffffffffff000, = none), walked up like the CPU quota. Why: the
+// trainer processes on the same node (model, optimizer state, their own copies of batches)
+// need most of the memory; 1/4 leaves them 3/4 and a loader that needs more than 2 GiB for one
+// job is unusual enough to ask for it explicitly. tf.data's autotune ram_budget defaults to
+// half of the RAM, but tf.data runs inside the trainer, not beside it. The segment in /dev/shm
+// is charged to the daemon's memory cgroup, so it counts against the same limit.
+//
+// Memory plan (PlanMemory): the budget is a hard cap for the daemon's private RSS plus its
+// segment size. The fixed parts (ring segment, the daemon before the pipeline, per-open-file
+// reader buffers, shuffle buffer, batches in flight, parse workers' scratch, thread stacks, a
+// safety margin) are reserved first; what is left is the read-ahead, the elastic part the tuner
+// spends (TunerLimits::read_ahead_budget_bytes). A plan whose read-ahead is below the minimum
+// (open files x min_stream_buffer_bytes) throws BudgetError with the arithmetic line by line.
+// Parts sized in bytes by the code (ring, reader windows, inflate state, read-ahead payload) are
+// exact bounds; parts sized in records (shuffle buffer, batches in flight, the read-ahead's
+// per-record bookkeeping) are bounds under the assumption that records average at most 1.5 x
+// the sampled mean and are at least 2/3 of it (plus one record of the largest sampled size):
+// nothing stops a dataset from having other records later. The margin absorbs the rest
+// (malloc fragmentation, a reader window's brief copy while it grows).
+//
+// Process memory (ReadProcessMemory): RssAnon / RssFile / RssShmem / VmRSS / VmHWM from
+// /proc/<pid>/status. The daemon's "private RSS" is RssAnon: heap, stacks and anonymous mmaps,
+// the memory that is the daemon's alone. The segment is RssShmem (and only the pages touched so
+// far), so it is counted as its whole size instead; RssFile is mostly shared-library text,
+// shared with other processes and droppable by the kernel.
+//
+// Errors: DetectCpuBudget and DefaultMemoryBudget never throw (an unreadable file is no limit;
+// an unreadable /proc/meminfo falls back to sysconf). PlanMemory throws BudgetError;
+// ReadProcessMemory throws std::runtime_error naming the file (e.g. the process is gone).
+// Units: bytes, cores (fractions allowed).
+// Thread-safety: every function is reentrant (no shared state).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace ringfeed {
+
+// Where /proc and the cgroup hierarchies are; tests point these at directory trees in a temp dir.
+struct SystemPaths {
+  std::string proc_root = "/proc";
+  std::string cgroup_root = "/sys/fs/cgroup";
+};
+
+class BudgetError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// ---- CPU --------------------------------------------------------------------------------------
+
+struct CpuBudget {
+  double cores = 1;        // min(affinity_cpus, quota_cores), > 0
+  // Where `cores` came from, for the start-up log and `ringfeedctl status`, e.g.
+  // "cgroup v2 cpu.max 150000 100000 = 1.5 cores at /sys/fs/cgroup/foo (2 CPUs in the affinity mask)".
+  std::string source;
+  int64_t affinity_cpus = 1;           // CPUs in sched_getaffinity (sysconf when that fails)
+  std::optional<double> quota_cores;   // the smallest cgroup CPU quota; nullopt = none
+  std::string quota_source;            // "cgroup v1 cpu.cfs_quota_us 50000 / ... at <dir>"; "" = none
+};
+
+CpuBudget DetectCpuBudget(const SystemPaths& paths = {});
+
+// The tuner's cap on runnable (CPU-consuming) threads for a CPU budget of `cores`:
+// floor(cores), at least 1. Floor, not round: a group over its CFS quota is throttled for the
+// rest of the period (100 ms by default), a stall every consumer sees, whereas leaving a
+// fraction of a core unused costs little. At least 1, since the sequencer must run.
+int64_t RunnableThreads(double cores);
+
+// ---- Memory -----------------------------------------------------------------------------------
+
+constexpr uint64_t kMemoryBudgetCap = uint64_t{2} << 30;  // the default never exceeds 2 GiB
+constexpr uint64_t kMemoryBudgetDivisor = 4;              // default = limit / 4 below the cap
+
+struct MemoryBudgetDefault {
+  uint64_t bytes = 0;        // min(kMemoryBudgetCap, limit_bytes / 4)
+  uint64_t limit_bytes = 0;  // min(cgroup limit, MemTotal)
+  // e.g. "1/4 of cgroup v1 memory.limit_in_bytes 4.0 GiB at /sys/fs/cgroup/memory/job = 1.0 GiB"
+  std::string source;
+};
+
+MemoryBudgetDefault DefaultMemoryBudget(const SystemPaths& paths = {});
+
+// Sizes of the daemon's own data structures the plan counts (checked against sizeof and
+// measured allocations in tests/budget_test.cc, so a change there shows up as a failing test).
+constexpr uint64_t kInflateStateBytes = 96u << 10;        // ISA-L inflate_state (85 KiB) or zlib (~40 KiB)
+constexpr uint64_t kRecordOverheadBytes = 64;             // OwnedRecord + malloc header/rounding
+constexpr uint64_t kReadAheadRecordOverheadBytes = 224;   // StreamItem in a deque + malloc header/rounding
+constexpr uint64_t kThreadBytes = 256u << 10;             // resident stack + per-thread malloc state
+constexpr int64_t kDaemonFixedThreads = 4;                // main/control socket, sequencer, heartbeat, tuner
+constexpr uint64_t kSafetyMarginMinBytes = 8u << 20;      // margin = max(budget / 20, 8 MiB)
+constexpr uint64_t kSafetyMarginDivisor = 20;
+constexpr uint64_t kRecordHeaderFooterBytes = 16;         // TFRecord length + 2 CRCs, in the window
+// Records of a sampled mean of 0 (nothing sampled) are planned as this size.
+constexpr uint64_t kAssumedMeanRecordBytes = 1u << 10;
+
+struct MemoryInputs {
+  uint64_t budget_bytes = 0;           // pipeline.memory_budget (or DefaultMemoryBudget().bytes)
+  std::string budget_source = "pipeline.memory_budget";  // shown in Describe() and the error
+  // The ring (shm::Geometry): the whole segment counts, touched or not.
+  uint64_t ring_segment_bytes = 0;
+  int64_t ring_slots = 0;
+  uint64_t ring_slot_bytes = 0;        // slot stride; segment - slots x stride = superblock
+  // RssAnon measured after the config is loaded and before the pipeline starts (ReadProcessMemory).
+  uint64_t baseline_private_rss_bytes = 0;
+  // Files. The sequencer keeps cycle_length files in the interleave plus lookahead_files opened
+  // ahead of their turn for the read-ahead (daemon/sequencer.cc; the pipeline keeps one per
+  // reader): open files = min(cycle_length + lookahead_files, files).
+  int64_t cycle_length = 4;            // pipeline.cycle_length
+  int64_t lookahead_files = 0;         // the most files opened ahead in the run; 0 = max_readers
+  int64_t files = 0;                   // files of this shard; 0 = unknown (many)
+  bool compressed = false;             // any file GZIP/ZLIB: + input buffer + inflate state per open file
+  uint64_t reader_buffer_bytes = 1u << 20;       // ReaderOptions::buffer_bytes
+  uint64_t min_stream_buffer_bytes = 256u << 10; // TunerLimits::min_stream_buffer_bytes
+  // Records, from the start-up sample.
+  uint64_t mean_record_bytes = 0;
+  uint64_t largest_record_bytes = 0;
+  int64_t shuffle_buffer = 0;          // shuffle.buffer (records)
+  int64_t batch_size = 32;             // batch.size
+  int64_t queues = 1;                  // consumers.count in ranks mode, else 1
+  // Threads the tuner may start (TunerLimits::max_readers / max_workers, or the fixed numbers).
+  int64_t max_readers = 1;
+  int64_t max_workers = 1;
+  uint64_t worker_scratch_bytes = 1u << 20;  // heap one parse worker keeps (measure/layout vectors)
+};
+
+struct MemoryPlanLine {
+  std::string part;        // "ring", "shuffle buffer", ...
+  std::string arithmetic;  // "10 slots x 4.0 MiB + 64.0 KiB superblock"
+  uint64_t bytes = 0;
+};
+
+struct MemoryPlan {
+  uint64_t budget_bytes = 0;
+  std::string budget_source;  // MemoryInputs::budget_source
+  int64_t open_files = 0;
+  // Fixed parts (bytes).
+  uint64_t ring_bytes = 0;
+  uint64_t baseline_bytes = 0;
+  uint64_t open_files_bytes = 0;  // windows, compressed input, inflate state, one record beyond the buffer
+  uint64_t shuffle_bytes = 0;
+  uint64_t batches_bytes = 0;     // records of batches being formed and parsed
+  uint64_t workers_bytes = 0;
+  uint64_t threads_bytes = 0;
+  uint64_t margin_bytes = 0;
+  uint64_t fixed_bytes = 0;       // the sum of the above
+  // The elastic part. read_ahead_memory_bytes = budget - fixed; of it, read_ahead_bytes is record
+  // payload (what ReadAhead::buffered_bytes counts), the rest its per-record bookkeeping.
+  // The tuner keeps open files x stream_buffer_bytes <= read_ahead_bytes.
+  uint64_t read_ahead_memory_bytes = 0;
+  uint64_t read_ahead_bytes = 0;
+  uint64_t min_read_ahead_bytes = 0;  // open_files x min_stream_buffer_bytes (payload)
+  std::vector<MemoryPlanLine> lines;  // fixed parts, margin, read-ahead, in order
+
+  // Largest stream_buffer_bytes the budget allows with every file open.
+  uint64_t max_stream_buffer_bytes() const {
+    return open_files > 0 ? read_ahead_bytes / static_cast<uint64_t>(open_files) : read_ahead_bytes;
+  }
+  // The table for the start-up log, one part a line:
+  //   memory budget 256.0 MiB (pipeline.memory_budget):
+  //     ring: 10 slots x 4.0 MiB + 64.0 KiB superblock = 40.1 MiB
+  //     ...
+  //     read-ahead: 140.6 MiB left = 120.7 MiB of record payload + 224 B per 1.3 KiB record (2/3 of
+  //       the mean), up to 15.1 MiB per open file = 140.6 MiB
+  std::string Describe() const;
+};
+
+// Throws BudgetError when the read-ahead left is below min_read_ahead_bytes (or nothing is
+// left), with every part's arithmetic and the fix, e.g.
+//   pipeline.memory_budget 64.0 MiB is too small for this job:
+//     ring: 10 slots x 4.0 MiB + 64.0 KiB superblock = 40.1 MiB
+//     shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 64 B) + 9.0 KiB largest = 29.9 MiB
+//     ...
+//     read-ahead at least: 8 open files x 256.0 KiB min stream buffer + ... = 2.3 MiB (the budget leaves 0 B)
+//     needed at least 113.0 MiB (118456064 bytes); raise pipeline.memory_budget to at least 113MiB or
+//     lower ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (29.9 MiB)
+// The budget named is exact: the smallest that fits (the 5% margin grows with the budget).
+// Also throws BudgetError for inputs that make no sense (budget 0, cycle_length < 1, ...).
+MemoryPlan PlanMemory(const MemoryInputs& inputs);
+
+// Open files for an interleave of `cycle_length` with `lookahead_files` opened ahead, over
+// `files` files (0 = unknown): min(cycle_length + lookahead_files, files), at least 1.
+int64_t OpenFiles(int64_t cycle_length, int64_t lookahead_files, int64_t files);
+
+// ---- Process memory ---------------------------------------------------------------------------
+
+struct ProcessMemory {
+  uint64_t rss_anon = 0;   // RssAnon: heap, stacks, anonymous mappings
+  uint64_t rss_file = 0;   // RssFile: file-backed pages (library text)
+  uint64_t rss_shmem = 0;  // RssShmem: touched pages of shared memory (the segment)
+  uint64_t vm_rss = 0;     // VmRSS = the three together
+  uint64_t vm_hwm = 0;     // VmHWM: peak VmRSS
+  uint64_t private_rss() const { return rss_anon; }  // see the top of this file
+};
+
+// From /proc/<pid>/status (pid 0 = this process). Throws std::runtime_error naming the file.
+ProcessMemory ReadProcessMemory(pid_t pid = 0, const SystemPaths& paths = {});
+
+// "4.0 MiB", "512 B", "1.5 GiB": one decimal, binary units (as shm::HumanBytes).
+std::string FormatBytes(uint64_t bytes);
+
+}  // namespace ringfeed

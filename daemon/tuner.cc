@@ -1,0 +1,550 @@
+// Tuner: the autotuner's decisions (contract and numbers in daemon/tuner.h).
+//
+// Each Observe does, in order:
+//  1. Budgets and limits: knobs over max_*, over the read-ahead budget or over the CPU budget
+//     (readers that turned CPU-bound) are lowered, and stream_buffer_bytes is re-derived from
+//     readers. Any such change ends the round (a trial in progress is dropped, not judged).
+//  2. No consumers (or an empty interval): hold. Nothing changes.
+//  3. The trial of the previous round is judged: a raise is kept if throughput gained >= 5%, a
+//     step down if consumers still do not wait (or, for a CPU trade made while they waited, if
+//     throughput did not fall by 5%). Otherwise the knobs go back and the knob is held off
+//     (120 s, doubling). A kept raise leaves a floor: steps down never go back to that level.
+//  4. A shift (throughput +-20%, consumer wait +-20 points, consumer count) against the level
+//     after the last change: intervals short again, hold-offs and floors cleared.
+//  5. At most one change (one trial), so that its effect can be judged alone:
+//     consumers wait -> raise the stage that limits (see TryRaise), or trade a CPU thread from
+//     the stage with slack to it; consumers do not wait -> step down the first of workers,
+//     readers, prefetch that would stay <= 85% busy (or, for prefetch, kept >= 2 batches ready
+//     for 3 intervals).
+// This is tf.data's stage-based hill climbing (raise the slowest stage) with what it lacks: a
+// budget check before every step, a trial that must pay off, steps down, and hold-offs.
+#include "daemon/tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+
+namespace ringfeed {
+namespace {
+
+std::string Format(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string Format(const char* format, ...) {
+  char buffer[512];
+  va_list args;
+  va_start(args, format);
+  const int n = std::vsnprintf(buffer, sizeof buffer, format, args);
+  va_end(args);
+  if (n < 0) return {};
+  return std::string(buffer, std::min(static_cast<size_t>(n), sizeof buffer - 1));
+}
+
+std::string Bytes(uint64_t bytes) {
+  if (bytes >= (uint64_t{1} << 30)) return Format("%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  if (bytes >= (uint64_t{1} << 20)) return Format("%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  if (bytes >= (uint64_t{1} << 10)) return Format("%.1f KiB", static_cast<double>(bytes) / (1 << 10));
+  return Format("%llu B", static_cast<unsigned long long>(bytes));
+}
+
+double Pct(double fraction) { return 100 * fraction; }
+long long LL(int64_t v) { return static_cast<long long>(v); }
+double Clamp01(double v) { return std::isfinite(v) ? std::clamp(v, 0.0, 1.0) : 0.0; }
+
+}  // namespace
+
+std::string ToString(const TunerChange& change) {
+  return Format("%s %lld -> %lld: ", change.knob.c_str(), LL(change.from), LL(change.to)) + change.reason;
+}
+
+// One observation, digested.
+struct Tuner::Signals {
+  const TunerObservation& o;
+  double interval = 0;
+  double throughput = 0;  // records/s
+  double wait = 0;        // consumer wait fraction
+  bool waiting = false;   // wait >= kConsumerWaitThreshold
+  double read_busy = 0, parse_busy = 0, read_wait = 0, slot_wait = 0;
+  double cpu_used = 0;    // runnable threads' worth of CPU in use (estimate, for reasons)
+};
+
+Tuner::Tuner(TunerLimits limits, TunerKnobs initial, TunerFixed fixed)
+    : limits_(limits), knobs_(initial), fixed_(fixed) {}
+
+uint64_t Tuner::StreamBufferBytesFor(const TunerLimits& limits, int64_t readers) {
+  const int64_t open_files = std::max<int64_t>(1, limits.open_files_base + std::max<int64_t>(0, readers));
+  uint64_t bytes = limits.read_ahead_budget_bytes / static_cast<uint64_t>(open_files);
+  bytes = std::min(bytes, limits.max_stream_buffer_bytes);
+  if (bytes >= kStreamBufferAlign) bytes -= bytes % kStreamBufferAlign;
+  return bytes;
+}
+
+int64_t& Tuner::Value(Knob k) {
+  switch (k) {
+    case kReaders: return knobs_.readers;
+    case kWorkers: return knobs_.workers;
+    default: return knobs_.prefetch;
+  }
+}
+
+bool Tuner::Fixed(Knob k) const {
+  switch (k) {
+    case kReaders: return fixed_.readers;
+    case kWorkers: return fixed_.workers;
+    default: return fixed_.prefetch;
+  }
+}
+
+const char* Tuner::Name(Knob k) {
+  switch (k) {
+    case kReaders: return "readers";
+    case kWorkers: return "workers";
+    default: return "prefetch";
+  }
+}
+
+int64_t Tuner::CpuBoundReaders(int64_t readers) const {
+  return std::llround(static_cast<double>(readers) * read_cpu_share_);
+}
+
+int64_t Tuner::Runnable(int64_t workers, int64_t readers) const {
+  return workers + 1 + CpuBoundReaders(readers);
+}
+
+int64_t Tuner::MaxReadersForMemory() const {
+  const uint64_t per_file = fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes;
+  if (per_file == 0) return limits_.max_readers;
+  const uint64_t files = limits_.read_ahead_budget_bytes / per_file;
+  const int64_t readers = static_cast<int64_t>(std::min<uint64_t>(files, uint64_t{1} << 40)) - limits_.open_files_base;
+  return std::min(readers, limits_.max_readers);
+}
+
+int64_t Tuner::ReadersRaiseTarget(int64_t workers, bool* cpu_blocked) const {
+  *cpu_blocked = false;
+  const int64_t r = knobs_.readers;
+  if (fixed_.readers || now_seconds_ < hold_[kReaders].raise_until || r >= limits_.max_readers) return r;
+  int64_t to = std::min(IoBound() ? 2 * r : r + 1, limits_.max_readers);
+  to = std::min(to, MaxReadersForMemory());
+  if (to <= r) return r;
+  while (to > r && Runnable(workers, to) > limits_.cpu_threads) --to;
+  *cpu_blocked = to == r;
+  return to;
+}
+
+bool Tuner::CanRaiseWorkers(int64_t readers, bool* cpu_blocked) const {
+  *cpu_blocked = false;
+  const int64_t w = knobs_.workers;
+  if (fixed_.workers || now_seconds_ < hold_[kWorkers].raise_until || w >= limits_.max_workers) return false;
+  if (Runnable(w + 1, readers) > limits_.cpu_threads) {
+    *cpu_blocked = true;
+    return false;
+  }
+  return true;
+}
+
+void Tuner::Set(Knob k, int64_t to, const std::string& reason, std::vector<TunerChange>* changes) {
+  int64_t& value = Value(k);
+  if (value == to) return;
+  changes->push_back({Name(k), value, to, reason});
+  value = to;
+  if (k == kPrefetch) quiet_intervals_ = 0;
+  if (k == kReaders && !fixed_.stream_buffer_bytes) {
+    const uint64_t bytes = StreamBufferBytesFor(limits_, to);
+    if (bytes != knobs_.stream_buffer_bytes) {
+      changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
+                          static_cast<int64_t>(bytes),
+                          Format("read-ahead budget %s over %lld + %lld open files (readers %lld)",
+                                 Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base), LL(to),
+                                 LL(to))});
+      knobs_.stream_buffer_bytes = bytes;
+    }
+  }
+}
+
+void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes) {
+  for (Knob k : {kReaders, kWorkers, kPrefetch}) {
+    const int64_t target = k == kReaders ? to.readers : k == kWorkers ? to.workers : to.prefetch;
+    if (Value(k) != target) {
+      changes->push_back({Name(k), Value(k), target, reason});
+      Value(k) = target;
+      if (k == kPrefetch) quiet_intervals_ = 0;
+    }
+  }
+  if (knobs_.stream_buffer_bytes != to.stream_buffer_bytes) {
+    changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
+                        static_cast<int64_t>(to.stream_buffer_bytes), Format("back with readers %lld", LL(to.readers))});
+    knobs_.stream_buffer_bytes = to.stream_buffer_bytes;
+  }
+}
+
+void Tuner::EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes) {
+  // Counts within their limits (a knob fixed by the config is left as the config says).
+  auto within = [&](Knob k, int64_t high, const char* limit) {
+    if (Fixed(k)) return;
+    if (Value(k) > high) Set(k, std::max<int64_t>(1, high), Format("above %s %lld", limit, LL(high)), changes);
+    if (Value(k) < 1) Set(k, 1, "at least 1", changes);
+  };
+  within(kReaders, limits_.max_readers, "max_readers");
+  within(kWorkers, limits_.max_workers, "max_workers");
+  within(kPrefetch, limits_.max_prefetch, "max_prefetch");
+
+  // Memory: open files x stream_buffer_bytes within the read-ahead budget.
+  if (!fixed_.readers) {
+    const int64_t cap = std::max<int64_t>(1, MaxReadersForMemory());
+    if (knobs_.readers > cap) {
+      const uint64_t per_file =
+          fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes;
+      Set(kReaders, cap,
+          Format("read-ahead budget %s holds %lld open files of %s (%lld for the interleave + %lld readers)",
+                 Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base + cap),
+                 Bytes(per_file).c_str(), LL(limits_.open_files_base), LL(cap)),
+          changes);
+    }
+  }
+
+  // CPU: workers + sequencer + CPU-bound readers within cpu_threads. Take from the less busy
+  // stage first (on a tie, workers: readers are the cheaper threads to keep).
+  int64_t w = knobs_.workers, r = knobs_.readers;
+  const int64_t runnable = Runnable(w, r);
+  while (Runnable(w, r) > limits_.cpu_threads) {
+    const bool can_w = !fixed_.workers && w > 1;
+    const bool can_r = !fixed_.readers && r > 1 && CpuBoundReaders(r - 1) < CpuBoundReaders(r);
+    if (!can_w && !can_r) break;
+    if (can_w && (!can_r || s.parse_busy <= s.read_busy)) {
+      --w;
+    } else {
+      --r;
+    }
+  }
+  if (w != knobs_.workers || r != knobs_.readers) {
+    const std::string reason =
+        Format("over the CPU budget: %lld workers + sequencer + %lld CPU-bound readers (%.0f%% CPU) = %lld runnable "
+               "threads, %lld allowed",
+               LL(knobs_.workers), LL(CpuBoundReaders(knobs_.readers)), Pct(read_cpu_fraction_), LL(runnable),
+               LL(limits_.cpu_threads));
+    Set(kWorkers, w, reason, changes);
+    Set(kReaders, r, reason, changes);
+  }
+
+  // stream_buffer_bytes follows readers (an initial value, or one set before readers were).
+  if (!fixed_.stream_buffer_bytes) {
+    const uint64_t bytes = StreamBufferBytesFor(limits_, knobs_.readers);
+    if (bytes != knobs_.stream_buffer_bytes) {
+      changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
+                          static_cast<int64_t>(bytes),
+                          Format("read-ahead budget %s over %lld + %lld open files (readers %lld)",
+                                 Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base),
+                                 LL(knobs_.readers), LL(knobs_.readers))});
+      knobs_.stream_buffer_bytes = bytes;
+    }
+  }
+}
+
+void Tuner::SetReference(double throughput, double wait, int64_t consumers) {
+  has_reference_ = true;
+  reference_throughput_ = throughput;
+  reference_wait_ = wait;
+  reference_consumers_ = consumers;
+}
+
+bool Tuner::Shifted(const Signals& s) const {
+  if (s.o.consumers != reference_consumers_) return true;
+  if (std::fabs(s.wait - reference_wait_) > kShiftFraction) return true;
+  if (reference_throughput_ <= 0) return s.throughput > 0;
+  return std::fabs(s.throughput - reference_throughput_) > kShiftFraction * reference_throughput_;
+}
+
+void Tuner::ClearHolds() {
+  for (Hold& h : hold_) h = Hold{};
+}
+
+void Tuner::StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs) {
+  trial_ = Trial{raise, s.waiting, before, std::move(knobs), s.throughput, s.wait, s.o.consumers};
+}
+
+namespace {
+// "workers 3" or "readers 4, workers 2": the trial's knobs at `k`.
+std::string Describe(const TunerKnobs& k, bool readers, bool workers, bool prefetch) {
+  std::string out;
+  auto add = [&](const char* name, int64_t v) { out += Format("%s%s %lld", out.empty() ? "" : ", ", name, LL(v)); };
+  if (readers) add("readers", k.readers);
+  if (workers) add("workers", k.workers);
+  if (prefetch) add("prefetch", k.prefetch);
+  return out;
+}
+}  // namespace
+
+bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
+  const Trial t = *trial_;
+  trial_.reset();
+  if (s.o.consumers != t.consumers) {
+    // Not comparable: keep the change; the new consumer count counts as a shift (step 4).
+    SetReference(t.throughput, t.consumer_wait, t.consumers);
+    return false;
+  }
+  bool keep;
+  if (t.raise) {
+    keep = s.throughput > 0 && s.throughput >= t.throughput * (1 + kRaiseGain);  // 0 -> 0 is no gain
+  } else if (!t.consumers_waited) {
+    keep = !s.waiting;
+  } else {
+    keep = s.throughput >= t.throughput * (1 - kRaiseGain);
+  }
+  if (keep) {
+    for (Knob k : t.knobs) {
+      Hold& h = hold_[k];
+      if (t.raise) {
+        h.floor = k == kReaders ? t.before.readers : k == kWorkers ? t.before.workers : t.before.prefetch;
+        h.raise_seconds = kHoldOffSeconds;
+      } else {
+        h.lower_seconds = kHoldOffSeconds;
+      }
+    }
+    SetReference(s.throughput, s.wait, s.o.consumers);
+    return false;
+  }
+
+  bool r = false, w = false, p = false;
+  for (Knob k : t.knobs) (k == kReaders ? r : k == kWorkers ? w : p) = true;
+  const std::string now_desc = Describe(knobs_, r, w, p);
+  const std::string before_desc = Describe(t.before, r, w, p);
+  double hold_seconds = 0;
+  for (Knob k : t.knobs) {
+    Hold& h = hold_[k];
+    double& seconds = t.raise ? h.raise_seconds : h.lower_seconds;
+    (t.raise ? h.raise_until : h.lower_until) = now_seconds_ + seconds;
+    hold_seconds = std::max(hold_seconds, seconds);
+    seconds = std::min(2 * seconds, kMaxHoldOffSeconds);
+  }
+  std::string reason;
+  if (t.raise) {
+    reason = Format("taken back: %s gave %.0f records/s, less than %.0f%% over %.0f records/s with %s; not raised "
+                    "again for %.0f s",
+                    now_desc.c_str(), s.throughput, Pct(kRaiseGain), t.throughput, before_desc.c_str(), hold_seconds);
+  } else if (!t.consumers_waited) {
+    reason = Format("taken back: with %s consumers waited %.0f%% of %.2f s (%.0f%% with %s); not lowered again for "
+                    "%.0f s",
+                    now_desc.c_str(), Pct(s.wait), s.interval, Pct(t.consumer_wait), before_desc.c_str(), hold_seconds);
+  } else {
+    reason = Format("taken back: with %s throughput fell to %.0f records/s, more than %.0f%% below %.0f records/s with "
+                    "%s; not lowered again for %.0f s",
+                    now_desc.c_str(), s.throughput, Pct(kRaiseGain), t.throughput, before_desc.c_str(), hold_seconds);
+  }
+  Restore(t.before, reason, changes);
+  SetReference(t.throughput, t.consumer_wait, t.consumers);
+  return true;
+}
+
+bool Tuner::TryTrade(Knob give, Knob take, const Signals& s, std::vector<TunerChange>* changes) {
+  if (Fixed(give) || now_seconds_ < hold_[give].lower_until) return false;
+  const int64_t from = Value(give);
+  const int64_t to = from - 1;
+  if (to < 1 || to <= hold_[give].floor) return false;
+  const double busy = give == kWorkers ? s.parse_busy : s.read_busy;
+  const double predicted = busy * static_cast<double>(from) / static_cast<double>(to);
+  if (predicted > kLowerTargetBusy) return false;
+  // Only a step that lets `take` go up afterwards is worth a trial.
+  bool cpu_blocked = false;
+  if (give == kWorkers) {
+    if (ReadersRaiseTarget(to, &cpu_blocked) <= knobs_.readers) return false;
+  } else {
+    if (CpuBoundReaders(to) >= CpuBoundReaders(from) || s.read_wait >= kReadStarved) return false;
+    if (!CanRaiseWorkers(to, &cpu_blocked)) return false;
+  }
+  const double take_busy = take == kWorkers ? s.parse_busy : s.read_busy;
+  const std::string reason = Format(
+      "frees a runnable thread for %s, which limit throughput (%.0f%% busy; consumers waited %.0f%% of %.2f s) at the "
+      "CPU budget (%lld of %lld runnable threads); %s %.0f%% busy, with %lld they would be %.0f%%",
+      Name(take), Pct(take_busy), Pct(s.wait), s.interval, LL(Runnable(knobs_.workers, knobs_.readers)),
+      LL(limits_.cpu_threads), Name(give), Pct(busy), LL(to), Pct(predicted));
+  const TunerKnobs before = knobs_;
+  Set(give, to, reason, changes);
+  StartTrial(false, s, before, {give});
+  return true;
+}
+
+bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
+  const bool read_saturated = s.read_busy >= kSaturatedBusy || s.read_wait >= kReadStarved;
+  const bool parse_saturated = s.parse_busy >= kSaturatedBusy;
+  const std::string waited = Format("consumers waited %.0f%% of %.2f s", Pct(s.wait), s.interval);
+  const std::string cpu = Format("%.1f of %lld runnable threads used", s.cpu_used, LL(limits_.cpu_threads));
+  const std::string read_kind =
+      Format("%.0f%% CPU: %s", Pct(read_cpu_fraction_), IoBound() ? "I/O-blocked, x2 step" : "CPU-bound, +1 step");
+  const TunerKnobs before = knobs_;
+  const int64_t r = knobs_.readers, w = knobs_.workers;
+  bool cpu_blocked = false;
+
+  if (read_saturated && parse_saturated && s.read_wait < kReadStarved &&
+      std::fabs(s.read_busy - s.parse_busy) < kBusyTie) {
+    // Both stages limit: raising one alone gains nothing, so raise both as one trial.
+    if (!CanRaiseWorkers(r, &cpu_blocked)) return false;
+    const int64_t readers_to = ReadersRaiseTarget(w + 1, &cpu_blocked);
+    if (readers_to <= r) return false;
+    const std::string reason = Format("%s, readers %.0f%% and workers %.0f%% busy (both limit, raised together; "
+                                      "readers %s), %s",
+                                      waited.c_str(), Pct(s.read_busy), Pct(s.parse_busy), read_kind.c_str(), cpu.c_str());
+    Set(kReaders, readers_to, reason, changes);
+    Set(kWorkers, w + 1, reason, changes);
+    StartTrial(true, s, before, {kReaders, kWorkers});
+    return true;
+  }
+  if (read_saturated && (s.read_wait >= kReadStarved || !parse_saturated || s.read_busy > s.parse_busy)) {
+    const int64_t to = ReadersRaiseTarget(w, &cpu_blocked);
+    if (to > r) {
+      Set(kReaders, to,
+          Format("%s, the sequencer waited for records %.0f%%, readers %.0f%% busy (%s), %s", waited.c_str(),
+                 Pct(s.read_wait), Pct(s.read_busy), read_kind.c_str(), cpu.c_str()),
+          changes);
+      StartTrial(true, s, before, {kReaders});
+      return true;
+    }
+    return cpu_blocked && TryTrade(kWorkers, kReaders, s, changes);
+  }
+  if (parse_saturated) {
+    if (CanRaiseWorkers(r, &cpu_blocked)) {
+      Set(kWorkers, w + 1, Format("%s, workers %.0f%% busy, %s", waited.c_str(), Pct(s.parse_busy), cpu.c_str()),
+          changes);
+      StartTrial(true, s, before, {kWorkers});
+      return true;
+    }
+    return cpu_blocked && TryTrade(kReaders, kWorkers, s, changes);
+  }
+  if (s.o.ready_slots_min == 0) {
+    // Neither stage is saturated, yet the ring runs dry: output comes in bursts (tf.data #39992).
+    const int64_t p = knobs_.prefetch;
+    if (fixed_.prefetch || now_seconds_ < hold_[kPrefetch].raise_until || p >= limits_.max_prefetch) return false;
+    Set(kPrefetch, p + 1,
+        Format("%s and the ring ran dry (0 ready at the least, %.1f on average) while readers were %.0f%% and workers "
+               "%.0f%% busy: bursty output",
+               waited.c_str(), s.o.ready_slots_mean, Pct(s.read_busy), Pct(s.parse_busy)),
+        changes);
+    StartTrial(true, s, before, {kPrefetch});
+    return true;
+  }
+  return false;
+}
+
+bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
+  const TunerKnobs before = knobs_;
+  const std::string waited = Format("consumers waited %.0f%% of %.2f s", Pct(s.wait), s.interval);
+  auto lowerable = [&](Knob k) { return !Fixed(k) && Value(k) > 1 && now_seconds_ >= hold_[k].lower_until; };
+
+  if (lowerable(kWorkers)) {
+    const int64_t w = knobs_.workers, to = w - 1;
+    const double predicted = s.parse_busy * static_cast<double>(w) / static_cast<double>(to);
+    if (to > hold_[kWorkers].floor && predicted <= kLowerTargetBusy) {
+      Set(kWorkers, to,
+          Format("%s, workers %.0f%% busy, with %lld they would be %.0f%%", waited.c_str(), Pct(s.parse_busy), LL(to),
+                 Pct(predicted)),
+          changes);
+      StartTrial(false, s, before, {kWorkers});
+      return true;
+    }
+  }
+  if (lowerable(kReaders) && s.read_wait < kReadStarved) {
+    const int64_t r = knobs_.readers;
+    // I/O-blocked readers come down the x2 ladder they went up, CPU-bound ones one at a time.
+    for (int64_t to : {IoBound() ? r / 2 : r - 1, r - 1}) {
+      const double predicted = s.read_busy * static_cast<double>(r) / static_cast<double>(std::max<int64_t>(1, to));
+      if (to < 1 || to <= hold_[kReaders].floor || predicted > kLowerTargetBusy) continue;
+      Set(kReaders, to,
+          Format("%s, readers %.0f%% busy, with %lld they would be %.0f%%", waited.c_str(), Pct(s.read_busy), LL(to),
+                 Pct(predicted)),
+          changes);
+      StartTrial(false, s, before, {kReaders});
+      return true;
+    }
+  }
+  if (lowerable(kPrefetch) && quiet_intervals_ >= kPrefetchQuietIntervals) {
+    // Half of the batches that never left the ring, keeping one ready.
+    const int64_t p = knobs_.prefetch;
+    const int64_t to = std::max({int64_t{1}, p - std::max<int64_t>(1, (quiet_min_ready_ - 1) / 2),
+                                 hold_[kPrefetch].floor + 1});
+    if (to < p) {
+      Set(kPrefetch, to,
+          Format("consumers did not wait in the last %lld intervals and at least %lld batches stayed ready in the ring",
+                 LL(quiet_intervals_), LL(quiet_min_ready_)),
+          changes);
+      StartTrial(false, s, before, {kPrefetch});
+      return true;
+    }
+  }
+  return false;
+}
+
+TunerDecision Tuner::Finish(std::vector<TunerChange> changes, bool changed) {
+  interval_seconds_ =
+      changed ? kShortIntervalSeconds : std::min(interval_seconds_ * kIntervalGrowth, kMaxIntervalSeconds);
+  TunerDecision d;
+  d.knobs = knobs_;
+  d.changes = std::move(changes);
+  d.next_interval_seconds = interval_seconds_;
+  d.runnable_threads = Runnable(knobs_.workers, knobs_.readers);
+  d.blocked_io_threads = knobs_.readers - std::min(knobs_.readers, CpuBoundReaders(knobs_.readers));
+  return d;
+}
+
+TunerDecision Tuner::Observe(const TunerObservation& o) {
+  const double interval = std::isfinite(o.interval_seconds) && o.interval_seconds > 0 ? o.interval_seconds : 0;
+  now_seconds_ += interval;
+  if (o.read_busy_fraction > 0.01) {
+    read_cpu_fraction_ = Clamp01(o.read_cpu_fraction);
+    read_cpu_share_ = Clamp01(o.read_busy_fraction) * read_cpu_fraction_;
+  }
+
+  Signals s{o};
+  s.interval = interval;
+  s.throughput = interval > 0 ? static_cast<double>(o.records) / interval : 0;
+  s.wait = Clamp01(o.consumer_wait_fraction);
+  s.waiting = s.wait >= kConsumerWaitThreshold;
+  s.read_busy = Clamp01(o.read_busy_fraction);
+  s.parse_busy = Clamp01(o.parse_busy_fraction);
+  s.read_wait = Clamp01(o.sequencer_read_wait_fraction);
+  s.slot_wait = Clamp01(o.sequencer_slot_wait_fraction);
+  s.cpu_used = static_cast<double>(knobs_.workers) * s.parse_busy +
+               static_cast<double>(knobs_.readers) * s.read_busy * read_cpu_fraction_ +
+               std::max(0.0, 1 - s.read_wait - s.slot_wait);
+
+  if (o.consumers > 0 && !s.waiting && o.ready_slots_min >= 2) {
+    quiet_min_ready_ = quiet_intervals_ == 0 ? o.ready_slots_min : std::min(quiet_min_ready_, o.ready_slots_min);
+    ++quiet_intervals_;
+  } else {
+    quiet_intervals_ = 0;
+  }
+
+  // 1. Budgets first, whatever else happens.
+  std::vector<TunerChange> changes;
+  EnforceBudgets(s, &changes);
+  if (!changes.empty()) {
+    trial_.reset();
+    has_reference_ = false;
+    return Finish(std::move(changes), true);
+  }
+
+  // 2. Nothing to tune for: hold. A trial in progress cannot be judged; its step stays (unused
+  // capacity is taken back once consumers are there to show it is unused).
+  if (o.consumers <= 0 || interval <= 0) {
+    trial_.reset();
+    SetReference(s.throughput, s.wait, o.consumers);  // consumers arriving will be a shift
+    return Finish({}, false);
+  }
+
+  // 3. Judge the last change.
+  if (trial_ && EvaluateTrial(s, &changes)) return Finish(std::move(changes), true);
+
+  // 4. Regime shift?
+  bool shifted = false;
+  if (!has_reference_) {
+    SetReference(s.throughput, s.wait, o.consumers);
+  } else if (Shifted(s)) {
+    shifted = true;
+    ClearHolds();
+    SetReference(s.throughput, s.wait, o.consumers);
+  }
+
+  // 5. One change.
+  const bool changed = s.waiting ? TryRaise(s, &changes) : TryLower(s, &changes);
+  if (changed) has_reference_ = false;
+  return Finish(std::move(changes), changed || shifted);
+}
+
+}  // namespace ringfeed

@@ -1,0 +1,230 @@
+// Tuner: ringfeedd's autotuner. A pure decision function, fed one Observation per tuning
+// interval by the daemon (daemon/ringfeedd.cc) or by a simulated pipeline in the tests
+// (tests/tuner_test.cc); it never touches threads, clocks or the ring itself.
+//
+// What it tunes (Knobs): I/O parallelism (`readers`: files read in parallel, one I/O thread
+// each), read-ahead depth (`stream_buffer_bytes` per open file), parse `workers`, and `prefetch`
+// (batches the loader may keep ready in the ring). None of them changes the order of batches:
+// `cycle_length` is not a knob (see docs/architecture.md, "Determinism").
+//
+// How it decides (docs/architecture.md, "Autotuning"; compare tf.data's stage-based optimiser in
+// ../shared/reference/prior-art.md):
+//   - Consumers waiting for batches (Observation::consumer_wait_fraction) is the signal that the
+//     loader is the bottleneck. Then the stage that limits throughput is the one to raise: reads
+//     when the sequencer waits for records (read-bound), parse workers when they are all busy
+//     (parse-bound), prefetch when neither is saturated but the ring still runs dry (bursts).
+//   - A raise is kept only if throughput rises by a clear margin in the next interval;
+//     otherwise it is taken back and that knob is not raised again for a hold-off period
+//     (hysteresis, no oscillation).
+//   - When consumers never wait, capacity that is not used (idle workers, idle I/O threads, a
+//     ring that never drains below several ready batches) is taken back one step at a time,
+//     and a step that makes consumers wait is undone.
+//   - Intervals start short (fast settling) and lengthen while nothing changes.
+//
+// The numbers (public constants below; the algorithm step by step in tuner.cc's top comment):
+// consumers "wait" at >= 5% of the interval; a stage is saturated at >= 85% busy, or the read
+// stage when the sequencer waits >= 25% for records; a raise is kept when throughput gains
+// >= 5% over the interval before it, else it is taken back and the knob is not raised again for
+// 120 s (doubling on each further failure, up to 960 s); a step down is taken only if the stage
+// would stay <= 85% busy with one step less, and never back to a level a kept raise left; a
+// shift of throughput by > 20% (or of consumer wait by > 20 points, or of the consumer count)
+// clears hold-offs and those floors. Intervals: 0.25 s, x1.5 per quiet interval, up to 2 s.
+// I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
+// workers and prefetch +-1 (prefetch down by half the batches that never left the ring).
+//
+// Budgets (Limits), checked before every change, never exceeded:
+//   - CPU: runnable threads = workers + 1 (the sequencer) + the I/O threads that are CPU-bound
+//     (see Observation::read_cpu_fraction) must stay <= Limits::cpu_threads. I/O threads blocked
+//     in reads do not count; Decision reports how many there are.
+//     CPU-bound readers = round(readers x read_busy_fraction x read_cpu_fraction), the cores
+//     the I/O threads used in the last interval with reads: a reader that inflates GZIP all
+//     the time counts as one, one that waits for storage or for room in its buffer (the
+//     parse-bound local case: ~15% busy) does not.
+//   - memory: the read-ahead (open files x stream_buffer_bytes) must stay within
+//     Limits::read_ahead_budget_bytes, the part of pipeline.memory_budget left to it (see
+//     daemon/budget.h). Open files = open_files_base + readers. Unless fixed,
+//     stream_buffer_bytes = StreamBufferBytesFor(limits, readers) (budget / open files, clamped
+//     to the max, 4 KiB multiple) after every change of readers; readers are raised only while
+//     that stays >= min_stream_buffer_bytes.
+//   Knobs over a budget (an initial setting, or readers that turned CPU-bound) are lowered in
+//   the next decision, before anything else. The floor (1 reader, 1 worker, prefetch 1) always
+//   runs, even if it alone is over cpu_threads (budget.h's start-up check is the place to refuse).
+// Fixed knobs (a number in the config) are never changed, not even to meet a budget.
+//
+// Determinism: no clocks, no randomness; the same observations give the same decisions. Time
+// (hold-offs) is the sum of the observed interval_seconds.
+//
+// Thread-safety: none; one thread owns a Tuner.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ringfeed {
+
+struct TunerKnobs {
+  int64_t readers = 1;                  // I/O threads = files read in parallel
+  uint64_t stream_buffer_bytes = 4u << 20;  // read-ahead per open file (bytes)
+  int64_t workers = 1;                  // parse workers
+  int64_t prefetch = 2;                 // ready batches the loader may keep in the ring
+
+  bool operator==(const TunerKnobs&) const = default;
+};
+
+// Which knobs the config fixes (a number instead of `auto`); those are never changed.
+struct TunerFixed {
+  bool readers = false;
+  bool stream_buffer_bytes = false;
+  bool workers = false;
+  bool prefetch = false;
+};
+
+struct TunerLimits {
+  int64_t cpu_threads = 1;              // runnable threads allowed: floor(cpu_budget), >= 1... see budget.h
+  uint64_t read_ahead_budget_bytes = 64u << 20;  // for all open files' read-ahead together
+  int64_t open_files_base = 4;          // files open for the interleave besides the readers' (cycle_length)
+  int64_t max_readers = 16;
+  int64_t max_workers = 16;
+  int64_t max_prefetch = 16;            // ring slots available for prefetch (fixed at start)
+  uint64_t min_stream_buffer_bytes = 256u << 10;
+  uint64_t max_stream_buffer_bytes = 16u << 20;
+};
+
+// What the pipeline did during one interval. Fractions are in [0, 1] of the interval's wall time.
+struct TunerObservation {
+  double interval_seconds = 0;
+  uint64_t records = 0;                 // records published in the interval
+  int64_t consumers = 0;                // attached consumers (0: nothing to tune for; hold)
+  double consumer_wait_fraction = 0;    // mean over consumers of the time spent waiting in next()
+  // Read stage (I/O threads).
+  double read_busy_fraction = 0;        // mean over I/O threads of the time spent reading
+  double read_cpu_fraction = 0;         // CPU time of I/O threads / their busy time (1: CPU-bound)
+  double sequencer_read_wait_fraction = 0;  // sequencer waiting for a record from a stream
+  // Parse stage.
+  double parse_busy_fraction = 0;       // mean over workers of the time spent parsing
+  // Hand-off.
+  double sequencer_slot_wait_fraction = 0;  // sequencer waiting for a free slot (ring full)
+  double ready_slots_mean = 0;          // batches ready in the ring, time-averaged
+  int64_t ready_slots_min = 0;          // fewest ready batches seen in the interval
+  uint64_t read_ahead_bytes = 0;        // bytes buffered by the read-ahead (end of interval)
+};
+
+struct TunerChange {
+  std::string knob;                     // "readers", "stream_buffer_bytes", "workers", "prefetch"
+  int64_t from = 0;
+  int64_t to = 0;
+  std::string reason;                   // one line for logs and `ringfeedctl status`, with the
+                                        // numbers; without the "knob from -> to: " prefix
+};
+
+struct TunerDecision {
+  TunerKnobs knobs;                     // to apply now
+  std::vector<TunerChange> changes;     // empty when nothing changed
+  double next_interval_seconds = 0.25;  // when to observe next
+  int64_t runnable_threads = 0;         // workers + sequencer + CPU-bound readers
+  int64_t blocked_io_threads = 0;       // readers not counted as runnable
+};
+
+// "workers 2 -> 3: <reason>", the form for logs.
+std::string ToString(const TunerChange& change);
+
+class Tuner {
+ public:
+  // The policy's numbers (see the top of this file).
+  static constexpr double kConsumerWaitThreshold = 0.05;  // consumers "wait" from this fraction
+  static constexpr double kSaturatedBusy = 0.85;          // a stage this busy limits throughput
+  static constexpr double kReadStarved = 0.25;            // sequencer waiting this long for records
+  static constexpr double kBusyTie = 0.05;                // both stages saturated within this: raise both
+  static constexpr double kRaiseGain = 0.05;              // a raise must gain this much throughput
+  static constexpr double kLowerTargetBusy = 0.85;        // a step down must leave the stage at most this busy
+  static constexpr double kIoBoundCpuFraction = 0.5;      // readers below it are I/O-blocked (x2 steps)
+  static constexpr int64_t kPrefetchQuietIntervals = 3;   // intervals with >= 2 ready batches before lowering
+  static constexpr double kShiftFraction = 0.2;           // a regime shift: interval short, hold-offs cleared
+  static constexpr double kHoldOffSeconds = 120;          // after a failed trial; doubles per failure
+  static constexpr double kMaxHoldOffSeconds = 960;
+  static constexpr double kShortIntervalSeconds = 0.25;
+  static constexpr double kMaxIntervalSeconds = 2.0;
+  static constexpr double kIntervalGrowth = 1.5;
+  static constexpr uint64_t kStreamBufferAlign = 4096;
+
+  // Does not change `initial`, even where it is over a budget: the first Observe does (with
+  // reasons), so that the daemon, which starts its pipeline with `initial`, applies it.
+  Tuner(TunerLimits limits, TunerKnobs initial, TunerFixed fixed);
+  // Feeds one interval's observation, returns the knobs to use next.
+  TunerDecision Observe(const TunerObservation& observation);
+  const TunerKnobs& knobs() const { return knobs_; }
+  const TunerLimits& limits() const { return limits_; }
+
+  // The read-ahead per open file for `readers` readers: read_ahead_budget_bytes /
+  // (open_files_base + readers), at most max_stream_buffer_bytes, rounded down to 4 KiB (not
+  // clamped up to the minimum: a budget below it is the start-up check's error). Use it for
+  // TunerKnobs::stream_buffer_bytes at start so that the first decision need not change it.
+  static uint64_t StreamBufferBytesFor(const TunerLimits& limits, int64_t readers);
+
+ private:
+  enum Knob { kReaders = 0, kWorkers = 1, kPrefetch = 2, kKnobCount = 3 };
+  // A change on probation: kept if the next interval confirms it, else taken back.
+  struct Trial {
+    bool raise = true;               // a raise (must gain kRaiseGain) or a step down
+    bool consumers_waited = false;   // a step down while consumers waited (a CPU trade): must not lose
+    TunerKnobs before;               // what to go back to
+    std::vector<Knob> knobs;         // the knobs changed
+    double throughput = 0;           // records/s in the interval before the change
+    double consumer_wait = 0;
+    int64_t consumers = 0;
+  };
+  struct Hold {
+    double raise_until = 0;          // tuner time (s) before which the knob is not raised
+    double lower_until = 0;          // ... not lowered
+    double raise_seconds = kHoldOffSeconds;  // the next raise hold-off (doubles per failure)
+    double lower_seconds = kHoldOffSeconds;
+    int64_t floor = 0;               // never lowered to this or below (a kept raise started here)
+  };
+  struct Signals;                    // one observation, digested (tuner.cc)
+
+  int64_t& Value(Knob k);
+  bool Fixed(Knob k) const;
+  static const char* Name(Knob k);
+  int64_t CpuBoundReaders(int64_t readers) const;
+  int64_t Runnable(int64_t workers, int64_t readers) const;
+  int64_t MaxReadersForMemory() const;
+  // Readers a raise would go to with `workers` workers (== readers: none; *cpu_blocked when
+  // only the CPU budget stops it).
+  int64_t ReadersRaiseTarget(int64_t workers, bool* cpu_blocked) const;
+  bool CanRaiseWorkers(int64_t readers, bool* cpu_blocked) const;
+  bool Shifted(const Signals& s) const;
+  void SetReference(double throughput, double wait, int64_t consumers);
+  void Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes);
+  bool IoBound() const { return read_cpu_fraction_ < kIoBoundCpuFraction; }
+  void Set(Knob k, int64_t to, const std::string& reason, std::vector<TunerChange>* changes);
+  void EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes);
+  bool EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes);
+  bool TryRaise(const Signals& s, std::vector<TunerChange>* changes);
+  bool TryLower(const Signals& s, std::vector<TunerChange>* changes);
+  bool TryTrade(Knob give, Knob take, const Signals& s, std::vector<TunerChange>* changes);
+  void StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs);
+  void ClearHolds();
+  TunerDecision Finish(std::vector<TunerChange> changes, bool changed);
+
+  TunerLimits limits_;
+  TunerKnobs knobs_;
+  TunerFixed fixed_;
+  double now_seconds_ = 0;            // sum of observed intervals: the tuner's only clock
+  double interval_seconds_ = kShortIntervalSeconds;
+  double read_cpu_fraction_ = 0;      // of the last interval in which readers were busy
+  double read_cpu_share_ = 0;         // read_busy_fraction x read_cpu_fraction, same interval
+  std::optional<Trial> trial_;
+  Hold hold_[kKnobCount];
+  // The level a regime shift is measured against (set after every change, once confirmed).
+  bool has_reference_ = false;
+  double reference_throughput_ = 0;
+  double reference_wait_ = 0;
+  int64_t reference_consumers_ = 0;
+  // Prefetch: consecutive intervals in which consumers did not wait and >= 2 batches stayed ready.
+  int64_t quiet_intervals_ = 0;
+  int64_t quiet_min_ready_ = 0;
+};
+
+}  // namespace ringfeed

@@ -1,0 +1,106 @@
+#include "daemon/tuning_plan.h"
+
+#include <algorithm>
+
+#include "format/compression.h"
+
+namespace ringfeed {
+namespace {
+constexpr int64_t kMaxAutoReaders = 16;        // tf.data's num_parallel_reads ceiling in practice
+constexpr int64_t kMaxAutoPrefetch = 8;        // batches ready beyond the workers'
+constexpr int64_t kMinAutoPrefetch = 2;
+constexpr int64_t kStartPrefetch = 2;
+constexpr uint64_t kMaxStreamBufferBytes = 4u << 20;
+}  // namespace
+
+TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
+                      uint64_t baseline_private_rss) {
+  const PipelineConfig& pc = config.pipeline;
+  TuningPlan plan;
+  AutotuneOptions& at = plan.autotune;
+
+  // Budgets.
+  if (pc.cpu_budget) {
+    at.cpu_budget_cores = *pc.cpu_budget;
+    at.cpu_budget_source = "pipeline.cpu_budget";
+  } else {
+    const CpuBudget cpu = DetectCpuBudget();
+    at.cpu_budget_cores = cpu.cores;
+    at.cpu_budget_source = cpu.source;
+  }
+  if (pc.memory_budget) {
+    at.memory_budget_bytes = *pc.memory_budget;
+    at.memory_budget_source = "pipeline.memory_budget";
+  } else {
+    const MemoryBudgetDefault mem = DefaultMemoryBudget();
+    at.memory_budget_bytes = mem.bytes;
+    at.memory_budget_source = "default: " + mem.source;
+  }
+
+  // Knobs: fixed ones exactly; auto ones between 1 and what the budgets allow.
+  TunerLimits& limits = at.limits;
+  limits.cpu_threads = RunnableThreads(at.cpu_budget_cores);
+  limits.open_files_base = pc.cycle_length;
+  at.fixed.readers = pc.readers.has_value();
+  at.fixed.workers = pc.workers.has_value();
+  at.fixed.prefetch = pc.prefetch.has_value();
+  at.fixed.stream_buffer_bytes = pc.read_ahead.has_value();
+  limits.max_readers = pc.readers.value_or(kMaxAutoReaders);
+  // The sequencer is one runnable thread; the rest of the CPU budget can parse.
+  limits.max_workers = pc.workers.value_or(std::max<int64_t>(1, limits.cpu_threads - 1));
+
+  // Ring: room for the most workers, the most prefetch and one batch held per queue. With
+  // auto prefetch, prefetch is capped so that the ring takes at most half of the budget.
+  plan.slot_bytes = config.ring.slot_bytes.value_or(sample.slot_bytes);
+  const int64_t held = static_cast<int64_t>(queues);
+  int64_t max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
+  if (!pc.prefetch && !config.ring.slots) {
+    const uint64_t stride = shm::ComputeGeometry(1, plan.slot_bytes).slot_stride;
+    const int64_t affordable = static_cast<int64_t>(at.memory_budget_bytes / 2 / std::max<uint64_t>(1, stride)) -
+                               limits.max_workers - held;
+    max_prefetch = std::clamp<int64_t>(affordable, kMinAutoPrefetch, kMaxAutoPrefetch);
+  }
+  const int64_t wanted_slots = config.ring.slots.value_or(limits.max_workers + max_prefetch + held);
+  plan.slot_count = static_cast<uint32_t>(std::clamp<int64_t>(wanted_slots, 2, shm::kMaxSlots));
+  plan.geometry = shm::ComputeGeometry(plan.slot_count, plan.slot_bytes);
+  // Prefetch can use what the workers and the consumers' held batches leave.
+  limits.max_prefetch = std::max<int64_t>(1, std::min<int64_t>(max_prefetch, static_cast<int64_t>(plan.slot_count) -
+                                                                                 limits.max_workers - held + 1));
+  if (pc.prefetch) limits.max_prefetch = *pc.prefetch;
+
+  // Memory plan: what is left after the fixed parts is the read-ahead.
+  MemoryInputs mi;
+  mi.budget_bytes = at.memory_budget_bytes;
+  mi.budget_source = pc.memory_budget ? "pipeline.memory_budget" : "pipeline.memory_budget (default)";
+  mi.ring_segment_bytes = plan.geometry.segment_bytes;
+  mi.ring_slots = plan.slot_count;
+  mi.ring_slot_bytes = plan.geometry.slot_stride;
+  mi.baseline_private_rss_bytes = baseline_private_rss;
+  mi.cycle_length = pc.cycle_length;
+  mi.files = shard_files;
+  mi.compressed = config.source.compression != Compression::kNone;
+  mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
+  mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
+  mi.largest_record_bytes = sample.largest_bytes;
+  mi.shuffle_buffer = config.shuffle.buffer;
+  mi.batch_size = config.batch.size;
+  mi.queues = queues;
+  mi.max_readers = limits.max_readers;
+  mi.max_workers = limits.max_workers;
+  plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
+  limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;
+  // 4 MiB per file is four reads ahead on slow storage; more only costs memory.
+  limits.max_stream_buffer_bytes = std::max(limits.min_stream_buffer_bytes,
+                                            std::min(kMaxStreamBufferBytes, plan.memory.max_stream_buffer_bytes()));
+
+  // Starting knobs.
+  TunerKnobs& k = at.initial;
+  k.readers = pc.readers.value_or(1);
+  k.workers = pc.workers.value_or(1);
+  k.prefetch = pc.prefetch.value_or(std::min<int64_t>(kStartPrefetch, limits.max_prefetch));
+  k.stream_buffer_bytes = pc.read_ahead.value_or(Tuner::StreamBufferBytesFor(limits, k.readers));
+  plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes);
+  return plan;
+}
+
+}  // namespace ringfeed

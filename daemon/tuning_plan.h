@@ -1,0 +1,48 @@
+// TuningPlan: ringfeedd's start-up arithmetic, from the job config and a sample of the first
+// records to everything sized before the pipeline starts:
+//   - the budgets: pipeline.cpu_budget (or the affinity mask and cgroup quota) and
+//     pipeline.memory_budget (or its documented default), daemon/budget.h;
+//   - the ring's geometry: ring.slots (auto = the most workers + the most prefetch + queues,
+//     with prefetch capped so the ring takes at most half of the memory budget) and
+//     ring.slot_bytes (auto = from the sample, see daemon/ringfeedd.cc);
+//   - the memory plan (PlanMemory): the fixed parts reserved, the rest for the read-ahead; a
+//     job that cannot fit fails here with the arithmetic;
+//   - the autotuner's limits, fixed knobs and starting knobs (daemon/tuner.h). A knob the
+//     config fixes is used exactly; an `auto` one starts low (1 reader, 1 worker, prefetch 2)
+//     and the tuner raises what helps.
+//
+// Errors: BudgetError (daemon/budget.h) with a message for the user.
+// Thread-safety: a pure function.
+#pragma once
+
+#include <cstdint>
+
+#include "config/job_config.h"
+#include "daemon/autotune.h"
+#include "daemon/budget.h"
+#include "shm/segment.h"
+
+namespace ringfeed {
+
+struct RecordSample {
+  uint64_t records = 0;
+  uint64_t bytes = 0;          // serialized record bytes
+  uint64_t largest_bytes = 0;  // the largest serialized record
+  uint64_t slot_bytes = 0;     // what ring.slot_bytes: auto would be for these records
+};
+
+struct TuningPlan {
+  uint32_t slot_count = 0;
+  uint64_t slot_bytes = 0;
+  shm::Geometry geometry;
+  MemoryPlan memory;
+  AutotuneOptions autotune;   // limits, fixed knobs, starting knobs, budgets and their sources
+  bool tune = false;          // at least one knob is auto
+};
+
+// `shard_files`: files this daemon reads; `queues`: consumers.count in ranks mode, else 1;
+// `baseline_private_rss`: RssAnon now, before the pipeline starts.
+TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
+                      uint64_t baseline_private_rss);
+
+}  // namespace ringfeed

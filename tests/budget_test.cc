@@ -1,0 +1,770 @@
+// daemon/budget.h: CPU budget detection (cgroup v1, v2 and hybrid trees built in temp dirs, the
+// real machine, a forked child with a narrowed affinity mask, a real cgroup v1 child), the
+// default memory budget, the memory plan's arithmetic against hand-computed numbers and its
+// error text, and /proc/<pid>/status reading against real allocations and shared memory.
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <barrier>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/budget.h"
+#include "daemon/read_ahead.h"
+#include "tests/test_support.h"
+
+#ifdef RINGFEED_HAVE_ISAL
+#include <isa-l/igzip_lib.h>
+#endif
+
+namespace ringfeed {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::TempDir;
+
+constexpr uint64_t KiB = 1024;
+constexpr uint64_t MiB = 1024 * 1024;
+constexpr uint64_t GiB = 1024 * MiB;
+
+// A /proc + /sys/fs/cgroup look-alike: {relative path: content}.
+SystemPaths MakeTree(const TempDir& dir, const std::map<std::string, std::string>& files) {
+  for (const auto& [path, content] : files) {
+    const fs::path full = dir.path() / path;
+    fs::create_directories(full.parent_path());
+    std::ofstream(full) << content;
+  }
+  fs::create_directories(dir.path() / "proc/self");
+  fs::create_directories(dir.path() / "cgroup");
+  return {(dir.path() / "proc").string(), (dir.path() / "cgroup").string()};
+}
+
+int64_t RealAffinityCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  return CPU_COUNT(&set);
+}
+
+// What `nproc` prints (the affinity mask, without OMP_* overrides).
+int64_t Nproc() {
+  FILE* p = popen("env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc", "r");
+  REQUIRE(p != nullptr);
+  long n = 0;
+  REQUIRE(std::fscanf(p, "%ld", &n) == 1);
+  pclose(p);
+  return n;
+}
+
+// Runs `body` in a forked child and returns what it returned (or "ERROR: ..." if it threw).
+std::string InChild(const std::function<std::string()>& body) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    std::string out;
+    try {
+      out = body();
+    } catch (const std::exception& e) {
+      out = std::string("ERROR: ") + e.what();
+    }
+    size_t done = 0;
+    while (done < out.size()) {
+      const ssize_t n = write(fds[1], out.data() + done, out.size() - done);
+      if (n <= 0) _exit(2);
+      done += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  return out;
+}
+
+// "cores|source" of DetectCpuBudget in the calling process.
+std::string CoresAndSource(const SystemPaths& paths = {}) {
+  const CpuBudget b = DetectCpuBudget(paths);
+  char text[64];
+  std::snprintf(text, sizeof text, "%.6f|", b.cores);
+  return text + b.source;
+}
+
+// ---- CPU: cgroup trees -------------------------------------------------------------------------
+
+TEST_CASE("cgroup v2: the smallest cpu.max on the way up wins", "[cpu]") {
+  TempDir dir;
+  SECTION("the parent's quota caps an unlimited child") {
+    const auto paths = MakeTree(dir, {{"proc/self/cgroup", "0::/job/worker\n"},
+                                      {"cgroup/cgroup.controllers", "cpu memory\n"},
+                                      {"cgroup/job/cpu.max", "50000 100000\n"},
+                                      {"cgroup/job/worker/cpu.max", "max 100000\n"}});
+    const CpuBudget b = DetectCpuBudget(paths);
+    CHECK(b.cores == 0.5);
+    REQUIRE(b.quota_cores);
+    CHECK(*b.quota_cores == 0.5);
+    CHECK(b.affinity_cpus == RealAffinityCpus());
+    CHECK(b.source == "cgroup v2 cpu.max 50000 100000 = 0.5 cores at " + paths.cgroup_root + "/job (" +
+                          std::to_string(RealAffinityCpus()) + (RealAffinityCpus() == 1 ? " CPU" : " CPUs") +
+                          " in the affinity mask)");
+  }
+  SECTION("a child's smaller quota wins over its parent's") {
+    const auto paths = MakeTree(dir, {{"proc/self/cgroup", "0::/job/worker\n"},
+                                      {"cgroup/cgroup.controllers", "cpu\n"},
+                                      {"cgroup/job/cpu.max", "50000 100000\n"},
+                                      {"cgroup/job/worker/cpu.max", "25000 100000\n"}});
+    const CpuBudget b = DetectCpuBudget(paths);
+    CHECK(b.cores == 0.25);
+    CHECK(b.quota_source == "cgroup v2 cpu.max 25000 100000 = 0.25 cores at " + paths.cgroup_root + "/job/worker");
+  }
+  SECTION("a period other than 100 ms") {
+    const auto paths = MakeTree(dir, {{"proc/self/cgroup", "0::/\n"},
+                                      {"cgroup/cgroup.controllers", "cpu\n"},
+                                      {"cgroup/cpu.max", "3000 10000\n"}});
+    CHECK(DetectCpuBudget(paths).cores == Approx(0.3));
+  }
+  SECTION("a quota above the affinity mask: the mask wins, the quota is named") {
+    const auto paths = MakeTree(dir, {{"proc/self/cgroup", "0::/big\n"},
+                                      {"cgroup/cgroup.controllers", "cpu\n"},
+                                      {"cgroup/big/cpu.max", "100000000 100000\n"}});  // 1000 cores
+    const CpuBudget b = DetectCpuBudget(paths);
+    CHECK(b.cores == static_cast<double>(RealAffinityCpus()));
+    CHECK(*b.quota_cores == 1000);
+    const int64_t n = RealAffinityCpus();
+    CHECK(b.source == std::to_string(n) + (n == 1 ? " CPU" : " CPUs") +
+                          " in the affinity mask (cgroup v2 cpu.max 100000000 100000 = 1000 cores at " +
+                          paths.cgroup_root + "/big is not lower)");
+  }
+}
+
+TEST_CASE("cgroup v2: 'max', missing files and no cgroup info mean no quota", "[cpu]") {
+  TempDir dir;
+  std::map<std::string, std::string> files = {{"cgroup/cgroup.controllers", "cpu\n"}};
+  SECTION("max everywhere") {
+    files["proc/self/cgroup"] = "0::/a/b\n";
+    files["cgroup/a/cpu.max"] = "max 100000\n";
+    files["cgroup/a/b/cpu.max"] = "max 100000\n";
+  }
+  SECTION("no cpu.max files (cpu controller not enabled)") {
+    files["proc/self/cgroup"] = "0::/a/b\n";
+    files["cgroup/a/b/cgroup.procs"] = "";
+  }
+  SECTION("no /proc/self/cgroup") {}
+  SECTION("garbage in cpu.max") {
+    files["proc/self/cgroup"] = "0::/\n";
+    files["cgroup/cpu.max"] = "lots\n";
+  }
+  const auto paths = MakeTree(dir, files);
+  const CpuBudget b = DetectCpuBudget(paths);
+  CHECK_FALSE(b.quota_cores);
+  CHECK(b.cores == static_cast<double>(RealAffinityCpus()));
+  CHECK(b.source.find("in the affinity mask (no cgroup CPU quota)") != std::string::npos);
+}
+
+TEST_CASE("cgroup v1: cpu.cfs_quota_us / cpu.cfs_period_us, walking up", "[cpu]") {
+  TempDir dir;
+  SECTION("cpu,cpuacct hierarchy, quota on the job's cgroup") {
+    const auto paths = MakeTree(dir, {{"proc/self/cgroup", "5:memory:/\n4:cpu,cpuacct:/kubepods/pod1\n0::/\n"},
+                                      {"cgroup/cpu,cpuacct/cpu.cfs_quota_us", "-1\n"},
+                                      {"cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n"},
+                                      {"cgroup/cpu,cpuacct/kubepods/cpu.cfs_quota_us", "-1\n"},
+                                      {"cgroup/cpu,cpuacct/kubepods/cpu.cfs_period_us", "100000\n"},
+                                      {"cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_quota_us", "75000\n"},
+                                      {"cgroup/cpu,cpuacct/kubepods/pod1/cpu.cfs_period_us", "100000\n"}});
+    const CpuBudget b = DetectCpuBudget(paths);
+    CHECK(b.cores == 0.75);
+    CHECK(b.quota_source == "cgroup v1 cpu.cfs_quota_us 75000 / cpu.cfs_period_us 100000 = 0.75 cores at " +
+                                paths.cgroup_root + "/cpu,cpuacct/kubepods/pod1");
+  }
+  SECTION("separate cpu hierarchy (this machine's layout), quota on the parent") {
+    const auto paths = MakeTree(dir, {{"proc/self/cgroup", "2:cpuacct:/a/b\n1:cpu:/a/b\n"},
+                                      {"cgroup/cpu/a/cpu.cfs_quota_us", "40000\n"},
+                                      {"cgroup/cpu/a/cpu.cfs_period_us", "100000\n"},
+                                      {"cgroup/cpu/a/b/cpu.cfs_quota_us", "-1\n"},
+                                      {"cgroup/cpu/a/b/cpu.cfs_period_us", "100000\n"}});
+    const CpuBudget b = DetectCpuBudget(paths);
+    CHECK(b.cores == 0.4);
+    CHECK(b.quota_source.find("at " + paths.cgroup_root + "/cpu/a") != std::string::npos);
+  }
+  SECTION("-1 everywhere is no quota") {
+    const auto paths = MakeTree(dir, {{"proc/self/cgroup", "1:cpu:/x\n"},
+                                      {"cgroup/cpu/x/cpu.cfs_quota_us", "-1\n"},
+                                      {"cgroup/cpu/x/cpu.cfs_period_us", "100000\n"}});
+    CHECK_FALSE(DetectCpuBudget(paths).quota_cores);
+  }
+  SECTION("a container's own cgroup mounted as the root (path absent under the mount)") {
+    const auto paths = MakeTree(dir, {{"proc/self/cgroup", "1:cpu,cpuacct:/docker/0123abcd\n"},
+                                      {"cgroup/cpu,cpuacct/cpu.cfs_quota_us", "150000\n"},
+                                      {"cgroup/cpu,cpuacct/cpu.cfs_period_us", "100000\n"}});
+    const CpuBudget b = DetectCpuBudget(paths);
+    REQUIRE(b.quota_cores);
+    CHECK(*b.quota_cores == 1.5);
+    CHECK(b.cores == std::min(1.5, static_cast<double>(RealAffinityCpus())));
+    CHECK(b.quota_source.find("= 1.5 cores at " + paths.cgroup_root + "/cpu,cpuacct") != std::string::npos);
+  }
+}
+
+TEST_CASE("hybrid hierarchy: v1 cpu and v2 unified are both read, the smaller quota wins", "[cpu]") {
+  TempDir dir;
+  std::map<std::string, std::string> files = {{"proc/self/cgroup", "3:cpu:/svc\n0::/svc\n"},
+                                              {"cgroup/unified/cgroup.controllers", ""},
+                                              {"cgroup/cpu/svc/cpu.cfs_quota_us", "60000\n"},
+                                              {"cgroup/cpu/svc/cpu.cfs_period_us", "100000\n"}};
+  SECTION("v2 lower") {
+    files["cgroup/unified/svc/cpu.max"] = "30000 100000\n";
+    const auto paths = MakeTree(dir, files);
+    const CpuBudget b = DetectCpuBudget(paths);
+    CHECK(b.cores == 0.3);
+    CHECK(b.quota_source == "cgroup v2 cpu.max 30000 100000 = 0.3 cores at " + paths.cgroup_root + "/unified/svc");
+  }
+  SECTION("v1 lower") {
+    files["cgroup/unified/svc/cpu.max"] = "max 100000\n";
+    const auto paths = MakeTree(dir, files);
+    const CpuBudget b = DetectCpuBudget(paths);
+    CHECK(b.cores == 0.6);
+    CHECK(b.quota_source.rfind("cgroup v1 cpu.cfs_quota_us 60000", 0) == 0);
+  }
+}
+
+TEST_CASE("RunnableThreads: floor of the cores, at least 1", "[cpu]") {
+  CHECK(RunnableThreads(0.25) == 1);
+  CHECK(RunnableThreads(1) == 1);
+  CHECK(RunnableThreads(1.5) == 1);
+  CHECK(RunnableThreads(1.99) == 1);
+  CHECK(RunnableThreads(2) == 2);
+  CHECK(RunnableThreads(15.9) == 15);
+  CHECK(RunnableThreads(std::nan("")) == 1);
+  CHECK(RunnableThreads(-3) == 1);
+  CHECK(RunnableThreads(1e30) == (1 << 20));
+}
+
+// ---- CPU: the real machine -----------------------------------------------------------------------
+
+TEST_CASE("the real machine: affinity = nproc, cores = min(nproc, quota)", "[cpu][real]") {
+  const CpuBudget b = DetectCpuBudget();
+  const int64_t nproc = Nproc();
+  INFO("source: " << b.source);
+  CHECK(b.affinity_cpus == nproc);
+  if (b.quota_cores) {
+    CHECK(b.cores == std::min(*b.quota_cores, static_cast<double>(nproc)));
+  } else {
+    CHECK(b.cores == static_cast<double>(nproc));
+    CHECK(b.source == std::to_string(nproc) + (nproc == 1 ? " CPU" : " CPUs") +
+                          " in the affinity mask (no cgroup CPU quota)");
+  }
+  WARN("this machine: cpu budget " << b.cores << " cores: " << b.source);
+}
+
+TEST_CASE("a forked child pinned to one CPU sees a budget of 1 core", "[cpu][real]") {
+  const std::string out = InChild([] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof set, &set) != 0) return std::string("ERROR: sched_getaffinity");
+    int first = 0;
+    while (!CPU_ISSET(first, &set)) ++first;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    if (sched_setaffinity(0, sizeof one, &one) != 0) return std::string("ERROR: sched_setaffinity");
+    return CoresAndSource();
+  });
+  INFO(out);
+  const CpuBudget parent = DetectCpuBudget();
+  if (parent.quota_cores && *parent.quota_cores < 1) {
+    CHECK(std::stod(out) == *parent.quota_cores);
+  } else {
+    CHECK(std::stod(out) == 1.0);
+    CHECK(out.find("|1 CPU in the affinity mask") != std::string::npos);
+  }
+}
+
+// Creates a cgroup v1 cpu child with a 0.5-core quota, moves a forked child into it and checks
+// what DetectCpuBudget says there. Needs root and a writable v1 cpu hierarchy.
+TEST_CASE("a real cgroup v1 cpu child with a quota", "[.cgroup_v1]") {
+  std::string own_path;
+  {
+    std::ifstream in("/proc/self/cgroup");
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto a = line.find(':'), b = line.find(':', a + 1);
+      std::string list = "," + line.substr(a + 1, b - a - 1) + ",";
+      if (list.find(",cpu,") != std::string::npos) own_path = line.substr(b + 1);
+    }
+  }
+  std::string hierarchy;
+  for (const char* name : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+    if (fs::exists(std::string(name) + "/cpu.cfs_quota_us")) {
+      hierarchy = name;
+      break;
+    }
+  }
+  if (own_path.empty() || hierarchy.empty()) {
+    std::printf("RINGFEED_SKIP: no cgroup v1 cpu hierarchy here\n");
+    return;
+  }
+  const std::string dir =
+      hierarchy + (own_path == "/" ? "" : own_path) + "/ringfeed-budget-test-" + std::to_string(getpid());
+  if (mkdir(dir.c_str(), 0755) != 0) {
+    std::printf("RINGFEED_SKIP: cannot create %s: %s (needs root and a writable cgroup v1 hierarchy)\n", dir.c_str(),
+                std::strerror(errno));
+    return;
+  }
+  struct Remove {
+    std::string dir;
+    ~Remove() {
+      // The child has exited; its cgroup empties as soon as it is reaped.
+      for (int i = 0; i < 100 && rmdir(dir.c_str()) != 0 && errno == EBUSY; ++i) usleep(10000);
+    }
+  } remove{dir};
+  {
+    std::ofstream period(dir + "/cpu.cfs_period_us");
+    period << "100000\n";
+  }
+  {
+    std::ofstream quota(dir + "/cpu.cfs_quota_us");
+    quota << "50000\n";
+    quota.flush();
+    if (!quota) {
+      std::printf("RINGFEED_SKIP: cannot set cpu.cfs_quota_us in %s\n", dir.c_str());
+      return;
+    }
+  }
+  const std::string out = InChild([&] {
+    std::ofstream procs(dir + "/cgroup.procs");
+    procs << getpid() << "\n";
+    procs.flush();
+    if (!procs) return std::string("ERROR: cannot join ") + dir;
+    return CoresAndSource();
+  });
+  INFO(out);
+  REQUIRE(out.rfind("ERROR", 0) != 0);
+  const double expected = std::min(0.5, static_cast<double>(RealAffinityCpus()));
+  CHECK(std::stod(out) == expected);
+  CHECK(out.find("cgroup v1 cpu.cfs_quota_us 50000 / cpu.cfs_period_us 100000 = 0.5 cores at " + dir) !=
+        std::string::npos);
+}
+
+// ---- Memory: the default budget ----------------------------------------------------------------
+
+TEST_CASE("default memory budget: min(2 GiB, 1/4 of the limit)", "[memory]") {
+  TempDir dir;
+  std::map<std::string, std::string> files = {{"proc/meminfo", "MemTotal:        8388608 kB\nMemFree: 1 kB\n"}};
+  SECTION("cgroup v2 memory.max on the parent, 'max' on the child") {
+    files["proc/self/cgroup"] = "0::/job/w\n";
+    files["cgroup/cgroup.controllers"] = "memory\n";
+    files["cgroup/job/memory.max"] = "1073741824\n";
+    files["cgroup/job/w/memory.max"] = "max\n";
+    const auto paths = MakeTree(dir, files);
+    const MemoryBudgetDefault d = DefaultMemoryBudget(paths);
+    CHECK(d.limit_bytes == 1 * GiB);
+    CHECK(d.bytes == 256 * MiB);
+    CHECK(d.source == "1/4 of cgroup v2 memory.max 1.0 GiB at " + paths.cgroup_root + "/job = 256.0 MiB");
+  }
+  SECTION("cgroup v1 'unlimited' is ignored: MemTotal 12 GiB / 4 is above the 2 GiB cap") {
+    files["proc/meminfo"] = "MemTotal:        12582912 kB\n";
+    files["proc/self/cgroup"] = "4:memory:/process_api/abc\n";
+    files["cgroup/memory/memory.limit_in_bytes"] = "9223372036854771712\n";
+    files["cgroup/memory/process_api/abc/memory.limit_in_bytes"] = "9223372036854771712\n";
+    const auto paths = MakeTree(dir, files);
+    const MemoryBudgetDefault d = DefaultMemoryBudget(paths);
+    CHECK(d.limit_bytes == 12 * GiB);
+    CHECK(d.bytes == 2 * GiB);
+    CHECK(d.source == "2.0 GiB, the default's cap (1/4 of MemTotal 12.0 GiB (no cgroup memory limit) is 3.0 GiB)");
+  }
+  SECTION("MemTotal 8 GiB: a quarter is exactly the cap") {
+    const MemoryBudgetDefault d = DefaultMemoryBudget(MakeTree(dir, files));
+    CHECK(d.bytes == 2 * GiB);
+    CHECK(d.source == "1/4 of MemTotal 8.0 GiB (no cgroup memory limit) = 2.0 GiB");
+  }
+  SECTION("cgroup v1 limit below MemTotal") {
+    files["proc/self/cgroup"] = "4:memory:/job\n";
+    files["cgroup/memory/job/memory.limit_in_bytes"] = "536870912\n";
+    const auto paths = MakeTree(dir, files);
+    const MemoryBudgetDefault d = DefaultMemoryBudget(paths);
+    CHECK(d.limit_bytes == 512 * MiB);
+    CHECK(d.bytes == 128 * MiB);
+    CHECK(d.source.rfind("1/4 of cgroup v1 memory.limit_in_bytes 512.0 MiB at ", 0) == 0);
+  }
+  SECTION("a cgroup limit above MemTotal: MemTotal wins") {
+    files["proc/meminfo"] = "MemTotal:        4194304 kB\n";
+    files["proc/self/cgroup"] = "0::/\n";
+    files["cgroup/cgroup.controllers"] = "memory\n";
+    files["cgroup/memory.max"] = "68719476736\n";  // 64 GiB
+    const auto paths = MakeTree(dir, files);
+    const MemoryBudgetDefault d = DefaultMemoryBudget(paths);
+    CHECK(d.limit_bytes == 4 * GiB);
+    CHECK(d.bytes == 1 * GiB);
+    CHECK(d.source.find("is not lower") != std::string::npos);
+  }
+  SECTION("a large limit: capped at 2 GiB") {
+    files["proc/meminfo"] = "MemTotal:        67108864 kB\n";  // 64 GiB
+    files["proc/self/cgroup"] = "0::/\n";
+    files["cgroup/cgroup.controllers"] = "memory\n";
+    files["cgroup/memory.max"] = "17179869184\n";  // 16 GiB
+    const MemoryBudgetDefault d = DefaultMemoryBudget(MakeTree(dir, files));
+    CHECK(d.limit_bytes == 16 * GiB);
+    CHECK(d.bytes == kMemoryBudgetCap);
+  }
+}
+
+TEST_CASE("default memory budget on the real machine", "[memory][real]") {
+  const MemoryBudgetDefault d = DefaultMemoryBudget();
+  uint64_t mem_total_kib = 0;
+  {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    in >> key >> mem_total_kib;
+    REQUIRE(key == "MemTotal:");
+  }
+  CHECK(d.limit_bytes <= mem_total_kib * 1024);
+  CHECK(d.limit_bytes > 0);
+  CHECK(d.bytes == std::min(kMemoryBudgetCap, d.limit_bytes / 4));
+  WARN("this machine: default memory budget " << FormatBytes(d.bytes) << ": " << d.source);
+}
+
+// ---- Memory plan ----------------------------------------------------------------------------------
+
+// A gzip job: 10 ring slots of 4 MiB, 2 KiB records (largest 9 KiB), shuffle.buffer 10000.
+MemoryInputs ExampleInputs(uint64_t budget) {
+  MemoryInputs in;
+  in.budget_bytes = budget;
+  in.ring_slots = 10;
+  in.ring_slot_bytes = 4 * MiB;
+  in.ring_segment_bytes = 10 * 4 * MiB + 64 * KiB;
+  in.baseline_private_rss_bytes = 10 * MiB;
+  in.cycle_length = 4;
+  in.files = 100;
+  in.compressed = true;
+  in.reader_buffer_bytes = 1 * MiB;
+  in.min_stream_buffer_bytes = 256 * KiB;
+  in.mean_record_bytes = 2048;
+  in.largest_record_bytes = 9216;
+  in.shuffle_buffer = 10000;
+  in.batch_size = 32;
+  in.queues = 1;
+  in.max_readers = 4;
+  in.max_workers = 2;
+  in.worker_scratch_bytes = 1 * MiB;
+  return in;
+}
+
+TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
+  const MemoryPlan plan = PlanMemory(ExampleInputs(256 * MiB));
+  CHECK(plan.budget_bytes == 268'435'456);
+  CHECK(plan.open_files == 8);                      // cycle_length 4 + 4 readers' files opened ahead
+  CHECK(plan.ring_bytes == 42'008'576);             // 10 x 4 MiB + 64 KiB
+  CHECK(plan.baseline_bytes == 10'485'760);
+  // Per open file: 1 MiB window + 1 MiB compressed input + 96 KiB inflate state + (9216 + 224).
+  CHECK(plan.open_files_bytes == 8 * (1'048'576 + 1'048'576 + 98'304 + 9'440));
+  // Per record: ceil(1.5 x 2048) + 64 = 3136; + the largest once.
+  CHECK(plan.shuffle_bytes == 10'000 * 3'136 + 9'216);
+  // (10 slots + 2 x 1 queue + 2) x 32 records x 3136.
+  CHECK(plan.batches_bytes == 14 * 32 * 3'136);
+  CHECK(plan.workers_bytes == 2 * MiB);
+  CHECK(plan.threads_bytes == (4 + 2 + 4) * 256 * KiB);
+  CHECK(plan.margin_bytes == 13'421'773);           // ceil(256 MiB / 20) > 8 MiB
+  CHECK(plan.fixed_bytes == 121'048'013);
+  CHECK(plan.read_ahead_memory_bytes == 268'435'456 - 121'048'013);
+  // Payload P with P + P x 1.5 x 224 / 2048 <= 147'387'443: floor(147'387'443 x 4096 / 4768).
+  CHECK(plan.read_ahead_bytes == 126'614'716);
+  CHECK(plan.min_read_ahead_bytes == 8 * 256 * KiB);
+  CHECK(plan.max_stream_buffer_bytes() == 126'614'716 / 8);
+
+  const std::string text = plan.Describe();
+  INFO(text);
+  CHECK(text.rfind("memory budget 256.0 MiB (pipeline.memory_budget):\n", 0) == 0);
+  CHECK(text.find("  ring: 10 slots x 4.0 MiB + 64.0 KiB superblock = 40.1 MiB\n") != std::string::npos);
+  CHECK(text.find("  daemon before the pipeline: private RSS (RssAnon) at start = 10.0 MiB\n") != std::string::npos);
+  CHECK(text.find("  open files: 8 (pipeline.cycle_length 4 + 4 files opened ahead) x (1.0 MiB window + 1.0 MiB "
+                  "compressed input + 96.0 KiB inflate state + 9.2 KiB largest record beyond the stream buffer) = "
+                  "16.8 MiB\n") != std::string::npos);
+  CHECK(text.find("  shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 64 B) + 9.0 KiB largest = 29.9 MiB\n") !=
+        std::string::npos);
+  CHECK(text.find("  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 64 B) = "
+                  "1.3 MiB\n") != std::string::npos);
+  CHECK(text.find("  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n") != std::string::npos);
+  CHECK(text.find("  threads: (4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n") != std::string::npos);
+  CHECK(text.find("  safety margin: max(5% of the budget, 8.0 MiB) = 12.8 MiB\n") != std::string::npos);
+  CHECK(text.find("  read-ahead: 140.6 MiB left = 120.7 MiB of record payload + 224 B per 1.3 KiB record (2/3 of "
+                  "the mean), up to 15.1 MiB per open file = 140.6 MiB\n") != std::string::npos);
+}
+
+TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window", "[plan]") {
+  MemoryInputs in = ExampleInputs(256 * MiB);
+  in.compressed = false;
+  in.files = 3;                      // fewer than cycle_length + lookahead: all open
+  in.largest_record_bytes = 3 * MiB;  // the window grows to it
+  in.shuffle_buffer = 0;              // one record passes through
+  const MemoryPlan plan = PlanMemory(in);
+  CHECK(plan.open_files == 3);
+  CHECK(plan.open_files_bytes == 3 * ((3 * MiB + 16) + (3 * MiB + 224)));
+  CHECK(plan.shuffle_bytes == 3'136 + 3 * MiB);
+  CHECK(plan.Describe().find("open files: 3 (all files) x (3.0 MiB window + 3.0 MiB largest record") !=
+        std::string::npos);
+}
+
+TEST_CASE("PlanMemory: lookahead_files and a sampled mean of 0", "[plan]") {
+  MemoryInputs in = ExampleInputs(256 * MiB);
+  in.lookahead_files = 1;
+  CHECK(PlanMemory(in).open_files == 5);
+  in.mean_record_bytes = 0;  // nothing sampled: 1 KiB records assumed
+  const MemoryPlan plan = PlanMemory(in);
+  CHECK(plan.shuffle_bytes == 10'000 * (1'536 + 64) + 9'216);
+  CHECK(plan.Describe().find("1.0 KiB assumed mean (no records sampled)") != std::string::npos);
+}
+
+TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[plan]") {
+  const MemoryInputs in = ExampleInputs(64 * MiB);
+  std::string message;
+  try {
+    PlanMemory(in);
+    FAIL("PlanMemory accepted 64 MiB");
+  } catch (const BudgetError& e) {
+    message = e.what();
+  }
+  INFO(message);
+  const std::vector<std::string> lines = {
+      "pipeline.memory_budget 64.0 MiB is too small for this job:\n",
+      "  ring: 10 slots x 4.0 MiB + 64.0 KiB superblock = 40.1 MiB\n",
+      "  daemon before the pipeline: private RSS (RssAnon) at start = 10.0 MiB\n",
+      "  open files: 8 (pipeline.cycle_length 4 + 4 files opened ahead) x (1.0 MiB window + 1.0 MiB compressed "
+      "input + 96.0 KiB inflate state + 9.2 KiB largest record beyond the stream buffer) = 16.8 MiB\n",
+      "  shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 64 B) + 9.0 KiB largest = 29.9 MiB\n",
+      "  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 64 B) = 1.3 MiB\n",
+      "  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n",
+      "  threads: (4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n",
+      "  safety margin: max(5% of the budget, 8.0 MiB) = 8.0 MiB\n",
+      "  read-ahead at least: 8 open files x 256.0 KiB min stream buffer + 224 B per 1.3 KiB record (2/3 of the "
+      "mean) = 2.3 MiB (the budget leaves 0 B)\n",
+      // fixed without margin 107'626'240 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
+      "  needed at least 113.0 MiB (118456064 bytes); raise pipeline.memory_budget to at least 113MiB or lower "
+      "ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (29.9 MiB)",
+  };
+  size_t at = 0;
+  for (const std::string& line : lines) {
+    const size_t found = message.find(line, at);
+    CHECK(found != std::string::npos);
+    if (found != std::string::npos) at = found + line.size();
+  }
+  CHECK(at == message.size());
+
+  // The number it names is exact: that budget fits, one byte less does not.
+  CHECK(PlanMemory(ExampleInputs(118'456'064)).read_ahead_bytes == 8 * 256 * KiB);
+  CHECK_THROWS_AS(PlanMemory(ExampleInputs(118'456'063)), BudgetError);
+}
+
+TEST_CASE("PlanMemory: 'needed at least' is exact also when the 5% margin is the larger", "[plan]") {
+  for (int64_t shuffle : {100'000, 1'000'000, 3'000'000}) {
+    MemoryInputs in = ExampleInputs(64 * MiB);
+    in.shuffle_buffer = shuffle;
+    in.budget_source = "pipeline.memory_budget (default)";
+    std::string message;
+    try {
+      PlanMemory(in);
+    } catch (const BudgetError& e) {
+      message = e.what();
+    }
+    INFO("shuffle.buffer " << shuffle << ": " << message);
+    REQUIRE(message.rfind("pipeline.memory_budget (default) 64.0 MiB is too small for this job:\n", 0) == 0);
+    const auto pos = message.find(" bytes); raise");
+    REQUIRE(pos != std::string::npos);
+    const uint64_t needed = std::stoull(message.substr(message.rfind('(', pos) + 1));
+    in.budget_bytes = needed;
+    const MemoryPlan plan = PlanMemory(in);
+    CHECK(plan.read_ahead_bytes >= plan.min_read_ahead_bytes);
+    CHECK(plan.margin_bytes > kSafetyMarginMinBytes);
+    in.budget_bytes = needed - 1;
+    CHECK_THROWS_AS(PlanMemory(in), BudgetError);
+  }
+}
+
+TEST_CASE("PlanMemory: nonsense inputs are errors, huge ones saturate", "[plan]") {
+  MemoryInputs in = ExampleInputs(0);
+  CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("the memory budget is 0 bytes"));
+  in = ExampleInputs(GiB);
+  in.cycle_length = 0;
+  CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("cycle_length is 0"));
+  in = ExampleInputs(GiB);
+  in.shuffle_buffer = int64_t{1} << 62;
+  in.mean_record_bytes = uint64_t{1} << 40;
+  CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("needed at least 16.0 EiB"));
+}
+
+// ---- The constants against the structures they stand for ------------------------------------------
+
+TEST_CASE("per-record and per-reader constants cover the real structures", "[constants]") {
+  // A record buffered by the read-ahead: a StreamItem in a std::deque (libstdc++ blocks of 512
+  // bytes, each with a 16-byte malloc header), its payload in its own allocation (malloc: 8-byte
+  // header, rounding to 16).
+  const size_t per_block = std::max<size_t>(1, 512 / sizeof(StreamItem));
+  CHECK((512 + 16 + per_block - 1) / per_block + 8 + 15 <= kReadAheadRecordOverheadBytes);
+  // A record in the shuffle buffer or a batch: an OwnedRecord and the same allocation overhead.
+  CHECK(sizeof(OwnedRecord) + 8 + 15 <= kRecordOverheadBytes);
+#ifdef RINGFEED_HAVE_ISAL
+  CHECK(sizeof(inflate_state) <= kInflateStateBytes);
+#endif
+  // zlib's inflate state and window, measured through its allocator hooks while inflating.
+  struct Counter {
+    uint64_t bytes = 0;
+  } counter;
+  z_stream z{};
+  z.opaque = &counter;
+  z.zalloc = [](voidpf opaque, uInt items, uInt size) -> voidpf {
+    static_cast<Counter*>(opaque)->bytes += uint64_t{items} * size;
+    return calloc(items, size);
+  };
+  z.zfree = [](voidpf, voidpf p) { free(p); };
+  REQUIRE(inflateInit2(&z, 16 + MAX_WBITS) == Z_OK);
+  const std::string plain(200'000, 'x');
+  std::string packed = testing::GzipBytes(plain);
+  std::string out(plain.size(), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(packed.data());
+  z.avail_in = static_cast<uInt>(packed.size());
+  // Small output steps, as the reader's window fills: zlib then keeps its 32 KiB window.
+  int rc = Z_OK;
+  size_t produced = 0;
+  while (rc == Z_OK && produced < out.size()) {
+    z.next_out = reinterpret_cast<Bytef*>(out.data() + produced);
+    z.avail_out = static_cast<uInt>(std::min<size_t>(4096, out.size() - produced));
+    const uInt before = z.avail_out;
+    rc = inflate(&z, Z_NO_FLUSH);
+    produced += before - z.avail_out;
+  }
+  CHECK(rc == Z_STREAM_END);
+  inflateEnd(&z);
+  CHECK(out == plain);
+  CHECK(counter.bytes >= 32 * KiB);  // the window was allocated, so this measured something
+  CHECK(counter.bytes <= kInflateStateBytes);
+}
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+TEST_CASE("kThreadBytes covers what a thread that allocates adds to RssAnon", "[constants][real]") {
+  constexpr int kThreads = 16;
+  std::barrier ready(kThreads + 1);
+  std::barrier done(kThreads + 1);
+  const uint64_t before = ReadProcessMemory().rss_anon;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      // Some stack, some small allocations kept and freed (each may get its own malloc arena).
+      volatile char stack[16 * 1024];
+      for (size_t k = 0; k < sizeof stack; k += 512) stack[k] = 1;
+      std::vector<std::unique_ptr<char[]>> kept;
+      for (int k = 0; k < 64; ++k) kept.emplace_back(new char[512]);
+      ready.arrive_and_wait();
+      done.arrive_and_wait();
+    });
+  }
+  ready.arrive_and_wait();
+  const uint64_t during = ReadProcessMemory().rss_anon;
+  done.arrive_and_wait();
+  for (auto& t : threads) t.join();
+  const uint64_t per_thread = during > before ? (during - before) / kThreads : 0;
+  WARN("RssAnon per thread: " << FormatBytes(per_thread));
+  CHECK(per_thread <= kThreadBytes);
+}
+#endif
+
+// ---- Process memory ------------------------------------------------------------------------------
+
+TEST_CASE("ReadProcessMemory: private RSS follows the heap, shared memory is RssShmem", "[memory][real]") {
+  const ProcessMemory start = ReadProcessMemory();
+  CHECK(start.rss_anon > 0);
+  CHECK(start.vm_rss == start.rss_anon + start.rss_file + start.rss_shmem);
+  CHECK(start.vm_hwm >= start.vm_rss);
+  CHECK(start.private_rss() == start.rss_anon);
+
+  // 64 MiB of touched heap: RssAnon grows by about that much.
+  {
+    constexpr size_t kHeap = 64 * MiB;
+    void* heap = mmap(nullptr, kHeap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(heap != MAP_FAILED);
+    std::memset(heap, 1, kHeap);
+    const ProcessMemory with_heap = ReadProcessMemory();
+    CHECK(with_heap.rss_anon >= start.rss_anon + kHeap - 4 * MiB);
+    CHECK(with_heap.rss_anon <= start.rss_anon + kHeap + 16 * MiB);
+    munmap(heap, kHeap);
+  }
+  // 32 MiB of touched shared memory (like the ring segment): RssShmem, not RssAnon.
+  {
+    constexpr size_t kShm = 32 * MiB;
+    const std::string name = "/ringfeed-budget-test-" + std::to_string(getpid());
+    const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    REQUIRE(fd >= 0);
+    shm_unlink(name.c_str());
+    REQUIRE(ftruncate(fd, kShm) == 0);
+    void* shm = mmap(nullptr, kShm, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    REQUIRE(shm != MAP_FAILED);
+    const ProcessMemory before = ReadProcessMemory();
+    std::memset(shm, 1, kShm);
+    const ProcessMemory with_shm = ReadProcessMemory();
+    CHECK(with_shm.rss_shmem >= before.rss_shmem + kShm - 1 * MiB);
+    CHECK(with_shm.rss_anon <= before.rss_anon + 4 * MiB);
+    munmap(shm, kShm);
+  }
+}
+
+TEST_CASE("ReadProcessMemory: another process, and one that is gone", "[memory][real]") {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[1]);
+    char c;
+    (void)!read(fds[0], &c, 1);  // wait until the parent has looked
+    _exit(0);
+  }
+  close(fds[0]);
+  const ProcessMemory child = ReadProcessMemory(pid);
+  CHECK(child.vm_rss > 0);
+  close(fds[1]);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK_THROWS_WITH(ReadProcessMemory(pid),
+                    Catch::Contains("/proc/" + std::to_string(pid) + "/status") &&
+                        Catch::Contains("has process " + std::to_string(pid) + " exited?"));
+}
+
+TEST_CASE("ReadProcessMemory: a status file without the fields names the file", "[memory]") {
+  TempDir dir;
+  const auto paths = MakeTree(dir, {{"proc/77/status", "Name:\tkthreadd\nVmPeak:\t0 kB\n"}});
+  CHECK_THROWS_WITH(ReadProcessMemory(77, paths),
+                    Catch::Contains(paths.proc_root + "/77/status has no RssAnon"));
+}
+
+TEST_CASE("FormatBytes", "[plan]") {
+  CHECK(FormatBytes(0) == "0 B");
+  CHECK(FormatBytes(1023) == "1023 B");
+  CHECK(FormatBytes(1024) == "1.0 KiB");
+  CHECK(FormatBytes(3 * MiB / 2) == "1.5 MiB");
+  CHECK(FormatBytes(2 * GiB) == "2.0 GiB");
+}
+
+}  // namespace
+}  // namespace ringfeed

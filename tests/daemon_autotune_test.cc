@@ -1,0 +1,286 @@
+// ringfeedd's autotuner and budgets end to end, with real processes (tests/daemon_harness.h)
+// and, for slow storage, a real FUSE mount (bench/slowfs, tests/slowfs_mount.h):
+//   * memory: the daemon's private RSS plus its segment stay under pipeline.memory_budget for
+//     a 30 s run over many epochs, with a flat RSS; a job that cannot fit refuses to start
+//     with the arithmetic;
+//   * on local files the tuner does not raise parallel reads (<= 2 files at once);
+//   * on a slow mount (20 ms per read) it raises them and gains measured throughput over the
+//     same job with readers: 1;
+//   * fixed knobs are used exactly; ringfeedctl status shows the tuner's knobs, limits and
+//     changes.
+// Under AddressSanitizer the memory assertions are skipped (its shadow memory and quarantine
+// are RSS that ringfeedd does not control) and the run is shorter; everything else is checked.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "client/client.h"
+#include "format/example_builder.h"
+#include "format/tfrecord_writer.h"
+#include "tests/daemon_harness.h"
+#include "tests/slowfs_mount.h"
+#include "tests/test_support.h"
+
+using namespace ringfeed;
+using namespace ringfeed::testing;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kSanitized = true;
+#else
+constexpr bool kSanitized = false;
+#endif
+
+uint64_t StatusKiB(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string k;
+  while (in >> k) {
+    if (k == key + ":") {
+      uint64_t v = 0;
+      in >> v;
+      return v;
+    }
+    std::getline(in, k);
+  }
+  return 0;
+}
+
+uint64_t FileBytes(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+}
+
+// A consumer child that takes and releases batches as fast as it can, reading every byte,
+// until killed; it writes "attached" once and nothing else (no pipe to drain).
+std::unique_ptr<ChildProcess> StartBusyConsumer(const DaemonProcess& daemon) {
+  const ClientOptions options = daemon.client_options();
+  return std::make_unique<ChildProcess>([options](ChildIo& io) {
+    auto client = Client::Attach(options);
+    io.WriteLine("attached");
+    Batch batch;
+    uint64_t sum = 0;
+    for (;;) {
+      const Client::Status s = client->Next(std::chrono::seconds(30), &batch);
+      if (s != Client::Status::kBatch) break;
+      for (size_t f = 0; f < batch.feature_count(); ++f) {
+        const TensorView t = batch.feature(f);
+        const auto* bytes = static_cast<const uint8_t*>(t.data());
+        for (uint64_t i = 0; i < t.bytes(); i += 64) sum += bytes[i];
+      }
+    }
+    return static_cast<int>(sum & 1);
+  });
+}
+
+// Records of `payload` bytes (an int64 "id" and a bytes "blob").
+void WriteBlobFile(const std::string& path, int64_t first_id, int64_t count, size_t payload) {
+  TFRecordWriter writer(path);
+  std::string blob(payload, '\0');
+  for (int64_t i = 0; i < count; ++i) {
+    for (size_t k = 0; k < payload; k += 97) blob[k] = static_cast<char>((first_id + i + static_cast<int64_t>(k)) & 0xff);
+    ExampleBuilder b;
+    b.AddInt64("id", {first_id + i});
+    const std::string_view view(blob);
+    b.AddBytes("blob", {&view, 1});
+    writer.Write(b.Serialize());
+  }
+  writer.Close();
+}
+
+std::string BlobFeaturesYaml() {
+  return "  id: {type: fixed, dtype: int64}\n"
+         "  blob: {type: fixed, dtype: bytes}\n";
+}
+
+// Records per second published by the daemon between two status queries `seconds` apart.
+double MeasureRate(const DaemonProcess& daemon, double seconds) {
+  const json a = daemon.Status();
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  const json b = daemon.Status();
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  return static_cast<double>(b["records"].get<uint64_t>() - a["records"].get<uint64_t>()) / dt;
+}
+
+}  // namespace
+
+TEST_CASE("memory: private RSS + segment stay under pipeline.memory_budget over many epochs, RSS flat") {
+  TempDir dir;
+  for (int f = 0; f < 8; ++f) WriteIdFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 5000, 5000);
+  const uint64_t budget = 64ull << 20;
+  DaemonProcess daemon(dir.path(), "membudget",
+                       "job: membudget\n"
+                       "source: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\n"
+                       "features:\n" + IdFeaturesYaml() +
+                       "batch: {size: 64}\n"
+                       "shuffle: {files: true, buffer: 20000, seed: 7}\n"
+                       "epochs: 0\n"
+                       "pipeline: {cycle_length: 4, memory_budget: 64MiB}\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  INFO(daemon.Stderr());
+  auto consumer = StartBusyConsumer(daemon);
+  REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+
+  const double run_seconds = kSanitized ? 6 : 30;
+  const auto start = Clock::now();
+  uint64_t peak = 0;
+  std::vector<std::pair<double, uint64_t>> rss;  // (seconds, RssAnon bytes)
+  while (std::chrono::duration<double>(Clock::now() - start).count() < run_seconds) {
+    const uint64_t anon = StatusKiB(daemon.pid(), "RssAnon") * 1024;
+    const uint64_t segment = FileBytes(daemon.segment_path());
+    peak = std::max(peak, anon + segment);
+    rss.emplace_back(std::chrono::duration<double>(Clock::now() - start).count(), anon);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const json status = daemon.Status();
+  INFO(status.dump(2));
+  CHECK(status["epoch"].get<uint64_t>() >= (kSanitized ? 1u : 3u));  // many epochs went by
+  CHECK(status["memory"]["budget_bytes"].get<uint64_t>() == budget);
+  const json& autotune = status["autotune"];
+  REQUIRE(autotune.is_object());
+  CHECK(autotune["limits"]["memory_budget_bytes"].get<uint64_t>() == budget);
+  CHECK(autotune["limits"]["read_ahead_budget_bytes"].get<uint64_t>() > 0);
+  CHECK(autotune["knobs"]["readers"].get<int64_t>() >= 1);
+  if (!kSanitized) {
+    INFO("peak private RSS + segment " << peak << " bytes, budget " << budget);
+    CHECK(peak <= budget);
+    // Flat: the mean RssAnon of the last third is within 4 MiB of the middle third's.
+    const size_t n = rss.size();
+    auto mean = [&](size_t from, size_t to) {
+      double sum = 0;
+      for (size_t i = from; i < to; ++i) sum += static_cast<double>(rss[i].second);
+      return sum / static_cast<double>(to - from);
+    };
+    const double middle = mean(n / 3, 2 * n / 3), last = mean(2 * n / 3, n);
+    INFO("RssAnon mean, middle third " << middle / 1048576 << " MiB, last third " << last / 1048576 << " MiB");
+    CHECK(last - middle < 4.0 * 1048576);
+  }
+  daemon.Stop();
+}
+
+TEST_CASE("memory: a job that cannot fit its budget refuses to start and shows the arithmetic") {
+  TempDir dir;
+  WriteIdFile(dir.file("part-0.tfrecord"), 0, 2000);
+  DaemonProcess daemon(dir.path(), "toosmall",
+                       "job: toosmall\n"
+                       "source: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\n"
+                       "features:\n" + IdFeaturesYaml() +
+                       "batch: {size: 64}\n"
+                       "shuffle: {buffer: 200000}\n"
+                       "pipeline: {memory_budget: 12MiB}\n");
+  REQUIRE_FALSE(daemon.Start());
+  REQUIRE(daemon.exit_status());
+  CHECK(daemon.exit_status()->exited);
+  CHECK(daemon.exit_status()->code == 2);
+  const std::string err = daemon.Stderr();
+  INFO(err);
+  CHECK(err.find("pipeline.memory_budget 12.0 MiB") != std::string::npos);
+  CHECK(err.find("ring:") != std::string::npos);
+  CHECK(err.find("shuffle buffer: 200000 records") != std::string::npos);
+  CHECK(err.find("needed at least") != std::string::npos);
+}
+
+TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs are used exactly") {
+  TempDir dir;
+  for (int f = 0; f < 8; ++f) WriteIdFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 20000, 20000);
+  const std::string common = "source: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\n"
+                             "features:\n" + IdFeaturesYaml() +
+                             "batch: {size: 128}\n"
+                             "epochs: 0\n";
+  {
+    DaemonProcess daemon(dir.path(), "localauto", "job: localauto\n" + common + "pipeline: {cycle_length: 4}\n");
+    RINGFEED_REQUIRE_STARTED(daemon);
+    auto consumer = StartBusyConsumer(daemon);
+    REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+    int64_t most_readers = 0;
+    const auto start = Clock::now();
+    while (Clock::now() - start < std::chrono::seconds(kSanitized ? 4 : 8)) {
+      const json s = daemon.Status();
+      most_readers = std::max(most_readers, s["autotune"]["knobs"]["readers"].get<int64_t>());
+      CHECK(s["pipeline"]["readers"].get<int64_t>() <= 2);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    const json s = daemon.Status();
+    INFO(s["autotune"].dump(2));
+    CHECK(most_readers <= 2);
+    CHECK(s["autotune"]["limits"]["runnable_threads"].get<int64_t>() >= 1);
+    CHECK(s["autotune"]["runnable_threads"].get<int64_t>() <= s["autotune"]["limits"]["runnable_threads"].get<int64_t>());
+    CHECK(s["records"].get<uint64_t>() > 0);
+    daemon.Stop();
+  }
+  {
+    DaemonProcess daemon(dir.path(), "localfixed",
+                         "job: localfixed\n" + common +
+                             "pipeline: {cycle_length: 4, readers: 3, workers: 2, prefetch: 5, read_ahead: 1MiB}\n");
+    RINGFEED_REQUIRE_STARTED(daemon);
+    auto consumer = StartBusyConsumer(daemon);
+    REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    const json s = daemon.Status();
+    INFO(s.dump(2));
+    CHECK(s["pipeline"]["readers"] == 3);
+    CHECK(s["pipeline"]["workers"] == 2);
+    CHECK(s["pipeline"]["prefetch"] == 5);
+    CHECK(s["pipeline"]["read_ahead_per_file_bytes"] == 1 << 20);
+    CHECK(s["autotune"].is_null());  // nothing left to tune
+    daemon.Stop();
+  }
+}
+
+TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gains throughput") {
+  TempDir source;
+  // 16 files x 48 records of 64 KiB: one 1 MiB read (one 20 ms request) holds 16 records, so
+  // one reader delivers at most ~800 records/s and reads are the bottleneck by far.
+  for (int f = 0; f < 16; ++f) WriteBlobFile(source.file("part-" + std::to_string(f) + ".tfrecord"), f * 48, 48, 64 << 10);
+  SlowMount mount(source.path().string(), {"--latency-ms=20"});
+  if (!mount.mounted()) {
+    mount.PrintSkip();
+    return;
+  }
+  TempDir dir;
+  auto config = [&](const std::string& job, const std::string& pipeline) {
+    return "job: " + job + "\n"
+           "source: {files: [\"" + mount.path("part-*.tfrecord").string() + "\"]}\n"
+           "features:\n" + BlobFeaturesYaml() +
+           "batch: {size: 16}\n"
+           "epochs: 0\n"
+           "pipeline: {cycle_length: 2, " + pipeline + "}\n";
+  };
+  double fixed_rate = 0;
+  {
+    DaemonProcess daemon(dir.path(), "slowfixed", config("slowfixed", "readers: 1"));
+    RINGFEED_REQUIRE_STARTED(daemon);
+    auto consumer = StartBusyConsumer(daemon);
+    REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    fixed_rate = MeasureRate(daemon, 3);
+    daemon.Stop();
+  }
+  DaemonProcess daemon(dir.path(), "slowauto", config("slowauto", "readers: auto"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto consumer = StartBusyConsumer(daemon);
+  REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+  REQUIRE(WaitUntil([&] { return daemon.Status()["autotune"]["knobs"]["readers"].get<int64_t>() >= 4; },
+                    std::chrono::seconds(20)));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double auto_rate = MeasureRate(daemon, 3);
+  const json s = daemon.Status();
+  INFO(s["autotune"].dump(2) << "\nreaders: 1 -> " << fixed_rate << " records/s; auto -> " << auto_rate);
+  CHECK(auto_rate >= 2 * fixed_rate);
+  bool raised = false;
+  for (const json& c : s["autotune"]["changes"]) raised |= c["knob"] == "readers" && c["to"] > c["from"];
+  CHECK(raised);
+  CHECK(s["autotune"]["blocked_io_threads"].get<int64_t>() >= 1);
+  daemon.Stop();
+}

@@ -1,0 +1,308 @@
+// slowfs (bench/slowfs): the slow-storage FUSE filesystem, mounted for real over a temporary
+// directory and read through the kernel. Checks that it passes bytes and TFRecord records
+// through unchanged, that a 1 MiB read costs one latency whatever its buffer's alignment, that
+// parallel readers overlap their latencies, that the bandwidth cap holds across readers, and
+// that every write fails with EROFS.
+//
+// Timing assertions are bounds the emulation guarantees (a lower bound from the sleeps, an upper
+// bound at 0.6x of what serial requests would need), never tight windows.
+// Skips ("RINGFEED_SKIP:", CTest: skipped) where /dev/fuse is missing or mounting is not
+// permitted (slowfs exits 3: containers without CAP_SYS_ADMIN, no fusermount3), also with
+// CI=true: FUSE is a property of the machine, not of the checkout.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "format/tfrecord_reader.h"
+#include "format/tfrecord_writer.h"
+#include "tests/slowfs_mount.h"
+#include "tests/test_support.h"
+
+
+namespace {
+
+using ringfeed::testing::ReadFile;
+using ringfeed::testing::RunQuietly;
+using ringfeed::testing::SlowMount;
+using ringfeed::testing::TempDir;
+using ringfeed::testing::WriteFile;
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr auto kEventually = std::chrono::seconds(10);
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::string RandomBytes(size_t n, uint32_t seed) {
+  std::mt19937_64 rng(seed);
+  std::string s(n + 8, '\0');
+  for (size_t i = 0; i < n; i += 8) {
+    const uint64_t word = rng();
+    std::memcpy(s.data() + i, &word, 8);
+  }
+  s.resize(n);
+  return s;
+}
+
+// Reads a whole file with `chunk`-byte read() calls; returns the byte count.
+size_t ReadAll(const std::string& path, size_t chunk) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::string buf(chunk, '\0');
+  size_t total = 0;
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), chunk);
+    if (n <= 0) break;
+    total += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return total;
+}
+
+uint64_t Counter(const nlohmann::json& stats, const char* name) { return stats.at(name).get<uint64_t>(); }
+
+}  // namespace
+
+TEST_CASE("slowfs passes bytes, records and directories through unchanged") {
+  TempDir source;
+  std::vector<std::string> records;
+  for (int i = 0; i < 300; ++i) records.push_back(RandomBytes(1000 + 37 * static_cast<size_t>(i), i));
+  records.push_back(RandomBytes(3 * kMiB, 999));  // larger than the reader's 1 MiB window
+  {
+    ringfeed::TFRecordWriter plain(source.file("part-0.tfrecord"));
+    for (const auto& r : records) plain.Write(r);
+    plain.Close();
+    ringfeed::TFRecordWriter gzip(source.file("part-1.tfrecord.gz"), {.compression = ringfeed::Compression::kGzip});
+    for (const auto& r : records) gzip.Write(r);
+    gzip.Close();
+  }
+  std::filesystem::create_directory(source.path() / "sub");
+  WriteFile(source.file("sub/raw.bin"), RandomBytes(100'000, 7));
+
+  SlowMount mount(source.path().string(), {"--latency-ms=0.1"});
+  if (!mount.mounted()) return mount.PrintSkip();
+
+  for (const char* name : {"part-0.tfrecord", "part-1.tfrecord.gz", "sub/raw.bin"}) {
+    INFO(name);
+    CHECK(ReadFile(mount.path(name).string()) == ReadFile(source.file(name)));
+    CHECK(std::filesystem::file_size(mount.path(name)) == std::filesystem::file_size(source.path() / name));
+  }
+  // The loader's reader over the mount: every record, every CRC, both compressions.
+  for (const char* name : {"part-0.tfrecord", "part-1.tfrecord.gz"}) {
+    INFO(name);
+    ringfeed::TFRecordReader reader(mount.path(name).string());
+    ringfeed::Record record;
+    ringfeed::ReadError error;
+    size_t i = 0;
+    ringfeed::TFRecordReader::Status status;
+    while ((status = reader.Next(&record, &error)) == ringfeed::TFRecordReader::Status::kRecord) {
+      REQUIRE(i < records.size());
+      CHECK(std::string(reinterpret_cast<const char*>(record.data.data()), record.data.size()) == records[i]);
+      ++i;
+    }
+    CHECK(status == ringfeed::TFRecordReader::Status::kEnd);
+    CHECK(i == records.size());
+  }
+  // The listing is the source's; the stats file is not listed.
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(mount.path(""))) {
+    names.insert(entry.path().filename().string());
+  }
+  CHECK(names == std::set<std::string>{"part-0.tfrecord", "part-1.tfrecord.gz", "sub"});
+  CHECK(std::filesystem::is_directory(mount.path("sub")));
+  CHECK_FALSE(std::filesystem::exists(mount.path("missing")));
+
+  // Counters: reads and bytes only of data files; SIGUSR1 resets them.
+  nlohmann::json stats = mount.Stats();
+  INFO(stats.dump());
+  CHECK(Counter(stats, "reads") > 0);
+  CHECK(Counter(stats, "bytes") >= std::filesystem::file_size(source.path() / "part-0.tfrecord"));
+  CHECK(Counter(stats, "max_request_bytes") <= kMiB);
+  CHECK(Counter(stats, "in_flight") == 0);
+  CHECK(stats.at("latency_ms").get<double>() == 0.1);
+  REQUIRE(::kill(mount.pid(), SIGUSR1) == 0);
+  bool reset = false;
+  const auto deadline = Clock::now() + kEventually;
+  while (!reset && Clock::now() < deadline) {
+    stats = mount.Stats();
+    reset = Counter(stats, "resets") == 1;
+    if (!reset) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(reset);
+  CHECK(Counter(stats, "reads") == 0);
+  CHECK(Counter(stats, "bytes") == 0);
+
+  // At unmount slowfs prints its counters.
+  ReadAll(mount.path("sub/raw.bin").string(), kMiB);
+  const std::string log = mount.Unmount();
+  INFO(log);
+  CHECK(mount.exit_status() == 0);  // a clean exit on SIGTERM (and no sanitizer report)
+  CHECK(log.find("slowfs: unmounted") != std::string::npos);
+  CHECK(log.find("\"bytes\":100000") != std::string::npos);
+}
+
+TEST_CASE("slowfs: a 1 MiB read costs one latency, whatever the alignment of its buffer") {
+  TempDir source;
+  const std::string content = RandomBytes(16 * kMiB, 1);
+  WriteFile(source.file("big.bin"), content);
+  SlowMount mount(source.path().string(), {"--latency-ms=20"});
+  if (!mount.mounted()) return mount.PrintSkip();
+
+  int fd = ::open(mount.path("big.bin").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  std::unique_ptr<char, decltype(&std::free)> memory(static_cast<char*>(std::aligned_alloc(4096, 6 * kMiB)),
+                                                      &std::free);
+  REQUIRE(memory != nullptr);
+  char* const aligned = memory.get();
+  char* const unaligned = memory.get() + 512;  // spans 257 pages: the kernel sends 2 requests
+  auto read_ten = [&](char* buffer) {
+    const auto start = Clock::now();
+    for (size_t i = 0; i < 10; ++i) {
+      REQUIRE(::pread(fd, buffer, kMiB, static_cast<off_t>(i * kMiB)) == static_cast<ssize_t>(kMiB));
+      REQUIRE(std::memcmp(buffer, content.data() + i * kMiB, kMiB) == 0);
+    }
+    return SecondsSince(start);
+  };
+
+  nlohmann::json before = mount.Stats();
+  const double aligned_s = read_ten(aligned);
+  nlohmann::json after = mount.Stats();
+  INFO(after.dump() << " ten aligned 1 MiB reads: " << aligned_s << " s");
+  std::printf("slowfs_test: 10 sequential 1 MiB reads at 20 ms, aligned buffer: %.3f s\n", aligned_s);
+  CHECK(aligned_s >= 10 * 0.020);
+  CHECK(Counter(after, "reads") - Counter(before, "reads") == 10);
+  CHECK(Counter(after, "requests") - Counter(before, "requests") == 10);
+  CHECK(Counter(after, "max_request_bytes") == kMiB);
+  CHECK(Counter(after, "in_flight_max") == 1);
+
+  before = after;
+  const double unaligned_s = read_ten(unaligned);
+  after = mount.Stats();
+  INFO(after.dump() << " ten unaligned 1 MiB reads: " << unaligned_s << " s");
+  std::printf("slowfs_test: 10 sequential 1 MiB reads at 20 ms, unaligned buffer: %.3f s\n", unaligned_s);
+  CHECK(unaligned_s >= 10 * 0.020);
+  CHECK(Counter(after, "reads") - Counter(before, "reads") == 10);  // the tails paid no latency
+  CHECK(Counter(after, "requests") - Counter(before, "requests") == 20);
+
+  // A 4 MiB read is four 1 MiB reads one after the other (five requests when unaligned).
+  before = after;
+  auto start = Clock::now();
+  REQUIRE(::pread(fd, unaligned, 4 * kMiB, 0) == static_cast<ssize_t>(4 * kMiB));
+  const double four_mib_s = SecondsSince(start);
+  after = mount.Stats();
+  std::printf("slowfs_test: one 4 MiB read at 20 ms: %.3f s\n", four_mib_s);
+  CHECK(four_mib_s >= 4 * 0.020);
+  CHECK(Counter(after, "reads") - Counter(before, "reads") == 4);
+  CHECK(std::memcmp(unaligned, content.data(), 4 * kMiB) == 0);
+
+  // Reads at the end of the file are free and not counted.
+  before = after;
+  start = Clock::now();
+  CHECK(::pread(fd, aligned, kMiB, static_cast<off_t>(16 * kMiB)) == 0);
+  CHECK(SecondsSince(start) < 5.0);
+  CHECK(Counter(mount.Stats(), "requests") == Counter(before, "requests"));
+  ::close(fd);
+}
+
+TEST_CASE("slowfs: parallel readers overlap their latencies") {
+  constexpr int kReaders = 8;
+  constexpr int kReadsEach = 4;
+  TempDir source;
+  for (int r = 0; r < kReaders; ++r) {
+    WriteFile(source.file("f" + std::to_string(r)), RandomBytes(kReadsEach * kMiB, static_cast<uint32_t>(r)));
+  }
+  SlowMount mount(source.path().string(), {"--latency-ms=50"});
+  if (!mount.mounted()) return mount.PrintSkip();
+
+  auto start = Clock::now();
+  REQUIRE(ReadAll(mount.path("f0").string(), kMiB) == kReadsEach * kMiB);
+  const double one_reader_s = SecondsSince(start);
+  CHECK(one_reader_s >= kReadsEach * 0.050);
+
+  std::vector<size_t> got(kReaders);
+  std::vector<std::thread> readers;
+  start = Clock::now();
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&, r] { got[r] = ReadAll(mount.path("f" + std::to_string(r)).string(), kMiB); });
+  }
+  for (auto& t : readers) t.join();
+  const double parallel_s = SecondsSince(start);
+  nlohmann::json stats = mount.Stats();
+  INFO(stats.dump() << " one reader " << one_reader_s << " s, " << kReaders << " readers " << parallel_s << " s");
+  std::printf("slowfs_test: %d x 4 MiB at 50 ms: one reader %.3f s, %d parallel readers %.3f s (in flight max %d)\n",
+              kReaders, one_reader_s, kReaders, parallel_s, stats.at("in_flight_max").get<int>());
+  for (int r = 0; r < kReaders; ++r) CHECK(got[r] == kReadsEach * kMiB);
+  CHECK(parallel_s < 0.6 * kReaders * one_reader_s);
+  CHECK(Counter(stats, "in_flight_max") >= 2);
+}
+
+TEST_CASE("slowfs: the bandwidth cap holds for all readers together") {
+  constexpr int kReaders = 4;
+  constexpr size_t kBytesEach = 5'000'000;  // 20 MB in all, at 20 MB/s: 1 s
+  TempDir source;
+  for (int r = 0; r < kReaders; ++r) {
+    WriteFile(source.file("f" + std::to_string(r)), RandomBytes(kBytesEach, static_cast<uint32_t>(r)));
+  }
+  SlowMount mount(source.path().string(), {"--bandwidth-mbps=20"});
+  if (!mount.mounted()) return mount.PrintSkip();
+
+  std::vector<size_t> got(kReaders);
+  std::vector<std::thread> readers;
+  auto start = Clock::now();
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&, r] { got[r] = ReadAll(mount.path("f" + std::to_string(r)).string(), kMiB); });
+  }
+  for (auto& t : readers) t.join();
+  const double seconds = SecondsSince(start);
+  nlohmann::json stats = mount.Stats();
+  INFO(stats.dump() << " 20 MB in " << seconds << " s");
+  std::printf("slowfs_test: 20 MB by %d readers at 20 MB/s: %.3f s\n", kReaders, seconds);
+  for (int r = 0; r < kReaders; ++r) CHECK(got[r] == kBytesEach);
+  CHECK(seconds >= 0.8);
+  CHECK(Counter(stats, "bytes") == kReaders * kBytesEach);
+}
+
+TEST_CASE("slowfs: every write fails with EROFS and the source stays as it was") {
+  TempDir source;
+  WriteFile(source.file("data.bin"), "original");
+  SlowMount mount(source.path().string(), {});
+  if (!mount.mounted()) return mount.PrintSkip();
+
+  const std::string file = mount.path("data.bin").string();
+  const std::string fresh = mount.path("new.bin").string();
+  auto erofs = [](int rc) { return rc < 0 && errno == EROFS; };
+  CHECK(erofs(::open(file.c_str(), O_WRONLY)));
+  CHECK(erofs(::open(file.c_str(), O_RDWR)));
+  CHECK(erofs(::open(fresh.c_str(), O_WRONLY | O_CREAT, 0644)));
+  CHECK(erofs(::truncate(file.c_str(), 0)));
+  CHECK(erofs(::unlink(file.c_str())));
+  CHECK(erofs(::rename(file.c_str(), fresh.c_str())));
+  CHECK(erofs(::mkdir(mount.path("dir").c_str(), 0755)));
+  CHECK(erofs(::symlink("data.bin", fresh.c_str())));
+  CHECK(erofs(::chmod(file.c_str(), 0600)));
+  CHECK(erofs(::open(mount.StatsPath().c_str(), O_WRONLY)));
+  CHECK(ReadFile(file) == "original");
+  CHECK(ReadFile(source.file("data.bin")) == "original");
+  CHECK_FALSE(std::filesystem::exists(source.path() / "new.bin"));
+}

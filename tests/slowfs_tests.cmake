@@ -1,0 +1,24 @@
+# slowfs (bench/slowfs): the slow-storage FUSE filesystem, mounted for real. The test runs the
+# slowfs binary, so the target must exist whenever tests are built: bench/CMakeLists.txt adds it
+# when RINGFEED_BENCH=ON (the default); otherwise it is added here. Without libfuse3 neither the
+# binary nor the test is built (a configure warning says so). Where /dev/fuse is missing or
+# mounting is not permitted, the test prints "RINGFEED_SKIP:" (CTest: skipped).
+if(NOT RINGFEED_BENCH)
+  add_subdirectory(${PROJECT_SOURCE_DIR}/bench/slowfs ${PROJECT_BINARY_DIR}/bench/slowfs)
+endif()
+pkg_check_modules(SLOWFS_FUSE3 QUIET fuse3)
+if(SLOWFS_FUSE3_FOUND)
+  ringfeed_test(slowfs_test SOURCES slowfs_test.cc TIMEOUT 60 LIBS ringfeed_format nlohmann_json::nlohmann_json)
+  add_dependencies(slowfs_test slowfs)
+  target_compile_definitions(slowfs_test PRIVATE RINGFEED_SLOWFS_BIN="$<TARGET_FILE:slowfs>")
+endif()
+
+# The autotuner and budgets end to end (real ringfeedd, consumers, and a slowfs mount for the
+# slow-storage case, which skips without FUSE).
+ringfeed_test(daemon_autotune_test SOURCES daemon_autotune_test.cc TIMEOUT 180
+  LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format nlohmann_json::nlohmann_json)
+add_dependencies(daemon_autotune_test ringfeedd ringfeedctl)
+if(SLOWFS_FUSE3_FOUND)
+  add_dependencies(daemon_autotune_test slowfs)
+  target_compile_definitions(daemon_autotune_test PRIVATE RINGFEED_SLOWFS_BIN="$<TARGET_FILE:slowfs>")
+endif()

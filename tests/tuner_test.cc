@@ -1,0 +1,655 @@
+// The autotuner (daemon/tuner.h) against the simulated pipeline of tests/tuner_sim.h.
+//
+// Each scenario states the best knobs worked out by hand from the model (the arithmetic is in
+// the comment next to it), runs the tuner for the rounds named in the test plus 30, and checks:
+//   - after every decision: the CPU and read-ahead budgets (by this file's own arithmetic),
+//     fixed knobs unchanged, every change reported with a reason;
+//   - the last change happens within the stated number of rounds, so the knobs then stay
+//     constant for at least 30 rounds (no oscillation);
+//   - the final knobs are within +-1 of the optimum (for I/O-blocked readers, which move on a
+//     x2 ladder and come back down one at a time, the tuner may stop one above: stated).
+// Every scenario runs without noise and with +-3% noise on every measurement (3 seeds).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "daemon/tuner.h"
+#include "tests/tuner_sim.h"
+
+namespace ringfeed {
+
+// For Catch's messages (found by argument-dependent lookup, so not in the anonymous namespace).
+std::ostream& operator<<(std::ostream& out, const TunerKnobs& k) {
+  return out << "{readers " << k.readers << ", stream " << k.stream_buffer_bytes << ", workers " << k.workers
+             << ", prefetch " << k.prefetch << "}";
+}
+
+namespace {
+
+using testing::SimParams;
+using testing::TunerSim;
+
+constexpr uint64_t KiB = 1024;
+constexpr uint64_t MiB = 1024 * KiB;
+const std::vector<uint64_t> kSeeds = {0, 1, 2, 3};  // 0: no noise; else +-3% noise from this seed
+
+struct Scenario {
+  SimParams sim;
+  TunerLimits limits;
+  TunerKnobs initial;
+  TunerFixed fixed;
+};
+
+Scenario WithSeed(Scenario sc, uint64_t seed) {
+  sc.sim.noise = seed == 0 ? 0 : 0.03;
+  sc.sim.seed = seed;
+  return sc;
+}
+
+struct RunResult {
+  std::vector<TunerDecision> decisions;  // decisions[i] is round i + 1
+  std::vector<TunerKnobs> knobs;         // knobs[i] after round i + 1
+  TunerKnobs final_knobs;
+  // The last round (1-based) in [from, to] whose decision changed a knob; 0 if none did.
+  int LastChange(int from, int to) const {
+    int last = 0;
+    for (int r = from; r <= to && r <= static_cast<int>(decisions.size()); ++r) {
+      if (!decisions[static_cast<size_t>(r - 1)].changes.empty()) last = r;
+    }
+    return last;
+  }
+  const TunerKnobs& At(int round) const { return knobs[static_cast<size_t>(round - 1)]; }
+};
+
+// Budgets and fixed knobs after one decision, by this file's own arithmetic. The simulated
+// readers are either plain (no CPU) or all CPU (inflating from the page cache, f = 1).
+void CheckStep(const Scenario& sc, const SimParams& sim, const Tuner& tuner, const TunerKnobs& before,
+               const TunerDecision& d, int round) {
+  INFO("round " << round << ", knobs " << d.knobs);
+  const TunerKnobs& k = d.knobs;
+  const TunerLimits& l = sc.limits;
+  REQUIRE(k == tuner.knobs());
+  REQUIRE(k.readers >= 1);
+  REQUIRE(k.readers <= l.max_readers);
+  REQUIRE(k.workers >= 1);
+  REQUIRE(k.workers <= l.max_workers);
+  REQUIRE(k.prefetch >= 1);
+  REQUIRE(k.prefetch <= l.max_prefetch);
+  const int64_t cpu_readers = sim.read_cpu_s > 0 ? k.readers : 0;
+  REQUIRE(k.workers + 1 + cpu_readers <= l.cpu_threads);
+  REQUIRE(d.runnable_threads == k.workers + 1 + cpu_readers);
+  REQUIRE(d.blocked_io_threads == k.readers - cpu_readers);
+  REQUIRE(static_cast<uint64_t>(l.open_files_base + k.readers) * k.stream_buffer_bytes <= l.read_ahead_budget_bytes);
+  if (sc.fixed.readers) REQUIRE(k.readers == sc.initial.readers);
+  if (sc.fixed.workers) REQUIRE(k.workers == sc.initial.workers);
+  if (sc.fixed.prefetch) REQUIRE(k.prefetch == sc.initial.prefetch);
+  if (sc.fixed.stream_buffer_bytes) REQUIRE(k.stream_buffer_bytes == sc.initial.stream_buffer_bytes);
+  // Every change is reported once, with a reason, and nothing else changes.
+  TunerKnobs replay = before;
+  for (const TunerChange& c : d.changes) {
+    INFO(ToString(c));
+    REQUIRE(!c.reason.empty());
+    REQUIRE(c.from != c.to);
+    int64_t* field = c.knob == "readers"    ? &replay.readers
+                     : c.knob == "workers"  ? &replay.workers
+                     : c.knob == "prefetch" ? &replay.prefetch
+                                            : nullptr;
+    if (field) {
+      REQUIRE(*field == c.from);
+      *field = c.to;
+    } else {
+      REQUIRE(c.knob == "stream_buffer_bytes");
+      REQUIRE(static_cast<int64_t>(replay.stream_buffer_bytes) == c.from);
+      replay.stream_buffer_bytes = static_cast<uint64_t>(c.to);
+    }
+  }
+  REQUIRE(replay == k);
+  REQUIRE(d.next_interval_seconds >= 0.25);
+  REQUIRE(d.next_interval_seconds <= 2.0);
+}
+
+RunResult RunScenario(const Scenario& sc, int rounds, const std::function<void(int, SimParams&)>& regime = {}) {
+  TunerSim sim(sc.sim);
+  Tuner tuner(sc.limits, sc.initial, sc.fixed);
+  TunerKnobs knobs = sc.initial;
+  double interval = 0.25;
+  RunResult run;
+  for (int round = 1; round <= rounds; ++round) {
+    if (regime) regime(round, sim.params());
+    const TunerDecision d = tuner.Observe(sim.Step(knobs, interval));
+    CheckStep(sc, sim.params(), tuner, knobs, d, round);
+    knobs = d.knobs;
+    interval = d.next_interval_seconds;
+    run.decisions.push_back(d);
+    run.knobs.push_back(knobs);
+  }
+  run.final_knobs = knobs;
+  return run;
+}
+
+std::string History(const RunResult& run) {
+  std::ostringstream out;
+  for (size_t i = 0; i < run.decisions.size(); ++i) {
+    for (const TunerChange& c : run.decisions[i].changes) out << "round " << i + 1 << ": " << ToString(c) << "\n";
+  }
+  return out.str();
+}
+
+bool Near(int64_t value, int64_t optimum) { return std::llabs(value - optimum) <= 1; }
+
+// The test's own derivation of the read-ahead per file: budget / open files, 4 KiB multiple.
+uint64_t StreamFor(uint64_t budget, int64_t open_files) { return budget / static_cast<uint64_t>(open_files) / 4096 * 4096; }
+
+// ---- Scenarios --------------------------------------------------------------------------------
+
+TunerLimits Limits(int64_t cpu_threads, uint64_t read_ahead_budget) {
+  TunerLimits l;
+  l.cpu_threads = cpu_threads;
+  l.read_ahead_budget_bytes = read_ahead_budget;
+  l.open_files_base = 4;
+  l.max_readers = 16;
+  l.max_workers = 16;
+  l.max_prefetch = 16;
+  return l;
+}
+
+// Slow storage: 20 ms per 256 KiB read of 4 KiB records.
+//   reads:  256 KiB / 4 KiB = 64 records per 20 ms = 3200 records/s per reader (plain: no CPU)
+//   parse:  1 / 50 us = 20000 records/s per worker >= 15000 -> workers 1
+//   consumers take 15000 records/s -> readers = 15000 / 3200 = 4.69 -> 5
+//     (4 readers: 12800 = 85% of 15000, not within 2% of it)
+//   prefetch: no bursts (B = 1) -> B + 1 = 2
+//   stream_buffer_bytes = 64 MiB / (4 + readers)
+Scenario ReadBound() {
+  Scenario sc;
+  sc.sim.storage_latency_s = 0.020;
+  sc.sim.parse_cpu_s = 50e-6;
+  sc.sim.consumer_rate = 15000;
+  sc.sim.cores = 8;
+  sc.limits = Limits(8, 64 * MiB);
+  return sc;  // initial: TunerKnobs{} = readers 1, 4 MiB, workers 1, prefetch 2
+}
+
+// Page cache (0.2 ms per 256 KiB read: 320000 records/s per reader), parsing 400 us per record:
+//   parse: 1 / 400 us = 2500 records/s per worker; consumers take 12000
+//   workers = 12000 / 2500 = 4.8 -> 5 (4: 10000 = 83%); 5 + 1 sequencer = 6 <= 8 runnable
+//   readers: 320000 >= 12000 -> 1; prefetch 2
+Scenario ParseBound() {
+  Scenario sc;
+  sc.sim.storage_latency_s = 0.0002;
+  sc.sim.parse_cpu_s = 400e-6;
+  sc.sim.consumer_rate = 12000;
+  sc.sim.cores = 8;
+  sc.limits = Limits(8, 64 * MiB);
+  return sc;
+}
+
+TEST_CASE("read-bound (L = 20 ms): readers 5 (+-1; the x2 ladder stops at 6), workers 1, prefetch 2, within 12 rounds") {
+  // Path: readers 1 -> 2 -> 4 -> 8 (each gains >= 5%), then down one at a time while the rest
+  // would stay <= 85% busy: 7 (15000 / 22400 = 67%), 6 (78%); 5 would be 15000 / 16000 = 94%.
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    const Scenario sc = WithSeed(ReadBound(), seed);
+    const RunResult run = RunScenario(sc, 12 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 42) <= 12);
+    const TunerKnobs& k = run.final_knobs;
+    CHECK(Near(k.readers, 5));
+    CHECK(k.workers == 1);
+    CHECK(k.prefetch == 2);
+    CHECK(k.stream_buffer_bytes == StreamFor(64 * MiB, 4 + k.readers));
+    // Consumers no longer wait: throughput = 15000 records/s.
+    CHECK(TunerSim(sc.sim).Evaluate(k).throughput == Approx(15000));
+  }
+}
+
+TEST_CASE("parse-bound (400 us per record): workers 5, readers 1, prefetch 2, within 12 rounds") {
+  // Path: workers 1 -> 2 -> 3 -> 4 -> 5 (gains 100%, 50%, 33%, 25%); at 5 they are 96% busy.
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    const RunResult run = RunScenario(WithSeed(ParseBound(), seed), 12 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 42) <= 12);
+    CHECK(Near(run.final_knobs.workers, 5));
+    CHECK(run.final_knobs.workers == 5);
+    CHECK(run.final_knobs.readers == 1);
+    CHECK(run.final_knobs.prefetch == 2);
+  }
+}
+
+TEST_CASE("parse-bound, then consumers slow to 2000 records/s at round 20: workers back to 1 within 10 rounds") {
+  // After the change: 2000 / 2500 = 0.8 -> 1 worker suffices (80% busy <= 85%).
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    const RunResult run = RunScenario(WithSeed(ParseBound(), seed), 30 + 30, [](int round, SimParams& p) {
+      if (round == 20) p.consumer_rate = 2000;
+    });
+    INFO(History(run));
+    CHECK(run.At(19).workers == 5);
+    CHECK(run.LastChange(20, 60) <= 30);
+    CHECK(run.final_knobs.workers == 1);
+    CHECK(run.final_knobs.readers == 1);
+    CHECK(run.final_knobs.prefetch == 2);
+  }
+}
+
+TEST_CASE("consumer-bound, starting high (16 readers, 8 workers, prefetch 16): readers 1, workers 1, prefetch 2 within 40 rounds") {
+  // 2 ms per read: 64 / 2 ms = 32000 records/s per reader; 1 / 100 us = 10000 per worker;
+  // consumers take 1000 records/s -> 1 reader (3% busy), 1 worker (10% busy). No bursts -> 2.
+  // Steps: workers 8 -> 1 one at a time (7), readers 16 -> 8 -> 4 -> 2 -> 1 (4), prefetch down by
+  // half the batches that never left the ring (15 ready -> 9 -> 6 -> 4 -> 3 -> 2) every 3 rounds.
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    Scenario sc;
+    sc.sim.storage_latency_s = 0.002;
+    sc.sim.parse_cpu_s = 100e-6;
+    sc.sim.consumer_rate = 1000;
+    sc.sim.cores = 16;
+    sc.limits = Limits(16, 256 * MiB);
+    sc.initial = TunerKnobs{.readers = 16, .stream_buffer_bytes = 4 * MiB, .workers = 8, .prefetch = 16};
+    const RunResult run = RunScenario(WithSeed(sc, seed), 40 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 70) <= 40);
+    CHECK(run.final_knobs.readers == 1);
+    CHECK(run.final_knobs.workers == 1);
+    CHECK(run.final_knobs.prefetch == 2);
+    CHECK(run.final_knobs.stream_buffer_bytes == 16 * MiB);  // 256 MiB / (4 + 1) = 51.2 MiB, above the 16 MiB max
+  }
+}
+
+TEST_CASE("CPU budget 2 runnable threads: workers 1 although parse-bound, within 1 round") {
+  // Parse-bound as above, but cpu_threads = 2 (cores 8): workers + 1 sequencer <= 2 -> workers 1
+  // (throughput 2500 of 12000 wanted). Started at 4 workers, over the budget: the first decision
+  // lowers them.
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    Scenario sc = ParseBound();
+    sc.limits = Limits(2, 64 * MiB);
+    sc.initial.workers = 4;
+    const RunResult run = RunScenario(WithSeed(sc, seed), 1 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 31) <= 1);
+    REQUIRE(!run.decisions[0].changes.empty());
+    CHECK(ToString(run.decisions[0].changes[0]) ==
+          "workers 4 -> 1: over the CPU budget: 4 workers + sequencer + 0 CPU-bound readers (0% CPU) = 5 runnable "
+          "threads, 2 allowed");
+    CHECK(run.final_knobs.workers == 1);
+    CHECK(run.final_knobs.readers == 1);
+    CHECK(run.final_knobs.prefetch == 2);
+  }
+}
+
+TEST_CASE("read-ahead budget 2 MiB: readers 4 at 256 KiB per file although 5 would be faster, within 8 rounds") {
+  // Read-bound as above (5 readers wanted). Open files x 256 KiB (the minimum per file) <= 2 MiB
+  // -> 8 open files = 4 for the interleave + 4 readers. stream = 2 MiB / 8 = 256 KiB.
+  // Path: 1 -> 2 -> 4; 8 would not fit.
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    Scenario sc = ReadBound();
+    sc.limits = Limits(8, 2 * MiB);
+    const RunResult run = RunScenario(WithSeed(sc, seed), 8 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 38) <= 8);
+    CHECK(run.final_knobs.readers == 4);
+    CHECK(run.final_knobs.stream_buffer_bytes == 256 * KiB);
+    CHECK(run.final_knobs.workers == 1);
+    CHECK(run.final_knobs.prefetch == 2);
+  }
+}
+
+// GZIP from the page cache: inflating costs 500 us per record, so readers are CPU-bound (f = 1)
+// and count against the budget: workers + 1 + readers <= 8 -> readers + workers <= 7.
+//   reads: 1 / 500 us = 2000 records/s per reader; parse: 1 / 166.7 us = 6000 per worker;
+//   consumers would take 20000. throughput = min(2000 r, 6000 w) with r + w <= 7:
+//     (6,1) 6000   (5,2) 10000   (4,3) 8000   (3,4) 6000  -> readers 5, workers 2, unique.
+Scenario Gzip() {
+  Scenario sc;
+  sc.sim.storage_latency_s = 0;
+  sc.sim.read_cpu_s = 500e-6;
+  sc.sim.parse_cpu_s = 1.0 / 6000;
+  sc.sim.consumer_rate = 20000;
+  sc.sim.cores = 8;
+  sc.limits = Limits(8, 64 * MiB);
+  return sc;
+}
+
+TEST_CASE("gzip, CPU-bound readers count against the budget: readers 5, workers 2 from (1, 1) within 12 rounds") {
+  // Path: readers 1 -> 2 -> 3 (+1 steps: CPU-bound); at (3, 1) both stages are saturated
+  // (6000 = 6000), so both go up as one trial -> (4, 2): 8000; readers -> 5: 10000. 6 readers
+  // would be 9 runnable threads, and 1 worker would be 167% busy: no trade.
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    const RunResult run = RunScenario(WithSeed(Gzip(), seed), 12 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 42) <= 12);
+    CHECK(run.final_knobs.readers == 5);
+    CHECK(run.final_knobs.workers == 2);
+    CHECK(run.final_knobs.prefetch == 2);
+  }
+}
+
+TEST_CASE("gzip from (1 reader, 6 workers): idle workers are traded for readers, (5, 2) within 20 rounds") {
+  // (1, 6) is 8 runnable threads already: each reader needs a worker given back first, which
+  // is done while the workers would stay <= 85% busy: (1,6) (1,5) (2,5) (2,4) (3,4) (3,3) (4,3)
+  // (4,2) (5,2).
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    Scenario sc = Gzip();
+    sc.initial.workers = 6;
+    const RunResult run = RunScenario(WithSeed(sc, seed), 20 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 50) <= 20);
+    CHECK(run.final_knobs.readers == 5);
+    CHECK(run.final_knobs.workers == 2);
+  }
+}
+
+// Bursts of 4 batches (B = 4): prefetch >= B + 1 = 5 for the consumers never to wait.
+//   2 ms reads: 32000 records/s per reader; 50 us parse: 20000 per worker; consumers 5000:
+//   1 reader, 1 worker. Below prefetch 5 consumers get 5000 x p / 5.
+Scenario Bursty() {
+  Scenario sc;
+  sc.sim.storage_latency_s = 0.002;
+  sc.sim.parse_cpu_s = 50e-6;
+  sc.sim.consumer_rate = 5000;
+  sc.sim.burst = 4;
+  sc.limits = Limits(8, 64 * MiB);
+  return sc;
+}
+
+TEST_CASE("bursty output (bursts of 4): prefetch 2 -> 5 within 8 rounds") {
+  // prefetch 2 -> 3 -> 4 -> 5: 2000 -> 3000 -> 4000 -> 5000 records/s (each gains >= 25%).
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    const RunResult run = RunScenario(WithSeed(Bursty(), seed), 8 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 38) <= 8);
+    CHECK(run.final_knobs.prefetch == 5);
+    CHECK(run.final_knobs.readers == 1);
+    CHECK(run.final_knobs.workers == 1);
+  }
+}
+
+TEST_CASE("bursty output (bursts of 4), starting at prefetch 12: down to 5 within 20 rounds") {
+  // 12 - 4 = 8 batches never leave the ring: down by (8 - 1) / 2 = 3 -> 9, then 2 -> 7, 1 -> 6,
+  // 1 -> 5 (one batch left over: stays), each after 3 quiet intervals.
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    Scenario sc = Bursty();
+    sc.initial.prefetch = 12;
+    const RunResult run = RunScenario(WithSeed(sc, seed), 20 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 50) <= 20);
+    CHECK(run.final_knobs.prefetch == 5);
+  }
+}
+
+TEST_CASE("change of regime: storage slows at round 20 (readers up within 15 rounds), consumers slow at round 70 (readers down within 10)") {
+  // Rounds 1-19: page cache (0.2 ms per read: 320000 records/s per reader), 50 us parse, 15000
+  //   wanted -> consumer-bound: readers 1, workers 1, prefetch 2.
+  // Rounds 20-69: 20 ms per read -> the read-bound scenario: readers 5 (tuner 6, see above).
+  // Rounds 70-: consumers take 2000 records/s -> 1 reader (3200 records/s, 62.5% busy).
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    Scenario sc = ReadBound();
+    sc.sim.storage_latency_s = 0.0002;
+    const RunResult run = RunScenario(WithSeed(sc, seed), 80 + 30, [](int round, SimParams& p) {
+      if (round == 20) p.storage_latency_s = 0.020;
+      if (round == 70) p.consumer_rate = 2000;
+    });
+    INFO(History(run));
+    CHECK(run.LastChange(2, 19) == 0);  // round 1 may set stream_buffer_bytes from the budget
+    CHECK(run.At(19).readers == 1);
+    CHECK(run.At(19).workers == 1);
+    CHECK(run.At(19).prefetch == 2);
+    CHECK(run.decisions[18].next_interval_seconds == Approx(2.0));  // stable: long intervals
+    CHECK(run.decisions[19].next_interval_seconds == Approx(0.25));  // the shift: short again
+    CHECK(run.LastChange(20, 69) <= 35);
+    CHECK(Near(run.At(69).readers, 5));
+    CHECK(run.At(69).workers == 1);
+    CHECK(run.LastChange(70, 110) <= 80);
+    CHECK(run.final_knobs.readers == 1);
+    CHECK(run.final_knobs.workers == 1);
+    CHECK(run.final_knobs.prefetch == 2);
+  }
+}
+
+TEST_CASE("fixed knobs are never changed") {
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    SECTION("parse-bound with workers: 2 and readers: 1 fixed") {
+      // Nothing else helps a parse-bound pipeline: everything stays.
+      Scenario sc = ParseBound();
+      sc.initial.workers = 2;
+      sc.fixed.workers = true;
+      sc.fixed.readers = true;
+      const RunResult run = RunScenario(WithSeed(sc, seed), 60);
+      INFO(History(run));
+      CHECK(run.LastChange(2, 60) == 0);
+      CHECK(run.final_knobs.workers == 2);
+      CHECK(run.final_knobs.prefetch == 2);
+    }
+    SECTION("read-bound with readers: 2 and read_ahead: 1 MiB fixed") {
+      Scenario sc = ReadBound();
+      sc.initial.readers = 2;
+      sc.initial.stream_buffer_bytes = 1 * MiB;
+      sc.fixed.readers = true;
+      sc.fixed.stream_buffer_bytes = true;
+      const RunResult run = RunScenario(WithSeed(sc, seed), 60);
+      INFO(History(run));
+      CHECK(run.LastChange(1, 60) == 0);
+    }
+    SECTION("consumer-bound from high with workers: 8 and prefetch: 16 fixed: only readers come down") {
+      Scenario sc;
+      sc.sim.storage_latency_s = 0.002;
+      sc.sim.parse_cpu_s = 100e-6;
+      sc.sim.consumer_rate = 1000;
+      sc.sim.cores = 16;
+      sc.limits = Limits(16, 256 * MiB);
+      sc.initial = TunerKnobs{.readers = 16, .stream_buffer_bytes = 4 * MiB, .workers = 8, .prefetch = 16};
+      sc.fixed.workers = true;
+      sc.fixed.prefetch = true;
+      const RunResult run = RunScenario(WithSeed(sc, seed), 60);
+      INFO(History(run));
+      CHECK(run.final_knobs.readers == 1);
+      CHECK(run.final_knobs.workers == 8);
+      CHECK(run.final_knobs.prefetch == 16);
+    }
+  }
+}
+
+TEST_CASE("no consumers attached: hold; tuning starts when one attaches") {
+  Scenario sc = ReadBound();
+  sc.sim.consumers = 0;
+  // 64 MiB / (4 + 1) = 13421772.8 -> 3276 x 4 KiB = 13418496: nothing to change for the budget.
+  sc.initial.stream_buffer_bytes = 13418496;
+  REQUIRE(Tuner::StreamBufferBytesFor(sc.limits, 1) == 13418496);
+  const RunResult run = RunScenario(sc, 60, [](int round, SimParams& p) {
+    if (round == 51) p.consumers = 1;
+  });
+  INFO(History(run));
+  CHECK(run.LastChange(1, 50) == 0);
+  CHECK(run.At(50) == sc.initial);
+  CHECK(run.decisions[49].next_interval_seconds == Approx(2.0));
+  // Round 51: consumers wait 79% for a read-bound pipeline -> readers 1 -> 2 at once.
+  REQUIRE(!run.decisions[50].changes.empty());
+  CHECK(run.decisions[50].changes[0].knob == "readers");
+  CHECK(run.decisions[50].next_interval_seconds == Approx(0.25));
+}
+
+// ---- Reasons, trials, hold-offs and intervals on hand-written observations ----------------------
+
+TunerObservation Obs(uint64_t records, double wait, double read_busy, double read_wait, double parse_busy,
+                     int64_t ready_min = 0, double interval = 0.25) {
+  TunerObservation o;
+  o.interval_seconds = interval;
+  o.records = records;
+  o.consumers = 1;
+  o.consumer_wait_fraction = wait;
+  o.read_busy_fraction = read_busy;
+  o.read_cpu_fraction = 0.02;
+  o.sequencer_read_wait_fraction = read_wait;
+  o.parse_busy_fraction = parse_busy;
+  o.ready_slots_min = ready_min;
+  o.ready_slots_mean = 0.4;
+  return o;
+}
+
+TEST_CASE("reasons name the numbers") {
+  TunerLimits limits = Limits(6, 64 * MiB);
+  SECTION("workers") {
+    // 64 MiB / (4 + 1) rounded down to 4 KiB = 13418496.
+    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+    // CPU in use: 2 workers x 97% + 1 reader x 20% busy x 2% CPU + sequencer (1 - 0 waiting)
+    //   = 1.94 + 0.004 + 1 = 2.944 -> "2.9 of 6".
+    const TunerDecision d = tuner.Observe(Obs(250, 0.31, 0.20, 0.0, 0.97));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]) ==
+          "workers 2 -> 3: consumers waited 31% of 0.25 s, workers 97% busy, 2.9 of 6 runnable threads used");
+    CHECK(d.runnable_threads == 4);  // 3 workers + sequencer + round(1 x 0.02) = 0 CPU-bound readers
+    CHECK(d.blocked_io_threads == 1);
+  }
+  SECTION("readers, with the read-ahead that follows them") {
+    // 64 MiB / (4 + 2) = 11184810.67 -> 2730 x 4 KiB = 11182080.
+    Tuner tuner(limits, TunerKnobs{.readers = 2, .stream_buffer_bytes = 11182080, .workers = 1, .prefetch = 2}, {});
+    // CPU in use: 1 x 16% + 2 x 99% x 2% + (1 - 0.84) = 0.16 + 0.0396 + 0.16 = 0.36 -> "0.4".
+    const TunerDecision d = tuner.Observe(Obs(800, 0.79, 0.99, 0.84, 0.16));
+    REQUIRE(d.changes.size() == 2);
+    CHECK(ToString(d.changes[0]) ==
+          "readers 2 -> 4: consumers waited 79% of 0.25 s, the sequencer waited for records 84%, readers 99% busy "
+          "(2% CPU: I/O-blocked, x2 step), 0.4 of 6 runnable threads used");
+    // 64 MiB / (4 + 4) = 8 MiB exactly.
+    CHECK(ToString(d.changes[1]) ==
+          "stream_buffer_bytes 11182080 -> 8388608: read-ahead budget 64.0 MiB over 4 + 4 open files (readers 4)");
+  }
+  SECTION("prefetch") {
+    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
+    const TunerDecision d = tuner.Observe(Obs(300, 0.60, 0.06, 0.0, 0.10));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]) ==
+          "prefetch 2 -> 3: consumers waited 60% of 0.25 s and the ring ran dry (0 ready at the least, 0.4 on "
+          "average) while readers were 6% and workers 10% busy: bursty output");
+  }
+  SECTION("a step down") {
+    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 4, .prefetch = 2}, {});
+    // 4 workers 30% busy: with 3, 30 x 4 / 3 = 40%.
+    const TunerDecision d = tuner.Observe(Obs(250, 0.0, 0.05, 0.0, 0.30, 1));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]) == "workers 4 -> 3: consumers waited 0% of 0.25 s, workers 30% busy, with 3 they would be 40%");
+  }
+}
+
+TEST_CASE("a raise that does not gain 5% is taken back and held off for 120 s (then 240 s); a shift clears that") {
+  const TunerLimits limits = Limits(6, 64 * MiB);
+  Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+  const TunerObservation parse_bound = Obs(250, 0.31, 0.20, 0.0, 0.97);  // 1000 records/s
+  TunerDecision d = tuner.Observe(parse_bound);
+  REQUIRE(d.knobs.workers == 3);
+  // 3 workers: 252 records in 0.25 s = 1008/s, +0.8%: not worth a thread.
+  d = tuner.Observe(Obs(252, 0.31, 0.20, 0.0, 0.66));
+  REQUIRE(d.changes.size() == 1);
+  CHECK(ToString(d.changes[0]) ==
+        "workers 3 -> 2: taken back: workers 3 gave 1008 records/s, less than 5% over 1000 records/s with workers 2; "
+        "not raised again for 120 s");
+  CHECK(d.next_interval_seconds == Approx(0.25));
+
+  // The tuner's time so far: 0.25 + 0.25 = 0.5 s; the hold-off lasts until 120.5 s.
+  double now = 0.5;
+  double interval = d.next_interval_seconds;
+  int rounds = 0;
+  for (;;) {
+    TunerObservation o = parse_bound;
+    o.interval_seconds = interval;
+    o.records = static_cast<uint64_t>(std::llround(1000 * interval));
+    d = tuner.Observe(o);
+    now += interval;
+    ++rounds;
+    if (!d.changes.empty()) break;
+    REQUIRE(now < 120.5);
+    REQUIRE(rounds < 1000);
+    interval = d.next_interval_seconds;
+  }
+  CHECK(now >= 120.5);
+  CHECK(now < 120.5 + 2.0);
+  CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
+  d = tuner.Observe(Obs(252, 0.31, 0.20, 0.0, 0.66));
+  REQUIRE(d.changes.size() == 1);
+  CHECK(d.changes[0].reason.find("not raised again for 240 s") != std::string::npos);
+
+  // Consumers now take twice as much (2000 records/s): a shift by > 20% clears the hold-off.
+  d = tuner.Observe(Obs(500, 0.31, 0.40, 0.0, 0.97));
+  REQUIRE(d.changes.size() == 1);
+  CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
+}
+
+TEST_CASE("a stall (no records at all) keeps no raise") {
+  Tuner tuner(Limits(8, 64 * MiB), TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
+  TunerDecision d = tuner.Observe(Obs(0, 1.0, 1.0, 1.0, 0.0));
+  REQUIRE(d.knobs.readers == 2);
+  d = tuner.Observe(Obs(0, 1.0, 1.0, 1.0, 0.0));
+  REQUIRE(d.knobs.readers == 1);
+  CHECK(d.changes[0].reason.rfind("taken back: readers 2 gave 0 records/s", 0) == 0);
+}
+
+TEST_CASE("a step down that makes consumers wait is undone and not repeated for 120 s") {
+  const TunerLimits limits = Limits(8, 64 * MiB);
+  Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 4, .prefetch = 2}, {});
+  const TunerObservation idle = Obs(250, 0.0, 0.05, 0.0, 0.50, 1);  // 4 workers 50%: with 3, 67%
+  TunerDecision d = tuner.Observe(idle);
+  REQUIRE(d.knobs.workers == 3);
+  d = tuner.Observe(Obs(230, 0.08, 0.05, 0.0, 0.99, 0));
+  REQUIRE(d.changes.size() == 1);
+  CHECK(ToString(d.changes[0]) ==
+        "workers 3 -> 4: taken back: with workers 3 consumers waited 8% of 0.25 s (0% with workers 4); not lowered "
+        "again for 120 s");
+  for (int i = 0; i < 40; ++i) {
+    TunerObservation o = idle;
+    o.interval_seconds = d.next_interval_seconds;
+    o.records = static_cast<uint64_t>(std::llround(1000 * o.interval_seconds));
+    d = tuner.Observe(o);
+    REQUIRE(d.changes.empty());
+  }
+}
+
+TEST_CASE("intervals lengthen x1.5 up to 2 s while stable and go back to 0.25 s on a shift by > 20%") {
+  Scenario sc = ReadBound();
+  sc.sim.storage_latency_s = 0.0002;  // page cache: consumer-bound at the minimum, nothing to change
+  sc.sim.consumer_rate = 1000;
+  sc.initial.stream_buffer_bytes = 13418496;  // 64 MiB / 5, 4 KiB multiple
+  const RunResult run = RunScenario(sc, 12, [](int round, SimParams& p) {
+    if (round == 10) p.consumer_rate = 700;  // -30%
+  });
+  INFO(History(run));
+  CHECK(run.LastChange(1, 12) == 0);
+  const std::vector<double> expected = {0.375, 0.5625, 0.84375, 1.265625, 1.8984375, 2.0, 2.0, 2.0, 2.0, 0.25, 0.375, 0.5625};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    INFO("round " << i + 1);
+    CHECK(run.decisions[i].next_interval_seconds == Approx(expected[i]));
+  }
+}
+
+TEST_CASE("deterministic: the same observations give the same decisions") {
+  for (uint64_t seed : {1, 2}) {
+    const Scenario sc = WithSeed(Gzip(), seed);
+    const RunResult a = RunScenario(sc, 40);
+    const RunResult b = RunScenario(sc, 40);
+    REQUIRE(a.decisions.size() == b.decisions.size());
+    for (size_t i = 0; i < a.decisions.size(); ++i) {
+      const TunerDecision& x = a.decisions[i];
+      const TunerDecision& y = b.decisions[i];
+      REQUIRE(x.knobs == y.knobs);
+      REQUIRE(x.next_interval_seconds == y.next_interval_seconds);
+      REQUIRE(x.runnable_threads == y.runnable_threads);
+      REQUIRE(x.changes.size() == y.changes.size());
+      for (size_t j = 0; j < x.changes.size(); ++j) REQUIRE(ToString(x.changes[j]) == ToString(y.changes[j]));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringfeed
