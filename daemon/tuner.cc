@@ -241,6 +241,7 @@ void Tuner::EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes) 
 
 void Tuner::SetReference(double throughput, double wait, int64_t consumers) {
   has_reference_ = true;
+  reference_seen_ = true;
   reference_throughput_ = throughput;
   reference_wait_ = wait;
   reference_consumers_ = consumers;
@@ -408,8 +409,10 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
     }
     return cpu_blocked && TryTrade(kReaders, kWorkers, s, changes);
   }
-  if (s.o.ready_slots_min == 0) {
-    // Neither stage is saturated, yet the ring runs dry: output comes in bursts (tf.data #39992).
+  if (s.o.ready_slots_min == 0 && s.o.ready_slots_mean >= kBurstyReadyMean) {
+    // Neither stage is saturated, yet the ring runs dry between full spells: output comes in
+    // bursts (tf.data #39992). A ring that is empty nearly all the time (mean ~0) is a loader
+    // that is simply slower than its consumers, e.g. starved of CPU: prefetch cannot help.
     const int64_t p = knobs_.prefetch;
     if (fixed_.prefetch || now_seconds_ < hold_[kPrefetch].raise_until || p >= limits_.max_prefetch) return false;
     Set(kPrefetch, p + 1,
@@ -528,18 +531,26 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
     return Finish({}, false);
   }
 
-  // 3. Judge the last change.
-  if (trial_ && EvaluateTrial(s, &changes)) return Finish(std::move(changes), true);
-
-  // 4. Regime shift?
+  // 3. Regime shift? Checked before judging a trial: a shift makes that comparison meaningless.
+  // Judged against the last reference even when a change has just reset it
+  // (reference_* keep their values): a change must not hide a shift that started before it.
+  // One interval off the reference is noise on a busy machine (0.25 s of a shared core), so a
+  // shift must last two intervals, unless consumers came or went.
   bool shifted = false;
-  if (!has_reference_) {
-    SetReference(s.throughput, s.wait, o.consumers);
-  } else if (Shifted(s)) {
+  const bool off = reference_seen_ && Shifted(s);
+  if (off && (++shift_streak_ >= 2 || o.consumers != reference_consumers_)) {
     shifted = true;
+    shift_streak_ = 0;
     ClearHolds();
+    trial_.reset();  // a trial cannot be judged across a shift; its step stays
     SetReference(s.throughput, s.wait, o.consumers);
+  } else {
+    if (!off) shift_streak_ = 0;
+    if (!has_reference_) SetReference(s.throughput, s.wait, o.consumers);
   }
+
+  // 4. Judge the last change.
+  if (trial_ && EvaluateTrial(s, &changes)) return Finish(std::move(changes), true);
 
   // 5. One change.
   const bool changed = s.waiting ? TryRaise(s, &changes) : TryLower(s, &changes);

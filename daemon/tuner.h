@@ -27,8 +27,11 @@
 // >= 5% over the interval before it, else it is taken back and the knob is not raised again for
 // 120 s (doubling on each further failure, up to 960 s); a step down is taken only if the stage
 // would stay <= 85% busy with one step less, and never back to a level a kept raise left; a
-// shift of throughput by > 20% (or of consumer wait by > 20 points, or of the consumer count)
-// clears hold-offs and those floors. Intervals: 0.25 s, x1.5 per quiet interval, up to 2 s.
+// shift of throughput by > 20% or of consumer wait by > 20 points, lasting two intervals (one is
+// noise on a shared machine), or of the consumer count, clears hold-offs and those floors and
+// drops a trial in progress (its step stays). Prefetch is raised only when the ring runs dry yet
+// holds >= 0.75 batches on average (bursts); a ring empty all the time is a loader that is
+// slower than its consumers, where prefetch cannot help. Intervals: 0.25 s, x1.5 per quiet interval, up to 2 s.
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
 // workers and prefetch +-1 (prefetch down by half the batches that never left the ring).
 //
@@ -141,7 +144,8 @@ class Tuner {
   static constexpr double kLowerTargetBusy = 0.85;        // a step down must leave the stage at most this busy
   static constexpr double kIoBoundCpuFraction = 0.5;      // readers below it are I/O-blocked (x2 steps)
   static constexpr int64_t kPrefetchQuietIntervals = 3;   // intervals with >= 2 ready batches before lowering
-  static constexpr double kShiftFraction = 0.2;           // a regime shift: interval short, hold-offs cleared
+  static constexpr double kShiftFraction = 0.2;           // a regime shift (two intervals running): interval short, hold-offs cleared
+  static constexpr double kBurstyReadyMean = 0.75;        // ring dry at times, yet this many ready on average: bursts
   static constexpr double kHoldOffSeconds = 120;          // after a failed trial; doubles per failure
   static constexpr double kMaxHoldOffSeconds = 960;
   static constexpr double kShortIntervalSeconds = 0.25;
@@ -214,6 +218,8 @@ class Tuner {
   double now_seconds_ = 0;            // sum of observed intervals: the tuner's only clock
   double interval_seconds_ = kShortIntervalSeconds;
   double read_cpu_fraction_ = 0;      // of the last interval in which readers were busy
+  int shift_streak_ = 0;              // consecutive intervals off the reference
+  bool reference_seen_ = false;       // reference_* hold a level (has_reference_ may be reset)
   double read_cpu_share_ = 0;         // read_busy_fraction x read_cpu_fraction, same interval
   std::optional<Trial> trial_;
   Hold hold_[kKnobCount];
