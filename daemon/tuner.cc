@@ -541,7 +541,15 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   if (off && (++shift_streak_ >= 2 || o.consumers != reference_consumers_)) {
     shifted = true;
     shift_streak_ = 0;
-    ClearHolds();
+    // Hold-offs and floors were learnt in the old regime. They go when the regime really
+    // changed: consumers came or went, the loader stopped or started being the bottleneck, or
+    // throughput moved by more than half. A smaller swing while consumers keep waiting is
+    // usually the machine's load (a shared core), and forgetting there makes a knob flap.
+    const bool waiting_flipped = s.waiting != (reference_wait_ >= kConsumerWaitThreshold);
+    if (o.consumers != reference_consumers_ || waiting_flipped ||
+        std::fabs(s.throughput - reference_throughput_) > kForgetFraction * reference_throughput_) {
+      ClearHolds();
+    }
     trial_.reset();  // a trial cannot be judged across a shift; its step stays
     SetReference(s.throughput, s.wait, o.consumers);
   } else {

@@ -28,8 +28,9 @@
 // 120 s (doubling on each further failure, up to 960 s); a step down is taken only if the stage
 // would stay <= 85% busy with one step less, and never back to a level a kept raise left; a
 // shift of throughput by > 20% or of consumer wait by > 20 points, lasting two intervals (one is
-// noise on a shared machine), or of the consumer count, clears hold-offs and those floors and
-// drops a trial in progress (its step stays). Prefetch is raised only when the ring runs dry yet
+// noise on a shared machine), or of the consumer count, shortens the interval and drops a trial
+// in progress (its step stays); it clears hold-offs and those floors only when consumers came
+// or went, started or stopped waiting, or throughput moved by more than 50%. Prefetch is raised only when the ring runs dry yet
 // holds >= 0.75 batches on average (bursts); a ring empty all the time is a loader that is
 // slower than its consumers, where prefetch cannot help. Intervals: 0.25 s, x1.5 per quiet interval, up to 2 s.
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
@@ -144,6 +145,7 @@ class Tuner {
   static constexpr double kLowerTargetBusy = 0.85;        // a step down must leave the stage at most this busy
   static constexpr double kIoBoundCpuFraction = 0.5;      // readers below it are I/O-blocked (x2 steps)
   static constexpr int64_t kPrefetchQuietIntervals = 3;   // intervals with >= 2 ready batches before lowering
+  static constexpr double kForgetFraction = 0.5;          // a shift this large (or a flip of who waits) clears hold-offs
   static constexpr double kShiftFraction = 0.2;           // a regime shift (two intervals running): interval short, hold-offs cleared
   static constexpr double kBurstyReadyMean = 0.75;        // ring dry at times, yet this many ready on average: bursts
   static constexpr double kHoldOffSeconds = 120;          // after a failed trial; doubles per failure
