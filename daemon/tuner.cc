@@ -364,7 +364,11 @@ bool Tuner::TryTrade(Knob give, Knob take, const Signals& s, std::vector<TunerCh
 }
 
 bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
-  const bool read_saturated = s.read_busy >= kSaturatedBusy || s.read_wait >= kReadStarved;
+  // The sequencer starved of records counts only while the readers are mostly busy: idle
+  // readers the sequencer still waits for are short of CPU (a loaded machine), not of
+  // parallelism, and more of them would not help.
+  const bool read_saturated =
+      s.read_busy >= kSaturatedBusy || (s.read_wait >= kReadStarved && s.read_busy >= kReadStarvedBusy);
   const bool parse_saturated = s.parse_busy >= kSaturatedBusy;
   const std::string waited = Format("consumers waited %.0f%% of %.2f s", Pct(s.wait), s.interval);
   const std::string cpu = Format("%.1f of %lld runnable threads used", s.cpu_used, LL(limits_.cpu_threads));
