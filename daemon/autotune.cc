@@ -161,6 +161,7 @@ void Autotune::Run() {
     {
       std::lock_guard status_lock(mutex_);
       last_ = decision;
+      last_observation_ = o;
       const double at = std::chrono::duration<double>(now - started_).count();
       for (const TunerChange& c : decision.changes) {
         changes_.emplace_back(at, c);
@@ -181,6 +182,7 @@ void Autotune::Run() {
 nlohmann::json Autotune::StatusJson() const {
   std::lock_guard lock(mutex_);
   const TunerLimits& l = options_.limits;
+  const TunerObservation& m = last_observation_;
   const TunerFixed& f = options_.fixed;
   nlohmann::json fixed = nlohmann::json::array();
   if (f.readers) fixed.push_back("readers");
@@ -210,6 +212,19 @@ nlohmann::json Autotune::StatusJson() const {
           {"runnable_threads", last_.runnable_threads},
           {"blocked_io_threads", last_.blocked_io_threads},
           {"interval_seconds", last_.next_interval_seconds},
+          {"measured",
+           {{"interval_seconds", m.interval_seconds},
+            {"records_per_second", m.interval_seconds > 0 ? static_cast<double>(m.records) / m.interval_seconds : 0.0},
+            {"consumers", m.consumers},
+            {"consumer_wait_fraction", m.consumer_wait_fraction},
+            {"read_busy_fraction", m.read_busy_fraction},
+            {"read_cpu_fraction", m.read_cpu_fraction},
+            {"sequencer_read_wait_fraction", m.sequencer_read_wait_fraction},
+            {"parse_busy_fraction", m.parse_busy_fraction},
+            {"sequencer_slot_wait_fraction", m.sequencer_slot_wait_fraction},
+            {"ready_batches_mean", m.ready_slots_mean},
+            {"ready_batches_min", m.ready_slots_min},
+            {"read_ahead_bytes", m.read_ahead_bytes}}},
           {"changes", changes}};
 }
 

@@ -46,7 +46,8 @@ class Autotune {
   void Start();
   void Stop();
   // {"knobs": {...}, "fixed": [...], "limits": {...}, "runnable_threads", "blocked_io_threads",
-  //  "interval_seconds", "changes": [{"at_seconds", "knob", "from", "to", "reason"}, ...]}
+  //  "interval_seconds", "measured": {the last interval's TunerObservation, fractions in [0, 1]},
+  //  "changes": [{"at_seconds", "knob", "from", "to", "reason"}, ...]}
   nlohmann::json StatusJson() const;
 
  private:
@@ -73,6 +74,7 @@ class Autotune {
 
   mutable std::mutex mutex_;  // guards the status below
   TunerDecision last_;
+  TunerObservation last_observation_;
   std::deque<std::pair<double, TunerChange>> changes_;  // newest last, at most kKeptChanges
 };
 

@@ -195,7 +195,7 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
   for (const auto& f : a["fixed"]) fixed += (fixed.empty() ? "" : ", ") + f.get<std::string>();
   std::snprintf(buf, sizeof buf,
                 "autotune   readers %lld, read-ahead %s per file, workers %lld, prefetch %lld%s\n"
-                "           threads: %lld runnable of %lld allowed (cpu_budget %.2g cores: %s), %lld blocked in I/O\n"
+                "           threads: %lld runnable of %lld allowed (cpu_budget %.2g cores: %s); %lld readers mostly waiting (storage, room), not counted\n"
                 "           memory_budget %s (%s): read-ahead may use %s\n",
                 static_cast<long long>(knobs.value("readers", int64_t{0})),
                 Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(), static_cast<long long>(knobs.value("workers", int64_t{0})),
@@ -207,6 +207,18 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
                 Bytes(limits.value("memory_budget_bytes", 0.0)).c_str(), limits.value("memory_budget_source", "").c_str(),
                 Bytes(limits.value("read_ahead_budget_bytes", 0.0)).c_str());
   out << buf;
+  if (a.contains("measured") && a["measured"].value("interval_seconds", 0.0) > 0) {
+    const auto& m = a["measured"];
+    std::snprintf(buf, sizeof buf,
+                  "           last %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
+                  "sequencer waited %.0f%% for records and %.0f%% for slots, workers %.0f%% busy, %.1f batches ready\n",
+                  m.value("interval_seconds", 0.0), m.value("records_per_second", 0.0),
+                  100 * m.value("consumer_wait_fraction", 0.0), 100 * m.value("read_busy_fraction", 0.0),
+                  100 * m.value("read_cpu_fraction", 0.0), 100 * m.value("sequencer_read_wait_fraction", 0.0),
+                  100 * m.value("sequencer_slot_wait_fraction", 0.0), 100 * m.value("parse_busy_fraction", 0.0),
+                  m.value("ready_batches_mean", 0.0));
+    out << buf;
+  }
   const auto& changes = a["changes"];
   if (changes.empty()) {
     out << "           no changes yet\n";
