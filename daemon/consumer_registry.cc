@@ -12,6 +12,7 @@
 namespace ringfeed {
 
 std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> rank, std::string* error) {
+  std::lock_guard lock(mutex_);
   if (ranks_ == 0 && rank) {
     *error = "this job delivers in consumers.mode: shared; attach without a rank (or set consumers.mode: ranks)";
     return std::nullopt;
@@ -53,18 +54,24 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
 }
 
 void ConsumerRegistry::ReapDead() {
+  std::lock_guard lock(mutex_);
   for (uint32_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     if (e.attached && e.pid > 0 && ::kill(e.pid, 0) != 0 && errno == ESRCH) {
       spdlog::warn("consumer {} (pid {}) has exited but its control connection is still open (a child it forked "
                    "holds it?); detaching it",
                    i + 1, e.pid);
-      Detach(i + 1, e.pid);
+      DetachLocked(i + 1, e.pid);
     }
   }
 }
 
 uint32_t ConsumerRegistry::Detach(uint32_t id, pid_t pid) {
+  std::lock_guard lock(mutex_);
+  return DetachLocked(id, pid);
+}
+
+uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   if (id == 0 || id > entries_.size() || !entries_[id - 1].attached || entries_[id - 1].pid != pid) return 0;
   Entry& e = entries_[id - 1];
   shm::Superblock* sb = segment_.superblock();
@@ -84,6 +91,7 @@ uint32_t ConsumerRegistry::Detach(uint32_t id, pid_t pid) {
 }
 
 std::vector<ConsumerRegistry::Info> ConsumerRegistry::List() const {
+  std::lock_guard lock(mutex_);
   std::vector<Info> out;
   const auto now = std::chrono::steady_clock::now();
   for (uint32_t i = 0; i < entries_.size(); ++i) {

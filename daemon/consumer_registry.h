@@ -8,13 +8,15 @@
 // dead consumer held are lost to the job (counted as batches_reclaimed): they were handed out
 // and may have been used, so they are not delivered again.
 //
-// Thread-safety: none; used on the control server's thread only.
+// Thread-safety: every public method may be called from any thread (the control server's
+// thread attaches and detaches, the autotuner's thread lists).
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,8 +46,14 @@ class ConsumerRegistry {
     double attached_seconds;
   };
   std::vector<Info> List() const;
-  uint64_t batches_reclaimed() const { return batches_reclaimed_; }
-  uint64_t consumers_seen() const { return consumers_seen_; }
+  uint64_t batches_reclaimed() const {
+    std::lock_guard lock(mutex_);
+    return batches_reclaimed_;
+  }
+  uint64_t consumers_seen() const {
+    std::lock_guard lock(mutex_);
+    return consumers_seen_;
+  }
 
  private:
   struct Entry {
@@ -54,8 +62,11 @@ class ConsumerRegistry {
     int rank = -1;
     std::chrono::steady_clock::time_point since;
   };
+  uint32_t DetachLocked(uint32_t id, pid_t pid);
+
   shm::Segment& segment_;
   uint32_t ranks_;
+  mutable std::mutex mutex_;  // guards everything below
   std::vector<Entry> entries_ = std::vector<Entry>(shm::kMaxConsumers);
   uint64_t batches_reclaimed_ = 0;
   uint64_t consumers_seen_ = 0;

@@ -2,6 +2,7 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -10,6 +11,8 @@ namespace {
 // Records read per turn before a thread lets go of a stream (so one thread serves several
 // streams fairly), unless the stream's buffer fills first.
 constexpr size_t kRecordsPerTurn = 256;
+// A record's length and CRCs in the stream (the reader's offset counts them).
+constexpr uint64_t kRecordHeaderFooterBytes = 16;
 
 int64_t WallNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -23,8 +26,28 @@ int64_t ThreadCpuNs() {
 }
 }  // namespace
 
+OwnedRecord OwnedRecord::Copy(std::span<const uint8_t> bytes, uint32_t file_index, uint64_t record_index,
+                              uint64_t offset) {
+  OwnedRecord r;
+  r.storage = RecordStorage::Allocate(bytes.size());
+  if (!bytes.empty()) std::memcpy(r.storage.bytes(), bytes.data(), bytes.size());
+  r.size = bytes.size();
+  r.file_index = file_index;
+  r.record_index = record_index;
+  r.offset = offset;
+  return r;
+}
+
+OwnedRecord OwnedRecord::Unshared() && {
+  if (!storage || storage.capacity() == size) return std::move(*this);
+  return Copy(bytes(), file_index, record_index, offset);
+}
+
 StreamItem FileStream::Next() {
-  if (local_.empty()) {
+  if (local_next_ == local_.size()) {
+    if (ended_) return {};  // kEnd again
+    local_.clear();
+    local_next_ = 0;
     std::unique_lock lock(owner_->mutex_);
     if (items_.empty() && !owner_->stopping_) {
       const int64_t start = WallNs();
@@ -41,14 +64,13 @@ StreamItem FileStream::Next() {
     owner_->buffered_bytes_ -= bytes;
     if (!finished_ && !busy_) owner_->work_.notify_one();  // room again: read on
   }
-  StreamItem item = std::move(local_.front());
-  local_.pop_front();
-  if (item.kind == StreamItem::Kind::kEnd) local_.push_front(StreamItem{});  // kEnd stays
+  StreamItem item = std::move(local_[local_next_++]);
+  if (item.kind == StreamItem::Kind::kEnd) ended_ = true;
   return item;
 }
 
-ReadAhead::ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes)
-    : options_(options), stream_buffer_bytes_(stream_buffer_bytes) {
+ReadAhead::ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes, bool chunks)
+    : options_(options), chunks_(chunks), stream_buffer_bytes_(stream_buffer_bytes) {
   SetThreads(threads);
 }
 
@@ -157,14 +179,22 @@ void ReadAhead::Run(size_t id) {
     const int64_t wall_start = WallNs();
     const int64_t cpu_start = ThreadCpuNs();
 
-    // Read a turn's worth outside the lock, then hand the items over in one go.
-    std::vector<StreamItem> items;
+    // Read a turn's worth outside the lock, then hand the items over in one go. Records up to
+    // kOwnAllocationBytes are copied into the turn's chunk(s), larger ones into their own.
+    std::vector<StreamItem> items = std::move(stream->spare_);
+    items.clear();
     uint64_t bytes = 0;
     bool finished = false;
+    RecordStorage::Ref chunk;
+    uint64_t chunk_used = 0;
+    ReadError error;
+    // Items are built here and then moved into `items` whole: its memory was last written by
+    // the consumer's core, and a store-only move does not wait for each line to come back
+    // (assigning field by field read the old values first: the reader's top cost).
     while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room)) {
       Record record;
       StreamItem item;
-      const auto status = stream->reader_.Next(&record, &item.error);
+      const auto status = stream->reader_.Next(&record, &error);
       if (status == TFRecordReader::Status::kEnd) {
         item.kind = StreamItem::Kind::kEnd;
         items.push_back(std::move(item));
@@ -173,20 +203,41 @@ void ReadAhead::Run(size_t id) {
       }
       if (status == TFRecordReader::Status::kError) {
         item.kind = StreamItem::Kind::kError;
+        item.error = std::make_unique<ReadError>(std::move(error));
         items.push_back(std::move(item));
         continue;  // a non-recoverable error: the next Next() is kEnd
       }
+      const uint64_t size = record.data.size();
       item.kind = StreamItem::Kind::kRecord;
-      item.record.size = record.data.size();
-      item.record.data.reset(new uint8_t[record.data.size() ? record.data.size() : 1]);
-      if (!record.data.empty()) std::memcpy(item.record.data.get(), record.data.data(), record.data.size());
-      item.record.file_index = stream->file_index_;
-      item.record.record_index = record.index;
-      item.record.offset = record.offset;
-      bytes += record.data.size();
+      if (size > kOwnAllocationBytes || !chunks_) {
+        item.record = OwnedRecord::Copy(record.data, stream->file_index_, record.index, record.offset);
+      } else {
+        if (!chunk || chunk.capacity() - chunk_used < size) {
+          // Sized to what the turn still reads: the rest of `room`, or the records left at the
+          // file's mean so far plus an eighth; a record that does not fit starts a new chunk.
+          const uint64_t mean = stream->reader_.records_read() > 0
+                                    ? stream->reader_.offset() / stream->reader_.records_read()
+                                    : size + kRecordHeaderFooterBytes;
+          const uint64_t left_bytes = room > bytes ? room - bytes : size;
+          const uint64_t left_records = kRecordsPerTurn - items.size();
+          const uint64_t expected = std::min(left_bytes, left_records * (mean + mean / 8));
+          chunk = RecordStorage::Allocate(std::clamp<uint64_t>(expected, std::max<uint64_t>(size, 1), kChunkBytes));
+          chunk_used = 0;
+        }
+        if (size != 0) std::memcpy(chunk.bytes() + chunk_used, record.data.data(), size);
+        item.record.storage = chunk.ShareUnpublished();
+        item.record.at = static_cast<uint32_t>(chunk_used);
+        item.record.size = size;
+        item.record.file_index = stream->file_index_;
+        item.record.record_index = record.index;
+        item.record.offset = record.offset;
+        chunk_used += size;
+      }
+      bytes += size;
       items.push_back(std::move(item));
     }
 
+    chunk.Reset();  // the turn's own reference; the records hold theirs
     cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
     busy_ns_.fetch_add(static_cast<uint64_t>(WallNs() - wall_start), std::memory_order_relaxed);
     lock.lock();
@@ -194,10 +245,14 @@ void ReadAhead::Run(size_t id) {
     stream->finished_ = finished;
     if (!stream->closed_) {
       size_t records = 0;
-      for (StreamItem& item : items) {
-        if (item.kind == StreamItem::Kind::kRecord) ++records;
-        stream->items_.push_back(std::move(item));
+      for (const StreamItem& item : items) records += item.kind == StreamItem::Kind::kRecord;
+      if (stream->items_.empty()) {
+        stream->items_.swap(items);  // the common case: the consumer took everything before
+      } else {
+        for (StreamItem& item : items) stream->items_.push_back(std::move(item));
       }
+      items.clear();
+      stream->spare_ = std::move(items);  // an empty vector with capacity, for the next turn
       stream->buffered_bytes_ += bytes;
       buffered_bytes_ += bytes;
       records_read_ += records;

@@ -6,11 +6,17 @@
 //
 // Memory: each open stream buffers at most `stream_buffer_bytes` of record payload (plus one
 // record, however large, so a record bigger than the buffer still moves), and the pool never
-// has more open streams than the sequencer asked for.
+// has more open streams than the sequencer asked for. Records of up to kOwnAllocationBytes
+// are copied out of the reader's window into chunks of up to kChunkBytes shared by the
+// records of one turn (one allocation per chunk, not per record: the per-record malloc and
+// cross-thread free was the largest per-record cost of the daemon); a chunk lives until its
+// last record is gone, so beyond the records it holds it keeps at most its unused tail and
+// the records already consumed — at most one chunk per file with records still in flight.
+// Larger records get their own allocation.
 // Threads: `threads` I/O threads, changeable at run time with SetThreads (the autotuner's knob,
 // as is the per-stream buffer, SetStreamBufferBytes);
 // a thread picks the earliest-opened stream that is below its buffer limit and not being read
-// by another thread, reads up to a chunk of records, and moves on.
+// by another thread, reads up to a turn's worth of records, and moves on.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -18,35 +24,103 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "format/tfrecord_reader.h"
 
 namespace ringfeed {
 
-// One record read from a file, in its own allocation (it may sit in the shuffle buffer long
-// after its neighbours are gone).
+// A block of record payload with a reference count in front of it (16 bytes): a chunk shared
+// by the records of one read-ahead turn, or one record's own allocation. Not a shared_ptr: the
+// reader adds a chunk's references with plain stores while no other thread can see it, not
+// with a locked instruction per record. Thread-safety: one Ref is used by one thread at a
+// time; Refs to the same block may be released on different threads. Allocate throws
+// std::bad_alloc like new.
+class RecordStorage {
+ public:
+  // One reference (move-only); the last one frees the block.
+  class Ref {
+   public:
+    Ref() = default;
+    Ref(Ref&& other) noexcept : block_(std::exchange(other.block_, nullptr)) {}
+    Ref& operator=(Ref&& other) noexcept {
+      if (this != &other) {
+        Reset();
+        block_ = std::exchange(other.block_, nullptr);
+      }
+      return *this;
+    }
+    ~Ref() { Reset(); }
+    explicit operator bool() const { return block_ != nullptr; }
+    uint8_t* bytes() const { return reinterpret_cast<uint8_t*>(block_) + sizeof(RecordStorage); }
+    uint64_t capacity() const { return block_->capacity_; }
+    // Another reference, counted without an atomic read-modify-write: only while no other
+    // thread can reach the block (during a read-ahead turn, before the hand-over's lock).
+    Ref ShareUnpublished() const {
+      block_->refs_.store(block_->refs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return Ref(block_);
+    }
+    void Reset() {
+      if (block_ != nullptr && block_->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        ::operator delete(block_);
+      }
+      block_ = nullptr;
+    }
+
+   private:
+    friend class RecordStorage;
+    explicit Ref(RecordStorage* block) : block_(block) {}
+    RecordStorage* block_ = nullptr;
+  };
+  // A block of `capacity` bytes (contents uninitialized), one reference.
+  static Ref Allocate(uint64_t capacity) {
+    void* memory = ::operator new(sizeof(RecordStorage) + (capacity ? capacity : 1));
+    return Ref(new (memory) RecordStorage(capacity));
+  }
+
+ private:
+  explicit RecordStorage(uint64_t capacity) : capacity_(capacity) {}
+  std::atomic<uint32_t> refs_{1};
+  uint64_t capacity_;
+};
+static_assert(sizeof(RecordStorage) == 16);
+
+// One record read from a file: `size` bytes at `at` in `storage` (a chunk shared with the
+// records read in the same read-ahead turn, or the record's own allocation: Copy, and
+// records larger than ReadAhead::kOwnAllocationBytes). A record that waits long (the shuffle
+// buffer) is moved into its own allocation first (Unshared), so it does not keep a whole
+// chunk alive. Move-only.
 struct OwnedRecord {
-  std::unique_ptr<uint8_t[]> data;
+  RecordStorage::Ref storage;
   uint64_t size = 0;
   uint32_t file_index = 0;    // index in the job's file list
+  uint32_t at = 0;            // offset of the bytes in storage (a chunk is < 4 GiB)
   uint64_t record_index = 0;  // 0-based index within the file
   uint64_t offset = 0;        // byte offset in the (uncompressed) file stream
-  std::span<const uint8_t> bytes() const { return {data.get(), static_cast<size_t>(size)}; }
+  std::span<const uint8_t> bytes() const {
+    return {storage ? storage.bytes() + at : nullptr, static_cast<size_t>(size)};
+  }
+  // A record holding a copy of `bytes` in its own allocation.
+  static OwnedRecord Copy(std::span<const uint8_t> bytes, uint32_t file_index, uint64_t record_index, uint64_t offset);
+  // This record in its own allocation: itself when its storage holds just its bytes, else a copy.
+  OwnedRecord Unshared() &&;
 };
 
 // What a stream hands out next: a record, a read error (in file order, where it occurred), or
-// the end of the file.
+// the end of the file. The error is allocated only when there is one (records are the common
+// case and move through several queues).
 struct StreamItem {
   enum class Kind { kRecord, kError, kEnd } kind = Kind::kEnd;
   OwnedRecord record;
-  ReadError error;
+  std::unique_ptr<ReadError> error;  // kError only
 };
 
 class ReadAhead;
@@ -68,11 +142,15 @@ class FileStream {
   uint32_t file_index_;
   std::string path_;
   TFRecordReader reader_;  // used by one I/O thread at a time (`busy_`)
+  std::vector<StreamItem> spare_;  // the next turn's item vector (capacity kept); as reader_
   // The consumer's side: items taken from items_ in one go (one lock per turn, not per
-  // record). Used by the consumer thread only.
-  std::deque<StreamItem> local_;
+  // record), handed out from local_next_ on. Used by the consumer thread only. The two
+  // vectors swap, so their capacity is reused instead of allocating per record or turn.
+  std::vector<StreamItem> local_;
+  size_t local_next_ = 0;
+  bool ended_ = false;  // kEnd was handed out
   // Guarded by owner_->mutex_.
-  std::deque<StreamItem> items_;
+  std::vector<StreamItem> items_;
   uint64_t buffered_bytes_ = 0;
   bool busy_ = false;      // an I/O thread is reading it
   bool finished_ = false;  // the reader returned kEnd (kEnd is queued)
@@ -82,7 +160,15 @@ class FileStream {
 
 class ReadAhead {
  public:
-  ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes);
+  // Records up to this size are copied into shared chunks; larger ones get their own
+  // allocation (a chunk would hold few of them, and its tail would waste more).
+  static constexpr uint64_t kOwnAllocationBytes = 64u << 10;
+  // Largest chunk (bytes of record payload); a turn's chunk is sized to what the turn reads.
+  static constexpr uint64_t kChunkBytes = 256u << 10;
+
+  // `chunks`: false gives every record its own allocation (what a shuffle buffer keeps
+  // anyway, see OwnedRecord), saving the copy out of a chunk.
+  ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes, bool chunks = true);
   ~ReadAhead();  // stops and joins the threads
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -121,6 +207,7 @@ class ReadAhead {
   std::shared_ptr<FileStream> PickLocked();
 
   const ReaderOptions options_;
+  const bool chunks_;
   uint64_t stream_buffer_bytes_;  // guarded by mutex_
   mutable std::mutex mutex_;
   std::condition_variable work_;

@@ -64,7 +64,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     }
     return true;
   };
-  auto add = [&](OwnedRecord record) {
+  auto add = [&](OwnedRecord&& record) {
     if (current.records.empty()) {
       current.epoch = e;
       current.index = next_index++;
@@ -82,12 +82,17 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
 
   ShuffleBuffer<OwnedRecord> shuffle(static_cast<size_t>(std::max<int64_t>(options_.shuffle_buffer, 1)),
                                      Xoshiro256StarStar(options_.seed, RngStream::kRecordShuffle, e));
-  auto push = [&](OwnedRecord record) {
+  // A buffer of 0 or 1 records passes records through in order (ShuffleBuffer's rule), so they
+  // go straight to the batch. Records that stay in a real buffer get their own allocation:
+  // one would otherwise keep its whole read-ahead chunk alive for as long as it waits.
+  const bool shuffling = options_.shuffle_buffer > 1;
+  auto push = [&](OwnedRecord&& record) {
+    if (!shuffling) return add(std::move(record));
     if (!shuffle.full()) {
-      shuffle.Add(std::move(record));
+      shuffle.Add(std::move(record).Unshared());
       return true;
     }
-    return add(shuffle.Exchange(std::move(record)));
+    return add(shuffle.Exchange(std::move(record).Unshared()));
   };
 
   // The end of the epoch's input (or a read error under on_error: fail): everything read so
@@ -163,11 +168,11 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       if (item.kind == StreamItem::Kind::kError) {
         if (!options_.skip_errors) {
           finish(0);  // the good records read before the error are still delivered
-          failure_ = item.error.message;
+          failure_ = item.error->message;
           return false;
         }
         records_skipped_.fetch_add(1, std::memory_order_relaxed);
-        if (on_skipped_) on_skipped_(item.error);
+        if (on_skipped_) on_skipped_(*item.error);
         continue;
       }
       if (shard_by_record_ && item.record.record_index % shard_count != shard_index) continue;

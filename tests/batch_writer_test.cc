@@ -42,14 +42,7 @@ OwnedRecord MakeRecord(uint64_t r, size_t len) {
   ExampleBuilder b;
   b.AddBytes("words", views).AddInt64("ids", ids).AddFloat("score", {static_cast<float>(r) / 2});
   const std::string bytes = b.Serialize();
-  OwnedRecord rec;
-  rec.size = bytes.size();
-  rec.data.reset(new uint8_t[bytes.size()]);
-  std::memcpy(rec.data.get(), bytes.data(), bytes.size());
-  rec.file_index = 3;
-  rec.record_index = r;
-  rec.offset = 100 * r;
-  return rec;
+  return OwnedRecord::Copy({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, 3, r, 100 * r);
 }
 
 BatchJob Job(uint64_t index, std::vector<uint64_t> records, size_t len) {
@@ -161,9 +154,8 @@ TEST_CASE("on_error: skip drops a bad record from its batch and names it; fail s
   BatchJob job = Job(0, {1, 2, 3}, 4);
   // Record 2 gets a float `ids` list: a type mismatch.
   const std::string bad = ExampleBuilder().AddFloat("ids", {1.5f}).AddFloat("score", {1}).Serialize();
-  job.records[1].size = bad.size();
-  job.records[1].data.reset(new uint8_t[bad.size()]);
-  std::memcpy(job.records[1].data.get(), bad.data(), bad.size());
+  job.records[1] = OwnedRecord::Copy({reinterpret_cast<const uint8_t*>(bad.data()), bad.size()},
+                                     job.records[1].file_index, job.records[1].record_index, job.records[1].offset);
   const std::vector<std::string> files = {"a", "b", "c", "part-3"};
 
   auto skipped = writer.Write(job, 0, true, files);

@@ -480,19 +480,19 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
   CHECK(plan.baseline_bytes == 10'485'760);
   // Per open file: 1 MiB window + 1 MiB compressed input + 96 KiB inflate state + (9216 + 224).
   CHECK(plan.open_files_bytes == 8 * (1'048'576 + 1'048'576 + 98'304 + 9'440));
-  // Per record: ceil(1.5 x 2048) + 64 = 3136; + the largest once.
-  CHECK(plan.shuffle_bytes == 10'000 * 3'136 + 9'216);
-  // (10 slots + 2 x 1 queue + 2) x 32 records x 3136.
-  CHECK(plan.batches_bytes == 14 * 32 * 3'136);
+  // Per record: ceil(1.5 x 2048) + 80 = 3152; + the largest once.
+  CHECK(plan.shuffle_bytes == 10'000 * 3'152 + 9'216);
+  // (10 slots + 2 x 1 queue + 2) x 32 records x 3152.
+  CHECK(plan.batches_bytes == 14 * 32 * 3'152);
   CHECK(plan.workers_bytes == 2 * MiB);
   CHECK(plan.threads_bytes == (4 + 2 + 4) * 256 * KiB);
   CHECK(plan.margin_bytes == 13'421'773);           // ceil(256 MiB / 20) > 8 MiB
-  CHECK(plan.fixed_bytes == 121'048'013);
-  CHECK(plan.read_ahead_memory_bytes == 268'435'456 - 121'048'013);
-  // Payload P with P + P x 1.5 x 224 / 2048 <= 147'387'443: floor(147'387'443 x 4096 / 4768).
-  CHECK(plan.read_ahead_bytes == 126'614'716);
+  CHECK(plan.fixed_bytes == 121'215'181);
+  CHECK(plan.read_ahead_memory_bytes == 268'435'456 - 121'215'181);
+  // Payload P with P + P x 1.5 x 224 / 2048 <= 147'220'275: floor(147'220'275 x 4096 / 4768).
+  CHECK(plan.read_ahead_bytes == 126'471'108);
   CHECK(plan.min_read_ahead_bytes == 8 * 256 * KiB);
-  CHECK(plan.max_stream_buffer_bytes() == 126'614'716 / 8);
+  CHECK(plan.max_stream_buffer_bytes() == 126'471'108 / 8);
 
   const std::string text = plan.Describe();
   INFO(text);
@@ -502,15 +502,15 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
   CHECK(text.find("  open files: 8 (pipeline.cycle_length 4 + 4 files opened ahead) x (1.0 MiB window + 1.0 MiB "
                   "compressed input + 96.0 KiB inflate state + 9.2 KiB largest record beyond the stream buffer) = "
                   "16.8 MiB\n") != std::string::npos);
-  CHECK(text.find("  shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 64 B) + 9.0 KiB largest = 29.9 MiB\n") !=
+  CHECK(text.find("  shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 80 B) + 9.0 KiB largest = 30.1 MiB\n") !=
         std::string::npos);
-  CHECK(text.find("  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 64 B) = "
+  CHECK(text.find("  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 80 B) = "
                   "1.3 MiB\n") != std::string::npos);
   CHECK(text.find("  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n") != std::string::npos);
   CHECK(text.find("  threads: (4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n") != std::string::npos);
   CHECK(text.find("  safety margin: max(5% of the budget, 8.0 MiB) = 12.8 MiB\n") != std::string::npos);
-  CHECK(text.find("  read-ahead: 140.6 MiB left = 120.7 MiB of record payload + 224 B per 1.3 KiB record (2/3 of "
-                  "the mean), up to 15.1 MiB per open file = 140.6 MiB\n") != std::string::npos);
+  CHECK(text.find("  read-ahead: 140.4 MiB left = 120.6 MiB of record payload + 224 B per 1.3 KiB record (2/3 of "
+                  "the mean), up to 15.1 MiB per open file = 140.4 MiB\n") != std::string::npos);
 }
 
 TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window", "[plan]") {
@@ -522,7 +522,7 @@ TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window",
   const MemoryPlan plan = PlanMemory(in);
   CHECK(plan.open_files == 3);
   CHECK(plan.open_files_bytes == 3 * ((3 * MiB + 16) + (3 * MiB + 224)));
-  CHECK(plan.shuffle_bytes == 3'136 + 3 * MiB);
+  CHECK(plan.shuffle_bytes == 3'152 + 3 * MiB);
   CHECK(plan.Describe().find("open files: 3 (all files) x (3.0 MiB window + 3.0 MiB largest record") !=
         std::string::npos);
 }
@@ -533,7 +533,7 @@ TEST_CASE("PlanMemory: lookahead_files and a sampled mean of 0", "[plan]") {
   CHECK(PlanMemory(in).open_files == 5);
   in.mean_record_bytes = 0;  // nothing sampled: 1 KiB records assumed
   const MemoryPlan plan = PlanMemory(in);
-  CHECK(plan.shuffle_bytes == 10'000 * (1'536 + 64) + 9'216);
+  CHECK(plan.shuffle_bytes == 10'000 * (1'536 + 80) + 9'216);
   CHECK(plan.Describe().find("1.0 KiB assumed mean (no records sampled)") != std::string::npos);
 }
 
@@ -553,16 +553,16 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       "  daemon before the pipeline: private RSS (RssAnon) at start = 10.0 MiB\n",
       "  open files: 8 (pipeline.cycle_length 4 + 4 files opened ahead) x (1.0 MiB window + 1.0 MiB compressed "
       "input + 96.0 KiB inflate state + 9.2 KiB largest record beyond the stream buffer) = 16.8 MiB\n",
-      "  shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 64 B) + 9.0 KiB largest = 29.9 MiB\n",
-      "  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 64 B) = 1.3 MiB\n",
+      "  shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 80 B) + 9.0 KiB largest = 30.1 MiB\n",
+      "  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 80 B) = 1.3 MiB\n",
       "  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n",
       "  threads: (4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n",
       "  safety margin: max(5% of the budget, 8.0 MiB) = 8.0 MiB\n",
       "  read-ahead at least: 8 open files x 256.0 KiB min stream buffer + 224 B per 1.3 KiB record (2/3 of the "
       "mean) = 2.3 MiB (the budget leaves 0 B)\n",
-      // fixed without margin 107'626'240 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
-      "  needed at least 113.0 MiB (118456064 bytes); raise pipeline.memory_budget to at least 113MiB or lower "
-      "ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (29.9 MiB)",
+      // fixed without margin 107'793'408 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
+      "  needed at least 113.1 MiB (118623232 bytes); raise pipeline.memory_budget to at least 114MiB or lower "
+      "ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (30.1 MiB)",
   };
   size_t at = 0;
   for (const std::string& line : lines) {
@@ -573,8 +573,8 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
   CHECK(at == message.size());
 
   // The number it names is exact: that budget fits, one byte less does not.
-  CHECK(PlanMemory(ExampleInputs(118'456'064)).read_ahead_bytes == 8 * 256 * KiB);
-  CHECK_THROWS_AS(PlanMemory(ExampleInputs(118'456'063)), BudgetError);
+  CHECK(PlanMemory(ExampleInputs(118'623'232)).read_ahead_bytes == 8 * 256 * KiB);
+  CHECK_THROWS_AS(PlanMemory(ExampleInputs(118'623'231)), BudgetError);
 }
 
 TEST_CASE("PlanMemory: 'needed at least' is exact also when the 5% margin is the larger", "[plan]") {
@@ -617,13 +617,15 @@ TEST_CASE("PlanMemory: nonsense inputs are errors, huge ones saturate", "[plan]"
 // ---- The constants against the structures they stand for ------------------------------------------
 
 TEST_CASE("per-record and per-reader constants cover the real structures", "[constants]") {
-  // A record buffered by the read-ahead: a StreamItem in a std::deque (libstdc++ blocks of 512
-  // bytes, each with a 16-byte malloc header), its payload in its own allocation (malloc: 8-byte
-  // header, rounding to 16).
-  const size_t per_block = std::max<size_t>(1, 512 / sizeof(StreamItem));
-  CHECK((512 + 16 + per_block - 1) / per_block + 8 + 15 <= kReadAheadRecordOverheadBytes);
-  // A record in the shuffle buffer or a batch: an OwnedRecord and the same allocation overhead.
-  CHECK(sizeof(OwnedRecord) + 8 + 15 <= kRecordOverheadBytes);
+  // A record buffered by the read-ahead: a StreamItem in a std::vector that may have twice the
+  // capacity it uses; its payload in a chunk shared with its turn (no per-record overhead) or,
+  // when large, in its own allocation (RecordStorage's 16-byte header; malloc: 8-byte header,
+  // rounding to 16).
+  CHECK(sizeof(RecordStorage) == 16);
+  CHECK(2 * sizeof(StreamItem) + sizeof(RecordStorage) + 8 + 15 <= kReadAheadRecordOverheadBytes);
+  // A record in the shuffle buffer (always in its own allocation) or a batch: an OwnedRecord and
+  // the same allocation overhead.
+  CHECK(sizeof(OwnedRecord) + sizeof(RecordStorage) + 8 + 15 <= kRecordOverheadBytes);
 #ifdef RINGFEED_HAVE_ISAL
   CHECK(sizeof(inflate_state) <= kInflateStateBytes);
 #endif

@@ -1,6 +1,7 @@
 // Sequencer + ReadAhead: the order of records and batches (daemon/sequencer.h) on real
 // TFRecord files, independent of read-ahead threads and buffer sizes.
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <set>
 
 #include "daemon/read_ahead.h"
@@ -46,7 +47,7 @@ std::vector<Seen> RunAll(const SequencerOptions& options, size_t readers, uint64
     REQUIRE(job.seq == expected_seq++);
     Seen s{job.epoch, job.index, job.queue, job.flags, {}};
     for (const OwnedRecord& r : job.records) {
-      const std::string text(reinterpret_cast<const char*>(r.data.get()), r.size);
+      const std::string text(reinterpret_cast<const char*>(r.bytes().data()), r.size);
       // Provenance matches the content.
       REQUIRE(text == "f" + std::to_string(r.file_index) + "r" + std::to_string(r.record_index));
       s.records.push_back(text);
@@ -249,4 +250,88 @@ TEST_CASE("epochs: 0 runs until stopped; a dataset without records ends instead 
   o.files = WriteFiles(dir, {0});
   Sequencer empty(o, &read_ahead, nullptr);
   CHECK(empty.Run([&](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+}
+
+TEST_CASE("records keep their bytes across read-ahead chunks, large records and the shuffle buffer") {
+  // Sizes around every boundary ReadAhead has: empty records, chunk tails, records just below
+  // and above kOwnAllocationBytes, and ones that outgrow the first record's estimate.
+  TempDir dir;
+  const std::vector<size_t> sizes = {0, 1, 500, 3, ReadAhead::kOwnAllocationBytes, ReadAhead::kOwnAllocationBytes + 1,
+                                     7, 20'000, 100'000, 2, 0, 40'000, 9};
+  std::vector<std::string> files;
+  std::vector<std::string> payloads;  // by record, file 0 then file 1
+  for (int f = 0; f < 2; ++f) {
+    files.push_back(dir.file("part-" + std::to_string(f) + ".tfrecord"));
+    TFRecordWriter writer(files.back());
+    for (int rep = 0; rep < 40; ++rep) {
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        std::string p(sizes[(k + rep) % sizes.size()], '\0');
+        for (size_t b = 0; b < p.size(); ++b) p[b] = static_cast<char>((b * 131 + k * 7 + rep * 13 + f) & 0xff);
+        writer.Write(p);
+        payloads.push_back(std::move(p));
+      }
+    }
+    writer.Close();
+  }
+  const size_t per_file = payloads.size() / 2;
+  for (const int64_t shuffle : {0, 1, 64}) {
+    for (const uint64_t stream_buffer : {uint64_t{1}, uint64_t{30'000}, uint64_t{1} << 20}) {
+      for (const bool chunks : {true, false}) {
+        INFO("shuffle " << shuffle << ", stream buffer " << stream_buffer << ", chunks " << chunks);
+        SequencerOptions o;
+        o.files = files;
+        o.cycle_length = 2;
+        o.batch_size = 7;
+        o.shuffle_buffer = shuffle;
+        o.seed = 5;
+        ReadAhead read_ahead({}, 2, stream_buffer, chunks);
+        Sequencer sequencer(o, &read_ahead, nullptr);
+        std::vector<BatchJob> kept;  // held until the end: chunks must outlive the read-ahead's turns
+        std::multiset<std::pair<uint32_t, uint64_t>> seen;
+        const auto outcome = sequencer.Run([&](BatchJob&& job) {
+          kept.push_back(std::move(job));
+          return true;
+        });
+        REQUIRE(outcome == Sequencer::Outcome::kEndOfData);
+        for (const BatchJob& job : kept) {
+          for (const OwnedRecord& r : job.records) {
+            const std::string& want = payloads[r.file_index * per_file + r.record_index];
+            REQUIRE(r.size == want.size());
+            REQUIRE(std::string(reinterpret_cast<const char*>(r.bytes().data()), r.size) == want);
+            if (shuffle > 1 || !chunks) {
+              REQUIRE(r.storage.capacity() == r.size);  // in their own allocation
+            }
+            seen.insert({r.file_index, r.record_index});
+          }
+        }
+        CHECK(seen.size() == payloads.size());
+        CHECK(std::set<std::pair<uint32_t, uint64_t>>(seen.begin(), seen.end()).size() == payloads.size());
+      }
+    }
+  }
+}
+
+TEST_CASE("RecordStorage: the last reference frees; Unshared copies only out of a shared chunk") {
+  RecordStorage::Ref chunk = RecordStorage::Allocate(10);
+  std::memcpy(chunk.bytes(), "abcdefghij", 10);
+  OwnedRecord a;
+  a.storage = chunk.ShareUnpublished();
+  a.at = 2;
+  a.size = 3;
+  chunk.Reset();
+  CHECK(std::string(reinterpret_cast<const char*>(a.bytes().data()), 3) == "cde");
+  const uint8_t* before = a.bytes().data();
+  OwnedRecord own = std::move(a).Unshared();
+  CHECK(own.storage.capacity() == 3);
+  CHECK(own.bytes().data() != before);
+  CHECK(std::string(reinterpret_cast<const char*>(own.bytes().data()), 3) == "cde");
+  const uint8_t* kept = own.bytes().data();
+  OwnedRecord same = std::move(own).Unshared();  // already alone: no copy
+  CHECK(same.bytes().data() == kept);
+  const std::string text = "xyz";
+  OwnedRecord copy = OwnedRecord::Copy({reinterpret_cast<const uint8_t*>(text.data()), 3}, 1, 2, 3);
+  CHECK(copy.storage.capacity() == 3);
+  CHECK(copy.file_index == 1);
+  CHECK(copy.record_index == 2);
+  CHECK(copy.offset == 3);
 }
