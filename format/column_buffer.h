@@ -77,19 +77,21 @@ class ColumnBuffer {
   // Makes room for `n` elements in all; false (buffer unchanged) when external and too small.
   [[nodiscard]] bool reserve(size_t n) { return n <= capacity_ || Grow(n); }
   // Sets the size to `n`; new elements are uninitialized. False (unchanged) when there is no room.
-  [[nodiscard]] bool resize(size_t n) {
+  [[nodiscard, gnu::always_inline]] bool resize(size_t n) {
     if (n > capacity_ && !Grow(n)) [[unlikely]] return false;
     size_ = n;
     return true;
   }
-  // Appends `n` elements copied from `src`. False (unchanged) when there is no room.
-  [[nodiscard]] bool append(const T* src, size_t n) {
+  // Appends `n` elements copied from `src`. False (unchanged) when there is no room. Always
+  // inlined (as resize and push_back), so that a constant `n` (a scalar) becomes one store
+  // instead of a memcpy call.
+  [[nodiscard, gnu::always_inline]] bool append(const T* src, size_t n) {
     if (n > capacity_ - size_ && !Grow(size_ + n)) [[unlikely]] return false;
     if (n != 0) std::memcpy(data_ + size_, src, n * sizeof(T));
     size_ += n;
     return true;
   }
-  [[nodiscard]] bool push_back(T value) {
+  [[nodiscard, gnu::always_inline]] bool push_back(T value) {
     if (size_ == capacity_ && !Grow(size_ + 1)) [[unlikely]] return false;
     data_[size_++] = value;
     return true;

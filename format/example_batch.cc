@@ -119,16 +119,4 @@ void ExampleBatch::RollbackRow() {
   }
 }
 
-void ExampleBatch::CommitRow() {
-  for (const VarLenColumn& v : varlen_) {
-    Column& c = *v.column;
-    const size_t values = v.bytes ? c.value_offsets.size() - 1 : c.values.size() >> v.value_shift;
-    // Room for capacity + 1 entries is reserved (owned) or checked (external) at construction.
-    if (!c.row_splits.push_back(static_cast<int64_t>(values))) {
-      throw std::logic_error("ExampleBatch::CommitRow: more rows than the batch capacity");
-    }
-  }
-  ++rows_;
-}
-
 }  // namespace ringfeed

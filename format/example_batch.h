@@ -74,7 +74,16 @@ class ExampleBatch {
 
   // Used by ExampleParser: drops whatever a failed row appended; records a completed row.
   void RollbackRow();
-  void CommitRow();
+  void CommitRow() {
+    // Inline: once per record. Room for capacity + 1 row_splits entries is reserved (owned) or
+    // checked (external) at construction, and Parse refuses a full batch before it starts.
+    for (const VarLenColumn& v : varlen_) {
+      Column& c = *v.column;
+      const size_t values = v.bytes ? c.value_offsets.size() - 1 : c.values.size() >> v.value_shift;
+      c.row_splits.push_back_reserved(static_cast<int64_t>(values));
+    }
+    ++rows_;
+  }
 
  private:
   void IndexVarLenColumns();

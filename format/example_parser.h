@@ -65,9 +65,9 @@ class ExampleParser {
   // Adds to *sizes, per spec feature, an upper bound of what Parse appends for this record to
   // the record-dependent arrays (see ColumnSize), whatever the record: malformed, with repeated
   // keys (each occurrence counts) or wrong list kinds (they count what they hold of the spec's
-  // kind, or 0). Exact for the encoding serializers write. One walk over the record, as Parse's
-  // first pass; values are counted, not decoded (about 1,150 instructions per taxi record,
-  // Parse about 2,550). sizes->features is sized on first use.
+  // kind, or 0). Exact for the encoding serializers write. One walk over the record, as Parse's;
+  // values are counted, not decoded (about 2,200 instructions per taxi record, Parse about
+  // 2,700; callgrind, inclusive). sizes->features is sized on first use.
   // Throws std::invalid_argument when *sizes was filled by a parser of another spec size.
   void Measure(std::span<const uint8_t> example, ColumnSizes* sizes) const;
 
@@ -88,22 +88,65 @@ class ExampleParser {
     Fingerprint key;
     int32_t feature = -1;
   };
-  static Fingerprint FingerprintOf(const uint8_t* p, size_t n);
+  // `lowest`: the first byte that may be read (the record's start); a key shorter than 8 bytes
+  // is then read with one load ending at its last byte instead of byte by byte.
+  static Fingerprint FingerprintOf(const uint8_t* p, size_t n, const uint8_t* lowest);
   static uint32_t Hash(const Fingerprint& f);
   int Find(const Fingerprint& f, const uint8_t* key, size_t size) const;  // Lookup, fingerprint given
+  // The key met at one entry position of the previous record, and its spec feature (-1: not in
+  // the spec). Records of one dataset list their keys in the same order, so this is usually the
+  // key at that position in the next record too.
+  struct KeyHint {
+    Fingerprint key;
+    int32_t feature = -1;
+    bool valid = false;  // false: no record had an entry at this position yet
+  };
+  // The spec feature of the key at entry `position` of a record whose bytes start at `lowest`
+  // (-1: not in the spec): hints[position] when its key is this one, else the table's answer,
+  // which then becomes the hint. Positions >= hint_count have no hint.
+  int MatchKey(KeyHint* hints, size_t hint_count, size_t position, const uint8_t* key, size_t key_size,
+               const uint8_t* lowest) const;
+  // MatchKey when the hint does not match: out of line, and computing the fingerprint again,
+  // so that the usual path keeps it in registers.
+  int MatchKeySlow(KeyHint* hint, const uint8_t* key, size_t key_size, const uint8_t* lowest) const;
   // True when spec feature `feature` is the key [key, key + size) with fingerprint f.
   bool Matches(int feature, const Fingerprint& f, const uint8_t* key, size_t size) const;
 
+  // The shape of value list Decode tries first (the one protobuf serializers write for the
+  // spec), before the general walk.
+  enum class FastPath : uint8_t {
+    kFloatScalar,  // FixedLen float32, one value: float_list {value: [f]}
+    kInt64Scalar,  // FixedLen int64, one value
+    kFloatList,    // other float32: one packed run (one value is a packed run too)
+    kInt64List,    // other int64
+    kBytes,        // bytes dtype: one bytes_list of only values
+    kNone,         // decode: raw: the general walk only
+  };
   // Per feature, what Parse needs on every record, computed once.
   struct Plan {
+    FastPath fast;
     uint32_t wire_kind;   // ListKind the record must hold
     bool fixed;           // FixedLen
     bool bytes;           // dtype bytes
     bool numeric_list;    // read from an int64_list / float_list (not bytes, not decode: raw)
-    bool one_value;       // numeric_list, and a record of one value is valid (VarLen, or 1 element)
     size_t elements;      // FixedLen: values per row
     size_t element_size;  // DTypeSize(dtype)
   };
+  // Parse's two strategies (see example_parser.cc). ParseOnePass decodes each Feature where the
+  // walk finds it and gives up (false, the row rolled back, no error reported) on anything the
+  // two-pass walk must decide: an error, a repeated key, a malformed record. ParseTwoPass is the
+  // reference.
+  bool ParseOnePass(std::span<const uint8_t> example, ExampleBatch& batch) const;
+  bool ParseTwoPass(std::span<const uint8_t> example, ExampleBatch& batch, ParseError* error) const;
+  // One Feature (`size` bytes at `data`; size 0: absent or no list set) into row `row` of
+  // column `feature`: the fast paths inline, the rest in DecodeGeneral. False: the row was
+  // rolled back and *error says why.
+  // `plans` and `columns` are plans_.data() and the batch's first column, held by the caller.
+  bool Decode(size_t feature, const uint8_t* data, size_t size, const Plan* plans, Column* columns,
+              ExampleBatch& batch, size_t row, ParseError* error) const;
+  bool DecodeGeneral(size_t feature, const uint8_t* data, size_t size, ExampleBatch& batch, size_t row,
+                     ParseError* error) const;
+
   // What Measure does per feature: 0 = nothing (FixedLen numeric), else the ListKind to count,
   // | kDefaultBytes for a FixedLen bytes feature with a default (taken when the record has no list).
   static constexpr uint8_t kDefaultBytes = 0x80;
@@ -121,6 +164,9 @@ class ExampleParser {
   std::vector<DefaultBytes> default_bytes_;
   std::vector<Fingerprint> fingerprints_;  // per feature
   std::vector<Slot> table_;  // open addressing, power-of-two size, >= 4x the feature count
+  // Bit i set per spec feature i when the spec has at most 64 features (ParseOnePass's limit).
+  uint64_t all_features_ = 0;
+  bool one_pass_ = false;
   uint32_t mask_ = 0;
   // Defaults expanded to full rows (FixedLen numeric with has_default), as raw bytes.
   std::vector<std::vector<uint8_t>> default_rows_;

@@ -24,7 +24,7 @@
 
 namespace ringfeed::wire {
 
-static_assert(std::endian::native == std::endian::little, "two-byte header checks load little-endian");
+static_assert(std::endian::native == std::endian::little, "multi-byte header checks load little-endian");
 
 enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLen = 2, kStartGroup = 3, kEndGroup = 4, kFixed32 = 5 };
 
@@ -308,51 +308,48 @@ bool ForEachFeature(std::span<const uint8_t> example, OnEntry&& on_entry, std::s
     if (!ReadLen(p, end, &q, &qn)) return fail("features length exceeds the record");
     const uint8_t* const qend = q + qn;
     while (q < qend) {
-      const uint8_t* r;
-      size_t rn;
-      uint16_t head;  // the entry's tag and first length byte; both one byte in the usual entry
-      if (qend - q >= 2 && (std::memcpy(&head, q, 2), (head & 0x80ff) == kEntryTag)) {
-        // The usual entry: its tag and a one-byte length.
-        rn = q[1];
-        r = q + 2;
-        if (rn > static_cast<size_t>(qend - r)) return fail("map entry length exceeds Features");
-        q = r + rn;
+      const uint8_t* key = nullptr;
+      size_t key_size = 0;
+      FeatureRef value;
+      value.present = true;
+      // Fast path: the entry as serializers write it, with every length below 128:
+      //   0a <entry length> 0a <key length> <key> 12 <value length> <value>
+      // The four header bytes in one load and compare, then the value's tag and length in one.
+      // On anything else the general walk below reads the entry. One call site for on_entry,
+      // so that the compiler inlines it.
+      uint32_t head;
+      uint16_t value_head;
+      size_t rn, kn;
+      if (qend - q >= 4 && (std::memcpy(&head, q, 4), (head & 0x80ff80ff) == (kKeyTag << 16 | kEntryTag)) &&
+          (rn = (head >> 8) & 0xff, kn = head >> 24, rn <= static_cast<size_t>(qend - q) - 2) && kn + 4 <= rn &&
+          (std::memcpy(&value_head, q + 4 + kn, 2), (value_head & 0x80ff) == kValueTag) &&
+          kn + 4 + (value_head >> 8) == rn) {
+        key = q + 4;
+        key_size = kn;
+        value.data = q + 6 + kn;
+        value.size = value_head >> 8;
+        q += 2 + rn;
       } else {
+        const uint8_t* r;
         if (!ReadTag(q, qend, &field, &wire)) return fail("bad tag in Features");
         if (field != 1 || wire != kLen) {
           if (!SkipField(q, qend, wire)) return fail("bad field in Features");
           continue;
         }
         if (!ReadLen(q, qend, &r, &rn)) return fail("map entry length exceeds Features");
-      }
-      const uint8_t* const rend = r + rn;
-      // Fast path: the layout serializers write, key (< 128 bytes) then value, nothing else.
-      uint16_t key_head;
-      if (rn >= 4 && (std::memcpy(&key_head, r, 2), (key_head & 0x80ff) == kKeyTag) && r[1] + 3u <= rn &&
-          r[2 + r[1]] == kValueTag) {
-        const uint8_t* v = r + 3 + r[1];
-        FeatureRef value;
-        value.present = true;
-        if (ReadLen(v, rend, &value.data, &value.size) && v == rend) {
-          on_entry(r + 2, static_cast<size_t>(r[1]), value);
-          continue;
-        }
-      }
-      const uint8_t* key = nullptr;
-      size_t key_size = 0;
-      FeatureRef value;
-      value.present = true;
-      bool have_value = false;
-      while (r < rend) {
-        if (!ReadTag(r, rend, &field, &wire)) return fail("bad tag in feature map entry");
-        if (field == 1 && wire == kLen) {
-          if (!ReadLen(r, rend, &key, &key_size)) return fail("key length exceeds map entry");
-        } else if (field == 2 && wire == kLen) {
-          if (have_value) return fail("feature map entry holds two values");
-          have_value = true;
-          if (!ReadLen(r, rend, &value.data, &value.size)) return fail("Feature length exceeds map entry");
-        } else if (!SkipField(r, rend, wire)) {
-          return fail("bad field in feature map entry");
+        const uint8_t* const rend = r + rn;
+        bool have_value = false;
+        while (r < rend) {
+          if (!ReadTag(r, rend, &field, &wire)) return fail("bad tag in feature map entry");
+          if (field == 1 && wire == kLen) {
+            if (!ReadLen(r, rend, &key, &key_size)) return fail("key length exceeds map entry");
+          } else if (field == 2 && wire == kLen) {
+            if (have_value) return fail("feature map entry holds two values");
+            have_value = true;
+            if (!ReadLen(r, rend, &value.data, &value.size)) return fail("Feature length exceeds map entry");
+          } else if (!SkipField(r, rend, wire)) {
+            return fail("bad field in feature map entry");
+          }
         }
       }
       on_entry(key, key_size, value);

@@ -8,8 +8,9 @@
 //     same job with readers: 1;
 //   * fixed knobs are used exactly; ringfeedctl status shows the tuner's knobs, limits and
 //     changes.
-// Under AddressSanitizer the memory assertions are skipped (its shadow memory and quarantine
-// are RSS that ringfeedd does not control) and the run is shorter; everything else is checked.
+// Under AddressSanitizer and ThreadSanitizer the memory assertions are skipped (their shadow
+// memory is RSS that ringfeedd does not control) and the run is shorter; everything else is
+// checked.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -36,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 constexpr bool kSanitized = true;
 #else
 constexpr bool kSanitized = false;
