@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# Soak test of ringfeedd's memory under the autotuner (issue 4, §4): one job, every knob `auto`,
+# `epochs: 0`, local files (page cache), taken by consume_bench (every byte read) for 5 minutes.
+# Every second consume_bench samples the daemon's private RSS (RssAnon) and its status (segment
+# size, knobs). Asserts:
+#   - flat RSS: the least-squares slope of RssAnon over the last 4 minutes (the first minute is
+#     the warm-up: read-ahead buffers, malloc arenas, the tuner settling) is below
+#     RINGFEED_SOAK_MAX_SLOPE KiB per minute (default 50, i.e. < 200 KiB over those 4 minutes);
+#   - under the budget: RssAnon + segment <= pipeline.memory_budget in every sample and at the
+#     peak (RssAnon sampled every 20 ms by consume_bench).
+# Prints the figures and PASS or FAIL; exit status 0 on PASS, 1 on FAIL, 2 when it cannot run.
+# Also printed, not asserted: the slope's standard error (RssAnon follows the read-ahead's fill,
+# +-10 MiB from second to second, so 5 minutes resolve a slope only to a few hundred KiB/min:
+# "inconclusive" when twice the standard error exceeds the limit) and the slope after the
+# tuner's last change of a knob (each moves memory: readers and read-ahead the buffered bytes,
+# workers and prefetch the batches in flight), when that leaves >= 1 minute.
+#
+#   bench/autotune/soak.sh
+#   RINGFEED_SOAK_SECONDS=60 bench/autotune/soak.sh     # a short look (slope over the last 4/5)
+#
+# Environment (all optional): RINGFEED_BENCH_BUILD (Release build dir, default <repo>/../build-bench;
+# built if missing), RINGFEED_BENCH_DIR (data, default /tmp/ringfeed-bench; the taxi_plain_x4 set
+# of run_autotune_bench.sh, made if missing), RINGFEED_SOAK_SECONDS (300), RINGFEED_SOAK_MAX_SLOPE
+# (50 KiB/min), RINGFEED_SOAK_BUDGET (memory_budget, 256MiB), RINGFEED_AUTOTUNE_CPUS (cores,
+# default all), RINGFEED_BENCH_NICE (e.g. -10). Writes the samples to
+# $RINGFEED_BENCH_DIR/results/soak-<time>.json.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${RINGFEED_BENCH_BUILD:-$REPO/../build-bench}
+DATA=${RINGFEED_BENCH_DIR:-/tmp/ringfeed-bench}
+RUN_SECONDS=${RINGFEED_SOAK_SECONDS:-300}
+MAX_SLOPE=${RINGFEED_SOAK_MAX_SLOPE:-50}
+BUDGET=${RINGFEED_SOAK_BUDGET:-256MiB}
+CPUS=${RINGFEED_AUTOTUNE_CPUS:-0-$(($(nproc) - 1))}
+NICE=${RINGFEED_BENCH_NICE:-}
+X4="$DATA/taxi_plain_x4"
+PIN=(taskset -c "$CPUS")
+[[ -n "$NICE" ]] && PIN=(nice -n "$NICE" "${PIN[@]}")
+
+if [[ ! -x "$BUILD/daemon/ringfeedd" || ! -x "$BUILD/bench/consume_bench" ]]; then
+  if [[ ! -f "$BUILD/build.ninja" ]]; then
+    cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DRINGFEED_BENCH=ON
+  fi
+  ninja -C "$BUILD" -j2 ringfeedd consume_bench make_bench_data
+fi
+if [[ $(find "$X4" -name '*.tfrecord' 2>/dev/null | wc -l) != 32 ]]; then
+  "$BUILD/bench/make_bench_data" --out "$DATA" --taxi "${RINGFEED_TAXI_DIR:-$REPO/../shared/data/tfx/csv_example_gen/Split-train}"
+  mkdir -p "$X4"
+  for r in 0 1 2 3; do
+    for f in "$DATA"/taxi_plain/part-*.tfrecord; do ln -f "$f" "$X4/$(basename "$f" .tfrecord)-r$r.tfrecord"; done
+  done
+fi
+
+WORK=$(mktemp -d /tmp/ringfeed-soak.XXXXXX)
+DAEMON_PID=""
+cleanup() {
+  if [[ -n "$DAEMON_PID" ]]; then kill "$DAEMON_PID" 2>/dev/null || true; wait "$DAEMON_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+mkdir -p "$WORK/run" "$DATA/results"
+OUT="$DATA/results/soak-$(date +%Y%m%d-%H%M%S).json"
+
+{
+  echo "job: soak"
+  echo "source: {files: [\"$X4/*.tfrecord\"], compression: none}"
+  echo "features:"
+  while read -r name kind dtype; do
+    if [[ $kind == fixed ]]; then echo "  $name: {dtype: $dtype}"; else echo "  $name: {type: varlen, dtype: $dtype}"; fi
+  done < "$DATA/taxi.schema"
+  echo "batch: {size: 256}"
+  echo "epochs: 0"
+  echo "pipeline: {memory_budget: $BUDGET}"
+} > "$WORK/soak.yaml"
+
+cat "$DATA"/taxi_plain/part-*.tfrecord > /dev/null  # page cache
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+echo "soak: ${RUN_SECONDS} s, autotune, local files, memory_budget $BUDGET, cores $CPUS${NICE:+, nice $NICE};" \
+     "load $LOAD_START" >&2
+"${PIN[@]}" "$BUILD/daemon/ringfeedd" --config "$WORK/soak.yaml" --runtime-dir "$WORK/run" \
+  --log-level debug > "$WORK/daemon.log" 2>&1 &
+DAEMON_PID=$!
+if ! "${PIN[@]}" "$BUILD/bench/consume_bench" --job soak --runtime-dir "$WORK/run" --seconds "$RUN_SECONDS" \
+       --timeline "$WORK/timeline.json" --status-every 1 > "$WORK/result.json" 2> "$WORK/err"; then
+  echo "soak: consume_bench failed: $(tail -3 "$WORK/err") / daemon: $(tail -3 "$WORK/daemon.log")" >&2
+  exit 2
+fi
+kill "$DAEMON_PID"; wait "$DAEMON_PID" || true; DAEMON_PID=""
+
+python3 - "$WORK/timeline.json" "$WORK/result.json" "$OUT" "$MAX_SLOPE" "$LOAD_START" "$WORK/daemon.log" <<'PY'
+import json, math, sys
+timeline, result = json.load(open(sys.argv[1])), json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+out, max_slope, load_start = sys.argv[3], float(sys.argv[4]), sys.argv[5]
+changes = [l.split("autotune: ", 1)[1].strip() for l in open(sys.argv[6]) if "autotune:" in l and " -> " in l]
+samples = [s for s in timeline["samples"] if "status_error" not in s and s.get("memory")]
+run = result["seconds"]
+warmup = run / 5  # the first minute of five
+
+
+def fit(ss):
+    """Least-squares slope of RssAnon in KiB/min, its standard error, min and max in MiB."""
+    xs = [s["t"] / 60 for s in ss]
+    ys = [s["rss_anon_bytes"] / 1024 for s in ss]
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    resid = sum((y - my - b * (x - mx)) ** 2 for x, y in zip(xs, ys))
+    return b, math.sqrt(resid / max(1, n - 2) / sxx), min(ys) / 1024, max(ys) / 1024
+
+
+tail = [s for s in samples if s["t"] >= warmup]
+slope, se, lo, hi = fit(tail)
+# Every knob moves memory: readers (open files), read-ahead per file, workers and prefetch
+# (batches in flight).
+memory_knobs = lambda s: tuple(s["pipeline"][k] for k in ("readers", "read_ahead_per_file_bytes", "workers", "prefetch"))
+last_change = max((s["t"] for a, s in zip(samples, samples[1:]) if memory_knobs(a) != memory_knobs(s)), default=0.0)
+settled = [s for s in samples if s["t"] >= last_change]
+budget = result["budget_bytes"]
+seg = result["segment_bytes"]
+worst_sample = max(s["rss_anon_bytes"] + s["memory"]["segment_bytes"] for s in samples)
+peak = result["daemon_rss_anon_peak_bytes"] + seg
+flat = slope < max_slope
+under = budget is not None and worst_sample <= budget and peak <= budget
+knobs = samples[-1]["pipeline"]
+print(f"soak: {run:.0f} s, {result['examples']:,} examples ({result['examples_per_s']:,.0f}/s), "
+      f"{len(samples)} samples, load {load_start} -> {open('/proc/loadavg').read().split()[0]}")
+print(f"  RssAnon: {tail[0]['rss_anon_bytes'] / 2**20:.1f} MiB at {tail[0]['t']:.0f} s, "
+      f"{tail[-1]['rss_anon_bytes'] / 2**20:.1f} MiB at the end, {lo:.1f}-{hi:.1f} MiB after the first {warmup:.0f} s")
+print(f"  slope (least squares, {tail[0]['t']:.0f}-{tail[-1]['t']:.0f} s): {slope:+.0f} KiB/min, standard error"
+      f" {se:.0f} (limit {max_slope:g}): {'flat' if flat else 'GROWING'}"
+      + ("; inconclusive at this limit (2 x standard error > limit)" if 2 * se > max_slope else ""))
+if last_change > warmup and run - last_change >= 60:
+    s2, se2, lo2, hi2 = fit(settled)
+    print(f"  after the tuner's last change ({last_change:.0f} s): {s2:+.0f} KiB/min, standard error"
+          f" {se2:.0f}, RssAnon {lo2:.1f}-{hi2:.1f} MiB")
+print(f"  RssAnon + segment: peak {peak / 2**20:.1f} MiB (20 ms sampling), worst 1 s sample "
+      f"{worst_sample / 2**20:.1f} MiB, budget {budget / 2**20:.0f} MiB: {'under' if under else 'OVER'}")
+print(f"  knobs at the end: readers {knobs['readers']}, workers {knobs['workers']}, prefetch {knobs['prefetch']}, "
+      f"read-ahead {knobs['read_ahead_per_file_bytes'] >> 10} KiB per file; {len(changes)} tuner changes, the last"
+      f" at {last_change:.0f} s")
+json.dump({"result": result, "slope_kib_per_min": slope, "slope_standard_error": se, "max_slope_kib_per_min": max_slope,
+           "warmup_seconds": warmup, "last_memory_knob_change_seconds": last_change, "peak_bytes": peak,
+           "worst_sample_bytes": worst_sample, "budget_bytes": budget, "load_start": load_start, "changes": changes,
+           "samples": [{"t": s["t"], "rss_anon_bytes": s["rss_anon_bytes"], "segment_bytes": s["memory"]["segment_bytes"],
+                        "tasks": s["tasks"], "pipeline": s["pipeline"]} for s in samples]}, open(out, "w"))
+print(f"  samples: {out}")
+print("PASS" if flat and under else "FAIL")
+sys.exit(0 if flat and under else 1)
+PY
