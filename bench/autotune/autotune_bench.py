@@ -30,6 +30,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -594,7 +595,10 @@ def main():
     os.makedirs(os.path.dirname(out), exist_ok=True)
     load_start = loadavg()
     bench = Bench(a)
-    runs = bench.run()
+    try:
+        runs = bench.run()
+    finally:
+        shutil.rmtree(bench.work, ignore_errors=True)  # configs, logs, timelines: all in the JSON
 
     def sh(cmd):
         r = subprocess.run(cmd, shell=True, capture_output=True, text=True)
