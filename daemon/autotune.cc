@@ -54,6 +54,9 @@ Autotune::Autotune(AutotuneOptions options, Pipeline& pipeline, shm::Segment& se
       consumers_(consumers),
       tuner_(options_.limits, options_.initial, options_.fixed) {
   last_.knobs = options_.initial;
+  // Until the first interval is measured: readers count as waiting (none has used CPU yet).
+  last_.runnable_threads = options_.initial.workers + 1;
+  last_.blocked_io_threads = options_.initial.readers;
 }
 
 Autotune::~Autotune() { Stop(); }
