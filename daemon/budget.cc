@@ -1,5 +1,7 @@
 #include "daemon/budget.h"
 
+#include "shm/segment.h"
+
 #include <sched.h>
 #include <unistd.h>
 
@@ -289,19 +291,7 @@ MemoryLimit MemTotal(const SystemPaths& paths) {
 
 }  // namespace
 
-std::string FormatBytes(uint64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 6) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f %s", value, kUnits[unit]);
-  return text;
-}
+std::string FormatBytes(uint64_t bytes) { return shm::HumanBytes(bytes); }
 
 // ---- CPU ----------------------------------------------------------------------------------------
 
