@@ -94,7 +94,8 @@ struct Counters {
   std::atomic<uint64_t> max_request_bytes{0};
   std::atomic<uint64_t> opens{0};
   std::atomic<uint64_t> delay_ns{0};  // sum over requests of (answered - arrived)
-  std::atomic<uint64_t> resets{0};
+  std::atomic<uint64_t> resets_begun{0};  // with `resets`, a seqlock: StatsJson never mixes old and new
+  std::atomic<uint64_t> resets{0};        // resets completed
 };
 
 Settings g_settings;
@@ -125,6 +126,7 @@ void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
 }
 
 void ResetCounters(int) {
+  g_counters.resets_begun.fetch_add(1);
   g_counters.reads.store(0);
   g_counters.requests.store(0);
   g_counters.bytes.store(0);
@@ -137,15 +139,21 @@ void ResetCounters(int) {
 
 std::string StatsJson() {
   nlohmann::json j;
-  j["reads"] = g_counters.reads.load();
-  j["requests"] = g_counters.requests.load();
-  j["bytes"] = g_counters.bytes.load();
-  j["in_flight"] = g_counters.in_flight.load();
-  j["in_flight_max"] = g_counters.in_flight_max.load();
-  j["max_request_bytes"] = g_counters.max_request_bytes.load();
-  j["opens"] = g_counters.opens.load();
-  j["delay_s"] = static_cast<double>(g_counters.delay_ns.load()) / 1e9;
-  j["resets"] = g_counters.resets.load();
+  // A reset can run on another thread while the counters are read: read again until none began
+  // or was in progress (resets_begun == resets completed before the reads).
+  uint64_t resets = 0;
+  do {
+    resets = g_counters.resets.load();
+    j["reads"] = g_counters.reads.load();
+    j["requests"] = g_counters.requests.load();
+    j["bytes"] = g_counters.bytes.load();
+    j["in_flight"] = g_counters.in_flight.load();
+    j["in_flight_max"] = g_counters.in_flight_max.load();
+    j["max_request_bytes"] = g_counters.max_request_bytes.load();
+    j["opens"] = g_counters.opens.load();
+    j["delay_s"] = static_cast<double>(g_counters.delay_ns.load()) / 1e9;
+  } while (g_counters.resets_begun.load() != resets);
+  j["resets"] = resets;
   j["latency_ms"] = g_settings.latency_ms;
   j["bandwidth_mbps"] = g_settings.bandwidth_mbps;
   j["threads"] = g_settings.threads;
