@@ -198,6 +198,12 @@ int Client::daemon_pid() const { return attachment_->daemon_pid; }
 const std::string& Client::job() const { return attachment_->job; }
 const std::string& Client::segment_name() const { return attachment_->segment.name(); }
 
+std::span<uint8_t> Client::slots_region() const {
+  const detail::Attachment& a = *attachment_;
+  // CheckSuperblock has checked slots_offset + slot_count * slot_stride <= the mapping's size.
+  return {a.segment.data() + a.ring.slots_offset, uint64_t{a.ring.slot_count} * a.ring.slot_stride};
+}
+
 void Client::TakeBatch(uint32_t slot, uint64_t seq, Batch* out) {
   detail::Attachment& a = *attachment_;
   uint8_t* base = a.ring.slot(slot);

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "client/batch.h"
@@ -79,6 +80,10 @@ class Client {
   int daemon_pid() const;
   const std::string& job() const;
   const std::string& segment_name() const;
+  // The ring's slots as mapped in this process: every batch's data lies inside. Starts on a
+  // page boundary (4 KiB) and spans whole pages, as cuMemHostRegister and friends need.
+  // Valid while this Client or any of its Batches lives.
+  std::span<uint8_t> slots_region() const;
 
  private:
   explicit Client(std::shared_ptr<detail::Attachment> attachment);

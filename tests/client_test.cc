@@ -126,9 +126,19 @@ TEST_CASE("client: schema, batch contents, end of epoch and end of data") {
   CHECK(schema.IndexOf("pixels") == 3u);
   CHECK_FALSE(schema.IndexOf("nope"));
 
+  // The slot region: whole pages, and every column of every batch lies inside it.
+  const std::span<uint8_t> region = client->slots_region();
+  CHECK(reinterpret_cast<uintptr_t>(region.data()) % 4096 == 0);
+  CHECK(region.size() % 4096 == 0);
+  CHECK(region.size() >= 8 * uint64_t{4096});  // 8 slots of at least a page each
   Batch batch;
   for (uint64_t n = 0; n < 10; ++n) {
     REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+    for (size_t f = 0; f < batch.feature_count(); ++f) {
+      const auto* data = static_cast<const uint8_t*>(batch.feature(f).data());
+      CHECK(data >= region.data());
+      CHECK(data + batch.feature(f).bytes() <= region.data() + region.size());
+    }
     CHECK(batch.epoch() == 0);
     CHECK(batch.index() == n);
     CHECK(batch.rows() == (n == 9 ? 3u : 4u));
