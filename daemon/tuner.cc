@@ -5,7 +5,8 @@
 //     (readers that turned CPU-bound) are lowered, and stream_buffer_bytes is re-derived from
 //     readers. Any such change ends the round (a trial in progress is dropped, not judged).
 //  2. No consumers (or an empty interval): hold. Nothing changes.
-//  3. The trial of the previous round is judged: a raise is kept if throughput gained >= 5%, a
+//  3. The trial of the previous round is judged (a change of readers one round later: the round
+//     right after it is their ramp, see kReaderSettleIntervals): a raise is kept if throughput gained >= 5%, a
 //     step down if consumers still do not wait (or, for a CPU trade made while they waited, if
 //     throughput did not fall by 5%). Otherwise the knobs go back and the knob is held off
 //     (120 s, doubling). A kept raise leaves a floor: steps down never go back to that level.
@@ -259,7 +260,9 @@ void Tuner::ClearHolds() {
 }
 
 void Tuner::StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs) {
-  trial_ = Trial{raise, s.waiting, before, std::move(knobs), s.throughput, s.wait, s.o.consumers};
+  const bool readers = std::find(knobs.begin(), knobs.end(), kReaders) != knobs.end();
+  trial_ = Trial{raise, s.waiting, before, std::move(knobs), s.throughput, s.wait, s.o.consumers,
+                 readers ? kReaderSettleIntervals : 0};
 }
 
 namespace {
@@ -561,7 +564,12 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
     if (!has_reference_) SetReference(s.throughput, s.wait, o.consumers);
   }
 
-  // 4. Judge the last change.
+  // 4. Judge the last change — or, while it settles, wait for it without another change (a
+  // second change would mix two effects in the judgement).
+  if (trial_ && trial_->settle_intervals > 0) {
+    --trial_->settle_intervals;
+    return Finish({}, true);  // the interval stays short: the trial is still open
+  }
   if (trial_ && EvaluateTrial(s, &changes)) return Finish(std::move(changes), true);
 
   // 5. One change.

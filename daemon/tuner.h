@@ -13,7 +13,8 @@
 //     loader is the bottleneck. Then the stage that limits throughput is the one to raise: reads
 //     when the sequencer waits for records (read-bound), parse workers when they are all busy
 //     (parse-bound), prefetch when neither is saturated but the ring still runs dry (bursts).
-//   - A raise is kept only if throughput rises by a clear margin in the next interval;
+//   - A raise is kept only if throughput rises by a clear margin in the next interval (the one
+//     after it for readers, which need a storage round trip to start delivering);
 //     otherwise it is taken back and that knob is not raised again for a hold-off period
 //     (hysteresis, no oscillation).
 //   - When consumers never wait, capacity that is not used (idle workers, idle I/O threads, a
@@ -155,6 +156,12 @@ class Tuner {
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;
+  // A change of readers is judged on the second interval after it, not the first: new readers
+  // open their files and wait for their first reads (a storage round trip or several), and
+  // readers taken away leave full buffers behind that hide the loss for a while. On a 20 ms
+  // mount the first 0.25 s after 4 -> 8 readers measured 10% less than 4 readers gave, steady
+  // state 15-20% more (docs/benchmarks.md, "Autotuning"). Workers and prefetch act at once.
+  static constexpr int kReaderSettleIntervals = 1;
 
   // Does not change `initial`, even where it is over a budget: the first Observe does (with
   // reasons), so that the daemon, which starts its pipeline with `initial`, applies it.
@@ -181,6 +188,7 @@ class Tuner {
     double throughput = 0;           // records/s in the interval before the change
     double consumer_wait = 0;
     int64_t consumers = 0;
+    int settle_intervals = 0;        // intervals still to let pass before judging (see kReaderSettleIntervals)
   };
   struct Hold {
     double raise_until = 0;          // tuner time (s) before which the knob is not raised

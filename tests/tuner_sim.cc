@@ -20,7 +20,7 @@ double TunerSim::Uniform() {
   return static_cast<double>(z >> 11) * 0x1.0p-53 * 2 - 1;
 }
 
-SimPoint TunerSim::Evaluate(const TunerKnobs& knobs) const {
+SimPoint TunerSim::Evaluate(const TunerKnobs& knobs, double delivering) const {
   const SimParams& p = params_;
   SimPoint s;
   const double t_io = p.storage_latency_s * p.record_bytes / p.read_bytes;
@@ -28,7 +28,7 @@ SimPoint TunerSim::Evaluate(const TunerKnobs& knobs) const {
   s.cpu_demand = static_cast<double>(knobs.workers) + 1 + static_cast<double>(knobs.readers) * f;
   const double slowdown = std::max(1.0, s.cpu_demand / p.cores);
   const double per_record = t_io + p.read_cpu_s * slowdown;
-  s.read_capacity = per_record > 0 ? static_cast<double>(knobs.readers) / per_record : kUnlimited;
+  s.read_capacity = per_record > 0 ? delivering / per_record : kUnlimited;
   s.parse_capacity = p.parse_cpu_s > 0 ? static_cast<double>(knobs.workers) / (p.parse_cpu_s * slowdown) : kUnlimited;
   s.read_cpu_fraction = per_record > 0 ? p.read_cpu_s * slowdown / per_record : 0;
   const double needed = static_cast<double>(p.burst + 1);
@@ -40,7 +40,29 @@ SimPoint TunerSim::Evaluate(const TunerKnobs& knobs) const {
 
 TunerObservation TunerSim::Step(const TunerKnobs& knobs, double interval_seconds) {
   const SimParams& p = params_;
-  const SimPoint s = Evaluate(knobs);
+  // Readers added by a raise deliver only after the ramp: the share of this interval after it
+  // counts. Readers taken away stop at once.
+  const auto readers = static_cast<double>(knobs.readers);
+  if (settled_readers_ < 0 || knobs.readers <= settled_readers_) {
+    settled_readers_ = knobs.readers;
+    ramp_target_ = 0;
+    ramp_left_s_ = 0;
+  } else if (knobs.readers != ramp_target_) {  // a new raise (a raise during a ramp restarts it)
+    ramp_target_ = knobs.readers;
+    ramp_left_s_ = p.reader_ramp_s;
+  }
+  double delivering = readers;
+  if (knobs.readers > settled_readers_ && interval_seconds > 0) {
+    const double share = std::clamp((interval_seconds - ramp_left_s_) / interval_seconds, 0.0, 1.0);
+    const auto settled = static_cast<double>(settled_readers_);
+    delivering = settled + share * (readers - settled);
+    ramp_left_s_ -= interval_seconds;
+    if (ramp_left_s_ <= 0) {
+      settled_readers_ = knobs.readers;
+      ramp_target_ = 0;
+    }
+  }
+  const SimPoint s = Evaluate(knobs, delivering);
   auto noisy = [&](double v) { return v * (1 + p.noise * Uniform()); };
   const double throughput = noisy(s.throughput);
   const double loader = std::min(s.read_capacity, s.parse_capacity);

@@ -24,6 +24,9 @@
 //   ready_slots_min       p - B when consumers limit (p >= B + 1), else 0 (the ring runs dry)
 //   ready_slots_mean      p - B / 2 when consumers limit, p / 2 with bursts, 0 when the loader limits
 //   read_ahead_bytes      (open_files_base + readers) x stream_buffer_bytes (buffers full)
+// Reader ramp (optional, reader_ramp_s = T): readers added by a raise deliver nothing for their
+// first T seconds (opening files, first reads), so the interval right after a raise sees only
+// part of its gain. Readers taken away stop at once.
 // Reads of R bytes are assumed to fit every allowed stream buffer, so stream_buffer_bytes
 // costs memory only and never throughput; the sequencer itself is never the bottleneck.
 // Noise (optional): each measurement is multiplied by 1 + noise x u (fractions of wait: + noise
@@ -50,6 +53,7 @@ struct SimParams {
   int64_t burst = 1;                // B: batches per burst
   double cores = 8;
   int64_t open_files_base = 4;      // as TunerLimits::open_files_base
+  double reader_ramp_s = 0;         // T: added readers deliver nothing for this long
   double noise = 0;                 // relative, uniform in [-noise, +noise]
   uint64_t seed = 1;
 };
@@ -68,7 +72,9 @@ class TunerSim {
   explicit TunerSim(SimParams params) : params_(params), state_(params.seed) {}
   // Change between steps for a change of regime (slower storage, slower consumers).
   SimParams& params() { return params_; }
-  SimPoint Evaluate(const TunerKnobs& knobs) const;
+  SimPoint Evaluate(const TunerKnobs& knobs) const { return Evaluate(knobs, static_cast<double>(knobs.readers)); }
+  // With `delivering` of knobs.readers delivering records (the others ramping up).
+  SimPoint Evaluate(const TunerKnobs& knobs, double delivering) const;
   // One interval with these knobs.
   TunerObservation Step(const TunerKnobs& knobs, double interval_seconds);
 
@@ -76,6 +82,10 @@ class TunerSim {
   double Uniform();  // [-1, 1)
   SimParams params_;
   uint64_t state_;
+  // The ramp: readers delivering fully, the raise in progress and how long it still ramps.
+  int64_t settled_readers_ = -1;  // -1: no step yet (the initial readers deliver at once)
+  int64_t ramp_target_ = 0;
+  double ramp_left_s_ = 0;
 };
 
 }  // namespace ringfeed::testing

@@ -208,6 +208,26 @@ TEST_CASE("read-bound (L = 20 ms): readers 5 (+-1; the x2 ladder stops at 6), wo
   }
 }
 
+TEST_CASE("read-bound with a 0.3 s reader ramp: a raise is judged after the ramp, readers 5 (+-1) within 20 rounds") {
+  // New readers deliver nothing for their first 0.3 s, longer than the 0.25 s interval right
+  // after a raise (the 20 ms slowfs benchmark: 4 -> 8 readers measured 10% less in that
+  // interval, 15-20% more in steady state). Judged on that interval, every raise would show no
+  // gain and be taken back (readers stuck at 1); judged on the next one (share 0.8 of the new
+  // readers delivering) each gains >= 5%. Path as in the read-bound case, each readers change
+  // taking one round more.
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    Scenario sc = WithSeed(ReadBound(), seed);
+    sc.sim.reader_ramp_s = 0.3;
+    const RunResult run = RunScenario(sc, 20 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 50) <= 20);
+    CHECK(Near(run.final_knobs.readers, 5));
+    CHECK(run.final_knobs.workers == 1);
+    CHECK(History(run).find("taken back") == std::string::npos);
+  }
+}
+
 TEST_CASE("parse-bound (400 us per record): workers 5, readers 1, prefetch 2, within 12 rounds") {
   // Path: workers 1 -> 2 -> 3 -> 4 -> 5 (gains 100%, 50%, 33%, 25%); at 5 they are 96% busy.
   for (uint64_t seed : kSeeds) {
@@ -593,6 +613,9 @@ TEST_CASE("a raise that does not gain 5% is taken back and held off for 120 s (t
 TEST_CASE("a stall (no records at all) keeps no raise") {
   Tuner tuner(Limits(8, 64 * MiB), TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
   TunerDecision d = tuner.Observe(Obs(0, 1.0, 1.0, 1.0, 0.0));
+  REQUIRE(d.knobs.readers == 2);
+  d = tuner.Observe(Obs(0, 1.0, 1.0, 1.0, 0.0));  // the new reader's ramp: not judged yet
+  REQUIRE(d.changes.empty());
   REQUIRE(d.knobs.readers == 2);
   d = tuner.Observe(Obs(0, 1.0, 1.0, 1.0, 0.0));
   REQUIRE(d.knobs.readers == 1);
