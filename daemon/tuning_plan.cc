@@ -10,7 +10,13 @@ constexpr int64_t kMaxAutoReaders = 16;        // tf.data's num_parallel_reads c
 constexpr int64_t kMaxAutoPrefetch = 8;        // batches ready beyond the workers'
 constexpr int64_t kMinAutoPrefetch = 2;
 constexpr int64_t kStartPrefetch = 2;
-constexpr uint64_t kMaxStreamBufferBytes = 4u << 20;
+// read_ahead: auto stops at 1 MiB per open file. The reader's own window already issues ~1 MiB
+// read() calls (format/tfrecord_reader.h), and a FUSE request, an NFS rsize and Linux's
+// readahead are at most 1 MiB by default, so records buffered beyond that buy no throughput:
+// on a 20 ms-per-read mount the readers' count is what scales (docs/benchmarks.md,
+// "Autotuning"). They cost memory: 4 MiB per open file made the daemon's private RSS 36 MiB
+// against 13 MiB at 1 MiB (1 reader, cycle_length 4, local files). Set read_ahead to go higher.
+constexpr uint64_t kMaxStreamBufferBytes = 1u << 20;
 }  // namespace
 
 TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
