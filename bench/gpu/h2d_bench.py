@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Host-to-device GB/s for ringfeed batches on a machine with an NVIDIA GPU, three ways:
+
+  ring       the uploader: cuMemcpyHtoDAsync from the ring's registered (page-locked) slots
+             straight into device tensors (client/cuda_uploader.h through the Python binding)
+  pageable   the same batches copied out of the ring into ordinary (pageable) torch tensors,
+             then tensor.to(device) — what a loader without pinned memory does
+  dataloader torch.utils.data.DataLoader(pin_memory=True) over those pageable tensors, then
+             .to(device, non_blocking=True) — PyTorch's usual pinned path (a host copy into
+             pinned memory by the pin thread, then the DMA)
+
+and checks that what arrived on the device equals the batch (ring) / the source (others).
+
+UNTESTED WITHOUT A GPU: written against the Python binding the integrator adds for
+client/cuda_uploader.h, assumed to be (adjust here if the binding differs):
+
+    up = ringfeed._ext.CudaUploader(client, device=0)        # or ringfeed._core.CudaUploader
+    up.upload(batch, stream, dst) -> int                      # bytes enqueued
+        batch   a ringfeed.Batch (the uploader holds its slot until the copy completed; the
+                Python object stays usable and may be closed right after)
+        stream  int, a CUstream (torch.cuda.current_stream().cuda_stream)
+        dst     list of (feature name, part, device address, capacity in bytes); part is
+                "values", "row_splits" or "value_offsets"
+    up.poll() -> int; up.synchronize() -> int; up.pending -> int
+
+Needs: an NVIDIA driver, torch with CUDA (pip install torch), the ringfeed package
+(pip install ./python), and a running ringfeedd for the job with enough data (epochs: 0 runs
+forever). See bench/gpu/README.md.
+"""
+
+import argparse
+import sys
+import time
+
+import numpy as np
+import torch
+
+import ringfeed
+
+
+def uploader_class():
+    for module in ("_ext", "_core"):
+        try:
+            mod = __import__(f"ringfeed.{module}", fromlist=["CudaUploader"])
+        except ImportError:
+            continue
+        cls = getattr(mod, "CudaUploader", None)
+        if cls is not None:
+            return cls
+    sys.exit("h2d_bench: this ringfeed package has no CudaUploader binding (ringfeed._ext / ringfeed._core)")
+
+
+def parts(batch, schema):
+    """(feature, part, ndarray) for every array of the batch, viewing the ring."""
+    out = []
+    for f in schema:
+        value = batch[f.name]
+        if f.dtype == np.dtype(np.bytes_):
+            data, offsets = value[0], value[1]
+            out += [(f.name, "values", data), (f.name, "value_offsets", offsets)]
+            if f.type == "varlen":
+                out.append((f.name, "row_splits", value[2]))
+        elif f.type == "varlen":
+            out += [(f.name, "values", value[0]), (f.name, "row_splits", value[1])]
+        else:
+            out.append((f.name, "values", value))
+    return out
+
+
+def gbps(nbytes, seconds):
+    return nbytes / seconds / 1e9 if seconds > 0 else float("nan")
+
+
+def bench_ring(client, schema, device, batches, check, depth):
+    """The uploader: copies from the registered ring on one stream, `depth` buffer sets in flight."""
+    up = uploader_class()(client, device=device.index or 0)
+    stream = torch.cuda.Stream(device)
+    # Device buffers sized for a full batch, reused round-robin: with one stream, copy i+depth
+    # into set k is ordered after copy i, so reuse is safe.
+    first = client.next()
+    sizes = {(name, part): arr.nbytes for name, part, arr in parts(first, schema)}
+    first.close()
+    slack = 2  # varlen/bytes parts vary per batch: room for twice the first batch's size
+    sets = [{key: torch.empty(max(1, n * slack), dtype=torch.uint8, device=device) for key, n in sizes.items()}
+            for _ in range(depth)]
+
+    dsts = [[(name, part, buf.data_ptr(), buf.numel()) for (name, part), buf in bufs.items()] for bufs in sets]
+
+    def upload(i):
+        batch = client.next()
+        nbytes = up.upload(batch, stream.cuda_stream, dsts[i % depth])  # the uploader checks the sizes
+        batch.close()  # the uploader's hold keeps the slot until the copy completed
+        return nbytes
+
+    # Untimed: the values on the device equal the batch's, byte for byte.
+    for i in range(check):
+        batch = client.next()
+        items = parts(batch, schema)  # views of the ring: they keep the slot while we compare
+        up.upload(batch, stream.cuda_stream, dsts[i % depth])
+        stream.synchronize()
+        bufs = sets[i % depth]
+        for name, part, arr in items:
+            got = bufs[(name, part)][: arr.nbytes].cpu().numpy()
+            if not np.array_equal(got, np.ascontiguousarray(arr).view(np.uint8).reshape(-1)):
+                sys.exit(f"h2d_bench: ring: batch {i} feature {name} {part}: device bytes differ from the batch")
+        del items
+        batch.close()
+    up.synchronize()
+
+    total = 0
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for i in range(batches):
+        total += upload(i)
+    up.synchronize()
+    torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    return total, seconds, check
+
+
+def collect_pageable(client, schema, batches):
+    """Copies of `batches` batches in ordinary (pageable) host memory, as lists of torch tensors."""
+    out = []
+    for _ in range(batches):
+        batch = client.next()
+        out.append([torch.from_numpy(arr.copy()) for _, _, arr in parts(batch, schema)])
+        batch.close()
+    return out
+
+
+def bench_pageable(host_batches, device):
+    total = sum(t.numel() * t.element_size() for b in host_batches for t in b)
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    last = None
+    for b in host_batches:
+        last = [t.to(device) for t in b]
+    torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    for src, dev in zip(host_batches[-1], last):
+        if not torch.equal(src, dev.cpu()):
+            sys.exit("h2d_bench: pageable: device tensor differs from the source")
+    return total, seconds
+
+
+class _ListDataset(torch.utils.data.Dataset):
+    def __init__(self, items):
+        self.items = items
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+
+def bench_dataloader(host_batches, device):
+    total = sum(t.numel() * t.element_size() for b in host_batches for t in b)
+    loader = torch.utils.data.DataLoader(_ListDataset(host_batches), batch_size=None, shuffle=False,
+                                         num_workers=0, pin_memory=True)
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    last = None
+    for b in loader:
+        last = [t.to(device, non_blocking=True) for t in b]
+    torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    for src, dev in zip(host_batches[-1], last):
+        if not torch.equal(src, dev.cpu()):
+            sys.exit("h2d_bench: dataloader: device tensor differs from the source")
+    return total, seconds
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--job", required=True, help="the running ringfeedd's job")
+    ap.add_argument("--runtime-dir", default=None, help="the daemon's runtime directory (default as ringfeedd)")
+    ap.add_argument("--batches", type=int, default=500, help="batches per method (default 500)")
+    ap.add_argument("--check", type=int, default=20, help="ring: first compare N batches on the device, untimed (default 20)")
+    ap.add_argument("--depth", type=int, default=4, help="ring: device buffer sets in flight (default 4)")
+    ap.add_argument("--device", default="cuda:0")
+    args = ap.parse_args()
+
+    if not torch.cuda.is_available():
+        sys.exit("h2d_bench: torch sees no CUDA device; this benchmark needs an NVIDIA GPU")
+    device = torch.device(args.device)
+    torch.cuda.set_device(device)
+    torch.zeros(1, device=device)  # create the primary context, current on this thread
+
+    kwargs = {"timeout": 60}
+    if args.runtime_dir:
+        kwargs["runtime_dir"] = args.runtime_dir
+    with ringfeed.Client(args.job, **kwargs) as client:
+        schema = client.schema
+        ring_bytes, ring_s, checked = bench_ring(client, schema, device, args.batches, args.check, args.depth)
+        host = collect_pageable(client, schema, args.batches)
+    page_bytes, page_s = bench_pageable(host, device)
+    dl_bytes, dl_s = bench_dataloader(host, device)
+
+    print(f"job {args.job}, {args.batches} batches per method, device {torch.cuda.get_device_name(device)}")
+    print(f"{'method':<12} {'MB/batch':>9} {'seconds':>8} {'GB/s':>7}")
+    for name, nbytes, seconds in (("ring", ring_bytes, ring_s), ("pageable", page_bytes, page_s),
+                                  ("dataloader", dl_bytes, dl_s)):
+        print(f"{name:<12} {nbytes / args.batches / 1e6:>9.3f} {seconds:>8.3f} {gbps(nbytes, seconds):>7.2f}")
+    print(f"values checked on the device: ring {checked} batches, pageable and dataloader the last batch: equal")
+
+
+if __name__ == "__main__":
+    main()
