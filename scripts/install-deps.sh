@@ -23,6 +23,7 @@ packages=(
   fuse3 libfuse3-dev      # slowfs: slow-storage emulation for benchmarks and tests (bench/slowfs)
   clang libclang-rt-14-dev  # libFuzzer + sanitizers runtime
   python3 python3-venv    # fixture generation (TensorFlow lives in a venv, not in the repo)
+  python3-dev python3-pip # the ringfeed Python package (python/): headers for its extension
 )
 
 missing=()

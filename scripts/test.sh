@@ -5,7 +5,7 @@
 #                              libFuzzer run, the same tests under AddressSanitizer+UBSan, and
 #                              the multi-threaded ones (ring, client, sequencer, daemon end to
 #                              end) under ThreadSanitizer
-#   scripts/test.sh --quick    only the first build and its tests
+#   scripts/test.sh --quick    only the first build and its tests (C++ and the Python package's)
 # A full run takes about half an hour on 2 cores (three builds); --quick about 10 minutes.
 #
 # Environment: JOBS (parallel build jobs, default nproc), FUZZ_SECONDS (default 60),
@@ -32,6 +32,19 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
+step "python package and tests"
+# The ringfeed Python package (python/, docs/python.md) built against this checkout and its
+# pytest suite, which drives build/daemon/ringfeedd. Build dependencies go into the venv once and
+# the package is built without build isolation, so a re-run rebuilds only what changed
+# (python/build/). torch (PyPI's, a few GB) is installed once, for the torch tests and examples.
+[ -x build/pyvenv/bin/python ] || python3 -m venv build/pyvenv
+build/pyvenv/bin/python -m pip install -q --upgrade pip
+build/pyvenv/bin/python -m pip install -q scikit-build-core nanobind numpy pytest
+build/pyvenv/bin/python -c 'import torch' 2>/dev/null || build/pyvenv/bin/python -m pip install -q torch
+build/pyvenv/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python
+# pytest exits 5 when it collects no test: any non-zero status fails this script.
+RINGFEED_BUILD_DIR=build build/pyvenv/bin/python -m pytest python/tests -q
+
 if [ "$quick" = 1 ]; then exit 0; fi
 
 step "fuzz reader+parser for ${FUZZ_SECONDS:-60} s"
@@ -44,7 +57,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
 step "build with ThreadSanitizer and run the multi-threaded tests (ring, client, sequencer, daemon)"
-tsan_tests="shm_ring_test shm_claim_test client_test sequencer_test daemon_e2e_test daemon_faults_test daemon_autotune_test"
+tsan_tests="shm_ring_test shm_claim_test client_test cuda_uploader_test sequencer_test daemon_e2e_test daemon_faults_test daemon_autotune_test"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRINGFEED_BENCH=OFF \
   -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null

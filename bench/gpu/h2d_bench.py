@@ -11,13 +11,13 @@
 
 and checks that what arrived on the device equals the batch (ring) / the source (others).
 
-UNTESTED WITHOUT A GPU: written against the Python binding the integrator adds for
-client/cuda_uploader.h, assumed to be (adjust here if the binding differs):
+UNTESTED WITHOUT A GPU (no GPU machine was lent while it was written). The uploader's Python
+binding it uses (python/src/cuda_uploader_object.h; its calls are tested against a libcuda
+stand-in in python/tests/test_cuda_upload.py):
 
-    up = ringfeed._ext.CudaUploader(client, device=0)        # or ringfeed._core.CudaUploader
-    up.upload(batch, stream, dst) -> int                      # bytes enqueued
-        batch   a ringfeed.Batch (the uploader holds its slot until the copy completed; the
-                Python object stays usable and may be closed right after)
+    up = ringfeed._core._CudaUploader(client._core, device)   # registers the ring once
+    up.upload(batch, stream, dst) -> int                       # bytes enqueued
+        batch   a ringfeed.Batch (closed by the call; its slot is held until the copy completed)
         stream  int, a CUstream (torch.cuda.current_stream().cuda_stream)
         dst     list of (feature name, part, device address, capacity in bytes); part is
                 "values", "row_splits" or "value_offsets"
@@ -38,16 +38,9 @@ import torch
 import ringfeed
 
 
-def uploader_class():
-    for module in ("_ext", "_core"):
-        try:
-            mod = __import__(f"ringfeed.{module}", fromlist=["CudaUploader"])
-        except ImportError:
-            continue
-        cls = getattr(mod, "CudaUploader", None)
-        if cls is not None:
-            return cls
-    sys.exit("h2d_bench: this ringfeed package has no CudaUploader binding (ringfeed._ext / ringfeed._core)")
+def make_uploader(client, device):
+    from ringfeed import _core
+    return _core._CudaUploader(client._core, device)
 
 
 def parts(batch, schema):
@@ -73,7 +66,7 @@ def gbps(nbytes, seconds):
 
 def bench_ring(client, schema, device, batches, check, depth):
     """The uploader: copies from the registered ring on one stream, `depth` buffer sets in flight."""
-    up = uploader_class()(client, device=device.index or 0)
+    up = make_uploader(client, device.index or 0)
     stream = torch.cuda.Stream(device)
     # Device buffers sized for a full batch, reused round-robin: with one stream, copy i+depth
     # into set k is ordered after copy i, so reuse is safe.

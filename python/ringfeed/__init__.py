@@ -1,0 +1,25 @@
+"""ringfeed: the Python client of ringfeedd.
+
+Batches from the daemon's shared-memory ring as NumPy arrays that view the ring (no copy); they
+export DLPack through NumPy (``torch.from_dlpack(arr)``, ``jax.dlpack.from_dlpack(arr)``).
+
+    import ringfeed
+    with ringfeed.Client("mnist", timeout=30) as client:
+        for batch in client:
+            images = batch["image"]          # uint8 (rows, 28, 28, 1), viewing the ring
+            labels = batch["label"]          # int64 (rows,)
+            ...
+
+``ringfeed.torch`` (imported separately; it imports torch) has ``RingfeedIterable``.
+Reference: docs/python.md.
+"""
+
+from ._core import Batch, ClientError, Timeout
+from ._client import Client, Feature
+
+ClientError.__module__ = "ringfeed"
+Timeout.__module__ = "ringfeed"
+Batch.__module__ = "ringfeed"
+
+__all__ = ["Client", "Batch", "Feature", "ClientError", "Timeout"]
+__version__ = "0.1.0"

@@ -1,0 +1,199 @@
+"""ringfeed.Client: a trainer's attachment to one ringfeedd job (wraps ringfeed._core._Client)."""
+
+from __future__ import annotations
+
+import math
+from typing import Iterator, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from . import _core
+
+_NUMPY_DTYPES = {
+    "int64": np.dtype(np.int64), "float32": np.dtype(np.float32), "float64": np.dtype(np.float64),
+    "uint8": np.dtype(np.uint8), "int8": np.dtype(np.int8), "uint16": np.dtype(np.uint16),
+    "int16": np.dtype(np.int16), "int32": np.dtype(np.int32), "uint32": np.dtype(np.uint32),
+    "bytes": np.dtype(np.bytes_),
+}
+
+_DEFAULT = object()  # "use the client's timeout"
+
+
+class Feature(NamedTuple):
+    """One feature of the job's schema.
+
+    Attributes
+    ----------
+    name : str
+    dtype : numpy.dtype
+        Element type; ``numpy.dtype('S')`` (``np.bytes_``) for bytes features, whose arrays are
+        the strings' bytes as uint8 plus int64 offsets.
+    type : str
+        ``"fixed"`` (``tf.io.FixedLenFeature``) or ``"varlen"`` (``tf.io.VarLenFeature``).
+    shape : tuple of int
+        Per-row shape of a fixed feature (``()`` for a scalar); ``()`` for varlen.
+    """
+
+    name: str
+    dtype: np.dtype
+    type: str
+    shape: Tuple[int, ...]
+
+
+def _seconds(value: Optional[float], what: str) -> float:
+    """Seconds as the extension takes them: -1.0 for None (no limit)."""
+    if value is None:
+        return -1.0
+    value = float(value)
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"{what} must be None (wait forever) or >= 0 seconds, got {value}")
+    return value
+
+
+class Client:
+    """A trainer's attachment to the ringfeedd serving ``job``.
+
+    Parameters
+    ----------
+    job : str
+        The job's name (the ``job:`` key of its config).
+    rank : int or None
+        ``consumers.mode: ranks``: this trainer's rank, ``0..count-1``; it gets only that rank's
+        batches. None for shared mode.
+    timeout : float or None
+        Seconds iteration waits for each batch; when it passes, ``ringfeed.Timeout`` (a
+        ``TimeoutError``) is raised. None (default) waits forever. Also the default of ``next``.
+    runtime_dir : str or None
+        The daemon's runtime directory; None uses the daemon's default (``$RINGFEED_RUNTIME_DIR``,
+        ``$RUNTIME_DIRECTORY``, ``/run/ringfeed`` for root, ``$XDG_RUNTIME_DIR/ringfeed``,
+        ``/tmp/ringfeed-<uid>``).
+    liveness_timeout : float
+        Seconds the daemon's heartbeat may stand still before a wait reports it frozen; also
+        the longest wait for the daemon's answer when attaching.
+
+    Raises
+    ------
+    ringfeed.ClientError
+        The daemon is not running, refused the consumer (its reason), or its segment does not
+        match this library. Later, from ``next``/iteration: the daemon exited, failed
+        (``on_error: fail``, with its message naming file and record), stopped or froze.
+
+    Notes
+    -----
+    Iterating yields ``ringfeed.Batch`` objects until the end of the data. Each batch holds one
+    ring slot until it and every array viewing it are gone (see ``ringfeed.Batch``); in a plain
+    ``for batch in client:`` loop the previous batch is freed when the loop variable is rebound,
+    so at most two slots are held. Keeping views of ``k`` batches holds ``k`` slots: the ring
+    has a fixed number, and the daemon waits for free ones.
+
+    Waiting releases the GIL (other Python threads run) and checks for signals every 100 ms,
+    so Ctrl-C raises ``KeyboardInterrupt`` promptly.
+
+    Thread-safety: ``next`` may be called from several threads at once (each gets a different
+    batch). After ``fork()`` a child must not use its parent's Client: attach anew (e.g. in a
+    DataLoader worker). ``close()`` while another thread waits makes that thread's next call
+    raise ``ClientError``.
+    """
+
+    def __init__(self, job: str, rank: Optional[int] = None, timeout: Optional[float] = None,
+                 runtime_dir: Optional[str] = None, liveness_timeout: float = 10.0):
+        self._timeout = _seconds(timeout, "timeout")
+        if rank is not None and (not isinstance(rank, int) or rank < 0):
+            raise ValueError(f"rank must be None (shared mode) or an int >= 0, got {rank!r}")
+        self._core = _core._Client(job, -1 if rank is None else rank, runtime_dir or "",
+                                   float(liveness_timeout))
+        self._schema = [Feature(name, _NUMPY_DTYPES[dtype], kind, tuple(shape))
+                        for name, dtype, kind, shape in self._core.features()]
+
+    # -- batches ---------------------------------------------------------------------------
+    def next(self, timeout=_DEFAULT) -> Optional[_core.Batch]:
+        """The next batch, or None at the end of the data (and on every later call).
+
+        Parameters
+        ----------
+        timeout : float or None, optional
+            Seconds to wait; 0 just looks; None waits forever. Default: the client's timeout.
+
+        Raises
+        ------
+        ringfeed.Timeout
+            Nothing arrived within ``timeout``.
+        ringfeed.ClientError
+            The daemon exited, failed, stopped or froze (its message), or the client is closed.
+        KeyboardInterrupt
+            A signal handler raised while waiting.
+        """
+        seconds = self._timeout if timeout is _DEFAULT else _seconds(timeout, "timeout")
+        return self._core.next(seconds)
+
+    def __iter__(self) -> Iterator[_core.Batch]:
+        return self
+
+    def __next__(self) -> _core.Batch:
+        batch = self._core.next(self._timeout)
+        if batch is None:
+            raise StopIteration
+        return batch
+
+    # -- the job ---------------------------------------------------------------------------
+    @property
+    def schema(self) -> List[Feature]:
+        """The job's features in schema order (list of ``Feature``)."""
+        return list(self._schema)
+
+    @property
+    def batch_size(self) -> int:
+        """Rows of a full batch (the last of an epoch may hold fewer)."""
+        return self._core.batch_size
+
+    @property
+    def daemon_pid(self) -> int:
+        return self._core.daemon_pid
+
+    @property
+    def job(self) -> str:
+        return self._core.job
+
+    @property
+    def rank(self) -> Optional[int]:
+        rank = self._core.rank
+        return None if rank < 0 else rank
+
+    @property
+    def consumer_id(self) -> int:
+        """This consumer's entry in the daemon's table (1..64), as ``ringfeedctl status`` shows."""
+        return self._core.consumer_id
+
+    @property
+    def mode(self) -> str:
+        """``"shared"`` or ``"ranks"`` (``consumers.mode``)."""
+        return self._core.mode
+
+    @property
+    def timeout(self) -> Optional[float]:
+        return None if self._timeout < 0 else self._timeout
+
+    def _slots_region(self) -> Tuple[int, int]:
+        """(address, bytes) of the mapped slot area: every batch's arrays lie inside (tests, GPU
+        registration)."""
+        return self._core.slots_region()
+
+    # -- lifetime --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Detach. Batches still held stay valid; the daemon reclaims their slots when the last
+        is gone. Idempotent."""
+        self._core.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._core.closed
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"daemon pid {self.daemon_pid}"
+        return f"<ringfeed.Client job={self.job!r} rank={self.rank} {state}>"

@@ -1,0 +1,98 @@
+#include "python/src/client_object.h"
+
+#include <Python.h>
+#include <nanobind/stl/string.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "python/src/batch_object.h"
+
+namespace ringfeed::python {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kSlice{100};  // longest wait between signal checks
+
+std::chrono::milliseconds Millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
+}
+
+}  // namespace
+
+ClientObject::ClientObject(const std::string& job, int rank, const std::string& runtime_dir,
+                           double liveness_timeout_s) {
+  if (!(liveness_timeout_s > 0)) throw nb::value_error("liveness_timeout must be > 0 seconds");
+  ClientOptions options{.job = job, .rank = rank, .runtime_dir = runtime_dir,
+                        .liveness_timeout = Millis(liveness_timeout_s)};
+  {
+    nb::gil_scoped_release unlocked;  // the hello may take up to liveness_timeout
+    client_ = Client::Attach(options);
+  }
+  auto info = std::make_shared<SchemaInfo>();
+  info->schema = client_->schema();
+  for (size_t i = 0; i < info->schema.features.size(); ++i) {
+    info->index.emplace(info->schema.features[i].name, static_cast<uint32_t>(i));
+    info->numpy_type.push_back(NumpyType(info->schema.features[i].dtype));
+  }
+  schema_ = std::move(info);
+  rank_ = client_->rank();
+  daemon_pid_ = client_->daemon_pid();
+  consumer_id_ = client_->consumer_id();
+  segment_name_ = client_->segment_name();
+  const auto region = client_->slots_region();
+  slots_region_ = {reinterpret_cast<uintptr_t>(region.data()), region.size()};
+}
+
+std::shared_ptr<Client> ClientObject::Get() const {
+  if (client_ == nullptr) throw ClientError("ringfeed.Client for job " + job() + " is closed");
+  return client_;
+}
+
+nb::object ClientObject::Next(double timeout_s) {
+  std::shared_ptr<Client> client = Get();
+  auto lease = std::make_shared<SlotLease>();
+  lease->schema = schema_;
+  lease->live.assign(schema_->schema.features.size(), 0);
+  const bool forever = timeout_s < 0 || std::isinf(timeout_s);
+  const auto deadline = forever ? Clock::time_point::max() : Clock::now() + Millis(timeout_s);
+  // First look without giving up the GIL: the common case when the daemon keeps ahead.
+  Client::Status status = client->Next(std::chrono::milliseconds(0), &lease->batch);
+  while (status == Client::Status::kTimeout) {
+    if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      throw TimeoutReached("no batch of job " + job() + " within " + std::to_string(timeout_s) +
+                           " s (the daemon is running but has produced nothing new; see ringfeedctl status " +
+                           job() + ")");
+    }
+    const auto left = forever ? kSlice : std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
+                                             std::chrono::milliseconds(1);
+    nb::gil_scoped_release unlocked;
+    status = client->Next(std::min(left, kSlice), &lease->batch);
+  }
+  if (status == Client::Status::kEndOfData) return nb::none();
+  return nb::cast(BatchObject(std::move(lease)));
+}
+
+void ClientObject::Close() { client_.reset(); }
+
+std::string ClientObject::mode() const {
+  return schema_->schema.mode == shm::DeliveryMode::kShared ? "shared" : "ranks";
+}
+
+nb::list ClientObject::Features() const {
+  nb::list out;
+  for (const FeatureInfo& f : schema_->schema.features) {
+    nb::list shape;
+    for (int64_t d : f.shape) shape.append(d);
+    out.append(nb::make_tuple(f.name, std::string(shm::DTypeName(f.dtype)), std::string(shm::FeatureTypeName(f.type)),
+                              nb::tuple(nb::steal(PySequence_Tuple(shape.ptr())))));
+  }
+  return out;
+}
+
+std::pair<uintptr_t, uint64_t> ClientObject::SlotsRegion() const { return slots_region_; }
+
+}  // namespace ringfeed::python

@@ -1,0 +1,396 @@
+"""ringfeed.Client and ringfeed.Batch against a real ringfeedd (see conftest.py)."""
+
+from __future__ import annotations
+
+import gc
+import gzip
+import json
+import base64
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ringfeed
+from conftest import EVENTUALLY, REPO, tfx_dir
+from tfrecord_writer import ID_FEATURES_YAML, frame, id_record, write_id_file
+
+
+def id_job(tmp_path, count=40, batch=4, extra="", epochs=1, name="data"):
+    """Config body for `count` id records (tfrecord_writer.id_record) in one file."""
+    path = tmp_path / f"{name}.tfrecord"
+    write_id_file(path, range(count))
+    return (f'source: {{files: ["{path}"]}}\n{ID_FEATURES_YAML}'
+            f"batch: {{size: {batch}}}\nepochs: {epochs}\n{extra}")
+
+
+def expected_row(i):
+    return {
+        "id": i,
+        "vec": np.array([i + 0.5, -i, i * 2.0, 1.0], np.float32),
+        "vals": np.array([i + k / 8 for k in range(i % 5)], np.float32),
+        "tag": [f"t{i}-{k}".encode() for k in range(i % 3)],
+        "name": f"record-{i}".encode(),
+    }
+
+
+def check_batch_values(batch):
+    ids = batch["id"]
+    assert ids.dtype == np.int64 and ids.shape == (len(batch),)
+    vec = batch["vec"]
+    assert vec.dtype == np.float32 and vec.shape == (len(batch), 4)
+    vals, vals_splits = batch["vals"]
+    tag_data, tag_offsets, tag_splits = batch["tag"]
+    name_data, name_offsets = batch["name"]
+    tags = batch.strings("tag")
+    names = batch.strings("name")
+    for r, i in enumerate(ids.tolist()):
+        want = expected_row(i)
+        np.testing.assert_array_equal(vec[r], want["vec"])
+        np.testing.assert_array_equal(vals[vals_splits[r]:vals_splits[r + 1]], want["vals"])
+        assert tags[r] == want["tag"]
+        assert names[r] == want["name"]
+        strings = [tag_data[tag_offsets[k]:tag_offsets[k + 1]].tobytes() for k in range(tag_splits[r], tag_splits[r + 1])]
+        assert strings == want["tag"]
+        assert name_data[name_offsets[r]:name_offsets[r + 1]].tobytes() == want["name"]
+    return ids.tolist()
+
+
+def all_arrays(batch):
+    for name in batch.keys():
+        value = batch[name]
+        yield from (value if isinstance(value, tuple) else (value,))
+
+
+# ---- values --------------------------------------------------------------------------------
+
+def test_iteration_schema_and_values(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=42, batch=4), args=("--exit-when-done",))
+    with d.client() as client:
+        assert client.daemon_pid == d.pid
+        assert client.batch_size == 4 and client.mode == "shared" and client.rank is None
+        assert [(f.name, f.dtype, f.type, f.shape) for f in client.schema] == [
+            ("id", np.dtype(np.int64), "fixed", ()), ("vec", np.dtype(np.float32), "fixed", (4,)),
+            ("vals", np.dtype(np.float32), "varlen", ()), ("tag", np.dtype(np.bytes_), "varlen", ()),
+            ("name", np.dtype(np.bytes_), "fixed", ())]
+        seen, batches = [], []
+        for batch in client:
+            assert batch.keys() == ["id", "vec", "vals", "tag", "name"] and "id" in batch and "x" not in batch
+            assert batch.epoch == 0 and batch.index == len(batches)
+            seen += check_batch_values(batch)
+            files, records = batch.sources
+            np.testing.assert_array_equal(records, batch["id"])  # one file, record i has id i
+            assert (files == 0).all()
+            batches.append((len(batch), batch.end_of_epoch, batch.end_of_data))
+        assert client.next() is None  # and every later call
+    del batch  # the last batch keeps the connection (and its slot) until it is gone
+    assert sorted(seen) == list(range(42))
+    assert batches[-1] == (2, True, True) and all(n == 4 for n, _, _ in batches[:-1])
+    assert d.wait() == 0
+
+
+def test_golden_taxi_every_value(daemon_factory):
+    """All 18 taxi features (fixed where every record has the value, varlen where some lack it)
+    equal TensorFlow's parse (tests/golden/taxi.jsonl.gz), floats bit for bit, every record once."""
+    tfx = tfx_dir()
+    if tfx is None:
+        pytest.skip("../shared/data/tfx not found (a clone without ../shared/data)")
+    with gzip.open(REPO / "tests" / "golden" / "taxi.jsonl.gz", "rt") as f:
+        header = json.loads(f.readline())
+        golden = {}
+        for line in f:
+            rec = json.loads(line)
+            golden[(rec["file"], rec["index"])] = rec["features"]
+    assert len(golden) == 9909
+    kinds = header["features"]
+    sometimes_empty = {name for name in kinds if any(not g[name] for g in golden.values())}
+    assert len(sometimes_empty) == 7
+    dtype = {"int64": "int64", "float": "float32", "bytes": "bytes"}
+    features = "".join(
+        f"  {name}: {{type: {'varlen' if name in sometimes_empty else 'fixed'}, dtype: {dtype[kind]}}}\n"
+        for name, kind in kinds.items())
+    d = daemon_factory(
+        f'source:\n  files: ["{tfx}/csv_example_gen/Split-train/*.gz"]\nfeatures:\n{features}'
+        "batch: {size: 100}\nshuffle: {files: true, buffer: 1000, seed: 20240611}\nepochs: 1\n",
+        args=("--exit-when-done",))
+    def check(batch, mismatches):  # a function, so that no view outlives the batch
+        files, records = batch.sources
+        keys = list(zip(files.tolist(), records.tolist()))
+        for name, kind in kinds.items():
+            if kind == "bytes":
+                got_rows = batch.strings(name)
+                if name not in sometimes_empty:
+                    got_rows = [[s] for s in got_rows]
+                if got_rows != [[base64.b64decode(v) for v in golden[k][name]] for k in keys]:
+                    mismatches.append(name)
+                continue
+            np_dtype = np.int64 if kind == "int64" else np.float32
+            value = batch[name]
+            if name in sometimes_empty:
+                values, splits = value
+                got_rows = [values[splits[r]:splits[r + 1]] for r in range(len(batch))]
+            else:
+                assert value.shape == (len(batch),)
+                got_rows = [value[r:r + 1] for r in range(len(batch))]
+            for k, got in zip(keys, got_rows):
+                want = np.array(golden[k][name], dtype=np_dtype)
+                if got.dtype != np_dtype or got.tobytes() != want.tobytes():  # bit for bit
+                    mismatches.append(f"{header['files'][k[0]]} record {k[1]} {name}: {got} != {want}")
+        return keys
+
+    seen = set()
+    mismatches = []
+    with d.client() as client:
+        for batch in client:
+            keys = check(batch, mismatches)
+            assert not seen.intersection(keys)
+            seen.update(keys)
+        del batch
+    assert mismatches[:10] == []
+    assert seen == set(golden)
+    assert d.wait() == 0
+
+
+# ---- zero copy -----------------------------------------------------------------------------
+
+def test_arrays_view_the_shared_memory(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, batch=8))
+    with d.client() as client:
+        address, size = client._slots_region()
+        assert address % 4096 == 0 and size > 0
+        for _ in range(3):
+            batch = client.next()
+            arrays = list(all_arrays(batch))
+            assert len(arrays) == 2 + 2 + 3 + 2
+            for a in arrays:
+                ptr = a.__array_interface__["data"][0]
+                assert address <= ptr and ptr + a.nbytes <= address + size
+                assert a.flags.c_contiguous and a.flags.writeable and a.base is not None
+            # Two calls view the same bytes.
+            assert batch["id"].__array_interface__["data"] == batch["id"].__array_interface__["data"]
+            del arrays, a
+
+
+# ---- lifetime ------------------------------------------------------------------------------
+
+def held(d):
+    return d.status()["ring"]["held"]
+
+
+def test_release_with_live_views_raises_and_later_works(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, extra="ring: {slots: 3}\n"))
+    with d.client() as client:
+        batch = client.next()
+        ids = batch["id"]
+        tail = batch["vals"][0][1:]  # a NumPy view of a view keeps the slot too
+        with pytest.raises(BufferError, match=r"still viewed by arrays of 'id' \(1\), 'vals' \(1\)"):
+            batch.release()
+        assert not batch.released and held(d) == 1
+        assert batch.live_views() == {"id": 1, "vals": 1}
+        del ids
+        with pytest.raises(BufferError, match="'vals'"):
+            batch.release()
+        del tail
+        batch.release()
+        assert batch.released and held(d) == 0
+        batch.release()  # idempotent
+        # There is no way to read a released slot: every access raises.
+        with pytest.raises(ringfeed.ClientError, match="was released"):
+            batch["id"]
+        with pytest.raises(ringfeed.ClientError, match="was released"):
+            batch.strings("name")
+        with pytest.raises(ringfeed.ClientError, match="was released"):
+            batch.sources
+        assert batch.epoch == 0 and len(batch) == 4 and "released" in repr(batch)
+        with pytest.raises(KeyError, match="no feature 'nope'; known features: id, vec, vals, tag, name"):
+            client.next()["nope"]
+
+
+def test_dropped_batches_and_views_free_their_slots(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 3}\n"))
+    with d.client() as client:
+        assert d.status()["ring"]["slots"] == 3
+        for _ in range(30):  # 10x the ring: only possible when each dropped batch frees its slot
+            batch = client.next()
+            view = batch["vec"]
+            del batch  # the view still holds the slot
+            assert held(d) == 1
+            del view
+            assert held(d) == 0
+        # Views of three batches hold the whole ring: the daemon can fill nothing more.
+        views = [client.next()["id"] for _ in range(3)]
+        assert held(d) == 3
+        with pytest.raises(ringfeed.Timeout) as raised:
+            client.next(timeout=0.3)
+        assert isinstance(raised.value, TimeoutError)
+        views.pop()
+        assert client.next(timeout=EVENTUALLY) is not None
+        del views
+        gc.collect()
+        assert held(d) == 0
+
+
+def test_with_block_closes_batch_and_views_keep_the_slot(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 3}\n"))
+    with d.client() as client:
+        with client.next() as batch:
+            ids = batch["id"]
+            first = ids.copy()
+        assert batch.released
+        with pytest.raises(ringfeed.ClientError, match="was released"):
+            batch["id"]
+        assert held(d) == 1  # `ids` still views the slot: the slot is not given back under it
+        np.testing.assert_array_equal(ids, first)
+        del ids
+        assert held(d) == 0
+        with client.next() as batch:
+            pass
+        assert held(d) == 0
+
+
+def test_batch_outlives_closed_client(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40))
+    client = d.client()
+    batch = client.next()
+    client.close()
+    assert check_batch_values(batch)
+    with pytest.raises(ringfeed.ClientError, match="closed"):
+        client.next()
+    batch.release()
+
+
+# ---- waiting, errors -----------------------------------------------------------------------
+
+def hold_whole_ring(client, slots=2):
+    return [client.next() for _ in range(slots)]
+
+
+def test_daemon_killed_while_waiting_raises_within_2s(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
+    with d.client(timeout=None) as client:
+        held_batches = hold_whole_ring(client)  # so that next() must wait
+        killed_at = []
+
+        def kill():
+            killed_at.append(time.monotonic())
+            os.kill(d.pid, signal.SIGKILL)
+
+        timer = threading.Timer(0.3, kill)
+        timer.start()
+        with pytest.raises(ringfeed.ClientError) as raised:
+            client.next()
+        elapsed = time.monotonic() - killed_at[0]
+        timer.join()
+        assert isinstance(raised.value, RuntimeError)
+        assert f"ringfeedd (pid {d.pid}) for job {d.job}" in str(raised.value)
+        assert "exited" in str(raised.value)
+        assert elapsed < 2.0
+        del held_batches
+
+
+def test_on_error_fail_message_reaches_python(daemon_factory, tmp_path):
+    """ids 0..9 with record 6's payload corrupted (tests/daemon_faults_test.cc)."""
+    data = b""
+    corrupt_at = 0
+    for i in range(10):
+        record = id_record(i)
+        if i == 6:
+            corrupt_at = len(data) + 12 + len(record) // 2
+        data += frame(record)
+    data = bytearray(data)
+    data[corrupt_at] ^= 0x40
+    bad = tmp_path / "a-bad.tfrecord"
+    bad.write_bytes(bytes(data))
+    write_id_file(tmp_path / "b-good.tfrecord", range(10, 20))
+    d = daemon_factory(f'source:\n  files: ["{tmp_path}/*.tfrecord"]\n  on_error: fail\n{ID_FEATURES_YAML}'
+                       "batch: {size: 3}\npipeline: {cycle_length: 1}\n", args=("--exit-when-done",))
+    ids = []
+    with d.client() as client:
+        with pytest.raises(ringfeed.ClientError) as raised:
+            for batch in client:
+                ids += batch["id"].tolist()
+    message = str(raised.value)
+    assert f"ringfeedd (pid {d.pid}) for job {d.job} failed" in message
+    assert f"{bad}: record 6 at byte" in message
+    assert "corrupted record data" in message
+    assert all(i < 6 for i in ids)
+    assert d.wait() == 1
+
+
+def test_timeout_and_gil_released_while_waiting(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
+    with d.client(timeout=0.5) as client:
+        held_batches = hold_whole_ring(client)
+        outcome = []
+
+        def wait():
+            try:
+                client.next()
+            except ringfeed.Timeout as e:
+                outcome.append(e)
+
+        thread = threading.Thread(target=wait)
+        start = time.monotonic()
+        thread.start()
+        spins = 0
+        while thread.is_alive():  # runs only if next() gave up the GIL
+            spins += 1
+        assert 0.45 < time.monotonic() - start < 5
+        assert len(outcome) == 1 and isinstance(outcome[0], TimeoutError)
+        assert spins > 10000
+        with pytest.raises(ringfeed.Timeout):
+            iter(client).__next__()  # iteration uses the client's timeout
+        del held_batches
+
+
+def test_ctrl_c_while_waiting_raises_keyboard_interrupt(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
+    with d.client(timeout=None) as client:
+        held_batches = hold_whole_ring(client)
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+        start = time.monotonic()
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            client.next()
+        timer.join()
+        assert time.monotonic() - start < 3
+        del held_batches
+
+
+def test_attach_errors_name_the_job(tmp_path):
+    with pytest.raises(ringfeed.ClientError, match="no-such-job"):
+        ringfeed.Client("no-such-job", runtime_dir=str(tmp_path))
+    with pytest.raises(ValueError):
+        ringfeed.Client("x", timeout=-1)
+
+
+# ---- ranks mode from two processes -----------------------------------------------------------
+
+RANK_CONSUMER = """
+import json, sys, ringfeed
+client = ringfeed.Client(sys.argv[1], rank=int(sys.argv[2]), runtime_dir=sys.argv[3], timeout=10)
+ids = []
+for batch in client:
+    assert batch.index % 2 == client.rank, (batch.index, client.rank)
+    ids += batch["id"].tolist()
+print(json.dumps(ids))
+"""
+
+
+def test_ranks_mode_two_processes(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=80, batch=4, extra="consumers: {mode: ranks, count: 2}\n"),
+                       args=("--exit-when-done",))
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_CONSUMER, d.job, str(rank), str(d.runtime_dir)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=30)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    assert len(results[0]) == len(results[1]) == 40
+    assert sorted(results[0] + results[1]) == list(range(80))

@@ -1,0 +1,93 @@
+"""ringfeed with PyTorch: DLPack views share the ring's memory; ringfeed.torch.RingfeedIterable.
+Skipped only where torch is not installed (scripts/test.sh installs it)."""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import ringfeed  # noqa: E402
+from ringfeed.torch import RingfeedIterable  # noqa: E402
+from ringfeed import _core  # noqa: E402
+from test_client import expected_row, held, id_job  # noqa: E402
+from test_cuda_upload import STREAM, shim  # noqa: E402,F401 (shim: the fixture)
+
+
+def test_from_dlpack_shares_memory_and_holds_the_slot(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, extra="ring: {slots: 3}\n"))
+    with d.client() as client:
+        batch = client.next()
+        vec = batch["vec"]
+        tensor = torch.from_dlpack(vec)
+        assert tensor.data_ptr() == vec.__array_interface__["data"][0]
+        assert tensor.dtype == torch.float32 and tuple(tensor.shape) == vec.shape
+        np.testing.assert_array_equal(tensor.numpy(), vec)
+        vec[0, 0] = 123.0  # one memory: a write through NumPy is seen by the tensor
+        assert tensor[0, 0].item() == 123.0
+        values, splits = (torch.from_dlpack(a) for a in batch["vals"])
+        assert splits.dtype == torch.int64 and splits.shape[0] == len(batch) + 1
+        del vec, values, splits
+        with pytest.raises(BufferError, match="'vec'"):  # the tensor alone keeps the slot
+            batch.release()
+        del tensor
+        batch.release()
+        assert held(d) == 0
+
+
+def test_iterable_yields_tensors_equal_to_the_data(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=42, batch=4), args=("--exit-when-done",))
+    dataset = RingfeedIterable(d.job, runtime_dir=str(d.runtime_dir), timeout=10, bytes_features=True)
+    assert isinstance(dataset, torch.utils.data.IterableDataset)
+    seen = []
+    for out in dataset:
+        assert set(out) == {"id", "vec", "vals", "tag", "name"}
+        address, size = dataset.client._slots_region()
+        assert address <= out["vec"].data_ptr() < address + size  # zero-copy on the CPU
+        values, splits = out["vals"]
+        for r, i in enumerate(out["id"].tolist()):
+            want = expected_row(i)
+            assert torch.equal(out["vec"][r], torch.from_numpy(want["vec"]))
+            assert torch.equal(values[splits[r]:splits[r + 1]], torch.from_numpy(want["vals"]))
+            assert out["tag"][r] == want["tag"] and out["name"][r] == want["name"]
+            seen.append(i)
+    assert sorted(seen) == list(range(42))
+
+
+def test_iterable_in_a_dataloader(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, batch=8, extra="ring: {slots: 2}\n"), args=("--exit-when-done",))
+    dataset = RingfeedIterable(d.job, runtime_dir=str(d.runtime_dir), timeout=10, features=["id", "vec"])
+    loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=0)
+    ids = []
+    for out in loader:
+        assert set(out) == {"id", "vec"} and out["vec"].shape == (8, 4)
+        assert torch.equal(out["vec"][:, 0], out["id"].float() + 0.5)
+        ids += out["id"].tolist()
+    assert sorted(ids) == list(range(40))  # a 2-slot ring: the loop never held more than two
+
+
+def test_upload_to_cuda_goes_through_the_uploader(daemon_factory, tmp_path, shim):
+    """_upload_to_cuda with the C++ uploader over the libcuda stand-in ("device memory" is host
+    memory, so the tensors are allocated on the CPU here): values arrive in the destination
+    tensors, the batch is closed, the slot comes back once the copies' event completed."""
+    from ringfeed.torch import _upload_to_cuda
+    path, lib = shim
+    d = daemon_factory(id_job(tmp_path, count=40, extra="ring: {slots: 3}\n"))
+    with d.client(timeout=10) as client:
+        uploader = _core._CudaUploader(client._core, 0, str(path))
+        lib.shim_set_events_complete(0)
+        batch = client.next()
+        stream = types.SimpleNamespace(cuda_stream=STREAM)
+        out = _upload_to_cuda(batch, ["id", "vec", "vals"], torch.device("cpu"), stream, uploader)
+        assert batch.released and held(d) == 1  # the event is still pending
+        assert out["id"].tolist() == [0, 1, 2, 3]
+        values, splits = out["vals"]
+        for r in range(4):
+            want = expected_row(r)
+            assert torch.equal(out["vec"][r], torch.from_numpy(want["vec"]))
+            assert torch.equal(values[splits[r]:splits[r + 1]], torch.from_numpy(want["vals"]))
+        lib.shim_set_events_complete(1)
+        assert uploader.poll() == 1 and held(d) == 0
