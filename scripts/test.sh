@@ -36,10 +36,11 @@ step "python package and tests"
 # The ringfeed Python package (python/, docs/python.md) built against this checkout and its
 # pytest suite, which drives build/daemon/ringfeedd. Build dependencies go into the venv once and
 # the package is built without build isolation, so a re-run rebuilds only what changed
-# (python/build/). torch (PyPI's, a few GB) is installed once, for the torch tests and examples.
+# (python/build/). torch (PyPI's, a few GB) is installed once, for the torch tests and examples;
+# jax (CPU) for the JAX DLPack test.
 [ -x build/pyvenv/bin/python ] || python3 -m venv build/pyvenv
 build/pyvenv/bin/python -m pip install -q --upgrade pip
-build/pyvenv/bin/python -m pip install -q scikit-build-core nanobind numpy pytest
+build/pyvenv/bin/python -m pip install -q scikit-build-core nanobind numpy pytest jax
 build/pyvenv/bin/python -c 'import torch' 2>/dev/null || build/pyvenv/bin/python -m pip install -q torch
 build/pyvenv/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python
 # pytest exits 5 when it collects no test: any non-zero status fails this script.
