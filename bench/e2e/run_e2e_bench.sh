@@ -98,7 +98,8 @@ if [[ -z "$JSON" ]]; then
       echo "  data: {dtype: bytes}"
     fi
   }
-  write_config() {  # $1 = set, $2 = job, $3 = workers, $4 = readers, $5 = epochs, $6 = batch, $7 = extra yaml
+  write_config() {  # $1 = set, $2 = job, $3 = workers, $4 = readers, $5 = epochs, $6 = batch, $7 = extra yaml,
+                    # $8 = extra pipeline keys (", key: value")
     cat > "$WORK/$2.yaml" <<EOF
 job: $2
 source: {files: ["${GLOB[$1]}"], compression: ${COMP[$1]}}
@@ -106,7 +107,7 @@ features:
 $(features_yaml "$1")
 batch: {size: $6}
 epochs: $5
-pipeline: {workers: $3, readers: $4, memory_budget: $BUDGET}
+pipeline: {workers: $3, readers: $4, memory_budget: $BUDGET${8:-}}
 log_level: warn
 $7
 EOF
@@ -115,7 +116,10 @@ EOF
     write_config "$s" "e2e-$s-w1" 1 1 "${EPOCHS[$s]}" "${BATCH[$s]}" ""
     write_config "$s" "e2e-$s-w2" 2 2 "${EPOCHS[$s]}" "${BATCH[$s]}" ""
   done
-  for b in $OVERHEAD_BATCHES; do write_config taxi_plain "e2e-overhead-b$b" 1 1 0 "$b" "ring: {slots: 256}"; done
+  # prefetch 256: the ring must fill (prefetch: auto stops at 8 ready batches).
+  for b in $OVERHEAD_BATCHES; do
+    write_config taxi_plain "e2e-overhead-b$b" 1 1 0 "$b" "ring: {slots: 256}" ", prefetch: 256"
+  done
 
   warm() { cat "$DATA/$1"/part-* > /dev/null; }
   expected() { echo $(( $(sed -n 's/^records=//p' "$DATA/$1/MANIFEST") * $2 )); }
