@@ -24,7 +24,7 @@
 //
 // The numbers (public constants below; the algorithm step by step in tuner.cc's top comment):
 // consumers "wait" at >= 5% of the interval; a stage is saturated at >= 85% busy, or the read
-// stage when the sequencer waits >= 25% for records while readers are >= 50% busy; a raise is kept when throughput gains
+// stage when the sequencer waits >= 25% for records while readers are >= 75% busy; a raise is kept when throughput gains
 // >= 5% over the interval before it, else it is taken back and the knob is not raised again for
 // 120 s (doubling on each further failure, up to 960 s); a step down is taken only if the stage
 // would stay <= 85% busy with one step less, and never back to a level a kept raise left; a
@@ -141,7 +141,7 @@ class Tuner {
   static constexpr double kConsumerWaitThreshold = 0.05;  // consumers "wait" from this fraction
   static constexpr double kSaturatedBusy = 0.85;          // a stage this busy limits throughput
   static constexpr double kReadStarved = 0.25;            // sequencer waiting this long for records
-  static constexpr double kReadStarvedBusy = 0.5;         // ... counts while readers are this busy
+  static constexpr double kReadStarvedBusy = 0.75;        // ... counts while readers are this busy
   static constexpr double kBusyTie = 0.05;                // both stages saturated within this: raise both
   static constexpr double kRaiseGain = 0.05;              // a raise must gain this much throughput
   static constexpr double kLowerTargetBusy = 0.85;        // a step down must leave the stage at most this busy
