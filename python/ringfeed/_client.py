@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -62,17 +63,22 @@ class Client:
         batches. None for shared mode.
     timeout : float or None
         Seconds iteration waits for each batch; when it passes, ``ringfeed.Timeout`` (a
-        ``TimeoutError``) is raised. None (default) waits forever. Also the default of ``next``.
-    runtime_dir : str or None
+        ``TimeoutError``) is raised. None (default), ``inf`` and anything above 1e9 wait
+        forever. Also the default of ``next``.
+    runtime_dir : str, os.PathLike or None
         The daemon's runtime directory; None uses the daemon's default (``$RINGFEED_RUNTIME_DIR``,
         ``$RUNTIME_DIRECTORY``, ``/run/ringfeed`` for root, ``$XDG_RUNTIME_DIR/ringfeed``,
         ``/tmp/ringfeed-<uid>``).
     liveness_timeout : float
         Seconds the daemon's heartbeat may stand still before a wait reports it frozen; also
-        the longest wait for the daemon's answer when attaching.
+        the longest wait for the daemon's answer when attaching. > 0; values above 2147483
+        (about 24.8 days, ``inf`` included) count as that.
 
     Raises
     ------
+    ValueError, TypeError
+        A bad argument: a negative or NaN timeout, a rank that is not an int >= 0, a NUL in
+        ``job`` or ``runtime_dir``.
     ringfeed.ClientError
         The daemon is not running, refused the consumer (its reason), or its segment does not
         match this library. Later, from ``next``/iteration: the daemon exited, failed
@@ -90,18 +96,26 @@ class Client:
     so Ctrl-C raises ``KeyboardInterrupt`` promptly.
 
     Thread-safety: ``next`` may be called from several threads at once (each gets a different
-    batch). After ``fork()`` a child must not use its parent's Client: attach anew (e.g. in a
-    DataLoader worker). ``close()`` while another thread waits makes that thread's next call
-    raise ``ClientError``.
+    batch). ``close()`` while another thread waits in ``next`` makes that wait raise
+    ``ClientError`` within about 100 ms. After ``fork()`` a child must attach anew (e.g. in a
+    DataLoader worker): in the child its parent's Client and batches raise ``ClientError``,
+    and dropping them there leaves the parent's slots held (arrays made before the fork still
+    read the parent's slots: copy them first).
     """
 
     def __init__(self, job: str, rank: Optional[int] = None, timeout: Optional[float] = None,
                  runtime_dir: Optional[str] = None, liveness_timeout: float = 10.0):
         self._timeout = _seconds(timeout, "timeout")
-        if rank is not None and (not isinstance(rank, int) or rank < 0):
-            raise ValueError(f"rank must be None (shared mode) or an int >= 0, got {rank!r}")
-        self._core = _core._Client(job, -1 if rank is None else rank, runtime_dir or "",
-                                   float(liveness_timeout))
+        if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 2**31):
+            raise ValueError(f"rank must be None (shared mode) or an int in 0..2**31-1, got {rank!r}")
+        runtime_dir = os.fspath(runtime_dir) if runtime_dir is not None else ""
+        for what, text in (("job", job), ("runtime_dir", runtime_dir)):
+            # The library builds C paths from them: a NUL would silently cut the path short.
+            if not isinstance(text, str):
+                raise TypeError(f"{what} must be a str, got {type(text).__name__}")
+            if "\0" in text:
+                raise ValueError(f"{what} {text!r} contains a NUL character")
+        self._core = _core._Client(job, -1 if rank is None else rank, runtime_dir, float(liveness_timeout))
         self._schema = [Feature(name, _NUMPY_DTYPES[dtype], kind, tuple(shape))
                         for name, dtype, kind, shape in self._core.features()]
 

@@ -96,7 +96,8 @@ class RingfeedIterable(_Base):
         (registered once as page-locked memory; ``cuMemcpyHtoDAsync`` on `stream`, no host
         copy) and the slot returns once the copy completed (``_upload_to_cuda``); the tensors own
         device memory. Needs the NVIDIA driver (libcuda.so.1); PyTorch's CUDA runtime is used
-        only to allocate the tensors.
+        only to allocate the tensors. Where PyTorch sees no CUDA device, iterating raises
+        ``ringfeed.ClientError`` before attaching.
     features : sequence of str, optional
         Features to yield (default: every numeric feature, plus bytes features when
         `bytes_features` is true). Naming a bytes feature here yields it too.
@@ -164,12 +165,19 @@ class RingfeedIterable(_Base):
         return numeric, strings
 
     def __iter__(self) -> Iterator[Dict[str, object]]:
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            # Before attaching: no batch is taken, and the error is ringfeed's, not a PyTorch
+            # RuntimeError from deep inside the first upload.
+            raise ringfeed.ClientError(
+                f"RingfeedIterable(device={str(self.device)!r}): PyTorch sees no CUDA device "
+                f"(torch.cuda.is_available() is False: no GPU, no NVIDIA driver, or a CPU-only torch "
+                f"{torch.__version__}); use device='cpu'")
         client = ringfeed.Client(self.job, rank=self.rank, timeout=self.timeout, runtime_dir=self.runtime_dir,
                                  liveness_timeout=self.liveness_timeout)
         self.client = client
+        uploader = stream = None  # before the try: the finally needs it when _select raises
         try:
             numeric, strings = self._select(client)
-            uploader = stream = None
             for batch in client:
                 out = {name: batch.strings(name) for name in strings}
                 if self.metadata:

@@ -5,6 +5,7 @@
 #include "python/src/batch_object.h"
 
 #include <numpy/arrayobject.h>
+#include <unistd.h>
 
 #include <string>
 #include <string_view>
@@ -55,7 +56,7 @@ std::string_view KeyView(nb::handle name) {
   const char* chars = PyUnicode_Check(name.ptr()) ? PyUnicode_AsUTF8AndSize(name.ptr(), &size) : nullptr;
   if (chars == nullptr) {
     PyErr_Clear();
-    throw nb::type_error("feature names are str");
+    throw nb::type_error("feature names are str (encodable as UTF-8)");
   }
   return {chars, static_cast<size_t>(size)};
 }
@@ -93,6 +94,13 @@ BatchObject::BatchObject(std::shared_ptr<SlotLease> lease) : lease_(std::move(le
 }
 
 const std::shared_ptr<SlotLease>& BatchObject::Lease(const char* what) const {
+  if (lease_ != nullptr && lease_->forked()) {
+    throw ClientError(std::string("Batch.") + what + ": batch " + std::to_string(index_) + " of epoch " +
+                      std::to_string(epoch_) + " was taken by process " + std::to_string(lease_->owner_pid) +
+                      " before it forked; this child (pid " + std::to_string(getpid()) +
+                      ") must not read it (the parent may release its slot at any time): attach a Client "
+                      "of its own after the fork");
+  }
   if (lease_ == nullptr) {
     throw ClientError(std::string("Batch.") + what + ": batch " + std::to_string(index_) + " of epoch " +
                       std::to_string(epoch_) +
@@ -108,11 +116,14 @@ uint32_t BatchObject::IndexOf(const SlotLease& lease, nb::handle name) const {
   if (auto it = index.find(key); it != index.end()) return it->second;
   std::string known;
   for (const FeatureInfo& f : lease.schema->schema.features) known += (known.empty() ? "" : ", ") + f.name;
-  throw nb::key_error(("job " + lease.schema->schema.job + " has no feature '" + std::string(key) +
-                       "'; known features: " + known).c_str());
+  // repr(name), not the raw UTF-8: a NUL in the name must not cut the message short.
+  throw nb::key_error(("job " + lease.schema->schema.job + " has no feature " + std::string(nb::repr(name).c_str()) +
+                       "; known features: " + known).c_str());
 }
 
 nb::object BatchObject::Feature(nb::handle name) const {
+  // A reference, not a copy (the hot path): the capsule takes its own hold before anything
+  // that could run Python code (and so release() or close()) allocates; `lease` is not used after.
   const std::shared_ptr<SlotLease>& lease = Lease("__getitem__");
   const uint32_t i = IndexOf(*lease, name);
   const TensorView view = lease->batch.feature(i);
@@ -138,7 +149,9 @@ nb::object BatchObject::Feature(nb::handle name) const {
 }
 
 nb::list BatchObject::Strings(nb::handle name) const {
-  const std::shared_ptr<SlotLease>& lease = Lease("strings");
+  // A hold of our own: the lists below may start a garbage collection that runs Python code
+  // (a gc callback, a __del__, another thread), which may close() this batch meanwhile.
+  const std::shared_ptr<SlotLease> lease = Lease("strings");
   const uint32_t i = IndexOf(*lease, name);
   const TensorView view = lease->batch.feature(i);
   if (view.dtype() != shm::DType::kBytes) {
@@ -165,7 +178,7 @@ nb::list BatchObject::Strings(nb::handle name) const {
 }
 
 nb::tuple BatchObject::Sources() const {
-  const std::shared_ptr<SlotLease>& lease = Lease("sources");
+  const std::shared_ptr<SlotLease> lease = Lease("sources");  // our own hold, as in Strings
   const npy_intp dims[1] = {static_cast<npy_intp>(rows_)};
   PyObject* files = PyArray_SimpleNew(1, dims, NPY_INT64);
   if (files == nullptr) throw nb::python_error();
@@ -191,7 +204,13 @@ nb::list BatchObject::Keys() const {
 
 bool BatchObject::Contains(nb::handle name) const {
   if (!PyUnicode_Check(name.ptr())) return false;
-  return schema_->index.find(KeyView(name)) != schema_->index.end();
+  Py_ssize_t size = 0;
+  const char* chars = PyUnicode_AsUTF8AndSize(name.ptr(), &size);
+  if (chars == nullptr) {  // a lone surrogate: no feature has that name
+    PyErr_Clear();
+    return false;
+  }
+  return schema_->index.find(std::string_view(chars, static_cast<size_t>(size))) != schema_->index.end();
 }
 
 nb::dict BatchObject::LiveViews() const {
@@ -205,6 +224,7 @@ nb::dict BatchObject::LiveViews() const {
 
 void BatchObject::Release() {
   if (lease_ == nullptr) return;
+  Lease("release");  // ClientError in a forked child: the slot is the parent's
   if (lease_->live_total != 0) {
     std::string viewed;
     for (size_t i = 0; i < lease_->live.size(); ++i) {

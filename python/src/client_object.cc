@@ -2,6 +2,7 @@
 
 #include <Python.h>
 #include <nanobind/stl/string.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +15,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kSlice{100};  // longest wait between signal checks
+// Longer timeouts than this wait forever: a deadline this far out would overflow
+// steady_clock's nanoseconds (292 years) once added to now.
+constexpr double kForeverSeconds = 1e9;
+// The longest liveness_timeout the client library takes: poll() waits an int of milliseconds.
+constexpr double kMaxLivenessSeconds = 2147483.0;
 
+// Seconds (finite, 0..kForeverSeconds) as whole milliseconds, rounded up.
 std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
 }
@@ -25,7 +32,7 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
                            double liveness_timeout_s) {
   if (!(liveness_timeout_s > 0)) throw nb::value_error("liveness_timeout must be > 0 seconds");
   ClientOptions options{.job = job, .rank = rank, .runtime_dir = runtime_dir,
-                        .liveness_timeout = Millis(liveness_timeout_s)};
+                        .liveness_timeout = Millis(std::min(liveness_timeout_s, kMaxLivenessSeconds))};
   {
     nb::gil_scoped_release unlocked;  // the hello may take up to liveness_timeout
     client_ = Client::Attach(options);
@@ -37,6 +44,8 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
     info->numpy_type.push_back(NumpyType(info->schema.features[i].dtype));
   }
   schema_ = std::move(info);
+  owner_pid_ = getpid();
+  generation_ = fork_generation.load(std::memory_order_relaxed);
   rank_ = client_->rank();
   daemon_pid_ = client_->daemon_pid();
   consumer_id_ = client_->consumer_id();
@@ -47,6 +56,13 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
 
 std::shared_ptr<Client> ClientObject::Get() const {
   if (client_ == nullptr) throw ClientError("ringfeed.Client for job " + job() + " is closed");
+  if (generation_ != fork_generation.load(std::memory_order_relaxed)) {
+    // Its batches would be claimed under the parent's consumer and its releases would free the
+    // parent's slots.
+    throw ClientError("ringfeed.Client for job " + job() + " was attached by process " +
+                      std::to_string(owner_pid_) + " before it forked; this child (pid " + std::to_string(getpid()) +
+                      ") must attach a Client of its own");
+  }
   return client_;
 }
 
@@ -55,12 +71,16 @@ nb::object ClientObject::Next(double timeout_s) {
   auto lease = std::make_shared<SlotLease>();
   lease->schema = schema_;
   lease->live.assign(schema_->schema.features.size(), 0);
-  const bool forever = timeout_s < 0 || std::isinf(timeout_s);
+  lease->owner_pid = owner_pid_;
+  if (std::isnan(timeout_s)) throw nb::value_error("timeout must be None (wait forever) or >= 0 seconds, got nan");
+  const bool forever = timeout_s < 0 || timeout_s > kForeverSeconds;
   const auto deadline = forever ? Clock::time_point::max() : Clock::now() + Millis(timeout_s);
   // First look without giving up the GIL: the common case when the daemon keeps ahead.
   Client::Status status = client->Next(std::chrono::milliseconds(0), &lease->batch);
   while (status == Client::Status::kTimeout) {
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    // close() from another thread ends this wait too, not only the next call.
+    if (client_ == nullptr) throw ClientError("ringfeed.Client for job " + job() + " was closed while waiting");
     const auto now = Clock::now();
     if (now >= deadline) {
       throw TimeoutReached("no batch of job " + job() + " within " + std::to_string(timeout_s) +

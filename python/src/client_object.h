@@ -8,9 +8,14 @@
 // end of the data; raises ringfeed.Timeout (a TimeoutError) when `timeout_s` (>= 0) passed,
 // ringfeed.ClientError with the client library's message otherwise.
 //
+// Timeouts above 1e9 s (inf included) wait forever; liveness_timeout is capped at 2147483 s
+// (the client library's poll() takes an int of milliseconds).
+//
 // Thread-safety: Next may run on several threads at once (each gets a different batch); Close
-// may race with them: an in-flight Next keeps the C++ Client alive (shared_ptr) and the next
-// call raises ClientError("closed").
+// may race with them: an in-flight Next keeps the C++ Client alive (shared_ptr) and raises
+// ClientError("closed while waiting") within a slice (100 ms), like every later call.
+// fork(): in a child every call raises ClientError (the attachment is the parent's consumer;
+// attach anew), and the parent's batches are never released by the child (slot_lease.h).
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -61,6 +66,8 @@ class ClientObject {
   std::shared_ptr<Client> client_;
   std::shared_ptr<const SchemaInfo> schema_;
   int rank_ = -1, daemon_pid_ = 0;
+  int owner_pid_ = 0;        // the attaching process
+  uint64_t generation_ = 0;  // fork_generation at attach: differs in a forked child
   uint32_t consumer_id_ = 0;
   std::string segment_name_;
   std::pair<uintptr_t, uint64_t> slots_region_{0, 0};

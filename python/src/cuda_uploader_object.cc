@@ -30,12 +30,24 @@ uint64_t CudaUploaderObject::Upload(BatchObject& batch, uintptr_t stream, nb::li
   std::vector<DeviceBuffer> buffers;
   buffers.reserve(nb::len(dst));
   for (nb::handle item : dst) {
-    nb::tuple t = nb::cast<nb::tuple>(item);
+    auto bad = [&](const char* what) {
+      return nb::type_error(("upload: dst entry " + std::string(nb::repr(item).c_str()) + ": " + what +
+                             "; each entry is (feature: str, part: str, device_ptr: int >= 0, capacity: int >= 0)")
+                                .c_str());
+    };
+    if (!PyTuple_Check(item.ptr())) throw bad("not a tuple");
+    nb::tuple t = nb::borrow<nb::tuple>(item);
     if (nb::len(t) != 4) throw nb::value_error("upload: each dst entry is (feature, part, device_ptr, capacity)");
-    buffers.push_back(DeviceBuffer{.feature = nb::cast<std::string>(t[0]),
-                                   .part = PartFromName(nb::cast<std::string>(t[1])),
-                                   .device_ptr = nb::cast<uint64_t>(t[2]),
-                                   .capacity = nb::cast<uint64_t>(t[3])});
+    DeviceBuffer buffer;
+    // nb::try_cast: a failed cast is a TypeError naming the entry, not std::bad_cast.
+    std::string part;
+    if (!nb::try_cast(t[0], buffer.feature) || !nb::try_cast(t[1], part)) throw bad("feature and part are str");
+    if (!PyLong_Check(t[2].ptr()) || !PyLong_Check(t[3].ptr()) || !nb::try_cast(t[2], buffer.device_ptr) ||
+        !nb::try_cast(t[3], buffer.capacity)) {
+      throw bad("device_ptr and capacity are ints in 0..2**64-1");
+    }
+    buffer.part = PartFromName(part);
+    buffers.push_back(std::move(buffer));
   }
   std::shared_ptr<SlotLease> lease = batch.SharedLease("upload");
   const Batch& cpp_batch = lease->batch;

@@ -16,7 +16,8 @@
 //
 // Lifetime: holds the C++ Client, so the mapping it registered outlives it; the destructor
 // waits for pending uploads and unregisters. Errors: ringfeed.ClientError with the uploader's
-// message (no libcuda, a driver call failing, a capacity too small, an unknown feature or part).
+// message (no libcuda, a driver call failing, a capacity too small, an unknown feature or part,
+// a batch of another Client: outside the registered ring); TypeError/ValueError for a malformed dst.
 // Thread-safety: calls are serialised by the GIL, and CudaUploader is thread-safe itself.
 #pragma once
 

@@ -7,6 +7,9 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <pthread.h>
+
+#include <stdexcept>
 
 #include "client/client_error.h"
 #include "python/src/batch_object.h"
@@ -21,6 +24,10 @@ using ringfeed::python::CudaUploaderObject;
 NB_MODULE(_core, m) {
   m.doc() = "ringfeed's extension module; use the ringfeed package (docs/python.md).";
   ringfeed::python::InitNumpy();
+  // Counts forks so that a child never uses or releases what its parent holds (slot_lease.h).
+  if (pthread_atfork(nullptr, nullptr, [] { ringfeed::python::fork_generation.fetch_add(1); }) != 0) {
+    throw std::runtime_error("ringfeed: pthread_atfork failed");
+  }
 
   nb::exception<ringfeed::ClientError>(m, "ClientError", PyExc_RuntimeError);
   nb::exception<ringfeed::python::TimeoutReached>(m, "Timeout", PyExc_TimeoutError);
@@ -51,7 +58,7 @@ Thread-safety: like any Python object (the GIL serialises calls).)doc")
            "A bytes feature as Python ``bytes`` (copies): fixed -> list of ``rows * prod(shape)`` bytes; "
            "varlen -> a list per row. TypeError for numeric features.")
       .def("keys", &BatchObject::Keys, "Feature names in schema order.")
-      .def("__contains__", &BatchObject::Contains)
+      .def("__contains__", &BatchObject::Contains, nb::arg("name").none())
       .def("__iter__", [](const BatchObject& b) { return nb::iter(b.Keys()); })
       .def("__len__", &BatchObject::rows, "Rows (records) in the batch.")
       .def_prop_ro("sources", &BatchObject::Sources,
@@ -104,7 +111,9 @@ with part ``"values"``, ``"row_splits"`` or ``"value_offsets"``, device_ptr an i
 ``data_ptr()``) and capacity in bytes; ``stream`` a CUstream as an int
 (``torch.cuda.Stream.cuda_stream``). Enqueues the copies and an event and returns the bytes
 enqueued; the batch is closed and its slot held until the event completed. ``poll()`` returns
-finished slots (never waits), ``synchronize()`` waits for all. Errors: ringfeed.ClientError.)doc")
+finished slots (never waits), ``synchronize()`` waits for all. Errors: ringfeed.ClientError (a released
+batch, another Client's batch, a capacity too small, the driver's errors); TypeError/ValueError for
+a malformed ``dst`` entry.)doc")
       .def(nb::init<const ClientObject&, int, const std::string&>(), nb::arg("client"), nb::arg("device") = 0,
            nb::arg("libcuda_path") = "")
       .def("upload", &CudaUploaderObject::Upload, nb::arg("batch"), nb::arg("stream"), nb::arg("dst"))
