@@ -44,10 +44,21 @@ struct Attachment {
   uint64_t last_heartbeat = 0;
   uint64_t last_heartbeat_change_ns = 0;
 
+  // fork(): the generation (ForkGeneration()) this process was in when it attached. A forked
+  // child shares the mapping but not the parent's consumer: it must neither claim batches as
+  // it nor hand back the parent's slots.
+  uint64_t fork_generation = 0;
+  bool Forked() const;
+
   shm::ConsumerEntry& consumer_entry() const { return ring.sb->consumers[consumer_id - 1]; }
   std::string DaemonName() const {
     return "ringfeedd (pid " + std::to_string(daemon_pid) + ") for job " + job;
   }
 };
+
+// Counts fork()s of this process (a pthread_atfork child handler, installed on first use): a
+// value read before a fork differs in the child. One relaxed load: cheap enough for Release.
+uint64_t ForkGeneration();
+inline bool Attachment::Forked() const { return fork_generation != ForkGeneration(); }
 
 }  // namespace ringfeed::detail

@@ -30,7 +30,9 @@ Batch& Batch::operator=(Batch&& other) noexcept {
 
 void Batch::Release() noexcept {
   if (!attachment_) return;
-  shm::Release(attachment_->ring, slot_, attachment_->consumer_id, seq_);
+  // In a forked child the slot is the parent's, which may still be reading it: drop only
+  // this process's reference.
+  if (!attachment_->Forked()) shm::Release(attachment_->ring, slot_, attachment_->consumer_id, seq_);
   attachment_.reset();
   base_ = nullptr;
 }

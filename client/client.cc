@@ -1,11 +1,14 @@
 #include "client/client.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <nlohmann/json.hpp>
 
@@ -16,6 +19,19 @@
 #include "shm/shm_error.h"
 
 namespace ringfeed {
+namespace detail {
+namespace {
+std::atomic<uint64_t> fork_generation{0};
+void CountFork() { fork_generation.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace
+
+uint64_t ForkGeneration() {
+  static const bool installed = [] { return pthread_atfork(nullptr, nullptr, CountFork) == 0; }();
+  (void)installed;
+  return fork_generation.load(std::memory_order_relaxed);
+}
+}  // namespace detail
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -96,9 +112,12 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
     throw ClientError("ClientOptions::job is empty: set it to the job's name (the job: key of its config)");
   }
   auto a = std::make_shared<detail::Attachment>();
+  a->fork_generation = detail::ForkGeneration();
   a->job = options.job;
   a->rank = options.rank;
-  a->liveness_timeout = std::max(options.liveness_timeout, std::chrono::milliseconds(1));
+  // At most ~24.8 days (poll()'s int milliseconds; deadlines then never overflow).
+  a->liveness_timeout = std::clamp(options.liveness_timeout, std::chrono::milliseconds(1),
+                                   std::chrono::milliseconds(std::numeric_limits<int>::max()));
   const std::string runtime_dir = options.runtime_dir.empty() ? shm::RuntimeDir() : options.runtime_dir;
   a->socket_path = shm::SocketPath(runtime_dir, options.job);
 
@@ -248,6 +267,10 @@ void Client::CheckHeartbeat() {
 Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
   out->Release();
   detail::Attachment& a = *attachment_;
+  if (a.Forked()) {
+    throw ClientError("this Client of job " + a.job + " was attached by the parent of this forked process (pid " +
+                      std::to_string(getpid()) + "): attach a new Client in the child (after fork)");
+  }
   shm::QueueHeader& queue = a.ring.queue(a.queue);
   // The clock starts when the first look finds nothing: a batch that is already there (the
   // common case for a trainer that keeps up) costs no clock read and no wait accounting.

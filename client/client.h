@@ -28,7 +28,9 @@
 //
 // Thread-safety: Next may be called from several threads of one Client at once (each call
 // claims a different batch). fork(): a child must not use its parent's Client; attach anew in
-// the child (a DataLoader worker, say) after fork.
+// the child (a DataLoader worker, say) after fork. In a forked child the parent's Client's Next
+// throws ClientError, and releasing (or destroying) a Batch inherited from the parent does not
+// hand the slot back — the parent may still be reading it.
 #pragma once
 
 #include <chrono>
@@ -51,7 +53,8 @@ struct ClientOptions {
   int rank = -1;
   std::string runtime_dir;  // empty = shm::RuntimeDir() (RINGFEED_RUNTIME_DIR, ...)
   // How long the daemon's heartbeat may stand still before Next reports it frozen; also the
-  // longest wait for the daemon's answer to the hello.
+  // longest wait for the daemon's answer to the hello. 1 ms to ~24.8 days (2^31 - 1 ms);
+  // values outside are clamped.
   std::chrono::milliseconds liveness_timeout{10000};
 };
 

@@ -391,6 +391,59 @@ TEST_CASE("client: a batch outlives its client") {
   CHECK(moved.index() == 3);
 }
 
+TEST_CASE("client: a forked child neither takes batches as its parent nor hands back the parent's slots") {
+  TempDir dir;
+  auto producer = ForkProducer(Options(dir), [](RingTestProducer& p) {
+    for (uint64_t n = 0; n < 4; ++n) p.PublishBatch(0, n);
+  });
+  auto client = Client::Attach(Attach(dir));
+  Batch batch;
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  shm::Segment segment = shm::Segment::Open(client->segment_name());
+  const shm::Ring ring = shm::Ring::Of(segment.data());
+  const uint32_t slot = batch.slot();
+  auto state = [&] { return shm::SlotWord::Unpack(ring.header(slot)->word.load()).state; };
+  REQUIRE(state() == shm::SlotState::kHeld);
+
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    // The child: Next refuses, and dropping the inherited batch leaves the parent's slot held.
+    int code = 0;
+    Batch mine;
+    try {
+      client->Next(0ms, &mine);
+      code = 2;
+    } catch (const ClientError& e) {
+      if (std::strstr(e.what(), "forked process") == nullptr) code = 3;
+    }
+    batch.Release();
+    _exit(code);
+  }
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(state() == shm::SlotState::kHeld);  // still the parent's
+  CHECK(batch.valid());
+  CheckTestBatch(batch, 4, 0);
+  batch.Release();
+  CHECK(state() != shm::SlotState::kHeld);
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);  // the parent goes on
+  CHECK(batch.index() == 1);
+}
+
+TEST_CASE("client: a liveness timeout of years is clamped, not overflowed") {
+  TempDir dir;
+  auto producer = ForkProducer(Options(dir), [](RingTestProducer& p) { p.PublishBatch(0, 0); });
+  ClientOptions options = Attach(dir);
+  options.liveness_timeout = std::chrono::hours(24 * 365 * 1000);  // 1000 years
+  auto client = Client::Attach(options);
+  Batch batch;
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  CHECK(batch.index() == 0);
+}
+
 TEST_CASE("client: 4 threads share one client; every batch arrives once") {
   TempDir dir;
   constexpr uint64_t kBatches = 400;
