@@ -24,6 +24,71 @@ int64_t ThreadCpuNs() {
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
+
+// Where a read-ahead turn has the reader put each payload (TFRecordReader::NextInto): records up
+// to kOwnAllocationBytes at the end of the turn's chunk, larger ones (or all, without chunks) in
+// their own allocation, which the reader fills straight from the file. Take() hands the memory
+// of a record that was read to its OwnedRecord; memory of a record that failed (data CRC) is
+// dropped or overwritten by the next.
+class TurnAllocator final : public RecordAllocator {
+ public:
+  TurnAllocator(const TFRecordReader& reader, bool chunks, uint64_t room)
+      : reader_(reader), chunks_(chunks), room_(room) {}
+
+  // Call before each NextInto: what the turn has read so far (sizes the next chunk).
+  void SetProgress(uint64_t bytes, size_t records) {
+    bytes_ = bytes;
+    records_ = records;
+    own_.Reset();
+  }
+
+  uint8_t* Allocate(uint64_t length) override {
+    if (length > ReadAhead::kOwnAllocationBytes || !chunks_) {
+      own_ = RecordStorage::Allocate(length);
+      return own_.bytes();
+    }
+    if (!chunk_ || chunk_.capacity() - chunk_used_ < length) {
+      // Sized to what the turn still reads: the rest of `room`, or the records left at the
+      // file's mean so far plus an eighth; a record that does not fit starts a new chunk.
+      const uint64_t mean = reader_.records_read() > 0 ? reader_.offset() / reader_.records_read()
+                                                       : length + kRecordHeaderFooterBytes;
+      const uint64_t left_bytes = room_ > bytes_ ? room_ - bytes_ : length;
+      const uint64_t left_records = kRecordsPerTurn - records_;
+      const uint64_t expected = std::min(left_bytes, left_records * (mean + mean / 8));
+      chunk_ = RecordStorage::Allocate(std::clamp<uint64_t>(expected, std::max<uint64_t>(length, 1), ReadAhead::kChunkBytes));
+      chunk_used_ = 0;
+    }
+    return chunk_.bytes() + chunk_used_;
+  }
+
+  // The storage of the record NextInto just returned (`size` bytes).
+  void Take(uint64_t size, OwnedRecord* record) {
+    if (own_) {
+      record->storage = std::move(own_);
+      record->at = 0;
+    } else {
+      record->storage = chunk_.ShareUnpublished();
+      record->at = static_cast<uint32_t>(chunk_used_);
+      chunk_used_ += size;
+    }
+  }
+
+  // The turn's own chunk reference; the records hold theirs.
+  void Release() {
+    chunk_.Reset();
+    own_.Reset();
+  }
+
+ private:
+  const TFRecordReader& reader_;
+  const bool chunks_;
+  const uint64_t room_;
+  uint64_t bytes_ = 0;
+  size_t records_ = 0;
+  RecordStorage::Ref chunk_;
+  uint64_t chunk_used_ = 0;
+  RecordStorage::Ref own_;  // the current record's own allocation, if it has one
+};
 }  // namespace
 
 OwnedRecord OwnedRecord::Copy(std::span<const uint8_t> bytes, uint32_t file_index, uint64_t record_index,
@@ -180,13 +245,12 @@ void ReadAhead::Run(size_t id) {
     const int64_t cpu_start = ThreadCpuNs();
 
     // Read a turn's worth outside the lock, then hand the items over in one go. Records up to
-    // kOwnAllocationBytes are copied into the turn's chunk(s), larger ones into their own.
+    // kOwnAllocationBytes go into the turn's chunk(s), larger ones into their own allocation.
     std::vector<StreamItem> items = std::move(stream->spare_);
     items.clear();
     uint64_t bytes = 0;
     bool finished = false;
-    RecordStorage::Ref chunk;
-    uint64_t chunk_used = 0;
+    TurnAllocator allocator(stream->reader_, chunks_, room);
     ReadError error;
     // Items are built here and then moved into `items` whole: its memory was last written by
     // the consumer's core, and a store-only move does not wait for each line to come back
@@ -194,7 +258,8 @@ void ReadAhead::Run(size_t id) {
     while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room)) {
       Record record;
       StreamItem item;
-      const auto status = stream->reader_.Next(&record, &error);
+      allocator.SetProgress(bytes, items.size());
+      const auto status = stream->reader_.NextInto(allocator, &record, &error);
       if (status == TFRecordReader::Status::kEnd) {
         item.kind = StreamItem::Kind::kEnd;
         items.push_back(std::move(item));
@@ -209,35 +274,16 @@ void ReadAhead::Run(size_t id) {
       }
       const uint64_t size = record.data.size();
       item.kind = StreamItem::Kind::kRecord;
-      if (size > kOwnAllocationBytes || !chunks_) {
-        item.record = OwnedRecord::Copy(record.data, stream->file_index_, record.index, record.offset);
-      } else {
-        if (!chunk || chunk.capacity() - chunk_used < size) {
-          // Sized to what the turn still reads: the rest of `room`, or the records left at the
-          // file's mean so far plus an eighth; a record that does not fit starts a new chunk.
-          const uint64_t mean = stream->reader_.records_read() > 0
-                                    ? stream->reader_.offset() / stream->reader_.records_read()
-                                    : size + kRecordHeaderFooterBytes;
-          const uint64_t left_bytes = room > bytes ? room - bytes : size;
-          const uint64_t left_records = kRecordsPerTurn - items.size();
-          const uint64_t expected = std::min(left_bytes, left_records * (mean + mean / 8));
-          chunk = RecordStorage::Allocate(std::clamp<uint64_t>(expected, std::max<uint64_t>(size, 1), kChunkBytes));
-          chunk_used = 0;
-        }
-        if (size != 0) std::memcpy(chunk.bytes() + chunk_used, record.data.data(), size);
-        item.record.storage = chunk.ShareUnpublished();
-        item.record.at = static_cast<uint32_t>(chunk_used);
-        item.record.size = size;
-        item.record.file_index = stream->file_index_;
-        item.record.record_index = record.index;
-        item.record.offset = record.offset;
-        chunk_used += size;
-      }
+      allocator.Take(size, &item.record);
+      item.record.size = size;
+      item.record.file_index = stream->file_index_;
+      item.record.record_index = record.index;
+      item.record.offset = record.offset;
       bytes += size;
       items.push_back(std::move(item));
     }
 
-    chunk.Reset();  // the turn's own reference; the records hold theirs
+    allocator.Release();
     cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
     busy_ns_.fetch_add(static_cast<uint64_t>(WallNs() - wall_start), std::memory_order_relaxed);
     lock.lock();

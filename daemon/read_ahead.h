@@ -12,7 +12,8 @@
 // cross-thread free was the largest per-record cost of the daemon); a chunk lives until its
 // last record is gone, so beyond the records it holds it keeps at most its unused tail and
 // the records already consumed — at most one chunk per file with records still in flight.
-// Larger records get their own allocation.
+// Larger records get their own allocation, which the reader fills straight from the file
+// (TFRecordReader::NextInto: no copy out of its window for them).
 // Threads: `threads` I/O threads, changeable at run time with SetThreads (the autotuner's knob,
 // as is the per-stream buffer, SetStreamBufferBytes);
 // a thread picks the earliest-opened stream that is below its buffer limit and not being read

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +50,7 @@ std::string_view ReadErrorKindName(ReadErrorKind kind) {
 TFRecordReader::TFRecordReader(std::string path, ReaderOptions options)
     : path_(std::move(path)), options_(options) {
   options_.buffer_bytes = std::max(options_.buffer_bytes, kMinBufferBytes);
+  options_.direct_read_min_bytes = std::max<size_t>(options_.direct_read_min_bytes, 1);
 }
 
 TFRecordReader::~TFRecordReader() {
@@ -67,7 +70,7 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
   error->record_index = index_;
   error->offset = offset_;
   error->recoverable = recoverable;
-  if (kind == ReadErrorKind::kDecompression && offset_ == 0 && begin_ == end_) {
+  if (kind == ReadErrorKind::kDecompression && stream_bytes_ == 0) {
     // Nothing could be decompressed at all: say what the file looks like instead.
     const std::string_view looks = LooksLike(head_, head_size_);
     if (!looks.empty() && looks != CompressionName(compression_)) {
@@ -106,6 +109,9 @@ bool TFRecordReader::Open(ReadError* error) {
   if (compression_ == Compression::kAuto) compression_ = DetectCompression(head, static_cast<size_t>(got));
   if (compression_ != Compression::kNone) {
     inflate_ = std::make_unique<InflateStream>(fd_, compression_, options_.inflate, options_.buffer_bytes);
+  } else {
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) plain_file_size_ = static_cast<uint64_t>(st.st_size);
   }
   capacity_ = options_.buffer_bytes;
   buf_.reset(new uint8_t[capacity_]);
@@ -117,7 +123,9 @@ size_t TFRecordReader::Fill(uint8_t* dst, size_t capacity) {
   if (inflate_) {
     size_t produced = 0;
     switch (inflate_->Read(dst, capacity, &produced)) {
-      case InflateStream::Status::kOk: return produced;
+      case InflateStream::Status::kOk:
+        stream_bytes_ += produced;
+        return produced;
       case InflateStream::Status::kEnd: break;
       case InflateStream::Status::kIoError:
         stream_error_kind_ = ReadErrorKind::kIo;
@@ -135,6 +143,7 @@ size_t TFRecordReader::Fill(uint8_t* dst, size_t capacity) {
     ssize_t n = ::read(fd_, dst, capacity);
     if (n > 0) {
       plain_file_offset_ += static_cast<uint64_t>(n);
+      stream_bytes_ += static_cast<uint64_t>(n);
       return static_cast<size_t>(n);
     }
     if (n < 0 && errno == EINTR) continue;
@@ -181,7 +190,91 @@ void TFRecordReader::Reallocate(size_t capacity) {
   begin_ = 0;
 }
 
-TFRecordReader::Status TFRecordReader::Next(Record* record, ReadError* error) {
+size_t TFRecordReader::FillDirect(uint8_t* dst, size_t n, size_t min_tail, size_t max_tail) {
+  begin_ = end_ = 0;
+  size_t got = 0;
+  if (inflate_) {
+    while (got < n) {
+      const size_t m = Fill(dst + got, n - got);
+      if (m == 0) return got;
+      got += m;
+    }
+    while (end_ < min_tail) {
+      const size_t m = Fill(buf_.get() + end_, max_tail - end_);
+      if (m == 0) break;
+      end_ += m;
+    }
+    return got;
+  }
+  // Plain: payload and tail in one readv; the page cache fills both in one call.
+  while ((got < n || end_ < min_tail) && !stream_end_) {
+    iovec iov[2];
+    int count = 0;
+    if (got < n) iov[count++] = {dst + got, n - got};
+    iov[count++] = {buf_.get() + end_, max_tail - end_};
+    const ssize_t r = ::readv(fd_, iov, count);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (r < 0) {
+        stream_error_kind_ = ReadErrorKind::kIo;
+        stream_error_ = std::string("read failed: ") + std::strerror(errno);
+      }
+      stream_end_ = true;
+      break;
+    }
+    plain_file_offset_ += static_cast<uint64_t>(r);
+    stream_bytes_ += static_cast<uint64_t>(r);
+    const size_t to_dst = std::min(static_cast<size_t>(r), n - got);
+    got += to_dst;
+    end_ += static_cast<size_t>(r) - to_dst;
+  }
+  return got;
+}
+
+TFRecordReader::Status TFRecordReader::ReadDirect(RecordAllocator& allocator, uint64_t length, Record* record,
+                                                  ReadError* error) {
+  const size_t total = kRecordHeaderBytes + static_cast<size_t>(length) + kRecordFooterBytes;
+  uint8_t* dst = allocator.Allocate(length);  // first: if it throws, nothing has changed
+  const size_t have = end_ - begin_ - kRecordHeaderBytes;  // payload bytes in the window, < length
+  if (have > 0) std::memcpy(dst, buf_.get() + begin_ + kRecordHeaderBytes, have);
+  const size_t missing = static_cast<size_t>(length) - have;
+  // The tail: the data CRC, and the next record's header so that the next call need not read
+  // (nor read ahead into the window a payload it would then copy).
+  const size_t got = FillDirect(dst + have, missing, kRecordFooterBytes, kRecordFooterBytes + kRecordHeaderBytes);
+  if (!stream_error_.empty()) return MakeError(stream_error_kind_, stream_error_, error);
+  if (got < missing || end_ - begin_ < kRecordFooterBytes) {
+    const size_t present = kRecordHeaderBytes + have + got + (end_ - begin_);
+    return MakeError(ReadErrorKind::kTruncatedRecord,
+                     "file ends inside the record: expected " + std::to_string(total) + " bytes (" +
+                         std::to_string(length) + " data + 16 framing), " + std::to_string(present) + " present",
+                     error);
+  }
+  const uint8_t* footer = buf_.get() + begin_;
+  if (options_.verify_crc && MaskedCrc32c(dst, length) != LoadU32(footer)) {
+    Status s = MakeError(ReadErrorKind::kCorruptedData, "data CRC mismatch over " + std::to_string(length) + " bytes",
+                         error);
+    begin_ += kRecordFooterBytes;
+    offset_ += total;
+    ++index_;
+    return s;
+  }
+  record->data = std::span<const uint8_t>(dst, static_cast<size_t>(length));
+  record->index = index_;
+  record->offset = offset_;
+  begin_ += kRecordFooterBytes;
+  offset_ += total;
+  ++index_;
+  ++records_read_;
+  return Status::kRecord;
+}
+
+TFRecordReader::Status TFRecordReader::Next(Record* record, ReadError* error) { return Read(nullptr, record, error); }
+
+TFRecordReader::Status TFRecordReader::NextInto(RecordAllocator& allocator, Record* record, ReadError* error) {
+  return Read(&allocator, record, error);
+}
+
+TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* record, ReadError* error) {
   if (done_) return Status::kEnd;
   if (!opened_ && !Open(error)) return Status::kError;
 
@@ -245,6 +338,16 @@ TFRecordReader::Status TFRecordReader::Next(Record* record, ReadError* error) {
     discard_ = discard_total_;
     return s;
   }
+  if (allocator != nullptr) {
+    const size_t have = end_ - begin_ - kRecordHeaderBytes;
+    if (have < length && length - have >= options_.direct_read_min_bytes) {
+      // Allocate what the header claims only when it is backed (see the header comment).
+      const uint64_t unread_file = plain_file_size_ > plain_file_offset_ ? plain_file_size_ - plain_file_offset_ : 0;
+      const bool backed = length <= options_.buffer_bytes ||
+                          (inflate_ == nullptr && length - have + kRecordFooterBytes <= unread_file);
+      if (backed) return ReadDirect(*allocator, length, record, error);
+    }
+  }
   const size_t total = kRecordHeaderBytes + static_cast<size_t>(length) + kRecordFooterBytes;
   if (!Ensure(total)) return MakeError(stream_error_kind_, stream_error_, error);
   if (end_ - begin_ < total) {
@@ -262,6 +365,11 @@ TFRecordReader::Status TFRecordReader::Next(Record* record, ReadError* error) {
     offset_ += total;
     ++index_;
     return s;
+  }
+  if (allocator != nullptr) {
+    uint8_t* dst = allocator->Allocate(length);
+    if (length > 0) std::memcpy(dst, data, static_cast<size_t>(length));
+    data = dst;
   }
   record->data = std::span<const uint8_t>(data, static_cast<size_t>(length));
   record->index = index_;

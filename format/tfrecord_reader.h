@@ -10,6 +10,15 @@
 // buffer of `buffer_bytes` and the decoder state. A file is never loaded whole. A record that
 // lies inside the window is returned in place: the only user-space copy of its payload is the
 // caller's (e.g. the parser writing into a batch column).
+// NextInto puts the payload into memory the caller provides instead (a record that must outlive
+// the window, e.g. in a read-ahead queue): small records are copied there from the window; of a
+// large one (at least `direct_read_min_bytes` not yet read), only the part already in the window
+// is copied, the rest is read (plain) or inflated (GZIP/ZLIB) straight into the caller's memory,
+// and only the 16 bytes after it (the data CRC and the next header) go into the window, so that
+// a file of large records moves each payload once in user space instead of twice. The length a
+// header claims is only allocated when it is backed: by the file's size (plain), or when it is
+// at most `buffer_bytes` (what the window may hold anyway); otherwise the record goes through the
+// window, which grows only as data arrives.
 //
 // Errors are values (ReadError), never exceptions. Policy (fail or skip) belongs to the caller:
 //   kCorruptedData, kRecordTooLarge  - recoverable: the next Next() continues with the following
@@ -46,6 +55,11 @@ struct ReaderOptions {
   // than this still work; tests set it tiny to split records across reads.
   size_t buffer_bytes = size_t{1} << 20;
   InflateBackend inflate = InflateBackend::kDefault;
+  // NextInto reads a payload straight into the caller's memory (one read() or inflate call per
+  // record, bypassing the window) when at least this many of its bytes are not yet in the
+  // window; below it, a read per record would cost more than the copy it saves (min 1; tests
+  // set 1 to take the direct path with tiny records).
+  size_t direct_read_min_bytes = size_t{64} << 10;
 };
 
 enum class ReadErrorKind {
@@ -76,6 +90,20 @@ struct Record {
   uint64_t offset = 0;  // byte offset of its header in the uncompressed stream
 };
 
+// Where TFRecordReader::NextInto puts a record's payload. Not owned by the reader.
+class RecordAllocator {
+ public:
+  // Memory for one payload of `length` bytes, writable by the reader until NextInto returns
+  // (the caller keeps it as long as it likes after that). Called at most once per NextInto,
+  // after the header and its CRC are checked; the bytes hold a record only when NextInto returns
+  // kRecord (on an error the caller may reuse or free them). May throw (std::bad_alloc): the
+  // record is then not consumed, and the next call reads it again.
+  virtual uint8_t* Allocate(uint64_t length) = 0;
+
+ protected:
+  ~RecordAllocator() = default;
+};
+
 class TFRecordReader {
  public:
   enum class Status { kRecord, kEnd, kError };
@@ -88,6 +116,12 @@ class TFRecordReader {
 
   // kRecord: *record is set. kEnd: no more records. kError: *error is set (see above).
   Status Next(Record* record, ReadError* error);
+  // As Next, but the payload is in memory from `allocator` (record->data points there, valid
+  // as long as the caller keeps that memory) instead of the reader's window. Same records,
+  // errors, messages and recovery as Next; the two may be mixed on one reader. One exception:
+  // how many records come out before a decompression error depends on how much is inflated per
+  // call (with Next too: on buffer_bytes), so NextInto may deliver a few more or fewer of them.
+  Status NextInto(RecordAllocator& allocator, Record* record, ReadError* error);
 
   const std::string& path() const { return path_; }
   // The compression in use: the configured one, or what auto detection found (after the first
@@ -101,6 +135,15 @@ class TFRecordReader {
   uint64_t file_offset() const;
 
  private:
+  Status Read(RecordAllocator* allocator, Record* record, ReadError* error);
+  // NextInto's path for a large record: its header is at begin_, fewer than `length` payload
+  // bytes follow it in the window.
+  Status ReadDirect(RecordAllocator& allocator, uint64_t length, Record* record, ReadError* error);
+  // Reads `n` bytes into `dst`, then into the (empty) window until it holds at least `min_tail`
+  // bytes, taking up to `max_tail` (plain files: in the same readv). Returns the bytes put into
+  // `dst`: fewer than `n` (or a window short of `min_tail`) at the end of the stream or on an
+  // error (stream_error_ set).
+  size_t FillDirect(uint8_t* dst, size_t n, size_t min_tail, size_t max_tail);
   bool Open(ReadError* error);
   // Makes at least `n` unconsumed bytes available in the window unless the stream ends first.
   // Returns false on a stream error (error_ set).
@@ -128,6 +171,8 @@ class TFRecordReader {
   uint64_t index_ = 0;              // index of the next record
   uint64_t records_read_ = 0;
   uint64_t plain_file_offset_ = 0;  // bytes read from the file (plain)
+  uint64_t plain_file_size_ = 0;    // st_size at open (plain regular files; 0 = unknown)
+  uint64_t stream_bytes_ = 0;       // uncompressed bytes produced by the stream so far
   uint8_t head_[16] = {};           // the file's first bytes (for hints in error messages)
   size_t head_size_ = 0;
   uint64_t discard_ = 0;            // bytes of a too-large record still to skip

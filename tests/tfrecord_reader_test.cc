@@ -2,8 +2,10 @@
 // tiny buffers, and the reader/decompression cases of ../shared/reference/bad-inputs.md.
 #include <zlib.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,14 +25,41 @@ struct Outcome {
   std::vector<ReadError> errors;
 };
 
+// Gives NextInto a fresh buffer per record and remembers where, so a test can check that a
+// record's bytes are in the caller's memory (not the reader's window).
+class TestAllocator final : public RecordAllocator {
+ public:
+  uint8_t* Allocate(uint64_t length) override {
+    buffers_.emplace_back(std::make_unique<uint8_t[]>(length + 1));
+    lengths_.push_back(length);
+    return buffers_.back().get();
+  }
+  const uint8_t* last() const { return buffers_.empty() ? nullptr : buffers_.back().get(); }
+  const std::vector<uint64_t>& lengths() const { return lengths_; }
+
+ private:
+  std::vector<std::unique_ptr<uint8_t[]>> buffers_;
+  std::vector<uint64_t> lengths_;
+};
+
+// How ReadAll reads: Next (in the window), NextInto with its default direct-read threshold, or
+// NextInto reading every record not wholly in the window straight into the allocator's memory.
+enum class Mode { kNext, kNextInto, kNextIntoDirect };
+
 // Reads the whole file, skipping recoverable errors (skip policy) and stopping at fatal ones.
-Outcome ReadAll(const std::string& path, ReaderOptions options = {}) {
+Outcome ReadAllIn(Mode mode, const std::string& path, ReaderOptions options) {
   Outcome out;
+  if (mode == Mode::kNextIntoDirect) options.direct_read_min_bytes = 1;
   TFRecordReader reader(path, options);
+  TestAllocator allocator;
   Record record;
   ReadError error;
   for (int guard = 0; guard < 1000000; ++guard) {
-    auto status = reader.Next(&record, &error);
+    auto status = mode == Mode::kNext ? reader.Next(&record, &error) : reader.NextInto(allocator, &record, &error);
+    if (status == TFRecordReader::Status::kRecord && mode != Mode::kNext) {
+      REQUIRE(record.data.data() == allocator.last());
+      REQUIRE(allocator.lengths().back() == record.data.size());
+    }
     if (status == TFRecordReader::Status::kEnd) return out;
     if (status == TFRecordReader::Status::kError) {
       out.errors.push_back(error);
@@ -44,6 +73,42 @@ Outcome ReadAll(const std::string& path, ReaderOptions options = {}) {
     out.offsets.push_back(record.offset);
   }
   FAIL("reader did not terminate");
+  return out;
+}
+
+// ReadAllIn with every mode; they must agree on every record and every error (kind, position,
+// message), which is what NextInto promises.
+Outcome ReadAll(const std::string& path, ReaderOptions options = {}) {
+  Outcome out = ReadAllIn(Mode::kNext, path, options);
+  for (Mode mode : {Mode::kNextInto, Mode::kNextIntoDirect}) {
+    INFO("NextInto" << (mode == Mode::kNextIntoDirect ? " (direct reads from 1 byte)" : ""));
+    const Outcome other = ReadAllIn(mode, path, options);
+    INFO("Next: " << out.records.size() << " records, then " << (out.errors.empty() ? "no error" : out.errors.back().message));
+    INFO("NextInto: " << other.records.size() << " records, then "
+                      << (other.errors.empty() ? "no error" : other.errors.back().message));
+    if (!out.errors.empty() && out.errors.back().kind == ReadErrorKind::kDecompression) {
+      // How many records come out before a decompression error depends on how much is inflated
+      // per call (as with Next and another buffer_bytes): the same error after the same records,
+      // give or take the last few before it.
+      REQUIRE(other.errors.size() == out.errors.size());
+      CHECK(other.errors.back().kind == ReadErrorKind::kDecompression);
+      const size_t common = std::min(other.records.size(), out.records.size());
+      CHECK(std::equal(out.records.begin(), out.records.begin() + static_cast<ptrdiff_t>(common), other.records.begin()));
+      continue;
+    }
+    REQUIRE(other.records.size() == out.records.size());
+    REQUIRE(other.records == out.records);
+    REQUIRE(other.offsets == out.offsets);
+    REQUIRE(other.errors.size() == out.errors.size());
+    for (size_t i = 0; i < out.errors.size(); ++i) {
+      CHECK(other.errors[i].kind == out.errors[i].kind);
+      CHECK(other.errors[i].message == out.errors[i].message);
+      CHECK(other.errors[i].record_index == out.errors[i].record_index);
+      CHECK(other.errors[i].offset == out.errors[i].offset);
+      CHECK(other.errors[i].recoverable == out.errors[i].recoverable);
+      CHECK(other.errors[i].file == out.errors[i].file);
+    }
+  }
   return out;
 }
 
@@ -480,4 +545,189 @@ TEST_CASE("naming the wrong decompressor hints at what the file is") {
   Outcome out = ReadAll(dir.file("gz"), o);
   REQUIRE(out.errors.size() == 1);
   CHECK_THAT(out.errors[0].message, Catch::Contains("looks like gzip: set compression: gzip"));
+}
+
+namespace {
+// Twelve records of 70-150 KB with small ones between them: with the default 1 MiB window the
+// first few come from the window, the one across its end is partly copied, the rest are read
+// straight into the caller's memory.
+std::vector<std::string> LargeRecords() {
+  std::vector<std::string> r;
+  uint64_t x = 0x9e3779b97f4a7c15;  // xorshift64: incompressible, so a cut compressed file ends
+  for (int i = 0; i < 12; ++i) {      // near the same plain byte
+    std::string big(70000 + static_cast<size_t>(i) * 7000, '\0');
+    for (char& c : big) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+      c = static_cast<char>(x >> 56);
+    }
+    r.push_back(std::move(big));
+    if (i % 4 == 3) r.push_back("small-" + std::to_string(i));
+  }
+  return r;
+}
+}  // namespace
+
+TEST_CASE("NextInto: large records land in the caller's memory, in every compression and buffer size") {
+  TempDir dir;
+  const auto records = LargeRecords();
+  const std::string plain = FrameRecords(records);
+  WriteFile(dir.file("p"), plain);
+  WriteFile(dir.file("g"), GzipBytes(plain));
+  WriteFile(dir.file("z"), ZlibBytes(plain));
+  for (const char* file : {"p", "g", "z"}) {
+    for (size_t buffer : {size_t{64}, size_t{4096}, size_t{200000}, size_t{1} << 20}) {
+      for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+        INFO(file << " buffer " << buffer << " " << InflateBackendName(backend));
+        ReaderOptions o;
+        o.buffer_bytes = buffer;
+        o.inflate = backend;
+        const Outcome out = ReadAll(dir.file(file), o);  // also checks NextInto against Next
+        REQUIRE(out.errors.empty());
+        REQUIRE(out.records == records);
+        CHECK(out.offsets.back() == OffsetOf(records, records.size() - 1));
+      }
+    }
+  }
+
+  // One Allocate per record, of its exact length; Next and NextInto mixed on one reader.
+  TFRecordReader reader(dir.file("p"));
+  TestAllocator allocator;
+  Record rec;
+  ReadError err;
+  for (size_t i = 0; i < records.size(); ++i) {
+    INFO("record " << i);
+    const bool into = i % 3 != 1;
+    REQUIRE((into ? reader.NextInto(allocator, &rec, &err) : reader.Next(&rec, &err)) == TFRecordReader::Status::kRecord);
+    CHECK(rec.index == i);
+    CHECK(std::string(reinterpret_cast<const char*>(rec.data.data()), rec.data.size()) == records[i]);
+    if (into) {
+      CHECK(rec.data.data() == allocator.last());
+      CHECK(allocator.lengths().back() == records[i].size());
+    }
+  }
+  CHECK(reader.NextInto(allocator, &rec, &err) == TFRecordReader::Status::kEnd);
+  CHECK(allocator.lengths().size() == records.size() - records.size() / 3);
+}
+
+TEST_CASE("NextInto: every error in a directly read record matches Next's") {
+  TempDir dir;
+  const auto records = LargeRecords();
+  const std::string plain = FrameRecords(records);
+  const size_t last = records.size() - 1;  // read directly: the window holds only its header
+  const uint64_t at = OffsetOf(records, last);
+  const uint64_t length = records[last].size();
+  struct Cut {
+    const char* what;
+    uint64_t size;  // bytes of the framed stream kept
+  } cuts[] = {
+      {"3 bytes into the payload", at + 12 + 3},
+      {"half the payload", at + 12 + length / 2},
+      {"at the end of the payload", at + 12 + length},
+      {"2 bytes into the data CRC", at + 12 + length + 2},
+  };
+  for (const Cut& cut : cuts) {
+    for (auto compression : {Compression::kNone, Compression::kGzip, Compression::kZlib}) {
+      INFO(cut.what << " " << CompressionName(compression));
+      const std::string bytes = plain.substr(0, cut.size);
+      WriteFile(dir.file("cut"), compression == Compression::kGzip   ? GzipBytes(bytes)
+                                 : compression == Compression::kZlib ? ZlibBytes(bytes)
+                                                                     : bytes);
+      const Outcome out = ReadAll(dir.file("cut"));
+      REQUIRE(out.records.size() == last);
+      REQUIRE(out.errors.size() == 1);
+      CHECK(out.errors[0].kind == ReadErrorKind::kTruncatedRecord);
+      CHECK(out.errors[0].record_index == last);
+      CHECK(out.errors[0].offset == at);
+      CHECK_THAT(out.errors[0].message, Catch::Contains("expected " + std::to_string(length + 16)) &&
+                                            Catch::Contains(std::to_string(cut.size - at) + " present"));
+    }
+  }
+
+  // A flipped payload byte deep inside a large record: that record is skipped, the next is read.
+  std::string flipped = plain;
+  const size_t bad = records.size() - 2;
+  flipped[OffsetOf(records, bad) + 12 + 60000] ^= 0x10;
+  for (auto compression : {Compression::kNone, Compression::kGzip, Compression::kZlib}) {
+    INFO("flipped byte, " << CompressionName(compression));
+    WriteFile(dir.file("flip"), compression == Compression::kGzip   ? GzipBytes(flipped)
+                                : compression == Compression::kZlib ? ZlibBytes(flipped)
+                                                                    : flipped);
+    const Outcome out = ReadAll(dir.file("flip"));
+    REQUIRE(out.errors.size() == 1);
+    CHECK(out.errors[0].kind == ReadErrorKind::kCorruptedData);
+    CHECK(out.errors[0].recoverable);
+    CHECK(out.errors[0].record_index == bad);
+    CHECK(out.records.size() == records.size() - 1);
+    CHECK(out.records.back() == records.back());
+  }
+
+  // Broken compressed streams inside a large record: a decompression error at that record.
+  const std::string gz = GzipBytes(plain);
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    INFO(InflateBackendName(backend));
+    ReaderOptions o;
+    o.inflate = backend;
+    WriteFile(dir.file("cut.gz"), gz.substr(0, gz.size() - 3000));
+    Outcome out = ReadAll(dir.file("cut.gz"), o);
+    REQUIRE(out.errors.size() == 1);
+    CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
+    CHECK(out.errors[0].record_index >= last - 2);  // the inflater may hold back the last output
+    std::string bad_trailer = gz;
+    bad_trailer[bad_trailer.size() - 6] ^= 0x40;  // the gzip CRC-32 trailer
+    WriteFile(dir.file("crc.gz"), bad_trailer);
+    out = ReadAll(dir.file("crc.gz"), o);
+    REQUIRE(out.errors.size() == 1);
+    CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
+  }
+
+  // A claimed length that the data does not back is never allocated up front, compressed or not
+  // (the window grows as data arrives and the record ends as a truncation).
+  const std::string claim = FrameRecord("ok") + LengthHeader(uint64_t{100} << 30) + std::string(200000, 'c');
+  WriteFile(dir.file("claim"), claim);
+  WriteFile(dir.file("claim.gz"), GzipBytes(claim));
+  for (const char* file : {"claim", "claim.gz"}) {
+    INFO(file);
+    ReaderOptions o;
+    o.max_record_bytes = uint64_t{1} << 40;
+    const Outcome out = ReadAll(dir.file(file), o);  // NextInto would throw std::bad_alloc if it allocated
+    CHECK(out.records == std::vector<std::string>{"ok"});
+    REQUIRE(out.errors.size() == 1);
+    CHECK(out.errors[0].kind == ReadErrorKind::kTruncatedRecord);
+  }
+}
+
+TEST_CASE("NextInto: an allocator that throws leaves the record to be read again") {
+  TempDir dir;
+  const auto records = LargeRecords();
+  WriteFile(dir.file("p"), FrameRecords(records));
+  struct Failing final : RecordAllocator {
+    int fail = 0;  // the next `fail` calls throw
+    std::string buffer;
+    uint8_t* Allocate(uint64_t length) override {
+      if (fail > 0) {
+        --fail;
+        throw std::bad_alloc();
+      }
+      buffer.assign(length, '\0');
+      return reinterpret_cast<uint8_t*>(buffer.data());
+    }
+  } allocator;
+  for (size_t min_direct : {size_t{1}, size_t{64} << 10}) {
+    ReaderOptions o;
+    o.direct_read_min_bytes = min_direct;
+    TFRecordReader reader(dir.file("p"), o);
+    Record rec;
+    ReadError err;
+    for (size_t i = 0; i < records.size(); ++i) {
+      INFO("record " << i << ", direct from " << min_direct);
+      allocator.fail = 1;
+      CHECK_THROWS_AS(reader.NextInto(allocator, &rec, &err), std::bad_alloc);
+      REQUIRE(reader.NextInto(allocator, &rec, &err) == TFRecordReader::Status::kRecord);
+      CHECK(rec.index == i);
+      CHECK(std::string(reinterpret_cast<const char*>(rec.data.data()), rec.data.size()) == records[i]);
+    }
+    CHECK(reader.NextInto(allocator, &rec, &err) == TFRecordReader::Status::kEnd);
+  }
 }
