@@ -139,3 +139,15 @@ def daemon_factory(tmp_path):
     yield make
     for d in daemons:
         d.stop()
+
+
+@pytest.fixture
+def shim_path() -> Path:
+    """The libcuda stand-in built with the C++ tests (tests/cuda_shim): skipped where missing,
+    a failure under CI=true."""
+    path = build_dir() / "tests" / "cuda_shim" / "libcuda.so.1"
+    if not path.exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but the libcuda stand-in is missing at {path} (build the C++ tests first)")
+        pytest.skip(f"no libcuda stand-in at {path}")
+    return path

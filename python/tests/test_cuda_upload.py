@@ -7,30 +7,24 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 
 import numpy as np
 import pytest
 
 import ringfeed
 from ringfeed import _core
-from conftest import build_dir
 from test_client import expected_row, held, id_job
 
 STREAM = 0x5EED  # any non-zero CUstream value: the stand-in only records it
 
 
 @pytest.fixture
-def shim():
-    path = build_dir() / "tests" / "cuda_shim" / "libcuda.so.1"
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the libcuda stand-in is missing at {path} (build the C++ tests first)")
-        pytest.skip(f"no libcuda stand-in at {path}")
-    lib = ctypes.CDLL(str(path))  # the same instance the uploader dlopens
+def shim(shim_path):
+    """(path, the stand-in loaded with ctypes: the same instance the uploader dlopens)."""
+    lib = ctypes.CDLL(str(shim_path))
     lib.shim_calls.restype = ctypes.c_char_p
     lib.shim_reset()
-    yield path, lib
+    yield shim_path, lib
     lib.shim_reset()
 
 

@@ -511,16 +511,6 @@ def test_interpreter_exit_with_live_batches_and_views(daemon_factory, tmp_path):
 
 # ---- the CUDA binding ----------------------------------------------------------------------------
 
-@pytest.fixture
-def shim_path():
-    path = build_dir() / "tests" / "cuda_shim" / "libcuda.so.1"
-    if not path.exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI=true but the libcuda stand-in is missing at {path}")
-        pytest.skip(f"no libcuda stand-in at {path}")
-    return path
-
-
 def test_cuda_upload_bad_destinations(daemon_factory, tmp_path, shim_path):
     d = daemon_factory(id_job(tmp_path, count=40, extra="ring: {slots: 3}\n"))
     with d.client() as client:
