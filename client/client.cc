@@ -217,6 +217,18 @@ int Client::daemon_pid() const { return attachment_->daemon_pid; }
 const std::string& Client::job() const { return attachment_->job; }
 const std::string& Client::segment_name() const { return attachment_->segment.name(); }
 
+uint32_t Client::slot_count() const { return attachment_->ring.slot_count; }
+
+uint32_t Client::slots_held() const {
+  const detail::Attachment& a = *attachment_;
+  uint32_t held = 0;
+  for (uint32_t i = 0; i < a.ring.slot_count; ++i) {
+    const shm::SlotWord w = shm::SlotWord::Unpack(a.ring.header(i)->word.load(std::memory_order_relaxed));
+    held += w.state == shm::SlotState::kHeld && w.owner == a.consumer_id;
+  }
+  return held;
+}
+
 std::span<uint8_t> Client::slots_region() const {
   const detail::Attachment& a = *attachment_;
   // CheckSuperblock has checked slots_offset + slot_count * slot_stride <= the mapping's size.

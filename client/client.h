@@ -87,6 +87,10 @@ class Client {
   // page boundary (4 KiB) and spans whole pages, as cuMemHostRegister and friends need.
   // Valid while this Client or any of its Batches lives.
   std::span<uint8_t> slots_region() const;
+  // Ring slots in all, and how many this consumer holds now (batches taken and not released,
+  // here or in a binding's views): when they are equal, Next can only time out. For messages.
+  uint32_t slot_count() const;
+  uint32_t slots_held() const;
 
  private:
   explicit Client(std::shared_ptr<detail::Attachment> attachment);

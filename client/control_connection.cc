@@ -40,7 +40,8 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     if (err == ENOENT || err == ECONNREFUSED) {
       message += "; is ringfeedd running for job " + job +
                  " (systemctl status ringfeed@" + job + ")? If it uses another runtime directory, "
-                 "set RINGFEED_RUNTIME_DIR or ClientOptions::runtime_dir to it";
+                 "set RINGFEED_RUNTIME_DIR or the client's runtime_dir option (ClientOptions::runtime_dir; "
+                 "runtime_dir= in Python) to it";
     } else if (err == EACCES) {
       message += "; run the trainer as the daemon's user or in the job's permissions.group";
     }

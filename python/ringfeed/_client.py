@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
@@ -118,6 +119,7 @@ class Client:
         self._core = _core._Client(job, -1 if rank is None else rank, runtime_dir, float(liveness_timeout))
         self._schema = [Feature(name, _NUMPY_DTYPES[dtype], kind, tuple(shape))
                         for name, dtype, kind, shape in self._core.features()]
+        self._taken = 0  # batches this client took: none at the end of data earns a warning
 
     # -- batches ---------------------------------------------------------------------------
     def next(self, timeout=_DEFAULT) -> Optional[_core.Batch]:
@@ -138,15 +140,27 @@ class Client:
             A signal handler raised while waiting.
         """
         seconds = self._timeout if timeout is _DEFAULT else _seconds(timeout, "timeout")
-        return self._core.next(seconds)
+        return self._take(seconds)
 
     def __iter__(self) -> Iterator[_core.Batch]:
         return self
 
     def __next__(self) -> _core.Batch:
-        batch = self._core.next(self._timeout)
+        batch = self._take(self._timeout)
         if batch is None:
             raise StopIteration
+        return batch
+
+    def _take(self, seconds) -> Optional[_core.Batch]:
+        batch = self._core.next(seconds)
+        if batch is not None:
+            self._taken += 1
+        elif self._taken == 0:
+            self._taken = -1  # warn once
+            warnings.warn(
+                f"job {self.job}: the data ended before this client took any batch — the daemon (pid "
+                f"{self.daemon_pid}) has already served all its epochs to earlier consumers. Restart it "
+                f"(or set epochs: 0 to run until stopped) to train again.", RuntimeWarning, stacklevel=3)
         return batch
 
     # -- the job ---------------------------------------------------------------------------

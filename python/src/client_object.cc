@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 #include "python/src/batch_object.h"
 
@@ -83,7 +84,17 @@ nb::object ClientObject::Next(double timeout_s) {
     if (client_ == nullptr) throw ClientError("ringfeed.Client for job " + job() + " was closed while waiting");
     const auto now = Clock::now();
     if (now >= deadline) {
-      throw TimeoutReached("no batch of job " + job() + " within " + std::to_string(timeout_s) +
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", timeout_s);
+      const uint32_t held = client->slots_held(), slots = client->slot_count();
+      if (held == slots) {
+        throw TimeoutReached("no batch of job " + job() + " within " + seconds + " s: this client holds all " +
+                             std::to_string(slots) +
+                             " slots of the ring (batches or arrays viewing them still alive), so the daemon "
+                             "has nowhere to put the next batch; release them (batch.release(), del the arrays, "
+                             "copy what must outlive a batch)");
+      }
+      throw TimeoutReached("no batch of job " + job() + " within " + seconds +
                            " s (the daemon is running but has produced nothing new; see ringfeedctl status " +
                            job() + ")");
     }

@@ -225,7 +225,7 @@ def test_dropped_batches_and_views_free_their_slots(daemon_factory, tmp_path):
         # Views of three batches hold the whole ring: the daemon can fill nothing more.
         views = [client.next()["id"] for _ in range(3)]
         assert held(d) == 3
-        with pytest.raises(ringfeed.Timeout) as raised:
+        with pytest.raises(ringfeed.Timeout, match=r"within 0\.3 s: this client holds all 3 slots") as raised:
             client.next(timeout=0.3)
         assert isinstance(raised.value, TimeoutError)
         views.pop()
@@ -394,3 +394,13 @@ def test_ranks_mode_two_processes(daemon_factory, tmp_path):
         results.append(json.loads(out))
     assert len(results[0]) == len(results[1]) == 40
     assert sorted(results[0] + results[1]) == list(range(80))
+
+
+def test_attaching_after_the_data_ended_warns_and_ends(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=8, batch=4))
+    with d.client() as first:
+        assert sum(len(b) for b in first) == 8
+    with d.client() as late:
+        with pytest.warns(RuntimeWarning, match=r"ended before this client took any batch.*Restart it"):
+            assert list(late) == []
+        assert late.next(timeout=0) is None  # warned once
