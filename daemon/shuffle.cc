@@ -26,13 +26,19 @@ uint64_t Xoshiro256StarStar::Next() {
   return result;
 }
 
+// Lemire's multiply-shift needs the 128-bit product (a GCC/Clang extension: __extension__
+// keeps -Wpedantic quiet).
+namespace {
+__extension__ using Uint128 = unsigned __int128;
+}  // namespace
+
 uint64_t Xoshiro256StarStar::UniformBelow(uint64_t n) {
-  unsigned __int128 m = static_cast<unsigned __int128>(Next()) * n;
+  Uint128 m = static_cast<Uint128>(Next()) * n;
   uint64_t low = static_cast<uint64_t>(m);
   if (low < n) {
     const uint64_t threshold = (0 - n) % n;
     while (low < threshold) {
-      m = static_cast<unsigned __int128>(Next()) * n;
+      m = static_cast<Uint128>(Next()) * n;
       low = static_cast<uint64_t>(m);
     }
   }
