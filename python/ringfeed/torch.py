@@ -190,9 +190,17 @@ class RingfeedIterable(_Base):
                 else:
                     if uploader is None:
                         uploader, stream = self._cuda_uploader(client)
-                    out.update(_upload_to_cuda(batch, numeric, self.device, stream, uploader))
-                    # Work on the consumer's stream sees the copies (a no-op when it is `stream`).
-                    torch.cuda.current_stream(self.device).wait_stream(stream)
+                    uploaded = _upload_to_cuda(batch, numeric, self.device, stream, uploader)
+                    current = torch.cuda.current_stream(self.device)
+                    if current != stream:
+                        # Work on the consumer's stream sees the copies, and the caching
+                        # allocator does not hand the tensors' memory to `stream` again while
+                        # that work may still use it.
+                        current.wait_stream(stream)
+                        for value in uploaded.values():
+                            for t in value if isinstance(value, tuple) else (value,):
+                                t.record_stream(current)
+                    out.update(uploaded)
                 del batch
                 yield out
         finally:
