@@ -207,10 +207,14 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
                 Bytes(limits.value("memory_budget_bytes", 0.0)).c_str(), limits.value("memory_budget_source", "").c_str(),
                 Bytes(limits.value("read_ahead_budget_bytes", 0.0)).c_str());
   out << buf;
-  if (a.value("runnable_threads", int64_t{0}) > limits.value("runnable_threads", int64_t{0}) &&
-      knobs.value("readers", int64_t{0}) <= 1 && knobs.value("workers", int64_t{0}) <= 1) {
-    out << "           (over the CPU budget at the floor: one reader, one worker and the sequencer always run;\n"
-           "            the reader counts as runnable when it copies from the page cache. Not an error.)\n";
+  if (a.value("runnable_threads", int64_t{0}) > limits.value("runnable_threads", int64_t{0})) {
+    if (fixed.find("workers") != std::string::npos || fixed.find("readers") != std::string::npos) {
+      out << "           (over the CPU budget because the config fixes " << fixed
+          << "; the tuner never changes fixed knobs)\n";
+    } else if (knobs.value("readers", int64_t{0}) <= 1 && knobs.value("workers", int64_t{0}) <= 1) {
+      out << "           (over the CPU budget at the floor: one reader, one worker and the sequencer always run;\n"
+             "            the reader counts as runnable when it copies from the page cache. Not an error.)\n";
+    }
   }
   if (a.contains("measured") && a["measured"].value("interval_seconds", 0.0) > 0) {
     const auto& m = a["measured"];
