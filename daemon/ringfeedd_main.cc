@@ -17,9 +17,9 @@ namespace {
 // defaults, a block over the mmap threshold (128 KiB at first) is mmapped and munmapped, and a
 // free that leaves more than twice that threshold unused at the top of a heap gives it back to
 // the kernel (trim); either way the memory returns as fresh zero-filled pages, a page fault per
-// 4 KiB. On 100 KB records that was 6-10% of the daemon's profile, and
-// GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456:glibc.malloc.mmap_threshold=33554432
-// cut its CPU by about a quarter (docs/benchmarks.md, "End to end"). So: keep freed memory for
+// 4 KiB. On 100 KB records that was 6-10% of the daemon's profile; with these settings (and
+// records read straight into their allocation) the daemon's page faults halved, 32k -> 16k
+// (docs/benchmarks.md, "End to end", session 4; its CPU moved within the noise). So: keep freed memory for
 // reuse, and mmap only single blocks over 32 MiB (a record that large). Private RSS then stays
 // at the heap's high-water mark instead of following it down; the memory plan (daemon/budget.h)
 // already bounds the peak, not the average. A glibc.malloc setting in GLIBC_TUNABLES wins, so
