@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "client/client.h"  // ForkGeneration
 #include "client/control_connection.h"
 #include "client/schema.h"
 #include "shm/ring.h"
@@ -44,7 +45,7 @@ struct Attachment {
   uint64_t last_heartbeat = 0;
   uint64_t last_heartbeat_change_ns = 0;
 
-  // fork(): the generation (ForkGeneration()) this process was in when it attached. A forked
+  // fork(): the generation (ringfeed::ForkGeneration(), client.h) this process was in when it attached. A forked
   // child shares the mapping but not the parent's consumer: it must neither claim batches as
   // it nor hand back the parent's slots.
   uint64_t fork_generation = 0;
@@ -56,9 +57,6 @@ struct Attachment {
   }
 };
 
-// Counts fork()s of this process (a pthread_atfork child handler, installed on first use): a
-// value read before a fork differs in the child. One relaxed load: cheap enough for Release.
-uint64_t ForkGeneration();
-inline bool Attachment::Forked() const { return fork_generation != ForkGeneration(); }
+inline bool Attachment::Forked() const { return fork_generation != ringfeed::ForkGeneration(); }
 
 }  // namespace ringfeed::detail

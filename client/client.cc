@@ -19,7 +19,6 @@
 #include "shm/shm_error.h"
 
 namespace ringfeed {
-namespace detail {
 namespace {
 std::atomic<uint64_t> fork_generation{0};
 void CountFork() { fork_generation.fetch_add(1, std::memory_order_relaxed); }
@@ -30,7 +29,6 @@ uint64_t ForkGeneration() {
   (void)installed;
   return fork_generation.load(std::memory_order_relaxed);
 }
-}  // namespace detail
 
 namespace {
 
@@ -112,7 +110,7 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
     throw ClientError("ClientOptions::job is empty: set it to the job's name (the job: key of its config)");
   }
   auto a = std::make_shared<detail::Attachment>();
-  a->fork_generation = detail::ForkGeneration();
+  a->fork_generation = ForkGeneration();
   a->job = options.job;
   a->rank = options.rank;
   // At most ~24.8 days (poll()'s int milliseconds; deadlines then never overflow).

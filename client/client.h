@@ -62,6 +62,11 @@ namespace detail {
 struct Attachment;
 }  // namespace detail
 
+// Counts fork()s of this process (a pthread_atfork child handler, installed on first use): a
+// value read before a fork differs in the child. Bindings use it to refuse, in a forked child,
+// what belongs to the parent. Thread-safe; one relaxed atomic load.
+uint64_t ForkGeneration();
+
 class Client {
  public:
   enum class Status { kBatch, kTimeout, kEndOfData };

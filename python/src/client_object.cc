@@ -46,7 +46,7 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
   }
   schema_ = std::move(info);
   owner_pid_ = getpid();
-  generation_ = fork_generation.load(std::memory_order_relaxed);
+  generation_ = ringfeed::ForkGeneration();
   rank_ = client_->rank();
   daemon_pid_ = client_->daemon_pid();
   consumer_id_ = client_->consumer_id();
@@ -57,7 +57,7 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
 
 std::shared_ptr<Client> ClientObject::Get() const {
   if (client_ == nullptr) throw ClientError("ringfeed.Client for job " + job() + " is closed");
-  if (generation_ != fork_generation.load(std::memory_order_relaxed)) {
+  if (generation_ != ringfeed::ForkGeneration()) {
     // Its batches would be claimed under the parent's consumer and its releases would free the
     // parent's slots.
     throw ClientError("ringfeed.Client for job " + job() + " was attached by process " +

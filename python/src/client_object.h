@@ -67,7 +67,7 @@ class ClientObject {
   std::shared_ptr<const SchemaInfo> schema_;
   int rank_ = -1, daemon_pid_ = 0;
   int owner_pid_ = 0;        // the attaching process
-  uint64_t generation_ = 0;  // fork_generation at attach: differs in a forked child
+  uint64_t generation_ = 0;  // ringfeed::ForkGeneration() at attach: differs in a forked child
   uint32_t consumer_id_ = 0;
   std::string segment_name_;
   std::pair<uintptr_t, uint64_t> slots_region_{0, 0};

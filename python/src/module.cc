@@ -7,9 +7,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
-#include <pthread.h>
 
-#include <stdexcept>
 
 #include "client/client_error.h"
 #include "python/src/batch_object.h"
@@ -24,10 +22,6 @@ using ringfeed::python::CudaUploaderObject;
 NB_MODULE(_core, m) {
   m.doc() = "ringfeed's extension module; use the ringfeed package (docs/python.md).";
   ringfeed::python::InitNumpy();
-  // Counts forks so that a child never uses or releases what its parent holds (slot_lease.h).
-  if (pthread_atfork(nullptr, nullptr, [] { ringfeed::python::fork_generation.fetch_add(1); }) != 0) {
-    throw std::runtime_error("ringfeed: pthread_atfork failed");
-  }
 
   nb::exception<ringfeed::ClientError>(m, "ClientError", PyExc_RuntimeError);
   nb::exception<ringfeed::python::TimeoutReached>(m, "Timeout", PyExc_TimeoutError);

@@ -11,9 +11,10 @@
 //     naming the features in `live` otherwise, so Python never reads a released slot.
 //
 // fork(): a forked child shares the ring with its parent but not the parent's holds. A lease
-// made before the fork is dropped in the child without handing the slot back (its C++ Batch is
-// leaked there), so a child's `del batch` or interpreter exit never frees a slot its parent
-// is still reading. fork_generation counts forks in this process (pthread_atfork, module.cc).
+// made before the fork is dropped in the child without handing the slot back (the client
+// library's Batch leaves a parent's slot alone in a forked child), so a child's `del batch` or
+// interpreter exit never frees a slot its parent is still reading. ringfeed::ForkGeneration()
+// (client/client.h) tells a lease or client taken before a fork.
 //
 // Thread-safety: the counts are only touched with the GIL held (array creation, capsule
 // destruction, release), which serialises them; the slot release itself is a lock-free CAS.
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "client/batch.h"
+#include "client/client.h"
 #include "client/schema.h"
 
 namespace ringfeed::python {
@@ -46,27 +48,19 @@ struct SchemaInfo {
   std::vector<int> numpy_type;  // per feature: NPY_* of the values (NPY_UINT8 for bytes)
 };
 
-// Forks of this process so far, as seen by this process (bumped in each child by the
-// pthread_atfork handler that module.cc installs): a value taken before a fork differs after it.
-inline std::atomic<uint64_t> fork_generation{0};
-
 struct SlotLease {
   SlotLease() = default;
   SlotLease(const SlotLease&) = delete;
   SlotLease& operator=(const SlotLease&) = delete;
-  ~SlotLease() {
-    // In a forked child the slot is the parent's: leak the Batch so that its destructor does
-    // not release it (the child's copy of the memory goes away with the child).
-    if (forked()) new ringfeed::Batch(std::move(batch));
-  }
-  // True in a process forked after this lease was taken.
-  bool forked() const { return generation != fork_generation.load(std::memory_order_relaxed); }
+  // True in a process forked after this lease was taken (the client library's fork count; its
+  // Batch destructor already leaves a parent's slot alone in a child).
+  bool forked() const { return generation != ringfeed::ForkGeneration(); }
 
   ringfeed::Batch batch;  // holds the slot until released or destroyed
   std::shared_ptr<const SchemaInfo> schema;
   std::vector<uint32_t> live;  // per feature: view capsules alive
   uint32_t live_total = 0;
-  uint64_t generation = fork_generation.load(std::memory_order_relaxed);
+  uint64_t generation = ringfeed::ForkGeneration();
   int owner_pid = 0;  // the process that took the batch (errors in a forked child)
 };
 
