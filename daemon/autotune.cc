@@ -54,8 +54,7 @@ Autotune::Autotune(AutotuneOptions options, Pipeline& pipeline, shm::Segment& se
       consumers_(consumers),
       tuner_(options_.limits, options_.initial, options_.fixed) {
   last_.knobs = options_.initial;
-  // Until the first interval is measured: readers count as waiting (none has used CPU yet).
-  last_.runnable_threads = options_.initial.workers + 1;
+  // Until the first interval is measured: no CPU used yet, readers counted as waiting.
   last_.blocked_io_threads = options_.initial.readers;
 }
 
@@ -141,6 +140,11 @@ void Autotune::Run() {
     prev_sched = sched;
     o.sequencer_read_wait_fraction = Fraction(s.read_wait_ns - prev.read_wait_ns, elapsed);
     o.parse_busy_fraction = Fraction(s.parse_busy_ns - prev.parse_busy_ns, elapsed * workers);
+    const uint64_t parse_busy = s.parse_busy_ns - prev.parse_busy_ns;
+    o.parse_cpu_fraction = parse_busy == 0 ? 1.0
+                                           : std::clamp(static_cast<double>(s.parse_cpu_ns - prev.parse_cpu_ns) /
+                                                            static_cast<double>(parse_busy), 0.0, 1.0);
+    o.cpu_cores = cpu_delta / 1e9 / elapsed;
     o.sequencer_slot_wait_fraction = Fraction(s.slot_wait_ns - prev.slot_wait_ns, elapsed);
     o.ready_slots_mean = ready_samples > 0 ? ready_sum / static_cast<double>(ready_samples) : 0;
     o.ready_slots_min = ready_samples > 0 ? ready_min : 0;
@@ -150,13 +154,14 @@ void Autotune::Run() {
     const TunerDecision decision = tuner_.Observe(o);
     spdlog::debug(
         "autotune: {:.2f} s, {} records ({:.0f}/s), {} consumers waited {:.0f}%, read busy {:.0f}% (cpu {:.0f}%), "
-        "sequencer waited for reads {:.0f}% / slots {:.0f}%, parse busy {:.0f}%, ready {:.1f} (min {}); "
-        "readers {} read_ahead {} workers {} prefetch {}, {} runnable + {} blocked-I/O threads",
+        "sequencer waited for reads {:.0f}% / slots {:.0f}%, parse busy {:.0f}% (cpu {:.0f}%), ready {:.1f} (min {}), "
+        "{:.2f} cores; readers {} read_ahead {} workers {} prefetch {}, {:.2f} cores projected, {} blocked-I/O readers",
         elapsed, o.records, static_cast<double>(o.records) / elapsed, o.consumers, 100 * o.consumer_wait_fraction,
         100 * o.read_busy_fraction, 100 * o.read_cpu_fraction, 100 * o.sequencer_read_wait_fraction,
-        100 * o.sequencer_slot_wait_fraction, 100 * o.parse_busy_fraction, o.ready_slots_mean, o.ready_slots_min,
-        decision.knobs.readers, shm::HumanBytes(decision.knobs.stream_buffer_bytes), decision.knobs.workers,
-        decision.knobs.prefetch, decision.runnable_threads, decision.blocked_io_threads);
+        100 * o.sequencer_slot_wait_fraction, 100 * o.parse_busy_fraction, 100 * o.parse_cpu_fraction,
+        o.ready_slots_mean, o.ready_slots_min, o.cpu_cores, decision.knobs.readers,
+        shm::HumanBytes(decision.knobs.stream_buffer_bytes), decision.knobs.workers, decision.knobs.prefetch,
+        decision.cpu_cores, decision.blocked_io_threads);
     for (const TunerChange& c : decision.changes) {
       spdlog::debug("autotune: {} {} -> {}: {}", c.knob, c.from, c.to, c.reason);
     }
@@ -205,13 +210,13 @@ nlohmann::json Autotune::StatusJson() const {
           {"limits",
            {{"cpu_budget_cores", options_.cpu_budget_cores},
             {"cpu_budget_source", options_.cpu_budget_source},
-            {"runnable_threads", l.cpu_threads},
             {"memory_budget_bytes", options_.memory_budget_bytes},
             {"memory_budget_source", options_.memory_budget_source},
             {"read_ahead_budget_bytes", l.read_ahead_budget_bytes},
             {"max_readers", l.max_readers},
             {"max_workers", l.max_workers},
             {"max_prefetch", l.max_prefetch}}},
+          {"cpu_cores", last_.cpu_cores},
           {"runnable_threads", last_.runnable_threads},
           {"blocked_io_threads", last_.blocked_io_threads},
           {"interval_seconds", last_.next_interval_seconds},
@@ -220,10 +225,12 @@ nlohmann::json Autotune::StatusJson() const {
             {"records_per_second", m.interval_seconds > 0 ? static_cast<double>(m.records) / m.interval_seconds : 0.0},
             {"consumers", m.consumers},
             {"consumer_wait_fraction", m.consumer_wait_fraction},
+            {"cpu_cores", m.cpu_cores},
             {"read_busy_fraction", m.read_busy_fraction},
             {"read_cpu_fraction", m.read_cpu_fraction},
             {"sequencer_read_wait_fraction", m.sequencer_read_wait_fraction},
             {"parse_busy_fraction", m.parse_busy_fraction},
+            {"parse_cpu_fraction", m.parse_cpu_fraction},
             {"sequencer_slot_wait_fraction", m.sequencer_slot_wait_fraction},
             {"ready_batches_mean", m.ready_slots_mean},
             {"ready_batches_min", m.ready_slots_min},

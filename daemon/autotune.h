@@ -45,20 +45,13 @@ class Autotune {
 
   void Start();
   void Stop();
-  // {"knobs": {...}, "fixed": [...], "limits": {...}, "runnable_threads", "blocked_io_threads",
+  // {"knobs": {...}, "fixed": [...], "limits": {...}, "cpu_cores", "runnable_threads", "blocked_io_threads",
   //  "interval_seconds", "measured": {the last interval's TunerObservation, fractions in [0, 1]},
   //  "changes": [{"at_seconds", "knob", "from", "to", "reason"}, ...]}
   nlohmann::json StatusJson() const;
 
  private:
-  struct Totals {
-    double at_seconds = 0;
-    uint64_t records = 0, read_busy_ns = 0, read_cpu_ns = 0, read_wait_ns = 0, parse_busy_ns = 0, slot_wait_ns = 0;
-    uint64_t consumer_wait_ns = 0;
-    int64_t consumers = 0;
-  };
   void Run();
-  Totals Sample() const;
   void Apply(const TunerKnobs& before, const TunerKnobs& after);
 
   AutotuneOptions options_;

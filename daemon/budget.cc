@@ -314,12 +314,6 @@ CpuBudget DetectCpuBudget(const SystemPaths& paths) {
   return budget;
 }
 
-int64_t RunnableThreads(double cores) {
-  if (!(cores >= 1)) return 1;  // also NaN
-  constexpr double kMax = 1 << 20;
-  return static_cast<int64_t>(std::floor(std::min(cores, kMax)));
-}
-
 // ---- Memory -------------------------------------------------------------------------------------
 
 MemoryBudgetDefault DefaultMemoryBudget(const SystemPaths& paths) {

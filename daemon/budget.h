@@ -88,12 +88,6 @@ struct CpuBudget {
 
 CpuBudget DetectCpuBudget(const SystemPaths& paths = {});
 
-// The tuner's cap on runnable (CPU-consuming) threads for a CPU budget of `cores`:
-// floor(cores), at least 1. Floor, not round: a group over its CFS quota is throttled for the
-// rest of the period (100 ms by default), a stall every consumer sees, whereas leaving a
-// fraction of a core unused costs little. At least 1, since the sequencer must run.
-int64_t RunnableThreads(double cores);
-
 // ---- Memory -----------------------------------------------------------------------------------
 
 constexpr uint64_t kMemoryBudgetCap = uint64_t{2} << 30;  // the default never exceeds 2 GiB

@@ -195,25 +195,24 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
   for (const auto& f : a["fixed"]) fixed += (fixed.empty() ? "" : ", ") + f.get<std::string>();
   std::snprintf(buf, sizeof buf,
                 "autotune   readers %lld, read-ahead %s per file, workers %lld, prefetch %lld%s\n"
-                "           threads: %lld runnable of %lld allowed (cpu_budget %.2g cores: %s); %lld readers mostly waiting (storage, room), not counted\n"
+                "           CPU: %.2f of %.3g cores (cpu_budget: %s); %lld readers mostly waiting (storage, room)\n"
                 "           memory_budget %s (%s): read-ahead may use %s\n",
                 static_cast<long long>(knobs.value("readers", int64_t{0})),
                 Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(), static_cast<long long>(knobs.value("workers", int64_t{0})),
                 static_cast<long long>(knobs.value("prefetch", int64_t{0})),
-                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(),
-                static_cast<long long>(a.value("runnable_threads", int64_t{0})),
-                static_cast<long long>(limits.value("runnable_threads", int64_t{0})), limits.value("cpu_budget_cores", 0.0),
-                limits.value("cpu_budget_source", "").c_str(), static_cast<long long>(a.value("blocked_io_threads", int64_t{0})),
+                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(), a.value("cpu_cores", 0.0),
+                limits.value("cpu_budget_cores", 0.0), limits.value("cpu_budget_source", "").c_str(),
+                static_cast<long long>(a.value("blocked_io_threads", int64_t{0})),
                 Bytes(limits.value("memory_budget_bytes", 0.0)).c_str(), limits.value("memory_budget_source", "").c_str(),
                 Bytes(limits.value("read_ahead_budget_bytes", 0.0)).c_str());
   out << buf;
-  if (a.value("runnable_threads", int64_t{0}) > limits.value("runnable_threads", int64_t{0})) {
+  if (a.value("cpu_cores", 0.0) > 1.05 * limits.value("cpu_budget_cores", 0.0)) {
     if (fixed.find("workers") != std::string::npos || fixed.find("readers") != std::string::npos) {
       out << "           (over the CPU budget because the config fixes " << fixed
           << "; the tuner never changes fixed knobs)\n";
     } else if (knobs.value("readers", int64_t{0}) <= 1 && knobs.value("workers", int64_t{0}) <= 1) {
-      out << "           (over the CPU budget at the floor: one reader, one worker and the sequencer always run;\n"
-             "            the reader counts as runnable when it copies from the page cache. Not an error.)\n";
+      out << "           (over the CPU budget at the floor: one reader, one worker and the sequencer always run.\n"
+             "            Not an error; give the job more CPU or accept it.)\n";
     }
   }
   if (a.contains("measured") && a["measured"].value("interval_seconds", 0.0) > 0) {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 
+#include "daemon/thread_clock.h"
 #include "shm/futex.h"
 #include "shm/ring.h"
 
@@ -13,10 +14,6 @@ constexpr auto kSlotWait = std::chrono::milliseconds(100);
 constexpr auto kPrefetchPoll = std::chrono::milliseconds(2);
 constexpr uint64_t kLogBurst = 20;  // skipped records logged one by one before rate limiting
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 }  // namespace
 
 Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Segment& segment,
@@ -34,7 +31,7 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
   sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
     read_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
-    const int64_t now = NowNs();
+    const int64_t now = MonotonicNs();
     if (n < kLogBurst || now >= skip_log_next_ns_.load(std::memory_order_relaxed)) {
       skip_log_next_ns_.store(now + 1'000'000'000, std::memory_order_relaxed);
       spdlog::warn("skipped (on_error: skip): {} [{} skipped so far]", error.message,
@@ -125,7 +122,7 @@ bool Pipeline::AcquireSlot(uint32_t* slot) {
   const uint32_t count = sb->slot_count;
   int64_t wait_start = 0;
   auto count_wait = [&] {
-    if (wait_start != 0) slot_wait_ns_.fetch_add(static_cast<uint64_t>(NowNs() - wait_start), std::memory_order_relaxed);
+    if (wait_start != 0) slot_wait_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wait_start), std::memory_order_relaxed);
   };
   for (;;) {
     const uint32_t seen = sb->free_futex.load(std::memory_order_acquire);
@@ -158,7 +155,7 @@ bool Pipeline::AcquireSlot(uint32_t* slot) {
         }
       }
     }
-    if (wait_start == 0) wait_start = NowNs();
+    if (wait_start == 0) wait_start = MonotonicNs();
     // Counted in free_waiters, so releases wake us. A consumer claiming a ready batch (which
     // lowers loader_owned) does not, hence the short poll when only prefetch holds us back.
     shm::WaitForFree(ring_, seen, prefetch_reached ? kPrefetchPoll : kSlotWait);
@@ -207,14 +204,16 @@ void Pipeline::RunWorker(size_t id) {
       work_.pop_front();
       ++busy_workers_;
     }
-    const int64_t parse_start = NowNs();
+    const int64_t parse_start = MonotonicNs();
+    const int64_t parse_cpu_start = ThreadCpuNs();
     BatchWriter::Result result = writer.Write(work.job, work.slot, options_.sequencer.skip_errors,
                                               options_.sequencer.files);
-    parse_busy_ns_.fetch_add(static_cast<uint64_t>(NowNs() - parse_start), std::memory_order_relaxed);
+    parse_cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - parse_cpu_start), std::memory_order_relaxed);
+    parse_busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - parse_start), std::memory_order_relaxed);
     for (const std::string& skipped : result.skipped) {
       parse_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
       const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
-      const int64_t now = NowNs();
+      const int64_t now = MonotonicNs();
       if (n < kLogBurst || now >= skip_log_next_ns_.load(std::memory_order_relaxed)) {
         skip_log_next_ns_.store(now + 1'000'000'000, std::memory_order_relaxed);
         spdlog::warn("skipped (on_error: skip): {} [{} skipped so far]", skipped,
@@ -307,6 +306,7 @@ PipelineStats Pipeline::Snapshot() const {
   s.read_cpu_ns = read_ahead_->cpu_ns();
   s.read_wait_ns = read_ahead_->consumer_wait_ns();
   s.parse_busy_ns = parse_busy_ns_.load(std::memory_order_relaxed);
+  s.parse_cpu_ns = parse_cpu_ns_.load(std::memory_order_relaxed);
   s.slot_wait_ns = slot_wait_ns_.load(std::memory_order_relaxed);
   const shm::Superblock* sb = segment_.superblock();
   for (uint32_t i = 0; i < sb->slot_count; ++i) {

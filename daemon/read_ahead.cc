@@ -1,10 +1,9 @@
 #include "daemon/read_ahead.h"
 
-#include <time.h>
-
 #include <algorithm>
-#include <chrono>
 #include <cstring>
+
+#include "daemon/thread_clock.h"
 
 namespace ringfeed {
 namespace {
@@ -13,17 +12,6 @@ namespace {
 constexpr size_t kRecordsPerTurn = 256;
 // A record's length and CRCs in the stream (the reader's offset counts them).
 constexpr uint64_t kRecordHeaderFooterBytes = 16;
-
-int64_t WallNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-int64_t ThreadCpuNs() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
 
 // Where a read-ahead turn has the reader put each payload (TFRecordReader::NextInto): records up
 // to kOwnAllocationBytes at the end of the turn's chunk, larger ones (or all, without chunks) in
@@ -115,9 +103,9 @@ StreamItem FileStream::Next() {
     local_next_ = 0;
     std::unique_lock lock(owner_->mutex_);
     if (items_.empty() && !owner_->stopping_) {
-      const int64_t start = WallNs();
+      const int64_t start = MonotonicNs();
       ready_.wait(lock, [&] { return !items_.empty() || owner_->stopping_; });
-      owner_->consumer_wait_ns_.fetch_add(static_cast<uint64_t>(WallNs() - start), std::memory_order_relaxed);
+      owner_->consumer_wait_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - start), std::memory_order_relaxed);
     }
     if (items_.empty()) return {};  // stopping: kEnd
     local_.swap(items_);
@@ -241,7 +229,7 @@ void ReadAhead::Run(size_t id) {
     stream->busy_ = true;
     const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
     lock.unlock();
-    const int64_t wall_start = WallNs();
+    const int64_t wall_start = MonotonicNs();
     const int64_t cpu_start = ThreadCpuNs();
 
     // Read a turn's worth outside the lock, then hand the items over in one go. Records up to
@@ -285,7 +273,7 @@ void ReadAhead::Run(size_t id) {
 
     allocator.Release();
     cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
-    busy_ns_.fetch_add(static_cast<uint64_t>(WallNs() - wall_start), std::memory_order_relaxed);
+    busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wall_start), std::memory_order_relaxed);
     lock.lock();
     stream->busy_ = false;
     stream->finished_ = finished;

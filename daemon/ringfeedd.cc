@@ -305,8 +305,8 @@ int RunDaemon(const DaemonOptions& options) {
     const uint64_t slot_bytes = plan.slot_bytes;
     const shm::Geometry geometry = plan.geometry;
     spdlog::info("{}", plan.memory.Describe());
-    spdlog::info("cpu_budget {:.3g} cores ({}): at most {} runnable threads", plan.autotune.cpu_budget_cores,
-                 plan.autotune.cpu_budget_source, plan.autotune.limits.cpu_threads);
+    spdlog::info("cpu_budget {:.3g} cores ({}): the CPU the daemon's threads may use together",
+                 plan.autotune.cpu_budget_cores, plan.autotune.cpu_budget_source);
 
     // 3. Segment.
     std::optional<gid_t> group;

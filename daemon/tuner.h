@@ -19,13 +19,18 @@
 //     (hysteresis, no oscillation).
 //   - When consumers never wait, capacity that is not used (idle workers, idle I/O threads, a
 //     ring that never drains below several ready batches) is taken back one step at a time,
-//     and a step that makes consumers wait is undone.
+//     and a step that makes consumers wait is undone. While they wait and nothing can be
+//     raised, idle workers are taken back too, and a step that loses throughput is undone.
 //   - Intervals start short (fast settling) and lengthen while nothing changes.
 //
 // The numbers (public constants below; the algorithm step by step in tuner.cc's top comment):
 // consumers "wait" at >= 5% of the interval; a stage is saturated at >= 85% busy, or the read
-// stage when the sequencer waits >= 25% for records while readers are >= 75% busy; a raise is kept when throughput gains
-// >= 5% over the interval before it, else it is taken back and the knob is not raised again for
+// stage when the sequencer waits >= 25% for records while readers are >= 75% busy; when
+// consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
+// each waiting for the other: a loader short of CPU time rather than of one stage's
+// parallelism), one more worker is tried, so that parsing goes on while the others wait;
+// when nothing can be raised, idle workers are stepped down (must not lose throughput); a
+// raise is kept when throughput gains >= 5% over the interval before it, else it is taken back and the knob is not raised again for
 // 120 s (doubling on each further failure, up to 960 s); a step down is taken only if the stage
 // would stay <= 85% busy with one step less, and never back to a level a kept raise left; a
 // shift of throughput by > 20% or of consumer wait by > 20 points, lasting two intervals (one is
@@ -33,27 +38,33 @@
 // in progress (its step stays); it clears hold-offs and those floors only when consumers came
 // or went, started or stopped waiting, or throughput moved by more than 50%. Prefetch is raised only when the ring runs dry yet
 // holds >= 0.75 batches on average (bursts); a ring empty all the time is a loader that is
-// slower than its consumers, where prefetch cannot help. Intervals: 0.25 s, x1.5 per quiet interval, up to 2 s.
+// slower than its consumers, where prefetch cannot help (there one more worker is tried, if
+// the measured CPU leaves 5% headroom). Intervals: 0.25 s, x1.5 per quiet
+// interval, up to 2 s; the interval that judges a trial is at least 0.5 s.
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
 // workers and prefetch +-1 (prefetch down by half the batches that never left the ring).
 //
 // Budgets (Limits), checked before every change, never exceeded:
-//   - CPU: runnable threads = workers + 1 (the sequencer) + the I/O threads that are CPU-bound
-//     (see Observation::read_cpu_fraction) must stay <= Limits::cpu_threads. I/O threads blocked
-//     in reads do not count; Decision reports how many there are.
-//     CPU-bound readers = round(readers x read_busy_fraction x read_cpu_fraction), the cores
-//     the I/O threads used in the last interval with reads: a reader that inflates GZIP all
-//     the time counts as one, one that waits for storage or for room in its buffer (the
-//     parse-bound local case: ~15% busy) does not.
+//   - CPU: the process's CPU use, in cores (CPU-seconds per second of all its threads, measured
+//     each interval: Observation::cpu_cores), must stay within Limits::cpu_cores. That is the
+//     time-averaged number of its threads on a CPU: a worker parsing all the time counts as
+//     one, a sequencer or a reader that is on the CPU 30% of the time as 0.3, a reader blocked
+//     in I/O as nothing (Decision reports how many readers mostly wait: blocked_io_threads). The
+//     cgroup CPU quota counts the same way. A raise is allowed when the projected use stays
+//     within the budget: the measured use plus, per added thread, what each thread of that stage
+//     used in the last interval (workers: parse_busy_fraction x parse_cpu_fraction; readers:
+//     read_busy_fraction x read_cpu_fraction). A measured use over the budget by more than
+//     kCpuTolerance lowers the less busy stage (in the next decision, before anything else) and
+//     holds that knob's raises off, as a failed trial does.
 //   - memory: the read-ahead (open files x stream_buffer_bytes) must stay within
 //     Limits::read_ahead_budget_bytes, the part of pipeline.memory_budget left to it (see
 //     daemon/budget.h). Open files = open_files_base + readers. Unless fixed,
 //     stream_buffer_bytes = StreamBufferBytesFor(limits, readers) (budget / open files, clamped
 //     to the max, 4 KiB multiple) after every change of readers; readers are raised only while
 //     that stays >= min_stream_buffer_bytes.
-//   Knobs over a budget (an initial setting, or readers that turned CPU-bound) are lowered in
+//   Knobs over a budget (an initial setting, or stages that turned CPU-hungrier) are lowered in
 //   the next decision, before anything else. The floor (1 reader, 1 worker, prefetch 1) always
-//   runs, even if it alone is over cpu_threads (budget.h's start-up check is the place to refuse).
+//   runs, even if it alone is over cpu_cores.
 // Fixed knobs (a number in the config) are never changed, not even to meet a budget.
 //
 // Determinism: no clocks, no randomness; the same observations give the same decisions. Time
@@ -87,7 +98,7 @@ struct TunerFixed {
 };
 
 struct TunerLimits {
-  int64_t cpu_threads = 1;              // runnable threads allowed: floor(cpu_budget), >= 1... see budget.h
+  double cpu_cores = 1;                 // CPU budget: cores the process may use (pipeline.cpu_budget)
   uint64_t read_ahead_budget_bytes = 64u << 20;  // for all open files' read-ahead together
   int64_t open_files_base = 4;          // files open for the interleave besides the readers' (cycle_length)
   int64_t max_readers = 16;
@@ -103,12 +114,14 @@ struct TunerObservation {
   uint64_t records = 0;                 // records published in the interval
   int64_t consumers = 0;                // attached consumers (0: nothing to tune for; hold)
   double consumer_wait_fraction = 0;    // mean over consumers of the time spent waiting in next()
+  double cpu_cores = 0;                 // CPU-seconds per second used by the whole process (all threads)
   // Read stage (I/O threads).
   double read_busy_fraction = 0;        // mean over I/O threads of the time spent reading
   double read_cpu_fraction = 0;         // CPU time of I/O threads / their busy time (1: CPU-bound)
   double sequencer_read_wait_fraction = 0;  // sequencer waiting for a record from a stream
   // Parse stage.
   double parse_busy_fraction = 0;       // mean over workers of the time spent parsing
+  double parse_cpu_fraction = 1;        // CPU time of workers / their busy time (< 1: waiting for a core)
   // Hand-off.
   double sequencer_slot_wait_fraction = 0;  // sequencer waiting for a free slot (ring full)
   double ready_slots_mean = 0;          // batches ready in the ring, time-averaged
@@ -128,8 +141,9 @@ struct TunerDecision {
   TunerKnobs knobs;                     // to apply now
   std::vector<TunerChange> changes;     // empty when nothing changed
   double next_interval_seconds = 0.25;  // when to observe next
-  int64_t runnable_threads = 0;         // workers + sequencer + CPU-bound readers
-  int64_t blocked_io_threads = 0;       // readers not counted as runnable
+  double cpu_cores = 0;                 // CPU use in cores, measured in the interval just observed
+  int64_t runnable_threads = 0;         // cpu_cores rounded: threads' worth of CPU in use
+  int64_t blocked_io_threads = 0;       // readers that mostly wait for storage (not CPU)
 };
 
 // "workers 2 -> 3: <reason>", the form for logs.
@@ -146,6 +160,7 @@ class Tuner {
   static constexpr double kRaiseGain = 0.05;              // a raise must gain this much throughput
   static constexpr double kLowerTargetBusy = 0.85;        // a step down must leave the stage at most this busy
   static constexpr double kIoBoundCpuFraction = 0.5;      // readers below it are I/O-blocked (x2 steps)
+  static constexpr double kCpuTolerance = 0.05;           // measured CPU this far over the budget lowers knobs
   static constexpr int64_t kPrefetchQuietIntervals = 3;   // intervals with >= 2 ready batches before lowering
   static constexpr double kForgetFraction = 0.5;          // a shift this large (or a flip of who waits) clears hold-offs
   static constexpr double kShiftFraction = 0.2;           // a regime shift (two intervals running): interval short, hold-offs cleared
@@ -153,6 +168,7 @@ class Tuner {
   static constexpr double kHoldOffSeconds = 120;          // after a failed trial; doubles per failure
   static constexpr double kMaxHoldOffSeconds = 960;
   static constexpr double kShortIntervalSeconds = 0.25;
+  static constexpr double kTrialIntervalSeconds = 0.5;    // the interval a trial is judged on
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;
@@ -203,12 +219,16 @@ class Tuner {
   bool Fixed(Knob k) const;
   static const char* Name(Knob k);
   int64_t CpuBoundReaders(int64_t readers) const;
-  int64_t Runnable(int64_t workers, int64_t readers) const;
+  // The process's CPU use (cores) with these knobs: the last measured use plus or minus, per
+  // thread added or removed, what each thread of that stage used in the last interval.
+  double ProjectedCores(int64_t workers, int64_t readers) const;
+  bool WithinCpuBudget(int64_t workers, int64_t readers) const;
   int64_t MaxReadersForMemory() const;
   // Readers a raise would go to with `workers` workers (== readers: none; *cpu_blocked when
   // only the CPU budget stops it).
   int64_t ReadersRaiseTarget(int64_t workers, bool* cpu_blocked) const;
   bool CanRaiseWorkers(int64_t readers, bool* cpu_blocked) const;
+  std::string CpuUse() const;        // "1.45 of 2 cores (...)" for reasons
   bool Shifted(const Signals& s) const;
   void SetReference(double throughput, double wait, int64_t consumers);
   void Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes);
@@ -231,7 +251,12 @@ class Tuner {
   double read_cpu_fraction_ = 0;      // of the last interval in which readers were busy
   int shift_streak_ = 0;              // consecutive intervals off the reference
   bool reference_seen_ = false;       // reference_* hold a level (has_reference_ may be reset)
-  double read_cpu_share_ = 0;         // read_busy_fraction x read_cpu_fraction, same interval
+  double read_cpu_share_ = 0;         // read_busy_fraction x read_cpu_fraction, same interval:
+                                      // cores per reader
+  double worker_cores_ = 0;           // parse_busy_fraction x parse_cpu_fraction: cores per worker
+  double cpu_cores_ = 0;              // measured in the last interval, whole process
+  int64_t measured_readers_ = 1;      // the knobs cpu_cores_ was measured with
+  int64_t measured_workers_ = 1;
   std::optional<Trial> trial_;
   Hold hold_[kKnobCount];
   // The level a regime shift is measured against (set after every change, once confirmed).

@@ -1,6 +1,7 @@
 #include "daemon/tuning_plan.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "format/compression.h"
 
@@ -45,15 +46,18 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
 
   // Knobs: fixed ones exactly; auto ones between 1 and what the budgets allow.
   TunerLimits& limits = at.limits;
-  limits.cpu_threads = RunnableThreads(at.cpu_budget_cores);
+  limits.cpu_cores = at.cpu_budget_cores;
   limits.open_files_base = pc.cycle_length;
   at.fixed.readers = pc.readers.has_value();
   at.fixed.workers = pc.workers.has_value();
   at.fixed.prefetch = pc.prefetch.has_value();
   at.fixed.stream_buffer_bytes = pc.read_ahead.has_value();
   limits.max_readers = pc.readers.value_or(kMaxAutoReaders);
-  // The sequencer is one runnable thread; the rest of the CPU budget can parse.
-  limits.max_workers = pc.workers.value_or(std::max<int64_t>(1, limits.cpu_threads - 1));
+  // Workers count against the CPU budget by the CPU they use (daemon/tuner.h), so on a few
+  // cores shared with the sequencer, the readers and the consumers, more workers than cores
+  // can pay (each parses while the others wait); twice the cores, at least 2, bounds the ring
+  // slots they hold.
+  limits.max_workers = pc.workers.value_or(std::max<int64_t>(2, 2 * static_cast<int64_t>(std::ceil(at.cpu_budget_cores))));
 
   // Ring: room for the most workers, the most prefetch and one batch held per queue. With
   // auto prefetch, prefetch is capped so that the ring takes at most half of the budget.

@@ -250,18 +250,6 @@ TEST_CASE("hybrid hierarchy: v1 cpu and v2 unified are both read, the smaller qu
   }
 }
 
-TEST_CASE("RunnableThreads: floor of the cores, at least 1", "[cpu]") {
-  CHECK(RunnableThreads(0.25) == 1);
-  CHECK(RunnableThreads(1) == 1);
-  CHECK(RunnableThreads(1.5) == 1);
-  CHECK(RunnableThreads(1.99) == 1);
-  CHECK(RunnableThreads(2) == 2);
-  CHECK(RunnableThreads(15.9) == 15);
-  CHECK(RunnableThreads(std::nan("")) == 1);
-  CHECK(RunnableThreads(-3) == 1);
-  CHECK(RunnableThreads(1e30) == (1 << 20));
-}
-
 // ---- CPU: the real machine -----------------------------------------------------------------------
 
 TEST_CASE("the real machine: affinity = nproc, cores = min(nproc, quota)", "[cpu][real]") {

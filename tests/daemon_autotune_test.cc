@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -207,8 +208,13 @@ TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs
     const json s = daemon.Status();
     INFO(s["autotune"].dump(2));
     CHECK(most_readers <= 2);
-    CHECK(s["autotune"]["limits"]["runnable_threads"].get<int64_t>() >= 1);
-    CHECK(s["autotune"]["runnable_threads"].get<int64_t>() <= s["autotune"]["limits"]["runnable_threads"].get<int64_t>());
+    // The CPU budget in cores: what the process used in the last interval, within it (this job
+    // runs 1 reader and 1-2 workers on a machine of at least 2 cores).
+    const double budget = s["autotune"]["limits"]["cpu_budget_cores"].get<double>();
+    CHECK(budget >= 1);
+    CHECK(s["autotune"]["measured"]["cpu_cores"].get<double>() > 0);
+    CHECK(s["autotune"]["measured"]["cpu_cores"].get<double>() <= budget * 1.05);
+    CHECK(s["autotune"]["runnable_threads"].get<int64_t>() == std::llround(s["autotune"]["cpu_cores"].get<double>()));
     CHECK(s["records"].get<uint64_t>() > 0);
     daemon.Stop();
   }

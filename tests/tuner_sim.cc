@@ -24,16 +24,21 @@ SimPoint TunerSim::Evaluate(const TunerKnobs& knobs, double delivering) const {
   const SimParams& p = params_;
   SimPoint s;
   const double t_io = p.storage_latency_s * p.record_bytes / p.read_bytes;
-  const double f = p.read_cpu_s > 0 ? p.read_cpu_s / (t_io + p.read_cpu_s) : 0;
-  s.cpu_demand = static_cast<double>(knobs.workers) + 1 + static_cast<double>(knobs.readers) * f;
-  const double slowdown = std::max(1.0, s.cpu_demand / p.cores);
+  const double needed = static_cast<double>(p.burst + 1);
+  const double burst_factor = static_cast<double>(knobs.prefetch) >= needed ? 1 : static_cast<double>(knobs.prefetch) / needed;
+  const double cpu_per_record = p.read_cpu_s + p.parse_cpu_s + p.sequencer_cpu_s;
+  // Throughput without contention, then the slowdown its CPU demand brings.
+  const double read0 = t_io + p.read_cpu_s > 0 ? delivering / (t_io + p.read_cpu_s) : kUnlimited;
+  const double parse0 = p.parse_cpu_s > 0 ? static_cast<double>(knobs.workers) / p.parse_cpu_s : kUnlimited;
+  const double demand = std::min({read0, parse0, p.consumer_rate}) * burst_factor * cpu_per_record;
+  const double slowdown = std::max(1.0, demand / p.cores);
+  s.slowdown = slowdown;
   const double per_record = t_io + p.read_cpu_s * slowdown;
   s.read_capacity = per_record > 0 ? delivering / per_record : kUnlimited;
   s.parse_capacity = p.parse_cpu_s > 0 ? static_cast<double>(knobs.workers) / (p.parse_cpu_s * slowdown) : kUnlimited;
   s.read_cpu_fraction = per_record > 0 ? p.read_cpu_s * slowdown / per_record : 0;
-  const double needed = static_cast<double>(p.burst + 1);
-  const double burst_factor = static_cast<double>(knobs.prefetch) >= needed ? 1 : static_cast<double>(knobs.prefetch) / needed;
   s.throughput = std::min({s.read_capacity, s.parse_capacity, p.consumer_rate}) * burst_factor;
+  s.cpu_cores = s.throughput * cpu_per_record;
   s.consumer_wait = p.consumer_rate > 0 ? 1 - s.throughput / p.consumer_rate : 0;
   return s;
 }
@@ -80,6 +85,8 @@ TunerObservation TunerSim::Step(const TunerKnobs& knobs, double interval_seconds
   o.sequencer_read_wait_fraction =
       Clamp01(std::max(0.0, 1 - s.read_capacity / downstream) + (s.read_capacity < downstream ? p.noise * Uniform() : 0));
   o.parse_busy_fraction = Clamp01(noisy(s.throughput / s.parse_capacity));
+  o.parse_cpu_fraction = 1 / s.slowdown;
+  o.cpu_cores = std::max(0.0, noisy(s.cpu_cores));
   o.sequencer_slot_wait_fraction = Clamp01(1 - s.throughput / loader);
   o.ready_slots_min = consumer_bound ? knobs.prefetch - p.burst : 0;
   o.ready_slots_mean = consumer_bound ? static_cast<double>(knobs.prefetch) - 0.5 * static_cast<double>(p.burst)

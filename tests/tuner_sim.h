@@ -6,8 +6,10 @@
 //   storage    a read of R bytes takes L; a record is b file bytes, so I/O per record is
 //              t_io = L x b / R. Reading also costs c_r CPU per record (0 for plain files, the
 //              inflate cost for GZIP). A reader's CPU share of its busy time: f = c_r / (t_io + c_r).
-//   CPU        demand = workers + 1 (sequencer) + readers x f threads. Over `cores`, all CPU
-//              work slows by demand / cores (threads share the cores evenly).
+//   CPU        each record costs c_r + c_p + c_s CPU (c_s: the sequencer's). demand = the cores
+//              the setting would use without contention = T0 x (c_r + c_p + c_s), T0 the
+//              throughput below with no slowdown. Over `cores` (the machine's, not the budget),
+//              all CPU work slows by demand / cores (threads share the cores evenly).
 //   capacity   read  = readers / (t_io + c_r x slowdown)
 //              parse = workers / (c_p x slowdown)
 //   bursts     batches reach the ring in bursts of B; with prefetch p < B + 1 the consumers
@@ -19,6 +21,8 @@
 //   consumer_wait         1 - throughput / C
 //   read_busy / parse_busy  throughput / capacity of the stage
 //   read_cpu_fraction     f (with the slowdown)
+//   cpu_cores             throughput x (c_r + c_p + c_s): the CPU the process used
+//   parse_cpu_fraction    1 / slowdown (a worker's busy time stretched by waiting for a core)
 //   sequencer_read_wait   1 - read / min(parse, C) when reads are the slowest stage, else 0
 //   sequencer_slot_wait   1 - throughput / min(read, parse) (the ring is full when consumers limit)
 //   ready_slots_min       p - B when consumers limit (p >= B + 1), else 0 (the ring runs dry)
@@ -48,6 +52,7 @@ struct SimParams {
   double record_bytes = 4096;       // b: file bytes per record
   double read_cpu_s = 0;            // c_r: reader CPU per record (inflate)
   double parse_cpu_s = 50e-6;       // c_p: parse CPU per record, one worker
+  double sequencer_cpu_s = 0;       // c_s: the sequencer's CPU per record
   double consumer_rate = 10000;     // C: records/s all consumers together take
   int64_t consumers = 1;
   int64_t burst = 1;                // B: batches per burst
@@ -64,7 +69,8 @@ struct SimPoint {
   double throughput = 0;                         // records/s
   double consumer_wait = 0;
   double read_cpu_fraction = 0;
-  double cpu_demand = 0;                         // threads' worth of CPU the setting asks for
+  double cpu_cores = 0;                          // CPU the setting uses (cores)
+  double slowdown = 1;                           // >= 1: CPU work stretched by contention
 };
 
 class TunerSim {

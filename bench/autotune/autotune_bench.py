@@ -134,8 +134,10 @@ def ringfeed_metrics(result, timeline, steady_seconds):
         "run_seconds": run,
         "examples": result["examples"],
         "runnable_threads_max": mx(samples, ("autotune", "runnable_threads")),
+        "cpu_cores_max": round(mx(samples, ("autotune", "measured", "cpu_cores")) or 0, 2) or None,
         "runnable_threads_steady": mx(in_steady, ("autotune", "runnable_threads")),
-        "runnable_threads_limit": (autotune.get("limits") or {}).get("runnable_threads"),
+        "cpu_budget_cores": (autotune.get("limits") or {}).get("cpu_budget_cores"),
+        "cpu_cores_steady": mx(in_steady, ("autotune", "measured", "cpu_cores")),
         "blocked_io_threads_max": mx(samples, ("autotune", "blocked_io_threads")),
         "blocked_io_threads_steady": mx(in_steady, ("autotune", "blocked_io_threads")),
         "tasks_max": mx(samples, ("tasks",)),
@@ -373,6 +375,13 @@ def sec(v):
     return "never" if v is None else f"{v:.1f} s"
 
 
+def within_cpu(m):
+    """ringfeedd's CPU use over the run (CPU-seconds per second, the driver's own measure)
+    within its CPU budget, with the tuner's tolerance (daemon/tuner.h: kCpuTolerance)."""
+    return (m.get("daemon_cores") is not None and m.get("cpu_budget_cores") is not None
+            and m["daemon_cores"] <= 1.05 * m["cpu_budget_cores"])
+
+
 def na(v):
     return "n/a" if v is None else str(v)
 
@@ -408,9 +417,7 @@ def report(doc):
         autos = [r for r in sr if r["contender"].startswith("autotune")]
         fixed = [r for r in sr if r["contender"].startswith("fixed_") and r["metrics"]["steady_examples_per_s"]]
         best = max(fixed, key=lambda r: r["metrics"]["steady_examples_per_s"]) if fixed else None
-        in_budget = [r for r in fixed if r["metrics"]["runnable_threads_steady"] is not None
-                     and r["metrics"]["runnable_threads_limit"] is not None
-                     and r["metrics"]["runnable_threads_steady"] <= r["metrics"]["runnable_threads_limit"]]
+        in_budget = [r for r in fixed if within_cpu(r["metrics"])]
         best_in = max(in_budget, key=lambda r: r["metrics"]["steady_examples_per_s"]) if in_budget else None
         worst = min(fixed, key=lambda r: r["metrics"]["steady_examples_per_s"]) if fixed else None
         floor = by.get("fixed_r1_w1_p2")
@@ -420,13 +427,14 @@ def report(doc):
         print(f"### {title}")
         print()
         print("Knobs are readers / workers / prefetch (read-ahead per open file); for autotune, what it ended with."
-              " Threads: runnable and blocked in I/O as the autotuner's status counts them (steady part), tasks ="
-              " all threads of the process. Memory: ringfeedd's peak private RSS (RssAnon) + its segment; tf.data's"
+              " CPU: ringfeedd's CPU-seconds (its whole life, /proc) per second of the run, the driver's own measure;"
+              " threads: runnable (the tuner's measured cores, rounded, steady part) and readers blocked in I/O,"
+              " tasks = all threads of the process. Memory: ringfeedd's peak private RSS (RssAnon) + its segment; tf.data's"
               " peak RSS increase over `import tensorflow` (in brackets its private part, RssAnon).")
         print()
         print("| contender | knobs | steady examples/s | of the best fixed | time to 90% of own steady |"
-              " runnable / blocked-I/O threads | tasks | memory | reads in flight (max) |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+              " CPU cores | runnable / blocked-I/O threads | tasks | memory | reads in flight (max) |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         rows = [(r["contender"].replace("_", " "), r) for r in autos]
         fixed_rows = {}  # contender -> labels: one row per setting, however many titles it has
         for label, r in (("best fixed", best), ("best fixed within the CPU budget", best_in),
@@ -442,11 +450,13 @@ def report(doc):
             if r["kind"] == "ringfeed":
                 threads = f"{na(m['runnable_threads_steady'])} / {na(m['blocked_io_threads_steady'])}"
                 memory = mib(m["private_plus_segment_peak_bytes"])
+                cores = f"{m['daemon_cores']:.2f}" if m.get("daemon_cores") is not None else "n/a"
             else:
                 threads = "n/a"
+                cores = "n/a"
                 memory = f"{mib(m['rss_peak_increase_bytes'])} ({mib(m['rss_anon_peak_increase_bytes'])})"
             inflight = na((r.get("slowfs") or {}).get("in_flight_max")) if r.get("slowfs") else "-"
-            print(f"| {label} | {knobs_text(r)} | {k(rate)} | {of_best} | {sec(m['t90_seconds'])} | {threads} |"
+            print(f"| {label} | {knobs_text(r)} | {k(rate)} | {of_best} | {sec(m['t90_seconds'])} | {cores} | {threads} |"
                   f" {na(m['tasks_steady'])} | {memory} | {inflight} |")
 
         # The grid, as a matrix.
@@ -455,8 +465,9 @@ def report(doc):
         rs = sorted({r["knobs"]["readers"] for r in fixed})
         cols = [(w, p) for w in ws for p in ps]
         print()
-        print(f"Grid, steady examples/s (readers down, workers / prefetch across; runnable threads per status in"
-              f" brackets; the CPU budget allows {na(fixed[0]['metrics']['runnable_threads_limit']) if fixed else 'n/a'}):")
+        budget = fixed[0]["metrics"].get("cpu_budget_cores") if fixed else None
+        print(f"Grid, steady examples/s (readers down, workers / prefetch across; ringfeedd's CPU cores in"
+              f" brackets; the CPU budget is {na(budget)} cores):")
         print()
         print("| readers | " + " | ".join(f"w{w} p{p}" for w, p in cols) + " |")
         print("| --- | " + " | ".join("---" for _ in cols) + " |")
@@ -468,7 +479,8 @@ def report(doc):
                     cells.append("failed")
                     continue
                 m = r["metrics"]
-                cell = f"{k(m['steady_examples_per_s'])} ({na(m['runnable_threads_steady'])})"
+                cores = f"{m['daemon_cores']:.2f}" if m.get("daemon_cores") is not None else "n/a"
+                cell = f"{k(m['steady_examples_per_s'])} ({cores})"
                 cells.append(f"**{cell}**" if r is best else cell)
             print(f"| {rd} | " + " | ".join(cells) + " |")
 
@@ -482,11 +494,12 @@ def report(doc):
                              f"{100 * rate / best_rate:.0f}%, 90% reached at {sec(t_best)}"
                              + (f" ({100 * rate / best_in['metrics']['steady_examples_per_s']:.0f}% of the best"
                                 f" within the budget)" if best_in and best_in is not best else ""), ok))
-            within = (m["runnable_threads_max"] is not None and m["runnable_threads_limit"] is not None
-                      and m["runnable_threads_max"] <= m["runnable_threads_limit"]
-                      and m["budget_bytes"] and m["private_plus_segment_peak_bytes"] <= m["budget_bytes"])
+            within = (within_cpu(m) and m["budget_bytes"]
+                      and m["private_plus_segment_peak_bytes"] <= m["budget_bytes"])
+            cores = f"{m['daemon_cores']:.2f}" if m.get("daemon_cores") is not None else "n/a"
             verdicts.append((scenario, a["contender"], "never exceeds its budgets",
-                             f"runnable {na(m['runnable_threads_max'])} of {na(m['runnable_threads_limit'])},"
+                             f"CPU {cores} of {na(m.get('cpu_budget_cores'))} cores (tuner's highest interval:"
+                             f" {na(m.get('cpu_cores_max'))}),"
                              f" {mib(m['private_plus_segment_peak_bytes'])} of {mib(m['budget_bytes'])}",
                              bool(within)))
             bm = best["metrics"] if best else {}
