@@ -1,6 +1,7 @@
 #include "daemon/ringfeedd.h"
 
 #include <fcntl.h>
+#include <malloc.h>
 #include <grp.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -14,6 +15,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -226,6 +228,39 @@ std::string_view EndName(PipelineEnd end) {
   return "?";
 }
 
+// glibc malloc settings for the daemon's heap, which churns in blocks of 0.1-1 MiB: records of
+// large-record files and read-ahead chunks (256 KiB), allocated on I/O threads and freed on
+// parse workers, and the readers' 1 MiB windows as files open and close. With glibc's dynamic
+// defaults, a block over the mmap threshold (128 KiB at first) is mmapped and munmapped, and a
+// free that leaves more than twice that threshold unused at the top of a heap gives it back to
+// the kernel (trim); either way the memory returns as fresh zero-filled pages, a page fault per
+// 4 KiB. On 100 KB records that was 6-10% of the daemon's profile; with these settings (and
+// records read straight into their allocation) the daemon's page faults halved, 32k -> 16k
+// (docs/benchmarks.md, "End to end", session 4; its CPU moved within the noise). So: keep freed
+// memory for reuse, and mmap only single blocks over 32 MiB (a record that large). Private RSS
+// then stays at the heap's high-water mark instead of following it down; the memory plan
+// (daemon/budget.h) already bounds the peak, not the average.
+//
+// Arenas: glibc gives each thread that meets contention its own arena, and memory freed into
+// one arena serves only the threads on it. Without a shuffle buffer, records travel in
+// read-ahead chunks (a few allocations per 256 records), and with 8 readers (a 20 ms mount) the
+// readers' 8 arenas held 30 MiB of freed chunks: private RSS 63-65 MiB, 33-34 MiB with one arena
+// at the same throughput (docs/benchmarks.md, "Autotuning", session 5). With a shuffle buffer
+// every record is its own allocation (a malloc on a reader and a free on a worker per record),
+// and one arena cost 8-18% of throughput there (lock contention), so those jobs keep glibc's
+// default. Called before any thread starts. A glibc.malloc setting in GLIBC_TUNABLES wins, so
+// an operator can still choose.
+constexpr int kMmapThresholdBytes = 32 << 20;
+constexpr int kTrimThresholdBytes = 256 << 20;
+
+void TuneMalloc(const JobConfig& config) {
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  auto tuned = [&](const char* name) { return tunables != nullptr && std::strstr(tunables, name) != nullptr; };
+  if (!tuned("glibc.malloc.mmap_threshold")) ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  if (!tuned("glibc.malloc.trim_threshold")) ::mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
+  if (!tuned("glibc.malloc.arena_max") && config.shuffle.buffer == 0) ::mallopt(M_ARENA_MAX, 1);
+}
+
 }  // namespace
 
 int RunDaemon(const DaemonOptions& options) {
@@ -241,6 +276,7 @@ int RunDaemon(const DaemonOptions& options) {
     spdlog::error("{}", e.what());
     return 2;
   }
+  TuneMalloc(config);
   spdlog::set_level(SpdLevel(config.log_level));
   if (!options.log_level.empty()) spdlog::set_level(spdlog::level::from_str(options.log_level));
 

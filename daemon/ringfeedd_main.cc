@@ -1,43 +1,11 @@
 // ringfeedd: the ringfeed loader daemon, one per job. See daemon/ringfeedd.h and
 // docs/operations.md.
-#include <malloc.h>
-
 #include <CLI/CLI.hpp>
-#include <cstdlib>
-#include <cstring>
 #include <iostream>
 
 #include "daemon/ringfeedd.h"
 
-namespace {
-
-// glibc malloc settings for the daemon's heap, which churns in blocks of 0.1-1 MiB: records of
-// large-record files and read-ahead chunks (256 KiB), allocated on I/O threads and freed on
-// parse workers, and the readers' 1 MiB windows as files open and close. With glibc's dynamic
-// defaults, a block over the mmap threshold (128 KiB at first) is mmapped and munmapped, and a
-// free that leaves more than twice that threshold unused at the top of a heap gives it back to
-// the kernel (trim); either way the memory returns as fresh zero-filled pages, a page fault per
-// 4 KiB. On 100 KB records that was 6-10% of the daemon's profile; with these settings (and
-// records read straight into their allocation) the daemon's page faults halved, 32k -> 16k
-// (docs/benchmarks.md, "End to end", session 4; its CPU moved within the noise). So: keep freed memory for
-// reuse, and mmap only single blocks over 32 MiB (a record that large). Private RSS then stays
-// at the heap's high-water mark instead of following it down; the memory plan (daemon/budget.h)
-// already bounds the peak, not the average. A glibc.malloc setting in GLIBC_TUNABLES wins, so
-// an operator can still choose.
-constexpr int kMmapThresholdBytes = 32 << 20;
-constexpr int kTrimThresholdBytes = 256 << 20;
-
-void TuneMalloc() {
-  const char* tunables = std::getenv("GLIBC_TUNABLES");
-  auto tuned = [&](const char* name) { return tunables != nullptr && std::strstr(tunables, name) != nullptr; };
-  if (!tuned("glibc.malloc.mmap_threshold")) ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
-  if (!tuned("glibc.malloc.trim_threshold")) ::mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  TuneMalloc();
   ringfeed::DaemonOptions options;
   CLI::App app(
       "ringfeedd: reads the TFRecord files of one job, parses tf.train.Example records, shuffles and batches "
