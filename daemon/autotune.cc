@@ -155,13 +155,13 @@ void Autotune::Run() {
     spdlog::debug(
         "autotune: {:.2f} s, {} records ({:.0f}/s), {} consumers waited {:.0f}%, read busy {:.0f}% (cpu {:.0f}%), "
         "sequencer waited for reads {:.0f}% / slots {:.0f}%, parse busy {:.0f}% (cpu {:.0f}%), ready {:.1f} (min {}), "
-        "{:.2f} cores; readers {} read_ahead {} workers {} prefetch {}, {:.2f} cores projected, {} blocked-I/O readers",
+        "{:.2f} cores; readers {} read_ahead {} workers {} prefetch {}, {} blocked-I/O readers",
         elapsed, o.records, static_cast<double>(o.records) / elapsed, o.consumers, 100 * o.consumer_wait_fraction,
         100 * o.read_busy_fraction, 100 * o.read_cpu_fraction, 100 * o.sequencer_read_wait_fraction,
         100 * o.sequencer_slot_wait_fraction, 100 * o.parse_busy_fraction, 100 * o.parse_cpu_fraction,
         o.ready_slots_mean, o.ready_slots_min, o.cpu_cores, decision.knobs.readers,
         shm::HumanBytes(decision.knobs.stream_buffer_bytes), decision.knobs.workers, decision.knobs.prefetch,
-        decision.cpu_cores, decision.blocked_io_threads);
+        decision.blocked_io_threads);
     for (const TunerChange& c : decision.changes) {
       spdlog::debug("autotune: {} {} -> {}: {}", c.knob, c.from, c.to, c.reason);
     }

@@ -11,7 +11,8 @@
 //     throughput did not fall by 5%). Otherwise the knobs go back and the knob is held off
 //     (120 s, doubling). A kept raise leaves a floor: steps down never go back to that level.
 //  4. A shift (throughput +-20%, consumer wait +-20 points, consumer count) against the level
-//     after the last change: intervals short again, hold-offs and floors cleared.
+//     after the last change: intervals short again, hold-offs and floors cleared, a raise in
+//     trial without a gain taken back.
 //  5. At most one change (one trial), so that its effect can be judged alone:
 //     consumers wait -> raise the stage that limits (see TryRaise), or trade CPU from the stage
 //     with slack to it; when no stage limits, one more worker (the stages take turns); when
@@ -527,9 +528,11 @@ bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
 TunerDecision Tuner::Finish(std::vector<TunerChange> changes, bool changed) {
   interval_seconds_ =
       changed ? kShortIntervalSeconds : std::min(interval_seconds_ * kIntervalGrowth, kMaxIntervalSeconds);
-  // A trial is judged on one interval: a longer one, so that a 0.25 s burst of noise on a
-  // shared machine neither keeps a useless raise nor takes back a useful one.
-  const double next = trial_ ? std::max(interval_seconds_, kTrialIntervalSeconds) : interval_seconds_;
+  // A trial is judged on one interval: a longer one, so that a burst of load on a shared
+  // machine (+-10-20% over 0.5 s) neither keeps a useless raise nor takes back a useful one.
+  // The interval a change of readers settles in (not judged) is shorter.
+  double next = interval_seconds_;
+  if (trial_) next = std::max(next, trial_->settle_intervals > 0 ? kSettleIntervalSeconds : kTrialIntervalSeconds);
   TunerDecision d;
   d.knobs = knobs_;
   d.changes = std::move(changes);
@@ -607,8 +610,28 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
         std::fabs(s.throughput - reference_throughput_) > kForgetFraction * reference_throughput_) {
       ClearHolds();
     }
-    trial_.reset();  // a trial cannot be judged across a shift; its step stays
+    // A trial cannot be judged across a shift. A raise in trial that throughput did not
+    // follow up goes back: only raises that showed a gain stay (kept, unproven raises that a
+    // load spike interrupted made the workers creep up, 1 -> 4, in a 5-minute soak on 2
+    // cores). If the new regime needs it, the raise comes again (the shift cleared its
+    // hold-off or it had none). A raise that throughput followed up (the shift may be its own
+    // effect, e.g. readers on slow storage) and a step down stay: consumers that wait because
+    // of a step down make the tuner raise again.
+    const std::optional<Trial> dropped = trial_;
+    trial_.reset();
     SetReference(s.throughput, s.wait, o.consumers);
+    if (dropped && dropped->raise && o.consumers == dropped->consumers &&
+        s.throughput < dropped->throughput * (1 + kRaiseGain)) {
+      bool r = false, w = false, p = false;
+      for (Knob k : dropped->knobs) (k == kReaders ? r : k == kWorkers ? w : p) = true;
+      Restore(dropped->before,
+              Format("not judged: throughput moved from %.0f to %.0f records/s during the trial (a shift); back to "
+                     "%s",
+                     dropped->throughput, s.throughput, Describe(dropped->before, r, w, p).c_str()),
+              &changes);
+      has_reference_ = false;
+      return Finish(std::move(changes), true);
+    }
   } else {
     if (!off) shift_streak_ = 0;
     if (!has_reference_) SetReference(s.throughput, s.wait, o.consumers);

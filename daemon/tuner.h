@@ -40,7 +40,8 @@
 // holds >= 0.75 batches on average (bursts); a ring empty all the time is a loader that is
 // slower than its consumers, where prefetch cannot help (there one more worker is tried, if
 // the measured CPU leaves 5% headroom). Intervals: 0.25 s, x1.5 per quiet
-// interval, up to 2 s; the interval that judges a trial is at least 0.5 s.
+// interval, up to 2 s; the interval that judges a trial is at least 1 s (a readers change
+// settles for 0.5 s before it).
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
 // workers and prefetch +-1 (prefetch down by half the batches that never left the ring).
 //
@@ -168,7 +169,8 @@ class Tuner {
   static constexpr double kHoldOffSeconds = 120;          // after a failed trial; doubles per failure
   static constexpr double kMaxHoldOffSeconds = 960;
   static constexpr double kShortIntervalSeconds = 0.25;
-  static constexpr double kTrialIntervalSeconds = 0.5;    // the interval a trial is judged on
+  static constexpr double kTrialIntervalSeconds = 1.0;    // the interval a trial is judged on
+  static constexpr double kSettleIntervalSeconds = 0.5;   // ... and the one new readers ramp in
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;

@@ -8,6 +8,7 @@
 namespace ringfeed {
 namespace {
 constexpr int64_t kMaxAutoReaders = 16;        // tf.data's num_parallel_reads ceiling in practice
+constexpr int64_t kMaxAutoWorkers = 16;
 constexpr int64_t kMaxAutoPrefetch = 8;        // batches ready beyond the workers'
 constexpr int64_t kMinAutoPrefetch = 2;
 constexpr int64_t kStartPrefetch = 2;
@@ -55,9 +56,10 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   limits.max_readers = pc.readers.value_or(kMaxAutoReaders);
   // Workers count against the CPU budget by the CPU they use (daemon/tuner.h), so on a few
   // cores shared with the sequencer, the readers and the consumers, more workers than cores
-  // can pay (each parses while the others wait); twice the cores, at least 2, bounds the ring
-  // slots they hold.
-  limits.max_workers = pc.workers.value_or(std::max<int64_t>(2, 2 * static_cast<int64_t>(std::ceil(at.cpu_budget_cores))));
+  // can pay (each parses while the others wait). Twice the cores, at least 2 and at most 16,
+  // bounds the ring slots they hold.
+  const double cores = std::clamp(at.cpu_budget_cores, 1.0, static_cast<double>(kMaxAutoWorkers));
+  limits.max_workers = pc.workers.value_or(std::min<int64_t>(kMaxAutoWorkers, 2 * static_cast<int64_t>(std::ceil(cores))));
 
   // Ring: room for the most workers, the most prefetch and one batch held per queue. With
   // auto prefetch, prefetch is capped so that the ring takes at most half of the budget.

@@ -438,7 +438,8 @@ TEST_CASE("change of regime: storage slows at round 20 (readers up within 15 rou
     CHECK(run.At(19).workers == 1);
     CHECK(run.At(19).prefetch == 2);
     CHECK(run.decisions[18].next_interval_seconds == Approx(2.0));  // stable: long intervals
-    // The shift: short again (0.5 s, the trial interval, as the shift's first step is a raise).
+    // The shift: short again (0.5 s: the shift's first step is a readers raise, which settles
+    // for 0.5 s before its trial is judged).
     CHECK(run.decisions[19].next_interval_seconds == Approx(0.5));
     CHECK(run.LastChange(20, 69) <= 35);
     CHECK(Near(run.At(69).readers, 5));
@@ -510,7 +511,7 @@ TEST_CASE("no consumers attached: hold; tuning starts when one attaches") {
   // Round 51: consumers wait 79% for a read-bound pipeline -> readers 1 -> 2 at once.
   REQUIRE(!run.decisions[50].changes.empty());
   CHECK(run.decisions[50].changes[0].knob == "readers");
-  CHECK(run.decisions[50].next_interval_seconds == Approx(0.5));  // a trial: judged on 0.5 s
+  CHECK(run.decisions[50].next_interval_seconds == Approx(0.5));  // new readers settle for 0.5 s
 }
 
 // ---- Reasons, trials, hold-offs and intervals on hand-written observations ----------------------
@@ -696,7 +697,7 @@ TEST_CASE("stages taking turns (local files on 2 cores): one more worker, kept o
           "workers 1 -> 2: consumers waited 87% of 0.50 s with 0.1 batches ready on average, but neither stage is "
           "saturated (readers 55%, workers 60% busy): the stages take turns; one more worker overlaps them, 1.50 of 2 "
           "cores used (0.54 per worker, 0.44 per reader)");
-    CHECK(d.next_interval_seconds == Approx(0.5));  // a trial is judged on 0.5 s
+    CHECK(d.next_interval_seconds == Approx(1.0));  // a trial is judged on 1 s
     // 2 workers: +10% -> kept, and 3 are tried (readers, busier now, are not: they are not saturated).
     d = tuner.Observe(turns(165000, 0.76, 0.37, 1.55));
     REQUIRE(d.changes.size() == 1);
@@ -716,6 +717,23 @@ TEST_CASE("stages taking turns (local files on 2 cores): one more worker, kept o
     }
     CHECK(d.knobs.readers == 1);
     CHECK(d.knobs.workers == 2);
+  }
+  SECTION("a raise that a load spike interrupts (a shift during its trial) goes back") {
+    Tuner tuner(limits, start, {});
+    // 300000 records/s at 1.95 cores: no headroom, no raise; that is the reference.
+    TunerDecision d = tuner.Observe(turns(150000, 0.55, 0.60, 1.95));
+    REQUIRE(d.changes.empty());
+    // The machine gets busy: 160000 records/s (off the reference once), the daemon at 1.0 core
+    // -> workers 1 -> 2.
+    d = tuner.Observe(turns(80000, 0.55, 0.60, 1.0));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]).rfind("workers 1 -> 2: ", 0) == 0);
+    // Still off (a shift: two intervals); 165000 records/s is no gain over 160000: back.
+    d = tuner.Observe(turns(82500, 0.55, 0.40, 1.0));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]) ==
+          "workers 2 -> 1: not judged: throughput moved from 160000 to 165000 records/s during the trial (a shift); "
+          "back to workers 1");
   }
   SECTION("not without 5% of headroom in the CPU budget") {
     Tuner tuner(limits, start, {});
