@@ -30,14 +30,15 @@
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried, so that parsing goes on while the others wait;
 // when nothing can be raised, idle workers are stepped down (must not lose throughput); a
-// raise is kept when throughput gains >= 5% over the interval before it, else it is taken back and the knob is not raised again for
-// 120 s (doubling on each further failure, up to 960 s); a step down is taken only if the stage
-// would stay <= 85% busy with one step less, and never back to a level a kept raise left; a
-// shift of throughput by > 20% or of consumer wait by > 20 points, lasting two intervals (one is
-// noise on a shared machine), or of the consumer count, shortens the interval and drops a trial
-// in progress (its step stays); it clears hold-offs and those floors only when consumers came
-// or went, started or stopped waiting, or throughput moved by more than 50%. Prefetch is raised only when the ring runs dry yet
-// holds >= 0.75 batches on average (bursts); a ring empty all the time is a loader that is
+// raise is kept when throughput gains >= 5% over the interval before it, else it is taken back
+// and the knob is not raised again for 120 s (doubling on each further failure, up to 960 s);
+// a step down is taken only if the stage would stay <= 85% busy with one step less, and never
+// back to a level a kept raise left; a shift of throughput by > 20% or of consumer wait by > 20
+// points, lasting two intervals (one is noise on a shared machine), or of the consumer count,
+// shortens the interval and drops a trial in progress (a raise without a 5% gain goes back,
+// other steps stay); it clears hold-offs and those floors only when consumers came or went,
+// started or stopped waiting, or throughput moved by more than 50%. Prefetch is raised only
+// when the ring runs dry yet holds >= 0.75 batches on average (bursts); a ring empty all the time is a loader that is
 // slower than its consumers, where prefetch cannot help (there one more worker is tried, if
 // the measured CPU leaves 5% headroom). Intervals: 0.25 s, x1.5 per quiet
 // interval, up to 2 s; the interval that judges a trial is at least 1 s (a readers change
