@@ -13,7 +13,9 @@
 //  4. A shift (throughput +-20%, consumer wait +-20 points, consumer count) against the level
 //     after the last change: intervals short again, hold-offs and floors cleared, a raise in
 //     trial without a gain taken back.
-//  5. At most one change (one trial), so that its effect can be judged alone:
+//  5. Once the current knobs have been measured for >= kTrialIntervalSeconds since they last
+//     changed (their "stretch", the trial's before-throughput), at most one change (one trial),
+//     so that its effect can be judged alone:
 //     consumers wait -> raise the stage that limits (see TryRaise), or trade CPU from the stage
 //     with slack to it; when no stage limits, one more worker (the stages take turns); when
 //     nothing can be raised, step down idle workers as below (must not lose throughput);
@@ -284,8 +286,29 @@ void Tuner::ClearHolds() {
 
 void Tuner::StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs) {
   const bool readers = std::find(knobs.begin(), knobs.end(), kReaders) != knobs.end();
-  trial_ = Trial{raise, s.waiting, before, std::move(knobs), s.throughput, s.wait, s.o.consumers,
+  const double throughput = stretch_seconds_ > 0 ? stretch_records_ / stretch_seconds_ : s.throughput;
+  trial_ = Trial{raise, s.waiting, before, std::move(knobs), throughput, s.wait, s.o.consumers,
                  readers ? kReaderSettleIntervals : 0};
+}
+
+void Tuner::ResetStretch(double records, double seconds) {
+  stretch_.clear();
+  stretch_records_ = 0;
+  stretch_seconds_ = 0;
+  if (seconds > 0) AddToStretch(records, seconds);
+}
+
+void Tuner::AddToStretch(double records, double seconds) {
+  stretch_.emplace_back(records, seconds);
+  stretch_records_ += records;
+  stretch_seconds_ += seconds;
+  // The last kStretchWindowSeconds (whole intervals): a slow drift must not leave a trial
+  // judged against stale figures.
+  while (stretch_.size() > 1 && stretch_seconds_ - stretch_.front().second >= kStretchWindowSeconds) {
+    stretch_records_ -= stretch_.front().first;
+    stretch_seconds_ -= stretch_.front().second;
+    stretch_.pop_front();
+  }
 }
 
 namespace {
@@ -445,7 +468,7 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
     // that is simply slower than its consumers, e.g. starved of CPU: prefetch cannot help.
     const int64_t p = knobs_.prefetch;
     if (fixed_.prefetch || now_seconds_ < hold_[kPrefetch].raise_until || p >= limits_.max_prefetch) return false;
-    Set(kPrefetch, p + 1,
+    Set(kPrefetch, std::min(2 * p, limits_.max_prefetch),
         Format("%s and the ring ran dry (0 ready at the least, %.1f on average) while readers were %.0f%% and workers "
                "%.0f%% busy: bursty output",
                waited.c_str(), s.o.ready_slots_mean, Pct(s.read_busy), Pct(s.parse_busy)),
@@ -526,6 +549,7 @@ bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
 }
 
 TunerDecision Tuner::Finish(std::vector<TunerChange> changes, bool changed) {
+  if (!changes.empty()) ResetStretch();  // new knobs: their measurement starts now
   interval_seconds_ =
       changed ? kShortIntervalSeconds : std::min(interval_seconds_ * kIntervalGrowth, kMaxIntervalSeconds);
   // A trial is judged on one interval: a longer one, so that a burst of load on a shared
@@ -567,6 +591,8 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   s.read_wait = Clamp01(o.sequencer_read_wait_fraction);
   s.slot_wait = Clamp01(o.sequencer_slot_wait_fraction);
 
+  AddToStretch(static_cast<double>(o.records), interval);
+
   if (o.consumers > 0 && !s.waiting && o.ready_slots_min >= 2) {
     quiet_min_ready_ = quiet_intervals_ == 0 ? o.ready_slots_min : std::min(quiet_min_ready_, o.ready_slots_min);
     ++quiet_intervals_;
@@ -587,6 +613,7 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   // capacity is taken back once consumers are there to show it is unused).
   if (o.consumers <= 0 || interval <= 0) {
     trial_.reset();
+    ResetStretch();
     SetReference(s.throughput, s.wait, o.consumers);  // consumers arriving will be a shift
     return Finish({}, false);
   }
@@ -620,6 +647,7 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
     const std::optional<Trial> dropped = trial_;
     trial_.reset();
     SetReference(s.throughput, s.wait, o.consumers);
+    ResetStretch(static_cast<double>(o.records), interval);  // the new regime's first interval
     if (dropped && dropped->raise && o.consumers == dropped->consumers &&
         s.throughput < dropped->throughput * (1 + kRaiseGain)) {
       bool r = false, w = false, p = false;
@@ -641,9 +669,13 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   // second change would mix two effects in the judgement).
   if (trial_ && trial_->settle_intervals > 0) {
     --trial_->settle_intervals;
+    ResetStretch();           // the ramp is not part of the new knobs' measurement
     return Finish({}, true);  // the interval stays short: the trial is still open
   }
   if (trial_ && EvaluateTrial(s, &changes)) return Finish(std::move(changes), true);
+
+  // Not before the current knobs have been measured long enough to compare a trial with.
+  if (stretch_seconds_ < kTrialIntervalSeconds - 1e-9) return Finish({}, shifted);
 
   // 5. One change.
   // While consumers wait and nothing can be raised, idle workers are still taken back (a step

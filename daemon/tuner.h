@@ -30,7 +30,9 @@
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried, so that parsing goes on while the others wait;
 // when nothing can be raised, idle workers are stepped down (must not lose throughput); a
-// raise is kept when throughput gains >= 5% over the interval before it, else it is taken back
+// change is made only once the current knobs have been measured for >= 1 s since they last
+// changed (a 0.25 s interval on a shared machine moves by 10-20%), and a raise is kept when
+// throughput gains >= 5% over that measurement, else it is taken back
 // and the knob is not raised again for 120 s (doubling on each further failure, up to 960 s);
 // a step down is taken only if the stage would stay <= 85% busy with one step less, and never
 // back to a level a kept raise left; a shift of throughput by > 20% or of consumer wait by > 20
@@ -44,7 +46,9 @@
 // interval, up to 2 s; the interval that judges a trial is at least 1 s (a readers change
 // settles for 0.5 s before it).
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
-// workers and prefetch +-1 (prefetch down by half the batches that never left the ring).
+// workers +-1; prefetch up x2 (as tf.data's PrefetchAutotuner doubles its buffer limit: one
+// more batch gains a few percent at most, which a trial cannot tell from noise) and down by
+// half the batches that never left the ring.
 //
 // Budgets (Limits), checked before every change, never exceeded:
 //   - CPU: the process's CPU use, in cores (CPU-seconds per second of all its threads, measured
@@ -76,8 +80,10 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ringfeed {
@@ -172,6 +178,7 @@ class Tuner {
   static constexpr double kShortIntervalSeconds = 0.25;
   static constexpr double kTrialIntervalSeconds = 1.0;    // the interval a trial is judged on
   static constexpr double kSettleIntervalSeconds = 0.5;   // ... and the one new readers ramp in
+  static constexpr double kStretchWindowSeconds = 4.0;    // a trial's before-throughput: the last 4 s at most
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;
@@ -204,7 +211,7 @@ class Tuner {
     bool consumers_waited = false;   // a step down while consumers waited (a CPU trade): must not lose
     TunerKnobs before;               // what to go back to
     std::vector<Knob> knobs;         // the knobs changed
-    double throughput = 0;           // records/s in the interval before the change
+    double throughput = 0;           // records/s with the knobs before the change (their stretch, >= 1 s)
     double consumer_wait = 0;
     int64_t consumers = 0;
     int settle_intervals = 0;        // intervals still to let pass before judging (see kReaderSettleIntervals)
@@ -243,6 +250,9 @@ class Tuner {
   bool TryLower(const Signals& s, std::vector<TunerChange>* changes);
   bool TryTrade(Knob give, Knob take, const Signals& s, std::vector<TunerChange>* changes);
   void StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs);
+  // The stretch starts again with `records` in `seconds` (0, 0: empty).
+  void ResetStretch(double records = 0, double seconds = 0);
+  void AddToStretch(double records, double seconds);
   void ClearHolds();
   TunerDecision Finish(std::vector<TunerChange> changes, bool changed);
 
@@ -267,6 +277,13 @@ class Tuner {
   double reference_throughput_ = 0;
   double reference_wait_ = 0;
   int64_t reference_consumers_ = 0;
+  // The current knobs' measurement: records and seconds since they last changed (or since a
+  // change of readers settled, or the regime shifted), the last kStretchWindowSeconds of it. A
+  // trial's "before" throughput is this stretch's, and a change waits until it covers
+  // kTrialIntervalSeconds, as the trial does.
+  std::deque<std::pair<double, double>> stretch_;  // (records, seconds) per interval, oldest first
+  double stretch_records_ = 0;                     // their sums
+  double stretch_seconds_ = 0;
   // Prefetch: consecutive intervals in which consumers did not wait and >= 2 batches stayed ready.
   int64_t quiet_intervals_ = 0;
   int64_t quiet_min_ready_ = 0;

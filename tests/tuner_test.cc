@@ -392,13 +392,17 @@ Scenario Bursty() {
   return sc;
 }
 
-TEST_CASE("bursty output (bursts of 4): prefetch 2 -> 5 within 8 rounds") {
-  // prefetch 2 -> 3 -> 4 -> 5: 2000 -> 3000 -> 4000 -> 5000 records/s (each gains >= 25%).
+TEST_CASE("bursty output (bursts of 4): prefetch 2 -> 4 -> 8 within 5 rounds, then down to 5 within 14") {
+  // Raises double: prefetch 2 -> 4 -> 8: 2000 -> 4000 -> 5000 records/s (+100%, +25%): the
+  // consumers stop waiting at 8 (round 5, after the first 1 s measured). Then the batches that
+  // never leave the ring come down: 8 - 4 = 4 -> 7, 3 -> 6, 2 -> 5 (one left over: stays), each
+  // after 3 quiet intervals.
   for (uint64_t seed : kSeeds) {
     INFO("seed " << seed);
-    const RunResult run = RunScenario(WithSeed(Bursty(), seed), 8 + 30);
+    const RunResult run = RunScenario(WithSeed(Bursty(), seed), 14 + 30);
     INFO(History(run));
-    CHECK(run.LastChange(1, 38) <= 8);
+    CHECK(run.At(5).prefetch == 8);
+    CHECK(run.LastChange(1, 44) <= 14);
     CHECK(run.final_knobs.prefetch == 5);
     CHECK(run.final_knobs.readers == 1);
     CHECK(run.final_knobs.workers == 1);
@@ -533,6 +537,16 @@ TunerObservation Obs(uint64_t records, double wait, double read_busy, double rea
   return o;
 }
 
+// The tuner changes nothing until the current knobs have been measured for 1 s
+// (Tuner::kTrialIntervalSeconds): feeds `o` for that second less one interval, checking that
+// nothing changes; the next Observe may change something.
+void Measure(Tuner& tuner, const TunerObservation& o) {
+  for (double seconds = o.interval_seconds; seconds < Tuner::kTrialIntervalSeconds - 1e-9; seconds += o.interval_seconds) {
+    const TunerDecision d = tuner.Observe(o);
+    REQUIRE(d.changes.empty());
+  }
+}
+
 TEST_CASE("reasons name the numbers") {
   TunerLimits limits = Limits(6, 64 * MiB);
   SECTION("workers") {
@@ -540,6 +554,7 @@ TEST_CASE("reasons name the numbers") {
     Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
     // Measured 2.2 cores; a worker 97% busy, all of it on the CPU: 0.97 core; a reader 20% busy,
     // 2% of it CPU: 0.004 core. With 3 workers: 2.2 + 0.97 = 3.17 <= 6 cores.
+    Measure(tuner, Obs(250, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 2.2));
     const TunerDecision d = tuner.Observe(Obs(250, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 2.2));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) ==
@@ -553,6 +568,7 @@ TEST_CASE("reasons name the numbers") {
     // 64 MiB / (4 + 2) = 11184810.67 -> 2730 x 4 KiB = 11182080.
     Tuner tuner(limits, TunerKnobs{.readers = 2, .stream_buffer_bytes = 11182080, .workers = 1, .prefetch = 2}, {});
     // Measured 0.36 cores; a reader 99% busy, 2% of it CPU: 0.0198 core -> "0.02".
+    Measure(tuner, Obs(800, 0.79, 0.99, 0.84, 0.16, 0, 0.25, 0.36));
     const TunerDecision d = tuner.Observe(Obs(800, 0.79, 0.99, 0.84, 0.16, 0, 0.25, 0.36));
     REQUIRE(d.changes.size() == 2);
     CHECK(ToString(d.changes[0]) ==
@@ -564,15 +580,17 @@ TEST_CASE("reasons name the numbers") {
   }
   SECTION("prefetch") {
     Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
+    Measure(tuner, Obs(300, 0.60, 0.06, 0.0, 0.10));
     const TunerDecision d = tuner.Observe(Obs(300, 0.60, 0.06, 0.0, 0.10));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) ==
-          "prefetch 2 -> 3: consumers waited 60% of 0.25 s and the ring ran dry (0 ready at the least, 1.0 on "
+          "prefetch 2 -> 4: consumers waited 60% of 0.25 s and the ring ran dry (0 ready at the least, 1.0 on "
           "average) while readers were 6% and workers 10% busy: bursty output");
   }
   SECTION("a step down") {
     Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 4, .prefetch = 2}, {});
     // 4 workers 30% busy: with 3, 30 x 4 / 3 = 40%.
+    Measure(tuner, Obs(250, 0.0, 0.05, 0.0, 0.30, 1));
     const TunerDecision d = tuner.Observe(Obs(250, 0.0, 0.05, 0.0, 0.30, 1));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) == "workers 4 -> 3: consumers waited 0% of 0.25 s, workers 30% busy, with 3 they would be 40%");
@@ -583,6 +601,7 @@ TEST_CASE("a raise that does not gain 5% is taken back and held off for 120 s (t
   const TunerLimits limits = Limits(6, 64 * MiB);
   Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
   const TunerObservation parse_bound = Obs(250, 0.31, 0.20, 0.0, 0.97);  // 1000 records/s
+  Measure(tuner, parse_bound);
   TunerDecision d = tuner.Observe(parse_bound);
   REQUIRE(d.knobs.workers == 3);
   // 3 workers: 252 records in 0.25 s = 1008/s, +0.8%: not worth a thread.
@@ -593,8 +612,9 @@ TEST_CASE("a raise that does not gain 5% is taken back and held off for 120 s (t
         "not raised again for 120 s");
   CHECK(d.next_interval_seconds == Approx(0.25));
 
-  // The tuner's time so far: 0.25 + 0.25 = 0.5 s; the hold-off lasts until 120.5 s.
-  double now = 0.5;
+  // The tuner's time so far: 1 s measured + 0.25 s of trial = 1.25 s; the hold-off lasts until
+  // 121.25 s.
+  double now = 1.25;
   double interval = d.next_interval_seconds;
   int rounds = 0;
   for (;;) {
@@ -605,28 +625,51 @@ TEST_CASE("a raise that does not gain 5% is taken back and held off for 120 s (t
     now += interval;
     ++rounds;
     if (!d.changes.empty()) break;
-    REQUIRE(now < 120.5);
+    REQUIRE(now < 121.25);
     REQUIRE(rounds < 1000);
     interval = d.next_interval_seconds;
   }
-  CHECK(now >= 120.5);
-  CHECK(now < 120.5 + 2.0);
+  CHECK(now >= 121.25);
+  CHECK(now < 121.25 + 2.0);
   CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
   d = tuner.Observe(Obs(252, 0.31, 0.20, 0.0, 0.66));
   REQUIRE(d.changes.size() == 1);
   CHECK(d.changes[0].reason.find("not raised again for 240 s") != std::string::npos);
 
   // Consumers now take twice as much (2000 records/s): a shift by > 20% for two intervals
-  // (one is noise) clears the hold-off.
-  d = tuner.Observe(Obs(500, 0.31, 0.40, 0.0, 0.97));
-  REQUIRE(d.changes.empty());
+  // (one is noise) clears the hold-off; the raise comes once the new level has been measured
+  // for 1 s (the shift's second interval and three more).
+  for (int i = 0; i < 4; ++i) {
+    d = tuner.Observe(Obs(500, 0.31, 0.40, 0.0, 0.97));
+    REQUIRE(d.changes.empty());
+  }
   d = tuner.Observe(Obs(500, 0.31, 0.40, 0.0, 0.97));
   REQUIRE(d.changes.size() == 1);
   CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
 }
 
+TEST_CASE("a trial is judged against the last 4 s before it, not the whole time since the last change") {
+  const TunerLimits limits = Limits(2, 64 * MiB);
+  Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+  // Parse-bound, but 1.95 of 2 cores used: no room for a worker, nothing idle to give. 8 s at
+  // 1000 records/s, then 4 s at 1148 (+15%: a drift, not a shift).
+  for (int i = 0; i < 32; ++i) REQUIRE(tuner.Observe(Obs(250, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 1.95)).changes.empty());
+  for (int i = 0; i < 15; ++i) REQUIRE(tuner.Observe(Obs(287, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 1.95)).changes.empty());
+  // CPU frees up: workers 2 -> 3, against the last 4 s (16 intervals at 1148 records/s).
+  TunerDecision d = tuner.Observe(Obs(287, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 1.0));
+  REQUIRE(d.changes.size() == 1);
+  CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
+  // 1190 records/s: +3.7% over those 4 s (the average since the last change, 1051, would make it +13%).
+  d = tuner.Observe(Obs(1190, 0.31, 0.20, 0.0, 0.66, 0, 1.0, 1.3));
+  REQUIRE(d.changes.size() == 1);
+  CHECK(ToString(d.changes[0]) ==
+        "workers 3 -> 2: taken back: workers 3 gave 1190 records/s, less than 5% over 1148 records/s with workers 2; "
+        "not raised again for 120 s");
+}
+
 TEST_CASE("a stall (no records at all) keeps no raise") {
   Tuner tuner(Limits(8, 64 * MiB), TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
+  Measure(tuner, Obs(0, 1.0, 1.0, 1.0, 0.0));
   TunerDecision d = tuner.Observe(Obs(0, 1.0, 1.0, 1.0, 0.0));
   REQUIRE(d.knobs.readers == 2);
   d = tuner.Observe(Obs(0, 1.0, 1.0, 1.0, 0.0));  // the new reader's ramp: not judged yet
@@ -641,6 +684,7 @@ TEST_CASE("a step down that makes consumers wait is undone and not repeated for 
   const TunerLimits limits = Limits(8, 64 * MiB);
   Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 4, .prefetch = 2}, {});
   const TunerObservation idle = Obs(250, 0.0, 0.05, 0.0, 0.50, 1);  // 4 workers 50%: with 3, 67%
+  Measure(tuner, idle);
   TunerDecision d = tuner.Observe(idle);
   REQUIRE(d.knobs.workers == 3);
   d = tuner.Observe(Obs(230, 0.08, 0.05, 0.0, 0.99, 0));
@@ -682,8 +726,10 @@ TEST_CASE("stages taking turns (local files on 2 cores): one more worker, kept o
   // process uses 1.50 of 2 cores: 1.50 x 1.05 (the gain a raise must bring) <= 2.
   const TunerLimits limits = Limits(2, 64 * MiB);
   const TunerKnobs start{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2};
-  auto turns = [](uint64_t records, double read_busy, double parse_busy, double cpu_cores) {
-    TunerObservation o = Obs(records, 0.87, read_busy, 0.10, parse_busy, 0, 0.5, cpu_cores);
+  // `per_second` records/s over `interval` seconds (the trials': 1 s, as the tuner asks).
+  auto turns = [](double per_second, double read_busy, double parse_busy, double cpu_cores, double interval = 0.5) {
+    TunerObservation o = Obs(static_cast<uint64_t>(per_second * interval), 0.87, read_busy, 0.10, parse_busy, 0,
+                             interval, cpu_cores);
     o.ready_slots_mean = 0.1;
     o.read_cpu_fraction = 0.8;
     o.parse_cpu_fraction = 0.9;
@@ -691,19 +737,21 @@ TEST_CASE("stages taking turns (local files on 2 cores): one more worker, kept o
   };
   SECTION("raised, kept on a gain, the next one taken back, held off") {
     Tuner tuner(limits, start, {});
-    TunerDecision d = tuner.Observe(turns(150000, 0.55, 0.60, 1.50));
+    Measure(tuner, turns(300000, 0.55, 0.60, 1.50));
+    TunerDecision d = tuner.Observe(turns(300000, 0.55, 0.60, 1.50));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) ==
           "workers 1 -> 2: consumers waited 87% of 0.50 s with 0.1 batches ready on average, but neither stage is "
           "saturated (readers 55%, workers 60% busy): the stages take turns; one more worker overlaps them, 1.50 of 2 "
           "cores used (0.54 per worker, 0.44 per reader)");
     CHECK(d.next_interval_seconds == Approx(1.0));  // a trial is judged on 1 s
-    // 2 workers: +10% -> kept, and 3 are tried (readers, busier now, are not: they are not saturated).
-    d = tuner.Observe(turns(165000, 0.76, 0.37, 1.55));
+    // 2 workers: +10% -> kept, and 3 are tried at once (the trial's second measured them:
+    // readers, busier now, are not tried: they are not saturated).
+    d = tuner.Observe(turns(330000, 0.76, 0.37, 1.55, 1.0));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
     // +0.3%: taken back, not raised again for 120 s.
-    d = tuner.Observe(turns(165500, 0.76, 0.25, 1.56));
+    d = tuner.Observe(turns(331000, 0.76, 0.25, 1.56, 1.0));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) ==
           "workers 3 -> 2: taken back: workers 3 gave 331000 records/s, less than 5% over 330000 records/s with "
@@ -711,7 +759,7 @@ TEST_CASE("stages taking turns (local files on 2 cores): one more worker, kept o
     // The workers never go back to 1 (the kept raise started there), although 2 workers 37%
     // busy would be 74% with 1; readers stay at 1.
     for (int i = 0; i < 100; ++i) {
-      d = tuner.Observe(turns(165000, 0.76, 0.37, 1.55));
+      d = tuner.Observe(turns(330000, 0.76, 0.37, 1.55));
       INFO("round " << i);
       REQUIRE(d.changes.empty());
     }
@@ -721,24 +769,25 @@ TEST_CASE("stages taking turns (local files on 2 cores): one more worker, kept o
   SECTION("a raise that a load spike interrupts (a shift during its trial) goes back") {
     Tuner tuner(limits, start, {});
     // 300000 records/s at 1.95 cores: no headroom, no raise; that is the reference.
-    TunerDecision d = tuner.Observe(turns(150000, 0.55, 0.60, 1.95));
+    TunerDecision d = tuner.Observe(turns(300000, 0.55, 0.60, 1.95));
     REQUIRE(d.changes.empty());
     // The machine gets busy: 160000 records/s (off the reference once), the daemon at 1.0 core
-    // -> workers 1 -> 2.
-    d = tuner.Observe(turns(80000, 0.55, 0.60, 1.0));
+    // -> workers 1 -> 2, against the 1 s the knobs were measured: 230000 records/s.
+    d = tuner.Observe(turns(160000, 0.55, 0.60, 1.0));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]).rfind("workers 1 -> 2: ", 0) == 0);
-    // Still off (a shift: two intervals); 165000 records/s is no gain over 160000: back.
-    d = tuner.Observe(turns(82500, 0.55, 0.40, 1.0));
+    // Still off (a shift: two intervals); 165000 records/s is no gain: back.
+    d = tuner.Observe(turns(165000, 0.55, 0.40, 1.0, 1.0));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) ==
-          "workers 2 -> 1: not judged: throughput moved from 160000 to 165000 records/s during the trial (a shift); "
+          "workers 2 -> 1: not judged: throughput moved from 230000 to 165000 records/s during the trial (a shift); "
           "back to workers 1");
   }
   SECTION("not without 5% of headroom in the CPU budget") {
     Tuner tuner(limits, start, {});
     // 1.95 x 1.05 = 2.05 > 2 cores.
-    const TunerDecision d = tuner.Observe(turns(150000, 0.55, 0.60, 1.95));
+    Measure(tuner, turns(300000, 0.55, 0.60, 1.95));
+    const TunerDecision d = tuner.Observe(turns(300000, 0.55, 0.60, 1.95));
     CHECK(d.changes.empty());
     CHECK(d.cpu_cores == Approx(1.95));
     CHECK(d.runnable_threads == 2);
