@@ -195,7 +195,7 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
   for (const auto& f : a["fixed"]) fixed += (fixed.empty() ? "" : ", ") + f.get<std::string>();
   std::snprintf(buf, sizeof buf,
                 "autotune   readers %lld, read-ahead %s per file, workers %lld, prefetch %lld%s\n"
-                "           CPU: %.2f of %.3g cores (cpu_budget: %s); %lld readers mostly waiting (storage, room)\n"
+                "           CPU: %.2f of %.3g cores (cpu_budget: %s); %lld %s mostly waiting (storage, room)\n"
                 "           memory_budget %s (%s): read-ahead may use %s\n",
                 static_cast<long long>(knobs.value("readers", int64_t{0})),
                 Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(), static_cast<long long>(knobs.value("workers", int64_t{0})),
@@ -203,6 +203,7 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
                 fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(), a.value("cpu_cores", 0.0),
                 limits.value("cpu_budget_cores", 0.0), limits.value("cpu_budget_source", "").c_str(),
                 static_cast<long long>(a.value("blocked_io_threads", int64_t{0})),
+                a.value("blocked_io_threads", int64_t{0}) == 1 ? "reader" : "readers",
                 Bytes(limits.value("memory_budget_bytes", 0.0)).c_str(), limits.value("memory_budget_source", "").c_str(),
                 Bytes(limits.value("read_ahead_budget_bytes", 0.0)).c_str());
   out << buf;

@@ -70,6 +70,18 @@ def loadavg():
         return " ".join(f.read().split()[:3])
 
 
+def cpu_times():
+    """The machine's CPU times (/proc/stat "cpu": user nice system idle iowait irq softirq steal)."""
+    with open("/proc/stat") as f:
+        return [int(x) for x in f.readline().split()[1:9]]
+
+
+def steal_fraction(before, after):
+    """Share of the machine's CPU time the hypervisor gave to others between two cpu_times()."""
+    total = sum(after) - sum(before)
+    return (after[7] - before[7]) / total if total > 0 else 0.0
+
+
 # ---------------------------------------------------------------------------------------------
 # Measuring
 
@@ -323,6 +335,7 @@ class Bench:
                         mount.reset()
                     rec = {"scenario": scenario, "contender": name, "load_start": loadavg(),
                            "started": time.strftime("%H:%M:%S")}
+                    times_start = cpu_times()
                     try:
                         if knobs is None:
                             result, timeline = self.run_tfdata(name, files_glob)
@@ -336,11 +349,13 @@ class Bench:
                         rec["timeline"] = timeline
                         if mount:
                             rec["slowfs"] = mount.stats()
+                        # A VM's steal time: CPU the run was due and did not get (noisy neighbours).
+                        rec["steal_fraction"] = steal_fraction(times_start, cpu_times())
                         m = rec["metrics"]
                         log(f"  {name}: {m['steady_examples_per_s'] or 0:,.0f} examples/s steady, t90 {m['t90_seconds']} s"
                             + (f", readers max {m['readers_max']}" if "readers_max" in m else "")
                             + (f", reads in flight max {rec['slowfs']['in_flight_max']}" if mount else "")
-                            + f" (load {rec['load_start']})")
+                            + f" (load {rec['load_start']}, steal {100 * rec['steal_fraction']:.0f}%)")
                     except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
                         rec["error"] = str(e)
                         log(f"  {name}: FAILED: {e}")
