@@ -311,17 +311,15 @@ void Tuner::AddToStretch(double records, double seconds) {
   }
 }
 
-namespace {
-// "workers 3" or "readers 4, workers 2": the trial's knobs at `k`.
-std::string Describe(const TunerKnobs& k, bool readers, bool workers, bool prefetch) {
+std::string Tuner::Describe(const TunerKnobs& k, const std::vector<Knob>& which) {
   std::string out;
-  auto add = [&](const char* name, int64_t v) { out += Format("%s%s %lld", out.empty() ? "" : ", ", name, LL(v)); };
-  if (readers) add("readers", k.readers);
-  if (workers) add("workers", k.workers);
-  if (prefetch) add("prefetch", k.prefetch);
+  for (Knob knob : {kReaders, kWorkers, kPrefetch}) {
+    if (std::find(which.begin(), which.end(), knob) == which.end()) continue;
+    const int64_t v = knob == kReaders ? k.readers : knob == kWorkers ? k.workers : k.prefetch;
+    out += Format("%s%s %lld", out.empty() ? "" : ", ", Name(knob), LL(v));
+  }
   return out;
 }
-}  // namespace
 
 bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
   const Trial t = *trial_;
@@ -353,10 +351,8 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     return false;
   }
 
-  bool r = false, w = false, p = false;
-  for (Knob k : t.knobs) (k == kReaders ? r : k == kWorkers ? w : p) = true;
-  const std::string now_desc = Describe(knobs_, r, w, p);
-  const std::string before_desc = Describe(t.before, r, w, p);
+  const std::string now_desc = Describe(knobs_, t.knobs);
+  const std::string before_desc = Describe(t.before, t.knobs);
   double hold_seconds = 0;
   for (Knob k : t.knobs) {
     Hold& h = hold_[k];
@@ -650,12 +646,10 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
     ResetStretch(static_cast<double>(o.records), interval);  // the new regime's first interval
     if (dropped && dropped->raise && o.consumers == dropped->consumers &&
         s.throughput < dropped->throughput * (1 + kRaiseGain)) {
-      bool r = false, w = false, p = false;
-      for (Knob k : dropped->knobs) (k == kReaders ? r : k == kWorkers ? w : p) = true;
       Restore(dropped->before,
               Format("not judged: throughput moved from %.0f to %.0f records/s during the trial (a shift); back to "
                      "%s",
-                     dropped->throughput, s.throughput, Describe(dropped->before, r, w, p).c_str()),
+                     dropped->throughput, s.throughput, Describe(dropped->before, dropped->knobs).c_str()),
               &changes);
       has_reference_ = false;
       return Finish(std::move(changes), true);
