@@ -501,7 +501,14 @@ bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
   if (lowerable(kWorkers)) {
     const int64_t w = knobs_.workers, to = w - 1;
     const double predicted = s.parse_busy * static_cast<double>(w) / static_cast<double>(to);
-    if (to > hold_[kWorkers].floor && predicted <= kLowerTargetBusy) {
+    // While consumers wait and the reads do not limit either, only workers well below
+    // saturation go: a step to near 85% busy leaves "neither stage saturated", where the
+    // stages-take-turns rule raises the worker again (in a 5-minute soak on 2 noisy cores the
+    // workers cycled 1 -> 2 -> 1 every 20-30 s, each cycle leaving RSS a little higher).
+    const bool reads_limit =
+        s.read_busy >= kSaturatedBusy || (s.read_wait >= kReadStarved && s.read_busy >= kReadStarvedBusy);
+    const double target = s.waiting && !reads_limit ? kShedWhileWaitingBusy : kLowerTargetBusy;
+    if (to > hold_[kWorkers].floor && predicted <= target) {
       Set(kWorkers, to,
           Format("%s, workers %.0f%% busy, with %lld they would be %.0f%%", waited.c_str(), Pct(s.parse_busy), LL(to),
                  Pct(predicted)),

@@ -29,7 +29,8 @@
 // consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried, so that parsing goes on while the others wait;
-// when nothing can be raised, idle workers are stepped down (must not lose throughput); a
+// when nothing can be raised, idle workers are stepped down (must not lose throughput; unless
+// the reads limit, only while the rest stay <= 60% busy, or that rule raises them again); a
 // change is made only once the current knobs have been measured for >= 1 s since they last
 // changed (a 0.25 s interval on a shared machine moves by 10-20%), and a raise is kept when
 // throughput gains >= 5% over that measurement, else it is taken back
@@ -167,6 +168,7 @@ class Tuner {
   static constexpr double kBusyTie = 0.05;                // both stages saturated within this: raise both
   static constexpr double kRaiseGain = 0.05;              // a raise must gain this much throughput
   static constexpr double kLowerTargetBusy = 0.85;        // a step down must leave the stage at most this busy
+  static constexpr double kShedWhileWaitingBusy = 0.6;    // ... workers shed while consumers wait and reads do not limit
   static constexpr double kIoBoundCpuFraction = 0.5;      // readers below it are I/O-blocked (x2 steps)
   static constexpr double kCpuTolerance = 0.05;           // measured CPU this far over the budget lowers knobs
   static constexpr int64_t kPrefetchQuietIntervals = 3;   // intervals with >= 2 ready batches before lowering

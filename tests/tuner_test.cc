@@ -794,6 +794,28 @@ TEST_CASE("stages taking turns (local files on 2 cores): one more worker, kept o
   }
 }
 
+TEST_CASE("while consumers wait and the reads do not limit, idle workers are shed only down to 60% busy") {
+  // 1.95 of 2 cores used: no room for any raise (1.95 x 1.05 > 2), so the tuner looks for idle
+  // workers.
+  auto waiting = [](double parse_busy) {
+    TunerObservation o = Obs(150000, 0.87, 0.70, 0.10, parse_busy, 0, 0.5, 1.95);
+    o.ready_slots_mean = 0.5;
+    return o;
+  };
+  const TunerLimits limits = Limits(2, 64 * MiB);
+  SECTION("2 workers 42% busy stay (with 1: 84%, where the stages take turns and it would come back)") {
+    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+    for (int i = 0; i < 40; ++i) REQUIRE(tuner.Observe(waiting(0.42)).changes.empty());
+  }
+  SECTION("4 workers 20% busy: one goes (with 3: 27%)") {
+    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 4, .prefetch = 2}, {});
+    Measure(tuner, waiting(0.20));
+    const TunerDecision d = tuner.Observe(waiting(0.20));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]) == "workers 4 -> 3: consumers waited 87% of 0.50 s, workers 20% busy, with 3 they would be 27%");
+  }
+}
+
 TEST_CASE("CPU use measured over the budget (a cgroup quota below what runs): the less busy stage comes down, held off 120 s") {
   // 1.5 cores allowed, 2.10 used by 3 workers 60% busy on the CPU (0.60 each) and a reader that
   // mostly waits: 2.10 - 0.60 = 1.50 -> workers 2.
