@@ -24,7 +24,7 @@ reach 90% of it (the end of the first 0.5 s window at that rate); from ringfeedd
 /proc the threads (tasks) and memory. Writes everything to one JSON file and prints markdown
 tables and the issue's targets (met / missed).
 
-  bench/autotune/autotune_bench.py --build ../build-bench        # run everything (~35 min)
+  bench/autotune/autotune_bench.py --build ../build-bench        # run everything (~30 min)
   bench/autotune/autotune_bench.py --json RESULTS.json           # tables only
 
 Normally started by bench/autotune/run_autotune_bench.sh, which builds and makes the data.

@@ -5,7 +5,7 @@
 # files and on slowfs mounts with 2 ms and 20 ms per read. Builds what it needs (Release), makes
 # the data once, runs bench/autotune/autotune_bench.py (the driver: what is measured and how is
 # in its docstring and in bench/README.md), which writes one JSON file and prints markdown
-# tables with the targets met or missed. About 35 minutes on the 2-core machine.
+# tables with the targets met or missed. About 30 minutes on the 2-core machine.
 #
 #   bench/autotune/run_autotune_bench.sh
 #   RINGFEED_AUTOTUNE_SCENARIOS=slow20 bench/autotune/run_autotune_bench.sh   # one scenario
