@@ -16,6 +16,9 @@
 //  5. Once the current knobs have been measured for >= kTrialIntervalSeconds since they last
 //     changed (their "stretch", the trial's before-throughput), at most one change (one trial),
 //     so that its effect can be judged alone:
+//     consumers wait and the sequencer waits for records, and a file's read-ahead holds less
+//     than the interleave takes from it during one of its reads -> deepen it (DeepenReadAhead;
+//     a measured need, no trial); else
 //     consumers wait -> raise the stage that limits (see TryRaise), or trade CPU from the stage
 //     with slack to it; when no stage limits, one more worker (the stages take turns); when
 //     nothing can be raised, step down idle workers as below (must not lose throughput);
@@ -77,7 +80,10 @@ constexpr double kMinThreadCores = 0.05;
 }  // namespace
 
 Tuner::Tuner(TunerLimits limits, TunerKnobs initial, TunerFixed fixed)
-    : limits_(limits), knobs_(initial), fixed_(fixed) {}
+    : limits_(limits), knobs_(initial), fixed_(fixed) {
+  const uint64_t high = std::max(limits_.min_stream_buffer_bytes, limits_.max_stream_buffer_bytes);
+  read_ahead_level_ = std::clamp(limits_.start_stream_buffer_bytes, limits_.min_stream_buffer_bytes, high);
+}
 
 uint64_t Tuner::StreamBufferBytesFor(const TunerLimits& limits, int64_t readers) {
   const int64_t open_files = std::max<int64_t>(1, limits.open_files_base + std::max<int64_t>(0, readers));
@@ -85,6 +91,11 @@ uint64_t Tuner::StreamBufferBytesFor(const TunerLimits& limits, int64_t readers)
   bytes = std::min(bytes, limits.max_stream_buffer_bytes);
   if (bytes >= kStreamBufferAlign) bytes -= bytes % kStreamBufferAlign;
   return bytes;
+}
+
+uint64_t Tuner::StartStreamBufferBytes(const TunerLimits& limits, int64_t readers) {
+  const uint64_t start = std::max(limits.start_stream_buffer_bytes, limits.min_stream_buffer_bytes);
+  return std::min(StreamBufferBytesFor(limits, readers), start);
 }
 
 int64_t& Tuner::Value(Knob k) {
@@ -167,20 +178,26 @@ void Tuner::Set(Knob k, int64_t to, const std::string& reason, std::vector<Tuner
   changes->push_back({Name(k), value, to, reason});
   value = to;
   if (k == kPrefetch) quiet_intervals_ = 0;
-  if (k == kReaders && !fixed_.stream_buffer_bytes) {
-    const uint64_t bytes = StreamBufferBytesFor(limits_, to);
-    if (bytes != knobs_.stream_buffer_bytes) {
-      changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
-                          static_cast<int64_t>(bytes),
-                          Format("read-ahead budget %s over %lld + %lld open files (readers %lld)",
-                                 Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base), LL(to),
-                                 LL(to))});
-      knobs_.stream_buffer_bytes = bytes;
-    }
-  }
+  if (k == kReaders) UpdateStreamBufferBytes(BudgetShareReason(), changes);
+}
+
+std::string Tuner::BudgetShareReason() const {
+  return Format("read-ahead budget %s over %lld + %lld open files (readers %lld)",
+                Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base), LL(knobs_.readers),
+                LL(knobs_.readers));
+}
+
+void Tuner::UpdateStreamBufferBytes(const std::string& reason, std::vector<TunerChange>* changes) {
+  if (fixed_.stream_buffer_bytes) return;
+  const uint64_t bytes = std::min(StreamBufferBytesFor(limits_, knobs_.readers), read_ahead_level_);
+  if (bytes == knobs_.stream_buffer_bytes) return;
+  changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
+                      static_cast<int64_t>(bytes), reason});
+  knobs_.stream_buffer_bytes = bytes;
 }
 
 void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes) {
+  const bool readers_changed = knobs_.readers != to.readers;
   for (Knob k : {kReaders, kWorkers, kPrefetch}) {
     const int64_t target = k == kReaders ? to.readers : k == kWorkers ? to.workers : to.prefetch;
     if (Value(k) != target) {
@@ -191,7 +208,8 @@ void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector
   }
   if (knobs_.stream_buffer_bytes != to.stream_buffer_bytes) {
     changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
-                        static_cast<int64_t>(to.stream_buffer_bytes), Format("back with readers %lld", LL(to.readers))});
+                        static_cast<int64_t>(to.stream_buffer_bytes),
+                        readers_changed ? Format("back with readers %lld", LL(to.readers)) : reason});
     knobs_.stream_buffer_bytes = to.stream_buffer_bytes;
   }
 }
@@ -252,17 +270,7 @@ void Tuner::EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes) 
   }
 
   // stream_buffer_bytes follows readers (an initial value, or one set before readers were).
-  if (!fixed_.stream_buffer_bytes) {
-    const uint64_t bytes = StreamBufferBytesFor(limits_, knobs_.readers);
-    if (bytes != knobs_.stream_buffer_bytes) {
-      changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
-                          static_cast<int64_t>(bytes),
-                          Format("read-ahead budget %s over %lld + %lld open files (readers %lld)",
-                                 Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base),
-                                 LL(knobs_.readers), LL(knobs_.readers))});
-      knobs_.stream_buffer_bytes = bytes;
-    }
-  }
+  UpdateStreamBufferBytes(BudgetShareReason(), changes);
 }
 
 void Tuner::SetReference(double throughput, double wait, int64_t consumers) {
@@ -551,6 +559,37 @@ bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
   return false;
 }
 
+bool Tuner::DeepenReadAhead(const Signals& s, std::vector<TunerChange>* changes) {
+  if (fixed_.stream_buffer_bytes || s.read_wait < kReadStarved || s.read_busy <= 0) return false;
+  // A file has one read in flight at a time, and its reader starts the next read only when
+  // the window is used up, with about the read-ahead's worth of records left for the
+  // interleave to take meanwhile. How long does a read take? Readers blocked in read(), on
+  // average: b = readers x busy x (1 - CPU share of busy). At R bytes/s read, that is
+  // R / read_bytes reads per second, each taking T = read_bytes x b / R. The interleave takes
+  // R / cycle_length per second from each file, so a file needs T x R / cycle_length =
+  // read_bytes x b / cycle_length of read-ahead per read to cover (kReadAheadReads).
+  const double blocked = static_cast<double>(knobs_.readers) * s.read_busy * (1 - read_cpu_fraction_);
+  const double files = static_cast<double>(std::max<int64_t>(1, limits_.open_files_base));
+  const double needed = kReadAheadReads * static_cast<double>(limits_.read_bytes) * blocked / files;
+  // 10% over the level at least: the estimate moves with each interval's load, and the level
+  // only ever goes up.
+  if (needed <= kReadAheadSlack * static_cast<double>(read_ahead_level_)) return false;
+  const uint64_t step = kReadAheadStepBytes;
+  const uint64_t rounded = (static_cast<uint64_t>(std::min(needed, 0x1p62)) + step - 1) / step * step;
+  const uint64_t to = std::min(rounded, std::max(limits_.max_stream_buffer_bytes, read_ahead_level_));
+  if (std::min(StreamBufferBytesFor(limits_, knobs_.readers), to) <= knobs_.stream_buffer_bytes) return false;
+  read_ahead_level_ = to;
+  UpdateStreamBufferBytes(
+      Format("consumers waited %.0f%% of %.2f s, the sequencer waited for records %.0f%%, %.1f readers blocked in "
+             "reads (%lld, %.0f%% busy, %.0f%% CPU): each of the %lld interleaved files needs %s of read-ahead to "
+             "cover its next read of %s",
+             Pct(s.wait), s.interval, Pct(s.read_wait), blocked, LL(knobs_.readers), Pct(s.read_busy),
+             Pct(read_cpu_fraction_), LL(limits_.open_files_base), Bytes(static_cast<uint64_t>(needed)).c_str(),
+             Bytes(limits_.read_bytes).c_str()),
+      changes);
+  return true;
+}
+
 TunerDecision Tuner::Finish(std::vector<TunerChange> changes, bool changed) {
   if (!changes.empty()) ResetStretch();  // new knobs: their measurement starts now
   interval_seconds_ =
@@ -681,7 +720,8 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   // 5. One change.
   // While consumers wait and nothing can be raised, idle workers are still taken back (a step
   // that loses throughput is undone: see EvaluateTrial).
-  const bool changed = (s.waiting && TryRaise(s, &changes)) || TryLower(s, &changes);
+  const bool changed =
+      (s.waiting && (DeepenReadAhead(s, &changes) || TryRaise(s, &changes))) || TryLower(s, &changes);
   if (changed) has_reference_ = false;
   return Finish(std::move(changes), changed || shifted);
 }

@@ -46,6 +46,12 @@
 // the measured CPU leaves 5% headroom). Intervals: 0.25 s, x1.5 per quiet
 // interval, up to 2 s; the interval that judges a trial is at least 1 s (a readers change
 // settles for 0.5 s before it).
+// Read-ahead per file (stream_buffer_bytes, unless fixed): the smaller of the budget's share
+// and a level that starts at Limits::start_stream_buffer_bytes and rises, while consumers wait
+// and the sequencer waits for records, to what the interleave takes from a file during one of
+// its reads (read_bytes x readers blocked in reads / open_files_base; see DeepenReadAhead), when
+// that exceeds the level by 10%: rounded up to 64 KiB, at most max_stream_buffer_bytes. Not a
+// trial, and never lowered (freed read-ahead stays with the allocator: no RSS to win back).
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
 // workers +-1; prefetch up x2 (as tf.data's PrefetchAutotuner doubles its buffer limit: one
 // more batch gains a few percent at most, which a trial cannot tell from noise) and down by
@@ -66,9 +72,9 @@
 //   - memory: the read-ahead (open files x stream_buffer_bytes) must stay within
 //     Limits::read_ahead_budget_bytes, the part of pipeline.memory_budget left to it (see
 //     daemon/budget.h). Open files = open_files_base + readers. Unless fixed,
-//     stream_buffer_bytes = StreamBufferBytesFor(limits, readers) (budget / open files, clamped
-//     to the max, 4 KiB multiple) after every change of readers; readers are raised only while
-//     that stays >= min_stream_buffer_bytes.
+//     stream_buffer_bytes = min(StreamBufferBytesFor(limits, readers) (budget / open files,
+//     clamped to the max, 4 KiB multiple), the read-ahead level) after every change of readers
+//     or of the level; readers are raised only while the share stays >= min_stream_buffer_bytes.
 //   Knobs over a budget (an initial setting, or stages that turned CPU-hungrier) are lowered in
 //   the next decision, before anything else. The floor (1 reader, 1 worker, prefetch 1) always
 //   runs, even if it alone is over cpu_cores.
@@ -115,6 +121,12 @@ struct TunerLimits {
   int64_t max_prefetch = 16;            // ring slots available for prefetch (fixed at start)
   uint64_t min_stream_buffer_bytes = 256u << 10;
   uint64_t max_stream_buffer_bytes = 16u << 20;
+  // Read-ahead per open file that the tuner starts from (an auto stream_buffer_bytes), clamped
+  // to [min, max]_stream_buffer_bytes; it doubles towards the max while a file's read-ahead
+  // is too shallow to cover its reads (see Tuner). The default starts at the max:
+  // stream_buffer_bytes is then the budget's share.
+  uint64_t start_stream_buffer_bytes = 16u << 20;
+  uint64_t read_bytes = 1u << 20;       // size of a reader's read() calls (ReaderOptions::buffer_bytes)
 };
 
 // What the pipeline did during one interval. Fractions are in [0, 1] of the interval's wall time.
@@ -184,6 +196,9 @@ class Tuner {
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;
+  static constexpr double kReadAheadReads = 1;            // a file's read-ahead covers this many of its reads
+  static constexpr double kReadAheadSlack = 1.1;          // ... raised when the need exceeds it by this factor
+  static constexpr uint64_t kReadAheadStepBytes = 64u << 10;  // ... to the need, rounded up to this
   // A change of readers is judged on the second interval after it, not the first: new readers
   // open their files and wait for their first reads (a storage round trip or several), and
   // readers taken away leave full buffers behind that hide the loss for a while. On a 20 ms
@@ -201,9 +216,13 @@ class Tuner {
 
   // The read-ahead per open file for `readers` readers: read_ahead_budget_bytes /
   // (open_files_base + readers), at most max_stream_buffer_bytes, rounded down to 4 KiB (not
-  // clamped up to the minimum: a budget below it is the start-up check's error). Use it for
-  // TunerKnobs::stream_buffer_bytes at start so that the first decision need not change it.
+  // clamped up to the minimum: a budget below it is the start-up check's error): the budget's
+  // share.
   static uint64_t StreamBufferBytesFor(const TunerLimits& limits, int64_t readers);
+  // What an auto stream_buffer_bytes starts at: the budget's share, at most
+  // start_stream_buffer_bytes. Use it for TunerKnobs::stream_buffer_bytes at start so that the
+  // first decision need not change it.
+  static uint64_t StartStreamBufferBytes(const TunerLimits& limits, int64_t readers);
 
  private:
   enum Knob { kReaders = 0, kWorkers = 1, kPrefetch = 2, kKnobCount = 3 };
@@ -246,12 +265,19 @@ class Tuner {
   bool Shifted(const Signals& s) const;
   void SetReference(double throughput, double wait, int64_t consumers);
   void Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes);
+  // stream_buffer_bytes after a change of readers or read_ahead_level_: the budget's share, at
+  // most the level (unless fixed); a change is recorded with `reason`.
+  void UpdateStreamBufferBytes(const std::string& reason, std::vector<TunerChange>* changes);
+  std::string BudgetShareReason() const;  // "read-ahead budget 64.0 MiB over 4 + 2 open files (readers 2)"
   bool IoBound() const { return read_cpu_fraction_ < kIoBoundCpuFraction; }
   void Set(Knob k, int64_t to, const std::string& reason, std::vector<TunerChange>* changes);
   void EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes);
   bool EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes);
   bool TryRaise(const Signals& s, std::vector<TunerChange>* changes);
   bool TryLower(const Signals& s, std::vector<TunerChange>* changes);
+  // Doubles read_ahead_level_ when a file's read-ahead covers less than
+  // kReadAheadReads reads' time (see the top of this file). No trial: a measured need.
+  bool DeepenReadAhead(const Signals& s, std::vector<TunerChange>* changes);
   bool TryTrade(Knob give, Knob take, const Signals& s, std::vector<TunerChange>* changes);
   void StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs);
   // The stretch starts again with `records` in `seconds` (0, 0: empty).
@@ -263,6 +289,7 @@ class Tuner {
   TunerLimits limits_;
   TunerKnobs knobs_;
   TunerFixed fixed_;
+  uint64_t read_ahead_level_ = 0;     // stream_buffer_bytes unless the budget's share is less
   double now_seconds_ = 0;            // sum of observed intervals: the tuner's only clock
   double interval_seconds_ = kShortIntervalSeconds;
   double read_cpu_fraction_ = 0;      // of the last interval in which readers were busy

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "format/compression.h"
+#include "format/tfrecord_reader.h"
 
 namespace ringfeed {
 namespace {
@@ -101,16 +102,22 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   mi.max_workers = limits.max_workers;
   plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
   limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;
-  // 4 MiB per file is four reads ahead on slow storage; more only costs memory.
+  // Read-ahead per open file: it starts at the minimum, which keeps the throughput of local
+  // files and of a 2 ms mount at half or less of the memory of 1 MiB, and doubles while a
+  // file's read-ahead runs dry before its next read returns (slow storage; daemon/tuner.h). 1 MiB,
+  // the size of a reader's own reads, is as deep as it goes: on a 20 ms mount it gave all
+  // the throughput 16 readers could (docs/benchmarks.md, "Autotuning").
   limits.max_stream_buffer_bytes = std::max(limits.min_stream_buffer_bytes,
                                             std::min(kMaxStreamBufferBytes, plan.memory.max_stream_buffer_bytes()));
+  limits.start_stream_buffer_bytes = limits.min_stream_buffer_bytes;
+  limits.read_bytes = ReaderOptions{}.buffer_bytes;  // the daemon's readers use the default
 
   // Starting knobs.
   TunerKnobs& k = at.initial;
   k.readers = pc.readers.value_or(1);
   k.workers = pc.workers.value_or(1);
   k.prefetch = pc.prefetch.value_or(std::min<int64_t>(kStartPrefetch, limits.max_prefetch));
-  k.stream_buffer_bytes = pc.read_ahead.value_or(Tuner::StreamBufferBytesFor(limits, k.readers));
+  k.stream_buffer_bytes = pc.read_ahead.value_or(Tuner::StartStreamBufferBytes(limits, k.readers));
   plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes);
   return plan;
 }

@@ -816,6 +816,90 @@ TEST_CASE("while consumers wait and the reads do not limit, idle workers are she
   }
 }
 
+TEST_CASE("read-ahead per file starts at its minimum and rises to what the interleave takes from a file during one read") {
+  TunerLimits limits = Limits(2, 64 * MiB);
+  limits.min_stream_buffer_bytes = 256 * KiB;
+  limits.max_stream_buffer_bytes = 1 * MiB;
+  limits.start_stream_buffer_bytes = 256 * KiB;
+  limits.read_bytes = 1 * MiB;
+  // Only the read-ahead may change: readers, workers and prefetch are fixed.
+  const TunerFixed fixed{.readers = true, .workers = true, .prefetch = true};
+  // 64 MiB / (4 + 4) = 8 MiB, above the 1 MiB max; the start is 256 KiB.
+  REQUIRE(Tuner::StartStreamBufferBytes(limits, 4) == 256 * KiB);
+  const TunerKnobs start{.readers = 4, .stream_buffer_bytes = 256 * KiB, .workers = 1, .prefetch = 2};
+  // Slow storage: consumers wait 90%, the sequencer waits for records 70%, 4 readers `busy`,
+  // 2% of it on the CPU (Obs).
+  auto slow = [](double busy, double read_wait = 0.70, double wait = 0.90) {
+    return Obs(1000, wait, busy, read_wait, 0.30);
+  };
+
+  SECTION("slow storage: up to the need, rounded up to 64 KiB, then to the max") {
+    Tuner tuner(limits, start, fixed);
+    // Blocked: 4 x 0.80 x 0.98 = 3.136 readers; need 1 MiB x 3.136 / 4 = 822083.6 bytes
+    // (802.8 KiB) -> 13 x 64 KiB = 851968.
+    Measure(tuner, slow(0.80));
+    TunerDecision d = tuner.Observe(slow(0.80));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]) ==
+          "stream_buffer_bytes 262144 -> 851968: consumers waited 90% of 0.25 s, the sequencer waited for records "
+          "70%, 3.1 readers blocked in reads (4, 80% busy, 2% CPU): each of the 4 interleaved files needs 802.8 KiB "
+          "of read-ahead to cover its next read of 1.0 MiB");
+    CHECK(d.knobs.stream_buffer_bytes == 851968);
+    // The same need again, or up to 10% more (0.87 busy: 894 KiB <= 1.1 x 832 KiB): no change.
+    Measure(tuner, slow(0.87));
+    for (int i = 0; i < 20; ++i) REQUIRE(tuner.Observe(slow(0.87)).changes.empty());
+    // Busier: 4 x 1.0 x 0.98 = 3.92 -> 1027604 bytes -> 16 x 64 KiB = 1 MiB, the max.
+    d = tuner.Observe(slow(1.0));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(d.changes[0].knob == "stream_buffer_bytes");
+    CHECK(d.knobs.stream_buffer_bytes == 1 * MiB);
+    // At the max: nothing more, and it never comes down.
+    for (int i = 0; i < 20; ++i) REQUIRE(tuner.Observe(slow(1.0)).changes.empty());
+    for (int i = 0; i < 20; ++i) REQUIRE(tuner.Observe(slow(0.1)).changes.empty());
+    CHECK(tuner.knobs().stream_buffer_bytes == 1 * MiB);
+  }
+  SECTION("readers on the CPU (page-cache reads) never deepen it") {
+    Tuner tuner(limits, start, fixed);
+    TunerObservation o = slow(0.95);
+    o.read_cpu_fraction = 0.95;  // 4 x 0.95 x 0.05 = 0.19 readers blocked: 48.6 KiB
+    for (int i = 0; i < 40; ++i) REQUIRE(tuner.Observe(o).changes.empty());
+    CHECK(tuner.knobs().stream_buffer_bytes == 256 * KiB);
+  }
+  SECTION("no need while consumers do not wait or the sequencer does not wait for records") {
+    Tuner tuner(limits, start, fixed);
+    for (int i = 0; i < 40; ++i) {
+      REQUIRE(tuner.Observe(slow(0.95, 0.70, 0.0)).changes.empty());
+      REQUIRE(tuner.Observe(slow(0.95, 0.20, 0.90)).changes.empty());
+    }
+    CHECK(tuner.knobs().stream_buffer_bytes == 256 * KiB);
+  }
+  SECTION("the budget's share caps it") {
+    TunerLimits small = limits;
+    small.read_ahead_budget_bytes = 4 * MiB;  // / (4 + 4) = 512 KiB per file
+    Tuner tuner(small, start, fixed);
+    Measure(tuner, slow(1.0));
+    const TunerDecision d = tuner.Observe(slow(1.0));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(d.knobs.stream_buffer_bytes == 512 * KiB);
+    for (int i = 0; i < 20; ++i) REQUIRE(tuner.Observe(slow(1.0)).changes.empty());
+  }
+  SECTION("a fixed read_ahead stays") {
+    Tuner tuner(limits, start, TunerFixed{.readers = true, .stream_buffer_bytes = true, .workers = true, .prefetch = true});
+    for (int i = 0; i < 40; ++i) REQUIRE(tuner.Observe(slow(1.0)).changes.empty());
+  }
+  SECTION("raising readers keeps the level: stream_buffer_bytes is the smaller of it and the budget's share") {
+    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 256 * KiB, .workers = 1, .prefetch = 2},
+                TunerFixed{.workers = true, .prefetch = true});
+    // 1 reader 99% busy, read-starved: blocked 0.97 -> 254 KiB needed: below the level; readers x2.
+    Measure(tuner, slow(0.99, 0.90));
+    const TunerDecision d = tuner.Observe(slow(0.99, 0.90));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(d.changes[0].knob == "readers");
+    CHECK(d.knobs.readers == 2);
+    CHECK(d.knobs.stream_buffer_bytes == 256 * KiB);
+  }
+}
+
 TEST_CASE("CPU use measured over the budget (a cgroup quota below what runs): the less busy stage comes down, held off 120 s") {
   // 1.5 cores allowed, 2.10 used by 3 workers 60% busy on the CPU (0.60 each) and a reader that
   // mostly waits: 2.10 - 0.60 = 1.50 -> workers 2.
