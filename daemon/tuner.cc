@@ -197,7 +197,6 @@ void Tuner::UpdateStreamBufferBytes(const std::string& reason, std::vector<Tuner
 }
 
 void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes) {
-  const bool readers_changed = knobs_.readers != to.readers;
   for (Knob k : {kReaders, kWorkers, kPrefetch}) {
     const int64_t target = k == kReaders ? to.readers : k == kWorkers ? to.workers : to.prefetch;
     if (Value(k) != target) {
@@ -208,8 +207,7 @@ void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector
   }
   if (knobs_.stream_buffer_bytes != to.stream_buffer_bytes) {
     changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
-                        static_cast<int64_t>(to.stream_buffer_bytes),
-                        readers_changed ? Format("back with readers %lld", LL(to.readers)) : reason});
+                        static_cast<int64_t>(to.stream_buffer_bytes), Format("back with readers %lld", LL(to.readers))});
     knobs_.stream_buffer_bytes = to.stream_buffer_bytes;
   }
 }

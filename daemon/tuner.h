@@ -122,8 +122,8 @@ struct TunerLimits {
   uint64_t min_stream_buffer_bytes = 256u << 10;
   uint64_t max_stream_buffer_bytes = 16u << 20;
   // Read-ahead per open file that the tuner starts from (an auto stream_buffer_bytes), clamped
-  // to [min, max]_stream_buffer_bytes; it doubles towards the max while a file's read-ahead
-  // is too shallow to cover its reads (see Tuner). The default starts at the max:
+  // to [min, max]_stream_buffer_bytes; it rises towards the max while a file's read-ahead is
+  // too shallow to cover its next read (see Tuner). The default starts at the max:
   // stream_buffer_bytes is then the budget's share.
   uint64_t start_stream_buffer_bytes = 16u << 20;
   uint64_t read_bytes = 1u << 20;       // size of a reader's read() calls (ReaderOptions::buffer_bytes)
@@ -275,8 +275,8 @@ class Tuner {
   bool EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes);
   bool TryRaise(const Signals& s, std::vector<TunerChange>* changes);
   bool TryLower(const Signals& s, std::vector<TunerChange>* changes);
-  // Doubles read_ahead_level_ when a file's read-ahead covers less than
-  // kReadAheadReads reads' time (see the top of this file). No trial: a measured need.
+  // Raises read_ahead_level_ when a file's read-ahead covers less than kReadAheadReads of its
+  // reads (see the top of this file). No trial: a measured need.
   bool DeepenReadAhead(const Signals& s, std::vector<TunerChange>* changes);
   bool TryTrade(Knob give, Knob take, const Signals& s, std::vector<TunerChange>* changes);
   void StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs);
