@@ -49,9 +49,10 @@
 // Read-ahead per file (stream_buffer_bytes, unless fixed): the smaller of the budget's share
 // and a level that starts at Limits::start_stream_buffer_bytes and rises, while consumers wait
 // and the sequencer waits for records, to what the interleave takes from a file during one of
-// its reads (read_bytes x readers blocked in reads / open_files_base; see DeepenReadAhead), when
-// that exceeds the level by 10%: rounded up to 64 KiB, at most max_stream_buffer_bytes. Not a
-// trial, and never lowered (freed read-ahead stays with the allocator: no RSS to win back).
+// its reads, x 1.25 (read_bytes x readers blocked in reads / open_files_base x kReadAheadReads;
+// see DeepenReadAhead), when that exceeds the level by 10%: rounded up to 64 KiB, at most
+// max_stream_buffer_bytes. Not a trial, and never lowered (freed read-ahead stays with the
+// allocator: no RSS to win back).
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
 // workers +-1; prefetch up x2 (as tf.data's PrefetchAutotuner doubles its buffer limit: one
 // more batch gains a few percent at most, which a trial cannot tell from noise) and down by
@@ -196,7 +197,7 @@ class Tuner {
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;
-  static constexpr double kReadAheadReads = 1;            // a file's read-ahead covers this many of its reads
+  static constexpr double kReadAheadReads = 1.25;         // a file's read-ahead covers this many of its reads (room to grow)
   static constexpr double kReadAheadSlack = 1.1;          // ... raised when the need exceeds it by this factor
   static constexpr uint64_t kReadAheadStepBytes = 64u << 10;  // ... to the need, rounded up to this
   // A change of readers is judged on the second interval after it, not the first: new readers
