@@ -16,14 +16,14 @@
 //  5. Once the current knobs have been measured for >= kTrialIntervalSeconds since they last
 //     changed (their "stretch", the trial's before-throughput), at most one change (one trial),
 //     so that its effect can be judged alone:
-//     consumers wait and the sequencer waits for records, and a file's read-ahead holds less
-//     than the interleave takes from it during one of its reads -> deepen it (DeepenReadAhead;
-//     a measured need, no trial); else
 //     consumers wait -> raise the stage that limits (see TryRaise), or trade CPU from the stage
 //     with slack to it; when no stage limits, one more worker (the stages take turns); when
 //     nothing can be raised, step down idle workers as below (must not lose throughput);
 //     consumers do not wait -> step down the first of workers, readers, prefetch that would
 //     stay <= 85% busy (or, for prefetch, kept >= 2 batches ready for 3 intervals).
+//     Beside that change, in the same round: while consumers wait and the sequencer waits for
+//     records, a file's read-ahead that holds less than the interleave takes from it during
+//     one of its reads is deepened (DeepenReadAhead; a measured need, no trial).
 // This is tf.data's stage-based hill climbing (raise the slowest stage) with what it lacks: a
 // budget check before every step, a trial that must pay off, steps down, and hold-offs.
 #include "daemon/tuner.h"
@@ -205,10 +205,15 @@ void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector
       if (k == kPrefetch) quiet_intervals_ = 0;
     }
   }
-  if (knobs_.stream_buffer_bytes != to.stream_buffer_bytes) {
+  // The read-ahead level is not part of a trial (it may have risen beside it): the read-ahead
+  // goes back to what the readers restored and the current level give.
+  const uint64_t bytes = fixed_.stream_buffer_bytes
+                             ? to.stream_buffer_bytes
+                             : std::min(StreamBufferBytesFor(limits_, to.readers), read_ahead_level_);
+  if (knobs_.stream_buffer_bytes != bytes) {
     changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
-                        static_cast<int64_t>(to.stream_buffer_bytes), Format("back with readers %lld", LL(to.readers))});
-    knobs_.stream_buffer_bytes = to.stream_buffer_bytes;
+                        static_cast<int64_t>(bytes), Format("back with readers %lld", LL(to.readers))});
+    knobs_.stream_buffer_bytes = bytes;
   }
 }
 
@@ -479,7 +484,12 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
     return true;
   }
   if (s.o.ready_slots_mean < kBurstyReadyMean && !fixed_.workers && now_seconds_ >= hold_[kWorkers].raise_until &&
-      w < limits_.max_workers && cpu_cores_ * (1 + kRaiseGain) <= limits_.cpu_cores) {
+      w < limits_.max_workers && cpu_cores_ * (1 + kRaiseGain) <= limits_.cpu_cores &&
+      s.parse_busy >= kShedWhileWaitingBusy) {
+    // Only while the workers are busier than the mark idle ones are shed at (TryLower): below
+    // it one of them is idle much of the time already, so another cannot overlap anything, and
+    // the step down would take it back (a 5-minute soak on a loaded machine cycled 2 -> 4 ->
+    // 2 workers at 16-48% busy, each cycle leaving RSS a little higher).
     // Neither stage is saturated and the ring is empty nearly all the time: the stages take
     // turns, each waiting for the other (on a few cores shared with the consumers, a loader
     // short of CPU time rather than of one stage's parallelism). One more worker parses while
@@ -719,11 +729,13 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   // Not before the current knobs have been measured long enough to compare a trial with.
   if (stretch_seconds_ < kTrialIntervalSeconds - 1e-9) return Finish({}, shifted);
 
-  // 5. One change.
+  // 5. One change (a trial), and beside it the read-ahead a measured need asks for: not a
+  // trial, and in a round of its own it held every raise of readers on slow storage back by
+  // a round (a 20 ms mount took 8-10 s instead of 4-5 to reach 90%).
   // While consumers wait and nothing can be raised, idle workers are still taken back (a step
   // that loses throughput is undone: see EvaluateTrial).
-  const bool changed =
-      (s.waiting && (DeepenReadAhead(s, &changes) || TryRaise(s, &changes))) || TryLower(s, &changes);
+  const bool deepened = s.waiting && DeepenReadAhead(s, &changes);
+  const bool changed = (s.waiting && TryRaise(s, &changes)) || TryLower(s, &changes) || deepened;
   if (changed) has_reference_ = false;
   return Finish(std::move(changes), changed || shifted);
 }

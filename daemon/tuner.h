@@ -28,7 +28,8 @@
 // stage when the sequencer waits >= 25% for records while readers are >= 75% busy; when
 // consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
 // each waiting for the other: a loader short of CPU time rather than of one stage's
-// parallelism), one more worker is tried, so that parsing goes on while the others wait;
+// parallelism), one more worker is tried while the workers are >= 60% busy, so that parsing
+// goes on while the others wait;
 // when nothing can be raised, idle workers are stepped down (must not lose throughput; unless
 // the reads limit, only while the rest stay <= 60% busy, or that rule raises them again); a
 // change is made only once the current knobs have been measured for >= 1 s since they last

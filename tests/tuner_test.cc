@@ -745,26 +745,31 @@ TEST_CASE("stages taking turns (local files on 2 cores): one more worker, kept o
           "saturated (readers 55%, workers 60% busy): the stages take turns; one more worker overlaps them, 1.50 of 2 "
           "cores used (0.54 per worker, 0.44 per reader)");
     CHECK(d.next_interval_seconds == Approx(1.0));  // a trial is judged on 1 s
-    // 2 workers: +10% -> kept, and 3 are tried at once (the trial's second measured them:
-    // readers, busier now, are not tried: they are not saturated).
-    d = tuner.Observe(turns(330000, 0.76, 0.37, 1.55, 1.0));
+    // 2 workers: +10% -> kept. At 62% busy a third is tried at once (the trial's second
+    // measured them: readers, busier now, are not tried: they are not saturated).
+    d = tuner.Observe(turns(330000, 0.76, 0.62, 1.55, 1.0));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
     // +0.3%: taken back, not raised again for 120 s.
-    d = tuner.Observe(turns(331000, 0.76, 0.25, 1.56, 1.0));
+    d = tuner.Observe(turns(331000, 0.76, 0.41, 1.56, 1.0));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) ==
           "workers 3 -> 2: taken back: workers 3 gave 331000 records/s, less than 5% over 330000 records/s with "
           "workers 2; not raised again for 120 s");
     // The workers never go back to 1 (the kept raise started there), although 2 workers 37%
-    // busy would be 74% with 1; readers stay at 1.
-    for (int i = 0; i < 100; ++i) {
+    // busy would be 74% with 1, and never go to 3 again while they are below 60% busy, also
+    // after the 120 s hold-off (100 rounds of 0.5 s and more); readers stay at 1.
+    for (int i = 0; i < 400; ++i) {
       d = tuner.Observe(turns(330000, 0.76, 0.37, 1.55));
       INFO("round " << i);
       REQUIRE(d.changes.empty());
     }
     CHECK(d.knobs.readers == 1);
     CHECK(d.knobs.workers == 2);
+  }
+  SECTION("not while the workers are below 60% busy: one of them is idle much of the time already") {
+    Tuner tuner(limits, start, {});
+    for (int i = 0; i < 40; ++i) REQUIRE(tuner.Observe(turns(300000, 0.55, 0.59, 1.50)).changes.empty());
   }
   SECTION("a raise that a load spike interrupts (a shift during its trial) goes back") {
     Tuner tuner(limits, start, {});
