@@ -13,7 +13,8 @@
 //
 // Worker and reader counts, prefetch depth and read-ahead bytes can change while running
 // (SetWorkers, SetReaders, SetPrefetch, SetStreamBufferBytes): the autotuner's knobs. None
-// changes the order of batches. Prefetch: the sequencer takes a slot for the next batch only
+// changes the order of batches. Workers taken away park (their threads stay, blocked) and are
+// the first to come back. Prefetch: the sequencer takes a slot for the next batch only
 // while the batches being parsed plus those ready in the ring are fewer than workers + prefetch.
 //
 // Thread-safety: Start/RequestStop/Join from the owner thread; Snapshot and the setters from
@@ -126,10 +127,12 @@ class Pipeline {
 
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable work_ready_;
+  std::condition_variable workers_parked_;  // workers above wanted_workers_ wait here
   std::condition_variable work_done_;
   std::deque<Work> work_;
-  std::vector<std::thread> workers_;
+  std::vector<std::thread> workers_;  // ids >= wanted_workers_ are parked (SetWorkers)
   size_t wanted_workers_ = 0;
+  bool workers_exit_ = false;  // Join: parked workers end too
   size_t busy_workers_ = 0;
   std::vector<SlotUse> slot_use_;
   uint32_t next_slot_scan_ = 0;
