@@ -102,14 +102,15 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   mi.max_workers = limits.max_workers;
   plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
   limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;
-  // Read-ahead per open file: it starts at the minimum, which keeps the throughput of local
-  // files and of a 2 ms mount at half or less of the memory of 1 MiB, and doubles while a
-  // file's read-ahead runs dry before its next read returns (slow storage; daemon/tuner.h). 1 MiB,
-  // the size of a reader's own reads, is as deep as it goes: on a 20 ms mount it gave all
-  // the throughput 16 readers could (docs/benchmarks.md, "Autotuning").
+  // Read-ahead per open file: 1 MiB, the size of a reader's own reads, is as deep as it goes
+  // (on a 20 ms mount it gave all the throughput 16 readers could). It starts there too, not at
+  // the minimum: 256 KiB kept the throughput of local files and of a 2 ms mount at about half
+  // the memory, and the tuner deepens it where reads are slow (daemon/tuner.h), but in
+  // 5-minute soaks on local files the daemon's RssAnon then grew by 150-470 KiB/min (flat at
+  // 1 MiB), for a reason not found yet (docs/benchmarks.md, "Autotuning", session 7).
   limits.max_stream_buffer_bytes = std::max(limits.min_stream_buffer_bytes,
                                             std::min(kMaxStreamBufferBytes, plan.memory.max_stream_buffer_bytes()));
-  limits.start_stream_buffer_bytes = limits.min_stream_buffer_bytes;
+  limits.start_stream_buffer_bytes = limits.max_stream_buffer_bytes;
   limits.read_bytes = ReaderOptions{}.buffer_bytes;  // the daemon's readers use the default
 
   // Starting knobs.
