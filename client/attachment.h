@@ -55,6 +55,11 @@ struct Attachment {
   std::string DaemonName() const {
     return "ringfeedd (pid " + std::to_string(daemon_pid) + ") for job " + job;
   }
+  // The start of the ClientError for a batch that failed its check (shm/batch_check.h).
+  std::string InvalidBatch(uint32_t slot, uint64_t seq, const std::string& error) const {
+    return DaemonName() + " wrote an invalid batch into slot " + std::to_string(slot) + " (queue " +
+           std::to_string(queue) + ", sequence number " + std::to_string(seq) + "): " + error;
+  }
 };
 
 inline bool Attachment::Forked() const { return fork_generation != ringfeed::ForkGeneration(); }

@@ -12,9 +12,21 @@ namespace ringfeed {
 Batch::Batch() {}
 Batch::~Batch() { Release(); }
 
+namespace {
+
+void CopyCheckedBits(const std::atomic<uint64_t>* from, std::atomic<uint64_t>* to, uint32_t columns) {
+  for (size_t w = 0; w < (columns + size_t{63}) / 64; ++w) {
+    to[w].store(from[w].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+}
+
+}  // namespace
+
 Batch::Batch(Batch&& other) noexcept
     : attachment_(std::move(other.attachment_)), slot_(other.slot_), seq_(other.seq_),
-      base_(std::exchange(other.base_, nullptr)), checked_(std::move(other.checked_)) {}
+      base_(std::exchange(other.base_, nullptr)), checked_(std::move(other.checked_)) {
+  CopyCheckedBits(other.offsets_checked_, offsets_checked_, checked_.column_count);
+}
 
 Batch& Batch::operator=(Batch&& other) noexcept {
   if (this != &other) {
@@ -24,6 +36,7 @@ Batch& Batch::operator=(Batch&& other) noexcept {
     seq_ = other.seq_;
     base_ = std::exchange(other.base_, nullptr);
     checked_ = std::move(other.checked_);
+    CopyCheckedBits(other.offsets_checked_, offsets_checked_, checked_.column_count);
   }
   return *this;
 }
@@ -52,6 +65,19 @@ bool Batch::end_of_data() const { CheckValid("end_of_data"); return checked_.fla
 uint32_t Batch::slot() const { CheckValid("slot"); return slot_; }
 size_t Batch::feature_count() const { CheckValid("feature_count"); return checked_.column_count; }
 
+void Batch::CheckOffsets(size_t i) const {
+  const uint64_t bit = uint64_t{1} << (i % 64);
+  std::atomic<uint64_t>& word = offsets_checked_[i / 64];
+  if (word.load(std::memory_order_relaxed) & bit) return;
+  const detail::Attachment& a = *attachment_;
+  std::string error;
+  if (!shm::CheckColumnOffsets(base_, a.features[i], checked_.columns[i], &error)) {
+    throw ClientError(a.InvalidBatch(slot_, seq_, error) +
+                      ". Release this batch; this is a bug in ringfeedd or memory corruption: please report it");
+  }
+  word.fetch_or(bit, std::memory_order_relaxed);
+}
+
 TensorView Batch::feature(size_t i) const {
   CheckValid("feature");
   const Schema& schema = attachment_->schema;
@@ -59,6 +85,7 @@ TensorView Batch::feature(size_t i) const {
     throw ClientError("feature index " + std::to_string(i) + " out of range: job " + schema.job + " has " +
                       std::to_string(schema.features.size()) + " features");
   }
+  CheckOffsets(i);
   const FeatureInfo& info = schema.features[i];
   const shm::ColumnDesc& c = checked_.columns[i];
   TensorView v;

@@ -5,6 +5,11 @@
 // read freed memory. TensorViews and spans obtained from a batch are valid only until it is
 // released (see client/tensor_view.h).
 //
+// Checks: Client::Next has checked the batch's header and every column's regions against the
+// slot; feature(i) checks column i's row_splits / value_offsets entries the first time it is
+// called (shm/batch_check.h), so a trainer pays only for the columns it reads, and a batch
+// with a bad entry fails there, naming it.
+//
 // Thread-safety: const accessors may run concurrently; Release/move/destruction must not race
 // with other use of the same Batch. Different Batches are independent.
 //
@@ -12,6 +17,7 @@
 // taking a batch allocates nothing; a move copies only the table's used entries.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string_view>
@@ -47,9 +53,13 @@ class Batch {
   uint32_t slot() const;          // ring slot (for diagnostics)
 
   size_t feature_count() const;
-  // Feature i in schema order. Throws ClientError when i is out of range.
+  // Feature i in schema order. Throws ClientError when i is out of range, or when the column's
+  // row_splits / value_offsets are invalid ("... wrote an invalid batch into slot S ...:
+  // feature 'x' (varlen int64): row_splits[3] = 2 < row_splits[2] = 5"); then the batch is
+  // unusable (a daemon bug or memory corruption) and should be released.
   TensorView feature(size_t i) const;
-  // Feature by name. Throws ClientError naming the known features when there is none.
+  // Feature by name. Throws ClientError naming the known features when there is none, and as
+  // feature(i).
   TensorView feature(std::string_view name) const;
   // Where row `row` (< rows()) came from: file_index in the job's file list, record_index in
   // that file.
@@ -58,12 +68,16 @@ class Batch {
  private:
   friend class Client;
   void CheckValid(const char* what) const;
+  void CheckOffsets(size_t i) const;  // once per column: shm::CheckColumnOffsets
 
   std::shared_ptr<detail::Attachment> attachment_;
   uint32_t slot_ = 0;
   uint64_t seq_ = 0;
   uint8_t* base_ = nullptr;  // the slot's first byte
   shm::CheckedBatch checked_;
+  // Bit i set: column i's offset arrays have been checked. [0, (column_count + 63) / 64) are
+  // cleared by Next; atomic because concurrent feature() calls may both check and set.
+  mutable std::atomic<uint64_t> offsets_checked_[shm::kMaxFeatures / 64];
 };
 
 }  // namespace ringfeed

@@ -237,19 +237,20 @@ void Client::TakeBatch(uint32_t slot, uint64_t seq, Batch* out) {
   detail::Attachment& a = *attachment_;
   uint8_t* base = a.ring.slot(slot);
   std::string error;  // empty: no allocation unless the batch is bad
-  // Checked straight into *out (which Next released): no copy of the column table.
+  // Checked straight into *out (which Next released): no copy of the column table. The offset
+  // arrays' contents are checked per column on first use (Batch::feature).
   if (!shm::ReadBatch(base, a.ring.slot_bytes, a.batch_size, a.features, &out->checked_, &error)) {
     shm::Release(a.ring, slot, a.consumer_id, seq);
-    throw ClientError(a.DaemonName() + " wrote an invalid batch into slot " + std::to_string(slot) +
-                      " (queue " + std::to_string(a.queue) + ", sequence number " + std::to_string(seq) +
-                      "): " + error + ". The batch was dropped; this is a bug in ringfeedd or memory "
-                      "corruption: please report it");
+    throw ClientError(a.InvalidBatch(slot, seq, error) +
+                      ". The batch was dropped; this is a bug in ringfeedd or memory corruption: please report it");
   }
   a.consumer_entry().batches_taken.fetch_add(1, std::memory_order_relaxed);
   out->attachment_ = attachment_;
   out->slot_ = slot;
   out->seq_ = seq;
   out->base_ = base;
+  const size_t words = (out->checked_.column_count + 63) / 64;
+  for (size_t w = 0; w < words; ++w) out->offsets_checked_[w].store(0, std::memory_order_relaxed);
 }
 
 void Client::CheckHeartbeat() {

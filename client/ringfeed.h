@@ -131,7 +131,9 @@ void rf_detach(rf_client* client);
 int rf_next(rf_client* client, int64_t timeout_ms, rf_batch** batch, char* err, size_t err_len);
 
 int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info);
-/* Feature `index` (schema order) of the batch. RF_ERROR when index >= rf_schema_count. */
+/* Feature `index` (schema order) of the batch. The first call for a column checks its row_splits /
+ * value_offsets entries against the slot. RF_ERROR when index >= rf_schema_count, or when an entry
+ * is invalid (rf_last_error names the feature, entry and value; release that batch). */
 int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor);
 /* Index of the feature called `name`, or -1. */
 int64_t rf_feature_index(const rf_client* client, const char* name);

@@ -99,9 +99,8 @@ bool OffsetsOk(const uint8_t* slot, uint64_t offset, uint64_t count, uint64_t la
          NonNegativeNonDecreasing(p, count);
 }
 
-// CheckColumn's condition.
-bool ColumnOk(const FeatureDesc& f, const ColumnDesc& c, const uint8_t* slot, uint64_t slot_bytes,
-              uint32_t rows) {
+// CheckColumnShape's condition: regions, counts and sizes, not the offset arrays' contents.
+bool ColumnShapeOk(const FeatureDesc& f, const ColumnDesc& c, uint64_t slot_bytes, uint32_t rows) {
   if (!IsKnownDType(f.dtype) || (f.type != kFixedLen && f.type != kVarLen) || f.rank > kMaxRank) {
     return false;
   }
@@ -120,39 +119,39 @@ bool ColumnOk(const FeatureDesc& f, const ColumnDesc& c, const uint8_t* slot, ui
   if (!regions_ok) return false;
   if (varlen) {
     if (c.row_splits_count != uint64_t{rows} + 1) return false;
-    uint64_t last = 0;
-    if (bytes) {
-      if (c.value_offsets_count == 0) return false;
-      last = c.value_offsets_count - 1;
-    } else {
-      const uint64_t size = DTypeSize(dtype);
-      if (c.values_bytes % size != 0) return false;
-      last = c.values_bytes / size;
-    }
-    if (!OffsetsOk(slot, c.row_splits_offset, c.row_splits_count, last)) return false;
-  } else {
-    uint64_t elements = rows;
-    for (uint32_t d = 0; d < f.rank; ++d) {
-      if (f.shape[d] < 0 || __builtin_mul_overflow(elements, static_cast<uint64_t>(f.shape[d]), &elements)) {
-        return false;
-      }
-    }
-    if (!bytes) {
-      uint64_t expected = 0;
-      if (__builtin_mul_overflow(elements, DTypeSize(dtype), &expected) || c.values_bytes != expected) return false;
-    } else if (c.value_offsets_count != elements + 1) {
+    if (bytes) return c.value_offsets_count != 0;
+    return c.values_bytes % DTypeSize(dtype) == 0;
+  }
+  uint64_t elements = rows;
+  for (uint32_t d = 0; d < f.rank; ++d) {
+    if (f.shape[d] < 0 || __builtin_mul_overflow(elements, static_cast<uint64_t>(f.shape[d]), &elements)) {
       return false;
     }
   }
-  return !bytes || OffsetsOk(slot, c.value_offsets_offset, c.value_offsets_count, c.values_bytes);
+  if (bytes) return c.value_offsets_count == elements + 1;
+  uint64_t expected = 0;
+  return !__builtin_mul_overflow(elements, DTypeSize(dtype), &expected) && c.values_bytes == expected;
 }
 
-// Starts loading the int64 array at `offset` (count entries, clamped to the slot) into the
-// cache without waiting for it.
-void Prefetch(const uint8_t* slot, uint64_t offset, uint64_t count, uint64_t slot_bytes) {
-  if (offset >= slot_bytes) return;
-  const uint64_t bytes = std::min(count, (slot_bytes - offset) / 8) * 8;
-  for (uint64_t b = 0; b < bytes; b += 64) __builtin_prefetch(slot + offset + b);
+// What row_splits must end at: the column's number of values (numeric) or strings (bytes).
+// Only for a varlen column that passed the shape check (then it cannot divide by zero or wrap).
+uint64_t RowSplitsLast(const FeatureDesc& f, const ColumnDesc& c) {
+  const auto dtype = static_cast<DType>(f.dtype);
+  return dtype == DType::kBytes ? c.value_offsets_count - 1 : c.values_bytes / DTypeSize(dtype);
+}
+
+// CheckColumnOffsets' condition, for a column that passed the shape check.
+bool ColumnOffsetsOk(const FeatureDesc& f, const ColumnDesc& c, const uint8_t* slot) {
+  const bool varlen = f.type == kVarLen;
+  const bool bytes = static_cast<DType>(f.dtype) == DType::kBytes;
+  return (!varlen || OffsetsOk(slot, c.row_splits_offset, c.row_splits_count, RowSplitsLast(f, c))) &&
+         (!bytes || OffsetsOk(slot, c.value_offsets_offset, c.value_offsets_count, c.values_bytes));
+}
+
+// Starts loading the int64 array at `offset` (count entries, inside the slot) into the cache
+// without waiting for it.
+void Prefetch(const uint8_t* slot, uint64_t offset, uint64_t count) {
+  for (uint64_t b = 0; b < count * 8; b += 64) __builtin_prefetch(slot + offset + b);
 }
 
 // ReadBatch's condition; fills *out on the way (also when it then fails).
@@ -177,15 +176,8 @@ bool ReadFast(const uint8_t* slot, uint64_t slot_bytes, uint32_t batch_size,
   if (!features.empty()) {
     std::memcpy(out->columns, slot + columns_offset, features.size() * sizeof(ColumnDesc));
   }
-  // The offset arrays were written by the daemon on another core moments ago: fetching them
-  // one cache miss after another is most of the cost of a large batch, so ask for all of them
-  // at once first (clamped to the slot; the checks below decide what is valid).
   for (size_t i = 0; i < features.size(); ++i) {
-    Prefetch(slot, out->columns[i].row_splits_offset, out->columns[i].row_splits_count, slot_bytes);
-    Prefetch(slot, out->columns[i].value_offsets_offset, out->columns[i].value_offsets_count, slot_bytes);
-  }
-  for (size_t i = 0; i < features.size(); ++i) {
-    if (!ColumnOk(features[i], out->columns[i], slot, slot_bytes, rows)) return false;
+    if (!ColumnShapeOk(features[i], out->columns[i], slot_bytes, rows)) return false;
   }
   return true;
 }
@@ -244,16 +236,21 @@ std::string CheckOffsets(const std::string& column, const char* field, const uin
   return "";
 }
 
-std::string CheckColumn(const FeatureDesc& f, const ColumnDesc& c, const uint8_t* slot,
-                        uint64_t slot_bytes, uint32_t rows) {
-  const auto dtype = static_cast<DType>(f.dtype);
-  const bool varlen = f.type == kVarLen;
-  const bool bytes = dtype == DType::kBytes;
-  const std::string column = "feature '" + std::string(f.name, strnlen(f.name, kMaxNameBytes)) + "' (" +
-                             (varlen ? "varlen " : "fixed ") + std::string(DTypeName(dtype)) + ")";
+std::string ColumnName(const FeatureDesc& f) {
+  const bool known = IsKnownDType(f.dtype);
+  return "feature '" + std::string(f.name, strnlen(f.name, kMaxNameBytes)) + "' (" +
+         (f.type == kVarLen ? "varlen " : "fixed ") +
+         (known ? std::string(DTypeName(static_cast<DType>(f.dtype))) : "dtype " + Str(f.dtype)) + ")";
+}
+
+std::string CheckColumnShape(const FeatureDesc& f, const ColumnDesc& c, uint64_t slot_bytes, uint32_t rows) {
+  const std::string column = ColumnName(f);
   if (!IsKnownDType(f.dtype) || (f.type != kFixedLen && f.type != kVarLen) || f.rank > kMaxRank) {
     return column + ": invalid feature description";
   }
+  const auto dtype = static_cast<DType>(f.dtype);
+  const bool varlen = f.type == kVarLen;
+  const bool bytes = dtype == DType::kBytes;
   uint64_t offsets_bytes = 0, splits_bytes = 0;
   if (__builtin_mul_overflow(c.value_offsets_count, uint64_t{8}, &offsets_bytes) ||
       __builtin_mul_overflow(c.row_splits_count, uint64_t{8}, &splits_bytes)) {
@@ -271,47 +268,46 @@ std::string CheckColumn(const FeatureDesc& f, const ColumnDesc& c, const uint8_t
   } else if (c.row_splits_count != 0) {
     return column + ": row_splits_count " + Str(c.row_splits_count) + " for a fixed column, must be 0";
   }
-
-  // Number of values (numeric) or strings (bytes).
-  uint64_t elements = 0;
   if (varlen) {
     if (c.row_splits_count != uint64_t{rows} + 1) {
       return column + ": row_splits_count " + Str(c.row_splits_count) + ", must be rows + 1 = " + Str(rows + uint64_t{1});
     }
-    uint64_t last = 0;
-    if (bytes) {
-      if (c.value_offsets_count == 0) return column + ": value_offsets_count 0, must be strings + 1";
-      last = c.value_offsets_count - 1;
-    } else {
-      const uint64_t size = DTypeSize(dtype);
-      if (c.values_bytes % size != 0) {
-        return column + ": values_bytes " + Str(c.values_bytes) + " is not a multiple of " + Str(size);
-      }
-      last = c.values_bytes / size;
+    if (bytes && c.value_offsets_count == 0) return column + ": value_offsets_count 0, must be strings + 1";
+    if (!bytes && c.values_bytes % DTypeSize(dtype) != 0) {
+      return column + ": values_bytes " + Str(c.values_bytes) + " is not a multiple of " + Str(DTypeSize(dtype));
     }
-    if (auto e = CheckOffsets(column, "row_splits", slot, c.row_splits_offset, c.row_splits_count, last); !e.empty()) return e;
-    elements = last;
-  } else {
-    elements = rows;
-    for (uint32_t d = 0; d < f.rank; ++d) {
-      if (f.shape[d] < 0 || __builtin_mul_overflow(elements, static_cast<uint64_t>(f.shape[d]), &elements)) {
-        return column + ": rows * shape overflows";
-      }
-    }
-    if (!bytes) {
-      uint64_t expected = 0;
-      if (__builtin_mul_overflow(elements, DTypeSize(dtype), &expected) || c.values_bytes != expected) {
-        return column + ": values_bytes " + Str(c.values_bytes) + ", must be rows " + Str(rows) +
-               " x " + Str(elements / (rows ? rows : 1)) + " values x " + Str(DTypeSize(dtype)) + " bytes";
-      }
-    } else if (c.value_offsets_count != elements + 1) {
-      return column + ": value_offsets_count " + Str(c.value_offsets_count) + ", must be strings + 1 = " +
-             Str(elements + 1);
+    return "";
+  }
+  uint64_t elements = rows;
+  for (uint32_t d = 0; d < f.rank; ++d) {
+    if (f.shape[d] < 0 || __builtin_mul_overflow(elements, static_cast<uint64_t>(f.shape[d]), &elements)) {
+      return column + ": rows * shape overflows";
     }
   }
-  if (bytes) {
-    if (auto e = CheckOffsets(column, "value_offsets", slot, c.value_offsets_offset, c.value_offsets_count,
-                              c.values_bytes); !e.empty()) return e;
+  if (!bytes) {
+    uint64_t expected = 0;
+    if (__builtin_mul_overflow(elements, DTypeSize(dtype), &expected) || c.values_bytes != expected) {
+      return column + ": values_bytes " + Str(c.values_bytes) + ", must be rows " + Str(rows) + " x " +
+             Str(elements / (rows ? rows : 1)) + " values x " + Str(DTypeSize(dtype)) + " bytes";
+    }
+  } else if (c.value_offsets_count != elements + 1) {
+    return column + ": value_offsets_count " + Str(c.value_offsets_count) + ", must be strings + 1 = " +
+           Str(elements + 1);
+  }
+  return "";
+}
+
+// For a column that passed CheckColumnShape.
+std::string CheckColumnOffsetsSlow(const FeatureDesc& f, const ColumnDesc& c, const uint8_t* slot) {
+  const std::string column = ColumnName(f);
+  if (f.type == kVarLen) {
+    if (auto e = CheckOffsets(column, "row_splits", slot, c.row_splits_offset, c.row_splits_count, RowSplitsLast(f, c));
+        !e.empty()) {
+      return e;
+    }
+  }
+  if (static_cast<DType>(f.dtype) == DType::kBytes) {
+    return CheckOffsets(column, "value_offsets", slot, c.value_offsets_offset, c.value_offsets_count, c.values_bytes);
   }
   return "";
 }
@@ -341,7 +337,7 @@ std::string Explain(const uint8_t* slot, uint64_t slot_bytes, uint32_t batch_siz
     std::memcpy(columns.data(), slot + columns_offset, features.size() * sizeof(ColumnDesc));
   }
   for (size_t i = 0; i < features.size(); ++i) {
-    if (auto e = CheckColumn(features[i], columns[i], slot, slot_bytes, rows); !e.empty()) return e;
+    if (auto e = CheckColumnShape(features[i], columns[i], slot_bytes, rows); !e.empty()) return e;
   }
   return "";
 }
@@ -372,10 +368,29 @@ bool ReadBatch(const uint8_t* slot, uint64_t slot_bytes, uint32_t batch_size,
   return false;
 }
 
+bool CheckColumnOffsets(const uint8_t* slot, const FeatureDesc& feature, const ColumnDesc& column,
+                        std::string* error) {
+  // The arrays were written by the daemon on another core: ask for all their cache lines at
+  // once, then check (ReadBatch has put the regions inside the slot).
+  if (feature.type == kVarLen) Prefetch(slot, column.row_splits_offset, column.row_splits_count);
+  if (static_cast<DType>(feature.dtype) == DType::kBytes) {
+    Prefetch(slot, column.value_offsets_offset, column.value_offsets_count);
+  }
+  if (ColumnOffsetsOk(feature, column, slot)) return true;
+  *error = CheckColumnOffsetsSlow(feature, column, slot);
+  if (error->empty()) *error = "the slot changed while it was being checked (is something still writing it?)";
+  return false;
+}
+
 bool ValidateBatch(const Superblock& sb, const uint8_t* slot, std::string* error) {
   CheckedBatch batch;
   const uint32_t count = sb.feature_count <= kMaxFeatures ? sb.feature_count : kMaxFeatures;
-  return ReadBatch(slot, sb.slot_bytes, sb.batch_size, std::span(sb.features, count), &batch, error);
+  const std::span<const FeatureDesc> features(sb.features, count);
+  if (!ReadBatch(slot, sb.slot_bytes, sb.batch_size, features, &batch, error)) return false;
+  for (size_t i = 0; i < features.size(); ++i) {
+    if (!CheckColumnOffsets(slot, features[i], batch.columns[i], error)) return false;
+  }
+  return true;
 }
 
 }  // namespace ringfeed::shm

@@ -22,7 +22,7 @@
 //   FixedLen bytes        values: the strings' bytes; value_offsets: int64[rows*prod(shape)+1]
 //   VarLen bytes          values + value_offsets (one per string + 1) + row_splits (strings)
 // value_offsets[0] == row_splits[0] == 0; both are non-decreasing. A client checks all of this
-// against the slot bounds before handing a pointer out (shm/ring.h: ValidateBatch).
+// against the slot bounds before handing a pointer out (shm/batch_check.h).
 //
 // Hand-off (no locks; atomics in the mapping, futex waits with timeouts):
 //   Each slot has one 64-bit state word (SlotWord): kFree -> kFilling (daemon lays out and

@@ -370,6 +370,42 @@ TEST_CASE("client: an invalid batch is a ClientError and its slot is released") 
   CHECK(held == 1);  // only the good batch we hold
 }
 
+// The offset arrays' entries are checked per column by the first feature() call: Next hands
+// the batch out, the good columns work, the bad one names its entry, every time it is asked.
+// The Batch object used for a good batch first (every column checked) checks afresh.
+TEST_CASE("client: a bad row_splits entry fails that feature's first use, naming it") {
+  TempDir dir;
+  auto producer = ForkProducer(Options(dir), [](RingTestProducer& p) {
+    p.PublishBatch(0, 0);
+    p.PublishWith(0, [&](uint8_t* slot, uint64_t) {
+      p.WriteBatch(slot, 0, 1, 0, 0, 4);
+      auto* h = reinterpret_cast<shm::SlotHeader*>(slot);
+      auto* columns = reinterpret_cast<shm::ColumnDesc*>(slot + h->columns_offset);
+      reinterpret_cast<int64_t*>(slot + columns[1].row_splits_offset)[2] = -1;
+    });
+  });
+  auto client = Client::Attach(Attach(dir));
+  Batch batch;
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  CHECK(batch.index() == 0);
+  CheckTestBatch(batch, 4, 0);
+  REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+  CHECK(batch.index() == 1);
+  CHECK(batch.feature("label").values<int64_t>()[0] == 4);
+  CHECK(batch.feature("key").size() == 8);
+  // Batch 1's weights: g = 4..7 have 0, 1, 2, 3 values: row_splits 0, 0, 1, 3, 6.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    CHECK_THROWS_WITH(batch.feature("weights"),
+                      Catch::Contains("wrote an invalid batch into slot") &&
+                          Catch::Contains("feature 'weights' (varlen float32): row_splits[2] = -1 < row_splits[1] = 0") &&
+                          Catch::Contains("Release this batch"));
+  }
+  CHECK_THROWS_AS(batch.feature(1), ClientError);
+  const Batch moved = std::move(batch);
+  CHECK_THROWS_AS(moved.feature(1), ClientError);
+  CHECK(moved.feature("label").values<int64_t>()[3] == 7);
+}
+
 TEST_CASE("client: an incompatible segment is refused with the layout difference") {
   TempDir dir;
   auto producer = ForkProducer(Options(dir), [](RingTestProducer& p) { p.ring().sb->layout_version = 2; });

@@ -251,9 +251,10 @@ TEST_CASE("ValidateBatch accepts well-formed batches") {
   CHECK_THAT(error, Catch::Contains("257 features, more than the maximum 256"));
 }
 
-// The offset checks look at every entry (two at a time, in a loop with a scalar tail): a bad
-// value at any position of arrays of every length from 1 to 33 entries is found and named.
-TEST_CASE("ReadBatch checks every row_splits and value_offsets entry, at every length") {
+// The offset checks look at every entry (eight at a time, in a loop with a scalar tail): a bad
+// value at any position of arrays of every length from 1 to 33 entries is found and named, by
+// ValidateBatch and by CheckColumnOffsets of that column (ReadBatch alone does not look).
+TEST_CASE("CheckColumnOffsets checks every row_splits and value_offsets entry, at every length") {
   TempDir dir;
   ProducerOptions o = Options(dir);
   o.batch_size = 16;
@@ -263,6 +264,7 @@ TEST_CASE("ReadBatch checks every row_splits and value_offsets entry, at every l
   auto column = [&](int i) {
     return reinterpret_cast<ColumnDesc*>(slot + reinterpret_cast<SlotHeader*>(slot)->columns_offset) + i;
   };
+  const std::vector<shm::FeatureDesc> features(sb.features, sb.features + sb.feature_count);
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   size_t checked = 0;
@@ -288,6 +290,10 @@ TEST_CASE("ReadBatch checks every row_splits and value_offsets entry, at every l
           INFO(field << " rows " << rows << " entry " << i << " = " << v);
           CHECK_FALSE(shm::ValidateBatch(sb, slot, &error));
           CHECK_THAT(error, Catch::Contains(std::string(field) + "["));
+          shm::CheckedBatch batch;
+          REQUIRE(shm::ReadBatch(slot, sb.slot_bytes, sb.batch_size, features, &batch, &error));
+          CHECK_FALSE(shm::CheckColumnOffsets(slot, features[index], batch.columns[index], &error));
+          CHECK_THAT(error, Catch::Contains(std::string(field) + "["));
           ++checked;
         }
         entries[i] = good;
@@ -299,10 +305,11 @@ TEST_CASE("ReadBatch checks every row_splits and value_offsets entry, at every l
 }
 
 // Whatever a writer scribbles over the header, the column table and the offset arrays,
-// ReadBatch either names a problem or hands out only regions inside the slot whose offset
-// arrays start at 0, never decrease and end at the region's size (checked here by a plain
-// reimplementation of the rules).
-TEST_CASE("ReadBatch on randomly corrupted slots: what it accepts is inside the slot") {
+// ReadBatch either names a problem or accepts only regions inside the slot, and
+// CheckColumnOffsets then either names a problem or accepts only offset arrays that start at
+// 0, never decrease and end at the region's size (checked here by a plain reimplementation of
+// the rules).
+TEST_CASE("ReadBatch and CheckColumnOffsets on randomly corrupted slots: what they accept is inside the slot") {
   TempDir dir;
   ProducerOptions o = Options(dir);
   o.batch_size = 16;
@@ -327,7 +334,7 @@ TEST_CASE("ReadBatch on randomly corrupted slots: what it accepts is inside the 
   };
   // The rules for the test schema: label fixed int64, weights varlen float32, key fixed bytes
   // [2], pixels fixed uint8 [2, 3].
-  auto valid = [&](const shm::CheckedBatch& b) {
+  auto shape_valid = [&](const shm::CheckedBatch& b) {
     const uint64_t rows = b.rows;
     if (rows > sb.batch_size || b.column_count != 4) return false;
     if (b.sources_offset < sizeof(SlotHeader) || b.sources_offset > slot_bytes ||
@@ -341,11 +348,14 @@ TEST_CASE("ReadBatch on randomly corrupted slots: what it accepts is inside the 
     return c[0].values_bytes == rows * 8 && c[0].row_splits_count == 0 && c[0].value_offsets_count == 0 &&
            c[1].value_offsets_count == 0 && c[1].row_splits_count == rows + 1 && c[1].values_bytes % 4 == 0 &&
            inside(c[1].row_splits_offset, c[1].row_splits_count * 8) &&
-           offsets_ok(c[1].row_splits_offset, c[1].row_splits_count, c[1].values_bytes / 4) &&
            c[2].row_splits_count == 0 && c[2].value_offsets_count == 2 * rows + 1 &&
            inside(c[2].value_offsets_offset, c[2].value_offsets_count * 8) &&
-           offsets_ok(c[2].value_offsets_offset, c[2].value_offsets_count, c[2].values_bytes) &&
            c[3].values_bytes == rows * 6 && c[3].row_splits_count == 0 && c[3].value_offsets_count == 0;
+  };
+  auto offsets_valid = [&](const shm::CheckedBatch& b) {  // for a batch with a valid shape
+    const ColumnDesc* c = b.columns;
+    return offsets_ok(c[1].row_splits_offset, c[1].row_splits_count, c[1].values_bytes / 4) &&
+           offsets_ok(c[2].value_offsets_offset, c[2].value_offsets_count, c[2].values_bytes);
   };
 
   std::mt19937_64 random(20240611);  // fixed seed: the same corruptions every run
@@ -353,7 +363,7 @@ TEST_CASE("ReadBatch on randomly corrupted slots: what it accepts is inside the 
                                  static_cast<int64_t>(slot_bytes), static_cast<int64_t>(slot_bytes) - 64,
                                  std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
                                  int64_t{1} << 61, (int64_t{1} << 61) + 9, int64_t{1} << 62};
-  size_t accepted = 0, rejected = 0;
+  size_t accepted = 0, rejected = 0, rejected_offsets = 0;
   for (int round = 0; round < 20000; ++round) {
     producer.WriteBatch(slot, 0, 1, 0, 0, static_cast<uint32_t>(random() % 17));
     const auto* header = reinterpret_cast<const SlotHeader*>(slot);
@@ -377,18 +387,28 @@ TEST_CASE("ReadBatch on randomly corrupted slots: what it accepts is inside the 
     }
     shm::CheckedBatch batch;
     std::string error;
-    if (shm::ReadBatch(slot, slot_bytes, sb.batch_size, features, &batch, &error)) {
-      ++accepted;
-      if (!valid(batch)) FAIL("accepted an invalid batch in round " << round);
-    } else {
+    auto no_reason = [&] { return error.empty() || error.find("changed while") != std::string::npos; };
+    if (!shm::ReadBatch(slot, slot_bytes, sb.batch_size, features, &batch, &error)) {
       ++rejected;
-      if (error.empty() || error.find("changed while") != std::string::npos) {
-        FAIL("round " << round << ": no reason given: '" << error << "'");
-      }
+      if (no_reason()) FAIL("round " << round << ": no reason given: '" << error << "'");
+      continue;
+    }
+    if (!shape_valid(batch)) FAIL("accepted an invalid batch in round " << round);
+    bool offsets_accepted = true;
+    for (size_t i = 0; i < features.size() && offsets_accepted; ++i) {
+      offsets_accepted = shm::CheckColumnOffsets(slot, features[i], batch.columns[i], &error);
+    }
+    if (offsets_accepted) {
+      ++accepted;
+      if (!offsets_valid(batch)) FAIL("accepted invalid offset arrays in round " << round);
+    } else {
+      ++rejected_offsets;
+      if (no_reason()) FAIL("round " << round << ": no reason given: '" << error << "'");
     }
   }
   CHECK(accepted > 1000);
   CHECK(rejected > 1000);
+  CHECK(rejected_offsets > 100);
 }
 
 TEST_CASE("ValidateBatch rejects every out-of-bounds or inconsistent slot") {
