@@ -106,8 +106,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // (on a 20 ms mount it gave all the throughput 16 readers could). It starts there too, not at
   // the minimum: 256 KiB kept the throughput of local files and of a 2 ms mount at about half
   // the memory, and the tuner deepens it where reads are slow (daemon/tuner.h), but in
-  // 5-minute soaks on local files the daemon's RssAnon then grew by 150-470 KiB/min (flat at
-  // 1 MiB), for a reason not found yet (docs/benchmarks.md, "Autotuning", session 7).
+  // 5-minute soaks on local files the daemon's RssAnon then grew by 140-510 KiB/min (flat at
+  // 1 MiB), for a reason not found yet (docs/benchmarks.md, "Autotuning", sessions 7 and 8).
   limits.max_stream_buffer_bytes = std::max(limits.min_stream_buffer_bytes,
                                             std::min(kMaxStreamBufferBytes, plan.memory.max_stream_buffer_bytes()));
   limits.start_stream_buffer_bytes = limits.max_stream_buffer_bytes;

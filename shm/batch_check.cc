@@ -1,6 +1,5 @@
 #include "shm/batch_check.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <vector>
