@@ -14,8 +14,11 @@ Batch::~Batch() { Release(); }
 
 namespace {
 
+// Words of Batch::offsets_checked_ in use for `columns` columns.
+size_t CheckedWords(uint32_t columns) { return (columns + size_t{63}) / 64; }
+
 void CopyCheckedBits(const std::atomic<uint64_t>* from, std::atomic<uint64_t>* to, uint32_t columns) {
-  for (size_t w = 0; w < (columns + size_t{63}) / 64; ++w) {
+  for (size_t w = 0; w < CheckedWords(columns); ++w) {
     to[w].store(from[w].load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
 }
@@ -64,6 +67,12 @@ bool Batch::end_of_epoch() const { CheckValid("end_of_epoch"); return checked_.f
 bool Batch::end_of_data() const { CheckValid("end_of_data"); return checked_.flags & shm::kBatchEndOfData; }
 uint32_t Batch::slot() const { CheckValid("slot"); return slot_; }
 size_t Batch::feature_count() const { CheckValid("feature_count"); return checked_.column_count; }
+
+void Batch::ClearOffsetChecks() {
+  for (size_t w = 0; w < CheckedWords(checked_.column_count); ++w) {
+    offsets_checked_[w].store(0, std::memory_order_relaxed);
+  }
+}
 
 void Batch::CheckOffsets(size_t i) const {
   const uint64_t bit = uint64_t{1} << (i % 64);

@@ -69,6 +69,7 @@ class Batch {
   friend class Client;
   void CheckValid(const char* what) const;
   void CheckOffsets(size_t i) const;  // once per column: shm::CheckColumnOffsets
+  void ClearOffsetChecks();           // for a newly taken batch (Client::Next)
 
   std::shared_ptr<detail::Attachment> attachment_;
   uint32_t slot_ = 0;

@@ -249,8 +249,7 @@ void Client::TakeBatch(uint32_t slot, uint64_t seq, Batch* out) {
   out->slot_ = slot;
   out->seq_ = seq;
   out->base_ = base;
-  const size_t words = (out->checked_.column_count + 63) / 64;
-  for (size_t w = 0; w < words; ++w) out->offsets_checked_[w].store(0, std::memory_order_relaxed);
+  out->ClearOffsetChecks();
 }
 
 void Client::CheckHeartbeat() {
