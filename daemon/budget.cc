@@ -424,8 +424,9 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
       add("daemon before the pipeline", "private RSS (RssAnon) at start", in.baseline_private_rss_bytes);
 
   // Open files: the reader's window (grown to the largest record), for compressed files the
-  // compressed-input buffer and the decoder state, and the one record a stream may hold beyond
-  // its stream buffer (ReadAhead reads on until it passes the limit).
+  // compressed-input buffer and the decoder state, the one record a stream may hold beyond
+  // its stream buffer (ReadAhead reads on until it passes the limit) and, when small records
+  // share read-ahead chunks, the chunk space a stream holds beyond its records.
   {
     const uint64_t window = std::max(in.reader_buffer_bytes, SatAdd(in.largest_record_bytes, kRecordHeaderFooterBytes));
     uint64_t per_file = window;
@@ -438,6 +439,10 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     const uint64_t beyond = SatAdd(in.largest_record_bytes, kReadAheadRecordOverheadBytes);
     per_file = SatAdd(per_file, beyond);
     arithmetic += " + " + FormatBytes(beyond) + " largest record beyond the stream buffer";
+    if (in.shuffle_buffer <= 1) {  // records travel in read-ahead chunks (Pipeline: no shuffle buffer)
+      per_file = SatAdd(per_file, kReadAheadChunkOverheadBytes);
+      arithmetic += " + " + FormatBytes(kReadAheadChunkOverheadBytes) + " read-ahead chunk tails";
+    }
     const bool all_files = in.files > 0 && in.files < in.cycle_length + lookahead;
     const std::string count = all_files ? std::to_string(plan.open_files) + " (all files)"
                                         : std::to_string(plan.open_files) + " (pipeline.cycle_length " +

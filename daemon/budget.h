@@ -107,6 +107,7 @@ MemoryBudgetDefault DefaultMemoryBudget(const SystemPaths& paths = {});
 constexpr uint64_t kInflateStateBytes = 96u << 10;        // ISA-L inflate_state (85 KiB) or zlib (~40 KiB)
 constexpr uint64_t kRecordOverheadBytes = 80;             // OwnedRecord + its own RecordStorage + malloc header/rounding
 constexpr uint64_t kReadAheadRecordOverheadBytes = 224;   // StreamItem in a vector (2x capacity) + RecordStorage + malloc
+constexpr uint64_t kReadAheadChunkOverheadBytes = 128u << 10;  // per open file without a shuffle buffer: ReadAhead::kChunkOverheadBytes
 constexpr uint64_t kThreadBytes = 256u << 10;             // resident stack + per-thread malloc state
 constexpr int64_t kDaemonFixedThreads = 4;                // main/control socket, sequencer, heartbeat, tuner
 constexpr uint64_t kSafetyMarginMinBytes = 8u << 20;      // margin = max(budget / 20, 8 MiB)

@@ -10,43 +10,25 @@ namespace {
 // Records read per turn before a thread lets go of a stream (so one thread serves several
 // streams fairly), unless the stream's buffer fills first.
 constexpr size_t kRecordsPerTurn = 256;
-// A record's length and CRCs in the stream (the reader's offset counts them).
-constexpr uint64_t kRecordHeaderFooterBytes = 16;
 
 // Where a read-ahead turn has the reader put each payload (TFRecordReader::NextInto): records up
-// to kOwnAllocationBytes at the end of the turn's chunk, larger ones (or all, without chunks) in
-// their own allocation, which the reader fills straight from the file. Take() hands the memory
-// of a record that was read to its OwnedRecord; memory of a record that failed (data CRC) is
-// dropped or overwritten by the next.
+// to kOwnAllocationBytes at the end of the stream's chunk, larger ones (or all, without chunks)
+// in their own allocation, which the reader fills straight from the file. Take() hands the
+// memory of a record that was read to its OwnedRecord; memory of a record that failed (data
+// CRC) is dropped or overwritten by the next.
 class TurnAllocator final : public RecordAllocator {
  public:
-  TurnAllocator(const TFRecordReader& reader, bool chunks, uint64_t room)
-      : reader_(reader), chunks_(chunks), room_(room) {}
+  TurnAllocator(ChunkCursor* chunk, bool chunks) : chunk_(chunk), chunks_(chunks) {}
 
-  // Call before each NextInto: what the turn has read so far (sizes the next chunk).
-  void SetProgress(uint64_t bytes, size_t records) {
-    bytes_ = bytes;
-    records_ = records;
-    own_.Reset();
-  }
+  // Call before each NextInto.
+  void NextRecord() { own_.Reset(); }
 
   uint8_t* Allocate(uint64_t length) override {
     if (length > ReadAhead::kOwnAllocationBytes || !chunks_) {
       own_ = RecordStorage::Allocate(length);
       return own_.bytes();
     }
-    if (!chunk_ || chunk_.capacity() - chunk_used_ < length) {
-      // Sized to what the turn still reads: the rest of `room`, or the records left at the
-      // file's mean so far plus an eighth; a record that does not fit starts a new chunk.
-      const uint64_t mean = reader_.records_read() > 0 ? reader_.offset() / reader_.records_read()
-                                                       : length + kRecordHeaderFooterBytes;
-      const uint64_t left_bytes = room_ > bytes_ ? room_ - bytes_ : length;
-      const uint64_t left_records = kRecordsPerTurn - records_;
-      const uint64_t expected = std::min(left_bytes, left_records * (mean + mean / 8));
-      chunk_ = RecordStorage::Allocate(std::clamp<uint64_t>(expected, std::max<uint64_t>(length, 1), ReadAhead::kChunkBytes));
-      chunk_used_ = 0;
-    }
-    return chunk_.bytes() + chunk_used_;
+    return chunk_->Room(length);
   }
 
   // The storage of the record NextInto just returned (`size` bytes).
@@ -55,29 +37,39 @@ class TurnAllocator final : public RecordAllocator {
       record->storage = std::move(own_);
       record->at = 0;
     } else {
-      record->storage = chunk_.ShareUnpublished();
-      record->at = static_cast<uint32_t>(chunk_used_);
-      chunk_used_ += size;
+      record->storage = chunk_->Claim(size, &record->at);
     }
   }
 
-  // The turn's own chunk reference; the records hold theirs.
-  void Release() {
-    chunk_.Reset();
-    own_.Reset();
-  }
-
  private:
-  const TFRecordReader& reader_;
+  ChunkCursor* const chunk_;
   const bool chunks_;
-  const uint64_t room_;
-  uint64_t bytes_ = 0;
-  size_t records_ = 0;
-  RecordStorage::Ref chunk_;
-  uint64_t chunk_used_ = 0;
   RecordStorage::Ref own_;  // the current record's own allocation, if it has one
 };
 }  // namespace
+
+uint8_t* ChunkCursor::Room(uint64_t length) {
+  if (!chunk_ || chunk_.capacity() - used_ < length || unclaimed_ == 0) {
+    Retire();
+    chunk_ = RecordStorage::AllocateReserved(ReadAhead::kChunkBytes, kReservedRefs);
+    unclaimed_ = kReservedRefs;
+  }
+  return chunk_.bytes() + used_;
+}
+
+RecordStorage::Ref ChunkCursor::Claim(uint64_t size, uint32_t* at) {
+  *at = static_cast<uint32_t>(used_);
+  used_ += size;
+  --unclaimed_;
+  return chunk_.ClaimReserved();
+}
+
+void ChunkCursor::Retire() {
+  if (chunk_) chunk_.Unreserve(unclaimed_);
+  chunk_.Reset();
+  used_ = 0;
+  unclaimed_ = 0;
+}
 
 OwnedRecord OwnedRecord::Copy(std::span<const uint8_t> bytes, uint32_t file_index, uint64_t record_index,
                               uint64_t offset) {
@@ -233,12 +225,12 @@ void ReadAhead::Run(size_t id) {
     const int64_t cpu_start = ThreadCpuNs();
 
     // Read a turn's worth outside the lock, then hand the items over in one go. Records up to
-    // kOwnAllocationBytes go into the turn's chunk(s), larger ones into their own allocation.
+    // kOwnAllocationBytes go into the stream's chunk, larger ones into their own allocation.
     std::vector<StreamItem> items = std::move(stream->spare_);
     items.clear();
     uint64_t bytes = 0;
     bool finished = false;
-    TurnAllocator allocator(stream->reader_, chunks_, room);
+    TurnAllocator allocator(&stream->chunk_, chunks_);
     ReadError error;
     // Items are built here and then moved into `items` whole: its memory was last written by
     // the consumer's core, and a store-only move does not wait for each line to come back
@@ -246,7 +238,7 @@ void ReadAhead::Run(size_t id) {
     while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room)) {
       Record record;
       StreamItem item;
-      allocator.SetProgress(bytes, items.size());
+      allocator.NextRecord();
       const auto status = stream->reader_.NextInto(allocator, &record, &error);
       if (status == TFRecordReader::Status::kEnd) {
         item.kind = StreamItem::Kind::kEnd;
@@ -271,7 +263,7 @@ void ReadAhead::Run(size_t id) {
       items.push_back(std::move(item));
     }
 
-    allocator.Release();
+    if (finished) stream->chunk_.Retire();  // no more records: only they keep it alive now
     cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
     busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wall_start), std::memory_order_relaxed);
     lock.lock();

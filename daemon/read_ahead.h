@@ -7,11 +7,14 @@
 // Memory: each open stream buffers at most `stream_buffer_bytes` of record payload (plus one
 // record, however large, so a record bigger than the buffer still moves), and the pool never
 // has more open streams than the sequencer asked for. Records of up to kOwnAllocationBytes
-// are copied out of the reader's window into chunks of up to kChunkBytes shared by the
-// records of one turn (one allocation per chunk, not per record: the per-record malloc and
-// cross-thread free was the largest per-record cost of the daemon); a chunk lives until its
-// last record is gone, so beyond the records it holds it keeps at most its unused tail and
-// the records already consumed — at most one chunk per file with records still in flight.
+// are copied out of the reader's window into chunks of kChunkBytes (one allocation per chunk,
+// not per record: the per-record malloc and cross-thread free was the largest per-record cost
+// of the daemon). A stream fills its chunk across read-ahead turns until a record does not
+// fit, so every chunk has the same size (chunks sized to each turn fragmented the heap:
+// private RSS crept up 150-500 KiB/min at 256 KiB of read-ahead per file). A chunk lives
+// until its last record is gone, so beyond the records it holds a stream keeps at most
+// kChunkOverheadBytes (2 x kChunkBytes) more: the unused tail of the chunk being filled and
+// the records already consumed from its oldest one.
 // Larger records get their own allocation, which the reader fills straight from the file
 // (TFRecordReader::NextInto: no copy out of its window for them).
 // Threads: `threads` I/O threads, changeable at run time with SetThreads (the autotuner's knob,
@@ -63,11 +66,12 @@ class RecordStorage {
     explicit operator bool() const { return block_ != nullptr; }
     uint8_t* bytes() const { return reinterpret_cast<uint8_t*>(block_) + sizeof(RecordStorage); }
     uint64_t capacity() const { return block_->capacity_; }
-    // Another reference, counted without an atomic read-modify-write: only while no other
-    // thread can reach the block (during a read-ahead turn, before the hand-over's lock).
-    Ref ShareUnpublished() const {
-      block_->refs_.store(block_->refs_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      return Ref(block_);
+    // One of the references reserved by AllocateReserved, as a Ref of its own: no atomic
+    // read-modify-write (the count already holds it). The caller tracks how many are left.
+    Ref ClaimReserved() const { return Ref(block_); }
+    // Gives back `n` reserved references never claimed. Never frees: this Ref still counts.
+    void Unreserve(uint32_t n) {
+      if (n != 0) block_->refs_.fetch_sub(n, std::memory_order_acq_rel);
     }
     void Reset() {
       if (block_ != nullptr && block_->refs_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
@@ -82,14 +86,17 @@ class RecordStorage {
     RecordStorage* block_ = nullptr;
   };
   // A block of `capacity` bytes (contents uninitialized), one reference.
-  static Ref Allocate(uint64_t capacity) {
+  static Ref Allocate(uint64_t capacity) { return AllocateReserved(capacity, 0); }
+  // The same with `reserved` more references counted in advance, for ClaimReserved: a chunk
+  // hands out one per record without a locked instruction each.
+  static Ref AllocateReserved(uint64_t capacity, uint32_t reserved) {
     void* memory = ::operator new(sizeof(RecordStorage) + (capacity ? capacity : 1));
-    return Ref(new (memory) RecordStorage(capacity));
+    return Ref(new (memory) RecordStorage(capacity, 1 + reserved));
   }
 
  private:
-  explicit RecordStorage(uint64_t capacity) : capacity_(capacity) {}
-  std::atomic<uint32_t> refs_{1};
+  RecordStorage(uint64_t capacity, uint32_t refs) : refs_(refs), capacity_(capacity) {}
+  std::atomic<uint32_t> refs_;
   uint64_t capacity_;
 };
 static_assert(sizeof(RecordStorage) == 16);
@@ -113,6 +120,34 @@ struct OwnedRecord {
   static OwnedRecord Copy(std::span<const uint8_t> bytes, uint32_t file_index, uint64_t record_index, uint64_t offset);
   // This record in its own allocation: itself when its storage holds just its bytes, else a copy.
   OwnedRecord Unshared() &&;
+};
+
+// The read-ahead chunk a stream copies its small records into (ReadAhead::kChunkBytes),
+// kept from turn to turn until a record does not fit. Its references are reserved when it is
+// allocated and handed out one per record with no atomic instruction (the reader's per-record
+// cost); the ones left over are given back when the chunk is replaced or retired.
+// Thread-safety: used by one thread at a time (the stream's reader); the Refs it hands out
+// may be released on any thread, before or after the cursor lets go of the chunk.
+class ChunkCursor {
+ public:
+  ChunkCursor() = default;
+  ChunkCursor(const ChunkCursor&) = delete;
+  ChunkCursor& operator=(const ChunkCursor&) = delete;
+  ~ChunkCursor() { Retire(); }
+  // Where `length` (<= ReadAhead::kChunkBytes) bytes go: after the bytes claimed so far, or
+  // at the start of a new chunk when they do not fit. Writing there claims nothing yet.
+  uint8_t* Room(uint64_t length);
+  // The `size` bytes just written at Room(>= size) belong to a record: its reference and
+  // their offset in the chunk.
+  RecordStorage::Ref Claim(uint64_t size, uint32_t* at);
+  // Lets go of the chunk (its records keep it alive).
+  void Retire();
+
+ private:
+  static constexpr uint32_t kReservedRefs = 1u << 20;  // more than a chunk's records (bar empty ones)
+  RecordStorage::Ref chunk_;
+  uint64_t used_ = 0;
+  uint32_t unclaimed_ = 0;  // references reserved in chunk_'s count, not handed out yet
 };
 
 // What a stream hands out next: a record, a read error (in file order, where it occurred), or
@@ -143,6 +178,7 @@ class FileStream {
   uint32_t file_index_;
   std::string path_;
   TFRecordReader reader_;  // used by one I/O thread at a time (`busy_`)
+  ChunkCursor chunk_;      // as reader_
   std::vector<StreamItem> spare_;  // the next turn's item vector (capacity kept); as reader_
   // The consumer's side: items taken from items_ in one go (one lock per turn, not per
   // record), handed out from local_next_ on. Used by the consumer thread only. The two
@@ -162,10 +198,14 @@ class FileStream {
 class ReadAhead {
  public:
   // Records up to this size are copied into shared chunks; larger ones get their own
-  // allocation (a chunk would hold few of them, and its tail would waste more).
-  static constexpr uint64_t kOwnAllocationBytes = 64u << 10;
-  // Largest chunk (bytes of record payload); a turn's chunk is sized to what the turn reads.
-  static constexpr uint64_t kChunkBytes = 256u << 10;
+  // allocation (a chunk would hold few of them, and a tail left by one that does not fit
+  // would waste more: at most a quarter of a chunk).
+  static constexpr uint64_t kOwnAllocationBytes = 16u << 10;
+  // Every chunk's size (bytes of record payload).
+  static constexpr uint64_t kChunkBytes = 64u << 10;
+  // Memory a stream may hold beyond its buffered records: the consumed part of its oldest
+  // chunk and the unused tail of the one being filled (the memory plan counts it per open file).
+  static constexpr uint64_t kChunkOverheadBytes = 2 * kChunkBytes;
 
   // `chunks`: false gives every record its own allocation (what a shuffle buffer keeps
   // anyway, see OwnedRecord), saving the copy out of a chunk.

@@ -229,7 +229,7 @@ std::string_view EndName(PipelineEnd end) {
 }
 
 // glibc malloc settings for the daemon's heap, which churns in blocks of 0.1-1 MiB: records of
-// large-record files and read-ahead chunks (256 KiB), allocated on I/O threads and freed on
+// large-record files and read-ahead chunks (64 KiB), allocated on I/O threads and freed on
 // parse workers, and the readers' 1 MiB windows as files open and close. With glibc's dynamic
 // defaults, a block over the mmap threshold (128 KiB at first) is mmapped and munmapped, and a
 // free that leaves more than twice that threshold unused at the top of a heap gives it back to
@@ -237,9 +237,14 @@ std::string_view EndName(PipelineEnd end) {
 // 4 KiB. On 100 KB records that was 6-10% of the daemon's profile; with these settings (and
 // records read straight into their allocation) the daemon's page faults halved, 32k -> 16k
 // (docs/benchmarks.md, "End to end", session 4; its CPU moved within the noise). So: keep freed
-// memory for reuse, and mmap only single blocks over 32 MiB (a record that large). Private RSS
-// then stays at the heap's high-water mark instead of following it down; the memory plan
-// (daemon/budget.h) already bounds the peak, not the average.
+// memory for reuse, and mmap only blocks of 1 MiB and more: the readers' windows (and a
+// compressed file's input buffer), one per opened file, and records that large. In the heap,
+// the windows came and went among the chunks and batches at every file's start and end and
+// left holes the next window did not fit: private RSS crept up by 100-400 KiB/min in 5-minute
+// soaks at 256 KiB of read-ahead per file; mmapped, it was flat within 60 KiB/min, for a few
+// thousand more page faults (taxi, 30 epochs of 9 files: 2.8k -> 6.7-9.5k, throughput within
+// the noise; docs/benchmarks.md, "Autotuning", session 9). Private RSS stays at the heap's high-water mark instead of following it down; the
+// memory plan (daemon/budget.h) already bounds the peak, not the average.
 //
 // Arenas: glibc gives each thread that meets contention its own arena, and memory freed into
 // one arena serves only the threads on it. Without a shuffle buffer, records travel in
@@ -250,7 +255,7 @@ std::string_view EndName(PipelineEnd end) {
 // and one arena cost 8-18% of throughput there (lock contention), so those jobs keep glibc's
 // default. Called before any thread starts. A glibc.malloc setting in GLIBC_TUNABLES wins, so
 // an operator can still choose.
-constexpr int kMmapThresholdBytes = 32 << 20;
+constexpr int kMmapThresholdBytes = 1 << 20;
 constexpr int kTrimThresholdBytes = 256 << 20;
 
 void TuneMalloc(const JobConfig& config) {

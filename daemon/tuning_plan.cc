@@ -103,14 +103,15 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
   limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;
   // Read-ahead per open file: 1 MiB, the size of a reader's own reads, is as deep as it goes
-  // (on a 20 ms mount it gave all the throughput 16 readers could). It starts there too, not at
-  // the minimum: 256 KiB kept the throughput of local files and of a 2 ms mount at about half
-  // the memory, and the tuner deepens it where reads are slow (daemon/tuner.h), but in
-  // 5-minute soaks on local files the daemon's RssAnon then grew by 140-510 KiB/min (flat at
-  // 1 MiB), for a reason not found yet (docs/benchmarks.md, "Autotuning", sessions 7 and 8).
+  // (on a 20 ms mount it gave all the throughput 16 readers could). It starts at the minimum,
+  // 256 KiB: that kept the throughput of local files and of a 2 ms mount at about half the
+  // memory, and the tuner deepens it where reads are slow (daemon/tuner.h). (Sessions 7-8 kept
+  // it at 1 MiB while RssAnon grew 140-510 KiB/min in soaks at 256 KiB: heap fragmentation by
+  // read-ahead chunks sized to each turn, gone with chunks of one size, ReadAhead::kChunkBytes;
+  // docs/benchmarks.md, "Autotuning", session 9.)
   limits.max_stream_buffer_bytes = std::max(limits.min_stream_buffer_bytes,
                                             std::min(kMaxStreamBufferBytes, plan.memory.max_stream_buffer_bytes()));
-  limits.start_stream_buffer_bytes = limits.max_stream_buffer_bytes;
+  limits.start_stream_buffer_bytes = limits.min_stream_buffer_bytes;
   limits.read_bytes = ReaderOptions{}.buffer_bytes;  // the daemon's readers use the default
 
   // Starting knobs.

@@ -506,13 +506,14 @@ TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window",
   in.compressed = false;
   in.files = 3;                      // fewer than cycle_length + lookahead: all open
   in.largest_record_bytes = 3 * MiB;  // the window grows to it
-  in.shuffle_buffer = 0;              // one record passes through
+  in.shuffle_buffer = 0;              // one record passes through; records share read-ahead chunks
   const MemoryPlan plan = PlanMemory(in);
   CHECK(plan.open_files == 3);
-  CHECK(plan.open_files_bytes == 3 * ((3 * MiB + 16) + (3 * MiB + 224)));
+  // + 128 KiB of chunk tails per file: without a shuffle buffer, records travel in chunks.
+  CHECK(plan.open_files_bytes == 3 * ((3 * MiB + 16) + (3 * MiB + 224) + 128 * KiB));
   CHECK(plan.shuffle_bytes == 3'152 + 3 * MiB);
-  CHECK(plan.Describe().find("open files: 3 (all files) x (3.0 MiB window + 3.0 MiB largest record") !=
-        std::string::npos);
+  CHECK(plan.Describe().find("open files: 3 (all files) x (3.0 MiB window + 3.0 MiB largest record beyond the "
+                             "stream buffer + 128.0 KiB read-ahead chunk tails) = ") != std::string::npos);
 }
 
 TEST_CASE("PlanMemory: lookahead_files and a sampled mean of 0", "[plan]") {
@@ -611,6 +612,7 @@ TEST_CASE("per-record and per-reader constants cover the real structures", "[con
   // rounding to 16).
   CHECK(sizeof(RecordStorage) == 16);
   CHECK(2 * sizeof(StreamItem) + sizeof(RecordStorage) + 8 + 15 <= kReadAheadRecordOverheadBytes);
+  CHECK(ReadAhead::kChunkOverheadBytes <= kReadAheadChunkOverheadBytes);
   // A record in the shuffle buffer (always in its own allocation) or a batch: an OwnedRecord and
   // the same allocation overhead.
   CHECK(sizeof(OwnedRecord) + sizeof(RecordStorage) + 8 + 15 <= kRecordOverheadBytes);
