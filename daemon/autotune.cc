@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 
+#include "daemon/thread_name.h"
 #include "shm/ring.h"
 
 namespace ringfeed {
@@ -82,6 +83,7 @@ void Autotune::Apply(const TunerKnobs& before, const TunerKnobs& k) {
 }
 
 void Autotune::Run() {
+  NameThread("rf-tuner");
   const shm::Ring ring = shm::Ring::Of(segment_.data());
   const uint32_t slots = segment_.superblock()->slot_count;
   using Clock = std::chrono::steady_clock;

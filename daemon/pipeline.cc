@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "daemon/thread_clock.h"
+#include "daemon/thread_name.h"
 #include "shm/futex.h"
 #include "shm/ring.h"
 
@@ -165,6 +166,7 @@ bool Pipeline::AcquireSlot(uint32_t* slot) {
 }
 
 void Pipeline::RunSequencer() {
+  NameThread("rf-sequencer");
   const Sequencer::Outcome outcome = sequencer_->Run([this](BatchJob&& job) {
     uint32_t slot;
     if (!AcquireSlot(&slot)) return false;
@@ -195,6 +197,7 @@ void Pipeline::RunSequencer() {
 }
 
 void Pipeline::RunWorker(size_t id) {
+  NameThread("rf-parse", id);
   BatchWriter writer(parser_, segment_);
   for (;;) {
     Work work;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "daemon/thread_clock.h"
+#include "daemon/thread_name.h"
 
 namespace ringfeed {
 namespace {
@@ -213,6 +214,7 @@ std::shared_ptr<FileStream> ReadAhead::PickLocked() {
 }
 
 void ReadAhead::Run(size_t id) {
+  NameThread("rf-read", id);
   std::unique_lock lock(mutex_);
   for (;;) {
     std::shared_ptr<FileStream> stream;

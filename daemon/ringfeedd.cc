@@ -36,6 +36,7 @@
 #include "daemon/ring_setup.h"
 #include "daemon/systemd_notify.h"
 #include "daemon/tuning_plan.h"
+#include "daemon/thread_name.h"
 #include "format/column_sizes.h"
 #include "format/example_parser.h"
 #include "format/tfrecord_reader.h"
@@ -483,6 +484,7 @@ int RunDaemon(const DaemonOptions& options) {
 
     std::atomic<bool> heartbeat_stop{false};
     std::thread heartbeat([&] {
+      NameThread("rf-heartbeat");
       const auto watchdog = SystemdNotifier::WatchdogInterval();
       auto next_watchdog = Clock::now();
       auto next_sample = Clock::now();

@@ -18,8 +18,10 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -233,6 +235,26 @@ TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs
     CHECK(s["pipeline"]["prefetch"] == 5);
     CHECK(s["pipeline"]["read_ahead_per_file_bytes"] == 1 << 20);
     CHECK(s["autotune"].is_null());  // nothing left to tune
+    // Each thread is named after its role (top -H, perf): one per reader and worker.
+    std::multiset<std::string> names;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(daemon.pid()) + "/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      names.insert(name);
+    }
+    std::string listed;
+    for (const std::string& name : names) listed += name + " ";
+    INFO("threads: " << listed);
+    CHECK(names.count("rf-read-0") == 1);
+    CHECK(names.count("rf-read-1") == 1);
+    CHECK(names.count("rf-read-2") == 1);
+    CHECK(names.count("rf-read-3") == 0);
+    CHECK(names.count("rf-parse-0") == 1);
+    CHECK(names.count("rf-parse-1") == 1);
+    CHECK(names.count("rf-sequencer") == 1);
+    CHECK(names.count("rf-heartbeat") == 1);
+    CHECK(names.count("ringfeedd") == 1);  // the main thread: the control socket
     daemon.Stop();
   }
 }
