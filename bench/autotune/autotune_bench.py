@@ -458,7 +458,7 @@ def report(doc):
         in_budget = [r for r in fixed if within_cpu(r["metrics"])]
         best_in = max(in_budget, key=lambda r: r["metrics"]["steady_examples_per_s"]) if in_budget else None
         worst = min(fixed, key=lambda r: r["metrics"]["steady_examples_per_s"]) if fixed else None
-        floor = by.get("fixed_r1_w1_p2")
+        floor = by.get("fixed_r1_w1_p8")  # ringfeedd starts at 1 reader, 1 worker, prefetch at its most (8)
         best_rate = best["metrics"]["steady_examples_per_s"] if best else None
 
         print()
