@@ -42,10 +42,10 @@
 
 namespace ringfeed {
 
-// A block of record payload with a reference count in front of it (16 bytes): a chunk shared
-// by the records of one read-ahead turn, or one record's own allocation. Not a shared_ptr: the
-// reader adds a chunk's references with plain stores while no other thread can see it, not
-// with a locked instruction per record. Thread-safety: one Ref is used by one thread at a
+// A block of record payload with a reference count in front of it (16 bytes): a read-ahead
+// chunk shared by consecutive records of one file (ChunkCursor), or one record's own
+// allocation. Not a shared_ptr: a chunk's references are counted in advance when it is
+// allocated (AllocateReserved) and handed out without a locked instruction per record. Thread-safety: one Ref is used by one thread at a
 // time; Refs to the same block may be released on different threads. Allocate throws
 // std::bad_alloc like new.
 class RecordStorage {
@@ -102,7 +102,7 @@ class RecordStorage {
 static_assert(sizeof(RecordStorage) == 16);
 
 // One record read from a file: `size` bytes at `at` in `storage` (a chunk shared with the
-// records read in the same read-ahead turn, or the record's own allocation: Copy, and
+// records read before and after it from the same file, or the record's own allocation: Copy, and
 // records larger than ReadAhead::kOwnAllocationBytes). A record that waits long (the shuffle
 // buffer) is moved into its own allocation first (Unshared), so it does not keep a whole
 // chunk alive. Move-only.

@@ -238,8 +238,10 @@ std::string_view EndName(PipelineEnd end) {
 // 4 KiB. On 100 KB records that was 6-10% of the daemon's profile; with these settings (and
 // records read straight into their allocation) the daemon's page faults halved, 32k -> 16k
 // (docs/benchmarks.md, "End to end", session 4; its CPU moved within the noise). So: keep freed
-// memory for reuse, and mmap only blocks of 1 MiB and more: the readers' windows (and a
-// compressed file's input buffer), one per opened file, and records that large. In the heap,
+// memory for reuse, and mmap only blocks of 1 MiB and more when the heap has no free block for
+// them: the readers' windows (and a compressed file's input buffer), one per opened file, and
+// records that large (a file of records over 1 MiB pays the mmap and its page faults per
+// record again: not measured yet). In the heap,
 // the windows came and went among the chunks and batches at every file's start and end and
 // left holes the next window did not fit: private RSS crept up by 100-400 KiB/min in 5-minute
 // soaks at 256 KiB of read-ahead per file; mmapped, it was flat within 60 KiB/min, for a few
@@ -249,7 +251,7 @@ std::string_view EndName(PipelineEnd end) {
 //
 // Arenas: glibc gives each thread that meets contention its own arena, and memory freed into
 // one arena serves only the threads on it. Without a shuffle buffer, records travel in
-// read-ahead chunks (a few allocations per 256 records), and with 8 readers (a 20 ms mount) the
+// read-ahead chunks (one allocation per 64 KiB of records), and with 8 readers (a 20 ms mount) the
 // readers' 8 arenas held 30 MiB of freed chunks: private RSS 63-65 MiB, 33-34 MiB with one arena
 // at the same throughput (docs/benchmarks.md, "Autotuning", session 5). With a shuffle buffer
 // every record is its own allocation (a malloc on a reader and a free on a worker per record),

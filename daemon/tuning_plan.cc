@@ -118,10 +118,11 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   k.readers = pc.readers.value_or(1);
   k.workers = pc.workers.value_or(1);
   // Prefetch starts at its most: its slots are in the segment (counted whole against the
-  // budget) whether they are filled or not, and ready batches cost no CPU and no private memory,
-  // so depth is free; it absorbs the stages taking turns on a few cores (taxi, 1 worker, 1
-  // reader: 1.5 -> 2.1 M examples/s with 8 instead of 2), which the "bursty output" trials
-  // otherwise had to find, a round each. The take-back rule lowers it where batches stay ready.
+  // budget) whether they are filled or not, and ready batches cost no CPU and no private memory
+  // (batches queued for busy workers hold their records, which the memory plan counts per
+  // slot); depth absorbs the stages taking turns on a few cores (taxi, 1 worker, 1 reader:
+  // 1.5 -> 2.1 M examples/s with 8 instead of 2), which the "bursty output" trials otherwise
+  // had to find, a round each. The take-back rule lowers it where batches stay ready.
   k.prefetch = pc.prefetch.value_or(limits.max_prefetch);
   k.stream_buffer_bytes = pc.read_ahead.value_or(Tuner::StartStreamBufferBytes(limits, k.readers));
   plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes);

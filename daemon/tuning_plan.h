@@ -8,8 +8,9 @@
 //   - the memory plan (PlanMemory): the fixed parts reserved, the rest for the read-ahead; a
 //     job that cannot fit fails here with the arithmetic;
 //   - the autotuner's limits, fixed knobs and starting knobs (daemon/tuner.h). A knob the
-//     config fixes is used exactly; an `auto` one starts low (1 reader, 1 worker, prefetch 2)
-//     and the tuner raises what helps.
+//     config fixes is used exactly; an `auto` one starts low (1 reader, 1 worker, 256 KiB of
+//     read-ahead per file) but prefetch at its most, and the tuner raises what helps and takes
+//     back what does not.
 //
 // Errors: BudgetError (daemon/budget.h) with a message for the user.
 // Thread-safety: a pure function.
