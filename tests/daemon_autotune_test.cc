@@ -254,7 +254,7 @@ TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs
     CHECK(names.count("rf-parse-1") == 1);
     CHECK(names.count("rf-sequencer") == 1);
     CHECK(names.count("rf-heartbeat") == 1);
-    CHECK(names.count("ringfeedd") == 1);  // the main thread: the control socket
+    CHECK(names.count("ringfeedd") >= 1);  // the main thread (the control socket); TSan adds one of its own
     daemon.Stop();
   }
 }
