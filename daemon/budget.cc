@@ -439,7 +439,7 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     const uint64_t beyond = SatAdd(in.largest_record_bytes, kReadAheadRecordOverheadBytes);
     per_file = SatAdd(per_file, beyond);
     arithmetic += " + " + FormatBytes(beyond) + " largest record beyond the stream buffer";
-    if (in.shuffle_buffer <= 1) {  // records travel in read-ahead chunks (Pipeline: no shuffle buffer)
+    if (in.shuffle_buffer <= 1) {  // ReadAhead::UsesChunks (budget_test checks they agree)
       per_file = SatAdd(per_file, kReadAheadChunkOverheadBytes);
       arithmetic += " + " + FormatBytes(kReadAheadChunkOverheadBytes) + " read-ahead chunk tails";
     }

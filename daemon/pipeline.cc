@@ -25,10 +25,8 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
   if (options_.sequencer.lookahead_files == 0) {
     options_.sequencer.lookahead_files = static_cast<int64_t>(std::max<size_t>(1, options_.readers));
   }
-  // With a shuffle buffer every record ends up in its own allocation (Sequencer): read it
-  // straight into one instead of through a chunk.
   read_ahead_ = std::make_unique<ReadAhead>(options_.reader, options_.readers, options_.stream_buffer_bytes,
-                                            /*chunks=*/options_.sequencer.shuffle_buffer <= 1);
+                                            ReadAhead::UsesChunks(options_.sequencer.shuffle_buffer));
   sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
     read_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);

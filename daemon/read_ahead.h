@@ -207,6 +207,11 @@ class ReadAhead {
   // chunk and the unused tail of the one being filled (the memory plan counts it per open file).
   static constexpr uint64_t kChunkOverheadBytes = 2 * kChunkBytes;
 
+  // Whether a job's records travel in chunks: not with a shuffle buffer (shuffle.buffer > 1),
+  // where every record ends up in its own allocation anyway (Sequencer), so it is read straight
+  // into one. Pipeline, the memory plan and the daemon's malloc settings all follow this.
+  static constexpr bool UsesChunks(int64_t shuffle_buffer) { return shuffle_buffer <= 1; }
+
   // `chunks`: false gives every record its own allocation (what a shuffle buffer keeps
   // anyway, see OwnedRecord), saving the copy out of a chunk.
   ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes, bool chunks = true);

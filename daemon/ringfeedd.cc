@@ -33,6 +33,7 @@
 #include "daemon/control_server.h"
 #include "daemon/file_list.h"
 #include "daemon/pipeline.h"
+#include "daemon/read_ahead.h"
 #include "daemon/ring_setup.h"
 #include "daemon/systemd_notify.h"
 #include "daemon/tuning_plan.h"
@@ -250,8 +251,8 @@ std::string_view EndName(PipelineEnd end) {
 // memory plan (daemon/budget.h) already bounds the peak, not the average.
 //
 // Arenas: glibc gives each thread that meets contention its own arena, and memory freed into
-// one arena serves only the threads on it. Without a shuffle buffer (shuffle.buffer 0 or 1, as
-// Pipeline decides), records travel in
+// one arena serves only the threads on it. Without a shuffle buffer (ReadAhead::UsesChunks),
+// records travel in
 // read-ahead chunks (one allocation per 64 KiB of records), and with 8 readers (a 20 ms mount) the
 // readers' 8 arenas held 30 MiB of freed chunks: private RSS 63-65 MiB, 33-34 MiB with one arena
 // at the same throughput (docs/benchmarks.md, "Autotuning", session 5). With a shuffle buffer
@@ -267,7 +268,7 @@ void TuneMalloc(const JobConfig& config) {
   auto tuned = [&](const char* name) { return tunables != nullptr && std::strstr(tunables, name) != nullptr; };
   if (!tuned("glibc.malloc.mmap_threshold")) ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   if (!tuned("glibc.malloc.trim_threshold")) ::mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
-  if (!tuned("glibc.malloc.arena_max") && config.shuffle.buffer <= 1) ::mallopt(M_ARENA_MAX, 1);
+  if (!tuned("glibc.malloc.arena_max") && ReadAhead::UsesChunks(config.shuffle.buffer)) ::mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace

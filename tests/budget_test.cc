@@ -613,6 +613,14 @@ TEST_CASE("per-record and per-reader constants cover the real structures", "[con
   CHECK(sizeof(RecordStorage) == 16);
   CHECK(2 * sizeof(StreamItem) + sizeof(RecordStorage) + 8 + 15 <= kReadAheadRecordOverheadBytes);
   CHECK(ReadAhead::kChunkOverheadBytes <= kReadAheadChunkOverheadBytes);
+  // PlanMemory counts chunk tails exactly when ReadAhead uses chunks (shuffle.buffer <= 1).
+  for (const int64_t shuffle : {0, 1, 2, 10000}) {
+    MemoryInputs in = ExampleInputs(256 * MiB);
+    in.shuffle_buffer = shuffle;
+    INFO("shuffle.buffer " << shuffle);
+    CHECK((PlanMemory(in).Describe().find("read-ahead chunk tails") != std::string::npos) ==
+          ReadAhead::UsesChunks(shuffle));
+  }
   // A record in the shuffle buffer (always in its own allocation) or a batch: an OwnedRecord and
   // the same allocation overhead.
   CHECK(sizeof(OwnedRecord) + sizeof(RecordStorage) + 8 + 15 <= kRecordOverheadBytes);
