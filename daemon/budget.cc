@@ -352,19 +352,28 @@ void Require(bool ok, const std::string& what) {
 }
 
 // Payload bytes of read-ahead that `memory` bytes hold, when each record of `mean` bytes costs
-// 1.5 x kReadAheadRecordOverheadBytes / mean extra (1.5: records may be smaller than sampled).
-uint64_t PayloadFor(uint64_t memory, uint64_t mean) {
-  const U128 num = static_cast<U128>(memory) * (2 * mean);
-  const U128 den = 2 * mean + 3 * kReadAheadRecordOverheadBytes;
+// 1.5 x kReadAheadRecordOverheadBytes / mean extra (1.5: records may be smaller than sampled)
+// and, in chunks (`tail` > 0), each kReadAheadChunkBytes of memory holds at least
+// kReadAheadChunkBytes - `tail` of payload:
+//   memory = payload x C / (C - tail) + payload x 3 overhead / (2 mean), C = kReadAheadChunkBytes.
+// (A mean above 2^40, where the per-record term is nothing, is taken as 2^40: no overflow.)
+uint64_t PayloadFor(uint64_t memory, uint64_t mean, uint64_t tail) {
+  mean = std::min(mean, uint64_t{1} << 40);
+  const U128 c = kReadAheadChunkBytes;
+  const U128 num = static_cast<U128>(memory) * (2 * mean) * (c - tail);
+  const U128 den = 2 * mean * c + 3 * kReadAheadRecordOverheadBytes * (c - tail);
   const U128 q = num / den;
   return q > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(q);
 }
 
-// The inverse: memory needed for `payload` bytes of read-ahead.
-uint64_t MemoryFor(uint64_t payload, uint64_t mean) {
+// The inverse: memory needed for `payload` bytes of read-ahead (rounded up).
+uint64_t MemoryFor(uint64_t payload, uint64_t mean, uint64_t tail) {
+  mean = std::min(mean, uint64_t{1} << 40);
+  const U128 c = kReadAheadChunkBytes;
+  const U128 chunks = (static_cast<U128>(payload) * c + (c - tail) - 1) / (c - tail);
   const U128 extra =
       (static_cast<U128>(payload) * 3 * kReadAheadRecordOverheadBytes + 2 * mean - 1) / (2 * mean);
-  const U128 total = extra + payload;
+  const U128 total = chunks + extra;
   return total > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(total);
 }
 
@@ -494,13 +503,23 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
 
   // The elastic rest: the read-ahead.
   plan.read_ahead_memory_bytes = in.budget_bytes > plan.fixed_bytes ? in.budget_bytes - plan.fixed_bytes : 0;
-  plan.read_ahead_bytes = PayloadFor(plan.read_ahead_memory_bytes, mean);
+  // Chunk tails: shorter than the record that did not fit; unsampled records may be any size.
+  const bool chunks = in.shuffle_buffer <= 1;  // ReadAhead::UsesChunks, as above
+  const uint64_t tail =
+      !chunks ? 0
+              : std::min(in.largest_record_bytes > 0 ? in.largest_record_bytes : kReadAheadOwnAllocationBytes,
+                         kReadAheadOwnAllocationBytes);
+  plan.read_ahead_bytes = PayloadFor(plan.read_ahead_memory_bytes, mean, tail);
   plan.min_read_ahead_bytes = SatMul(static_cast<uint64_t>(plan.open_files), in.min_stream_buffer_bytes);
-  const std::string overhead_text = " + " + FormatBytes(kReadAheadRecordOverheadBytes) + " per " +
-                                    FormatBytes(CeilDiv(SatMul(mean, 2), 3)) + " record (2/3 of the mean)";
+  std::string overhead_text = " + " + FormatBytes(kReadAheadRecordOverheadBytes) + " per " +
+                              FormatBytes(CeilDiv(SatMul(mean, 2), 3)) + " record (2/3 of the mean)";
+  if (chunks) {
+    overhead_text += ", in " + FormatBytes(kReadAheadChunkBytes) + " chunks with up to " + FormatBytes(tail) +
+                     " unused at the end of each";
+  }
 
   if (plan.read_ahead_bytes < plan.min_read_ahead_bytes || plan.read_ahead_bytes == 0) {
-    const uint64_t min_memory = MemoryFor(std::max<uint64_t>(plan.min_read_ahead_bytes, 1), mean);
+    const uint64_t min_memory = MemoryFor(std::max<uint64_t>(plan.min_read_ahead_bytes, 1), mean, tail);
     // Smallest budget B with B - margin(B) - fixed >= min_memory (the margin grows with B).
     const uint64_t rest = SatAdd(fixed_without_margin, min_memory);
     // B - ceil(B / 20) = floor(19 B / 20) >= rest  <=>  B >= ceil(20 rest / 19).

@@ -108,6 +108,13 @@ constexpr uint64_t kInflateStateBytes = 96u << 10;        // ISA-L inflate_state
 constexpr uint64_t kRecordOverheadBytes = 80;             // OwnedRecord + its own RecordStorage + malloc header/rounding
 constexpr uint64_t kReadAheadRecordOverheadBytes = 224;   // StreamItem in a vector (2x capacity) + RecordStorage + malloc
 constexpr uint64_t kReadAheadChunkOverheadBytes = 128u << 10;  // per open file without a shuffle buffer: ReadAhead::kChunkOverheadBytes
+// Without a shuffle buffer small records travel in chunks of kReadAheadChunkBytes (ReadAhead::
+// kChunkBytes); a chunk is closed when the next record does not fit, so each leaves unused a
+// tail shorter than that record: at most min(largest record, kReadAheadOwnAllocationBytes)
+// (ReadAhead::kOwnAllocationBytes; larger records get their own allocation). The read-ahead's
+// payload is planned at (chunk - that tail) / chunk of the memory it occupies.
+constexpr uint64_t kReadAheadChunkBytes = 64u << 10;
+constexpr uint64_t kReadAheadOwnAllocationBytes = 16u << 10;
 constexpr uint64_t kThreadBytes = 256u << 10;             // resident stack + per-thread malloc state
 constexpr int64_t kDaemonFixedThreads = 4;                // main/control socket, sequencer, heartbeat, tuner
 constexpr uint64_t kSafetyMarginMinBytes = 8u << 20;      // margin = max(budget / 20, 8 MiB)

@@ -514,6 +514,47 @@ TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window",
   CHECK(plan.shuffle_bytes == 3'152 + 3 * MiB);
   CHECK(plan.Describe().find("open files: 3 (all files) x (3.0 MiB window + 3.0 MiB largest record beyond the "
                              "stream buffer + 128.0 KiB read-ahead chunk tails) = ") != std::string::npos);
+  // Records over 16 KiB get their own allocation: a chunk's unused tail is under 16 KiB, so a
+  // 64 KiB chunk holds >= 48 KiB of payload: P x 64/48 + P x 1.5 x 224 / 2048 <= left, i.e.
+  // P = floor(left x 4096 x 48 / (4096 x 64 + 672 x 48)).
+  const uint64_t left = plan.read_ahead_memory_bytes;
+  CHECK(plan.read_ahead_bytes == left * 4096 * 48 / (4096 * 64 + 672 * 48));
+  CHECK(plan.Describe().find("record (2/3 of the mean), in 64.0 KiB chunks with up to 16.0 KiB unused at the "
+                             "end of each, up to ") != std::string::npos);
+}
+
+TEST_CASE("PlanMemory: chunk tails scale with the largest record up to 16 KiB", "[plan]") {
+  MemoryInputs in = ExampleInputs(256 * MiB);
+  in.shuffle_buffer = 0;
+  in.mean_record_bytes = 12 * KiB;
+  in.largest_record_bytes = 13 * KiB;  // ~13 KiB records leave up to 13 KiB of each 64 KiB chunk
+  const MemoryPlan plan = PlanMemory(in);
+  const uint64_t left = plan.read_ahead_memory_bytes;
+  // P x 64/51 + P x 1.5 x 224 / 12288 <= left.
+  CHECK(plan.read_ahead_bytes == left * (2 * 12288) * 51 / (2 * 12288 * 64 + 672 * 51));
+  CHECK(plan.read_ahead_bytes < left * 51 / 64 + 1);
+  // With a shuffle buffer every record has its own allocation: no tails.
+  in.shuffle_buffer = 1000;
+  const MemoryPlan shuffled = PlanMemory(in);
+  CHECK(shuffled.read_ahead_bytes ==
+        shuffled.read_ahead_memory_bytes * (2 * 12288) / (2 * 12288 + 672));
+  // The smallest budget named in the error fits exactly, tails included.
+  in.shuffle_buffer = 0;
+  in.budget_bytes = 64 * MiB;
+  std::string message;
+  try {
+    PlanMemory(in);
+  } catch (const BudgetError& e) {
+    message = e.what();
+  }
+  INFO(message);
+  const auto pos = message.find(" bytes); raise");
+  REQUIRE(pos != std::string::npos);
+  in.budget_bytes = std::stoull(message.substr(message.rfind('(', pos) + 1));
+  const MemoryPlan fits = PlanMemory(in);
+  CHECK(fits.read_ahead_bytes >= fits.min_read_ahead_bytes);
+  in.budget_bytes -= 1;
+  CHECK_THROWS_AS(PlanMemory(in), BudgetError);
 }
 
 TEST_CASE("PlanMemory: lookahead_files and a sampled mean of 0", "[plan]") {
@@ -613,6 +654,8 @@ TEST_CASE("per-record and per-reader constants cover the real structures", "[con
   CHECK(sizeof(RecordStorage) == 16);
   CHECK(2 * sizeof(StreamItem) + sizeof(RecordStorage) + 8 + 15 <= kReadAheadRecordOverheadBytes);
   CHECK(ReadAhead::kChunkOverheadBytes <= kReadAheadChunkOverheadBytes);
+  CHECK(ReadAhead::kChunkBytes == kReadAheadChunkBytes);
+  CHECK(ReadAhead::kOwnAllocationBytes == kReadAheadOwnAllocationBytes);
   // PlanMemory counts chunk tails exactly when ReadAhead uses chunks (shuffle.buffer <= 1).
   for (const int64_t shuffle : {0, 1, 2, 10000}) {
     MemoryInputs in = ExampleInputs(256 * MiB);
