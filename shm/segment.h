@@ -4,7 +4,9 @@
 //
 // The daemon Create()s the segment: the whole size is reserved up front with posix_fallocate,
 // so a /dev/shm that is too small is an error at start-up (ShmError naming the bytes needed and
-// free) and never a SIGBUS when a page is first touched. Consumers Open() it by the name the
+// free) and never a SIGBUS when a page is first touched; its page tables are then filled
+// writable (MADV_POPULATE_WRITE, Linux >= 5.14), so that making the first batches takes no page
+// fault per 4 KiB of slot. Consumers Open() it by the name the
 // daemon's welcome message gives. The mapping lives as long as the Segment object; removing
 // the name (Remove) does not unmap anyone.
 //
