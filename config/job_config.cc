@@ -53,8 +53,9 @@ constexpr std::string_view kSourceKeys[] = {"files", "compression", "on_error",
 constexpr std::string_view kFeatureKeys[] = {"type", "dtype", "shape", "default", "decode"};
 constexpr std::string_view kBatchKeys[] = {"size", "drop_remainder"};
 constexpr std::string_view kShuffleKeys[] = {"files", "buffer", "seed"};
-constexpr std::string_view kPipelineKeys[] = {"cycle_length", "readers",       "read_ahead", "workers",
-                                              "prefetch",     "memory_budget", "cpu_budget"};
+constexpr std::string_view kPipelineKeys[] = {"cycle_length", "readers",       "read_ahead", "reads_per_file",
+                                              "workers",      "prefetch",      "memory_budget", "cpu_budget"};
+constexpr int64_t kMaxReadsPerFile = 64;  // io_uring queue depth per open file
 constexpr std::string_view kShardKeys[] = {"index", "count"};
 constexpr std::string_view kRingKeys[] = {"slots", "slot_bytes"};
 constexpr std::string_view kConsumersKeys[] = {"mode", "count"};
@@ -781,6 +782,9 @@ class Loader {
     if (const Entry* e = Find(entries, "read_ahead")) {
       std::string text = ScalarText(*e, "auto or a size such as 4MiB");
       if (text != "auto") pipeline->read_ahead = ReadSize(*e, 64 << 10, uint64_t{1} << 34, "auto or ");
+    }
+    if (const Entry* e = Find(entries, "reads_per_file")) {
+      pipeline->reads_per_file = ReadAutoInt(*e, 1, kMaxReadsPerFile);
     }
     if (const Entry* e = Find(entries, "workers")) {
       pipeline->workers = ReadAutoInt(*e, 1, kMaxParallelism);

@@ -78,6 +78,7 @@ void Autotune::Apply(const TunerKnobs& before, const TunerKnobs& k) {
   // Memory first: shrink the per-file read-ahead before adding readers (more open files).
   if (k.stream_buffer_bytes != before.stream_buffer_bytes) pipeline_.SetStreamBufferBytes(k.stream_buffer_bytes);
   if (k.readers != before.readers) pipeline_.SetReaders(static_cast<size_t>(k.readers));
+  if (k.reads_per_file != before.reads_per_file) pipeline_.SetReadsPerFile(static_cast<size_t>(k.reads_per_file));
   if (k.workers != before.workers) pipeline_.SetWorkers(static_cast<size_t>(k.workers));
   if (k.prefetch != before.prefetch) pipeline_.SetPrefetch(static_cast<size_t>(k.prefetch));
 }
@@ -157,12 +158,13 @@ void Autotune::Run() {
     spdlog::debug(
         "autotune: {:.2f} s, {} records ({:.0f}/s), {} consumers waited {:.0f}%, read busy {:.0f}% (cpu {:.0f}%), "
         "sequencer waited for reads {:.0f}% / slots {:.0f}%, parse busy {:.0f}% (cpu {:.0f}%), ready {:.1f} (min {}), "
-        "{:.2f} cores; readers {} read_ahead {} workers {} prefetch {}, {} blocked-I/O readers",
+        "{:.2f} cores; readers {} read_ahead {} reads_per_file {} workers {} prefetch {}, {} blocked-I/O readers",
         elapsed, o.records, static_cast<double>(o.records) / elapsed, o.consumers, 100 * o.consumer_wait_fraction,
         100 * o.read_busy_fraction, 100 * o.read_cpu_fraction, 100 * o.sequencer_read_wait_fraction,
         100 * o.sequencer_slot_wait_fraction, 100 * o.parse_busy_fraction, 100 * o.parse_cpu_fraction,
         o.ready_slots_mean, o.ready_slots_min, o.cpu_cores, decision.knobs.readers,
-        shm::HumanBytes(decision.knobs.stream_buffer_bytes), decision.knobs.workers, decision.knobs.prefetch,
+        shm::HumanBytes(decision.knobs.stream_buffer_bytes), decision.knobs.reads_per_file, decision.knobs.workers,
+        decision.knobs.prefetch,
         decision.blocked_io_threads);
     for (const TunerChange& c : decision.changes) {
       spdlog::debug("autotune: {} {} -> {}: {}", c.knob, c.from, c.to, c.reason);
@@ -199,6 +201,7 @@ nlohmann::json Autotune::StatusJson() const {
   if (f.stream_buffer_bytes) fixed.push_back("read_ahead");
   if (f.workers) fixed.push_back("workers");
   if (f.prefetch) fixed.push_back("prefetch");
+  if (f.reads_per_file) fixed.push_back("reads_per_file");
   nlohmann::json changes = nlohmann::json::array();
   for (const auto& [at, c] : changes_) {
     changes.push_back({{"at_seconds", at}, {"knob", c.knob}, {"from", c.from}, {"to", c.to}, {"reason", c.reason}});
@@ -207,7 +210,8 @@ nlohmann::json Autotune::StatusJson() const {
            {{"readers", last_.knobs.readers},
             {"read_ahead_bytes", last_.knobs.stream_buffer_bytes},
             {"workers", last_.knobs.workers},
-            {"prefetch", last_.knobs.prefetch}}},
+            {"prefetch", last_.knobs.prefetch},
+            {"reads_per_file", last_.knobs.reads_per_file}}},
           {"fixed", fixed},
           {"limits",
            {{"cpu_budget_cores", options_.cpu_budget_cores},
@@ -217,7 +221,9 @@ nlohmann::json Autotune::StatusJson() const {
             {"read_ahead_budget_bytes", l.read_ahead_budget_bytes},
             {"max_readers", l.max_readers},
             {"max_workers", l.max_workers},
-            {"max_prefetch", l.max_prefetch}}},
+            {"max_prefetch", l.max_prefetch},
+            {"max_reads_per_file", l.max_reads_per_file},
+            {"read_block_bytes", l.read_block_bytes}}},
           {"cpu_cores", last_.cpu_cores},
           {"runnable_threads", last_.runnable_threads},
           {"blocked_io_threads", last_.blocked_io_threads},

@@ -194,11 +194,15 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
   std::string fixed;
   for (const auto& f : a["fixed"]) fixed += (fixed.empty() ? "" : ", ") + f.get<std::string>();
   std::snprintf(buf, sizeof buf,
-                "autotune   readers %lld, read-ahead %s per file, workers %lld, prefetch %lld%s\n"
+                "autotune   readers %lld, read-ahead %s per file, %lld %s in flight per file, workers %lld, "
+                "prefetch %lld%s\n"
                 "           CPU: %.2f of %.3g cores (cpu_budget: %s); %lld %s mostly waiting (storage, room)\n"
                 "           memory_budget %s (%s): read-ahead may use %s\n",
                 static_cast<long long>(knobs.value("readers", int64_t{0})),
-                Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(), static_cast<long long>(knobs.value("workers", int64_t{0})),
+                Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(),
+                static_cast<long long>(knobs.value("reads_per_file", int64_t{1})),
+                knobs.value("reads_per_file", int64_t{1}) == 1 ? "read" : "reads",
+                static_cast<long long>(knobs.value("workers", int64_t{0})),
                 static_cast<long long>(knobs.value("prefetch", int64_t{0})),
                 fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(), a.value("cpu_cores", 0.0),
                 limits.value("cpu_budget_cores", 0.0), limits.value("cpu_budget_source", "").c_str(),

@@ -27,6 +27,7 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
   }
   read_ahead_ = std::make_unique<ReadAhead>(options_.reader, options_.readers, options_.stream_buffer_bytes,
                                             ReadAhead::UsesChunks(options_.sequencer.shuffle_buffer));
+  read_ahead_->SetQueuedStreams(static_cast<size_t>(std::max<int64_t>(1, options_.sequencer.cycle_length)));
   sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
     read_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
     const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
@@ -117,6 +118,8 @@ void Pipeline::SetPrefetch(size_t n) {
 }
 
 void Pipeline::SetStreamBufferBytes(uint64_t bytes) { read_ahead_->SetStreamBufferBytes(bytes); }
+
+void Pipeline::SetReadsPerFile(size_t n) { read_ahead_->SetReadsPerFile(n); }
 
 bool Pipeline::AcquireSlot(uint32_t* slot) {
   shm::Superblock* sb = segment_.superblock();
@@ -312,6 +315,7 @@ PipelineStats Pipeline::Snapshot() const {
   s.read_ahead_bytes = read_ahead_->buffered_bytes();
   s.readers = read_ahead_->threads();
   s.stream_buffer_bytes = read_ahead_->stream_buffer_bytes();
+  s.reads_per_file = read_ahead_->reads_per_file();
   s.open_files = read_ahead_->open_streams();
   s.read_busy_ns = read_ahead_->busy_ns();
   s.read_cpu_ns = read_ahead_->cpu_ns();

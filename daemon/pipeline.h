@@ -68,6 +68,7 @@ struct PipelineStats {
   size_t workers = 0;
   size_t prefetch = 0;
   uint64_t stream_buffer_bytes = 0;
+  size_t reads_per_file = 1;
   size_t open_files = 0;
   // Time counters for the autotuner (nanoseconds, cumulative; see ReadAhead for the read ones).
   uint64_t read_busy_ns = 0, read_cpu_ns = 0, read_wait_ns = 0;
@@ -99,6 +100,7 @@ class Pipeline {
   void SetReaders(size_t n);
   void SetPrefetch(size_t n);  // >= 1
   void SetStreamBufferBytes(uint64_t bytes);
+  void SetReadsPerFile(size_t n);  // reads in flight per plain file (ReadAhead::SetReadsPerFile), >= 1
   PipelineStats Snapshot() const;
 
  private:

@@ -116,7 +116,10 @@ StreamItem FileStream::Next() {
 }
 
 ReadAhead::ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes, bool chunks)
-    : options_(options), chunks_(chunks), stream_buffer_bytes_(stream_buffer_bytes) {
+    : options_(options),
+      chunks_(chunks),
+      reads_per_file_(std::max<size_t>(options.reads_in_flight, 1)),
+      stream_buffer_bytes_(stream_buffer_bytes) {
   SetThreads(threads);
 }
 
@@ -131,7 +134,13 @@ ReadAhead::~ReadAhead() {
 }
 
 std::shared_ptr<FileStream> ReadAhead::Open(uint32_t file_index, const std::string& path) {
-  std::shared_ptr<FileStream> stream(new FileStream(this, file_index, path, options_));
+  ReaderOptions options = options_;
+  {
+    std::lock_guard lock(mutex_);
+    options.reads_in_flight = reads_per_file_;
+  }
+  if (options.reads_in_flight > 1) options.buffer_bytes = std::min(options.buffer_bytes, options.read_block_bytes);
+  std::shared_ptr<FileStream> stream(new FileStream(this, file_index, path, options));
   std::lock_guard lock(mutex_);
   streams_.push_back(stream);
   work_.notify_one();
@@ -166,6 +175,21 @@ void ReadAhead::SetThreads(size_t threads) {
   }
   work_.notify_all();
   for (std::thread& t : retired) t.join();  // each finishes its current turn first
+}
+
+void ReadAhead::SetReadsPerFile(size_t reads) {
+  std::lock_guard lock(mutex_);
+  reads_per_file_ = std::max<size_t>(reads, 1);
+}
+
+void ReadAhead::SetQueuedStreams(size_t streams) {
+  std::lock_guard lock(mutex_);
+  queued_streams_ = streams;
+}
+
+size_t ReadAhead::reads_per_file() const {
+  std::lock_guard lock(mutex_);
+  return reads_per_file_;
 }
 
 size_t ReadAhead::threads() const {
@@ -206,9 +230,13 @@ size_t ReadAhead::open_streams() const {
   return streams_.size();
 }
 
-std::shared_ptr<FileStream> ReadAhead::PickLocked() {
-  for (const auto& s : streams_) {
-    if (!s->busy_ && !s->finished_ && !s->closed_ && s->buffered_bytes_ < stream_buffer_bytes_) return s;
+std::shared_ptr<FileStream> ReadAhead::PickLocked(size_t* index) {
+  for (size_t i = 0; i < streams_.size(); ++i) {
+    const auto& s = streams_[i];
+    if (!s->busy_ && !s->finished_ && !s->closed_ && s->buffered_bytes_ < stream_buffer_bytes_) {
+      *index = i;
+      return s;
+    }
   }
   return nullptr;
 }
@@ -218,11 +246,20 @@ void ReadAhead::Run(size_t id) {
   std::unique_lock lock(mutex_);
   for (;;) {
     std::shared_ptr<FileStream> stream;
-    work_.wait(lock, [&] { return stopping_ || id >= wanted_threads_ || (stream = PickLocked()) != nullptr; });
+    size_t index = 0;
+    work_.wait(lock, [&] { return stopping_ || id >= wanted_threads_ || (stream = PickLocked(&index)) != nullptr; });
     if (stopping_ || id >= wanted_threads_) return;
     stream->busy_ = true;
     const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
+    // Streams opened ahead of their turn read one block at a time: a queue there would only
+    // fill up and wait (the interleave's streams are the first open ones: the sequencer takes
+    // them in Open order).
+    const size_t reads_per_file = index < queued_streams_ ? reads_per_file_ : 1;
     lock.unlock();
+    if (stream->reads_per_file_ != reads_per_file) {
+      stream->reader_.SetReadsInFlight(reads_per_file);
+      stream->reads_per_file_ = reads_per_file;
+    }
     const int64_t wall_start = MonotonicNs();
     const int64_t cpu_start = ThreadCpuNs();
 

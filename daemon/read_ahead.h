@@ -172,12 +172,17 @@ class FileStream {
  private:
   friend class ReadAhead;
   FileStream(ReadAhead* owner, uint32_t file_index, std::string path, const ReaderOptions& options)
-      : owner_(owner), file_index_(file_index), path_(std::move(path)), reader_(path_, options) {}
+      : owner_(owner),
+        file_index_(file_index),
+        path_(std::move(path)),
+        reader_(path_, options),
+        reads_per_file_(options.reads_in_flight) {}
 
   ReadAhead* owner_;
   uint32_t file_index_;
   std::string path_;
   TFRecordReader reader_;  // used by one I/O thread at a time (`busy_`)
+  size_t reads_per_file_;  // what reader_ was last set to; as reader_
   ChunkCursor chunk_;      // as reader_
   std::vector<StreamItem> spare_;  // the next turn's item vector (capacity kept); as reader_
   // The consumer's side: items taken from items_ in one go (one lock per turn, not per
@@ -227,6 +232,16 @@ class ReadAhead {
 
   void SetThreads(size_t threads);  // >= 1
   size_t threads() const;
+  // Reads in flight per file (plain files; ReaderOptions::reads_in_flight, format/read_queue.h),
+  // >= 1: for files opened from now on and, from their next turn, for the open ones. Files
+  // opened with more than 1 use a window of ReaderOptions::read_block_bytes (the queue's blocks
+  // hold what is read ahead) instead of buffer_bytes.
+  void SetReadsPerFile(size_t reads);
+  size_t reads_per_file() const;
+  // Only the first `streams` open streams (the interleave's, cycle_length: the sequencer takes
+  // streams in Open order) read with reads_per_file; the ones opened ahead of their turn read
+  // one at a time until they move up (default: all streams).
+  void SetQueuedStreams(size_t streams);
   // Read-ahead per open stream (bytes, >= 1): a thread stops reading a stream at this much.
   void SetStreamBufferBytes(uint64_t bytes);
   uint64_t stream_buffer_bytes() const;
@@ -250,10 +265,12 @@ class ReadAhead {
   friend class FileStream;
   void Run(size_t id);
   // Picks a stream to read, or nullptr. Caller holds mutex_.
-  std::shared_ptr<FileStream> PickLocked();
+  std::shared_ptr<FileStream> PickLocked(size_t* index);  // *index: its place in streams_
 
   const ReaderOptions options_;
   const bool chunks_;
+  size_t reads_per_file_;  // guarded by mutex_
+  size_t queued_streams_ = SIZE_MAX;  // guarded by mutex_
   uint64_t stream_buffer_bytes_;  // guarded by mutex_
   mutable std::mutex mutex_;
   std::condition_variable work_;

@@ -347,6 +347,7 @@ int RunDaemon(const DaemonOptions& options) {
     po.workers = static_cast<size_t>(start.workers);
     po.prefetch = static_cast<size_t>(start.prefetch);
     po.stream_buffer_bytes = start.stream_buffer_bytes;
+    po.reader.reads_in_flight = static_cast<size_t>(start.reads_per_file);
     const uint32_t slot_count = plan.slot_count;
     const uint64_t slot_bytes = plan.slot_bytes;
     const shm::Geometry geometry = plan.geometry;
@@ -446,6 +447,7 @@ int RunDaemon(const DaemonOptions& options) {
            {{"cycle_length", config.pipeline.cycle_length},
             {"readers", s.readers},
             {"read_ahead_per_file_bytes", s.stream_buffer_bytes},
+            {"reads_per_file", s.reads_per_file},
             {"workers", s.workers},
             {"prefetch", s.prefetch},
             {"open_files", s.open_files},

@@ -85,9 +85,11 @@ Tuner::Tuner(TunerLimits limits, TunerKnobs initial, TunerFixed fixed)
   read_ahead_level_ = std::clamp(limits_.start_stream_buffer_bytes, limits_.min_stream_buffer_bytes, high);
 }
 
-uint64_t Tuner::StreamBufferBytesFor(const TunerLimits& limits, int64_t readers) {
+uint64_t Tuner::StreamBufferBytesFor(const TunerLimits& limits, int64_t readers, int64_t reads_per_file) {
   const int64_t open_files = std::max<int64_t>(1, limits.open_files_base + std::max<int64_t>(0, readers));
-  uint64_t bytes = limits.read_ahead_budget_bytes / static_cast<uint64_t>(open_files);
+  const uint64_t share = limits.read_ahead_budget_bytes / static_cast<uint64_t>(open_files);
+  const uint64_t queued = reads_per_file > 1 ? static_cast<uint64_t>(reads_per_file) * limits.read_block_bytes : 0;
+  uint64_t bytes = share > queued ? share - queued : 0;
   bytes = std::min(bytes, limits.max_stream_buffer_bytes);
   if (bytes >= kStreamBufferAlign) bytes -= bytes % kStreamBufferAlign;
   return bytes;
@@ -102,6 +104,7 @@ int64_t& Tuner::Value(Knob k) {
   switch (k) {
     case kReaders: return knobs_.readers;
     case kWorkers: return knobs_.workers;
+    case kReadsPerFile: return knobs_.reads_per_file;
     default: return knobs_.prefetch;
   }
 }
@@ -110,6 +113,7 @@ bool Tuner::Fixed(Knob k) const {
   switch (k) {
     case kReaders: return fixed_.readers;
     case kWorkers: return fixed_.workers;
+    case kReadsPerFile: return fixed_.reads_per_file;
     default: return fixed_.prefetch;
   }
 }
@@ -118,6 +122,7 @@ const char* Tuner::Name(Knob k) {
   switch (k) {
     case kReaders: return "readers";
     case kWorkers: return "workers";
+    case kReadsPerFile: return "reads_per_file";
     default: return "prefetch";
   }
 }
@@ -141,8 +146,30 @@ std::string Tuner::CpuUse() const {
                 worker_cores_, read_cpu_share_);
 }
 
+uint64_t Tuner::QueueBytesPerFile(int64_t reads) const {
+  return reads > 1 ? static_cast<uint64_t>(reads) * limits_.read_block_bytes : 0;
+}
+
+int64_t Tuner::MaxReadsPerFileForMemory() const {
+  const uint64_t stream = fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes;
+  const uint64_t files = static_cast<uint64_t>(std::max<int64_t>(1, limits_.open_files_base + knobs_.readers));
+  const uint64_t share = limits_.read_ahead_budget_bytes / files;
+  if (share <= stream || limits_.read_block_bytes == 0) return 1;
+  return std::max<int64_t>(1, static_cast<int64_t>(std::min<uint64_t>((share - stream) / limits_.read_block_bytes,
+                                                                      uint64_t{1} << 20)));
+}
+
+int64_t Tuner::ReadsPerFileRaiseTarget() const {
+  const int64_t k = knobs_.reads_per_file;
+  if (fixed_.reads_per_file || now_seconds_ < hold_[kReadsPerFile].raise_until) return k;
+  // 1 -> 2 -> 4 ...: a queue of 2 is the first step that overlaps reads.
+  const int64_t to = std::min({2 * k, limits_.max_reads_per_file, MaxReadsPerFileForMemory()});
+  return std::max(to, k);
+}
+
 int64_t Tuner::MaxReadersForMemory() const {
-  const uint64_t per_file = fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes;
+  const uint64_t per_file = (fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes) +
+                            QueueBytesPerFile(knobs_.reads_per_file);
   if (per_file == 0) return limits_.max_readers;
   const uint64_t files = limits_.read_ahead_budget_bytes / per_file;
   const int64_t readers = static_cast<int64_t>(std::min<uint64_t>(files, uint64_t{1} << 40)) - limits_.open_files_base;
@@ -178,18 +205,24 @@ void Tuner::Set(Knob k, int64_t to, const std::string& reason, std::vector<Tuner
   changes->push_back({Name(k), value, to, reason});
   value = to;
   if (k == kPrefetch) quiet_intervals_ = 0;
-  if (k == kReaders) UpdateStreamBufferBytes(BudgetShareReason(), changes);
+  if (k == kReaders || k == kReadsPerFile) UpdateStreamBufferBytes(BudgetShareReason(), changes);
 }
 
 std::string Tuner::BudgetShareReason() const {
-  return Format("read-ahead budget %s over %lld + %lld open files (readers %lld)",
-                Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base), LL(knobs_.readers),
-                LL(knobs_.readers));
+  std::string text = Format("read-ahead budget %s over %lld + %lld open files (readers %lld)",
+                            Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base),
+                            LL(knobs_.readers), LL(knobs_.readers));
+  if (knobs_.reads_per_file > 1) {
+    text += Format(", less %lld queued reads of %s per file", LL(knobs_.reads_per_file),
+                   Bytes(limits_.read_block_bytes).c_str());
+  }
+  return text;
 }
 
 void Tuner::UpdateStreamBufferBytes(const std::string& reason, std::vector<TunerChange>* changes) {
   if (fixed_.stream_buffer_bytes) return;
-  const uint64_t bytes = std::min(StreamBufferBytesFor(limits_, knobs_.readers), read_ahead_level_);
+  const uint64_t bytes =
+      std::min(StreamBufferBytesFor(limits_, knobs_.readers, knobs_.reads_per_file), read_ahead_level_);
   if (bytes == knobs_.stream_buffer_bytes) return;
   changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
                       static_cast<int64_t>(bytes), reason});
@@ -197,8 +230,11 @@ void Tuner::UpdateStreamBufferBytes(const std::string& reason, std::vector<Tuner
 }
 
 void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes) {
-  for (Knob k : {kReaders, kWorkers, kPrefetch}) {
-    const int64_t target = k == kReaders ? to.readers : k == kWorkers ? to.workers : to.prefetch;
+  for (Knob k : {kReaders, kWorkers, kPrefetch, kReadsPerFile}) {
+    const int64_t target = k == kReaders ? to.readers
+                           : k == kWorkers ? to.workers
+                           : k == kPrefetch ? to.prefetch
+                                            : to.reads_per_file;
     if (Value(k) != target) {
       changes->push_back({Name(k), Value(k), target, reason});
       Value(k) = target;
@@ -209,7 +245,7 @@ void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector
   // goes back to what the readers restored and the current level give.
   const uint64_t bytes = fixed_.stream_buffer_bytes
                              ? to.stream_buffer_bytes
-                             : std::min(StreamBufferBytesFor(limits_, to.readers), read_ahead_level_);
+                             : std::min(StreamBufferBytesFor(limits_, to.readers, to.reads_per_file), read_ahead_level_);
   if (knobs_.stream_buffer_bytes != bytes) {
     changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
                         static_cast<int64_t>(bytes), Format("back with readers %lld", LL(to.readers))});
@@ -227,13 +263,24 @@ void Tuner::EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes) 
   within(kReaders, limits_.max_readers, "max_readers");
   within(kWorkers, limits_.max_workers, "max_workers");
   within(kPrefetch, limits_.max_prefetch, "max_prefetch");
+  within(kReadsPerFile, limits_.max_reads_per_file, "max_reads_per_file");
+  // Memory: queued reads first (the cheaper knob to give back), then readers.
+  if (!fixed_.reads_per_file && knobs_.reads_per_file > 1 && knobs_.reads_per_file > MaxReadsPerFileForMemory()) {
+    const int64_t cap = MaxReadsPerFileForMemory();
+    Set(kReadsPerFile, cap,
+        Format("read-ahead budget %s holds %lld reads of %s per file over %lld open files",
+               Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(cap), Bytes(limits_.read_block_bytes).c_str(),
+               LL(limits_.open_files_base + knobs_.readers)),
+        changes);
+  }
 
   // Memory: open files x stream_buffer_bytes within the read-ahead budget.
   if (!fixed_.readers) {
     const int64_t cap = std::max<int64_t>(1, MaxReadersForMemory());
     if (knobs_.readers > cap) {
       const uint64_t per_file =
-          fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes;
+          (fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes) +
+          QueueBytesPerFile(knobs_.reads_per_file);
       Set(kReaders, cap,
           Format("read-ahead budget %s holds %lld open files of %s (%lld for the interleave + %lld readers)",
                  Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base + cap),
@@ -296,7 +343,10 @@ void Tuner::ClearHolds() {
 }
 
 void Tuner::StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs) {
-  const bool readers = std::find(knobs.begin(), knobs.end(), kReaders) != knobs.end();
+  // Readers and queued reads act after a storage round trip (new files' first reads, queues
+  // refilled from each file's next turn).
+  const bool readers = std::find(knobs.begin(), knobs.end(), kReaders) != knobs.end() ||
+                       std::find(knobs.begin(), knobs.end(), kReadsPerFile) != knobs.end();
   const double throughput = stretch_seconds_ > 0 ? stretch_records_ / stretch_seconds_ : s.throughput;
   trial_ = Trial{raise, s.waiting, before, std::move(knobs), throughput, s.wait, s.o.consumers,
                  readers ? kReaderSettleIntervals : 0};
@@ -324,9 +374,12 @@ void Tuner::AddToStretch(double records, double seconds) {
 
 std::string Tuner::Describe(const TunerKnobs& k, const std::vector<Knob>& which) {
   std::string out;
-  for (Knob knob : {kReaders, kWorkers, kPrefetch}) {
+  for (Knob knob : {kReaders, kWorkers, kPrefetch, kReadsPerFile}) {
     if (std::find(which.begin(), which.end(), knob) == which.end()) continue;
-    const int64_t v = knob == kReaders ? k.readers : knob == kWorkers ? k.workers : k.prefetch;
+    const int64_t v = knob == kReaders    ? k.readers
+                      : knob == kWorkers  ? k.workers
+                      : knob == kPrefetch ? k.prefetch
+                                          : k.reads_per_file;
     out += Format("%s%s %lld", out.empty() ? "" : ", ", Name(knob), LL(v));
   }
   return out;
@@ -448,6 +501,23 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
     StartTrial(true, s, before, {kReaders, kWorkers});
     return true;
   }
+  // Reads limit (readers saturated, or the sequencer starved of records however busy the
+  // readers are: more readers than files being read dilute their busy share, on a 20 ms mount
+  // 8 readers were 50% busy) while the readers wait for their reads: more reads in flight per
+  // file first (a queue: no thread, no more open files, no CPU).
+  if ((read_saturated || s.read_wait >= kReadStarved) && s.read_busy > 0 && IoBound()) {
+    const int64_t k = knobs_.reads_per_file, k_to = ReadsPerFileRaiseTarget();
+    if (k_to > k) {
+      Set(kReadsPerFile, k_to,
+          Format("%s, the sequencer waited for records %.0f%%, readers %.0f%% busy (%.0f%% CPU: waiting for "
+                 "reads), %lld %s of %s in flight per file",
+                 waited.c_str(), Pct(s.read_wait), Pct(s.read_busy), Pct(read_cpu_fraction_), LL(k),
+                 k == 1 ? "read" : "reads", Bytes(k > 1 ? limits_.read_block_bytes : limits_.read_bytes).c_str()),
+          changes);
+      StartTrial(true, s, before, {kReadsPerFile});
+      return true;
+    }
+  }
   if (read_saturated && (s.read_wait >= kReadStarved || !parse_saturated || s.read_busy > s.parse_busy)) {
     const int64_t to = ReadersRaiseTarget(w, &cpu_blocked);
     if (to > r) {
@@ -550,6 +620,19 @@ bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
       return true;
     }
   }
+  // Queued reads come down the x2 ladder they went up, by the same rule as readers.
+  if (!s.waiting && lowerable(kReadsPerFile) && s.read_wait < kReadStarved) {
+    const int64_t k = knobs_.reads_per_file, to = k / 2;
+    const double predicted = s.read_busy * static_cast<double>(k) / static_cast<double>(std::max<int64_t>(1, to));
+    if (to >= 1 && to > hold_[kReadsPerFile].floor && predicted <= kLowerTargetBusy) {
+      Set(kReadsPerFile, to,
+          Format("%s, readers %.0f%% busy with %lld reads per file, with %lld they would be %.0f%%", waited.c_str(),
+                 Pct(s.read_busy), LL(k), LL(to), Pct(predicted)),
+          changes);
+      StartTrial(false, s, before, {kReadsPerFile});
+      return true;
+    }
+  }
   if (lowerable(kPrefetch) && quiet_intervals_ >= kPrefetchQuietIntervals) {
     // Half of the batches that never left the ring, keeping one ready.
     const int64_t p = knobs_.prefetch;
@@ -569,6 +652,9 @@ bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
 
 bool Tuner::DeepenReadAhead(const Signals& s, std::vector<TunerChange>* changes) {
   if (fixed_.stream_buffer_bytes || s.read_wait < kReadStarved || s.read_busy <= 0) return false;
+  // Queued reads cover a file's reads (they run ahead of the records taken), and the first
+  // answer to slow reads is to queue them.
+  if (knobs_.reads_per_file > 1 || (IoBound() && ReadsPerFileRaiseTarget() > knobs_.reads_per_file)) return false;
   // A file has one read in flight at a time, and its reader starts the next read only when
   // the window is used up, with about the read-ahead's worth of records left for the
   // interleave to take meanwhile. How long does a read take? Readers blocked in read(), on
@@ -588,7 +674,9 @@ bool Tuner::DeepenReadAhead(const Signals& s, std::vector<TunerChange>* changes)
   const uint64_t step = kReadAheadStepBytes;
   const uint64_t rounded = (static_cast<uint64_t>(std::min(needed, 0x1p62)) + step - 1) / step * step;
   const uint64_t to = std::min(rounded, std::max(limits_.max_stream_buffer_bytes, read_ahead_level_));
-  if (std::min(StreamBufferBytesFor(limits_, knobs_.readers), to) <= knobs_.stream_buffer_bytes) return false;
+  if (std::min(StreamBufferBytesFor(limits_, knobs_.readers, knobs_.reads_per_file), to) <= knobs_.stream_buffer_bytes) {
+    return false;
+  }
   read_ahead_level_ = to;
   UpdateStreamBufferBytes(
       Format("consumers waited %.0f%% of %.2f s, the sequencer waited for records %.0f%%, %.1f readers blocked in "

@@ -102,6 +102,9 @@ struct TunerKnobs {
   uint64_t stream_buffer_bytes = 4u << 20;  // read-ahead per open file (bytes)
   int64_t workers = 1;                  // parse workers
   int64_t prefetch = 2;                 // ready batches the loader may keep in the ring
+  // Reads in flight at once per plain file being read (ReaderOptions::reads_in_flight, a
+  // ReadQueue of that depth; 1 = one read() at a time into the reader's window).
+  int64_t reads_per_file = 1;
 
   bool operator==(const TunerKnobs&) const = default;
 };
@@ -112,6 +115,7 @@ struct TunerFixed {
   bool stream_buffer_bytes = false;
   bool workers = false;
   bool prefetch = false;
+  bool reads_per_file = false;
 };
 
 struct TunerLimits {
@@ -129,6 +133,8 @@ struct TunerLimits {
   // stream_buffer_bytes is then the budget's share.
   uint64_t start_stream_buffer_bytes = 16u << 20;
   uint64_t read_bytes = 1u << 20;       // size of a reader's read() calls (ReaderOptions::buffer_bytes)
+  int64_t max_reads_per_file = 16;
+  uint64_t read_block_bytes = 256u << 10;  // one queued read (ReaderOptions::read_block_bytes)
 };
 
 // What the pipeline did during one interval. Fractions are in [0, 1] of the interval's wall time.
@@ -220,14 +226,16 @@ class Tuner {
   // (open_files_base + readers), at most max_stream_buffer_bytes, rounded down to 4 KiB (not
   // clamped up to the minimum: a budget below it is the start-up check's error): the budget's
   // share.
-  static uint64_t StreamBufferBytesFor(const TunerLimits& limits, int64_t readers);
+  // With reads_per_file > 1, each file's queued reads (reads_per_file x read_block_bytes) come
+  // out of its share first.
+  static uint64_t StreamBufferBytesFor(const TunerLimits& limits, int64_t readers, int64_t reads_per_file = 1);
   // What an auto stream_buffer_bytes starts at: the budget's share, at most
   // start_stream_buffer_bytes. Use it for TunerKnobs::stream_buffer_bytes at start so that the
   // first decision need not change it.
   static uint64_t StartStreamBufferBytes(const TunerLimits& limits, int64_t readers);
 
  private:
-  enum Knob { kReaders = 0, kWorkers = 1, kPrefetch = 2, kKnobCount = 3 };
+  enum Knob { kReaders = 0, kWorkers = 1, kPrefetch = 2, kReadsPerFile = 3, kKnobCount = 4 };
   // A change on probation: kept if the next interval confirms it, else taken back.
   struct Trial {
     bool raise = true;               // a raise (must gain kRaiseGain) or a step down
@@ -259,6 +267,12 @@ class Tuner {
   double ProjectedCores(int64_t workers, int64_t readers) const;
   bool WithinCpuBudget(int64_t workers, int64_t readers) const;
   int64_t MaxReadersForMemory() const;
+  // Queued reads' memory per open file at `reads` reads per file (0 at 1: read() into the window).
+  uint64_t QueueBytesPerFile(int64_t reads) const;
+  // The most reads per file the read-ahead budget holds with the current readers.
+  int64_t MaxReadsPerFileForMemory() const;
+  // Reads per file a raise would go to (== reads_per_file: none).
+  int64_t ReadsPerFileRaiseTarget() const;
   // Readers a raise would go to with `workers` workers (== readers: none; *cpu_blocked when
   // only the CPU budget stops it).
   int64_t ReadersRaiseTarget(int64_t workers, bool* cpu_blocked) const;

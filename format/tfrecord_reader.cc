@@ -12,6 +12,7 @@
 
 #include "format/crc32c.h"
 #include "format/inflate_stream.h"
+#include "format/read_queue.h"
 
 namespace ringfeed {
 namespace {
@@ -55,7 +56,24 @@ TFRecordReader::TFRecordReader(std::string path, ReaderOptions options)
 
 TFRecordReader::~TFRecordReader() {
   inflate_.reset();
+  queue_.reset();  // waits for its reads before the fd closes
   if (fd_ >= 0) ::close(fd_);
+}
+
+size_t TFRecordReader::reads_in_flight() const { return queue_ ? queue_->depth() : 1; }
+
+void TFRecordReader::SetReadsInFlight(size_t reads) {
+  reads = std::max<size_t>(reads, 1);
+  const size_t current = reads_in_flight();
+  options_.reads_in_flight = reads;
+  if (!opened_ || fd_ < 0 || inflate_ || plain_file_size_ == 0 || stream_end_ || reads == current) return;
+  // The queue's position is plain_file_offset_: every byte before it went into the window or a
+  // caller's buffer. A new queue (or read()) goes on from there.
+  queue_.reset();
+  if (reads > 1) {
+    queue_ = ReadQueue::Create(fd_, plain_file_offset_, plain_file_size_, options_.read_block_bytes, reads, nullptr);
+  }
+  if (!queue_) ::lseek(fd_, static_cast<off_t>(plain_file_offset_), SEEK_SET);
 }
 
 uint64_t TFRecordReader::file_offset() const {
@@ -112,6 +130,11 @@ bool TFRecordReader::Open(ReadError* error) {
   } else {
     struct stat st {};
     if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) plain_file_size_ = static_cast<uint64_t>(st.st_size);
+    if (options_.reads_in_flight > 1 && plain_file_size_ > 0) {
+      // Without io_uring (nullptr) the file is read with read() as usual.
+      queue_ = ReadQueue::Create(fd_, 0, plain_file_size_, options_.read_block_bytes, options_.reads_in_flight,
+                                 nullptr);
+    }
   }
   capacity_ = options_.buffer_bytes;
   buf_.reset(new uint8_t[capacity_]);
@@ -140,7 +163,7 @@ size_t TFRecordReader::Fill(uint8_t* dst, size_t capacity) {
     return 0;
   }
   while (true) {
-    ssize_t n = ::read(fd_, dst, capacity);
+    ssize_t n = queue_ ? queue_->Read(dst, capacity) : ::read(fd_, dst, capacity);
     if (n > 0) {
       plain_file_offset_ += static_cast<uint64_t>(n);
       stream_bytes_ += static_cast<uint64_t>(n);
@@ -193,7 +216,7 @@ void TFRecordReader::Reallocate(size_t capacity) {
 size_t TFRecordReader::FillDirect(uint8_t* dst, size_t n, size_t min_tail, size_t max_tail) {
   begin_ = end_ = 0;
   size_t got = 0;
-  if (inflate_) {
+  if (inflate_ || queue_) {
     while (got < n) {
       const size_t m = Fill(dst + got, n - got);
       if (m == 0) return got;

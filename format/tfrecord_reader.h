@@ -60,6 +60,13 @@ struct ReaderOptions {
   // window; below it, a read per record would cost more than the copy it saves (min 1; tests
   // set 1 to take the direct path with tiny records).
   size_t direct_read_min_bytes = size_t{64} << 10;
+  // Plain regular files: reads kept in flight at once, each of read_block_bytes (a ReadQueue,
+  // format/read_queue.h: io_uring), instead of one read() at a time into the window. For storage
+  // with a round trip per read (network file systems, FUSE mounts), where one read at a time
+  // gets one block per round trip from a file; on local files it only adds a copy. 1 (the
+  // default) = off; where io_uring is not available the reader falls back to read().
+  size_t reads_in_flight = 1;
+  size_t read_block_bytes = size_t{256} << 10;
 };
 
 enum class ReadErrorKind {
@@ -133,6 +140,13 @@ class TFRecordReader {
   uint64_t offset() const { return offset_; }
   // Bytes of the file itself consumed so far (equals offset() for plain files).
   uint64_t file_offset() const;
+  // Reads in flight at once on this file (after the first Next()): reads_in_flight when a
+  // ReadQueue reads it, else 1.
+  size_t reads_in_flight() const;
+  // Changes ReaderOptions::reads_in_flight from the next read on (plain files; before the first
+  // Next() it only sets the option). The blocks a queue read ahead are dropped and read again
+  // by the new one, so change it seldom. Records and offsets are the same whatever the setting.
+  void SetReadsInFlight(size_t reads);
 
  private:
   Status Read(RecordAllocator* allocator, Record* record, ReadError* error);
@@ -159,6 +173,7 @@ class TFRecordReader {
   bool opened_ = false;
   bool done_ = false;
   std::unique_ptr<class InflateStream> inflate_;
+  std::unique_ptr<class ReadQueue> queue_;  // plain files with reads_in_flight > 1
   // Window buffer: bytes [begin_, end_) are read but unconsumed.
   std::unique_ptr<uint8_t[]> buf_;
   size_t capacity_ = 0;

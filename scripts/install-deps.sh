@@ -13,6 +13,7 @@ packages=(
   libspdlog-dev libfmt-dev
   zlib1g-dev              # inflate (fallback path, and FHCRC-free reference)
   libisal-dev             # ISA-L: igzip inflate and crc32_iscsi (CRC-32C)
+  liburing-dev            # io_uring: several reads in flight per file on slow storage (format/read_queue.h)
   nlohmann-json3-dev      # JSON output of ringfeedctl
   libcli11-dev            # command-line parsing and --help
   libsystemd-dev systemd  # sd_notify for ringfeedd; systemd-analyze verifies the unit (tests)

@@ -223,7 +223,8 @@ TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs
   {
     DaemonProcess daemon(dir.path(), "localfixed",
                          "job: localfixed\n" + common +
-                             "pipeline: {cycle_length: 4, readers: 3, workers: 2, prefetch: 5, read_ahead: 1MiB}\n");
+                             "pipeline: {cycle_length: 4, readers: 3, workers: 2, prefetch: 5, read_ahead: 1MiB, "
+                             "reads_per_file: 2}\n");
     RINGFEED_REQUIRE_STARTED(daemon);
     auto consumer = StartBusyConsumer(daemon);
     REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
@@ -234,6 +235,7 @@ TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs
     CHECK(s["pipeline"]["workers"] == 2);
     CHECK(s["pipeline"]["prefetch"] == 5);
     CHECK(s["pipeline"]["read_ahead_per_file_bytes"] == 1 << 20);
+    CHECK(s["pipeline"]["reads_per_file"] == 2);
     CHECK(s["autotune"].is_null());  // nothing left to tune
     // Each thread is named after its role (top -H, perf): one per reader and worker.
     std::multiset<std::string> names;
@@ -280,7 +282,8 @@ TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gain
   };
   double fixed_rate = 0;
   {
-    DaemonProcess daemon(dir.path(), "slowfixed", config("slowfixed", "readers: 1"));
+    // One file read at a time, one read at a time.
+    DaemonProcess daemon(dir.path(), "slowfixed", config("slowfixed", "readers: 1, reads_per_file: 1"));
     RINGFEED_REQUIRE_STARTED(daemon);
     auto consumer = StartBusyConsumer(daemon);
     REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
@@ -292,15 +295,22 @@ TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gain
   RINGFEED_REQUIRE_STARTED(daemon);
   auto consumer = StartBusyConsumer(daemon);
   REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
-  REQUIRE(WaitUntil([&] { return daemon.Status()["autotune"]["knobs"]["readers"].get<int64_t>() >= 4; },
-                    std::chrono::seconds(20)));
+  // Reads in parallel: files read at once x reads in flight per file (queued reads come first).
+  REQUIRE(WaitUntil(
+      [&] {
+        const json k = daemon.Status()["autotune"]["knobs"];
+        return k["readers"].get<int64_t>() * k["reads_per_file"].get<int64_t>() >= 4;
+      },
+      std::chrono::seconds(20)));
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const double auto_rate = MeasureRate(daemon, 3);
   const json s = daemon.Status();
   INFO(s["autotune"].dump(2) << "\nreaders: 1 -> " << fixed_rate << " records/s; auto -> " << auto_rate);
   CHECK(auto_rate >= 2 * fixed_rate);
   bool raised = false;
-  for (const json& c : s["autotune"]["changes"]) raised |= c["knob"] == "readers" && c["to"] > c["from"];
+  for (const json& c : s["autotune"]["changes"]) {
+    raised |= (c["knob"] == "readers" || c["knob"] == "reads_per_file") && c["to"] > c["from"];
+  }
   CHECK(raised);
   CHECK(s["autotune"]["blocked_io_threads"].get<int64_t>() >= 1);
   daemon.Stop();

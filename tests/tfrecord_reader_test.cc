@@ -1,5 +1,7 @@
 // TFRecordReader against files built here: framing, CRCs, every compression and inflate backend,
 // tiny buffers, and the reader/decompression cases of ../shared/reference/bad-inputs.md.
+#include <fcntl.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "format/crc32c.h"
+#include "format/read_queue.h"
 #include "format/tfrecord_reader.h"
 #include "format/tfrecord_writer.h"
 #include "tests/test_support.h"
@@ -729,5 +732,142 @@ TEST_CASE("NextInto: an allocator that throws leaves the record to be read again
       CHECK(std::string(reinterpret_cast<const char*>(rec.data.data()), rec.data.size()) == records[i]);
     }
     CHECK(reader.NextInto(allocator, &rec, &err) == TFRecordReader::Status::kEnd);
+  }
+}
+
+// ---- ReadQueue: several reads in flight (io_uring) ----------------------------------------------
+
+TEST_CASE("ReadQueue returns the file's bytes in order, whatever the block size, depth and read sizes") {
+  TempDir dir;
+  std::string bytes(300'001, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  WriteFile(dir.file("f"), bytes);
+  for (size_t block : {size_t{1}, size_t{4096}, size_t{65536}, size_t{1} << 20}) {
+    for (size_t depth : {size_t{2}, size_t{3}, size_t{8}}) {
+      for (size_t ask : {size_t{1}, size_t{1000}, size_t{1} << 20}) {
+        if (block == 1 && ask > 1000) continue;  // 300k one-byte reads are enough once
+        INFO("block " << block << " depth " << depth << " ask " << ask);
+        const int fd = ::open(dir.file("f").c_str(), O_RDONLY | O_CLOEXEC);
+        REQUIRE(fd >= 0);
+        std::string why;
+        auto q = ReadQueue::Create(fd, 0, bytes.size(), block, depth, &why);
+        if (!q) {
+          ::close(fd);
+          WARN("io_uring unavailable here: " << why);
+          return;
+        }
+        CHECK(q->depth() == depth);
+        std::string got;
+        std::vector<uint8_t> buf(ask);
+        for (ssize_t n; (n = q->Read(buf.data(), ask)) > 0;) {
+          got.append(reinterpret_cast<const char*>(buf.data()), static_cast<size_t>(n));
+        }
+        CHECK(got == bytes);
+        CHECK(q->Read(buf.data(), ask) == 0);  // the end again
+        q.reset();
+        ::close(fd);
+      }
+    }
+  }
+}
+
+TEST_CASE("ReadQueue reads on past the size it was given (a file that grew) and from an offset") {
+  TempDir dir;
+  const std::string first(10'000, 'a');
+  WriteFile(dir.file("g"), first + std::string(5'000, 'b'));
+  const int fd = ::open(dir.file("g").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  std::string why;
+  auto q = ReadQueue::Create(fd, 2'000, first.size(), 4096, 2, &why);  // 8000 queued bytes, then pread
+  if (!q) {
+    ::close(fd);
+    WARN("io_uring unavailable here: " << why);
+    return;
+  }
+  std::string got;
+  uint8_t buf[3000];
+  for (ssize_t n; (n = q->Read(buf, sizeof buf)) > 0;) got.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
+  CHECK(got == std::string(8'000, 'a') + std::string(5'000, 'b'));
+  q.reset();
+  ::close(fd);
+}
+
+TEST_CASE("reads_in_flight: plain files give the same records, offsets and errors with a ReadQueue") {
+  TempDir dir;
+  std::vector<std::string> records = {"", "x", std::string(1000, 'q'), std::string(100000, 'z'), "tail"};
+  for (int i = 0; i < 50; ++i) records.push_back(std::string(static_cast<size_t>(i * 13), static_cast<char>(i)));
+  std::string plain = FrameRecords(records);
+  WriteFile(dir.file("p.tfrecord"), plain);
+  plain[OffsetOf(records, 2) + kRecordHeaderBytes + 10] ^= 1;  // record 2's payload: data CRC
+  WriteFile(dir.file("flip.tfrecord"), plain);
+  WriteFile(dir.file("cut.tfrecord"), plain.substr(0, OffsetOf(records, 4) + 5));  // inside record 4's header
+  for (const Mode mode : {Mode::kNext, Mode::kNextInto, Mode::kNextIntoDirect}) {
+    for (size_t buffer : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
+      for (size_t block : {size_t{7}, size_t{4096}, size_t{256} << 10}) {
+        INFO("mode " << static_cast<int>(mode) << " buffer " << buffer << " block " << block);
+        ReaderOptions one;
+        one.buffer_bytes = buffer;
+        ReaderOptions queued = one;
+        queued.reads_in_flight = 4;
+        queued.read_block_bytes = block;
+        for (const char* file : {"p.tfrecord", "flip.tfrecord", "cut.tfrecord"}) {
+          INFO(file);
+          const Outcome a = ReadAllIn(mode, dir.file(file), one);
+          const Outcome b = ReadAllIn(mode, dir.file(file), queued);
+          CHECK(b.records == a.records);
+          CHECK(b.offsets == a.offsets);
+          REQUIRE(b.errors.size() == a.errors.size());
+          for (size_t i = 0; i < a.errors.size(); ++i) {
+            CHECK(b.errors[i].kind == a.errors[i].kind);
+            CHECK(b.errors[i].record_index == a.errors[i].record_index);
+            CHECK(b.errors[i].offset == a.errors[i].offset);
+          }
+        }
+        const Outcome whole = ReadAllIn(mode, dir.file("p.tfrecord"), queued);
+        CHECK(whole.records == records);
+        CHECK(whole.errors.empty());
+      }
+    }
+  }
+  // The reader says whether it reads with a queue (1 where io_uring is not available).
+  ReaderOptions queued;
+  queued.reads_in_flight = 4;
+  TFRecordReader reader(dir.file("p.tfrecord"), queued);
+  Record record;
+  ReadError error;
+  REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
+  CHECK((reader.reads_in_flight() == 4 || reader.reads_in_flight() == 1));
+  // GZIP files are read one read at a time (the queue is for plain files).
+  WriteFile(dir.file("g.tfrecord.gz"), GzipBytes(FrameRecords(records)));
+  TFRecordReader gz(dir.file("g.tfrecord.gz"), queued);
+  REQUIRE(gz.Next(&record, &error) == TFRecordReader::Status::kRecord);
+  CHECK(gz.reads_in_flight() == 1);
+}
+
+TEST_CASE("SetReadsInFlight mid-file: the same records whatever is switched when") {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 400; ++i) records.push_back(std::string(static_cast<size_t>(i * 37 % 5000), static_cast<char>(i)));
+  WriteFile(dir.file("p.tfrecord"), FrameRecords(records));
+  for (size_t buffer : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
+    INFO("buffer " << buffer);
+    ReaderOptions o;
+    o.buffer_bytes = buffer;
+    o.read_block_bytes = 3000;
+    TFRecordReader reader(dir.file("p.tfrecord"), o);
+    TestAllocator allocator;
+    const size_t steps[] = {1, 4, 2, 1, 8, 3};
+    std::vector<std::string> got;
+    Record record;
+    ReadError error;
+    for (size_t i = 0;; ++i) {
+      if (i % 17 == 0) reader.SetReadsInFlight(steps[(i / 17) % 6]);
+      const auto status = i % 2 ? reader.Next(&record, &error) : reader.NextInto(allocator, &record, &error);
+      if (status == TFRecordReader::Status::kEnd) break;
+      REQUIRE(status == TFRecordReader::Status::kRecord);
+      got.emplace_back(reinterpret_cast<const char*>(record.data.data()), record.data.size());
+      CHECK(record.offset == OffsetOf(records, i));
+    }
+    CHECK(got == records);
   }
 }

@@ -23,7 +23,9 @@ double TunerSim::Uniform() {
 SimPoint TunerSim::Evaluate(const TunerKnobs& knobs, double delivering) const {
   const SimParams& p = params_;
   SimPoint s;
-  const double t_io = p.storage_latency_s * p.record_bytes / p.read_bytes;
+  // A reader keeps reads_per_file reads of read_bytes in flight: that many per round trip.
+  const double t_io = p.storage_latency_s * p.record_bytes /
+                      (p.read_bytes * static_cast<double>(std::max<int64_t>(1, knobs.reads_per_file)));
   const double needed = static_cast<double>(p.burst + 1);
   const double burst_factor = static_cast<double>(knobs.prefetch) >= needed ? 1 : static_cast<double>(knobs.prefetch) / needed;
   const double cpu_per_record = p.read_cpu_s + p.parse_cpu_s + p.sequencer_cpu_s;

@@ -82,6 +82,8 @@ void CheckStep(const Scenario& sc, const SimParams& sim, const Tuner& tuner, con
   REQUIRE(k.workers <= l.max_workers);
   REQUIRE(k.prefetch >= 1);
   REQUIRE(k.prefetch <= l.max_prefetch);
+  REQUIRE(k.reads_per_file >= 1);
+  REQUIRE(k.reads_per_file <= l.max_reads_per_file);
   const int64_t cpu_readers = sim.read_cpu_s > 0 ? k.readers : 0;
   const bool at_floor = k.workers == 1 && k.readers == 1;
   if (!at_floor && !sc.fixed.workers && !sc.fixed.readers) {
@@ -89,10 +91,13 @@ void CheckStep(const Scenario& sc, const SimParams& sim, const Tuner& tuner, con
   }
   REQUIRE(d.runnable_threads == std::llround(d.cpu_cores));
   REQUIRE(d.blocked_io_threads == k.readers - cpu_readers);
-  REQUIRE(static_cast<uint64_t>(l.open_files_base + k.readers) * k.stream_buffer_bytes <= l.read_ahead_budget_bytes);
+  const uint64_t queued = k.reads_per_file > 1 ? static_cast<uint64_t>(k.reads_per_file) * l.read_block_bytes : 0;
+  REQUIRE(static_cast<uint64_t>(l.open_files_base + k.readers) * (k.stream_buffer_bytes + queued) <=
+          l.read_ahead_budget_bytes);
   if (sc.fixed.readers) REQUIRE(k.readers == sc.initial.readers);
   if (sc.fixed.workers) REQUIRE(k.workers == sc.initial.workers);
   if (sc.fixed.prefetch) REQUIRE(k.prefetch == sc.initial.prefetch);
+  if (sc.fixed.reads_per_file) REQUIRE(k.reads_per_file == sc.initial.reads_per_file);
   if (sc.fixed.stream_buffer_bytes) REQUIRE(k.stream_buffer_bytes == sc.initial.stream_buffer_bytes);
   // Every change is reported once, with a reason, and nothing else changes.
   TunerKnobs replay = before;
@@ -100,10 +105,11 @@ void CheckStep(const Scenario& sc, const SimParams& sim, const Tuner& tuner, con
     INFO(ToString(c));
     REQUIRE(!c.reason.empty());
     REQUIRE(c.from != c.to);
-    int64_t* field = c.knob == "readers"    ? &replay.readers
-                     : c.knob == "workers"  ? &replay.workers
-                     : c.knob == "prefetch" ? &replay.prefetch
-                                            : nullptr;
+    int64_t* field = c.knob == "readers"          ? &replay.readers
+                     : c.knob == "workers"        ? &replay.workers
+                     : c.knob == "prefetch"       ? &replay.prefetch
+                     : c.knob == "reads_per_file" ? &replay.reads_per_file
+                                                  : nullptr;
     if (field) {
       REQUIRE(*field == c.from);
       *field = c.to;
@@ -160,6 +166,10 @@ TunerLimits Limits(double cpu_cores, uint64_t read_ahead_budget) {
   l.max_readers = 16;
   l.max_workers = 16;
   l.max_prefetch = 16;
+  // One read at a time per file (no queues), as where io_uring is not available or the config
+  // fixes reads_per_file: 1. The scenarios below are about the other knobs; queued reads have
+  // their own ("queued reads" test cases).
+  l.max_reads_per_file = 1;
   return l;
 }
 
@@ -210,6 +220,43 @@ TEST_CASE("read-bound (L = 20 ms): readers 5 (+-1; the x2 ladder stops at 6), wo
     CHECK(k.stream_buffer_bytes == StreamFor(64 * MiB, 4 + k.readers));
     // Consumers no longer wait: throughput = 15000 records/s.
     CHECK(TunerSim(sc.sim).Evaluate(k).throughput == Approx(15000));
+  }
+}
+
+// Queued reads on the same storage (20 ms per 256 KiB read; the simulated reader keeps
+// reads_per_file reads in flight, so it delivers reads_per_file x 3200 records/s):
+//   consumers take 15000 records/s: 4 reads per file give 12800 (85%), 8 give 25600 -> 8, by the
+//   x2 ladder 1 -> 2 -> 4 -> 8, each step gaining >= 5% (3200 -> 6400 -> 12800 -> 15000);
+//   readers stay 1 (queued reads are raised first), workers 1, prefetch 2;
+//   no step back: halving to 4 would make the reader 15000 / 12800 = 117% busy.
+//   Memory: 64 MiB over 4 + 1 open files = 12.8 MiB each, 8 x 256 KiB queued = 2 MiB of it.
+TEST_CASE("queued reads (L = 20 ms): reads_per_file 8, readers 1, workers 1, prefetch 2, within 14 rounds") {
+  for (uint64_t seed : kSeeds) {
+    Scenario sc = ReadBound();
+    sc.limits.max_reads_per_file = 16;
+    sc.sim.seed = seed;
+    sc.sim.noise = 0.02;
+    const RunResult run = RunScenario(sc, 40);
+    INFO("seed " << seed << "\n" << History(run));
+    const TunerKnobs& end = run.knobs.back();
+    CHECK(end.reads_per_file == 8);
+    CHECK(end.readers == 1);
+    CHECK(end.workers == 1);
+    CHECK(end.prefetch == 2);
+    CHECK(run.LastChange(1, 40) <= 14);
+    // The read-ahead is the budget's share less the queued reads: (64 MiB / 5 - 2 MiB), 4 KiB multiple.
+    CHECK(end.stream_buffer_bytes == (64 * MiB / 5 - 8 * 256 * KiB) / 4096 * 4096);
+  }
+}
+
+TEST_CASE("queued reads on local files (readers on the CPU): reads_per_file stays 1") {
+  for (uint64_t seed : kSeeds) {
+    Scenario sc = ParseBound();
+    sc.limits.max_reads_per_file = 16;
+    sc.sim.seed = seed;
+    const RunResult run = RunScenario(sc, 30);
+    INFO("seed " << seed << "\n" << History(run));
+    for (const TunerKnobs& k : run.knobs) CHECK(k.reads_per_file == 1);
   }
 }
 

@@ -1,0 +1,145 @@
+#include "format/read_queue.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+namespace ringfeed {
+
+struct ReadQueue::Ring {
+  io_uring ring{};
+};
+
+std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
+                                             size_t depth, std::string* why) {
+  block_bytes = std::max<size_t>(block_bytes, 1);
+  depth = std::max<size_t>(depth, 2);
+  std::unique_ptr<ReadQueue> q(new ReadQueue(fd, offset, file_size, block_bytes, depth));
+  const int err = io_uring_queue_init(static_cast<unsigned>(depth), &q->ring_->ring, 0);
+  if (err < 0) {
+    q->ring_.reset();
+    if (why != nullptr) *why = std::string("io_uring_queue_init: ") + std::strerror(-err);
+    return nullptr;
+  }
+  for (size_t i = 0; i < depth; ++i) q->Refill(i);
+  return q;
+}
+
+ReadQueue::ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes, size_t depth)
+    : ring_(std::make_unique<Ring>()),
+      fd_(fd),
+      position_(offset),
+      next_offset_(offset),
+      file_size_(file_size),
+      block_bytes_(block_bytes),
+      blocks_(depth) {}
+
+ReadQueue::~ReadQueue() {
+  if (!ring_) return;
+  while (in_flight_ > 0 && Reap(true)) {
+  }
+  io_uring_queue_exit(&ring_->ring);
+}
+
+void ReadQueue::Refill(size_t index) {
+  Block& b = blocks_[index];
+  b.used = false;
+  if (next_offset_ >= file_size_) return;
+  if (!b.bytes) b.bytes.reset(new uint8_t[block_bytes_]);
+  b.offset = next_offset_;
+  b.length = static_cast<size_t>(std::min<uint64_t>(block_bytes_, file_size_ - next_offset_));
+  b.filled = 0;
+  b.taken = 0;
+  b.error = 0;
+  b.used = true;
+  next_offset_ += b.length;
+  if (!Submit(index)) b.error = EAGAIN;  // no free submission entry: never happens (one per block)
+}
+
+bool ReadQueue::Submit(size_t index) {
+  Block& b = blocks_[index];
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
+  if (sqe == nullptr) return false;
+  io_uring_prep_read(sqe, fd_, b.bytes.get() + b.filled, static_cast<unsigned>(b.length - b.filled),
+                     b.offset + b.filled);
+  io_uring_sqe_set_data64(sqe, index);
+  // Straight to the kernel's workers: some file systems (FUSE) block in the non-blocking first
+  // attempt io_uring makes in io_uring_submit, which would make the reads one at a time.
+  io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+  b.in_flight = true;
+  ++in_flight_;
+  int r;
+  do {
+    r = io_uring_submit(&ring_->ring);
+  } while (r == -EINTR);
+  return true;
+}
+
+bool ReadQueue::Reap(bool wait) {
+  io_uring_cqe* cqe = nullptr;
+  int r;
+  do {
+    r = wait ? io_uring_wait_cqe(&ring_->ring, &cqe) : io_uring_peek_cqe(&ring_->ring, &cqe);
+  } while (r == -EINTR);
+  if (r < 0 || cqe == nullptr) return false;
+  const size_t index = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+  const int res = cqe->res;
+  io_uring_cqe_seen(&ring_->ring, cqe);
+  Block& b = blocks_[index];
+  b.in_flight = false;
+  --in_flight_;
+  if (res == -EINTR || res == -EAGAIN) {
+    Submit(index);  // try again
+  } else if (res < 0) {
+    b.error = -res;
+  } else if (res == 0) {
+    b.length = b.filled;  // the file shrank: the block ends here
+  } else {
+    b.filled += static_cast<size_t>(res);
+    if (b.filled < b.length) Submit(index);  // a short read: the rest
+  }
+  return true;
+}
+
+ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
+  if (n == 0) return 0;
+  Block& b = blocks_[head_];
+  if (!b.used) {
+    // Past the blocks (the file's size at Create): plain reads, so a file that grew is read on.
+    while (true) {
+      const ssize_t r = ::pread(fd_, dst, n, static_cast<off_t>(position_));
+      if (r < 0 && errno == EINTR) continue;
+      if (r > 0) position_ += static_cast<uint64_t>(r);
+      return r;
+    }
+  }
+  while (b.in_flight) {
+    if (!Reap(true)) {
+      errno = EIO;
+      return -1;
+    }
+  }
+  if (b.error != 0) {
+    errno = b.error;
+    return -1;
+  }
+  const size_t available = b.filled - b.taken;
+  if (available == 0) {  // the file ended inside this block (it shrank)
+    return 0;
+  }
+  const size_t m = std::min(n, available);
+  std::memcpy(dst, b.bytes.get() + b.taken, m);
+  b.taken += m;
+  position_ += m;
+  if (b.taken == b.length) {
+    const size_t done = head_;
+    head_ = (head_ + 1) % blocks_.size();
+    Refill(done);
+  }
+  return static_cast<ssize_t>(m);
+}
+
+}  // namespace ringfeed

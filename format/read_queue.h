@@ -1,0 +1,77 @@
+// ReadQueue: reads a file sequentially with several reads in flight at once (io_uring), for
+// storage where each read waits out a round trip (network file systems, FUSE-mounted buckets):
+// one read at a time gets at most block_bytes per round trip from a file, `depth` reads get
+// `depth` times that. TFRecordReader uses one for plain files when ReaderOptions::
+// reads_in_flight > 1.
+//
+// It keeps `depth` blocks of `block_bytes`, each read at the next offset not yet asked for; a
+// block is read again for the next offset as soon as Read has copied all of it out. So at most
+// depth x block_bytes bytes are buffered and in flight, and the reads stay ahead of the caller by
+// that much. Reads run in the kernel's io_uring workers (for files, blocking reads in kernel
+// threads); the caller's thread waits only when the block it needs is not there yet.
+// The file's size at Create bounds the blocks read ahead; past it Read goes on with plain
+// pread() calls, so a file that grew is still read to its end.
+//
+// Errors: Create returns nullptr (and says why) when io_uring is not available (Linux < 5.6,
+// seccomp profiles that block it, io_uring_disabled); the caller then reads as usual. Read
+// returns -1 with errno set, as read() does.
+// Thread-safety: one thread at a time. The fd is borrowed, not closed; the queue must be
+// destroyed before it is closed (it waits for reads still in flight).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ringfeed {
+
+class ReadQueue {
+ public:
+  // A queue reading `fd` from `offset` on, the blocks up to `file_size` ahead (block_bytes >= 1,
+  // depth >= 2). nullptr when io_uring cannot be set up; `*why` then says why.
+  static std::unique_ptr<ReadQueue> Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
+                                           size_t depth, std::string* why);
+  ~ReadQueue();  // waits for the reads in flight
+  ReadQueue(const ReadQueue&) = delete;
+  ReadQueue& operator=(const ReadQueue&) = delete;
+
+  // Copies the next bytes of the file (at most `n`, fewer at a block's end) into `dst`. Returns
+  // how many; 0 at the end of the file; -1 on a read error (errno set).
+  ssize_t Read(uint8_t* dst, size_t n);
+
+  size_t depth() const { return blocks_.size(); }
+  size_t block_bytes() const { return block_bytes_; }
+
+ private:
+  struct Block {
+    std::unique_ptr<uint8_t[]> bytes;
+    uint64_t offset = 0;  // in the file
+    size_t length = 0;    // bytes asked for
+    size_t filled = 0;    // bytes read so far
+    size_t taken = 0;     // bytes copied out by Read
+    int error = 0;        // errno of a failed read
+    bool in_flight = false;
+    bool used = false;    // holds (or will hold) file bytes
+  };
+  ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes, size_t depth);
+  bool Submit(size_t index);  // (re)submits the unread part of blocks_[index]
+  bool Reap(bool wait);       // handles one completion (waits for one when `wait`)
+  void Refill(size_t index);  // reuses a block for the next offset, if any is left
+
+  struct Ring;  // io_uring, kept out of this header
+  std::unique_ptr<Ring> ring_;
+  int fd_;
+  uint64_t position_;       // offset of the next byte Read returns
+  uint64_t next_offset_;    // offset of the next block to read
+  const uint64_t file_size_;
+  const size_t block_bytes_;
+  std::vector<Block> blocks_;
+  size_t head_ = 0;         // the block holding position_
+  size_t in_flight_ = 0;
+};
+
+}  // namespace ringfeed
