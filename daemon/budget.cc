@@ -503,14 +503,19 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
 
   // The elastic rest: the read-ahead.
   plan.read_ahead_memory_bytes = in.budget_bytes > plan.fixed_bytes ? in.budget_bytes - plan.fixed_bytes : 0;
-  // Chunk tails: shorter than the record that did not fit; unsampled records may be any size.
+  // Chunk tails: shorter than the record that did not fit, so at most the largest sampled
+  // record (up to 16 KiB; with nothing sampled, 16 KiB). Like the other per-record bounds here,
+  // it assumes the sample is representative.
   const bool chunks = in.shuffle_buffer <= 1;  // ReadAhead::UsesChunks, as above
   const uint64_t tail =
       !chunks ? 0
               : std::min(in.largest_record_bytes > 0 ? in.largest_record_bytes : kReadAheadOwnAllocationBytes,
                          kReadAheadOwnAllocationBytes);
   plan.read_ahead_bytes = PayloadFor(plan.read_ahead_memory_bytes, mean, tail);
-  plan.min_read_ahead_bytes = SatMul(static_cast<uint64_t>(plan.open_files), in.min_stream_buffer_bytes);
+  const uint64_t queued =
+      in.reads_per_file > 1 ? SatMul(static_cast<uint64_t>(in.reads_per_file), in.read_block_bytes) : 0;
+  plan.min_read_ahead_bytes =
+      SatMul(static_cast<uint64_t>(plan.open_files), SatAdd(in.min_stream_buffer_bytes, queued));
   std::string overhead_text = " + " + FormatBytes(kReadAheadRecordOverheadBytes) + " per " +
                               FormatBytes(CeilDiv(SatMul(mean, 2), 3)) + " record (2/3 of the mean)";
   if (chunks) {
@@ -532,8 +537,13 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     for (const auto& line : plan.lines) {
       message += "  " + line.part + ": " + line.arithmetic + " = " + FormatBytes(line.bytes) + "\n";
     }
-    message += "  read-ahead at least: " + std::to_string(plan.open_files) + " open files x " +
-               FormatBytes(in.min_stream_buffer_bytes) + " min stream buffer" + overhead_text + " = " +
+    const std::string per_file =
+        queued > 0 ? "(" + FormatBytes(in.min_stream_buffer_bytes) + " min stream buffer + " +
+                         std::to_string(in.reads_per_file) + " x " + FormatBytes(in.read_block_bytes) +
+                         " queued reads (pipeline.reads_per_file))"
+                   : FormatBytes(in.min_stream_buffer_bytes) + " min stream buffer";
+    message += "  read-ahead at least: " + std::to_string(plan.open_files) + " open files x " + per_file +
+               overhead_text + " = " +
                FormatBytes(min_memory) + " (the budget leaves " + FormatBytes(plan.read_ahead_memory_bytes) + ")\n";
     // What the user can lower, biggest first.
     struct Knob {

@@ -141,6 +141,11 @@ struct MemoryInputs {
   bool compressed = false;             // any file GZIP/ZLIB: + input buffer + inflate state per open file
   uint64_t reader_buffer_bytes = 1u << 20;       // ReaderOptions::buffer_bytes
   uint64_t min_stream_buffer_bytes = 256u << 10; // TunerLimits::min_stream_buffer_bytes
+  // pipeline.reads_per_file when the config fixes it above 1: each open file also holds that many
+  // queued reads of read_block_bytes (counted in the read-ahead's minimum). Auto starts at 1
+  // and the tuner raises it within the read-ahead budget.
+  int64_t reads_per_file = 1;
+  uint64_t read_block_bytes = 256u << 10;        // ReaderOptions::read_block_bytes
   // Records, from the start-up sample.
   uint64_t mean_record_bytes = 0;
   uint64_t largest_record_bytes = 0;
@@ -175,10 +180,12 @@ struct MemoryPlan {
   uint64_t fixed_bytes = 0;       // the sum of the above
   // The elastic part. read_ahead_memory_bytes = budget - fixed; of it, read_ahead_bytes is record
   // payload (what ReadAhead::buffered_bytes counts), the rest its per-record bookkeeping.
-  // The tuner keeps open files x stream_buffer_bytes <= read_ahead_bytes.
+  // The tuner keeps open files x (stream_buffer_bytes + queued reads) <= read_ahead_bytes
+  // (queued reads: reads_per_file x 256 KiB per file when above 1, daemon/tuner.h; a file with
+  // queued reads also has a 256 KiB window instead of the reader_buffer_bytes counted above).
   uint64_t read_ahead_memory_bytes = 0;
   uint64_t read_ahead_bytes = 0;
-  uint64_t min_read_ahead_bytes = 0;  // open_files x min_stream_buffer_bytes (payload)
+  uint64_t min_read_ahead_bytes = 0;  // open_files x (min_stream_buffer_bytes + fixed queued reads)
   std::vector<MemoryPlanLine> lines;  // fixed parts, margin, read-ahead, in order
 
   // Largest stream_buffer_bytes the budget allows with every file open.

@@ -252,8 +252,9 @@ void ReadAhead::Run(size_t id) {
     stream->busy_ = true;
     const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
     // Streams opened ahead of their turn read one block at a time: a queue there would only
-    // fill up and wait (the interleave's streams are the first open ones: the sequencer takes
-    // them in Open order).
+    // fill up and wait. The interleave's streams are about the first open ones (the sequencer
+    // takes them in Open order; a stream read to its end leaves streams_ while its last records
+    // still wait, so the first file opened ahead may get its queue a little early).
     const size_t reads_per_file = index < queued_streams_ ? reads_per_file_ : 1;
     lock.unlock();
     if (stream->reads_per_file_ != reads_per_file) {

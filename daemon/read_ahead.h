@@ -17,8 +17,11 @@
 // the records already consumed from its oldest one.
 // Larger records get their own allocation, which the reader fills straight from the file
 // (TFRecordReader::NextInto: no copy out of its window for them).
+// A file of the interleave read with queued reads (SetReadsPerFile > 1) also holds its
+// ReadQueue's blocks, reads_per_file x ReaderOptions::read_block_bytes, which the tuner counts
+// in the read-ahead budget; files opened while queues are on get a window of one block.
 // Threads: `threads` I/O threads, changeable at run time with SetThreads (the autotuner's knob,
-// as is the per-stream buffer, SetStreamBufferBytes);
+// as are the per-stream buffer, SetStreamBufferBytes, and the reads per file, SetReadsPerFile);
 // a thread picks the earliest-opened stream that is below its buffer limit and not being read
 // by another thread, reads up to a turn's worth of records, and moves on.
 //

@@ -95,9 +95,18 @@ uint64_t Tuner::StreamBufferBytesFor(const TunerLimits& limits, int64_t readers,
   return bytes;
 }
 
-uint64_t Tuner::StartStreamBufferBytes(const TunerLimits& limits, int64_t readers) {
+uint64_t Tuner::StartStreamBufferBytes(const TunerLimits& limits, int64_t readers, int64_t reads_per_file) {
   const uint64_t start = std::max(limits.start_stream_buffer_bytes, limits.min_stream_buffer_bytes);
-  return std::min(StreamBufferBytesFor(limits, readers), start);
+  return std::min(StreamBufferBytesFor(limits, readers, reads_per_file), start);
+}
+
+int64_t Tuner::KnobOf(const TunerKnobs& knobs, Knob k) {
+  switch (k) {
+    case kReaders: return knobs.readers;
+    case kWorkers: return knobs.workers;
+    case kReadsPerFile: return knobs.reads_per_file;
+    default: return knobs.prefetch;
+  }
 }
 
 int64_t& Tuner::Value(Knob k) {
@@ -231,10 +240,7 @@ void Tuner::UpdateStreamBufferBytes(const std::string& reason, std::vector<Tuner
 
 void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes) {
   for (Knob k : {kReaders, kWorkers, kPrefetch, kReadsPerFile}) {
-    const int64_t target = k == kReaders ? to.readers
-                           : k == kWorkers ? to.workers
-                           : k == kPrefetch ? to.prefetch
-                                            : to.reads_per_file;
+    const int64_t target = KnobOf(to, k);
     if (Value(k) != target) {
       changes->push_back({Name(k), Value(k), target, reason});
       Value(k) = target;
@@ -376,10 +382,7 @@ std::string Tuner::Describe(const TunerKnobs& k, const std::vector<Knob>& which)
   std::string out;
   for (Knob knob : {kReaders, kWorkers, kPrefetch, kReadsPerFile}) {
     if (std::find(which.begin(), which.end(), knob) == which.end()) continue;
-    const int64_t v = knob == kReaders    ? k.readers
-                      : knob == kWorkers  ? k.workers
-                      : knob == kPrefetch ? k.prefetch
-                                          : k.reads_per_file;
+    const int64_t v = KnobOf(k, knob);
     out += Format("%s%s %lld", out.empty() ? "" : ", ", Name(knob), LL(v));
   }
   return out;
@@ -405,7 +408,7 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     for (Knob k : t.knobs) {
       Hold& h = hold_[k];
       if (t.raise) {
-        h.floor = k == kReaders ? t.before.readers : k == kWorkers ? t.before.workers : t.before.prefetch;
+        h.floor = KnobOf(t.before, k);
         h.raise_seconds = kHoldOffSeconds;
       } else {
         h.lower_seconds = kHoldOffSeconds;

@@ -3,7 +3,8 @@
 // (tests/tuner_test.cc); it never touches threads, clocks or the ring itself.
 //
 // What it tunes (Knobs): I/O parallelism (`readers`: files read in parallel, one I/O thread
-// each), read-ahead depth (`stream_buffer_bytes` per open file), parse `workers`, and `prefetch`
+// each; `reads_per_file`: reads in flight at once on each file of the interleave, through
+// io_uring), read-ahead depth (`stream_buffer_bytes` per open file), parse `workers`, and `prefetch`
 // (batches the loader may keep ready in the ring). None of them changes the order of batches:
 // `cycle_length` is not a knob (see docs/architecture.md, "Determinism").
 //
@@ -54,6 +55,9 @@
 // see DeepenReadAhead), when that exceeds the level by 10%: rounded up to 64 KiB, at most
 // max_stream_buffer_bytes. Not a trial, and never lowered (freed read-ahead stays with the
 // allocator: no RSS to win back).
+// When reads limit (readers saturated, or the sequencer waiting >= 25% for records) and the
+// readers are I/O-blocked, reads_per_file goes up x2 (a trial, up to max_reads_per_file and
+// what the read-ahead budget holds) before readers do; it comes down /2 like readers.
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
 // workers +-1; prefetch up x2 (as tf.data's PrefetchAutotuner doubles its buffer limit: one
 // more batch gains a few percent at most, which a trial cannot tell from noise) and down by
@@ -71,7 +75,8 @@
 //     read_busy_fraction x read_cpu_fraction). A measured use over the budget by more than
 //     kCpuTolerance lowers the less busy stage (in the next decision, before anything else) and
 //     holds that knob's raises off, as a failed trial does.
-//   - memory: the read-ahead (open files x stream_buffer_bytes) must stay within
+//   - memory: the read-ahead (open files x (stream_buffer_bytes + queued reads: reads_per_file x
+//     read_block_bytes when reads_per_file > 1)) must stay within
 //     Limits::read_ahead_budget_bytes, the part of pipeline.memory_budget left to it (see
 //     daemon/budget.h). Open files = open_files_base + readers. Unless fixed,
 //     stream_buffer_bytes = min(StreamBufferBytesFor(limits, readers) (budget / open files,
@@ -232,7 +237,7 @@ class Tuner {
   // What an auto stream_buffer_bytes starts at: the budget's share, at most
   // start_stream_buffer_bytes. Use it for TunerKnobs::stream_buffer_bytes at start so that the
   // first decision need not change it.
-  static uint64_t StartStreamBufferBytes(const TunerLimits& limits, int64_t readers);
+  static uint64_t StartStreamBufferBytes(const TunerLimits& limits, int64_t readers, int64_t reads_per_file = 1);
 
  private:
   enum Knob { kReaders = 0, kWorkers = 1, kPrefetch = 2, kReadsPerFile = 3, kKnobCount = 4 };
@@ -257,6 +262,7 @@ class Tuner {
   struct Signals;                    // one observation, digested (tuner.cc)
 
   int64_t& Value(Knob k);
+  static int64_t KnobOf(const TunerKnobs& knobs, Knob k);  // that knob's value in `knobs`
   bool Fixed(Knob k) const;
   static const char* Name(Knob k);
   // "workers 3" or "readers 4, workers 2": the knobs `which` (in that order) at `k`.

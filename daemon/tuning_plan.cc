@@ -97,6 +97,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   mi.files = shard_files;
   mi.compressed = config.source.compression != Compression::kNone;
   mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
+  mi.reads_per_file = pc.reads_per_file.value_or(1);
+  mi.read_block_bytes = ReaderOptions{}.read_block_bytes;
   mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
   mi.largest_record_bytes = sample.largest_bytes;
   mi.shuffle_buffer = config.shuffle.buffer;
@@ -118,7 +120,11 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   limits.start_stream_buffer_bytes = limits.min_stream_buffer_bytes;
   limits.read_bytes = ReaderOptions{}.buffer_bytes;  // the daemon's readers use the default
   limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
-  limits.max_reads_per_file = pc.reads_per_file.value_or(kMaxAutoReadsPerFile);
+  // Queued reads are for plain files (a GZIP/ZLIB file is inflated from one read at a time):
+  // with compression: gzip or zlib, auto stays at 1 instead of trying what cannot gain.
+  const bool compressed_only =
+      config.source.compression == Compression::kGzip || config.source.compression == Compression::kZlib;
+  limits.max_reads_per_file = pc.reads_per_file.value_or(compressed_only ? 1 : kMaxAutoReadsPerFile);
 
   // Starting knobs.
   TunerKnobs& k = at.initial;
@@ -131,10 +137,11 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // 1.5 -> 2.1 M examples/s with 8 instead of 2), which the "bursty output" trials otherwise
   // had to find, a round each. The take-back rule lowers it where batches stay ready.
   k.prefetch = pc.prefetch.value_or(limits.max_prefetch);
-  k.stream_buffer_bytes = pc.read_ahead.value_or(Tuner::StartStreamBufferBytes(limits, k.readers));
   // One read at a time into the window (no queue, no copy out of its blocks) until reads are
   // seen to block: on local files the page cache answers at once.
   k.reads_per_file = pc.reads_per_file.value_or(1);
+  k.stream_buffer_bytes =
+      pc.read_ahead.value_or(Tuner::StartStreamBufferBytes(limits, k.readers, k.reads_per_file));
   plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes &&
                 at.fixed.reads_per_file);
   return plan;

@@ -24,6 +24,11 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
     if (why != nullptr) *why = std::string("io_uring_queue_init: ") + std::strerror(-err);
     return nullptr;
   }
+  // The kernel's workers for this thread's rings are sized by its first ring (a queue of 2
+  // would cap every later, deeper one at 2 reads at a time): let them reach kMaxWorkers.
+  // Unbounded workers (0) stay as they are. Linux >= 5.15; older kernels keep their limit.
+  unsigned workers[2] = {kMaxWorkers, 0};
+  io_uring_register_iowq_max_workers(&q->ring_->ring, workers);
   for (size_t i = 0; i < depth; ++i) q->Refill(i);
   return q;
 }
@@ -42,6 +47,13 @@ ReadQueue::~ReadQueue() {
   while (in_flight_ > 0 && Reap(true)) {
   }
   io_uring_queue_exit(&ring_->ring);
+  // Reads the ring could not wait for may still land after the ring is gone: their blocks are
+  // left allocated rather than freed under them (only after an io_uring failure).
+  if (in_flight_ > 0) {
+    for (Block& b : blocks_) {
+      if (b.in_flight) static_cast<void>(b.bytes.release());
+    }
+  }
 }
 
 void ReadQueue::Refill(size_t index) {
@@ -71,28 +83,29 @@ bool ReadQueue::Submit(size_t index) {
   io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
   b.in_flight = true;
   ++in_flight_;
-  int r;
-  do {
-    r = io_uring_submit(&ring_->ring);
-  } while (r == -EINTR);
+  // A failed submit leaves the entry queued: Reap's io_uring_submit_and_wait sends it again.
+  io_uring_submit(&ring_->ring);
   return true;
 }
 
 bool ReadQueue::Reap(bool wait) {
   io_uring_cqe* cqe = nullptr;
-  int r;
-  do {
-    r = wait ? io_uring_wait_cqe(&ring_->ring, &cqe) : io_uring_peek_cqe(&ring_->ring, &cqe);
-  } while (r == -EINTR);
-  if (r < 0 || cqe == nullptr) return false;
+  while (io_uring_peek_cqe(&ring_->ring, &cqe) != 0 || cqe == nullptr) {
+    if (!wait) return false;
+    // Submits what is queued (a submit that failed earlier) and waits for a completion.
+    const int r = io_uring_submit_and_wait(&ring_->ring, 1);
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) return false;
+  }
   const size_t index = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
   const int res = cqe->res;
   io_uring_cqe_seen(&ring_->ring, cqe);
   Block& b = blocks_[index];
   b.in_flight = false;
   --in_flight_;
-  if (res == -EINTR || res == -EAGAIN) {
-    Submit(index);  // try again
+  if (res == -EINTR || res == -EAGAIN || res == -ECANCELED) {
+    // Again: a read the kernel cancelled (its worker went away with the thread that queued
+    // it, e.g. a reader the tuner retired) is not an error of the file.
+    Submit(index);
   } else if (res < 0) {
     b.error = -res;
   } else if (res == 0) {
@@ -122,13 +135,13 @@ ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
       return -1;
     }
   }
-  if (b.error != 0) {
-    errno = b.error;
-    return -1;
-  }
   const size_t available = b.filled - b.taken;
-  if (available == 0) {  // the file ended inside this block (it shrank)
-    return 0;
+  if (available == 0) {
+    if (b.error != 0) {  // after the bytes read before it, as read() would
+      errno = b.error;
+      return -1;
+    }
+    return 0;  // the file ended inside this block (it shrank)
   }
   const size_t m = std::min(n, available);
   std::memcpy(dst, b.bytes.get() + b.taken, m);

@@ -44,6 +44,8 @@ class ReadQueue {
   ssize_t Read(uint8_t* dst, size_t n);
 
   size_t depth() const { return blocks_.size(); }
+  // io_uring's kernel workers allowed per reading thread (all its queues together).
+  static constexpr unsigned kMaxWorkers = 64;
   size_t block_bytes() const { return block_bytes_; }
 
  private:

@@ -66,7 +66,7 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
   reads = std::max<size_t>(reads, 1);
   const size_t current = reads_in_flight();
   options_.reads_in_flight = reads;
-  if (!opened_ || fd_ < 0 || inflate_ || plain_file_size_ == 0 || stream_end_ || reads == current) return;
+  if (!opened_ || done_ || fd_ < 0 || inflate_ || plain_file_size_ == 0 || stream_end_ || reads == current) return;
   // The queue's position is plain_file_offset_: every byte before it went into the window or a
   // caller's buffer. A new queue (or read()) goes on from there.
   queue_.reset();
@@ -82,7 +82,10 @@ uint64_t TFRecordReader::file_offset() const {
 
 TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string detail, ReadError* error) {
   const bool recoverable = kind == ReadErrorKind::kCorruptedData || kind == ReadErrorKind::kRecordTooLarge;
-  if (!recoverable) done_ = true;
+  if (!recoverable) {
+    done_ = true;
+    queue_.reset();  // the file is over: no more reads ahead
+  }
   error->kind = kind;
   error->file = path_;
   error->record_index = index_;
@@ -175,6 +178,7 @@ size_t TFRecordReader::Fill(uint8_t* dst, size_t capacity) {
       stream_error_ = std::string("read failed: ") + std::strerror(errno);
     }
     stream_end_ = true;
+    queue_.reset();  // nothing more to read: its blocks go now, not with the reader
     return 0;
   }
 }

@@ -143,8 +143,11 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
     // The daemon writes every slot: fill its page tables writable (and clear the fallocated
     // pages) now, at start, rather than by a page fault per 4 KiB the first time each slot is
     // written while batches are being made. MAP_POPULATE would map shared pages read-only
-    // and still take a fault at the first write. Linux >= 5.14; elsewhere it stays lazy.
+    // and still take a fault at the first write. Linux >= 5.14 and glibc >= 2.35 headers;
+    // elsewhere it stays lazy.
+#ifdef MADV_POPULATE_WRITE
     ::madvise(region.get_address(), segment_bytes, MADV_POPULATE_WRITE);
+#endif
     return Segment(name, std::move(region));
   } catch (const bip::interprocess_exception& e) {
     fail("shared memory: cannot map segment " + name + " (" + std::to_string(segment_bytes) +

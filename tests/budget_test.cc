@@ -523,6 +523,31 @@ TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window",
                              "end of each, up to ") != std::string::npos);
 }
 
+TEST_CASE("PlanMemory: reads_per_file fixed above 1 counts its queued reads in the minimum", "[plan]") {
+  MemoryInputs in = ExampleInputs(256 * MiB);
+  in.reads_per_file = 16;
+  in.read_block_bytes = 256 * KiB;
+  const MemoryPlan plan = PlanMemory(in);
+  CHECK(plan.min_read_ahead_bytes == 8 * (256 * KiB + 16 * 256 * KiB));
+  // 64 MiB is too small for 8 open files x 4.25 MiB: the error says so, and the budget it names fits.
+  in.budget_bytes = 64 * MiB;
+  std::string message;
+  try {
+    PlanMemory(in);
+  } catch (const BudgetError& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK(message.find("read-ahead at least: 8 open files x (256.0 KiB min stream buffer + 16 x 256.0 KiB queued "
+                     "reads (pipeline.reads_per_file))") != std::string::npos);
+  const auto pos = message.find(" bytes); raise");
+  REQUIRE(pos != std::string::npos);
+  in.budget_bytes = std::stoull(message.substr(message.rfind('(', pos) + 1));
+  CHECK(PlanMemory(in).read_ahead_bytes >= 8 * (256 * KiB + 16 * 256 * KiB));
+  in.budget_bytes -= 1;
+  CHECK_THROWS_AS(PlanMemory(in), BudgetError);
+}
+
 TEST_CASE("PlanMemory: chunk tails scale with the largest record up to 16 KiB", "[plan]") {
   MemoryInputs in = ExampleInputs(256 * MiB);
   in.shuffle_buffer = 0;

@@ -260,6 +260,25 @@ TEST_CASE("queued reads on local files (readers on the CPU): reads_per_file stay
   }
 }
 
+TEST_CASE("queued reads, then consumers slow to 2000 records/s at round 30: reads_per_file back to 1 within 15 rounds") {
+  // At 8 reads per file the reader is 2000 / 25600 = 8% busy; halving predicts 16%, 31%, 62%
+  // (all <= 85%): 8 -> 4 -> 2 -> 1, each a step down that consumers do not notice.
+  for (uint64_t seed : kSeeds) {
+    Scenario sc = ReadBound();
+    sc.limits.max_reads_per_file = 16;
+    sc.sim.seed = seed;
+    sc.sim.noise = 0.02;
+    const RunResult run = RunScenario(sc, 30 + 40, [](int round, SimParams& p) {
+      if (round == 31) p.consumer_rate = 2000;
+    });
+    INFO("seed " << seed << "\n" << History(run));
+    CHECK(run.At(30).reads_per_file == 8);
+    CHECK(run.knobs.back().reads_per_file == 1);
+    CHECK(run.knobs.back().readers == 1);
+    CHECK(run.LastChange(31, 70) <= 30 + 15);
+  }
+}
+
 TEST_CASE("read-bound with a 0.3 s reader ramp: a raise is judged after the ramp, readers 5 (+-1) within 20 rounds") {
   // New readers deliver nothing for their first 0.3 s, longer than the 0.25 s interval right
   // after a raise (the 20 ms slowfs benchmark: 4 -> 8 readers measured 10% less in that
