@@ -56,8 +56,10 @@
 // max_stream_buffer_bytes. Not a trial, and never lowered (freed read-ahead stays with the
 // allocator: no RSS to win back).
 // When reads limit (readers saturated, or the sequencer waiting >= 25% for records) and the
-// readers are I/O-blocked, reads_per_file goes up x2 (a trial, up to max_reads_per_file and
-// what the read-ahead budget holds) before readers do; it comes down /2 like readers.
+// readers are I/O-blocked, reads_per_file goes up (a trial, up to max_reads_per_file and what
+// the read-ahead budget holds) before readers do: from 1 to twice the blocks one read brings
+// (read_bytes / read_block_bytes: 1 -> 8 with 1 MiB reads and 256 KiB blocks), then x2; it
+// comes down /2, and to 1 from the step above that.
 // I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
 // workers +-1; prefetch up x2 (as tf.data's PrefetchAutotuner doubles its buffer limit: one
 // more batch gains a few percent at most, which a trial cannot tell from noise) and down by
@@ -277,6 +279,9 @@ class Tuner {
   uint64_t QueueBytesPerFile(int64_t reads) const;
   // The most reads per file the read-ahead budget holds with the current readers.
   int64_t MaxReadsPerFileForMemory() const;
+  // The queued reads that bring as many bytes per round trip as one read at a time
+  // (read_bytes / read_block_bytes, at least 1).
+  int64_t QueuedReadsLikeOne() const;
   // Reads per file a raise would go to (== reads_per_file: none).
   int64_t ReadsPerFileRaiseTarget() const;
   // Readers a raise would go to with `workers` workers (== readers: none; *cpu_blocked when

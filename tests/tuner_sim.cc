@@ -23,9 +23,11 @@ double TunerSim::Uniform() {
 SimPoint TunerSim::Evaluate(const TunerKnobs& knobs, double delivering) const {
   const SimParams& p = params_;
   SimPoint s;
-  // A reader keeps reads_per_file reads of read_bytes in flight: that many per round trip.
-  const double t_io = p.storage_latency_s * p.record_bytes /
-                      (p.read_bytes * static_cast<double>(std::max<int64_t>(1, knobs.reads_per_file)));
+  // One read of read_bytes per round trip, or reads_per_file queued reads of read_block_bytes.
+  const double per_trip = knobs.reads_per_file > 1
+                              ? p.read_block_bytes * static_cast<double>(knobs.reads_per_file)
+                              : p.read_bytes;
+  const double t_io = p.storage_latency_s * p.record_bytes / per_trip;
   const double needed = static_cast<double>(p.burst + 1);
   const double burst_factor = static_cast<double>(knobs.prefetch) >= needed ? 1 : static_cast<double>(knobs.prefetch) / needed;
   const double cpu_per_record = p.read_cpu_s + p.parse_cpu_s + p.sequencer_cpu_s;

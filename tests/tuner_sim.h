@@ -48,7 +48,8 @@ namespace ringfeed::testing {
 
 struct SimParams {
   double storage_latency_s = 0;     // L: per read of read_bytes
-  double read_bytes = 256 << 10;    // R
+  double read_bytes = 256 << 10;    // R: one read at a time (reads_per_file 1)
+  double read_block_bytes = 256 << 10;  // one queued read (reads_per_file > 1: that many in flight)
   double record_bytes = 4096;       // b: file bytes per record
   double read_cpu_s = 0;            // c_r: reader CPU per record (inflate)
   double parse_cpu_s = 50e-6;       // c_p: parse CPU per record, one worker

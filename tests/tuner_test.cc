@@ -234,6 +234,7 @@ TEST_CASE("queued reads (L = 20 ms): reads_per_file 8, readers 1, workers 1, pre
   for (uint64_t seed : kSeeds) {
     Scenario sc = ReadBound();
     sc.limits.max_reads_per_file = 16;
+    sc.limits.read_bytes = 256 * KiB;  // one read at a time brings one block: the ladder starts at 2
     sc.sim.seed = seed;
     sc.sim.noise = 0.02;
     const RunResult run = RunScenario(sc, 40);
@@ -246,6 +247,25 @@ TEST_CASE("queued reads (L = 20 ms): reads_per_file 8, readers 1, workers 1, pre
     CHECK(run.LastChange(1, 40) <= 14);
     // The read-ahead is the budget's share less the queued reads: (64 MiB / 5 - 2 MiB), 4 KiB multiple.
     CHECK(end.stream_buffer_bytes == (64 * MiB / 5 - 8 * 256 * KiB) / 4096 * 4096);
+  }
+}
+
+// One read at a time brings 1 MiB (4 blocks of 256 KiB) per 20 ms: 12800 records/s of 4 KiB.
+// A queue of 2 or 4 blocks would bring less or the same, so the first step is to 8 (2 MiB:
+// 25600 >= 15000 consumers take, +17%); from 8 no step down: 4 would give 12800 (117% busy).
+TEST_CASE("queued reads after 1 MiB reads: reads_per_file 1 -> 8 in one step, then stays") {
+  for (uint64_t seed : kSeeds) {
+    Scenario sc = ReadBound();
+    sc.limits.max_reads_per_file = 16;
+    sc.limits.read_bytes = 1 * MiB;
+    sc.sim.read_bytes = 1 << 20;
+    sc.sim.seed = seed;
+    sc.sim.noise = 0.02;
+    const RunResult run = RunScenario(sc, 30);
+    INFO("seed " << seed << "\n" << History(run));
+    CHECK(run.knobs.back().reads_per_file == 8);
+    CHECK(run.knobs.back().readers == 1);
+    for (const TunerKnobs& k : run.knobs) CHECK((k.reads_per_file == 1 || k.reads_per_file == 8));
   }
 }
 
@@ -266,6 +286,7 @@ TEST_CASE("queued reads, then consumers slow to 2000 records/s at round 30: read
   for (uint64_t seed : kSeeds) {
     Scenario sc = ReadBound();
     sc.limits.max_reads_per_file = 16;
+    sc.limits.read_bytes = 256 * KiB;
     sc.sim.seed = seed;
     sc.sim.noise = 0.02;
     const RunResult run = RunScenario(sc, 30 + 40, [](int round, SimParams& p) {
