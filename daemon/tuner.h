@@ -26,7 +26,7 @@
 //
 // The numbers (public constants below; the algorithm step by step in tuner.cc's top comment):
 // consumers "wait" at >= 5% of the interval; a stage is saturated at >= 85% busy, or the read
-// stage when the sequencer waits >= 25% for records while readers are >= 75% busy; when
+// stage when the sequencer waits >= 25% for records while readers are >= 60% busy; when
 // consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried while the workers are >= 60% busy, so that parsing
@@ -191,7 +191,7 @@ class Tuner {
   static constexpr double kConsumerWaitThreshold = 0.05;  // consumers "wait" from this fraction
   static constexpr double kSaturatedBusy = 0.85;          // a stage this busy limits throughput
   static constexpr double kReadStarved = 0.25;            // sequencer waiting this long for records
-  static constexpr double kReadStarvedBusy = 0.75;        // ... counts while readers are this busy
+  static constexpr double kReadStarvedBusy = 0.6;         // ... counts while readers are this busy
   static constexpr double kBusyTie = 0.05;                // both stages saturated within this: raise both
   static constexpr double kRaiseGain = 0.05;              // a raise must gain this much throughput
   static constexpr double kLowerTargetBusy = 0.85;        // a step down must leave the stage at most this busy
