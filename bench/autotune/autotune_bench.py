@@ -5,9 +5,10 @@ For each scenario (local files in the page cache; the same files through slowfs 
 20 ms per read), runs on the same cores, one after the other:
   - ringfeedd with every knob `auto` (twice: first and last of the scenario, so a busy spell on
     the shared machine shows as a difference between the two), consumed by consume_bench;
-  - ringfeedd with fixed readers x workers x prefetch (the grid), `read_ahead: auto`, which with
-    fixed readers is a fixed function of them (4 MiB per open file in these jobs) and keeps the
-    autotuner's status (runnable and blocked-I/O threads, measured the same way) available;
+  - ringfeedd with fixed readers x workers x prefetch (the grid), `read_ahead: auto` and
+    `reads_per_file: auto` (tuned as for autotune: the read-ahead from the budget, deeper and
+    queued reads where reads are slow), which keeps the autotuner's status (runnable and
+    blocked-I/O threads, measured the same way) available;
   - tf.data (tensorflow-cpu from the venv) on the same files: AUTOTUNE (interleave + batch +
     map(parse_example), every knob AUTOTUNE), num_parallel_reads=16 (TFRecordDataset(files,
     num_parallel_reads=16) + batch + map(parse_example, AUTOTUNE)), and the article's pipeline
