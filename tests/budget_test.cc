@@ -460,6 +460,23 @@ MemoryInputs ExampleInputs(uint64_t budget) {
   return in;
 }
 
+// PlanMemory's error for `in` ("" when it fits).
+std::string PlanError(const MemoryInputs& in) {
+  try {
+    PlanMemory(in);
+  } catch (const BudgetError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The budget an error names: "needed at least 113.1 MiB (118623232 bytes); raise ...".
+uint64_t NeededBytes(const std::string& message) {
+  const auto pos = message.find(" bytes); raise");
+  REQUIRE(pos != std::string::npos);
+  return std::stoull(message.substr(message.rfind('(', pos) + 1));
+}
+
 TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
   const MemoryPlan plan = PlanMemory(ExampleInputs(256 * MiB));
   CHECK(plan.budget_bytes == 268'435'456);
@@ -531,18 +548,11 @@ TEST_CASE("PlanMemory: reads_per_file fixed above 1 counts its queued reads in t
   CHECK(plan.min_read_ahead_bytes == 8 * (256 * KiB + 16 * 256 * KiB));
   // 64 MiB is too small for 8 open files x 4.25 MiB: the error says so, and the budget it names fits.
   in.budget_bytes = 64 * MiB;
-  std::string message;
-  try {
-    PlanMemory(in);
-  } catch (const BudgetError& e) {
-    message = e.what();
-  }
+  const std::string message = PlanError(in);
   INFO(message);
   CHECK(message.find("read-ahead at least: 8 open files x (256.0 KiB min stream buffer + 16 x 256.0 KiB queued "
                      "reads (pipeline.reads_per_file))") != std::string::npos);
-  const auto pos = message.find(" bytes); raise");
-  REQUIRE(pos != std::string::npos);
-  in.budget_bytes = std::stoull(message.substr(message.rfind('(', pos) + 1));
+  in.budget_bytes = NeededBytes(message);
   CHECK(PlanMemory(in).read_ahead_bytes >= 8 * (256 * KiB + 16 * 256 * KiB));
   in.budget_bytes -= 1;
   CHECK_THROWS_AS(PlanMemory(in), BudgetError);
@@ -566,16 +576,9 @@ TEST_CASE("PlanMemory: chunk tails scale with the largest record up to 16 KiB", 
   // The smallest budget named in the error fits exactly, tails included.
   in.shuffle_buffer = 0;
   in.budget_bytes = 64 * MiB;
-  std::string message;
-  try {
-    PlanMemory(in);
-  } catch (const BudgetError& e) {
-    message = e.what();
-  }
+  const std::string message = PlanError(in);
   INFO(message);
-  const auto pos = message.find(" bytes); raise");
-  REQUIRE(pos != std::string::npos);
-  in.budget_bytes = std::stoull(message.substr(message.rfind('(', pos) + 1));
+  in.budget_bytes = NeededBytes(message);
   const MemoryPlan fits = PlanMemory(in);
   CHECK(fits.read_ahead_bytes >= fits.min_read_ahead_bytes);
   in.budget_bytes -= 1;
@@ -594,13 +597,8 @@ TEST_CASE("PlanMemory: lookahead_files and a sampled mean of 0", "[plan]") {
 
 TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[plan]") {
   const MemoryInputs in = ExampleInputs(64 * MiB);
-  std::string message;
-  try {
-    PlanMemory(in);
-    FAIL("PlanMemory accepted 64 MiB");
-  } catch (const BudgetError& e) {
-    message = e.what();
-  }
+  const std::string message = PlanError(in);
+  REQUIRE(!message.empty());  // PlanMemory refused 64 MiB
   INFO(message);
   const std::vector<std::string> lines = {
       "pipeline.memory_budget 64.0 MiB is too small for this job:\n",
@@ -637,17 +635,10 @@ TEST_CASE("PlanMemory: 'needed at least' is exact also when the 5% margin is the
     MemoryInputs in = ExampleInputs(64 * MiB);
     in.shuffle_buffer = shuffle;
     in.budget_source = "pipeline.memory_budget (default)";
-    std::string message;
-    try {
-      PlanMemory(in);
-    } catch (const BudgetError& e) {
-      message = e.what();
-    }
+    const std::string message = PlanError(in);
     INFO("shuffle.buffer " << shuffle << ": " << message);
     REQUIRE(message.rfind("pipeline.memory_budget (default) 64.0 MiB is too small for this job:\n", 0) == 0);
-    const auto pos = message.find(" bytes); raise");
-    REQUIRE(pos != std::string::npos);
-    const uint64_t needed = std::stoull(message.substr(message.rfind('(', pos) + 1));
+    const uint64_t needed = NeededBytes(message);
     in.budget_bytes = needed;
     const MemoryPlan plan = PlanMemory(in);
     CHECK(plan.read_ahead_bytes >= plan.min_read_ahead_bytes);
