@@ -44,7 +44,7 @@ ReadQueue::ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_b
 
 ReadQueue::~ReadQueue() {
   if (!ring_) return;
-  while (in_flight_ > 0 && Reap(true)) {
+  while (in_flight_ > 0 && Reap()) {
   }
   io_uring_queue_exit(&ring_->ring);
   // Reads the ring could not wait for may still land after the ring is gone: their blocks are
@@ -88,10 +88,9 @@ bool ReadQueue::Submit(size_t index) {
   return true;
 }
 
-bool ReadQueue::Reap(bool wait) {
+bool ReadQueue::Reap() {
   io_uring_cqe* cqe = nullptr;
   while (io_uring_peek_cqe(&ring_->ring, &cqe) != 0 || cqe == nullptr) {
-    if (!wait) return false;
     // Submits what is queued (a submit that failed earlier) and waits for a completion.
     const int r = io_uring_submit_and_wait(&ring_->ring, 1);
     if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) return false;
@@ -130,7 +129,7 @@ ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
     }
   }
   while (b.in_flight) {
-    if (!Reap(true)) {
+    if (!Reap()) {
       errno = EIO;
       return -1;
     }

@@ -61,7 +61,7 @@ class ReadQueue {
   };
   ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes, size_t depth);
   bool Submit(size_t index);  // (re)submits the unread part of blocks_[index]
-  bool Reap(bool wait);       // handles one completion (waits for one when `wait`)
+  bool Reap();                // waits for one completion and handles it; false: io_uring failed
   void Refill(size_t index);  // reuses a block for the next offset, if any is left
 
   struct Ring;  // io_uring, kept out of this header
