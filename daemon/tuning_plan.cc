@@ -23,6 +23,14 @@ constexpr int64_t kMinAutoPrefetch = 2;
 // "Autotuning"). They cost memory: 4 MiB per open file made the daemon's private RSS 36 MiB
 // against 13 MiB at 1 MiB (1 reader, cycle_length 4, local files). Set read_ahead to go higher.
 constexpr uint64_t kMaxStreamBufferBytes = 1u << 20;
+// read_ahead: auto starts at the minimum (256 KiB) or at this many records of the sampled mean
+// size, whichever is more (64 KiB steps, at most the max above). A reader hands a file's
+// records to the interleave a read-ahead at a time and then waits for room, so 256 KiB of
+// 100 KB records was a hand-off (and a wake-up on each side) every 2.5 records: 1 reader and
+// 1 worker on 100 KB records made 44-45k examples/s at 256 KiB, 50-51k at 768 KiB and 51-53k at
+// 1 MiB (bytes100k_plain, docs/benchmarks.md, "End to end", session 11).
+constexpr uint64_t kStartRecordsAhead = 10;
+constexpr uint64_t kReadAheadStepBytes = 64u << 10;
 }  // namespace
 
 TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
@@ -111,13 +119,17 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // Read-ahead per open file: 1 MiB, the size of a reader's own reads, is as deep as it goes
   // (on a 20 ms mount it gave all the throughput 16 readers could). It starts at the minimum,
   // 256 KiB: that kept the throughput of local files and of a 2 ms mount at about half the
-  // memory, and the tuner deepens it where reads are slow (daemon/tuner.h). (Sessions 7-8 kept
-  // it at 1 MiB while RssAnon grew 140-510 KiB/min in soaks at 256 KiB: heap fragmentation by
-  // read-ahead chunks sized to each turn, gone with chunks of one size, ReadAhead::kChunkBytes;
-  // docs/benchmarks.md, "Autotuning", session 9.)
+  // memory; records of more than ~25 KiB start deeper (kStartRecordsAhead). The tuner deepens
+  // it where reads are slow (daemon/tuner.h). (Sessions 7-8 kept it at 1 MiB while RssAnon
+  // grew 140-510 KiB/min in soaks at 256 KiB: heap fragmentation by read-ahead chunks sized to
+  // each turn, gone with chunks of one size, ReadAhead::kChunkBytes; docs/benchmarks.md,
+  // "Autotuning", session 9.)
   limits.max_stream_buffer_bytes = std::max(limits.min_stream_buffer_bytes,
                                             std::min(kMaxStreamBufferBytes, plan.memory.max_stream_buffer_bytes()));
-  limits.start_stream_buffer_bytes = limits.min_stream_buffer_bytes;
+  const uint64_t records_ahead =
+      (kStartRecordsAhead * mi.mean_record_bytes + kReadAheadStepBytes - 1) / kReadAheadStepBytes * kReadAheadStepBytes;
+  limits.start_stream_buffer_bytes =
+      std::clamp(records_ahead, limits.min_stream_buffer_bytes, limits.max_stream_buffer_bytes);
   limits.read_bytes = ReaderOptions{}.buffer_bytes;  // the daemon's readers use the default
   limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
   // Queued reads are for plain files (a GZIP/ZLIB file is inflated from one read at a time):

@@ -187,6 +187,30 @@ TEST_CASE("memory: a job that cannot fit its budget refuses to start and shows t
   CHECK(err.find("needed at least") != std::string::npos);
 }
 
+TEST_CASE("read-ahead: auto starts at 256 KiB per file, or at 10 records of the sampled mean size, up to 1 MiB") {
+  // Payloads of 10 KB (10 records: ~100 KB, below the minimum), 50 KB (~500 KB: rounded up to
+  // 64 KiB steps, 512 KiB) and 200 KB (~2 MB: the 1 MiB ceiling). No consumer attaches, so the
+  // tuner has nothing to deepen: the status shows where it started.
+  const std::vector<std::pair<size_t, uint64_t>> cases = {{10'000, 256 << 10}, {50'000, 512 << 10},
+                                                          {200'000, 1 << 20}};
+  for (const auto& [payload, expected] : cases) {
+    TempDir dir;
+    for (int f = 0; f < 2; ++f) WriteBlobFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 40, 40, payload);
+    const std::string job = "readahead" + std::to_string(payload);
+    DaemonProcess daemon(dir.path(), job,
+                         "job: " + job + "\n"
+                         "source: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\n"
+                         "features:\n" + BlobFeaturesYaml() +
+                         "batch: {size: 8}\n"
+                         "pipeline: {memory_budget: 128MiB}\n");
+    RINGFEED_REQUIRE_STARTED(daemon);
+    const json s = daemon.Status();
+    INFO("payload " << payload << ": " << s.dump(2));
+    CHECK(s["pipeline"]["read_ahead_per_file_bytes"].get<uint64_t>() == expected);
+    daemon.Stop();
+  }
+}
+
 TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs are used exactly") {
   TempDir dir;
   for (int f = 0; f < 8; ++f) WriteIdFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 20000, 20000);
