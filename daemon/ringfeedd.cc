@@ -40,6 +40,7 @@
 #include "daemon/thread_name.h"
 #include "format/column_sizes.h"
 #include "format/example_parser.h"
+#include "format/read_queue.h"
 #include "format/tfrecord_reader.h"
 #include "shm/futex.h"
 #include "shm/names.h"
@@ -336,9 +337,22 @@ int RunDaemon(const DaemonOptions& options) {
       }
     }
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
+    std::string no_io_uring;
+    const bool queued_reads = ReadQueue::Available(&no_io_uring);
+    if (!queued_reads) {
+      if (config.pipeline.reads_per_file.value_or(1) > 1) {
+        spdlog::warn("pipeline.reads_per_file {}: io_uring is not available here ({}); every file is read one read "
+                     "at a time",
+                     *config.pipeline.reads_per_file, no_io_uring);
+      } else if (config.source.compression != Compression::kGzip && config.source.compression != Compression::kZlib) {
+        spdlog::info("io_uring is not available here ({}): reads_per_file stays at 1 (one read at a time per file)",
+                     no_io_uring);
+      }
+    }
     TuningPlan plan;
     try {
-      plan = PlanTuning(config, sample, static_cast<int64_t>(shard_files.size()), queues, PrivateRssBytes());
+      plan = PlanTuning(config, sample, static_cast<int64_t>(shard_files.size()), queues, PrivateRssBytes(),
+                        queued_reads);
     } catch (const BudgetError& e) {
       throw StartupError(e.what(), 2);
     }

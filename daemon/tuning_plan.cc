@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "format/compression.h"
 #include "format/tfrecord_reader.h"
@@ -34,7 +35,7 @@ constexpr uint64_t kReadAheadStepBytes = 64u << 10;
 }  // namespace
 
 TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
-                      uint64_t baseline_private_rss) {
+                      uint64_t baseline_private_rss, bool queued_reads) {
   const PipelineConfig& pc = config.pipeline;
   TuningPlan plan;
   AutotuneOptions& at = plan.autotune;
@@ -66,6 +67,10 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   at.fixed.prefetch = pc.prefetch.has_value();
   at.fixed.stream_buffer_bytes = pc.read_ahead.has_value();
   at.fixed.reads_per_file = pc.reads_per_file.has_value();
+  // A fixed reads_per_file needs io_uring; without it files are read one read at a time, and
+  // the knobs (and the status) say so.
+  const std::optional<int64_t> fixed_reads_per_file =
+      pc.reads_per_file ? std::optional<int64_t>(queued_reads ? *pc.reads_per_file : 1) : std::nullopt;
   limits.max_readers = pc.readers.value_or(kMaxAutoReaders);
   // Workers count against the CPU budget by the CPU they use (daemon/tuner.h), so on a few
   // cores shared with the sequencer, the readers and the consumers, more workers than cores
@@ -105,7 +110,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   mi.files = shard_files;
   mi.compressed = config.source.compression != Compression::kNone;
   mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
-  mi.reads_per_file = pc.reads_per_file.value_or(1);
+  mi.reads_per_file = fixed_reads_per_file.value_or(1);
   mi.read_block_bytes = ReaderOptions{}.read_block_bytes;
   mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
   mi.largest_record_bytes = sample.largest_bytes;
@@ -133,10 +138,12 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   limits.read_bytes = ReaderOptions{}.buffer_bytes;  // the daemon's readers use the default
   limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
   // Queued reads are for plain files (a GZIP/ZLIB file is inflated from one read at a time):
-  // with compression: gzip or zlib, auto stays at 1 instead of trying what cannot gain.
+  // with compression: gzip or zlib, or without io_uring, auto stays at 1 instead of trying
+  // what cannot gain.
   const bool compressed_only =
       config.source.compression == Compression::kGzip || config.source.compression == Compression::kZlib;
-  limits.max_reads_per_file = pc.reads_per_file.value_or(compressed_only ? 1 : kMaxAutoReadsPerFile);
+  limits.max_reads_per_file =
+      fixed_reads_per_file.value_or(compressed_only || !queued_reads ? 1 : kMaxAutoReadsPerFile);
 
   // Starting knobs.
   TunerKnobs& k = at.initial;
@@ -151,7 +158,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   k.prefetch = pc.prefetch.value_or(limits.max_prefetch);
   // One read at a time into the window (no queue, no copy out of its blocks) until reads are
   // seen to block: on local files the page cache answers at once.
-  k.reads_per_file = pc.reads_per_file.value_or(1);
+  k.reads_per_file = fixed_reads_per_file.value_or(1);
   k.stream_buffer_bytes =
       pc.read_ahead.value_or(Tuner::StartStreamBufferBytes(limits, k.readers, k.reads_per_file));
   plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes &&

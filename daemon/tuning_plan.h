@@ -42,8 +42,9 @@ struct TuningPlan {
 };
 
 // `shard_files`: files this daemon reads; `queues`: consumers.count in ranks mode, else 1;
-// `baseline_private_rss`: RssAnon now, before the pipeline starts.
+// `baseline_private_rss`: RssAnon now, before the pipeline starts; `queued_reads`: whether
+// io_uring works here (ReadQueue::Available): without it `reads_per_file: auto` stays at 1.
 TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
-                      uint64_t baseline_private_rss);
+                      uint64_t baseline_private_rss, bool queued_reads);
 
 }  // namespace ringfeed

@@ -33,6 +33,17 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   return q;
 }
 
+bool ReadQueue::Available(std::string* why) {
+  io_uring ring{};
+  const int err = io_uring_queue_init(2, &ring, 0);
+  if (err < 0) {
+    if (why != nullptr) *why = std::string("io_uring_queue_init: ") + std::strerror(-err);
+    return false;
+  }
+  io_uring_queue_exit(&ring);
+  return true;
+}
+
 ReadQueue::ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes, size_t depth)
     : ring_(std::make_unique<Ring>()),
       fd_(fd),

@@ -35,6 +35,11 @@ class ReadQueue {
   // depth >= 2). nullptr when io_uring cannot be set up; `*why` then says why.
   static std::unique_ptr<ReadQueue> Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
                                            size_t depth, std::string* why);
+  // Whether this process can set up io_uring at all (a ring of 2 entries, closed at once):
+  // false, with `*why`, where the kernel is older than 5.6, a seccomp profile blocks
+  // io_uring_setup (Docker's default one does since 2023) or the sysctl io_uring_disabled
+  // forbids it. Every Create would then return nullptr.
+  static bool Available(std::string* why);
   ~ReadQueue();  // waits for the reads in flight
   ReadQueue(const ReadQueue&) = delete;
   ReadQueue& operator=(const ReadQueue&) = delete;

@@ -187,6 +187,46 @@ TEST_CASE("memory: a job that cannot fit its budget refuses to start and shows t
   CHECK(err.find("needed at least") != std::string::npos);
 }
 
+TEST_CASE("without io_uring (a seccomp filter, as in Docker): reads_per_file stays at 1 and every record arrives") {
+  TempDir dir;
+  for (int f = 0; f < 3; ++f) WriteIdFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 3000, 3000);
+  // auto (the tuner may not try queued reads) and fixed at 4 (read one read at a time, with a
+  // warning saying why).
+  for (const std::string reads : {"auto", "4"}) {
+    const std::string job = "nouring" + reads;
+    DaemonProcess daemon(dir.path(), job,
+                         "job: " + job + "\n"
+                         "source: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\n"
+                         "features:\n" + IdFeaturesYaml() +
+                         "batch: {size: 100}\n"
+                         "epochs: 2\n"
+                         "pipeline: {reads_per_file: " + reads + "}\n");
+    DaemonStart start;
+    start.wrapper = {RINGFEED_NO_IO_URING_BIN};
+    RINGFEED_REQUIRE_STARTED(daemon, start);
+    const std::string err = daemon.Stderr();
+    INFO("reads_per_file " << reads << ", stderr:\n" << err);
+    CHECK(err.find("io_uring is not available here (io_uring_queue_init: Operation not permitted)") !=
+          std::string::npos);
+    if (reads == "4") CHECK(err.find("[warning] pipeline.reads_per_file 4: io_uring is not available") != std::string::npos);
+    const json s = daemon.Status();
+    INFO(s.dump(2));
+    CHECK(s["pipeline"]["reads_per_file"] == 1);
+    if (reads == "auto") CHECK(s["autotune"]["limits"]["max_reads_per_file"] == 1);
+
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    REQUIRE(report.end == "end");
+    std::vector<int64_t> ids;
+    for (const BatchInfo& b : report.batches) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+    std::sort(ids.begin(), ids.end());
+    REQUIRE(ids.size() == 2 * 9000u);  // 2 epochs of ids 0..8999, each once per epoch
+    for (size_t i = 0; i < ids.size(); ++i) CHECK(ids[i] == static_cast<int64_t>(i / 2));
+    daemon.Stop();
+  }
+}
+
 TEST_CASE("read-ahead: auto starts at 256 KiB per file, or at 10 records of the sampled mean size, up to 1 MiB") {
   // Payloads of 10 KB (10 records: ~100 KB, below the minimum), 50 KB (~500 KB: rounded up to
   // 64 KiB steps, 512 KiB) and 200 KB (~2 MB: the 1 MiB ceiling). No consumer attaches, so the

@@ -23,6 +23,10 @@ add_test(NAME daemon_autotune_slowfs_test COMMAND daemon_autotune_test "[slowfs]
 set_tests_properties(daemon_autotune_slowfs_test PROPERTIES SKIP_REGULAR_EXPRESSION "RINGFEED_SKIP:" TIMEOUT 120
                      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 add_dependencies(daemon_autotune_test ringfeedd ringfeedctl)
+# A command wrapper in which io_uring_setup fails (seccomp), for ringfeedd without io_uring.
+add_executable(no_io_uring no_io_uring.cc)
+add_dependencies(daemon_autotune_test no_io_uring)
+target_compile_definitions(daemon_autotune_test PRIVATE RINGFEED_NO_IO_URING_BIN="$<TARGET_FILE:no_io_uring>")
 if(SLOWFS_FUSE3_FOUND)
   add_dependencies(daemon_autotune_test slowfs)
   target_compile_definitions(daemon_autotune_test PRIVATE RINGFEED_SLOWFS_BIN="$<TARGET_FILE:slowfs>")
