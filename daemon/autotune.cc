@@ -216,6 +216,7 @@ nlohmann::json Autotune::StatusJson() const {
           {"limits",
            {{"cpu_budget_cores", options_.cpu_budget_cores},
             {"cpu_budget_source", options_.cpu_budget_source},
+            {"machine_cores", l.machine_cores},
             {"memory_budget_bytes", options_.memory_budget_bytes},
             {"memory_budget_source", options_.memory_budget_source},
             {"read_ahead_budget_bytes", l.read_ahead_budget_bytes},

@@ -147,7 +147,10 @@ double Tuner::ProjectedCores(int64_t workers, int64_t readers) const {
 }
 
 bool Tuner::WithinCpuBudget(int64_t workers, int64_t readers) const {
-  return ProjectedCores(workers, readers) <= limits_.cpu_cores;
+  if (ProjectedCores(workers, readers) <= limits_.cpu_cores) return true;
+  // A budget of every core there is cannot be exceeded: the trial's measured gain decides.
+  return limits_.machine_cores > 0 && limits_.cpu_cores >= limits_.machine_cores &&
+         cpu_cores_ * (1 + kRaiseGain) <= limits_.cpu_cores;
 }
 
 std::string Tuner::CpuUse() const {

@@ -74,7 +74,14 @@
 //     cgroup CPU quota counts the same way. A raise is allowed when the projected use stays
 //     within the budget: the measured use plus, per added thread, what each thread of that stage
 //     used in the last interval (workers: parse_busy_fraction x parse_cpu_fraction; readers:
-//     read_busy_fraction x read_cpu_fraction). A measured use over the budget by more than
+//     read_busy_fraction x read_cpu_fraction). Where the budget is all the CPU the process can
+//     get (>= Limits::machine_cores: the affinity mask and cgroup quota, the default budget),
+//     its use cannot go over it, and a raise is allowed as long as the measured use leaves room
+//     for the kRaiseGain a trial must show: that projection assumes the added thread does a
+//     thread's worth of new work, where one more reader or worker of a saturated stage shares
+//     the same work per record (1 CPU-bound reader of 100 KB records at 93% busy and 1.3 cores
+//     used projected 2.2 of 2 cores; with 2 the daemon used 1.6 cores for 31% more examples/s).
+//     A measured use over the budget by more than
 //     kCpuTolerance lowers the less busy stage (in the next decision, before anything else) and
 //     holds that knob's raises off, as a failed trial does.
 //   - memory: the read-ahead (open files x (stream_buffer_bytes + queued reads: reads_per_file x
@@ -127,6 +134,7 @@ struct TunerFixed {
 
 struct TunerLimits {
   double cpu_cores = 1;                 // CPU budget: cores the process may use (pipeline.cpu_budget)
+  double machine_cores = 0;             // cores it can get at all (affinity, cgroup quota); 0: unknown
   uint64_t read_ahead_budget_bytes = 64u << 20;  // for all open files' read-ahead together
   int64_t open_files_base = 4;          // files open for the interleave besides the readers' (cycle_length)
   int64_t max_readers = 16;

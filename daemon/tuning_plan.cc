@@ -41,13 +41,13 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   AutotuneOptions& at = plan.autotune;
 
   // Budgets.
+  const CpuBudget machine = DetectCpuBudget();
   if (pc.cpu_budget) {
     at.cpu_budget_cores = *pc.cpu_budget;
     at.cpu_budget_source = "pipeline.cpu_budget";
   } else {
-    const CpuBudget cpu = DetectCpuBudget();
-    at.cpu_budget_cores = cpu.cores;
-    at.cpu_budget_source = cpu.source;
+    at.cpu_budget_cores = machine.cores;
+    at.cpu_budget_source = machine.source;
   }
   if (pc.memory_budget) {
     at.memory_budget_bytes = *pc.memory_budget;
@@ -61,6 +61,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // Knobs: fixed ones exactly; auto ones between 1 and what the budgets allow.
   TunerLimits& limits = at.limits;
   limits.cpu_cores = at.cpu_budget_cores;
+  limits.machine_cores = machine.cores;
   limits.open_files_base = pc.cycle_length;
   at.fixed.readers = pc.readers.has_value();
   at.fixed.workers = pc.workers.has_value();

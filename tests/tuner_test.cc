@@ -449,6 +449,50 @@ TEST_CASE("gzip, CPU-bound readers count against the budget: readers 5, workers 
   }
 }
 
+// Large records (100 KB) from the page cache on 2 cores: the reader copies and checks them
+// (17 us of CPU each, all of its time), a worker parses into the slot (8 us), consumers are fast.
+//   1 reader:  58824 records/s (1 / 17 us), CPU 58824 x 25 us = 1.47 cores
+//   2 readers: 117647 wanted x 25 us = 2.94 cores > 2: every CPU cost x 1.47 (the sim's
+//              contention), reads 2 / (17 us x 1.47) = 80000, parse 85000 -> 80000, CPU 2.00
+//   3 readers or 2 workers: parse or the cores stop it at 80000 too
+// So readers 2, workers 1 (2 within +-1), prefetch 2. The projection of one thread's worth of
+// new CPU (1.47 + 1.00 = 2.47 > 2) would keep 1 reader (74% of that).
+Scenario LargeRecords(double machine_cores) {
+  Scenario sc;
+  sc.sim.storage_latency_s = 0;
+  sc.sim.read_cpu_s = 17e-6;
+  sc.sim.parse_cpu_s = 8e-6;
+  sc.sim.consumer_rate = 1e6;
+  sc.sim.cores = machine_cores;
+  sc.limits = Limits(2, 64 * MiB);
+  sc.limits.machine_cores = machine_cores;
+  return sc;
+}
+
+TEST_CASE("large records, the budget all 2 cores: a CPU-bound reader gets a second one, readers 2 within 4 rounds") {
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    const RunResult run = RunScenario(WithSeed(LargeRecords(2), seed), 4 + 30);
+    INFO(History(run));
+    CHECK(run.LastChange(1, 34) <= 4);
+    CHECK(run.final_knobs.readers == 2);
+    CHECK(Near(run.final_knobs.workers, 1));
+    CHECK(run.final_knobs.prefetch == 2);
+    CHECK(TunerSim(LargeRecords(2).sim).Evaluate(run.final_knobs).throughput == Approx(80000).epsilon(0.01));
+  }
+}
+
+TEST_CASE("large records, a budget of 2 of 4 cores: one reader, as the projection says (the budget is a cap)") {
+  for (uint64_t seed : kSeeds) {
+    INFO("seed " << seed);
+    const RunResult run = RunScenario(WithSeed(LargeRecords(4), seed), 30);
+    INFO(History(run));
+    CHECK(run.final_knobs.readers == 1);
+    CHECK(run.final_knobs.workers == 1);
+    for (const TunerKnobs& k : run.knobs) CHECK(k.readers == 1);
+  }
+}
+
 TEST_CASE("gzip from (1 reader, 6 workers): readers up to 5, then the idle workers come down, (5, 2) within 20 rounds") {
   // Idle workers use no CPU, so readers go up first: 1 -> 5 (+1 steps), 6 blocked by the CPU
   // budget as above. Consumers still wait and nothing can be raised: the workers (28% busy at
