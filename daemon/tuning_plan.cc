@@ -157,7 +157,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // 1.5 -> 2.1 M examples/s with 8 instead of 2), which the "bursty output" trials otherwise
   // had to find, a round each. The take-back rule lowers it where batches stay ready.
   k.prefetch = pc.prefetch.value_or(limits.max_prefetch);
-  // One read at a time into the window (no queue, no copy out of its blocks) until reads are
+  // One read at a time into the window (no queue, no io_uring round trips) until reads are
   // seen to block: on local files the page cache answers at once.
   k.reads_per_file = fixed_reads_per_file.value_or(1);
   k.stream_buffer_bytes =

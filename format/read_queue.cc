@@ -129,8 +129,7 @@ bool ReadQueue::Reap() {
 
 ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
   if (n == 0) return 0;
-  Block& b = blocks_[head_];
-  if (!b.used) {
+  if (!blocks_[head_].used) {
     // Past the blocks (the file's size at Create): plain reads, so a file that grew is read on.
     while (true) {
       const ssize_t r = ::pread(fd_, dst, n, static_cast<off_t>(position_));
@@ -139,6 +138,18 @@ ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
       return r;
     }
   }
+  const uint8_t* data = nullptr;
+  const ssize_t available = Peek(&data);
+  if (available <= 0) return available;
+  const size_t m = std::min(n, static_cast<size_t>(available));
+  std::memcpy(dst, data, m);
+  Consume(m);
+  return static_cast<ssize_t>(m);
+}
+
+ssize_t ReadQueue::Peek(const uint8_t** data) {
+  Block& b = blocks_[head_];
+  if (!b.used) return 0;
   while (b.in_flight) {
     if (!Reap()) {
       errno = EIO;
@@ -153,16 +164,19 @@ ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
     }
     return 0;  // the file ended inside this block (it shrank)
   }
-  const size_t m = std::min(n, available);
-  std::memcpy(dst, b.bytes.get() + b.taken, m);
-  b.taken += m;
-  position_ += m;
+  *data = b.bytes.get() + b.taken;
+  return static_cast<ssize_t>(available);
+}
+
+void ReadQueue::Consume(size_t n) {
+  Block& b = blocks_[head_];
+  b.taken += n;
+  position_ += n;
   if (b.taken == b.length) {
     const size_t done = head_;
     head_ = (head_ + 1) % blocks_.size();
     Refill(done);
   }
-  return static_cast<ssize_t>(m);
 }
 
 }  // namespace ringfeed

@@ -47,6 +47,14 @@ class ReadQueue {
   // Copies the next bytes of the file (at most `n`, fewer at a block's end) into `dst`. Returns
   // how many; 0 at the end of the file; -1 on a read error (errno set).
   ssize_t Read(uint8_t* dst, size_t n);
+  // The same bytes in place (no copy): from the current position to the end of the block that
+  // holds it, waiting for that block's read. Returns how many (`*data` points at them); 0 at the
+  // end of the file and past the blocks (a file that grew after Create: Read goes on there); -1
+  // on a read error (errno set). Nothing is taken: the bytes stay valid until Consume.
+  ssize_t Peek(const uint8_t** data);
+  // Takes the first `n` of the bytes Peek returned (n <= that count). A block taken to its end
+  // is read again for the next offset, so what Peek showed of it is no longer valid.
+  void Consume(size_t n);
 
   size_t depth() const { return blocks_.size(); }
   // io_uring's kernel workers allowed per reading thread (all its queues together).
@@ -59,7 +67,7 @@ class ReadQueue {
     uint64_t offset = 0;  // in the file
     size_t length = 0;    // bytes asked for
     size_t filled = 0;    // bytes read so far
-    size_t taken = 0;     // bytes copied out by Read
+    size_t taken = 0;     // bytes taken by Read or Consume
     int error = 0;        // errno of a failed read
     bool in_flight = false;
     bool used = false;    // holds (or will hold) file bytes

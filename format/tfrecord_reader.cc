@@ -69,6 +69,7 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
   if (!opened_ || done_ || fd_ < 0 || inflate_ || plain_file_size_ == 0 || stream_end_ || reads == current) return;
   // The queue's position is plain_file_offset_: every byte before it went into the window or a
   // caller's buffer. A new queue (or read()) goes on from there.
+  Unview();
   queue_.reset();
   if (reads > 1) {
     queue_ = ReadQueue::Create(fd_, plain_file_offset_, plain_file_size_, options_.read_block_bytes, reads, nullptr);
@@ -84,6 +85,8 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
   const bool recoverable = kind == ReadErrorKind::kCorruptedData || kind == ReadErrorKind::kRecordTooLarge;
   if (!recoverable) {
     done_ = true;
+    viewed_ = 0;  // the window is not read again
+    begin_ = end_ = 0;
     queue_.reset();  // the file is over: no more reads ahead
   }
   error->kind = kind;
@@ -185,6 +188,23 @@ size_t TFRecordReader::Fill(uint8_t* dst, size_t capacity) {
 
 bool TFRecordReader::Ensure(size_t n) {
   if (end_ - begin_ >= n) return true;
+  if (queue_ != nullptr && begin_ == end_) {
+    // Everything shown is consumed: show the next block in place rather than copy it.
+    if (viewed_ > 0) queue_->Consume(viewed_);
+    viewed_ = 0;
+    begin_ = end_ = 0;
+    const uint8_t* data = nullptr;
+    const ssize_t got = queue_->Peek(&data);
+    if (got > 0) {  // else the end, an error or past the blocks: Fill below tells which
+      view_ = data;
+      viewed_ = static_cast<size_t>(got);
+      end_ = viewed_;
+      plain_file_offset_ += viewed_;
+      stream_bytes_ += viewed_;
+      if (end_ >= n) return true;
+    }
+  }
+  Unview();  // a record runs on past the block shown: it is put together in buf_
   // A window grown for one huge record is given back once records are small again.
   if (capacity_ > 4 * std::max(n, options_.buffer_bytes)) Reallocate(std::max(n, options_.buffer_bytes));
   while (end_ - begin_ < n) {
@@ -201,11 +221,27 @@ bool TFRecordReader::Ensure(size_t n) {
         Reallocate(std::min(n, std::max(2 * capacity_, options_.buffer_bytes)));
       }
     }
-    const size_t got = Fill(buf_.get() + end_, capacity_ - end_);
+    // From a queue only what the record lacks: the rest of the block is shown in place next.
+    const size_t want = queue_ ? std::min(capacity_ - end_, n - (end_ - begin_)) : capacity_ - end_;
+    const size_t got = Fill(buf_.get() + end_, want);
     if (got == 0) return stream_error_.empty();
     end_ += got;
   }
   return true;
+}
+
+void TFRecordReader::Unview() {
+  if (viewed_ == 0) return;
+  const size_t rest = end_ - begin_;
+  if (capacity_ < rest) {
+    capacity_ = std::max(rest, options_.buffer_bytes);
+    buf_.reset(new uint8_t[capacity_]);
+  }
+  std::memcpy(buf_.get(), view_ + begin_, rest);
+  queue_->Consume(viewed_);
+  viewed_ = 0;
+  begin_ = 0;
+  end_ = rest;
 }
 
 void TFRecordReader::Reallocate(size_t capacity) {
@@ -218,6 +254,8 @@ void TFRecordReader::Reallocate(size_t capacity) {
 }
 
 size_t TFRecordReader::FillDirect(uint8_t* dst, size_t n, size_t min_tail, size_t max_tail) {
+  if (viewed_ > 0) queue_->Consume(viewed_);  // the caller copied what it needed of the block
+  viewed_ = 0;
   begin_ = end_ = 0;
   size_t got = 0;
   if (inflate_ || queue_) {
@@ -263,7 +301,7 @@ TFRecordReader::Status TFRecordReader::ReadDirect(RecordAllocator& allocator, ui
   const size_t total = kRecordHeaderBytes + static_cast<size_t>(length) + kRecordFooterBytes;
   uint8_t* dst = allocator.Allocate(length);  // first: if it throws, nothing has changed
   const size_t have = end_ - begin_ - kRecordHeaderBytes;  // payload bytes in the window, < length
-  if (have > 0) std::memcpy(dst, buf_.get() + begin_ + kRecordHeaderBytes, have);
+  if (have > 0) std::memcpy(dst, window() + begin_ + kRecordHeaderBytes, have);
   const size_t missing = static_cast<size_t>(length) - have;
   // The tail: the data CRC, and the next record's header so that the next call need not read
   // (nor read ahead into the window a payload it would then copy).
@@ -276,7 +314,7 @@ TFRecordReader::Status TFRecordReader::ReadDirect(RecordAllocator& allocator, ui
                          std::to_string(length) + " data + 16 framing), " + std::to_string(present) + " present",
                      error);
   }
-  const uint8_t* footer = buf_.get() + begin_;
+  const uint8_t* footer = window() + begin_;
   if (options_.verify_crc && MaskedCrc32c(dst, length) != LoadU32(footer)) {
     Status s = MakeError(ReadErrorKind::kCorruptedData, "data CRC mismatch over " + std::to_string(length) + " bytes",
                          error);
@@ -339,7 +377,7 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
                          " header bytes, " + std::to_string(have) + " present",
                      error);
   }
-  const uint8_t* header = buf_.get() + begin_;
+  const uint8_t* header = window() + begin_;
   const uint64_t length = LoadU64(header);
   if (options_.verify_crc && MaskedCrc32c(header, 8) != LoadU32(header + 8)) {
     std::string detail = "length CRC mismatch (length field reads " + std::to_string(length) + ")";
@@ -384,7 +422,7 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
                          " present",
                      error);
   }
-  const uint8_t* data = buf_.get() + begin_ + kRecordHeaderBytes;
+  const uint8_t* data = window() + begin_ + kRecordHeaderBytes;
   if (options_.verify_crc && MaskedCrc32c(data, length) != LoadU32(data + length)) {
     Status s = MakeError(ReadErrorKind::kCorruptedData,
                          "data CRC mismatch over " + std::to_string(length) + " bytes", error);

@@ -7,9 +7,10 @@
 // Memory: one window buffer of `buffer_bytes` (default 1 MiB) that grows, by doubling as data
 // arrives, only as far as the largest record read (never beyond max_record_bytes + 16, never
 // just because a header claims a large length), plus, for compressed files, an input
-// buffer of `buffer_bytes` and the decoder state. A file is never loaded whole. A record that
-// lies inside the window is returned in place: the only user-space copy of its payload is the
-// caller's (e.g. the parser writing into a batch column).
+// buffer of `buffer_bytes` and the decoder state; with queued reads (reads_in_flight > 1), the
+// queue's blocks (reads_in_flight x read_block_bytes). A file is never loaded whole. A record
+// that lies inside the window, or inside one queued block, is returned in place: the only
+// user-space copy of its payload is the caller's (e.g. the parser writing into a batch column).
 // NextInto puts the payload into memory the caller provides instead (a record that must outlive
 // the window, e.g. in a read-ahead queue): small records are copied there from the window; of a
 // large one (at least `direct_read_min_bytes` not yet read), only the part already in the window
@@ -63,7 +64,8 @@ struct ReaderOptions {
   // Plain regular files: reads kept in flight at once, each of read_block_bytes (a ReadQueue,
   // format/read_queue.h: io_uring), instead of one read() at a time into the window. For storage
   // with a round trip per read (network file systems, FUSE mounts), where one read at a time
-  // gets one block per round trip from a file; on local files it only adds a copy. 1 (the
+  // gets one block per round trip from a file. Records are read from the blocks in place; one
+  // that runs on into the next block is put together in the window. 1 (the
   // default) = off; where io_uring is not available the reader falls back to read().
   size_t reads_in_flight = 1;
   size_t read_block_bytes = size_t{256} << 10;
@@ -164,6 +166,11 @@ class TFRecordReader {
   bool Ensure(size_t n);
   size_t Fill(uint8_t* dst, size_t capacity);  // 0 = end of stream or error
   void Reallocate(size_t capacity);             // moves the unconsumed bytes to a new window
+  // With a queue, the window shows a block of it in place while records lie inside that block
+  // (no copy into buf_); a record that runs on into the next block is put together in buf_.
+  // Unview moves the unconsumed bytes of a shown block into buf_ and hands the block back.
+  const uint8_t* window() const { return viewed_ > 0 ? view_ : buf_.get(); }
+  void Unview();
   Status MakeError(ReadErrorKind kind, std::string detail, ReadError* error);
 
   std::string path_;
@@ -174,15 +181,18 @@ class TFRecordReader {
   bool done_ = false;
   std::unique_ptr<class InflateStream> inflate_;
   std::unique_ptr<class ReadQueue> queue_;  // plain files with reads_in_flight > 1
-  // Window buffer: bytes [begin_, end_) are read but unconsumed.
+  // Window: bytes [begin_, end_) of window() are read but unconsumed. window() is buf_, or a
+  // block of the queue (view_, viewed_ bytes of it, all counted as read from the file).
   std::unique_ptr<uint8_t[]> buf_;
   size_t capacity_ = 0;
+  const uint8_t* view_ = nullptr;
+  size_t viewed_ = 0;
   size_t begin_ = 0;
   size_t end_ = 0;
   bool stream_end_ = false;
   std::string stream_error_;       // set when Fill failed
   ReadErrorKind stream_error_kind_ = ReadErrorKind::kIo;
-  uint64_t offset_ = 0;             // uncompressed offset of buf_[begin_]
+  uint64_t offset_ = 0;             // uncompressed offset of window()[begin_]
   uint64_t index_ = 0;              // index of the next record
   uint64_t records_read_ = 0;
   uint64_t plain_file_offset_ = 0;  // bytes read from the file (plain)

@@ -771,6 +771,54 @@ TEST_CASE("ReadQueue returns the file's bytes in order, whatever the block size,
   }
 }
 
+TEST_CASE("ReadQueue::Peek shows the bytes in place to the block's end; Consume takes them, mixed with Read") {
+  TempDir dir;
+  std::string bytes(100'003, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 11);
+  WriteFile(dir.file("f"), bytes);
+  for (size_t block : {size_t{1}, size_t{333}, size_t{4096}}) {
+    INFO("block " << block);
+    const int fd = ::open(dir.file("f").c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string why;
+    auto q = ReadQueue::Create(fd, 0, bytes.size(), block, 3, &why);
+    if (!q) {
+      ::close(fd);
+      WARN("io_uring unavailable here: " << why);
+      return;
+    }
+    std::string got;
+    for (size_t step = 0;; ++step) {
+      if (step % 3 == 2) {  // a copy now and then
+        uint8_t buf[100];
+        const ssize_t n = q->Read(buf, sizeof buf);
+        REQUIRE(n >= 0);
+        if (n == 0) break;
+        got.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
+        continue;
+      }
+      const uint8_t* data = nullptr;
+      const ssize_t n = q->Peek(&data);
+      REQUIRE(n >= 0);
+      if (n == 0) break;
+      // Never past the block holding the position: its end is a multiple of the block size.
+      const size_t position = got.size();
+      const size_t end = position + static_cast<size_t>(n);
+      CHECK(end <= (position / block + 1) * block);
+      CHECK((end % block == 0 || end == bytes.size()));
+      CHECK(q->Peek(&data) == n);  // nothing taken yet
+      const size_t take = step % 2 ? static_cast<size_t>(n) : (static_cast<size_t>(n) + 1) / 2;
+      got.append(reinterpret_cast<const char*>(data), take);
+      q->Consume(take);
+    }
+    CHECK(got == bytes);
+    const uint8_t* data = nullptr;
+    CHECK(q->Peek(&data) == 0);
+    q.reset();
+    ::close(fd);
+  }
+}
+
 TEST_CASE("ReadQueue reads on past the size it was given (a file that grew) and from an offset") {
   TempDir dir;
   const std::string first(10'000, 'a');

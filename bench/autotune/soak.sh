@@ -3,9 +3,16 @@
 # `epochs: 0`, local files (page cache), taken by consume_bench (every byte read) for 5 minutes.
 # Every second consume_bench samples the daemon's private RSS (RssAnon) and its status (segment
 # size, knobs). Asserts:
-#   - flat RSS: the least-squares slope of RssAnon over the last 4 minutes (the first minute is
-#     the warm-up: read-ahead buffers, malloc arenas, the tuner settling) is below
-#     RINGFEED_SOAK_MAX_SLOPE KiB per minute (default 50, i.e. < 200 KiB over those 4 minutes);
+#   - flat RSS: the least-squares slope of RssAnon while the knobs stay the same is below
+#     RINGFEED_SOAK_MAX_SLOPE KiB per minute (default 50, i.e. < 200 KiB over 4 minutes). It is
+#     fitted within the stretches between the tuner's changes of a knob that moves memory
+#     (readers, read-ahead, workers, prefetch), each with a level of its own, leaving out the
+#     first minute (the warm-up: read-ahead buffers, malloc arenas, the tuner settling) and 60 s
+#     after each change (its step: a new thread's malloc arena, more open files, settles within
+#     that); a leak grows within the stretches too. At least 120 s of such stretches are needed
+#     (else FAIL, "not judged"). The slope over everything after the first minute, steps
+#     included, is printed too (the assertion before session 11: a worker added at 166 s of a
+#     5-minute soak made it +99 KiB/min, RssAnon flat before the change and from 60 s after it);
 #   - under the budget: RssAnon + segment <= pipeline.memory_budget in every sample and at the
 #     peak (RssAnon sampled every 20 ms by consume_bench).
 # Prints the figures and PASS or FAIL; exit status 0 on PASS, 1 on FAIL, 2 when it cannot run.
@@ -110,27 +117,63 @@ def fit(ss):
     return b, math.sqrt(resid / max(1, n - 2) / sxx), min(ys) / 1024, max(ys) / 1024
 
 
+def fit_within(stretches):
+    """The slope common to several stretches, each with a level of its own (least squares on the
+    values centred within each stretch): what RssAnon does while the knobs stay the same, with
+    the step a change of knobs makes left out. KiB/min and its standard error."""
+    sxy = sxx = 0.0
+    centred = []
+    for ss in stretches:
+        xs = [s["t"] / 60 for s in ss]
+        ys = [s["rss_anon_bytes"] / 1024 for s in ss]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        centred += [(x - mx, y - my) for x, y in zip(xs, ys)]
+    sxx = sum(x * x for x, _ in centred)
+    b = sum(x * y for x, y in centred) / sxx
+    resid = sum((y - b * x) ** 2 for x, y in centred)
+    return b, math.sqrt(resid / max(1, len(centred) - len(stretches) - 1) / sxx)
+
+
 tail = [s for s in samples if s["t"] >= warmup]
-slope, se, lo, hi = fit(tail)
+slope_all, se_all, lo, hi = fit(tail)
 # Every knob moves memory: readers (open files), read-ahead per file, workers and prefetch
-# (batches in flight).
+# (batches in flight). A change is a step (a new thread's malloc arena, more open files), which
+# settles within SETTLE seconds; the slope asserted is the one within the stretches between
+# changes, after the warm-up and each change's settling (a leak grows there too).
+SETTLE = 60
 memory_knobs = lambda s: tuple(s["pipeline"][k] for k in ("readers", "read_ahead_per_file_bytes", "workers", "prefetch"))
-last_change = max((s["t"] for a, s in zip(samples, samples[1:]) if memory_knobs(a) != memory_knobs(s)), default=0.0)
+change_times = [s["t"] for a, s in zip(samples, samples[1:]) if memory_knobs(a) != memory_knobs(s)]
+last_change = max(change_times, default=0.0)
 settled = [s for s in samples if s["t"] >= last_change]
+starts = sorted({max([start] + [t + SETTLE for t in change_times if t <= start])
+                 for start in [warmup] + [t + SETTLE for t in change_times]})
+stretches = []
+for start in starts:
+    end = min([t for t in change_times if t > start] + [float("inf")])
+    ss = [s for s in samples if start <= s["t"] < end]
+    if len(ss) >= 10 and ss[-1]["t"] - ss[0]["t"] >= 20:
+        stretches.append(ss)
+covered = sum(ss[-1]["t"] - ss[0]["t"] for ss in stretches)
+MIN_COVERED = 120  # seconds of settled stretches needed to judge a slope at all
+slope, se = fit_within(stretches) if stretches else (slope_all, se_all)
 budget = result["budget_bytes"]
 seg = result["segment_bytes"]
 worst_sample = max(s["rss_anon_bytes"] + s["memory"]["segment_bytes"] for s in samples)
 peak = result["daemon_rss_anon_peak_bytes"] + seg
-flat = slope < max_slope
+flat = slope < max_slope and covered >= MIN_COVERED
 under = budget is not None and worst_sample <= budget and peak <= budget
 knobs = samples[-1]["pipeline"]
 print(f"soak: {run:.0f} s, {result['examples']:,} examples ({result['examples_per_s']:,.0f}/s), "
       f"{len(samples)} samples, load {load_start} -> {open('/proc/loadavg').read().split()[0]}")
 print(f"  RssAnon: {tail[0]['rss_anon_bytes'] / 2**20:.1f} MiB at {tail[0]['t']:.0f} s, "
       f"{tail[-1]['rss_anon_bytes'] / 2**20:.1f} MiB at the end, {lo:.1f}-{hi:.1f} MiB after the first {warmup:.0f} s")
-print(f"  slope (least squares, {tail[0]['t']:.0f}-{tail[-1]['t']:.0f} s): {slope:+.0f} KiB/min, standard error"
-      f" {se:.0f} (limit {max_slope:g}): {'flat' if flat else 'GROWING'}"
+print(f"  slope while the knobs stay the same (least squares within {len(stretches)} stretches, {covered:.0f} s "
+      f"after the first {warmup:.0f} s and {SETTLE} s after each change): {slope:+.0f} KiB/min, standard error"
+      f" {se:.0f} (limit {max_slope:g}): "
+      + ("flat" if flat else "GROWING" if covered >= MIN_COVERED else f"not judged: under {MIN_COVERED} s settled")
       + ("; inconclusive at this limit (2 x standard error > limit)" if 2 * se > max_slope else ""))
+print(f"  slope over everything after the first {warmup:.0f} s, changes' steps included: {slope_all:+.0f} KiB/min, "
+      f"standard error {se_all:.0f}")
 if last_change > warmup and run - last_change >= 60:
     s2, se2, lo2, hi2 = fit(settled)
     print(f"  after the tuner's last change ({last_change:.0f} s): {s2:+.0f} KiB/min, standard error"
@@ -141,6 +184,8 @@ print(f"  knobs at the end: readers {knobs['readers']}, workers {knobs['workers'
       f"read-ahead {knobs['read_ahead_per_file_bytes'] >> 10} KiB per file; {len(changes)} tuner changes, the last"
       f" at {last_change:.0f} s")
 json.dump({"result": result, "slope_kib_per_min": slope, "slope_standard_error": se, "max_slope_kib_per_min": max_slope,
+           "slope_all_kib_per_min": slope_all, "slope_all_standard_error": se_all, "stretch_seconds": covered,
+           "settle_seconds": SETTLE,
            "warmup_seconds": warmup, "last_memory_knob_change_seconds": last_change, "peak_bytes": peak,
            "worst_sample_bytes": worst_sample, "budget_bytes": budget, "load_start": load_start, "changes": changes,
            "samples": [{"t": s["t"], "rss_anon_bytes": s["rss_anon_bytes"], "segment_bytes": s["memory"]["segment_bytes"],
