@@ -13,6 +13,17 @@ struct ReadQueue::Ring {
   io_uring ring{};
 };
 
+namespace {
+// io_uring before Linux 5.6 has no IORING_OP_READ: every read would fail with EINVAL.
+bool CanRead(io_uring* ring, std::string* why) {
+  io_uring_probe* probe = io_uring_get_probe_ring(ring);
+  const bool ok = probe != nullptr && io_uring_opcode_supported(probe, IORING_OP_READ);
+  if (probe != nullptr) io_uring_free_probe(probe);
+  if (!ok && why != nullptr) *why = "io_uring without IORING_OP_READ (Linux < 5.6)";
+  return ok;
+}
+}  // namespace
+
 std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
                                              size_t depth, std::string* why) {
   block_bytes = std::max<size_t>(block_bytes, 1);
@@ -22,6 +33,11 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   if (err < 0) {
     q->ring_.reset();
     if (why != nullptr) *why = std::string("io_uring_queue_init: ") + std::strerror(-err);
+    return nullptr;
+  }
+  if (!CanRead(&q->ring_->ring, why)) {
+    io_uring_queue_exit(&q->ring_->ring);
+    q->ring_.reset();
     return nullptr;
   }
   // The kernel's workers for this thread's rings are sized by its first ring (a queue of 2
@@ -40,8 +56,9 @@ bool ReadQueue::Available(std::string* why) {
     if (why != nullptr) *why = std::string("io_uring_queue_init: ") + std::strerror(-err);
     return false;
   }
+  const bool reads = CanRead(&ring, why);
   io_uring_queue_exit(&ring);
-  return true;
+  return reads;
 }
 
 ReadQueue::ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes, size_t depth)

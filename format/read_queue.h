@@ -5,15 +5,16 @@
 // reads_in_flight > 1.
 //
 // It keeps `depth` blocks of `block_bytes`, each read at the next offset not yet asked for; a
-// block is read again for the next offset as soon as Read has copied all of it out. So at most
+// block is read again for the next offset as soon as all of it is taken (Read, Consume). So at most
 // depth x block_bytes bytes are buffered and in flight, and the reads stay ahead of the caller by
 // that much. Reads run in the kernel's io_uring workers (for files, blocking reads in kernel
 // threads); the caller's thread waits only when the block it needs is not there yet.
 // The file's size at Create bounds the blocks read ahead; past it Read goes on with plain
 // pread() calls, so a file that grew is still read to its end.
 //
-// Errors: Create returns nullptr (and says why) when io_uring is not available (Linux < 5.6,
-// seccomp profiles that block it, io_uring_disabled); the caller then reads as usual. Read
+// Errors: Create returns nullptr (and says why) when io_uring is not available (seccomp
+// profiles that block it, io_uring_disabled) or cannot read files (IORING_OP_READ: Linux < 5.6);
+// the caller then reads as usual. Read
 // returns -1 with errno set, as read() does.
 // Thread-safety: one thread at a time. The fd is borrowed, not closed; the queue must be
 // destroyed before it is closed (it waits for reads still in flight).
@@ -35,10 +36,10 @@ class ReadQueue {
   // depth >= 2). nullptr when io_uring cannot be set up; `*why` then says why.
   static std::unique_ptr<ReadQueue> Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
                                            size_t depth, std::string* why);
-  // Whether this process can set up io_uring at all (a ring of 2 entries, closed at once):
-  // false, with `*why`, where the kernel is older than 5.6, a seccomp profile blocks
-  // io_uring_setup (Docker's default one does since 2023) or the sysctl io_uring_disabled
-  // forbids it. Every Create would then return nullptr.
+  // Whether this process can read files through io_uring (a ring of 2 entries, closed at
+  // once): false, with `*why`, where a seccomp profile blocks io_uring_setup (Docker's default
+  // one does since 2023), the sysctl io_uring_disabled forbids it, or the kernel has io_uring
+  // but not its read operation (5.1-5.5). Every Create would then return nullptr.
   static bool Available(std::string* why);
   ~ReadQueue();  // waits for the reads in flight
   ReadQueue(const ReadQueue&) = delete;
@@ -57,6 +58,9 @@ class ReadQueue {
   void Consume(size_t n);
 
   size_t depth() const { return blocks_.size(); }
+  // Whether the next bytes come from a block (false past the blocks: a file that grew after
+  // Create is read on with pread, and at the end).
+  bool in_blocks() const { return blocks_[head_].used; }
   // io_uring's kernel workers allowed per reading thread (all its queues together).
   static constexpr unsigned kMaxWorkers = 64;
   size_t block_bytes() const { return block_bytes_; }

@@ -57,10 +57,11 @@ TFRecordReader::TFRecordReader(std::string path, ReaderOptions options)
 TFRecordReader::~TFRecordReader() {
   inflate_.reset();
   queue_.reset();  // waits for its reads before the fd closes
+  retired_queue_.reset();
   if (fd_ >= 0) ::close(fd_);
 }
 
-size_t TFRecordReader::reads_in_flight() const { return queue_ ? queue_->depth() : 1; }
+size_t TFRecordReader::reads_in_flight() const { return queue_ ? queue_->depth() - 1 : 1; }
 
 void TFRecordReader::SetReadsInFlight(size_t reads) {
   reads = std::max<size_t>(reads, 1);
@@ -69,10 +70,16 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
   if (!opened_ || done_ || fd_ < 0 || inflate_ || plain_file_size_ == 0 || stream_end_ || reads == current) return;
   // The queue's position is plain_file_offset_: every byte before it went into the window or a
   // caller's buffer. A new queue (or read()) goes on from there.
-  Unview();
+  if (viewed_ > 0) {
+    // The unconsumed bytes of the shown block move into buf_; the block itself (where the last
+    // record Next() returned may lie) stays with the old queue until the next call.
+    CopyViewToBuffer();
+    retired_queue_ = std::move(queue_);
+  }
   queue_.reset();
   if (reads > 1) {
-    queue_ = ReadQueue::Create(fd_, plain_file_offset_, plain_file_size_, options_.read_block_bytes, reads, nullptr);
+    queue_ = ReadQueue::Create(fd_, plain_file_offset_, plain_file_size_, options_.read_block_bytes, reads + 1,
+                               nullptr);
   }
   if (!queue_) ::lseek(fd_, static_cast<off_t>(plain_file_offset_), SEEK_SET);
 }
@@ -138,7 +145,7 @@ bool TFRecordReader::Open(ReadError* error) {
     if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) plain_file_size_ = static_cast<uint64_t>(st.st_size);
     if (options_.reads_in_flight > 1 && plain_file_size_ > 0) {
       // Without io_uring (nullptr) the file is read with read() as usual.
-      queue_ = ReadQueue::Create(fd_, 0, plain_file_size_, options_.read_block_bytes, options_.reads_in_flight,
+      queue_ = ReadQueue::Create(fd_, 0, plain_file_size_, options_.read_block_bytes, options_.reads_in_flight + 1,
                                  nullptr);
     }
   }
@@ -221,8 +228,10 @@ bool TFRecordReader::Ensure(size_t n) {
         Reallocate(std::min(n, std::max(2 * capacity_, options_.buffer_bytes)));
       }
     }
-    // From a queue only what the record lacks: the rest of the block is shown in place next.
-    const size_t want = queue_ ? std::min(capacity_ - end_, n - (end_ - begin_)) : capacity_ - end_;
+    // From a queue's block only what the record lacks: the rest of it is shown in place next.
+    // (Past the blocks, in a file that grew, the queue reads on with pread: whole windows.)
+    const size_t want =
+        queue_ && queue_->in_blocks() ? std::min(capacity_ - end_, n - (end_ - begin_)) : capacity_ - end_;
     const size_t got = Fill(buf_.get() + end_, want);
     if (got == 0) return stream_error_.empty();
     end_ += got;
@@ -232,13 +241,18 @@ bool TFRecordReader::Ensure(size_t n) {
 
 void TFRecordReader::Unview() {
   if (viewed_ == 0) return;
+  const size_t shown = viewed_;
+  CopyViewToBuffer();
+  queue_->Consume(shown);
+}
+
+void TFRecordReader::CopyViewToBuffer() {
   const size_t rest = end_ - begin_;
   if (capacity_ < rest) {
     capacity_ = std::max(rest, options_.buffer_bytes);
     buf_.reset(new uint8_t[capacity_]);
   }
   std::memcpy(buf_.get(), view_ + begin_, rest);
-  queue_->Consume(viewed_);
   viewed_ = 0;
   begin_ = 0;
   end_ = rest;
@@ -340,6 +354,7 @@ TFRecordReader::Status TFRecordReader::NextInto(RecordAllocator& allocator, Reco
 }
 
 TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* record, ReadError* error) {
+  retired_queue_.reset();  // the last record is no longer needed (waits for that queue's reads)
   if (done_) return Status::kEnd;
   if (!opened_ && !Open(error)) return Status::kError;
 

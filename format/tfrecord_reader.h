@@ -147,7 +147,8 @@ class TFRecordReader {
   size_t reads_in_flight() const;
   // Changes ReaderOptions::reads_in_flight from the next read on (plain files; before the first
   // Next() it only sets the option). The blocks a queue read ahead are dropped and read again
-  // by the new one, so change it seldom. Records and offsets are the same whatever the setting.
+  // by the new one, so change it seldom. Records and offsets are the same whatever the setting,
+  // and the record the last Next() returned stays valid until the next call, as always.
   void SetReadsInFlight(size_t reads);
 
  private:
@@ -171,6 +172,7 @@ class TFRecordReader {
   // Unview moves the unconsumed bytes of a shown block into buf_ and hands the block back.
   const uint8_t* window() const { return viewed_ > 0 ? view_ : buf_.get(); }
   void Unview();
+  void CopyViewToBuffer();  // Unview without handing the block back
   Status MakeError(ReadErrorKind kind, std::string detail, ReadError* error);
 
   std::string path_;
@@ -180,7 +182,12 @@ class TFRecordReader {
   bool opened_ = false;
   bool done_ = false;
   std::unique_ptr<class InflateStream> inflate_;
-  std::unique_ptr<class ReadQueue> queue_;  // plain files with reads_in_flight > 1
+  // Plain files with reads_in_flight > 1: that many reads in flight plus the block the window
+  // shows (depth reads_in_flight + 1).
+  std::unique_ptr<class ReadQueue> queue_;
+  // A queue SetReadsInFlight replaced while the window showed one of its blocks: the record
+  // Next() returned last may lie in that block, so it goes at the next call, not before.
+  std::unique_ptr<class ReadQueue> retired_queue_;
   // Window: bytes [begin_, end_) of window() are read but unconsumed. window() is buf_, or a
   // block of the queue (view_, viewed_ bytes of it, all counted as read from the file).
   std::unique_ptr<uint8_t[]> buf_;

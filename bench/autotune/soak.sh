@@ -6,13 +6,14 @@
 #   - flat RSS: the least-squares slope of RssAnon while the knobs stay the same is below
 #     RINGFEED_SOAK_MAX_SLOPE KiB per minute (default 50, i.e. < 200 KiB over 4 minutes). It is
 #     fitted within the stretches between the tuner's changes of a knob that moves memory
-#     (readers, read-ahead, workers, prefetch), each with a level of its own, leaving out the
-#     first minute (the warm-up: read-ahead buffers, malloc arenas, the tuner settling) and 60 s
-#     after each change (its step: a new thread's malloc arena, more open files, settles within
-#     that); a leak grows within the stretches too. At least 120 s of such stretches are needed
-#     (else FAIL, "not judged"). The slope over everything after the first minute, steps
-#     included, is printed too (the assertion before session 11: a worker added at 166 s of a
-#     5-minute soak made it +99 KiB/min, RssAnon flat before the change and from 60 s after it);
+#     (readers, read-ahead, reads_per_file, workers, prefetch), each stretch with a level of its
+#     own, leaving out the first minute (the warm-up: read-ahead buffers, malloc arenas, the
+#     tuner settling) and 60 s after each change (its step: a new thread's malloc arena, more
+#     open files, settles within that); a leak grows within the stretches too. At least 40% of
+#     the run (120 s of 300) in such stretches is needed (else FAIL, "not judged"). The slope
+#     over everything after the first minute, steps included, is printed too (the assertion
+#     before session 11: a worker added at 166 s of a 5-minute soak made it +99 KiB/min, with
+#     RssAnon flat before the change and from 60 s after it);
 #   - under the budget: RssAnon + segment <= pipeline.memory_budget in every sample and at the
 #     peak (RssAnon sampled every 20 ms by consume_bench).
 # Prints the figures and PASS or FAIL; exit status 0 on PASS, 1 on FAIL, 2 when it cannot run.
@@ -141,20 +142,20 @@ slope_all, se_all, lo, hi = fit(tail)
 # settles within SETTLE seconds; the slope asserted is the one within the stretches between
 # changes, after the warm-up and each change's settling (a leak grows there too).
 SETTLE = 60
-memory_knobs = lambda s: tuple(s["pipeline"][k] for k in ("readers", "read_ahead_per_file_bytes", "workers", "prefetch"))
+memory_knobs = lambda s: tuple(s["pipeline"].get(k) for k in ("readers", "read_ahead_per_file_bytes", "reads_per_file",
+                                                               "workers", "prefetch"))
 change_times = [s["t"] for a, s in zip(samples, samples[1:]) if memory_knobs(a) != memory_knobs(s)]
 last_change = max(change_times, default=0.0)
 settled = [s for s in samples if s["t"] >= last_change]
-starts = sorted({max([start] + [t + SETTLE for t in change_times if t <= start])
-                 for start in [warmup] + [t + SETTLE for t in change_times]})
 stretches = []
-for start in starts:
-    end = min([t for t in change_times if t > start] + [float("inf")])
-    ss = [s for s in samples if start <= s["t"] < end]
+edges = [0.0] + change_times + [float("inf")]
+for a, b in zip(edges, edges[1:]):  # between two changes (or the start and the end)
+    start = max(warmup, a + SETTLE if a > 0 else 0.0)
+    ss = [s for s in samples if start <= s["t"] < b]
     if len(ss) >= 10 and ss[-1]["t"] - ss[0]["t"] >= 20:
         stretches.append(ss)
 covered = sum(ss[-1]["t"] - ss[0]["t"] for ss in stretches)
-MIN_COVERED = 120  # seconds of settled stretches needed to judge a slope at all
+MIN_COVERED = 0.4 * run  # seconds of settled stretches needed to judge a slope at all (120 of 300)
 slope, se = fit_within(stretches) if stretches else (slope_all, se_all)
 budget = result["budget_bytes"]
 seg = result["segment_bytes"]
@@ -170,7 +171,7 @@ print(f"  RssAnon: {tail[0]['rss_anon_bytes'] / 2**20:.1f} MiB at {tail[0]['t']:
 print(f"  slope while the knobs stay the same (least squares within {len(stretches)} stretches, {covered:.0f} s "
       f"after the first {warmup:.0f} s and {SETTLE} s after each change): {slope:+.0f} KiB/min, standard error"
       f" {se:.0f} (limit {max_slope:g}): "
-      + ("flat" if flat else "GROWING" if covered >= MIN_COVERED else f"not judged: under {MIN_COVERED} s settled")
+      + ("flat" if flat else "GROWING" if covered >= MIN_COVERED else f"not judged: under {MIN_COVERED:.0f} s settled")
       + ("; inconclusive at this limit (2 x standard error > limit)" if 2 * se > max_slope else ""))
 print(f"  slope over everything after the first {warmup:.0f} s, changes' steps included: {slope_all:+.0f} KiB/min, "
       f"standard error {se_all:.0f}")
