@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 
+#include "daemon/sched_clock.h"
 #include "daemon/thread_name.h"
 #include "shm/ring.h"
 
@@ -21,25 +22,6 @@ int64_t CountReady(const shm::Ring& ring, uint32_t slots) {
     ready += shm::SlotWord::Unpack(ring.header(i)->word.load(std::memory_order_relaxed)).state == shm::SlotState::kReady;
   }
   return ready;
-}
-
-// CPU time and run-queue wait (time runnable but not running) of all of this process's
-// threads, from /proc/self/task/*/schedstat ("<cpu ns> <run delay ns> <timeslices>").
-struct SchedTotals {
-  uint64_t cpu_ns = 0, run_delay_ns = 0;
-};
-SchedTotals ReadSchedTotals() {
-  SchedTotals t;
-  std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task", ec)) {
-    std::ifstream in(entry.path() / "schedstat");
-    uint64_t cpu = 0, delay = 0;
-    if (in >> cpu >> delay) {
-      t.cpu_ns += cpu;
-      t.run_delay_ns += delay;
-    }
-  }
-  return t;
 }
 
 double Fraction(uint64_t part_ns, double whole_seconds) {
@@ -90,7 +72,7 @@ void Autotune::Run() {
   using Clock = std::chrono::steady_clock;
 
   PipelineStats prev = pipeline_.Snapshot();
-  SchedTotals prev_sched = ReadSchedTotals();
+  SchedClock sched_clock;
   std::map<uint32_t, uint64_t> prev_wait;  // consumer id -> wait_ns at the interval's start
   for (const auto& c : consumers_.List()) prev_wait[c.id] = c.wait_ns;
   Clock::time_point interval_start = Clock::now();
@@ -132,15 +114,13 @@ void Autotune::Run() {
     // A reader's busy time is CPU + waiting for storage + waiting for a core. On a loaded
     // machine the last one makes page-cache reads look I/O-blocked, so it is taken out,
     // estimated from the whole process's run-queue wait per CPU-second (schedstat).
-    const SchedTotals sched = ReadSchedTotals();
-    const double cpu_delta = static_cast<double>(sched.cpu_ns > prev_sched.cpu_ns ? sched.cpu_ns - prev_sched.cpu_ns : 0);
-    const double delay_delta =
-        static_cast<double>(sched.run_delay_ns > prev_sched.run_delay_ns ? sched.run_delay_ns - prev_sched.run_delay_ns : 0);
+    const SchedClock::Delta sched = sched_clock.Read();
+    const double cpu_delta = static_cast<double>(sched.cpu_ns);
+    const double delay_delta = static_cast<double>(sched.run_delay_ns);
     const double run_delay_per_cpu = cpu_delta > 0 ? delay_delta / cpu_delta : 0;
     const double read_cpu = static_cast<double>(s.read_cpu_ns - prev.read_cpu_ns);
     const double read_not_queued = static_cast<double>(read_busy) - read_cpu * run_delay_per_cpu;
     o.read_cpu_fraction = read_busy == 0 ? 0 : read_not_queued <= read_cpu ? 1.0 : std::clamp(read_cpu / read_not_queued, 0.0, 1.0);
-    prev_sched = sched;
     o.sequencer_read_wait_fraction = Fraction(s.read_wait_ns - prev.read_wait_ns, elapsed);
     o.parse_busy_fraction = Fraction(s.parse_busy_ns - prev.parse_busy_ns, elapsed * workers);
     const uint64_t parse_busy = s.parse_busy_ns - prev.parse_busy_ns;
