@@ -9,8 +9,9 @@
 //     job that cannot fit fails here with the arithmetic;
 //   - the autotuner's limits, fixed knobs and starting knobs (daemon/tuner.h). A knob the
 //     config fixes is used exactly; an `auto` one starts low (1 reader, 1 worker, 256 KiB of
-//     read-ahead per file) but prefetch at its most, and the tuner raises what helps and takes
-//     back what does not.
+//     read-ahead per file, or 10 records of the sampled mean size up to 1 MiB, 1 read in flight
+//     per file) but prefetch at its most, and the tuner raises what helps and takes back what
+//     does not.
 //
 // Errors: BudgetError (daemon/budget.h) with a message for the user.
 // Thread-safety: a pure function.
