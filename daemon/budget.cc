@@ -492,7 +492,7 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
   {
     const int64_t threads = in.max_readers + in.max_workers + kDaemonFixedThreads;
     plan.threads_bytes = add("threads",
-                             "(" + Plural(in.max_readers, "reader", "readers") + " + " +
+                             "(at most " + Plural(in.max_readers, "reader", "readers") + " + " +
                                  Plural(in.max_workers, "worker", "workers") + " + " +
                                  std::to_string(kDaemonFixedThreads) + " others) x " + FormatBytes(kThreadBytes),
                              SatMul(static_cast<uint64_t>(threads), kThreadBytes));

@@ -74,9 +74,18 @@ int main(int argc, char** argv) {
     const auto start = epoch_start;
     auto report = [&] {
       const double s = std::chrono::duration<double>(Clock::now() - epoch_start).count();
+      // An epoch taken in a few milliseconds came from batches already waiting in the ring
+      // (prefetched while the trainer was busy): its rate says nothing about the loader.
+      if (s < 0.05) {
+        std::printf("epoch %llu: %llu examples in %llu batches, %.3f s (already prefetched in the ring: too short "
+                    "to time)\n",
+                    static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(epoch_examples),
+                    static_cast<unsigned long long>(epoch_batches), s);
+        return;
+      }
       std::printf("epoch %llu: %llu examples in %llu batches, %.2f s, %.0f examples/s\n",
                   static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(epoch_examples),
-                  static_cast<unsigned long long>(epoch_batches), s, s > 0 ? epoch_examples / s : 0.0);
+                  static_cast<unsigned long long>(epoch_batches), s, epoch_examples / s);
     };
     for (;;) {
       const auto status = client->Next(timeout, &batch);

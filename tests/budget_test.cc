@@ -512,7 +512,7 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
   CHECK(text.find("  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 80 B) = "
                   "1.3 MiB\n") != std::string::npos);
   CHECK(text.find("  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n") != std::string::npos);
-  CHECK(text.find("  threads: (4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n") != std::string::npos);
+  CHECK(text.find("  threads: (at most 4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n") != std::string::npos);
   CHECK(text.find("  safety margin: max(5% of the budget, 8.0 MiB) = 12.8 MiB\n") != std::string::npos);
   CHECK(text.find("  read-ahead: 140.4 MiB left = 120.6 MiB of record payload + 224 B per 1.3 KiB record (2/3 of "
                   "the mean), up to 15.1 MiB per open file = 140.4 MiB\n") != std::string::npos);
@@ -609,7 +609,7 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       "  shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 80 B) + 9.0 KiB largest = 30.1 MiB\n",
       "  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 80 B) = 1.3 MiB\n",
       "  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n",
-      "  threads: (4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n",
+      "  threads: (at most 4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n",
       "  safety margin: max(5% of the budget, 8.0 MiB) = 8.0 MiB\n",
       "  read-ahead at least: 8 open files x 256.0 KiB min stream buffer + 224 B per 1.3 KiB record (2/3 of the "
       "mean) = 2.3 MiB (the budget leaves 0 B)\n",
