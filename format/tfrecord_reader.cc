@@ -197,8 +197,7 @@ bool TFRecordReader::Ensure(size_t n) {
   if (end_ - begin_ >= n) return true;
   if (queue_ != nullptr && begin_ == end_) {
     // Everything shown is consumed: show the next block in place rather than copy it.
-    if (viewed_ > 0) queue_->Consume(viewed_);
-    viewed_ = 0;
+    DropView();
     begin_ = end_ = 0;
     const uint8_t* data = nullptr;
     const ssize_t got = queue_->Peek(&data);
@@ -246,6 +245,11 @@ void TFRecordReader::Unview() {
   queue_->Consume(shown);
 }
 
+void TFRecordReader::DropView() {
+  if (viewed_ > 0) queue_->Consume(viewed_);
+  viewed_ = 0;
+}
+
 void TFRecordReader::CopyViewToBuffer() {
   const size_t rest = end_ - begin_;
   if (capacity_ < rest) {
@@ -268,8 +272,7 @@ void TFRecordReader::Reallocate(size_t capacity) {
 }
 
 size_t TFRecordReader::FillDirect(uint8_t* dst, size_t n, size_t min_tail, size_t max_tail) {
-  if (viewed_ > 0) queue_->Consume(viewed_);  // the caller copied what it needed of the block
-  viewed_ = 0;
+  DropView();  // the caller copied what it needed of the block
   begin_ = end_ = 0;
   size_t got = 0;
   if (inflate_ || queue_) {

@@ -173,6 +173,7 @@ class TFRecordReader {
   const uint8_t* window() const { return viewed_ > 0 ? view_ : buf_.get(); }
   void Unview();
   void CopyViewToBuffer();  // Unview without handing the block back
+  void DropView();          // hands the shown block back; its bytes are all consumed or copied
   Status MakeError(ReadErrorKind kind, std::string detail, ReadError* error);
 
   std::string path_;

@@ -108,21 +108,15 @@ warmup = run / 5  # the first minute of five
 
 def fit(ss):
     """Least-squares slope of RssAnon in KiB/min, its standard error, min and max in MiB."""
-    xs = [s["t"] / 60 for s in ss]
-    ys = [s["rss_anon_bytes"] / 1024 for s in ss]
-    n = len(xs)
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    resid = sum((y - my - b * (x - mx)) ** 2 for x, y in zip(xs, ys))
-    return b, math.sqrt(resid / max(1, n - 2) / sxx), min(ys) / 1024, max(ys) / 1024
+    b, se = fit_within([ss])
+    ys = [s["rss_anon_bytes"] / 2**20 for s in ss]
+    return b, se, min(ys), max(ys)
 
 
 def fit_within(stretches):
     """The slope common to several stretches, each with a level of its own (least squares on the
     values centred within each stretch): what RssAnon does while the knobs stay the same, with
     the step a change of knobs makes left out. KiB/min and its standard error."""
-    sxy = sxx = 0.0
     centred = []
     for ss in stretches:
         xs = [s["t"] / 60 for s in ss]
