@@ -82,6 +82,15 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
                                nullptr);
   }
   if (!queue_) ::lseek(fd_, static_cast<off_t>(plain_file_offset_), SEEK_SET);
+  // The window is sized for how the file is read now: read() fills all of it, while with a
+  // queue it only puts together records that run on into the next block.
+  // The old window may hold the record Next() returned last: it goes at the next call.
+  const size_t window = std::max(end_ - begin_, WindowBytes());
+  if (capacity_ != window && (queue_ || capacity_ < window)) retired_buf_ = Reallocate(window);
+}
+
+size_t TFRecordReader::WindowBytes() const {
+  return queue_ ? std::min(options_.buffer_bytes, options_.read_block_bytes) : options_.buffer_bytes;
 }
 
 uint64_t TFRecordReader::file_offset() const {
@@ -149,7 +158,7 @@ bool TFRecordReader::Open(ReadError* error) {
                                  nullptr);
     }
   }
-  capacity_ = options_.buffer_bytes;
+  capacity_ = WindowBytes();
   buf_.reset(new uint8_t[capacity_]);
   return true;
 }
@@ -212,7 +221,7 @@ bool TFRecordReader::Ensure(size_t n) {
   }
   Unview();  // a record runs on past the block shown: it is put together in buf_
   // A window grown for one huge record is given back once records are small again.
-  if (capacity_ > 4 * std::max(n, options_.buffer_bytes)) Reallocate(std::max(n, options_.buffer_bytes));
+  if (capacity_ > 4 * std::max(n, WindowBytes())) Reallocate(std::max(n, WindowBytes()));
   while (end_ - begin_ < n) {
     if (end_ == capacity_) {
       if (begin_ > 0) {
@@ -224,7 +233,7 @@ bool TFRecordReader::Ensure(size_t n) {
         // Grow by doubling as data actually arrives, never straight to the length a header
         // claims: a corrupt (or hostile) length with a valid CRC then ends as a truncated record
         // instead of a huge allocation.
-        Reallocate(std::min(n, std::max(2 * capacity_, options_.buffer_bytes)));
+        Reallocate(std::min(n, std::max(2 * capacity_, WindowBytes())));
       }
     }
     // From a queue's block only what the record lacks: the rest of it is shown in place next.
@@ -253,7 +262,7 @@ void TFRecordReader::DropView() {
 void TFRecordReader::CopyViewToBuffer() {
   const size_t rest = end_ - begin_;
   if (capacity_ < rest) {
-    capacity_ = std::max(rest, options_.buffer_bytes);
+    capacity_ = std::max(rest, WindowBytes());
     buf_.reset(new uint8_t[capacity_]);
   }
   std::memcpy(buf_.get(), view_ + begin_, rest);
@@ -262,13 +271,14 @@ void TFRecordReader::CopyViewToBuffer() {
   end_ = rest;
 }
 
-void TFRecordReader::Reallocate(size_t capacity) {
+std::unique_ptr<uint8_t[]> TFRecordReader::Reallocate(size_t capacity) {
   std::unique_ptr<uint8_t[]> fresh(new uint8_t[capacity]);
   std::memcpy(fresh.get(), buf_.get() + begin_, end_ - begin_);
-  buf_ = std::move(fresh);
+  std::swap(buf_, fresh);
   capacity_ = capacity;
   end_ -= begin_;
   begin_ = 0;
+  return fresh;
 }
 
 size_t TFRecordReader::FillDirect(uint8_t* dst, size_t n, size_t min_tail, size_t max_tail) {
@@ -358,6 +368,7 @@ TFRecordReader::Status TFRecordReader::NextInto(RecordAllocator& allocator, Reco
 
 TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* record, ReadError* error) {
   retired_queue_.reset();  // the last record is no longer needed (waits for that queue's reads)
+  retired_buf_.reset();
   if (done_) return Status::kEnd;
   if (!opened_ && !Open(error)) return Status::kError;
 
@@ -386,7 +397,14 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
   if (!Ensure(kRecordHeaderBytes)) return MakeError(stream_error_kind_, stream_error_, error);
   const size_t have = end_ - begin_;
   if (have == 0) {
+    // The end: the queue's blocks and the window go now, not when the reader is destroyed (a
+    // read-ahead stream lives on until its last records are taken, while the next file's
+    // blocks are already being read).
     done_ = true;
+    viewed_ = 0;
+    queue_.reset();
+    buf_.reset();
+    capacity_ = begin_ = end_ = 0;
     return Status::kEnd;
   }
   if (have < kRecordHeaderBytes) {

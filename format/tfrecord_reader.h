@@ -8,7 +8,8 @@
 // arrives, only as far as the largest record read (never beyond max_record_bytes + 16, never
 // just because a header claims a large length), plus, for compressed files, an input
 // buffer of `buffer_bytes` and the decoder state; with queued reads (reads_in_flight > 1), the
-// queue's blocks (reads_in_flight x read_block_bytes). A file is never loaded whole. A record
+// queue's blocks ((reads_in_flight + 1) x read_block_bytes) and a window of at most one block.
+// Blocks and window are freed when the file ends. A file is never loaded whole. A record
 // that lies inside the window, or inside one queued block, is returned in place: the only
 // user-space copy of its payload is the caller's (e.g. the parser writing into a batch column).
 // NextInto puts the payload into memory the caller provides instead (a record that must outlive
@@ -166,7 +167,11 @@ class TFRecordReader {
   // Returns false on a stream error (error_ set).
   bool Ensure(size_t n);
   size_t Fill(uint8_t* dst, size_t capacity);  // 0 = end of stream or error
-  void Reallocate(size_t capacity);             // moves the unconsumed bytes to a new window
+  // Moves the unconsumed bytes to a new window of `capacity`; returns the old one.
+  std::unique_ptr<uint8_t[]> Reallocate(size_t capacity);
+  // The window's size when no record needs more: buffer_bytes, or with a queue at most one
+  // block (it only puts together records that straddle two blocks).
+  size_t WindowBytes() const;
   // With a queue, the window shows a block of it in place while records lie inside that block
   // (no copy into buf_); a record that runs on into the next block is put together in buf_.
   // Unview moves the unconsumed bytes of a shown block into buf_ and hands the block back.
@@ -189,6 +194,8 @@ class TFRecordReader {
   // A queue SetReadsInFlight replaced while the window showed one of its blocks: the record
   // Next() returned last may lie in that block, so it goes at the next call, not before.
   std::unique_ptr<class ReadQueue> retired_queue_;
+  // The same for a window SetReadsInFlight resized.
+  std::unique_ptr<uint8_t[]> retired_buf_;
   // Window: bytes [begin_, end_) of window() are read but unconsumed. window() is buf_, or a
   // block of the queue (view_, viewed_ bytes of it, all counted as read from the file).
   std::unique_ptr<uint8_t[]> buf_;
