@@ -9,7 +9,8 @@
 //     right after it is their ramp, see kReaderSettleIntervals): a raise is kept if throughput gained >= 5%, a
 //     step down if consumers still do not wait (or, for a CPU trade made while they waited, if
 //     throughput did not fall by 5%). Otherwise the knobs go back and the knob is held off
-//     (120 s, doubling). A kept raise leaves a floor: steps down never go back to that level.
+//     (120 s, doubling). A kept raise leaves a floor: steps down never go back to that level,
+//     and ends the other knobs' raise hold-offs.
 //  4. A shift (throughput +-20%, consumer wait +-20 points, consumer count) against the level
 //     after the last change: intervals short again, hold-offs and floors cleared, a raise in
 //     trial without a gain taken back.
@@ -427,6 +428,15 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
         h.raise_seconds = kHoldOffSeconds;
       } else {
         h.lower_seconds = kHoldOffSeconds;
+      }
+    }
+    if (t.raise) {
+      // The other knobs' raises were held off after trials judged with this one lower: one
+      // that did not pay because this stage was limiting too (readers on a 2 ms mount while
+      // one worker parsed) may pay now. Their hold-offs end; their length stays (a second
+      // failure holds twice as long).
+      for (int k = 0; k < kKnobCount; ++k) {
+        if (std::find(t.knobs.begin(), t.knobs.end(), static_cast<Knob>(k)) == t.knobs.end()) hold_[k].raise_until = 0;
       }
     }
     SetReference(s.throughput, s.wait, s.o.consumers);

@@ -36,7 +36,8 @@
 // change is made only once the current knobs have been measured for >= 1 s since they last
 // changed (a 0.25 s interval on a shared machine moves by 10-20%), and a raise is kept when
 // throughput gains >= 5% over that measurement, else it is taken back
-// and the knob is not raised again for 120 s (doubling on each further failure, up to 960 s);
+// and the knob is not raised again for 120 s (doubling on each further failure, up to 960 s),
+// or until a raise of another knob is kept (that stage may have been limiting too);
 // a step down is taken only if the stage would stay <= 85% busy with one step less, and never
 // back to a level a kept raise left; a shift of throughput by > 20% or of consumer wait by > 20
 // points, lasting two intervals (one is noise on a shared machine), or of the consumer count,

@@ -779,6 +779,59 @@ TEST_CASE("a raise that does not gain 5% is taken back and held off for 120 s (t
   CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
 }
 
+TEST_CASE("a kept raise of one knob ends the other knobs' raise hold-offs") {
+  // As on a 2 ms mount (docs/benchmarks.md, "Autotuning", session 12): a second reader gains
+  // nothing while one worker parses and is held off; once a second worker is kept, the reads
+  // limit again and a second reader is tried at once, not 120 s later.
+  const TunerLimits limits = Limits(6, 64 * MiB);
+  Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
+  // Read-bound: the sequencer waits 50% for records, the reader 90% busy; workers 50% busy.
+  auto read_bound = [](double per_second, double interval) {
+    return Obs(static_cast<uint64_t>(per_second * interval), 0.9, 0.9, 0.5, 0.5, 0, interval);
+  };
+  // Parse-bound: the worker 95% busy, the sequencer hardly waits for records.
+  auto parse_bound = [](double per_second, double interval) {
+    return Obs(static_cast<uint64_t>(per_second * interval), 0.9, 0.5, 0.05, 0.95, 0, interval);
+  };
+  // Feeds `make(per_second, interval)` until the tuner changes something (at most 40 rounds).
+  double now = 0;
+  auto until_change = [&](auto make, double per_second) {
+    double interval = 0.25;
+    for (int round = 0; round < 40; ++round) {
+      const TunerDecision d = tuner.Observe(make(per_second, interval));
+      now += interval;
+      if (!d.changes.empty()) return d;
+      interval = d.next_interval_seconds;
+    }
+    FAIL("no change in 40 rounds");
+    return TunerDecision{};
+  };
+  TunerDecision d = until_change(read_bound, 1000);
+  REQUIRE(!d.changes.empty());  // (with readers, the read-ahead per file follows)
+  CHECK(ToString(d.changes[0]).rfind("readers 1 -> 2: ", 0) == 0);
+  // No gain: taken back (after the readers' settling interval), held off for 120 s.
+  d = until_change(read_bound, 1010);
+  REQUIRE(!d.changes.empty());  // (with readers, the read-ahead per file follows)
+  CHECK(ToString(d.changes[0]) ==
+        "readers 2 -> 1: taken back: readers 2 gave 1010 records/s, less than 5% over 1000 records/s with readers 1; "
+        "not raised again for 120 s");
+  // The worker saturates: a second one, +20%: kept.
+  d = until_change(parse_bound, 1000);
+  REQUIRE(!d.changes.empty());  // (with readers, the read-ahead per file follows)
+  CHECK(ToString(d.changes[0]).rfind("workers 1 -> 2: ", 0) == 0);
+  // The reads limit again: the trial's interval both keeps the worker and, as it measured the
+  // new knobs for 1 s, tries readers 1 -> 2 again, far within the 120 s hold-off.
+  d = tuner.Observe(read_bound(1200, d.next_interval_seconds));
+  now += 1.0;
+  REQUIRE(!d.changes.empty());  // (with readers, the read-ahead per file follows)
+  CHECK(ToString(d.changes[0]).rfind("readers 1 -> 2: ", 0) == 0);
+  CHECK(now < 10);
+  // A second failure holds it off twice as long.
+  d = until_change(read_bound, 1205);
+  REQUIRE(!d.changes.empty());  // (with readers, the read-ahead per file follows)
+  CHECK(d.changes[0].reason.find("not raised again for 240 s") != std::string::npos);
+}
+
 TEST_CASE("a trial is judged against the last 4 s before it, not the whole time since the last change") {
   const TunerLimits limits = Limits(2, 64 * MiB);
   Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
