@@ -141,16 +141,19 @@ bool TFRecordReader::Open(ReadError* error) {
     return false;
   }
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
-  uint8_t head[16];
-  ssize_t got = ::pread(fd_, head, sizeof head, 0);
-  if (got < 0) {
-    MakeError(ReadErrorKind::kIo, std::string("cannot read: ") + std::strerror(errno), error);
-    return false;
-  }
-  head_size_ = static_cast<size_t>(got);
-  std::memcpy(head_, head, head_size_);
   compression_ = options_.compression;
-  if (compression_ == Compression::kAuto) compression_ = DetectCompression(head, static_cast<size_t>(got));
+  // The first bytes tell `auto` the compression and a decompression error what the file looks
+  // like. A file configured as plain goes without: on storage with a round trip per read that
+  // read would be one more wait per file, before its first records.
+  if (compression_ != Compression::kNone) {
+    const ssize_t got = ::pread(fd_, head_, sizeof head_, 0);
+    if (got < 0) {
+      MakeError(ReadErrorKind::kIo, std::string("cannot read: ") + std::strerror(errno), error);
+      return false;
+    }
+    head_size_ = static_cast<size_t>(got);
+    if (compression_ == Compression::kAuto) compression_ = DetectCompression(head_, head_size_);
+  }
   if (compression_ != Compression::kNone) {
     inflate_ = std::make_unique<InflateStream>(fd_, compression_, options_.inflate, options_.buffer_bytes);
   } else {
