@@ -83,9 +83,9 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
   }
   if (!queue_) ::lseek(fd_, static_cast<off_t>(plain_file_offset_), SEEK_SET);
   // The window is sized for how the file is read now: read() fills all of it, while with a
-  // queue it only puts together records that run on into the next block.
-  // The old window may hold the record Next() returned last: it goes at the next call (the
-  // first one replaced since then; later ones hold copies only).
+  // queue it only puts together records that run on into the next block. The old window may
+  // hold the record Next() returned last: it goes at the next call (the first one replaced
+  // since that call; later ones hold copies only).
   const size_t window = std::max(end_ - begin_, WindowBytes());
   if (capacity_ != window && (queue_ || capacity_ < window)) {
     std::unique_ptr<uint8_t[]> old = Reallocate(window);
