@@ -141,11 +141,35 @@ bool TFRecordReader::Open(ReadError* error) {
     return false;
   }
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  struct stat st {};
+  const uint64_t regular_size = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0;
+  const bool queued = options_.reads_in_flight > 1 && regular_size > 0;
   compression_ = options_.compression;
   // The first bytes tell `auto` the compression and a decompression error what the file looks
-  // like. A file configured as plain goes without: on storage with a round trip per read that
-  // read would be one more wait per file, before its first records.
-  if (compression_ != Compression::kNone) {
+  // like. On storage with a round trip per read, reading them first is one more wait per file
+  // before its first records: a file configured as plain goes without them, and with queued
+  // reads `auto` takes them from the first block, which a plain file (the usual case) reads
+  // first anyway.
+  bool have_head = false;
+  if (compression_ == Compression::kAuto && queued) {
+    queue_ = ReadQueue::Create(fd_, 0, regular_size, options_.read_block_bytes, options_.reads_in_flight + 1, nullptr);
+    if (queue_) {
+      const uint8_t* data = nullptr;
+      const ssize_t got = queue_->Peek(&data);  // nothing is taken: the first Next() shows it again
+      if (got < 0) {
+        MakeError(ReadErrorKind::kIo, std::string("cannot read: ") + std::strerror(errno), error);
+        return false;
+      }
+      // A block shorter than the head (tiny blocks in tests) leaves it to pread below.
+      if (static_cast<size_t>(got) >= sizeof head_ || static_cast<uint64_t>(got) == regular_size) {
+        head_size_ = std::min(sizeof head_, static_cast<size_t>(got));
+        std::memcpy(head_, data, head_size_);
+        have_head = true;
+        compression_ = DetectCompression(head_, head_size_);
+      }
+    }
+  }
+  if (compression_ != Compression::kNone && !have_head) {
     const ssize_t got = ::pread(fd_, head_, sizeof head_, 0);
     if (got < 0) {
       MakeError(ReadErrorKind::kIo, std::string("cannot read: ") + std::strerror(errno), error);
@@ -155,11 +179,11 @@ bool TFRecordReader::Open(ReadError* error) {
     if (compression_ == Compression::kAuto) compression_ = DetectCompression(head_, head_size_);
   }
   if (compression_ != Compression::kNone) {
+    queue_.reset();  // `auto` found a compressed file: the inflater reads it from the start
     inflate_ = std::make_unique<InflateStream>(fd_, compression_, options_.inflate, options_.buffer_bytes);
   } else {
-    struct stat st {};
-    if (::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode)) plain_file_size_ = static_cast<uint64_t>(st.st_size);
-    if (options_.reads_in_flight > 1 && plain_file_size_ > 0) {
+    plain_file_size_ = regular_size;
+    if (queued && !queue_) {
       // Without io_uring (nullptr) the file is read with read() as usual.
       queue_ = ReadQueue::Create(fd_, 0, plain_file_size_, options_.read_block_bytes, options_.reads_in_flight + 1,
                                  nullptr);

@@ -470,6 +470,23 @@ TEST_CASE("TFRecordWriter output reads back in every compression") {
     Outcome out = ReadAll(dir.file("w"));
     CHECK(out.errors.empty());
     CHECK(out.records == records);
+    // With queued reads `auto` takes the first bytes from the first block (or, shorter than
+    // 16 bytes, reads them): the same records, and a compressed file drops its queue.
+    for (size_t block : {size_t{4}, size_t{16}, size_t{100}, size_t{256} << 10}) {
+      INFO("compression " << static_cast<int>(c) << ", block " << block);
+      ReaderOptions o;
+      o.reads_in_flight = 4;
+      o.read_block_bytes = block;
+      out = ReadAll(dir.file("w"), o);
+      CHECK(out.errors.empty());
+      CHECK(out.records == records);
+      TFRecordReader reader(dir.file("w"), o);
+      Record record;
+      ReadError error;
+      REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
+      CHECK(reader.compression() == c);
+      CHECK(reader.reads_in_flight() == (c == Compression::kNone ? 4u : 1u));
+    }
   }
 }
 
