@@ -151,22 +151,23 @@ bool TFRecordReader::Open(ReadError* error) {
   // reads `auto` takes them from the first block, which a plain file (the usual case) reads
   // first anyway.
   bool have_head = false;
-  if (compression_ == Compression::kAuto && queued) {
+  if (queued && (compression_ == Compression::kAuto || compression_ == Compression::kNone)) {
+    // Without io_uring (nullptr) the file is read with read() as usual.
     queue_ = ReadQueue::Create(fd_, 0, regular_size, options_.read_block_bytes, options_.reads_in_flight + 1, nullptr);
-    if (queue_) {
-      const uint8_t* data = nullptr;
-      const ssize_t got = queue_->Peek(&data);  // nothing is taken: the first Next() shows it again
-      if (got < 0) {
-        MakeError(ReadErrorKind::kIo, std::string("cannot read: ") + std::strerror(errno), error);
-        return false;
-      }
-      // A block shorter than the head (tiny blocks in tests) leaves it to pread below.
-      if (static_cast<size_t>(got) >= sizeof head_ || static_cast<uint64_t>(got) == regular_size) {
-        head_size_ = std::min(sizeof head_, static_cast<size_t>(got));
-        std::memcpy(head_, data, head_size_);
-        have_head = true;
-        compression_ = DetectCompression(head_, head_size_);
-      }
+  }
+  if (compression_ == Compression::kAuto && queue_) {
+    const uint8_t* data = nullptr;
+    const ssize_t got = queue_->Peek(&data);  // nothing is taken: the first Next() shows it again
+    if (got < 0) {
+      MakeError(ReadErrorKind::kIo, std::string("cannot read: ") + std::strerror(errno), error);
+      return false;
+    }
+    // A block shorter than the head (tiny blocks in tests) leaves it to pread below.
+    if (static_cast<size_t>(got) >= sizeof head_ || static_cast<uint64_t>(got) == regular_size) {
+      head_size_ = std::min(sizeof head_, static_cast<size_t>(got));
+      std::memcpy(head_, data, head_size_);
+      have_head = true;
+      compression_ = DetectCompression(head_, head_size_);
     }
   }
   if (compression_ != Compression::kNone && !have_head) {
@@ -183,11 +184,6 @@ bool TFRecordReader::Open(ReadError* error) {
     inflate_ = std::make_unique<InflateStream>(fd_, compression_, options_.inflate, options_.buffer_bytes);
   } else {
     plain_file_size_ = regular_size;
-    if (queued && !queue_) {
-      // Without io_uring (nullptr) the file is read with read() as usual.
-      queue_ = ReadQueue::Create(fd_, 0, plain_file_size_, options_.read_block_bytes, options_.reads_in_flight + 1,
-                                 nullptr);
-    }
   }
   capacity_ = WindowBytes();
   buf_.reset(new uint8_t[capacity_]);
