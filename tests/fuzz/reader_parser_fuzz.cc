@@ -545,8 +545,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // available the reader reads as above. One input in 64 (data[2] >= 0xf0, data[1] & 3 == 3):
     // a ring per file costs ~4 ms (its kernel workers start and stop), 60x a plain read.
     if (data[2] >= 0xf0 && (data[1] & 3) == 3) {
-      ReaderOptions queued = options;
-      queued.compression = Compression::kNone;
+      ReaderOptions queued = options;  // `auto` takes the first bytes from the first block
       queued.reads_in_flight = 2 + (data[2] >> 2 & 3);
       queued.read_block_bytes = 1 + 8 * size_t{data[1]};
       ReadResult q = ReadAll(mem.path(), queued, [](std::span<const uint8_t>) {});
