@@ -147,6 +147,7 @@ void Autotune::Run() {
     for (const TunerChange& c : decision.changes) {
       spdlog::debug("autotune: {} {} -> {}: {}", c.knob, c.from, c.to, c.reason);
     }
+    if (!decision.note.empty()) spdlog::debug("autotune: {}", decision.note);
     Apply(before, decision.knobs);
     {
       std::lock_guard status_lock(mutex_);

@@ -35,7 +35,8 @@
 // the reads limit, only while the rest stay <= 60% busy, or that rule raises them again); a
 // change is made only once the current knobs have been measured for >= 1 s since they last
 // changed (a 0.25 s interval on a shared machine moves by 10-20%), and a raise is kept when
-// throughput gains >= 5% over that measurement, else it is taken back
+// throughput gains >= 5% over that measurement (a gain under 5% on its interval: judged again
+// on that interval and the next together), else it is taken back
 // and the knob is not raised again for 120 s (doubling on each further failure, up to 960 s),
 // or until a raise of another knob is kept (that stage may have been limiting too);
 // a step down is taken only if the stage would stay <= 85% busy with one step less, and never
@@ -185,6 +186,8 @@ struct TunerChange {
 struct TunerDecision {
   TunerKnobs knobs;                     // to apply now
   std::vector<TunerChange> changes;     // empty when nothing changed
+  std::string note;                     // a decision that changes nothing, for the debug log
+                                        // (a trial judged once more), else empty
   double next_interval_seconds = 0.25;  // when to observe next
   double cpu_cores = 0;                 // CPU use in cores, measured in the interval just observed
   int64_t runnable_threads = 0;         // cpu_cores rounded: threads' worth of CPU in use
@@ -262,6 +265,7 @@ class Tuner {
     double consumer_wait = 0;
     int64_t consumers = 0;
     int settle_intervals = 0;        // intervals still to let pass before judging (see kReaderSettleIntervals)
+    bool extended = false;           // judged once more: a gain under kRaiseGain (see EvaluateTrial)
   };
   struct Hold {
     double raise_until = 0;          // tuner time (s) before which the knob is not raised
@@ -338,6 +342,7 @@ class Tuner {
   int64_t measured_readers_ = 1;      // the knobs cpu_cores_ was measured with
   int64_t measured_workers_ = 1;
   std::optional<Trial> trial_;
+  std::string note_;                  // TunerDecision::note of the decision being made
   Hold hold_[kKnobCount];
   // The level a regime shift is measured against (set after every change, once confirmed).
   bool has_reference_ = false;
