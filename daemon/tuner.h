@@ -30,7 +30,9 @@
 // consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried while the workers are >= 60% busy, so that parsing
-// goes on while the others wait;
+// goes on while the others wait (the same where the reads limit but a readers raise is held
+// off after a trial, or the output is bursty but prefetch cannot go up: a kept worker then ends
+// the readers' hold-off, and readers and workers together may gain where either alone did not);
 // when nothing can be raised, idle workers are stepped down (must not lose throughput; unless
 // the reads limit, only while the rest stay <= 60% busy, or that rule raises them again); a
 // change is made only once the current knobs have been measured for >= 1 s since they last
