@@ -811,6 +811,26 @@ TEST_CASE("reads limit but readers are held off: one more worker is tried, and a
   CHECK(ToString(d.changes[0]).rfind("readers 1 -> 2: ", 0) == 0);
 }
 
+TEST_CASE("a ring that runs dry in bursts with prefetch at its maximum gets one more worker instead") {
+  // ringfeedd starts prefetch at its maximum (max_prefetch): the bursty-output rule has nothing
+  // to raise there, and the workers, 70% busy, may still overlap the stages.
+  TunerLimits limits = Limits(2, 64 * MiB);
+  limits.machine_cores = 2;
+  Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 16}, {});
+  const TunerObservation bursty = Obs(250000, 0.85, 0.55, 0.10, 0.70, 0, 0.25, 1.5);  // 1.0 ready on average
+  Measure(tuner, bursty);
+  TunerDecision d = tuner.Observe(bursty);
+  REQUIRE(d.changes.size() == 1);
+  CHECK(ToString(d.changes[0]) ==
+        "workers 1 -> 2: consumers waited 85% of 0.25 s while the ring ran dry (0 ready at the least, 1.0 on average) "
+        "with prefetch at its maximum; one more worker overlaps them, 1.50 of 2 cores used (0.70 per worker, 0.01 per "
+        "reader)");
+  SECTION("not below 60% busy") {
+    Tuner idle(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 16}, {});
+    for (int i = 0; i < 40; ++i) REQUIRE(idle.Observe(Obs(250000, 0.85, 0.55, 0.10, 0.55, 0, 0.25, 1.5)).changes.empty());
+  }
+}
+
 TEST_CASE("a kept raise of one knob ends the other knobs' raise hold-offs") {
   // As on a 2 ms mount (docs/benchmarks.md, "Autotuning", session 12): a second reader gains
   // nothing while one worker parses and is held off; once a second worker is kept, the reads
