@@ -423,7 +423,7 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     if (!keep && !t.extended && after > t.throughput) {
       // A gain under kRaiseGain on one interval: one more. One interval on a shared machine
       // moves by +-5-10%; a worker that the grid shows gaining 10-15% measured +3.8% once and
-      // was taken back (2 ms mount, docs/benchmarks.md, session 13), while no gain at all
+      // was taken back (2 ms mount, docs/benchmarks.md, session 12), while no gain at all
       // seldom measures positive twice running, and two intervals together halve the noise.
       trial_ = t;
       trial_->extended = true;
