@@ -7,7 +7,8 @@
 //  2. No consumers (or an empty interval): hold. Nothing changes.
 //  3. The trial of the previous round is judged (a change of readers one round later: the round
 //     right after it is their ramp, see kReaderSettleIntervals): a raise is kept if throughput gained >= 5%
-//     (a gain under that on its interval: judged again on that interval and the next together), a
+//     (a positive gain under that on its interval: judged again on that interval and the next
+//     together), a
 //     step down if consumers still do not wait (or, for a CPU trade made while they waited, if
 //     throughput did not fall by 5%). Otherwise the knobs go back and the knob is held off
 //     (120 s, doubling). A kept raise leaves a floor: steps down never go back to that level,
@@ -19,8 +20,10 @@
 //     changed (their "stretch", the trial's before-throughput), at most one change (one trial),
 //     so that its effect can be judged alone:
 //     consumers wait -> raise the stage that limits (see TryRaise), or trade CPU from the stage
-//     with slack to it; when no stage limits, one more worker (the stages take turns); when
-//     nothing can be raised, step down idle workers as below (must not lose throughput);
+//     with slack to it; when no stage limits, or the reads limit but readers are held off, or
+//     the ring runs dry in bursts with prefetch at its maximum: one more worker (the stages take
+//     turns); when nothing can be raised, step down idle workers as below (must not lose
+//     throughput);
 //     consumers do not wait -> step down the first of workers, readers, prefetch that would
 //     stay <= 85% busy (or, for prefetch, kept >= 2 batches ready for 3 intervals).
 //     Beside that change, in the same round: while consumers wait and the sequencer waits for
@@ -421,10 +424,11 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
   if (t.raise) {
     keep = after > 0 && after >= t.throughput * (1 + kRaiseGain);  // 0 -> 0 is no gain
     if (!keep && !t.extended && after > t.throughput) {
-      // A gain under kRaiseGain on one interval: one more. One interval on a shared machine
-      // moves by +-5-10%; a worker that the grid shows gaining 10-15% measured +3.8% once and
-      // was taken back (2 ms mount, docs/benchmarks.md, session 12), while no gain at all
-      // seldom measures positive twice running, and two intervals together halve the noise.
+      // A positive gain under kRaiseGain on one interval: one more. One interval on a shared
+      // machine moves by +-5-10%; a worker that the grid shows gaining 10-15% measured +3.8%
+      // once and was taken back (2 ms mount, docs/benchmarks.md, session 12). The two
+      // intervals together face the same 5% bar with half the variance of one; a raise that
+      // measured no gain at all goes back at once.
       trial_ = t;
       trial_->extended = true;
       note_ = Format("%s gave %.0f records/s, %+.1f%% over %.0f records/s with %s: judged once more, on two intervals",
@@ -563,9 +567,10 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
       return true;
     }
   }
-  // Whether the reads limit but readers are held off after a trial that did not pay: then the
-  // rules below get their turn (readers at their maximum or at the memory budget's stay as
-  // they are: no more trials there).
+  // Whether the reads limit but readers are held off (after a trial that did not pay, or after
+  // the CPU budget lowered them): then the rules below get their turn, parse workers if they
+  // are saturated, else one more worker (readers at their maximum or at the memory budget's
+  // limit, not held off, raise nothing, as before).
   bool readers_stuck = false;
   if (read_saturated && (s.read_wait >= kReadStarved || !parse_saturated || s.read_busy > s.parse_busy)) {
     const int64_t to = ReadersRaiseTarget(w, &cpu_blocked);
@@ -606,7 +611,8 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
     StartTrial(true, s, before, {kPrefetch});
     return true;
   }
-  if ((readers_stuck || !bursty || !prefetch_raisable) && !fixed_.workers &&
+  if ((readers_stuck || (bursty && !prefetch_raisable) || s.o.ready_slots_mean < kBurstyReadyMean) &&
+      !fixed_.workers &&
       now_seconds_ >= hold_[kWorkers].raise_until && w < limits_.max_workers &&
       cpu_cores_ * (1 + kRaiseGain) <= limits_.cpu_cores && s.parse_busy >= kShedWhileWaitingBusy) {
     // Only while the workers are busier than the mark idle ones are shed at (TryLower): below
@@ -623,13 +629,13 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
     // projection is the measured use plus the gain the trial asks for.
     // The same where the reads limit but readers are held off, or the ring runs dry in bursts
     // but prefetch cannot go up: on local files on 2 cores a second reader with one worker
-    // gained nothing (taken back, held off) and the tuner stayed at 1 reader and 1 worker, 15%
-    // below 2 and 2, which it reaches when a kept worker ends the readers' hold-off
-    // (docs/benchmarks.md, session 13).
+    // gained nothing (taken back, held off) and the tuner stayed at 1 reader and 1 worker,
+    // 10-15% below 1-2 readers with 2 workers, which it reaches when a kept worker ends the
+    // readers' hold-off (docs/benchmarks.md, session 13).
     std::string situation;
     if (readers_stuck) {
       situation = Format("while the sequencer waited for records %.0f%% and readers were %.0f%% busy, but readers "
-                         "are held off after a trial",
+                         "are held off",
                          Pct(s.read_wait), Pct(s.read_busy));
     } else if (bursty) {
       situation = Format("while the ring ran dry (0 ready at the least, %.1f on average) with prefetch %s",

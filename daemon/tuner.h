@@ -30,15 +30,15 @@
 // consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried while the workers are >= 60% busy, so that parsing
-// goes on while the others wait (the same where the reads limit but a readers raise is held
-// off after a trial, or the output is bursty but prefetch cannot go up: a kept worker then ends
+// goes on while the others wait (the same where the reads limit but readers are held off, after
+// a trial or the CPU budget, or the output is bursty but prefetch cannot go up: a kept worker then ends
 // the readers' hold-off, and readers and workers together may gain where either alone did not);
 // when nothing can be raised, idle workers are stepped down (must not lose throughput; unless
 // the reads limit, only while the rest stay <= 60% busy, or that rule raises them again); a
 // change is made only once the current knobs have been measured for >= 1 s since they last
 // changed (a 0.25 s interval on a shared machine moves by 10-20%), and a raise is kept when
-// throughput gains >= 5% over that measurement (a gain under 5% on its interval: judged again
-// on that interval and the next together), else it is taken back
+// throughput gains >= 5% over that measurement (a positive gain under 5% on its interval:
+// judged again on that interval and the next together), else it is taken back
 // and the knob is not raised again for 120 s (doubling on each further failure, up to 960 s),
 // or until a raise of another knob is kept (that stage may have been limiting too);
 // a step down is taken only if the stage would stay <= 85% busy with one step less, and never

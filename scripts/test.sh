@@ -44,8 +44,9 @@ build/pyvenv/bin/python -m pip install -q scikit-build-core nanobind numpy pytes
 build/pyvenv/bin/python -c 'import torch' 2>/dev/null || build/pyvenv/bin/python -m pip install -q torch
 build/pyvenv/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python
 # pytest exits 5 when it collects no test: any non-zero status fails this script. A test that
-# hangs fails after 300 s with every thread's stack (pytest-timeout), not at the CI's limit.
-RINGFEED_BUILD_DIR=build build/pyvenv/bin/python -m pytest python/tests -q --timeout=300
+# hangs ends the run after 300 s with every thread's stack (pytest-timeout; its thread method
+# also ends a wait inside C++ that never returns to Python), not at the CI's limit.
+RINGFEED_BUILD_DIR=build build/pyvenv/bin/python -m pytest python/tests -q --timeout=300 --timeout-method=thread
 
 if [ "$quick" = 1 ]; then exit 0; fi
 

@@ -803,7 +803,7 @@ TEST_CASE("reads limit but readers are held off: one more worker is tried, and a
   REQUIRE(d.changes.size() == 1);
   CHECK(ToString(d.changes[0]) ==
         "workers 1 -> 2: consumers waited 88% of 0.25 s while the sequencer waited for records 45% and readers were "
-        "75% busy, but readers are held off after a trial; one more worker overlaps them, 1.55 of 2 cores used (0.70 "
+        "75% busy, but readers are held off; one more worker overlaps them, 1.55 of 2 cores used (0.70 "
         "per worker, 0.75 per reader)");
   d = tuner.Observe(local(5.3e6, 1.0));  // +8%: kept, and the readers' hold-off ends
   REQUIRE(d.knobs.workers == 2);
@@ -828,6 +828,10 @@ TEST_CASE("a ring that runs dry in bursts with prefetch at its maximum gets one 
   SECTION("not below 60% busy") {
     Tuner idle(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 16}, {});
     for (int i = 0; i < 40; ++i) REQUIRE(idle.Observe(Obs(250000, 0.85, 0.55, 0.10, 0.55, 0, 0.25, 1.5)).changes.empty());
+  }
+  SECTION("not where the ring never ran dry (a batch ready at every sample)") {
+    Tuner full(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 16}, {});
+    for (int i = 0; i < 40; ++i) REQUIRE(full.Observe(Obs(250000, 0.85, 0.55, 0.10, 0.70, 1, 0.25, 1.5)).changes.empty());
   }
 }
 

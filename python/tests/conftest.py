@@ -125,6 +125,21 @@ class Daemon:
 
 
 @pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt for the test's duration, as in an interactive Python.
+
+    Python installs no SIGINT handler when it starts with SIGINT ignored, as a job started in
+    the background (`cmd &`) of a non-interactive shell does: a test's own SIGINT would be
+    dropped and the wait it should interrupt would last forever (it did, in a CI run started
+    that way)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+
+
+@pytest.fixture
 def daemon_factory(tmp_path):
     """make(config_body, job=None, args=()) -> a started Daemon; `config_body` is the YAML after
     the `job:` line. Job names are unique per call, so tests never meet each other's daemons."""

@@ -199,15 +199,18 @@ def test_many_threads_share_one_client(daemon_factory, tmp_path):
         assert errors == [] and sorted(seen) == list(range(400))
 
 
-def test_keyboard_interrupt_leaves_the_client_usable(daemon_factory, tmp_path):
+def test_keyboard_interrupt_leaves_the_client_usable(daemon_factory, tmp_path, sigint_raises):
     d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
     with d.client(timeout=None) as client:
         held_batches = [client.next(), client.next()]
         timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            client.next()
-        timer.join()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                client.next()
+        finally:
+            timer.cancel()  # a next() that returned must not leave the SIGINT to come
+            timer.join()
         assert held(d) == 2
         held_batches.pop().release()
         assert client.next(timeout=EVENTUALLY) is not None
