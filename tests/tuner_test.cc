@@ -891,12 +891,16 @@ TEST_CASE("a kept raise of one knob ends the other knobs' raise hold-offs") {
 TEST_CASE("a raise that gains under 5% on its interval is judged again on two; no gain or a loss at once") {
   const TunerLimits limits = Limits(6, 64 * MiB);
   const TunerObservation parse_bound = Obs(250, 0.31, 0.20, 0.0, 0.97);  // 1000 records/s
-  SECTION("+3% then +9%: +6% on the two, kept") {
-    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+  // Parse-bound at 2 workers, measured for 1 s: workers 2 -> 3 (a trial).
+  auto raised_to_three_workers = [&](Tuner& tuner) {
     Measure(tuner, parse_bound);
-    TunerDecision d = tuner.Observe(parse_bound);
-    REQUIRE(d.knobs.workers == 3);
-    d = tuner.Observe(Obs(1030, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
+    REQUIRE(tuner.Observe(parse_bound).knobs.workers == 3);
+  };
+  const TunerKnobs two_workers{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2};
+  SECTION("+3% then +9%: +6% on the two, kept") {
+    Tuner tuner(limits, two_workers, {});
+    raised_to_three_workers(tuner);
+    TunerDecision d = tuner.Observe(Obs(1030, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
     REQUIRE(d.changes.empty());
     CHECK(d.knobs.workers == 3);
     CHECK(d.next_interval_seconds == Approx(1.0));  // the second interval is a trial's too
@@ -910,11 +914,9 @@ TEST_CASE("a raise that gains under 5% on its interval is judged again on two; n
     CHECK(d.knobs.workers == 3);
   }
   SECTION("+3% then +1%: +2% on the two, taken back with the two's figure") {
-    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
-    Measure(tuner, parse_bound);
-    TunerDecision d = tuner.Observe(parse_bound);
-    REQUIRE(d.knobs.workers == 3);
-    d = tuner.Observe(Obs(1030, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
+    Tuner tuner(limits, two_workers, {});
+    raised_to_three_workers(tuner);
+    TunerDecision d = tuner.Observe(Obs(1030, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
     REQUIRE(d.changes.empty());
     d = tuner.Observe(Obs(1010, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
     REQUIRE(d.changes.size() == 1);
@@ -923,11 +925,9 @@ TEST_CASE("a raise that gains under 5% on its interval is judged again on two; n
           "not raised again for 120 s");
   }
   SECTION("no gain: taken back on the first interval") {
-    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
-    Measure(tuner, parse_bound);
-    TunerDecision d = tuner.Observe(parse_bound);
-    REQUIRE(d.knobs.workers == 3);
-    d = tuner.Observe(Obs(1000, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
+    Tuner tuner(limits, two_workers, {});
+    raised_to_three_workers(tuner);
+    TunerDecision d = tuner.Observe(Obs(1000, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
     REQUIRE(d.changes.size() == 1);
     CHECK(d.knobs.workers == 2);
     CHECK(d.note.empty());

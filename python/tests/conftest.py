@@ -9,12 +9,14 @@ daemon's /dev/shm segment is removed.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -125,16 +127,28 @@ class Daemon:
 
 
 @pytest.fixture
-def sigint_raises():
-    """SIGINT raises KeyboardInterrupt for the test's duration, as in an interactive Python.
+def sigint_after():
+    """`with sigint_after(seconds):` sends this process SIGINT after `seconds` (a timer thread;
+    cancelled at the end of the block if it has not fired), and SIGINT raises
+    KeyboardInterrupt for the test's duration, as in an interactive Python.
 
     Python installs no SIGINT handler when it starts with SIGINT ignored, as a job started in
-    the background (`cmd &`) of a non-interactive shell does: a test's own SIGINT would be
-    dropped and the wait it should interrupt would last forever (it did, in a CI run started
-    that way)."""
+    the background (`cmd &`) of a non-interactive shell does: the SIGINT would be dropped and
+    the wait it should interrupt would last forever (it did, in a CI run started that way)."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    @contextlib.contextmanager
+    def after(seconds):
+        timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()  # a wait that returned must not leave the SIGINT to come
+            timer.join()
+
     try:
-        yield
+        yield after
     finally:
         signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 

@@ -348,19 +348,13 @@ def test_timeout_and_gil_released_while_waiting(daemon_factory, tmp_path):
         del held_batches
 
 
-def test_ctrl_c_while_waiting_raises_keyboard_interrupt(daemon_factory, tmp_path, sigint_raises):
+def test_ctrl_c_while_waiting_raises_keyboard_interrupt(daemon_factory, tmp_path, sigint_after):
     d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
     with d.client(timeout=None) as client:
         held_batches = hold_whole_ring(client)
-        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
         start = time.monotonic()
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                client.next()
-        finally:
-            timer.cancel()  # a next() that returned must not leave the SIGINT to come
-            timer.join()
+        with sigint_after(0.3), pytest.raises(KeyboardInterrupt):
+            client.next()
         assert time.monotonic() - start < 3
         del held_batches
 

@@ -199,18 +199,12 @@ def test_many_threads_share_one_client(daemon_factory, tmp_path):
         assert errors == [] and sorted(seen) == list(range(400))
 
 
-def test_keyboard_interrupt_leaves_the_client_usable(daemon_factory, tmp_path, sigint_raises):
+def test_keyboard_interrupt_leaves_the_client_usable(daemon_factory, tmp_path, sigint_after):
     d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
     with d.client(timeout=None) as client:
         held_batches = [client.next(), client.next()]
-        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        try:
-            with pytest.raises(KeyboardInterrupt):
-                client.next()
-        finally:
-            timer.cancel()  # a next() that returned must not leave the SIGINT to come
-            timer.join()
+        with sigint_after(0.2), pytest.raises(KeyboardInterrupt):
+            client.next()
         assert held(d) == 2
         held_batches.pop().release()
         assert client.next(timeout=EVENTUALLY) is not None
