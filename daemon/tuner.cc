@@ -11,8 +11,9 @@
 //     together), a
 //     step down if consumers still do not wait (or, for a CPU trade made while they waited, if
 //     throughput did not fall by 5%). Otherwise the knobs go back and the knob is held off
-//     (120 s, doubling). A kept raise leaves a floor: steps down never go back to that level,
-//     and ends the other knobs' raise hold-offs.
+//     (a raise: 5 s the first time, then 120 s, doubling; a step down: 120 s, doubling). A
+//     kept raise leaves a floor: steps down never go back to that level, and ends the other
+//     knobs' raise hold-offs.
 //  4. A shift (throughput +-20%, consumer wait +-20 points, consumer count) against the level
 //     after the last change: intervals short again, hold-offs and floors cleared, a raise in
 //     trial without a gain taken back.
@@ -337,9 +338,11 @@ void Tuner::EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes) 
                  cpu_cores_, s.interval, limits_.cpu_cores, worker_cores_, read_cpu_share_);
       for (Knob k : {kWorkers, kReaders}) {
         if ((k == kWorkers ? w : r) == Value(k)) continue;
+        // Measured, not a trial's noise: at least kHoldOffSeconds even the first time.
         Hold& h = hold_[k];
-        h.raise_until = now_seconds_ + h.raise_seconds;
-        h.raise_seconds = std::min(2 * h.raise_seconds, kMaxHoldOffSeconds);
+        const double seconds = std::max(h.raise_seconds, kHoldOffSeconds);
+        h.raise_until = now_seconds_ + seconds;
+        h.raise_seconds = std::min(2 * seconds, kMaxHoldOffSeconds);
       }
       Set(kWorkers, w, reason, changes);
       Set(kReaders, r, reason, changes);
@@ -446,7 +449,7 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
       Hold& h = hold_[k];
       if (t.raise) {
         h.floor = KnobOf(t.before, k);
-        h.raise_seconds = kHoldOffSeconds;
+        h.raise_seconds = kFirstHoldOffSeconds;
       } else {
         h.lower_seconds = kHoldOffSeconds;
       }
@@ -472,7 +475,10 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     double& seconds = t.raise ? h.raise_seconds : h.lower_seconds;
     (t.raise ? h.raise_until : h.lower_until) = now_seconds_ + seconds;
     hold_seconds = std::max(hold_seconds, seconds);
-    seconds = std::min(2 * seconds, kMaxHoldOffSeconds);
+    // A raise's first failure holds it off briefly (one interval of a shared machine moves by
+    // 5-10%: a raise worth 10-15% can measure a loss once, and 120 s at the poorer setting is
+    // a long price for one noisy interval); the next one 120 s, then twice as long each time.
+    seconds = seconds < kHoldOffSeconds ? kHoldOffSeconds : std::min(2 * seconds, kMaxHoldOffSeconds);
   }
   std::string reason;
   if (t.raise) {

@@ -39,7 +39,8 @@
 // changed (a 0.25 s interval on a shared machine moves by 10-20%), and a raise is kept when
 // throughput gains >= 5% over that measurement (a positive gain under 5% on its interval:
 // judged again on that interval and the next together), else it is taken back
-// and the knob is not raised again for 120 s (doubling on each further failure, up to 960 s),
+// and the knob is not raised again for 5 s the first time (one noisy interval), 120 s the second
+// (doubling on each further failure, up to 960 s; a step down that failed: 120 s, doubling),
 // or until a raise of another knob is kept (that stage may have been limiting too);
 // a step down is taken only if the stage would stay <= 85% busy with one step less, and never
 // back to a level a kept raise left; a shift of throughput by > 20% or of consumer wait by > 20
@@ -216,7 +217,8 @@ class Tuner {
   static constexpr double kForgetFraction = 0.5;          // a shift this large (or a flip of who waits) clears hold-offs
   static constexpr double kShiftFraction = 0.2;           // a regime shift (two intervals running): interval short, hold-offs cleared
   static constexpr double kBurstyReadyMean = 0.75;        // ring dry at times, yet this many ready on average: bursts
-  static constexpr double kHoldOffSeconds = 120;          // after a failed trial; doubles per failure
+  static constexpr double kFirstHoldOffSeconds = 5;       // after a knob's first failed raise (one noisy interval)
+  static constexpr double kHoldOffSeconds = 120;          // after a further one; doubles per failure
   static constexpr double kMaxHoldOffSeconds = 960;
   static constexpr double kShortIntervalSeconds = 0.25;
   static constexpr double kTrialIntervalSeconds = 1.0;    // the interval a trial is judged on
@@ -272,7 +274,7 @@ class Tuner {
   struct Hold {
     double raise_until = 0;          // tuner time (s) before which the knob is not raised
     double lower_until = 0;          // ... not lowered
-    double raise_seconds = kHoldOffSeconds;  // the next raise hold-off (doubles per failure)
+    double raise_seconds = kFirstHoldOffSeconds;  // the next raise hold-off (5 s, then 120 s doubling)
     double lower_seconds = kHoldOffSeconds;
     int64_t floor = 0;               // never lowered to this or below (a kept raise started here)
   };
