@@ -457,8 +457,8 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     if (t.raise) {
       // The other knobs' raises were held off after trials judged with this one lower: one
       // that did not pay because this stage was limiting too (readers on a 2 ms mount while
-      // one worker parsed) may pay now. Their hold-offs end; their length stays (a second
-      // failure holds twice as long).
+      // one worker parsed) may pay now. Their hold-offs end; their length stays (the next
+      // failure holds 120 s, or twice the last).
       for (int k = 0; k < kKnobCount; ++k) {
         if (std::find(t.knobs.begin(), t.knobs.end(), static_cast<Knob>(k)) == t.knobs.end()) hold_[k].raise_until = 0;
       }

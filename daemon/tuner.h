@@ -40,7 +40,8 @@
 // throughput gains >= 5% over that measurement (a positive gain under 5% on its interval:
 // judged again on that interval and the next together), else it is taken back
 // and the knob is not raised again for 5 s the first time (one noisy interval), 120 s the second
-// (doubling on each further failure, up to 960 s; a step down that failed: 120 s, doubling),
+// (doubling on each further failure, up to 960 s; a step down that failed: 120 s, doubling;
+// "first" counts from the start, from a kept raise of that knob, or from hold-offs cleared),
 // or until a raise of another knob is kept (that stage may have been limiting too);
 // a step down is taken only if the stage would stay <= 85% busy with one step less, and never
 // back to a level a kept raise left; a shift of throughput by > 20% or of consumer wait by > 20
@@ -88,7 +89,8 @@
 //     used projected 2.2 of 2 cores; with 2 the daemon used 1.6 cores for 31% more examples/s).
 //     A measured use over the budget by more than
 //     kCpuTolerance lowers the less busy stage (in the next decision, before anything else) and
-//     holds that knob's raises off, as a failed trial does.
+//     holds that knob's raises off for 120 s at least (doubling), not the 5 s of a trial's
+//     first failure: a measured use is not one noisy interval.
 //   - memory: the read-ahead (open files x (stream_buffer_bytes + queued reads: reads_per_file x
 //     read_block_bytes when reads_per_file > 1)) must stay within
 //     Limits::read_ahead_budget_bytes, the part of pipeline.memory_budget left to it (see

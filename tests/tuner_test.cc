@@ -1258,7 +1258,12 @@ TEST_CASE("CPU use measured over the budget (a cgroup quota below what runs): th
     REQUIRE(i < 1000);
   }
   CHECK(now >= 120.25);
+  CHECK(now < 120.25 + 0.5);
   CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
+  // That raise gains nothing: after the budget's 120 s, the next hold-off is twice that.
+  d = tuner.Observe(Obs(250, 0.30, 0.20, 0.0, 0.66, 0, 0.25, 0.70));
+  REQUIRE(d.changes.size() == 1);
+  CHECK(d.changes[0].reason.find("not raised again for 240 s") != std::string::npos);
   // Within the tolerance (1.5 x 1.05 = 1.575): nothing is lowered.
   Tuner near(Limits(1.5, 64 * MiB), TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2},
              {});
