@@ -743,8 +743,9 @@ TEST_CASE("a raise that does not gain 5% is taken back and held off for 5 s, the
         "not raised again for 5 s");
   CHECK(d.next_interval_seconds == Approx(0.25));
 
-  // The tuner's time so far: 1 s measured + 0.25 s of trial = 1.25 s. Parse-bound intervals
-  // until the next change; returns the tuner time it came at.
+  // The tuner's time so far: 1 s measured + 0.25 s of trial = 1.25 s. until_raise feeds
+  // parse-bound intervals until the next change (`now`: the tuner time it came at), failing if
+  // that comes before `hold_until`.
   double now = 1.25;
   auto until_raise = [&](double hold_until) {
     double interval = d.next_interval_seconds;
@@ -770,7 +771,7 @@ TEST_CASE("a raise that does not gain 5% is taken back and held off for 5 s, the
   CHECK(d.changes[0].reason.find("not raised again for 120 s") != std::string::npos);
   // The second: 120 s; the third: 240 s.
   now += 0.25;
-  double failed_at = now;
+  const double failed_at = now;
   until_raise(failed_at + 120);
   CHECK(now >= failed_at + 120);
   CHECK(now < failed_at + 120 + 2.0);
