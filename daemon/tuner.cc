@@ -342,7 +342,7 @@ void Tuner::EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes) 
         Hold& h = hold_[k];
         const double seconds = std::max(h.raise_seconds, kHoldOffSeconds);
         h.raise_until = now_seconds_ + seconds;
-        h.raise_seconds = std::min(2 * seconds, kMaxHoldOffSeconds);
+        h.raise_seconds = NextHoldOff(seconds);
       }
       Set(kWorkers, w, reason, changes);
       Set(kReaders, r, reason, changes);
@@ -400,6 +400,14 @@ void Tuner::AddToStretch(double records, double seconds) {
     stretch_seconds_ -= stretch_.front().second;
     stretch_.pop_front();
   }
+}
+
+// A raise's first failure holds it off briefly (kFirstHoldOffSeconds: one interval of a shared
+// machine moves by 5-10%, so a raise worth 10-15% can measure a loss once, and 120 s at the
+// poorer setting is a long price for one noisy interval); the next one 120 s, then twice as
+// long each time. Step downs and budget cuts start at kHoldOffSeconds and only double.
+double Tuner::NextHoldOff(double seconds) {
+  return seconds < kHoldOffSeconds ? kHoldOffSeconds : std::min(2 * seconds, kMaxHoldOffSeconds);
 }
 
 std::string Tuner::Describe(const TunerKnobs& k, const std::vector<Knob>& which) {
@@ -475,10 +483,7 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     double& seconds = t.raise ? h.raise_seconds : h.lower_seconds;
     (t.raise ? h.raise_until : h.lower_until) = now_seconds_ + seconds;
     hold_seconds = std::max(hold_seconds, seconds);
-    // A raise's first failure holds it off briefly (one interval of a shared machine moves by
-    // 5-10%: a raise worth 10-15% can measure a loss once, and 120 s at the poorer setting is
-    // a long price for one noisy interval); the next one 120 s, then twice as long each time.
-    seconds = seconds < kHoldOffSeconds ? kHoldOffSeconds : std::min(2 * seconds, kMaxHoldOffSeconds);
+    seconds = NextHoldOff(seconds);
   }
   std::string reason;
   if (t.raise) {

@@ -288,6 +288,9 @@ class Tuner {
   static const char* Name(Knob k);
   // "workers 3" or "readers 4, workers 2": the knobs `which` (in that order) at `k`.
   static std::string Describe(const TunerKnobs& k, const std::vector<Knob>& which);
+  // The hold-off after one of `seconds` failed too: kHoldOffSeconds after the short first one,
+  // else twice `seconds`, at most kMaxHoldOffSeconds.
+  static double NextHoldOff(double seconds);
   int64_t CpuBoundReaders(int64_t readers) const;
   // The process's CPU use (cores) with these knobs: the last measured use plus or minus, per
   // thread added or removed, what each thread of that stage used in the last interval.
