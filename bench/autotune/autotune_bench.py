@@ -14,6 +14,8 @@ For each scenario (local files in the page cache; the same files through slowfs 
     num_parallel_reads=16) + batch + map(parse_example, AUTOTUNE)), and the article's pipeline
     (interleave + map(parse_single_example) + batch) with num_parallel_calls=2 fixed; all with
     TFRecordDataset(buffer_size=1 MiB), one read per MiB as ringfeed reads;
+  - ringfeedd with every knob `auto` once more, its consumer paced to the examples/s that tf.data
+    AUTOTUNE just gave on the same mount (consume_bench --rate): memory at equal throughput;
   - confirmation (--confirm rounds, default 3): autotune and the grid's two best fixed settings
     again, interleaved; the ">= 90% of the best fixed" target is also judged on the medians of
     these runs alone (a single run moves by 20-30% on the shared machine, and the best of the
@@ -57,6 +59,7 @@ TFDATA = {  # contender: (pipeline, extra tfdata_bench.py arguments, title)
     "tfdata_reads16": ("tuned", ["--num-parallel-reads", "16"], "tf.data num_parallel_reads=16"),
     "tfdata_article_npc2": ("article", ["--num-parallel-calls", "2"], "tf.data article, num_parallel_calls=2"),
 }
+PACED = "paced_autotune"  # autotune, consumer paced to tf.data AUTOTUNE's rate in the same scenario
 
 
 def log(*a):
@@ -273,7 +276,7 @@ class Bench:
             f.write(f"pipeline: {{{pipeline}{', ' if pipeline else ''}memory_budget: {self.a.budget}}}\n")
         return path
 
-    def run_ringfeed(self, scenario, name, files_glob, knobs):
+    def run_ringfeed(self, scenario, name, files_glob, knobs, rate=0):
         job = f"at-{scenario}-{name}".replace("_", "-")
         config = self.write_config(job, files_glob, knobs)
         timeline_path = os.path.join(self.work, job + ".timeline.json")
@@ -285,7 +288,7 @@ class Bench:
         try:
             out = subprocess.run(self.pin + [os.path.join(self.a.build, "bench/consume_bench"), "--job", job,
                                              "--runtime-dir", self.runtime, "--seconds", str(self.a.seconds),
-                                             "--timeline", timeline_path],
+                                             "--timeline", timeline_path, "--rate", str(rate)],
                                  capture_output=True, text=True, timeout=self.a.seconds + 120)
         finally:
             if daemon.poll() is None:
@@ -330,8 +333,9 @@ class Bench:
             out.append(("autotune_2", {}))
         return out
 
-    def run_one(self, scenario, name, knobs, files_glob, mount, source):
-        """One contender's run (knobs None: tf.data), as a result record."""
+    def run_one(self, scenario, name, knobs, files_glob, mount, source, rate=0):
+        """One contender's run (knobs None: tf.data; rate > 0: ringfeed's consumer paced to that
+        many examples/s), as a result record."""
         self.warm(source)
         if mount:
             mount.reset()
@@ -343,8 +347,8 @@ class Bench:
                 result, timeline = self.run_tfdata(name, files_glob)
                 rec.update(kind="tfdata", result=result, metrics=tfdata_metrics(result, timeline, self.a.steady))
             else:
-                result, timeline, decisions = self.run_ringfeed(scenario, name, files_glob, knobs)
-                rec.update(kind="ringfeed", knobs=knobs, result=result, decisions=decisions,
+                result, timeline, decisions = self.run_ringfeed(scenario, name, files_glob, knobs, rate)
+                rec.update(kind="ringfeed", knobs=knobs, consumer_rate=rate, result=result, decisions=decisions,
                            metrics=ringfeed_metrics(result, timeline, self.a.steady))
                 timeline.pop("final_status", None)
             rec["timeline"] = timeline
@@ -373,6 +377,15 @@ class Bench:
             try:
                 for name, knobs in self.contenders():
                     runs.append(self.run_one(scenario, name, knobs, files_glob, mount, source))
+                # Memory at equal throughput: autotune with its consumer paced to what tf.data
+                # AUTOTUNE gave on this mount (a trainer that needs no more): the bytes a loader
+                # must keep in flight grow with its throughput (Little's law), so the full-speed
+                # runs compare memory at 20x tf.data's throughput or more.
+                tf_auto = next((r for r in runs if r["scenario"] == scenario and r["contender"] == "tfdata_autotune"
+                                and "error" not in r and r["metrics"]["steady_examples_per_s"]), None)
+                if tf_auto:
+                    runs.append(self.run_one(scenario, PACED, {}, files_glob, mount, source,
+                                             rate=round(tf_auto["metrics"]["steady_examples_per_s"])))
                 # Confirmation: autotune and the grid's two best fixed settings again, interleaved,
                 # so that the target compares medians of runs spread over the same spell of the
                 # shared machine, not one run each (the grid's best of 20 single runs is biased up).
@@ -484,6 +497,9 @@ def report(doc):
                 fixed_rows.setdefault(r["contender"], (r, []))[1].append(label)
         rows += [(f"{' = '.join(labels)}: {r['contender'][6:].replace('_', ' ')}", r) for r, labels in fixed_rows.values()]
         rows += [(TFDATA[n][2], by[n]) for n in TFDATA if n in by]
+        paced = by.get(PACED)
+        if paced:
+            rows.append((f"autotune, consumer paced to {k(paced.get('consumer_rate'))} examples/s", paced))
         for label, r in rows:
             m = r["metrics"]
             rate = m["steady_examples_per_s"]
@@ -596,6 +612,18 @@ def report(doc):
                                  bool(tm["rss_peak_increase_bytes"]
                                       and m["private_plus_segment_peak_bytes"] < tm["rss_peak_increase_bytes"])))
 
+        # Not a target of the issue: memory at tf.data AUTOTUNE's own throughput.
+        tf_auto = by.get("tfdata_autotune")
+        if paced and tf_auto:
+            pm, tm = paced["metrics"], tf_auto["metrics"]
+            ok = bool(pm["steady_examples_per_s"] and pm["steady_examples_per_s"] >= 0.95 * paced["consumer_rate"]
+                      and tm["rss_peak_increase_bytes"]
+                      and pm["private_plus_segment_peak_bytes"] < tm["rss_peak_increase_bytes"])
+            verdicts.append((scenario, PACED, "(not a target) less memory than tf.data AUTOTUNE at its throughput",
+                             f"{mib(pm['private_plus_segment_peak_bytes'])} vs {mib(tm['rss_peak_increase_bytes'])}"
+                             f" at {k(pm['steady_examples_per_s'])} vs {k(tm['steady_examples_per_s'])} examples/s",
+                             ok))
+
     # One row per scenario and target, the autotuned runs' figures side by side.
     grouped = {}
     for scenario, run, target, figure, ok in verdicts:
@@ -610,7 +638,8 @@ def report(doc):
         verdict = "met" if met == len(items) else "**MISSED**" if met == 0 else f"met in {met} of {len(items)} runs"
         print(f"| {SCENARIOS[scenario][1]} | {target} | {'; '.join(f for _, f, _ in items)} | {verdict} |")
 
-    autos = [r for r in runs if r["contender"].startswith("autotune") and r.get("decisions")]
+    autos = [r for r in runs if (r["contender"].startswith("autotune") or r["contender"] == PACED)
+             and r.get("decisions")]
     if autos:
         print()
         print("### The autotuner's changes (from `--log-level debug`)")

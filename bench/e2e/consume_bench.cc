@@ -19,6 +19,9 @@
 // For the autotuner's benchmark (bench/autotune/), which runs jobs with `epochs: 0`:
 //   --seconds N      stop N seconds after the first batch (the JSON then has "stopped_by_time":
 //                    true; the daemon keeps running, the caller stops it)
+//   --rate N         take at most N examples per second (sleeps after each batch until its rows
+//                    are due): a trainer slower than the loader, whose loader should then use
+//                    the least CPU and memory that keeps it fed
 //   --timeline FILE  write a JSON document: examples taken per 100 ms from the first batch
 //                    ("bin_seconds", "examples_per_bin"), and every --status-every seconds a
 //                    sample of the daemon: "t" (seconds from the first batch), "rss_anon_bytes",
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
   double stop_seconds = 0;
   std::string timeline_path;
   double status_every = 0.5;
+  double rate = 0;
   CLI::App app("consume_bench: take every batch of a running ringfeedd job, read every byte, print JSON");
   app.add_option("--job", options.job, "Job name (the config's job:)")->required();
   app.add_option("--runtime-dir", options.runtime_dir, "ringfeedd's --runtime-dir");
@@ -109,6 +113,10 @@ int main(int argc, char** argv) {
   app.add_option("--timeline", timeline_path, "Write examples per 100 ms and status samples to this JSON file");
   app.add_option("--status-every", status_every, "With --timeline: seconds between status samples")
       ->check(CLI::PositiveNumber);
+  app.add_option("--rate", rate,
+                 "Take at most this many examples per second (a trainer with a step time; 0: as fast as "
+                 "batches come)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (stop_seconds > 0 && expect_examples != 0) {
     std::cerr << "consume_bench: --seconds and --expect-examples exclude each other (a run stopped by time "
@@ -229,6 +237,11 @@ int main(int argc, char** argv) {
         // The daemon exits (--exit-when-done) once this batch is released: read it first.
         daemon_cpu = ringfeed::bench::ProcCpuSeconds(daemon_pid);
         daemon_hwm = ringfeed::bench::ProcStatusBytes(daemon_pid, "VmHWM");
+      }
+      if (rate > 0) {  // release the batch, wait until its rows are due: examples / rate after the first
+        batch.Release();
+        std::this_thread::sleep_until(first + std::chrono::duration_cast<Clock::duration>(
+                                                  std::chrono::duration<double>(static_cast<double>(examples) / rate)));
       }
     }
     stop_sampling();
