@@ -12,6 +12,7 @@
 
 #include "client/client.h"
 #include "client/control_connection.h"
+#include "daemon/json_float.h"
 #include "shm/names.h"
 #include "shm/protocol.h"
 
@@ -49,10 +50,8 @@ std::string Base64(std::string_view bytes) {
 
 template <typename T>
 nlohmann::ordered_json Number(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    if (std::isnan(v)) return "nan";
-    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  }
+  if constexpr (std::is_same_v<T, float>) return Float32Json(v);
+  if constexpr (std::is_same_v<T, double>) return Float64Json(v);
   return v;
 }
 
@@ -111,23 +110,73 @@ std::string Bytes(double b) {
 }  // namespace
 
 namespace {
-std::vector<std::string> JobSockets(const std::string& runtime_dir) {
-  std::vector<std::string> jobs;
+struct JobSocket {
+  std::string job;
+  std::string runtime_dir;  // where its socket is: the runtime directory or one of its subdirectories
+};
+
+bool IsDirectory(const std::filesystem::path& p) {
+  std::error_code ec;
+  return std::filesystem::is_directory(p, ec);
+}
+
+// The job sockets in `dir` (sorted by job).
+std::vector<JobSocket> SocketsIn(const std::string& dir) {
+  std::vector<JobSocket> jobs;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    if (entry.path().extension() == ".sock") jobs.push_back({entry.path().stem().string(), dir});
+  }
+  std::sort(jobs.begin(), jobs.end(), [](const JobSocket& a, const JobSocket& b) { return a.job < b.job; });
+  return jobs;
+}
+
+// The runtime directory's subdirectories (sorted): where systemd's RuntimeDirectory=ringfeed/%i
+// puts each instance of ringfeed@.service.
+std::vector<std::string> Subdirectories(const std::string& runtime_dir) {
+  std::vector<std::string> dirs;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(runtime_dir, ec)) {
-    if (entry.path().extension() == ".sock") jobs.push_back(entry.path().stem().string());
+    if (IsDirectory(entry.path())) dirs.push_back(entry.path().string());
   }
-  std::sort(jobs.begin(), jobs.end());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+// The sockets in the runtime directory, then those in its subdirectories.
+std::vector<JobSocket> JobSockets(const std::string& runtime_dir) {
+  std::vector<JobSocket> jobs = SocketsIn(runtime_dir);
+  for (const std::string& dir : Subdirectories(runtime_dir)) {
+    for (JobSocket& j : SocketsIn(dir)) jobs.push_back(std::move(j));
+  }
   return jobs;
 }
 }  // namespace
 
+std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job) {
+  std::error_code ec;
+  if (std::filesystem::exists(shm::SocketPath(runtime_dir, job), ec)) return runtime_dir;
+  std::vector<std::string> found;
+  for (const std::string& dir : Subdirectories(runtime_dir)) {
+    if (std::filesystem::exists(shm::SocketPath(dir, job), ec)) found.push_back(dir);
+  }
+  if (found.size() > 1) {
+    std::string dirs;
+    for (const std::string& d : found) dirs += (dirs.empty() ? "" : ", ") + d;
+    throw std::runtime_error("job '" + job + "' has a socket in several directories under " + runtime_dir + ": " +
+                             dirs + "; choose one with --runtime-dir");
+  }
+  return found.empty() ? runtime_dir : found.front();
+}
+
 nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request) {
-  const std::string path = shm::SocketPath(runtime_dir, job);
+  const std::string path = shm::SocketPath(JobRuntimeDir(runtime_dir, job), job);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     std::string jobs;
-    for (const std::string& j : JobSockets(runtime_dir)) jobs += (jobs.empty() ? "" : ", ") + j;
+    for (const JobSocket& j : JobSockets(runtime_dir)) {
+      jobs += (jobs.empty() ? "" : ", ") + j.job + (j.runtime_dir == runtime_dir ? "" : " (in " + j.runtime_dir + ")");
+    }
     throw std::runtime_error("job '" + job + "' is not running in " + runtime_dir + " (no " + path + "); " +
                              (jobs.empty() ? std::string("no jobs run there")
                                            : "jobs there: " + jobs) +
@@ -159,9 +208,10 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
 }
 
 int ListJobs(const std::string& runtime_dir, std::ostream& out) {
-  const std::vector<std::string> jobs = JobSockets(runtime_dir);
+  const std::vector<JobSocket> jobs = JobSockets(runtime_dir);
   if (jobs.empty()) {
-    out << "no ringfeed jobs in " << runtime_dir << " (set RINGFEED_RUNTIME_DIR or --runtime-dir to look elsewhere)\n";
+    out << "no ringfeed jobs in " << runtime_dir
+        << " or its subdirectories (set RINGFEED_RUNTIME_DIR or --runtime-dir to look elsewhere)\n";
     return 0;
   }
   char line[256];
@@ -169,17 +219,18 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
                 "CONSUMERS");
   out << line;
   int running = 0;
-  for (const std::string& job : jobs) {
+  for (const JobSocket& j : jobs) {
+    const std::string where = j.runtime_dir == runtime_dir ? "" : "   (in " + j.runtime_dir + ")";
     try {
-      const nlohmann::json s = QueryDaemon(runtime_dir, job, {{"type", "status"}});
-      std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu\n", job.c_str(),
+      const nlohmann::json s = QueryDaemon(j.runtime_dir, j.job, {{"type", "status"}});
+      std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu", j.job.c_str(),
                     s.value("state", "?").c_str(), static_cast<long long>(s.value("pid", 0)),
                     Seconds(s.value("uptime_seconds", 0.0)).c_str(),
                     s["throughput"]["records_per_second"].value("last_10s", 0.0), s["consumers"].size());
       ++running;
-      out << line;
+      out << line << where << "\n";
     } catch (const std::exception& e) {
-      std::snprintf(line, sizeof line, "%-24s %-12s", job.c_str(), "unreachable");
+      std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(), "unreachable");
       out << line << " " << e.what() << "\n";
     }
   }
@@ -319,7 +370,7 @@ uint64_t DumpBatches(const DumpOptions& options, std::ostream& out) {
   ClientOptions co;
   co.job = options.job;
   co.rank = options.rank;
-  co.runtime_dir = options.runtime_dir;
+  co.runtime_dir = options.runtime_dir.empty() ? "" : JobRuntimeDir(options.runtime_dir, options.job);
   auto client = Client::Attach(co);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
   uint64_t printed = 0;

@@ -1,5 +1,5 @@
 // What `ringfeedctl` asks a running ringfeedd: `list` (jobs with a socket in the runtime
-// directory), `status JOB` (the daemon's status object as a table or JSON) and `dump JOB`
+// directory or one of its subdirectories), `status JOB` (the daemon's status object as a table or JSON) and `dump JOB`
 // (attach as a consumer through the client library and print every batch as one JSON line,
 // exactly what a trainer sees). Protocol: daemon/control_server.h.
 //
@@ -16,11 +16,18 @@
 
 namespace ringfeed {
 
-// Sends one control request ({"type":"status"}, ...) to the job's daemon and returns the reply.
+// Where `job`'s socket is: `runtime_dir` when it is there, else the one subdirectory of
+// `runtime_dir` that holds it (systemd's RuntimeDirectory=ringfeed/%i gives each instance of
+// ringfeed@.service its own, /run/ringfeed/<instance>), else `runtime_dir` (nothing runs; the
+// caller's error names it). Throws std::runtime_error when several subdirectories hold it.
+std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job);
+
+// Sends one control request ({"type":"status"}, ...) to the job's daemon (its socket found by
+// JobRuntimeDir) and returns the reply.
 nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request);
 
-// `ringfeedctl list`: one line per job socket in the runtime directory. Returns the number of
-// running jobs.
+// `ringfeedctl list`: one line per job socket in the runtime directory and in its immediate
+// subdirectories (those name their directory). Returns the number of running jobs.
 int ListJobs(const std::string& runtime_dir, std::ostream& out);
 
 // `ringfeedctl status`: the status object as a human-readable table.
@@ -28,7 +35,7 @@ void PrintStatusTable(const nlohmann::json& status, std::ostream& out);
 
 struct DumpOptions {
   std::string job;
-  std::string runtime_dir;
+  std::string runtime_dir;          // where to look (JobRuntimeDir); empty: the client's default
   std::optional<uint64_t> batches;  // stop after this many; nullopt = until end of data
   int rank = -1;                    // ranks mode: attach as this rank
   double timeout_seconds = 60;      // give up waiting for one batch after this long

@@ -47,6 +47,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/json_float.h"
 #include "format/example_wire.h"
 
 namespace ringfeed {
@@ -88,19 +89,6 @@ std::string DecodeFeature(const wire::FeatureRef& ref, FeatureValues* out) {
 
 // ---------------------------------------------------------------------------------------------
 // JSON values
-
-Json FloatJson(float f) {
-  if (std::isnan(f)) return "nan";
-  if (std::isinf(f)) return f > 0 ? "inf" : "-inf";
-  // to_chars(float) is the shortest string that reads back as this float32; read as a double,
-  // nlohmann prints the shortest string of that double, which is the same digits.
-  char text[64];
-  const auto written = std::to_chars(text, text + sizeof text, f);
-  double d = 0;
-  std::from_chars(text, written.ptr, d);
-  return d;
-}
-
 
 // Length of the valid UTF-8 sequence at s[i] (1-4), or 0 when the bytes there are not one.
 size_t Utf8Sequence(const std::string& s, size_t i) {
@@ -236,7 +224,7 @@ void WriteRecordLine(std::ostream& out, const std::string& file, const Record& r
     if (feature->kind == ListKind::kInt64) {
       for (int64_t v : feature->int64_values) out << std::exchange(separator, ",") << v;
     } else if (feature->kind == ListKind::kFloat) {
-      for (float v : feature->float_values) out << std::exchange(separator, ",") << Dump(FloatJson(v));
+      for (float v : feature->float_values) out << std::exchange(separator, ",") << Dump(Float32Json(v));
     } else if (feature->kind == ListKind::kBytes) {
       for (const std::string& v : feature->bytes_values) {
         out << std::exchange(separator, ",") << '"'

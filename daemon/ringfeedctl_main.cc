@@ -188,15 +188,20 @@ Command AddCheckCommand(CLI::App& parent) {
 // --runtime-dir, shared by the commands that talk to a running daemon.
 void AddRuntimeDirOption(CLI::App* cmd, std::string* dir) {
   cmd->add_option("--runtime-dir", *dir,
-                  "Where the daemons' sockets are (default: $RINGFEED_RUNTIME_DIR, else $RUNTIME_DIRECTORY, else "
-                  "/run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed)");
+                  "Where the daemons' sockets are, looked for there and one directory down (systemd's "
+                  "/run/ringfeed/<instance>) (default: $RINGFEED_RUNTIME_DIR, else $RUNTIME_DIRECTORY, else "
+                  "/run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else /tmp/ringfeed-<uid>)");
 }
 
 std::string RuntimeDirOr(const std::string& dir) { return dir.empty() ? ringfeed::shm::RuntimeDir() : dir; }
 
 Command AddListCommand(CLI::App& parent) {
   auto dir = std::make_shared<std::string>();
-  CLI::App* cmd = parent.add_subcommand("list", "List the ringfeed jobs running on this machine (from their sockets)");
+  CLI::App* cmd = parent.add_subcommand("list", "List the ringfeed jobs running on this machine (from their sockets in the runtime directory and its subdirectories)");
+  cmd->footer(
+      "One line per job: JOB, STATE, PID, UPTIME, RECORDS/S (last 10 s), CONSUMERS; a job found in a\n"
+      "subdirectory ends with \"(in DIR)\"; a socket whose daemon is gone shows as unreachable.\n"
+      "Exit status 0.");
   AddRuntimeDirOption(cmd, dir.get());
   auto run = [dir]() {
     ringfeed::ListJobs(RuntimeDirOr(*dir), std::cout);

@@ -294,7 +294,7 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
     writer.Write(b.AddFloat("x", {2, 3}).AddFloat("v", {1, -2, 0.5f}).AddBytes("b", {std::string_view("\xff\x00z", 3)})
                      .AddInt64("i", {1}).Serialize());
     b.Clear();
-    writer.Write(b.AddFloat("x", {4, 5}).AddFloat("v", {6}).AddBytes("b", no_strings).AddInt64("i", {int64_t{1} << 60})
+    writer.Write(b.AddFloat("x", {4, 0.1f}).AddFloat("v", {6}).AddBytes("b", no_strings).AddInt64("i", {int64_t{1} << 60})
                      .Serialize());
     writer.Close();
   }
@@ -359,18 +359,39 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
       "i":{"dtype":"int64","shape":[2],"values":[7,-3]}},
       "sources":[[0,0],[0,1]]})");
   const json want1 = json::parse(R"({"epoch":0,"batch":1,"size":2,"features":{
-      "x":{"dtype":"float32","shape":[2,2],"values":[2.0,3.0,4.0,5.0]},
+      "x":{"dtype":"float32","shape":[2,2],"values":[2.0,3.0,4.0,0.1]},
       "v":{"dtype":"float32","shape":[4],"values":[1.0,-2.0,0.5,6.0],"row_splits":[0,3,4]},
       "b":{"dtype":"bytes","shape":[1],"values":["/wB6"],"row_splits":[0,1,1]},
       "i":{"dtype":"int64","shape":[2],"values":[1,1152921504606846976]}},
       "sources":[[0,2],[0,3]]})");
   CHECK(lines[0] == want0);
-  CHECK(lines[1] == want1);
+  CHECK(lines[1] == want1);  // 0.1f as 0.1: the shortest decimal that reads back as that float32
   // The features in config order.
   std::vector<std::string> order;
   const auto first = nlohmann::ordered_json::parse(dump.out.substr(0, dump.out.find('\n')));
   for (const auto& [name, value] : first["features"].items()) order.push_back(name);
   CHECK(order == std::vector<std::string>{"x", "v", "b", "i"});
+
+  // Looked for from the directory above: systemd's RuntimeDirectory=ringfeed/%i gives each
+  // instance its own subdirectory of /run/ringfeed, where `ringfeedctl` looks by default.
+  const std::string above = std::filesystem::path(daemon.runtime_dir()).parent_path().string();
+  const CommandResult list_above = RunCommand({CtlBinary(), "list", "--runtime-dir", above});
+  INFO("list from above:\n" << list_above.out << list_above.err);
+  CHECK(list_above.status.ToString() == "exit 0");
+  CHECK_THAT(list_above.out, Catch::Contains(job) && Catch::Contains("running") && Catch::Contains(pid) &&
+                                 Catch::Contains("(in " + daemon.runtime_dir() + ")"));
+  const CommandResult status_above = RunCommand({CtlBinary(), "status", job, "--json", "--runtime-dir", above});
+  INFO("status from above:\n" << status_above.out << status_above.err);
+  CHECK(status_above.status.ToString() == "exit 0");
+  CHECK(json::parse(status_above.out)["pid"] == daemon.pid());
+  const CommandResult dump_above = RunCommand({CtlBinary(), "dump", job, "--batches", "1", "--runtime-dir", above});
+  INFO("dump from above:\n" << dump_above.out << dump_above.err);
+  CHECK(dump_above.status.ToString() == "exit 0");
+  CHECK(json::parse(dump_above.out).contains("features"));
+  const CommandResult not_there = RunCommand({CtlBinary(), "status", "no-such-job", "--runtime-dir", above});
+  CHECK(not_there.status.ToString() == "exit 1");
+  CHECK_THAT(not_there.err, Catch::Contains("job 'no-such-job' is not running in " + above) &&
+                                Catch::Contains("jobs there: " + job + " (in " + daemon.runtime_dir() + ")"));
 
   client.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
