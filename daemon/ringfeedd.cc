@@ -193,23 +193,24 @@ uint64_t RandomId() {
   return id;
 }
 
-// Throughput over the last 10 s from one sample per second.
+// Throughput over the last 10 s: one sample of the counters per second (the first at the
+// daemon's start, counters 0), the rate from the oldest sample kept (10 s back, or the start
+// while the daemon is younger) to the counters now. Thread-safe.
 class RateWindow {
  public:
+  explicit RateWindow(Clock::time_point start) { Add(start, 0, 0); }
   void Add(Clock::time_point t, uint64_t records, uint64_t bytes) {
     std::lock_guard lock(mutex_);
     samples_.push_back({t, records, bytes});
     while (samples_.size() > 11) samples_.pop_front();
   }
-  // records/s, bytes/s over the window (0 with fewer than two samples).
-  std::pair<double, double> Rates() const {
+  // records/s, bytes/s from the oldest sample to (`now`, `records`, `bytes`); 0 at the start.
+  std::pair<double, double> Rates(Clock::time_point now, uint64_t records, uint64_t bytes) const {
     std::lock_guard lock(mutex_);
-    if (samples_.size() < 2) return {0, 0};
     const Sample& a = samples_.front();
-    const Sample& b = samples_.back();
-    const double dt = std::chrono::duration<double>(b.t - a.t).count();
+    const double dt = std::chrono::duration<double>(now - a.t).count();
     if (dt <= 0) return {0, 0};
-    return {static_cast<double>(b.records - a.records) / dt, static_cast<double>(b.bytes - a.bytes) / dt};
+    return {static_cast<double>(records - a.records) / dt, static_cast<double>(bytes - a.bytes) / dt};
   }
 
  private:
@@ -410,7 +411,7 @@ int RunDaemon(const DaemonOptions& options) {
     asio::io_context io;
     ConsumerRegistry consumers(segment, ranks ? queues : 0);
     const auto started = Clock::now();
-    RateWindow window;
+    RateWindow window(started);
     std::atomic<bool> done_producing{false};
     std::atomic<int> exit_status{0};
 
@@ -418,8 +419,9 @@ int RunDaemon(const DaemonOptions& options) {
     std::unique_ptr<Autotune> autotune;
     auto status_json = [&]() {
       const PipelineStats s = pipeline->Snapshot();
-      const double uptime = std::chrono::duration<double>(Clock::now() - started).count();
-      const auto [rate_records, rate_bytes] = window.Rates();
+      const auto now = Clock::now();
+      const double uptime = std::chrono::duration<double>(now - started).count();
+      const auto [rate_records, rate_bytes] = window.Rates(now, s.records, s.record_bytes);
       nlohmann::json consumers_json = nlohmann::json::array();
       for (const auto& c : consumers.List()) {
         consumers_json.push_back({{"id", c.id},
@@ -517,8 +519,8 @@ int RunDaemon(const DaemonOptions& options) {
         }
         if (now >= next_sample) {
           const PipelineStats s = pipeline->Snapshot();
+          const auto [r, b] = window.Rates(now, s.records, s.record_bytes);
           window.Add(now, s.records, s.record_bytes);
-          const auto [r, b] = window.Rates();
           notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch) + ", " +
                           std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
                           " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");

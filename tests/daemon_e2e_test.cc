@@ -372,6 +372,18 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   for (const auto& [name, value] : first["features"].items()) order.push_back(name);
   CHECK(order == std::vector<std::string>{"x", "v", "b", "i"});
 
+  // Throughput: records were published, and while the daemon is younger than 10 s its window
+  // starts at its start, so "last 10 s" is the overall rate (it read 0 until two 1 s samples).
+  const json later = daemon.Status();
+  const json& rate = later["throughput"]["records_per_second"];
+  CHECK(later["records"].get<uint64_t>() > 0);
+  CHECK(rate["last_10s"].get<double>() > 0);
+  if (later["uptime_seconds"].get<double>() < 9) {
+    CHECK(rate["last_10s"].get<double>() == Approx(rate["overall"].get<double>()).epsilon(1e-9));
+  } else {
+    WARN("the daemon is " << later["uptime_seconds"] << " s old: last_10s and overall may differ");
+  }
+
   // Looked for from the directory above: systemd's RuntimeDirectory=ringfeed/%i gives each
   // instance its own subdirectory of /run/ringfeed, where `ringfeedctl` looks by default.
   const std::string above = std::filesystem::path(daemon.runtime_dir()).parent_path().string();
