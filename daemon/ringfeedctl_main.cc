@@ -147,7 +147,7 @@ Command AddCheckCommand(CLI::App& parent) {
       "Exit status 0: all records good, 1: records skipped or the job failed, 2: usage or config error.\n"
       "\n"
       "Example:\n"
-      "  ringfeedctl check config/examples/taxi.yaml");
+      "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data");
   cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required();
   auto run = [config_path]() {
     ringfeed::JobConfig config;

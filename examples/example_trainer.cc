@@ -74,18 +74,12 @@ int main(int argc, char** argv) {
     const auto start = epoch_start;
     auto report = [&] {
       const double s = std::chrono::duration<double>(Clock::now() - epoch_start).count();
-      // An epoch taken in a few milliseconds came from batches already waiting in the ring
-      // (prefetched while the trainer was busy): its rate says nothing about the loader.
-      if (s < 0.05) {
-        std::printf("epoch %llu: %llu examples in %llu batches, %.3f s (already prefetched in the ring: too short "
-                    "to time)\n",
-                    static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(epoch_examples),
-                    static_cast<unsigned long long>(epoch_batches), s);
-        return;
-      }
-      std::printf("epoch %llu: %llu examples in %llu batches, %.2f s, %.0f examples/s\n",
+      // An epoch of a few milliseconds (the quickstart's 10,000 records) is timed from its
+      // first batch, which may have waited in the ring: the rate is a rough one.
+      std::printf("epoch %llu: %llu examples in %llu batches, %.3f s, %.0f examples/s%s\n",
                   static_cast<unsigned long long>(epoch), static_cast<unsigned long long>(epoch_examples),
-                  static_cast<unsigned long long>(epoch_batches), s, epoch_examples / s);
+                  static_cast<unsigned long long>(epoch_batches), s, s > 0 ? epoch_examples / s : 0.0,
+                  s < 0.1 ? " (a short epoch: a rough figure)" : "");
     };
     for (;;) {
       const auto status = client->Next(timeout, &batch);
@@ -107,7 +101,7 @@ int main(int argc, char** argv) {
     }
     if (epoch_batches > 0) report();
     const double s = std::chrono::duration<double>(Clock::now() - start).count();
-    std::printf("end of data: %llu examples, %.0f examples/s overall (checksum %llu)\n",
+    std::printf("end of data: %llu examples, %.0f examples/s from attach to end of data (checksum %llu)\n",
                 static_cast<unsigned long long>(total_examples), s > 0 ? total_examples / s : 0.0,
                 static_cast<unsigned long long>(checksum));
     return 0;
