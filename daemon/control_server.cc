@@ -9,6 +9,7 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -80,7 +81,13 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
       std::istream in(&input_);
       std::string line;
       std::getline(in, line);
-      if (!Handle(line)) return;
+      bool keep = false;
+      try {
+        keep = Handle(line);
+      } catch (const std::exception& e) {  // a field of an unexpected JSON type, ...: this connection's fault
+        keep = Fail(std::string("malformed request: ") + e.what());
+      }
+      if (!keep) return;
       // One request at a time: the next is read once the reply is out, so a client that never
       // reads its replies can't make the daemon queue them without bound.
       if (outbox_.empty()) Read();
@@ -104,6 +111,9 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
       }
       said_hello_ = true;
       hello_timer_.cancel();
+      if (request.contains("role") && !request["role"].is_string()) {
+        return Fail("\"role\" must be a string (consumer or control)");
+      }
       const std::string role = request.value("role", "");
       nlohmann::json welcome = {{"type", "welcome"},
                                 {"protocol", shm::kProtocolVersion},
@@ -114,8 +124,12 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
       if (role == "consumer") {
         std::optional<int> rank;
         if (request.contains("rank") && !request["rank"].is_null()) {
-          if (!request["rank"].is_number_integer()) return Fail("\"rank\" must be an integer or null");
-          rank = request["rank"].get<int>();
+          const nlohmann::json& r = request["rank"];
+          if (!r.is_number_integer() || (r.is_number_unsigned() ? r.get<uint64_t>() > INT32_MAX
+                                                                 : r.get<int64_t>() < INT32_MIN || r.get<int64_t>() > INT32_MAX)) {
+            return Fail("\"rank\" must be an integer (a rank of consumers.count) or null, not " + r.dump());
+          }
+          rank = r.get<int>();
         }
         std::string error;
         const auto id = server_->handlers_.attach(peer_pid_, rank, &error);

@@ -25,7 +25,9 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/control_connection.h"
 #include "format/tfrecord_writer.h"
+#include "shm/protocol.h"
 #include "tests/daemon_harness.h"
 #include "tests/test_support.h"
 
@@ -363,4 +365,49 @@ TEST_CASE("broken configs: ringfeedd exits 2 with file:line:column: key") {
     CHECK(status->ToString() == "exit 2");
     CHECK_THAT(daemon.Stderr(), Catch::Contains(daemon.config_path() + ":" + cases[i].expected));
   }
+}
+
+TEST_CASE("malformed control messages: an error reply to that connection, the daemon carries on") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "badctl",
+                       "job: badctl\n"
+                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
+                       "features:\n" + IdFeaturesYaml() + "epochs: 0\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const std::string hello = "{\"type\":\"hello\",\"protocol\":" + std::to_string(shm::kProtocolVersion);
+  struct Case {
+    std::vector<std::string> lines;  // sent one by one; the reply to the last is checked
+    std::string reply_has;
+  };
+  const std::vector<Case> cases = {
+      {{"not json"}, "malformed request"},
+      {{"{\"type\":5}"}, "malformed request"},
+      {{hello + ",\"role\":5}"}, "\"role\" must be a string"},
+      {{hello + ",\"role\":[\"consumer\"]}"}, "\"role\" must be a string"},
+      {{hello + ",\"role\":\"consumer\",\"rank\":99999999999}"}, "\"rank\" must be an integer"},
+      {{hello + ",\"role\":\"consumer\",\"rank\":\"0\"}"}, "\"rank\" must be an integer"},
+      {{"{\"type\":\"hello\",\"protocol\":\"1\",\"role\":\"control\"}"}, "protocol version \"1\" not supported"},
+      {{hello + ",\"role\":\"control\"}", "{\"type\":\"statuz\"}"}, "unknown request 'statuz'"},
+  };
+  for (const Case& c : cases) {
+    INFO("sent: " << c.lines.back());
+    detail::ControlConnection connection;
+    connection.Connect(daemon.socket_path(), "badctl");
+    std::string reply;
+    for (const std::string& line : c.lines) {
+      connection.SendLine(line);
+      reply = connection.ReadLine(std::chrono::seconds(5));
+    }
+    const nlohmann::json r = nlohmann::json::parse(reply);
+    CHECK(r["type"] == "error");
+    CHECK_THAT(r["message"].get<std::string>(), Catch::Contains(c.reply_has));
+    REQUIRE(daemon.running());
+  }
+  // Still serving: a status, and a consumer gets its batches.
+  CHECK(daemon.Status()["state"] == "running");
+  auto client = Client::Attach(daemon.client_options());
+  Batch batch;
+  REQUIRE(client->Next(std::chrono::seconds(10), &batch) == Client::Status::kBatch);
+  CHECK(batch.rows() > 0);
 }
