@@ -135,14 +135,33 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
 
 bool TFRecordReader::Open(ReadError* error) {
   opened_ = true;
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO without a writer would block for good; only regular files are
+  // read, and they do not block on open (the flag is cleared below: io_uring would answer
+  // EAGAIN instead of waiting for the storage).
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) {
     MakeError(ReadErrorKind::kIo, std::string("cannot open: ") + std::strerror(errno), error);
     return false;
   }
-  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   struct stat st {};
-  const uint64_t regular_size = ::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode) ? static_cast<uint64_t>(st.st_size) : 0;
+  if (::fstat(fd_, &st) != 0) {
+    MakeError(ReadErrorKind::kIo, std::string("cannot stat: ") + std::strerror(errno), error);
+    return false;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                                              : "of an unknown type";
+    MakeError(ReadErrorKind::kIo, std::string("not a regular file (") + what + "): TFRecord files are read as regular files",
+              error);
+    return false;
+  }
+  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
+  const uint64_t regular_size = static_cast<uint64_t>(st.st_size);
   const bool queued = options_.reads_in_flight > 1 && regular_size > 0;
   compression_ = options_.compression;
   // The first bytes tell `auto` the compression and a decompression error what the file looks

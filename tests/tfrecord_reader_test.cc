@@ -1,6 +1,7 @@
 // TFRecordReader against files built here: framing, CRCs, every compression and inflate backend,
 // tiny buffers, and the reader/decompression cases of ../shared/reference/bad-inputs.md.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -454,6 +455,27 @@ TEST_CASE("I/O errors name the file") {
   REQUIRE(out.errors.size() == 1);
   CHECK(out.errors[0].kind == ReadErrorKind::kIo);
   CHECK_THAT(out.errors[0].message, Catch::Contains("/nonexistent/dir/file.tfrecord") && Catch::Contains("No such file"));
+}
+
+TEST_CASE("a FIFO, a directory or a device is an error naming it, never a wait for a writer") {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe.tfrecord");
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);  // no writer: a blocking open() would wait for good
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {fifo, "a FIFO (named pipe)"}, {dir.path().string(), "a directory"}, {"/dev/zero", "a character device"}};
+  for (const auto& [path, what] : cases) {
+    for (const size_t reads_in_flight : {size_t{1}, size_t{4}}) {
+      INFO(path << ", reads_in_flight " << reads_in_flight);
+      ReaderOptions options;
+      options.reads_in_flight = reads_in_flight;
+      Outcome out = ReadAll(path, options);
+      CHECK(out.records.empty());
+      REQUIRE(out.errors.size() == 1);
+      CHECK(out.errors[0].kind == ReadErrorKind::kIo);
+      CHECK(out.errors[0].message == path + ": I/O error: not a regular file (" + what +
+                                         "): TFRecord files are read as regular files");
+    }
+  }
 }
 
 TEST_CASE("TFRecordWriter output reads back in every compression") {
