@@ -35,6 +35,7 @@
 #include "daemon/pipeline.h"
 #include "daemon/read_ahead.h"
 #include "daemon/ring_setup.h"
+#include "daemon/segment_guard.h"
 #include "daemon/systemd_notify.h"
 #include "daemon/tuning_plan.h"
 #include "daemon/thread_name.h"
@@ -385,6 +386,10 @@ int RunDaemon(const DaemonOptions& options) {
       std::string name;
       ~SegmentRemover() { shm::Segment::Remove(name); }
     } remover{segment_name};
+    // A segment truncated under the daemon (by a process that may write it) ends it with a
+    // message instead of a silent SIGBUS.
+    const SegmentGuard segment_guard(segment.data(), segment.size(), segment_name,
+                                     shm::SocketPath(runtime_dir, config.job));
     shm::Superblock* sb = segment.superblock();
     const uint64_t instance_id = RandomId();
     RingSetup setup;

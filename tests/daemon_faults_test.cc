@@ -411,3 +411,24 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
   REQUIRE(client->Next(std::chrono::seconds(10), &batch) == Client::Status::kBatch);
   CHECK(batch.rows() > 0);
 }
+
+TEST_CASE("the segment truncated under the daemon: it says so, removes socket and segment, exits 1") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "truncated",
+                       "job: truncated\n"
+                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
+                       "features:\n" + IdFeaturesYaml() + "epochs: 0\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  REQUIRE(::truncate(daemon.segment_path().c_str(), 0) == 0);  // what any process that may write it can do
+  // The heartbeat thread writes the superblock every few milliseconds: the next write faults.
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(status->ToString() == "exit 1");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("ringfeedd: the shared-memory segment /ringfeed.truncated.") &&
+                                  Catch::Contains("was truncated by another process (an access at byte ") &&
+                                  Catch::Contains("failed with SIGBUS); stopping"));
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+  CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
+}

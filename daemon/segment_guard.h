@@ -1,0 +1,41 @@
+// SegmentGuard: turns a SIGBUS in ringfeedd's shared-memory segment into a clear exit.
+//
+// The segment is a file in /dev/shm that its consumers may open read-write (they map batch data
+// writable, docs/client.md). A process that truncates it (ftruncate, `: > /dev/shm/...`) makes
+// every later access of the daemon to the lost pages raise SIGBUS, which would kill it with no
+// word and leave its socket and the empty segment behind. While a SegmentGuard lives, a SIGBUS
+// whose fault address lies in the segment writes one line to stderr ("ringfeedd: the
+// shared-memory segment NAME was truncated by another process ... stopping"), removes the
+// socket and the segment name, and ends the process with exit status 1 (runtime failure, as
+// documented for ringfeedd; systemd's Restart=on-failure starts it again on a fresh segment).
+// Consumers see the daemon gone (their control connection closes) and fail within 2 s, as for
+// any daemon death. A SIGBUS elsewhere keeps its default action (core dump).
+//
+// Only async-signal-safe calls in the handler (write, unlink, shm_unlink, _exit); the names are
+// copied into fixed buffers at construction. One guard at a time per process.
+// Thread-safety: construct and destroy on one thread, before and after the threads that touch
+// the segment.
+#pragma once
+
+#include <signal.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ringfeed {
+
+class SegmentGuard {
+ public:
+  // `base`, `bytes`: the daemon's mapping of the segment; `segment_name`: its POSIX shm name
+  // ("/ringfeed.<job>.<hash>"); `socket_path`: the job's control socket. Throws
+  // std::runtime_error when the handler cannot be installed or the names are too long.
+  SegmentGuard(const void* base, uint64_t bytes, const std::string& segment_name, const std::string& socket_path);
+  ~SegmentGuard();  // restores the previous SIGBUS action
+  SegmentGuard(const SegmentGuard&) = delete;
+  SegmentGuard& operator=(const SegmentGuard&) = delete;
+
+ private:
+  struct sigaction previous_ {};
+};
+
+}  // namespace ringfeed
