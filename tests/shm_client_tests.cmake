@@ -15,3 +15,14 @@ ringfeed_test(client_test SOURCES client_test.cc LIBS ringfeed_client ringfeed_r
 ringfeed_test(client_c_abi_test SOURCES client_c_abi_test.cc client_c_abi_test.c
               LIBS ringfeed_client ringfeed_ring_test_producer TIMEOUT 60)
 set_source_files_properties(client_c_abi_test.c PROPERTIES COMPILE_OPTIONS "-std=c11")
+
+# The installed client library (pkg-config and find_package), built against by a trainer outside
+# this tree: installs the build into a temporary prefix (needs the whole build: run after it).
+# Not in sanitizer builds: their library needs the sanitizer runtime loaded first, which a
+# trainer built without the flags does not do.
+if(NOT RINGFEED_SANITIZE)
+  add_test(NAME install_test
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/install_test.sh ${PROJECT_BINARY_DIR} ${CMAKE_COMMAND}
+                   ${CMAKE_CXX_COMPILER} ${CMAKE_C_COMPILER})
+  set_tests_properties(install_test PROPERTIES TIMEOUT 300)
+endif()

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# install_test: installs the build into a temporary prefix and builds a trainer against the
+# installed client library the ways docs/client.md gives — pkg-config (C++ and C) and CMake's
+# find_package(ringfeed) — then runs each; with no daemon running, each must get ringfeed's own
+# "not running" error from the installed libringfeed_client.so (found through its rpath).
+#   install_test.sh BUILD_DIR CMAKE CXX CC
+set -euo pipefail
+build=$1 cmake=$2 cxx=$3 cc=$4
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+prefix=$tmp/prefix
+"$cmake" --install "$build" --prefix "$prefix" --component Unspecified > "$tmp/install.log"
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+
+cat > "$tmp/trainer.cc" <<'CC'
+#include <cstdio>
+#include "client/client.h"
+int main() {
+  ringfeed::ClientOptions options;
+  options.job = "install-test-no-such-job";
+  options.runtime_dir = "/nonexistent/ringfeed-install-test";
+  try {
+    ringfeed::Client::Attach(options);
+  } catch (const ringfeed::ClientError& e) {
+    std::printf("error: %s\n", e.what());
+    return 0;
+  }
+  return 1;
+}
+CC
+cat > "$tmp/trainer.c" <<'C'
+#include <stdio.h>
+#include "client/ringfeed.h"
+int main(void) {
+  rf_attach_options opts = {.struct_size = sizeof opts, .job = "install-test-no-such-job",
+                            .rank = -1, .runtime_dir = "/nonexistent/ringfeed-install-test"};
+  rf_client* client = NULL;
+  char err[512];
+  if (rf_attach(&opts, &client, err, sizeof err) == RF_OK) return 1;
+  printf("error: %s\n", err);
+  return 0;
+}
+C
+check() {  # $1 label, $2 program
+  local out
+  out=$("$2")
+  echo "$1: $out"
+  [[ $out == *"install-test-no-such-job"* ]] || { echo "install_test: $1 did not name the job" >&2; exit 1; }
+}
+
+# shellcheck disable=SC2046
+"$cxx" -std=c++20 "$tmp/trainer.cc" -o "$tmp/trainer_pc" $(pkg-config --cflags --libs ringfeed)
+check "pkg-config, C++" "$tmp/trainer_pc"
+# shellcheck disable=SC2046
+"$cc" -std=c11 "$tmp/trainer.c" -o "$tmp/trainer_c" $(pkg-config --cflags --libs ringfeed)
+check "pkg-config, C" "$tmp/trainer_c"
+
+mkdir "$tmp/proj"
+cp "$tmp/trainer.cc" "$tmp/proj/"
+cat > "$tmp/proj/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.25)
+project(trainer LANGUAGES CXX)
+find_package(ringfeed 0.1 REQUIRED)
+add_executable(trainer trainer.cc)
+target_link_libraries(trainer PRIVATE ringfeed::client)
+CM
+"$cmake" -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" > "$tmp/cmake.log"
+"$cmake" --build "$tmp/proj/build" > "$tmp/build.log"
+check "find_package(ringfeed)" "$tmp/proj/build/trainer"
+echo "install_test: OK"
