@@ -12,7 +12,7 @@
 
 #include "client/client.h"
 #include "client/control_connection.h"
-#include "daemon/json_float.h"
+#include "daemon/json_values.h"
 #include "shm/names.h"
 #include "shm/protocol.h"
 
@@ -20,33 +20,6 @@ namespace ringfeed {
 namespace {
 
 constexpr auto kReplyTimeout = std::chrono::seconds(5);
-
-std::string Base64(std::string_view bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 2 < bytes.size(); i += 3) {
-    const uint32_t v = uint32_t(uint8_t(bytes[i])) << 16 | uint32_t(uint8_t(bytes[i + 1])) << 8 | uint8_t(bytes[i + 2]);
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[v >> 12 & 63];
-    out += kAlphabet[v >> 6 & 63];
-    out += kAlphabet[v & 63];
-  }
-  if (i + 1 == bytes.size()) {
-    const uint32_t v = uint32_t(uint8_t(bytes[i])) << 16;
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[v >> 12 & 63];
-    out += "==";
-  } else if (i + 2 == bytes.size()) {
-    const uint32_t v = uint32_t(uint8_t(bytes[i])) << 16 | uint32_t(uint8_t(bytes[i + 1])) << 8;
-    out += kAlphabet[v >> 18];
-    out += kAlphabet[v >> 12 & 63];
-    out += kAlphabet[v >> 6 & 63];
-    out += '=';
-  }
-  return out;
-}
 
 template <typename T>
 nlohmann::ordered_json Number(T v) {
@@ -82,7 +55,10 @@ nlohmann::ordered_json FeatureJson(const TensorView& t) {
     case DType::kUInt32: values = Values<uint32_t>(t); break;
     case DType::kBytes:
       values = nlohmann::ordered_json::array();
-      for (uint64_t i = 0; i < t.size(); ++i) values.push_back(Base64(t.string(i)));
+      for (uint64_t i = 0; i < t.size(); ++i) {
+        const std::string_view v = t.string(i);
+        values.push_back(Base64Encode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}));
+      }
       break;
   }
   f["values"] = std::move(values);

@@ -47,7 +47,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/json_float.h"
+#include "daemon/json_values.h"
 #include "format/example_wire.h"
 
 namespace ringfeed {
@@ -612,26 +612,6 @@ bool DecodeExample(std::span<const uint8_t> example, ExampleFeatures* out, std::
     }
   }
   return true;
-}
-
-std::string Base64Encode(std::span<const uint8_t> bytes) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const uint32_t v = uint32_t{bytes[i]} << 16 | uint32_t{bytes[i + 1]} << 8 | bytes[i + 2];
-    for (int shift = 18; shift >= 0; shift -= 6) out += kAlphabet[(v >> shift) & 63];
-  }
-  const size_t rest = bytes.size() - i;
-  if (rest > 0) {
-    const uint32_t v = uint32_t{bytes[i]} << 16 | (rest == 2 ? uint32_t{bytes[i + 1]} << 8 : 0);
-    out += kAlphabet[(v >> 18) & 63];
-    out += kAlphabet[(v >> 12) & 63];
-    out += rest == 2 ? kAlphabet[(v >> 6) & 63] : '=';
-    out += '=';
-  }
-  return out;
 }
 
 int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& err) {

@@ -78,7 +78,4 @@ std::string TextForJson(const std::string& bytes);
 // when the bytes are not a valid Example; *out is then unspecified.
 bool DecodeExample(std::span<const uint8_t> example, ExampleFeatures* out, std::string* error);
 
-// Standard base64 (RFC 4648 alphabet, '=' padding).
-std::string Base64Encode(std::span<const uint8_t> bytes);
-
 }  // namespace ringfeed

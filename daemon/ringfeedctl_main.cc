@@ -88,6 +88,7 @@ Command AddInspectCommand(CLI::App& parent) {
   cmd->footer(
       "Modes (one at a time; default: records):\n"
       "  (none)    one JSON line per record: file, index, byte offset, every feature's kind and values\n"
+      "            (bytes base64; NaN and infinities as the strings \"nan\", \"inf\", \"-inf\")\n"
       "  --count   records per file and the total\n"
       "  --verify  check every CRC; list each corrupt or truncated record and a summary line\n"
       "  --schema  feature kinds, value counts and presence, then a ready-to-paste features: block\n"

@@ -25,6 +25,7 @@
 
 #include "config/job_config.h"
 #include "daemon/inspect.h"
+#include "daemon/json_values.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
 #include "format/tfrecord_reader.h"
