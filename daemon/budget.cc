@@ -516,8 +516,8 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
       in.reads_per_file > 1 ? SatMul(static_cast<uint64_t>(in.reads_per_file), in.read_block_bytes) : 0;
   plan.min_read_ahead_bytes =
       SatMul(static_cast<uint64_t>(plan.open_files), SatAdd(in.min_stream_buffer_bytes, queued));
-  std::string overhead_text = " + " + FormatBytes(kReadAheadRecordOverheadBytes) + " per " +
-                              FormatBytes(CeilDiv(SatMul(mean, 2), 3)) + " record (2/3 of the mean)";
+  std::string overhead_text = " + " + FormatBytes(kReadAheadRecordOverheadBytes) + " of bookkeeping per record (" +
+                              FormatBytes(CeilDiv(SatMul(mean, 2), 3)) + " records assumed: 2/3 of the mean)";
   if (chunks) {
     overhead_text += ", in " + FormatBytes(kReadAheadChunkBytes) + " chunks with up to " + FormatBytes(tail) +
                      " unused at the end of each";
@@ -565,8 +565,9 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
   }
 
   plan.lines.push_back({"read-ahead",
-                        FormatBytes(plan.read_ahead_memory_bytes) + " left = " + FormatBytes(plan.read_ahead_bytes) +
-                            " of record payload" + overhead_text + ", up to " +
+                        "what is left, " + FormatBytes(plan.read_ahead_memory_bytes) +
+                            ", for records read ahead of their turn: " + FormatBytes(plan.read_ahead_bytes) +
+                            " of record bytes" + overhead_text + "; at most " +
                             FormatBytes(plan.max_stream_buffer_bytes()) + " per open file",
                         plan.read_ahead_memory_bytes});
   return plan;

@@ -514,8 +514,9 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
   CHECK(text.find("  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n") != std::string::npos);
   CHECK(text.find("  threads: (at most 4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n") != std::string::npos);
   CHECK(text.find("  safety margin: max(5% of the budget, 8.0 MiB) = 12.8 MiB\n") != std::string::npos);
-  CHECK(text.find("  read-ahead: 140.4 MiB left = 120.6 MiB of record payload + 224 B per 1.3 KiB record (2/3 of "
-                  "the mean), up to 15.1 MiB per open file = 140.4 MiB\n") != std::string::npos);
+  CHECK(text.find("  read-ahead: what is left, 140.4 MiB, for records read ahead of their turn: 120.6 MiB of record "
+                  "bytes + 224 B of bookkeeping per record (1.3 KiB records assumed: 2/3 of the mean); at most "
+                  "15.1 MiB per open file = 140.4 MiB\n") != std::string::npos);
 }
 
 TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window", "[plan]") {
@@ -536,8 +537,8 @@ TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window",
   // P = floor(left x 4096 x 48 / (4096 x 64 + 672 x 48)).
   const uint64_t left = plan.read_ahead_memory_bytes;
   CHECK(plan.read_ahead_bytes == left * 4096 * 48 / (4096 * 64 + 672 * 48));
-  CHECK(plan.Describe().find("record (2/3 of the mean), in 64.0 KiB chunks with up to 16.0 KiB unused at the "
-                             "end of each, up to ") != std::string::npos);
+  CHECK(plan.Describe().find("records assumed: 2/3 of the mean), in 64.0 KiB chunks with up to 16.0 KiB unused at "
+                             "the end of each; at most ") != std::string::npos);
 }
 
 TEST_CASE("PlanMemory: reads_per_file fixed above 1 counts its queued reads in the minimum", "[plan]") {
@@ -611,8 +612,8 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       "  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n",
       "  threads: (at most 4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n",
       "  safety margin: max(5% of the budget, 8.0 MiB) = 8.0 MiB\n",
-      "  read-ahead at least: 8 open files x 256.0 KiB min stream buffer + 224 B per 1.3 KiB record (2/3 of the "
-      "mean) = 2.3 MiB (the budget leaves 0 B)\n",
+      "  read-ahead at least: 8 open files x 256.0 KiB min stream buffer + 224 B of bookkeeping per record (1.3 KiB "
+      "records assumed: 2/3 of the mean) = 2.3 MiB (the budget leaves 0 B)\n",
       // fixed without margin 107'793'408 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
       "  needed at least 113.1 MiB (118623232 bytes); raise pipeline.memory_budget to at least 114MiB or lower "
       "ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (30.1 MiB)",
