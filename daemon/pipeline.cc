@@ -54,6 +54,7 @@ void Pipeline::Start() {
 
 void Pipeline::RequestStop(const std::string& reason) {
   sequencer_->Stop();
+  read_ahead_->Stop();  // a sequencer waiting for records wakes (storage that never answers)
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;

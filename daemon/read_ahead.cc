@@ -124,13 +124,17 @@ ReadAhead::ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buff
 }
 
 ReadAhead::~ReadAhead() {
+  Stop();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ReadAhead::Stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     for (auto& s : streams_) s->ready_.notify_all();
   }
   work_.notify_all();
-  for (std::thread& t : threads_) t.join();
 }
 
 std::shared_ptr<FileStream> ReadAhead::Open(uint32_t file_index, const std::string& path) {

@@ -224,6 +224,10 @@ class ReadAhead {
   // anyway, see OwnedRecord), saving the copy out of a chunk.
   ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes, bool chunks = true);
   ~ReadAhead();  // stops and joins the threads
+  // Stops reading: every FileStream::Next waiting for records returns (kEnd) now and later
+  // ones at once, so that a sequencer waiting for a file that delivers nothing (storage that
+  // hangs) ends on a stop request. Any thread; idempotent.
+  void Stop();
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
 

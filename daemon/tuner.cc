@@ -92,9 +92,14 @@ Tuner::Tuner(TunerLimits limits, TunerKnobs initial, TunerFixed fixed)
   read_ahead_level_ = std::clamp(limits_.start_stream_buffer_bytes, limits_.min_stream_buffer_bytes, high);
 }
 
+int64_t Tuner::OpenFiles(const TunerLimits& limits, int64_t readers) {
+  int64_t open = limits.open_files_base + std::max<int64_t>(0, readers);
+  if (limits.max_open_files > 0) open = std::min(open, limits.max_open_files);
+  return std::max<int64_t>(1, open);
+}
+
 uint64_t Tuner::StreamBufferBytesFor(const TunerLimits& limits, int64_t readers, int64_t reads_per_file) {
-  const int64_t open_files = std::max<int64_t>(1, limits.open_files_base + std::max<int64_t>(0, readers));
-  const uint64_t share = limits.read_ahead_budget_bytes / static_cast<uint64_t>(open_files);
+  const uint64_t share = limits.read_ahead_budget_bytes / static_cast<uint64_t>(OpenFiles(limits, readers));
   const uint64_t queued = reads_per_file > 1 ? static_cast<uint64_t>(reads_per_file) * limits.read_block_bytes : 0;
   uint64_t bytes = share > queued ? share - queued : 0;
   bytes = std::min(bytes, limits.max_stream_buffer_bytes);
@@ -171,8 +176,7 @@ uint64_t Tuner::QueueBytesPerFile(int64_t reads) const {
 
 int64_t Tuner::MaxReadsPerFileForMemory() const {
   const uint64_t stream = fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes;
-  const uint64_t files = static_cast<uint64_t>(std::max<int64_t>(1, limits_.open_files_base + knobs_.readers));
-  const uint64_t share = limits_.read_ahead_budget_bytes / files;
+  const uint64_t share = limits_.read_ahead_budget_bytes / static_cast<uint64_t>(OpenFiles(limits_, knobs_.readers));
   if (share <= stream || limits_.read_block_bytes == 0) return 1;
   return std::max<int64_t>(1, static_cast<int64_t>(std::min<uint64_t>((share - stream) / limits_.read_block_bytes,
                                                                       uint64_t{1} << 20)));
@@ -203,6 +207,8 @@ int64_t Tuner::MaxReadersForMemory() const {
                             QueueBytesPerFile(knobs_.reads_per_file);
   if (per_file == 0) return limits_.max_readers;
   const uint64_t files = limits_.read_ahead_budget_bytes / per_file;
+  // Every file there is fits: more readers open no more files.
+  if (limits_.max_open_files > 0 && files >= static_cast<uint64_t>(limits_.max_open_files)) return limits_.max_readers;
   const int64_t readers = static_cast<int64_t>(std::min<uint64_t>(files, uint64_t{1} << 40)) - limits_.open_files_base;
   return std::min(readers, limits_.max_readers);
 }
@@ -240,9 +246,9 @@ void Tuner::Set(Knob k, int64_t to, const std::string& reason, std::vector<Tuner
 }
 
 std::string Tuner::BudgetShareReason() const {
-  std::string text = Format("read-ahead budget %s over %lld + %lld open files (readers %lld)",
-                            Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base),
-                            LL(knobs_.readers), LL(knobs_.readers));
+  std::string text = Format("read-ahead budget %s over %lld open files (readers %lld)",
+                            Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(OpenFiles(limits_, knobs_.readers)),
+                            LL(knobs_.readers));
   if (knobs_.reads_per_file > 1) {
     text += Format(", less %lld queued reads of %s per file", LL(knobs_.reads_per_file),
                    Bytes(limits_.read_block_bytes).c_str());
@@ -298,7 +304,7 @@ void Tuner::EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes) 
     Set(kReadsPerFile, cap,
         Format("read-ahead budget %s holds %lld reads of %s per file over %lld open files",
                Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(cap), Bytes(limits_.read_block_bytes).c_str(),
-               LL(limits_.open_files_base + knobs_.readers)),
+               LL(OpenFiles(limits_, knobs_.readers))),
         changes);
   }
 
@@ -753,7 +759,9 @@ bool Tuner::DeepenReadAhead(const Signals& s, std::vector<TunerChange>* changes)
   // rate to grow (without it, 2 readers on a 2 ms mount measured a need just under the
   // level's 10% slack, stayed at 256 KiB and were never saturated enough to be raised).
   const double blocked = static_cast<double>(knobs_.readers) * s.read_busy * (1 - read_cpu_fraction_);
-  const double files = static_cast<double>(std::max<int64_t>(1, limits_.open_files_base));
+  const int64_t interleaved = limits_.max_open_files > 0 ? std::min(limits_.open_files_base, limits_.max_open_files)
+                                                         : limits_.open_files_base;
+  const double files = static_cast<double>(std::max<int64_t>(1, interleaved));
   const double needed = kReadAheadReads * static_cast<double>(limits_.read_bytes) * blocked / files;
   // 10% over the level at least: the estimate moves with each interval's load, and the level
   // only ever goes up.
@@ -770,7 +778,7 @@ bool Tuner::DeepenReadAhead(const Signals& s, std::vector<TunerChange>* changes)
              "reads (%lld, %.0f%% busy, %.0f%% CPU): each of the %lld interleaved files needs %s of read-ahead to "
              "cover its next read of %s; %s with room for throughput to grow by %.0f%%",
              Pct(s.wait), s.interval, Pct(s.read_wait), blocked, LL(knobs_.readers), Pct(s.read_busy),
-             Pct(read_cpu_fraction_), LL(limits_.open_files_base),
+             Pct(read_cpu_fraction_), LL(std::max<int64_t>(1, interleaved)),
              Bytes(static_cast<uint64_t>(needed / kReadAheadReads)).c_str(), Bytes(limits_.read_bytes).c_str(),
              Bytes(static_cast<uint64_t>(needed)).c_str(), Pct(kReadAheadReads - 1)),
       changes);

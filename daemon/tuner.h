@@ -94,7 +94,8 @@
 //   - memory: the read-ahead (open files x (stream_buffer_bytes + queued reads: reads_per_file x
 //     read_block_bytes when reads_per_file > 1)) must stay within
 //     Limits::read_ahead_budget_bytes, the part of pipeline.memory_budget left to it (see
-//     daemon/budget.h). Open files = open_files_base + readers. Unless fixed,
+//     daemon/budget.h). Open files = open_files_base + readers (at most the files there are:
+//     max_open_files). Unless fixed,
 //     stream_buffer_bytes = min(StreamBufferBytesFor(limits, readers) (budget / open files,
 //     clamped to the max, 4 KiB multiple), the read-ahead level) after every change of readers
 //     or of the level; readers are raised only while the share stays >= min_stream_buffer_bytes.
@@ -144,6 +145,8 @@ struct TunerLimits {
   double machine_cores = 0;             // cores it can get at all (affinity, cgroup quota); 0: unknown
   uint64_t read_ahead_budget_bytes = 64u << 20;  // for all open files' read-ahead together
   int64_t open_files_base = 4;          // files open for the interleave besides the readers' (cycle_length)
+  int64_t max_open_files = 0;           // files there are to open (the shard's); 0: no cap. Open files =
+                                        // min(open_files_base + readers, max_open_files), as in the memory plan
   int64_t max_readers = 16;
   int64_t max_workers = 16;
   int64_t max_prefetch = 16;            // ring slots available for prefetch (fixed at start)
@@ -254,6 +257,9 @@ class Tuner {
   // With reads_per_file > 1, each file's queued reads (reads_per_file x read_block_bytes) come
   // out of its share first.
   static uint64_t StreamBufferBytesFor(const TunerLimits& limits, int64_t readers, int64_t reads_per_file = 1);
+  // Files open at once with `readers` readers: open_files_base + readers, at most
+  // max_open_files (when set), at least 1.
+  static int64_t OpenFiles(const TunerLimits& limits, int64_t readers);
   // What an auto stream_buffer_bytes starts at: the budget's share, at most
   // start_stream_buffer_bytes. Use it for TunerKnobs::stream_buffer_bytes at start so that the
   // first decision need not change it.

@@ -63,6 +63,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   limits.cpu_cores = at.cpu_budget_cores;
   limits.machine_cores = machine.cores;
   limits.open_files_base = pc.cycle_length;
+  limits.max_open_files = std::max<int64_t>(1, shard_files);  // as the memory plan counts them
   at.fixed.readers = pc.readers.has_value();
   at.fixed.workers = pc.workers.has_value();
   at.fixed.prefetch = pc.prefetch.has_value();

@@ -1,7 +1,12 @@
 // Sequencer + ReadAhead: the order of records and batches (daemon/sequencer.h) on real
 // TFRecord files, independent of read-ahead threads and buffer sizes.
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
+#include <thread>
+#include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <set>
 
 #include "daemon/read_ahead.h"
@@ -397,4 +402,38 @@ TEST_CASE("a stream's small records fill one chunk across read-ahead turns") {
     CHECK(records[i].bytes()[0] == static_cast<uint8_t>('a' + i % 26));
     if (i % per_chunk != 0) CHECK(records[i].storage.bytes() == records[i - 1].storage.bytes());
   }
+}
+
+TEST_CASE("a sequencer waiting for records that never come ends on Stop (ReadAhead::Stop wakes it)") {
+  // A read-ahead of 0 bytes never hands a file to a reader: the sequencer waits in
+  // FileStream::Next for good, as it did under a 0-byte read-ahead from the tuner (a 1-file job
+  // with cycle_length 16 and 8 queued reads) or storage that never answers. Stopping the
+  // pipeline must end that wait; SIGTERM did not before.
+  TempDir dir;
+  SequencerOptions o;
+  o.files = WriteFiles(dir, {10});
+  o.batch_size = 2;
+  o.epochs = 0;
+  ReadAhead read_ahead({}, 1, 0);
+  Sequencer sequencer(o, &read_ahead, nullptr);
+  std::atomic<int> emitted{0};
+  std::atomic<bool> done{false};
+  std::thread runner([&] {
+    sequencer.Run([&](BatchJob&&) {
+      ++emitted;
+      return true;
+    });
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  CHECK_FALSE(done.load());  // waiting, as described
+  sequencer.Stop();
+  read_ahead.Stop();
+  for (int i = 0; i < 500 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!done.load()) {  // the runner cannot be joined or left behind: end the binary with the reason
+    std::cerr << "sequencer_test: the sequencer still waits 5 s after Stop\n";
+    std::abort();
+  }
+  runner.join();
+  CHECK(emitted.load() == 0);
 }

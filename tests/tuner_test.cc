@@ -707,7 +707,7 @@ TEST_CASE("reasons name the numbers") {
           "(2% CPU: I/O-blocked, x2 step), 0.36 of 6 cores used (0.16 per worker, 0.02 per reader)");
     // 64 MiB / (4 + 4) = 8 MiB exactly.
     CHECK(ToString(d.changes[1]) ==
-          "stream_buffer_bytes 11182080 -> 8388608: read-ahead budget 64.0 MiB over 4 + 4 open files (readers 4)");
+          "stream_buffer_bytes 11182080 -> 8388608: read-ahead budget 64.0 MiB over 8 open files (readers 4)");
   }
   SECTION("prefetch") {
     Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
@@ -1289,6 +1289,48 @@ TEST_CASE("deterministic: the same observations give the same decisions") {
       for (size_t j = 0; j < x.changes.size(); ++j) REQUIRE(ToString(x.changes[j]) == ToString(y.changes[j]));
     }
   }
+}
+
+TEST_CASE("open files are at most the files there are: a long cycle_length over one file keeps its read-ahead") {
+  // One file, cycle_length 16, 8 queued reads of 256 KiB fixed, 30.8 MiB of read-ahead budget:
+  // counted as 16 + 1 open files, each file's share (1.8 MiB) was below its queued reads
+  // (2 MiB), the read-ahead came out 0 and nothing was ever read (a stalled job). The memory
+  // plan counts min(cycle_length + readers, files) open files; the tuner now does the same.
+  TunerLimits l;
+  l.open_files_base = 16;
+  l.read_ahead_budget_bytes = 30800u << 10;
+  l.read_block_bytes = 256u << 10;
+  l.max_open_files = 1;
+  CHECK(Tuner::OpenFiles(l, 1) == 1);
+  CHECK(Tuner::OpenFiles(l, 16) == 1);
+  // 30.8 MiB - 2 MiB queued, capped at max_stream_buffer_bytes (16 MiB).
+  CHECK(Tuner::StreamBufferBytesFor(l, 1, 8) == l.max_stream_buffer_bytes);
+  l.max_open_files = 0;  // no cap: the old count
+  CHECK(Tuner::OpenFiles(l, 1) == 17);
+  CHECK(Tuner::StreamBufferBytesFor(l, 1, 8) == 0);
+  l.max_open_files = 10;  // the cap binds only past the files there are
+  CHECK(Tuner::OpenFiles(l, 0) == 10);
+  CHECK(Tuner::OpenFiles(l, 4) == 10);
+  l.open_files_base = 4;
+  CHECK(Tuner::OpenFiles(l, 2) == 6);
+  CHECK(Tuner::OpenFiles(l, 8) == 10);
+
+  // The tuner itself, started as ringfeedd starts it: the read-ahead it applies is not 0.
+  TunerLimits one;
+  one.open_files_base = 16;
+  one.max_open_files = 1;
+  one.read_ahead_budget_bytes = 30800u << 10;
+  TunerKnobs start;
+  start.reads_per_file = 8;
+  start.stream_buffer_bytes = Tuner::StartStreamBufferBytes(one, start.readers, start.reads_per_file);
+  TunerFixed fixed;
+  fixed.reads_per_file = true;
+  Tuner tuner(one, start, fixed);
+  TunerObservation o;
+  o.interval_seconds = 0.25;
+  o.consumers = 1;
+  const TunerDecision d = tuner.Observe(o);
+  CHECK(d.knobs.stream_buffer_bytes >= one.min_stream_buffer_bytes);
 }
 
 }  // namespace
