@@ -6,6 +6,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
@@ -297,6 +298,14 @@ int RunDaemon(const DaemonOptions& options) {
   try {
     // 1. Runtime directory and lock.
     const std::string runtime_dir = options.runtime_dir.empty() ? shm::RuntimeDir() : options.runtime_dir;
+    const std::string socket_path = shm::SocketPath(runtime_dir, config.job);
+    if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+      throw StartupError("control socket path " + socket_path + " is " + std::to_string(socket_path.size()) +
+                             " bytes, longer than a Unix socket allows (" +
+                             std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) +
+                             "); use a shorter runtime directory (--runtime-dir, RINGFEED_RUNTIME_DIR) or job name",
+                         2);
+    }
     std::error_code ec;
     std::filesystem::create_directories(runtime_dir, ec);
     if (ec) throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message());
@@ -389,7 +398,7 @@ int RunDaemon(const DaemonOptions& options) {
     // A segment truncated under the daemon (by a process that may write it) ends it with a
     // message instead of a silent SIGBUS.
     const SegmentGuard segment_guard(segment.data(), segment.size(), segment_name,
-                                     shm::SocketPath(runtime_dir, config.job));
+                                     socket_path);
     shm::Superblock* sb = segment.superblock();
     const uint64_t instance_id = RandomId();
     RingSetup setup;
@@ -497,7 +506,7 @@ int RunDaemon(const DaemonOptions& options) {
       if (type == "files") return {{"type", "files"}, {"files", files}};
       return {{"type", "error"}, {"message", "unknown request '" + type + "' (status, files)"}};
     };
-    ControlServer server(io, shm::SocketPath(runtime_dir, config.job), mode, group,
+    ControlServer server(io, socket_path, mode, group,
                          {config.job, segment_name, instance_id}, std::move(handlers));
 
     pipeline = std::make_unique<Pipeline>(po, parser, segment, [&](PipelineEnd end, const std::string& message) {

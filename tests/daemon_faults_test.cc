@@ -432,3 +432,22 @@ TEST_CASE("the segment truncated under the daemon: it says so, removes socket an
   CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
   CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
 }
+
+TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the path and the fix") {
+  TempDir dir;
+  const std::filesystem::path deep = dir.path() / std::string(90, 'd');
+  std::filesystem::create_directories(deep);
+  WriteIdFile((deep / "data.tfrecord").string(), 0, 4);
+  DaemonProcess daemon(deep, "long-socket",
+                       "job: long-socket\n"
+                       "source: {files: [\"" + (deep / "data.tfrecord").string() + "\"]}\n"
+                       "features:\n" + IdFeaturesYaml());
+  CHECK_FALSE(daemon.Start());
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(status->ToString() == "exit 2");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("control socket path " + daemon.socket_path() + " is ") &&
+                                  Catch::Contains("longer than a Unix socket allows (107); use a shorter runtime "
+                                                  "directory (--runtime-dir, RINGFEED_RUNTIME_DIR) or job name"));
+}
