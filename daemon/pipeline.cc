@@ -194,7 +194,7 @@ void Pipeline::RunSequencer() {
   if (outcome == Sequencer::Outcome::kFailed) {
     Fail(sequencer_->failure());
   } else {
-    Finish(PipelineEnd::kEndOfData, "");
+    Finish(PipelineEnd::kEndOfData, sequencer_->ended_early());
   }
 }
 

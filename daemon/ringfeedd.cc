@@ -510,7 +510,10 @@ int RunDaemon(const DaemonOptions& options) {
                          {config.job, segment_name, instance_id}, std::move(handlers));
 
     pipeline = std::make_unique<Pipeline>(po, parser, segment, [&](PipelineEnd end, const std::string& message) {
-      if (end == PipelineEnd::kEndOfData) spdlog::info("all epochs produced (end of data)");
+      if (end == PipelineEnd::kEndOfData) {
+        if (message.empty()) spdlog::info("all epochs produced (end of data)");
+        else spdlog::warn("end of data before the last epoch: {}", message);
+      }
       if (end == PipelineEnd::kFailed) {
         spdlog::error("stopped producing (on_error: fail): {}", message);
         exit_status = 1;

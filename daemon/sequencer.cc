@@ -31,7 +31,14 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
     uint64_t delivered = 0;
     if (!RunEpoch(e, emit, &delivered)) return failure_.empty() ? Outcome::kStopped : Outcome::kFailed;
     // An epoch that delivers nothing would loop forever with epochs: 0.
-    if (delivered == 0) return Outcome::kEndOfData;
+    if (delivered == 0) {
+      if (options_.epochs == 0 || e + 1 < static_cast<uint64_t>(options_.epochs)) {
+        ended_early_ = "epoch " + std::to_string(e) + " delivered no records (every file of this shard empty, skipped "
+                       "under on_error: skip, or gone): ended there, since the epochs after it would deliver none "
+                       "either; restart the job once the files are back";
+      }
+      return Outcome::kEndOfData;
+    }
   }
   return Outcome::kEndOfData;
 }

@@ -83,6 +83,9 @@ class Sequencer {
   void SetLookahead(size_t files) { lookahead_.store(files < 1 ? 1 : files, std::memory_order_relaxed); }
 
   const std::string& failure() const { return failure_; }
+  // After Run returned kEndOfData before its last epoch: why ("epoch N delivered no records
+  // ..."); empty when every epoch ran. Read after Run.
+  const std::string& ended_early() const { return ended_early_; }
   // The files this shard reads (indices into options.files).
   const std::vector<uint32_t>& shard_files() const { return shard_files_; }
   bool shard_by_record() const { return shard_by_record_; }
@@ -104,6 +107,7 @@ class Sequencer {
   bool shard_by_record_ = false;
   uint64_t next_seq_ = 0;
   std::string failure_;
+  std::string ended_early_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> lookahead_;
   std::atomic<uint64_t> epoch_{0};

@@ -437,3 +437,23 @@ TEST_CASE("a sequencer waiting for records that never come ends on Stop (ReadAhe
   runner.join();
   CHECK(emitted.load() == 0);
 }
+
+TEST_CASE("an epoch that delivers no records ends the data early and says why") {
+  TempDir dir;
+  SequencerOptions o;
+  o.files = WriteFiles(dir, {0, 0});
+  o.batch_size = 2;
+  o.epochs = 0;  // forever: an empty epoch would repeat without end
+  ReadAhead read_ahead({}, 1, 1 << 20);
+  Sequencer sequencer(o, &read_ahead, nullptr);
+  CHECK(sequencer.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+  CHECK_THAT(sequencer.ended_early(), Catch::StartsWith("epoch 0 delivered no records (every file of this shard "
+                                                         "empty, skipped under on_error: skip, or gone)"));
+
+  SequencerOptions full = o;
+  full.files = WriteFiles(dir, {3});
+  full.epochs = 2;
+  Sequencer complete(full, &read_ahead, nullptr);
+  CHECK(complete.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+  CHECK(complete.ended_early().empty());
+}
