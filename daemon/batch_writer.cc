@@ -84,12 +84,25 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
       const uint64_t b = caps[i].values_bytes + 8 * (caps[i].value_offsets + caps[i].row_splits);
       if (b > largest_bytes) largest_bytes = b, largest = i;
     }
+    // The batch's largest record, to find the data that grew (a slot is sized from the first
+    // records; a batch that does not fit is a capacity error, not a bad record: on_error does
+    // not apply, and no data is cut).
+    const OwnedRecord* big = nullptr;
+    for (const OwnedRecord& r : job.records) {
+      if (big == nullptr || r.size > big->size) big = &r;
+    }
+    const uint64_t kib = (needed + 1023) / 1024;
     result.error = "batch " + std::to_string(job.index) + " of epoch " + std::to_string(job.epoch) + " needs " +
                    std::to_string(needed) + " bytes (" + shm::HumanBytes(needed) + ") but a ring slot holds " +
                    std::to_string(slot_bytes) + " (" + shm::HumanBytes(slot_bytes) +
-                   "); set ring.slot_bytes to at least " + shm::HumanBytes(needed) + " (the largest column is '" +
+                   "); set ring.slot_bytes to at least " + std::to_string(kib) + "KiB (the largest column is '" +
                    (specs.empty() ? std::string() : specs[largest].name) + "' with " +
-                   std::to_string(largest_bytes) + " bytes)";
+                   std::to_string(largest_bytes) + " bytes; the largest record of the batch: " +
+                   (big != nullptr && big->file_index < files.size()
+                        ? files[big->file_index] + " record " + std::to_string(big->record_index) + " at byte " +
+                              std::to_string(big->offset) + ", " + std::to_string(big->size) + " bytes"
+                        : std::string("none")) +
+                   "). A capacity error: on_error does not apply";
     return result;
   }
   bool no_room = false;
@@ -125,7 +138,7 @@ BatchWriter::Result BatchWriter::Fill(const BatchJob& job, uint32_t slot, const 
       std::string message = files[r.file_index] + ": record " + std::to_string(r.record_index) + " at byte " +
                             std::to_string(r.offset) + ": " + error.message;
       if (!skip_errors) {
-        result.error = std::move(message);
+        result.error = std::move(message) + " (on_error: fail)";
         return result;
       }
       result.skipped.push_back(std::move(message));

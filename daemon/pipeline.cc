@@ -192,7 +192,7 @@ void Pipeline::RunSequencer() {
   if (stopping_) return;
   lock.unlock();
   if (outcome == Sequencer::Outcome::kFailed) {
-    Fail(sequencer_->failure());
+    Fail(sequencer_->failure() + " (on_error: fail)");
   } else {
     Finish(PipelineEnd::kEndOfData, sequencer_->ended_early());
   }

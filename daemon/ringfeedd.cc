@@ -515,7 +515,7 @@ int RunDaemon(const DaemonOptions& options) {
         else spdlog::warn("end of data before the last epoch: {}", message);
       }
       if (end == PipelineEnd::kFailed) {
-        spdlog::error("stopped producing (on_error: fail): {}", message);
+        spdlog::error("stopped producing: {}", message);
         exit_status = 1;
       }
       done_producing = true;

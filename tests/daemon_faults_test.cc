@@ -26,6 +26,7 @@
 
 #include "client/client.h"
 #include "client/control_connection.h"
+#include "format/example_builder.h"
 #include "format/tfrecord_writer.h"
 #include "shm/protocol.h"
 #include "tests/daemon_harness.h"
@@ -450,4 +451,66 @@ TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the p
   CHECK_THAT(daemon.Stderr(), Catch::Contains("control socket path " + daemon.socket_path() + " is ") &&
                                   Catch::Contains("longer than a Unix socket allows (107); use a shorter runtime "
                                                   "directory (--runtime-dir, RINGFEED_RUNTIME_DIR) or job name"));
+}
+
+TEST_CASE("a batch larger than a ring slot: names the record, advises enough, and that advice works") {
+  TempDir dir;
+  {
+    TFRecordWriter writer(dir.file("data.tfrecord"));
+    ExampleBuilder b;
+    for (int64_t i = 0; i < 1200; ++i) {
+      // Record 1100 carries 200,000 values: far beyond what the slot was sized for from the
+      // first 1,000 records at start.
+      std::vector<int64_t> values(i == 1100 ? 200000 : 1, i);
+      writer.Write(b.AddInt64("v", values).Serialize());
+      b.Clear();
+    }
+    writer.Close();
+  }
+  auto config = [&](const std::string& ring) {
+    return "job: big-record\n"
+           "source: {files: [\"" + dir.file("data.tfrecord") + "\"], on_error: skip}\n"
+           "features: {v: {type: varlen, dtype: int64}}\n"
+           "batch: {size: 32}\n" + ring;
+  };
+  DaemonProcess first(dir.path(), "big-record", config(""));
+  RINGFEED_REQUIRE_STARTED(first);
+  {
+    // A consumer drains the ring up to the batch that does not fit, then gets the error.
+    auto consumer = Client::Attach(first.client_options());
+    Batch batch;
+    std::string error;
+    try {
+      while (consumer->Next(std::chrono::seconds(10), &batch) == Client::Status::kBatch) batch.Release();
+    } catch (const ClientError& e) {
+      error = e.what();
+    }
+    CHECK_THAT(error, Catch::Contains("set ring.slot_bytes to at least "));
+  }
+  CHECK(first.WaitForStderr("stopped producing"));
+  CHECK(first.Stop().ToString() == "exit 1");  // it failed: exit status 1 once stopped
+  const std::string err = first.Stderr();
+  INFO("ringfeedd stderr:\n" << err);
+  CHECK_THAT(err, Catch::Contains("stopped producing: batch 34 of epoch 0 needs ") &&
+                      Catch::Contains("the largest record of the batch: " + dir.file("data.tfrecord") + " record 1100") &&
+                      Catch::Contains("A capacity error: on_error does not apply"));
+  const std::string key = "set ring.slot_bytes to at least ";
+  const size_t at = err.find(key);
+  REQUIRE(at != std::string::npos);
+  const std::string advice = err.substr(at + key.size(), err.find(' ', at + key.size()) - at - key.size());
+  REQUIRE(advice.ends_with("KiB"));
+
+  // The advised size is enough: every record, the big one included, arrives.
+  DaemonProcess second(dir.path(), "big-record", config("ring: {slot_bytes: " + advice + "}\n"), "advised.yaml");
+  RINGFEED_REQUIRE_STARTED(second);
+  auto client = Client::Attach(second.client_options());
+  Batch batch;
+  uint64_t rows = 0, values = 0;
+  while (client->Next(std::chrono::seconds(10), &batch) == Client::Status::kBatch) {
+    rows += batch.rows();
+    values += batch.feature(0).size();
+    batch.Release();
+  }
+  CHECK(rows == 1200);
+  CHECK(values == 1199 + 200000);
 }
