@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
 #include <grp.h>
 #include <sys/file.h>
 #include <sys/random.h>
@@ -294,6 +296,22 @@ int RunDaemon(const DaemonOptions& options) {
   spdlog::set_level(SpdLevel(config.log_level));
   if (!options.log_level.empty()) spdlog::set_level(spdlog::level::from_str(options.log_level));
 
+  // SIGINT and SIGTERM wait (blocked) until the handler below is in place: a stop during
+  // start-up (`systemctl stop` while a large ring is being reserved) then stops cleanly once
+  // start-up is done, and the segment it created is removed, instead of the default action
+  // leaving it in /dev/shm. Threads started in between inherit the mask, so the signals reach
+  // this thread, which unblocks them once asio's signal_set listens.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigset_t previous_mask;
+  pthread_sigmask(SIG_BLOCK, &stop_signals, &previous_mask);
+  struct MaskRestorer {
+    sigset_t mask;
+    ~MaskRestorer() { pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
+  } mask_restorer{previous_mask};
+
   SystemdNotifier notifier;
   try {
     // 1. Runtime directory and lock.
@@ -555,6 +573,7 @@ int RunDaemon(const DaemonOptions& options) {
       spdlog::info("{}: stopping", stop_reason);
       io.stop();
     });
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);  // a stop requested during start-up arrives now
     // --exit-when-done: poll for "produced everything and every batch was released".
     asio::steady_timer done_timer(io);
     std::function<void()> check_done = [&] {

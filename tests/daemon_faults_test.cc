@@ -514,3 +514,35 @@ TEST_CASE("a batch larger than a ring slot: names the record, advises enough, an
   CHECK(rows == 1200);
   CHECK(values == 1199 + 200000);
 }
+
+TEST_CASE("SIGTERM while the daemon is still starting: a clean stop once started, the segment removed") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  // A 1 GiB ring: reserving and prefaulting it takes long enough to be stopped in the middle.
+  DaemonProcess daemon(dir.path(), "slow-start",
+                       "job: slow-start\n"
+                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
+                       "features:\n" + IdFeaturesYaml() +
+                           "ring: {slots: 4, slot_bytes: 256MiB}\n"
+                           "pipeline: {memory_budget: 2GiB}\n");
+  DaemonStart start;
+  // The wrapper starts ringfeedd, sends SIGTERM as soon as its segment exists (it is being
+  // reserved: start-up is not done) and waits for it; the harness sees its exit.
+  start.wrapper = {"bash", "-c",
+                   "\"$0\" \"$@\" & pid=$!; "
+                   "for i in $(seq 1000); do [ -e '" + daemon.segment_path() + "' ] && break; sleep 0.01; done; "
+                   "[ -S '" + daemon.socket_path() + "' ] && echo 'WRAPPER: already started'; "
+                   "kill -TERM $pid; wait $pid"};
+  start.timeout = std::chrono::seconds(60);
+  CHECK_FALSE(daemon.Start(start));  // stopped before it served
+  const auto status = daemon.Wait(std::chrono::seconds(60));
+  REQUIRE(status);
+  INFO("stderr:\n" << daemon.Stderr());
+  CHECK(status->ToString() == "exit 0");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("ringfeedd stopped by SIGTERM: stopping"));
+  if (daemon.Stderr().find("WRAPPER: already started") != std::string::npos) {
+    WARN("ringfeedd was ready before the SIGTERM: the start-up window was not hit this time");
+  }
+  CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+}
