@@ -39,6 +39,9 @@ constexpr int64_t kMaxFeatureElements = int64_t{1} << 40;  // prod(shape) of one
 constexpr size_t kMaxJobNameLength = 64;
 constexpr int64_t kMinRingSlots = 2;                   // one being filled while one is read
 constexpr int64_t kMaxRingSlots = 256;                 // shm::kMaxSlots
+constexpr size_t kMaxFeatureCount = 256;               // shm::kMaxFeatures: the superblock's schema
+constexpr size_t kMaxFeatureNameBytes = 127;           // shm::kMaxNameBytes - 1 (NUL-terminated)
+constexpr size_t kMaxShapeRank = 8;                    // shm::kMaxRank
 constexpr uint64_t kMinSlotBytes = uint64_t{4} << 10;  // one page
 constexpr uint64_t kMaxSlotBytes = uint64_t{64} << 30;
 constexpr int64_t kMaxRanks = 64;                      // shm::kMaxQueues
@@ -596,8 +599,18 @@ class Loader {
            "got " + (section.value.IsMap() ? std::string("an empty mapping")
                                             : NodeKindName(section.value)));
     }
+    if (section.value.size() > kMaxFeatureCount) {
+      Fail(MarkOf(section), section.path,
+           std::to_string(section.value.size()) + " features; a job has at most " +
+               std::to_string(kMaxFeatureCount) + " (the ring's schema holds that many)");
+    }
     for (const Entry& e : ReadPairs(section.value, "features")) {
       if (e.key.empty()) Fail(e.key_node.Mark(), e.path, "a feature name must not be empty");
+      if (e.key.size() > kMaxFeatureNameBytes) {
+        Fail(e.key_node.Mark(), e.path.substr(0, 60) + "...",
+             "a feature name has at most " + std::to_string(kMaxFeatureNameBytes) + " bytes (the ring's limit); this one has " +
+                 std::to_string(e.key.size()));
+      }
       features->push_back(ReadFeature(e));
     }
   }
@@ -681,6 +694,11 @@ class Loader {
     if (!e.value.IsSequence()) {
       Fail(MarkOf(e), e.path, "expected a list of dimensions such as [28, 28, 1] ([] for a "
                               "scalar), got " + NodeKindName(e.value));
+    }
+    if (e.value.size() > kMaxShapeRank) {
+      Fail(MarkOf(e), e.path,
+           "the shape has " + std::to_string(e.value.size()) + " dimensions; at most " +
+               std::to_string(kMaxShapeRank) + " (the ring's limit)");
     }
     std::vector<int64_t> shape;
     int64_t elements = 1;

@@ -522,6 +522,13 @@ struct BrokenCase {
 
 // Prefix shared by most cases: lines 1-5.
 const std::string kHead = kMinimal;
+// The key path of a 130-byte feature name, as errors shorten it.
+const std::string kLongNamePath = "features." + std::string(51, 'n') + "...";
+std::string ManyFeatures(int n) {
+  std::string yaml;
+  for (int i = 0; i < n; ++i) yaml += "  f" + std::to_string(i) + ": {dtype: int64}\n";
+  return yaml;
+}
 
 TEST_CASE("broken configs name file, line, column and key", "[config][errors]") {
   ScopedEnv unset("RINGFEED_TEST_UNSET_VAR", nullptr);
@@ -556,6 +563,14 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"bad on_error word with suggestion", "job: t\nsource:\n  files: [a]\n  on_error: skipp\n"
        "features: {x: {dtype: int64}}\n", 4, 13, "source.on_error",
        {"allowed values: fail, skip", "did you mean 'skip'?"}},
+      {"a shape of more dimensions than the ring holds",
+       "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: int64, shape: [1, 1, 1, 1, 1, 1, 1, 1, 1]}\n", 4, 28,
+       "features.x.shape", {"the shape has 9 dimensions; at most 8 (the ring's limit)"}},
+      {"a feature name longer than the ring holds",
+       "job: t\nsource: {files: [a]}\nfeatures:\n  " + std::string(130, 'n') + ": {dtype: int64}\n", 4, 3,
+       kLongNamePath.c_str(), {"a feature name has at most 127 bytes (the ring's limit); this one has 130"}},
+      {"more features than the ring holds", "job: t\nsource: {files: [a]}\nfeatures:\n" + ManyFeatures(257), 4, 3,
+       "features", {"257 features; a job has at most 256"}},
       {"shape on varlen", "job: t\nsource: {files: [a]}\nfeatures:\n"
        "  x: {type: varlen, dtype: int64, shape: [3]}\n", 4, 35, "features.x.shape",
        {"'shape' is only allowed with type: fixed"}},
