@@ -54,12 +54,12 @@ void Pipeline::Start() {
 
 void Pipeline::RequestStop(const std::string& reason) {
   sequencer_->Stop();
-  read_ahead_->Stop();  // a sequencer waiting for records wakes (storage that never answers)
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     if (!reason.empty()) stop_reason_ = reason;
   }
+  read_ahead_->Stop();  // a sequencer waiting for records that do not come wakes
   work_ready_.notify_all();
   workers_parked_.notify_all();
   work_done_.notify_all();

@@ -225,8 +225,10 @@ class ReadAhead {
   ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes, bool chunks = true);
   ~ReadAhead();  // stops and joins the threads
   // Stops reading: every FileStream::Next waiting for records returns (kEnd) now and later
-  // ones at once, so that a sequencer waiting for a file that delivers nothing (storage that
-  // hangs) ends on a stop request. Any thread; idempotent.
+  // ones at once, so that a sequencer waiting for a file that delivers nothing ends on a stop
+  // request (the caller tells that kEnd from a file's end by its own stop flag). A reader
+  // blocked in a read still finishes that read before the destructor joins it. Any thread;
+  // idempotent.
   void Stop();
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;

@@ -296,22 +296,6 @@ int RunDaemon(const DaemonOptions& options) {
   spdlog::set_level(SpdLevel(config.log_level));
   if (!options.log_level.empty()) spdlog::set_level(spdlog::level::from_str(options.log_level));
 
-  // SIGINT and SIGTERM wait (blocked) until the handler below is in place: a stop during
-  // start-up (`systemctl stop` while a large ring is being reserved) then stops cleanly once
-  // start-up is done, and the segment it created is removed, instead of the default action
-  // leaving it in /dev/shm. Threads started in between inherit the mask, so the signals reach
-  // this thread, which unblocks them once asio's signal_set listens.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  sigset_t previous_mask;
-  pthread_sigmask(SIG_BLOCK, &stop_signals, &previous_mask);
-  struct MaskRestorer {
-    sigset_t mask;
-    ~MaskRestorer() { pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
-  } mask_restorer{previous_mask};
-
   SystemdNotifier notifier;
   try {
     // 1. Runtime directory and lock.
@@ -407,6 +391,18 @@ int RunDaemon(const DaemonOptions& options) {
       group = g->gr_gid;
       mode = 0660;
     }
+    // From here SIGINT and SIGTERM wait (blocked) until the stop handler is in place: a stop
+    // while the ring is reserved (`systemctl stop` during the start of a large ring) then
+    // stops cleanly once start-up is done and the segment is removed, where the default action
+    // left it in /dev/shm. Before this point nothing needs cleaning up, and a stop during a
+    // slow file listing or sampling ends the process at once. Threads started in between
+    // inherit the mask, so the signals reach this thread, which unblocks them once asio's
+    // signal_set listens. (Not restored on a start-up error: ringfeedd exits then.)
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     const std::string segment_name = shm::SegmentName(runtime_dir, config.job);
     shm::Segment segment = shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group);
     struct SegmentRemover {

@@ -1,6 +1,5 @@
 #include "daemon/segment_guard.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,8 +13,10 @@ namespace {
 struct GuardState {
   const volatile uint8_t* base = nullptr;
   uint64_t bytes = 0;
-  char segment_name[256] = {};
+  char segment_name[256] = {};  // "/ringfeed.<job>.<hash>", for the message
+  char segment_file[272] = {};  // "/dev/shm" + name: unlink() is async-signal-safe, shm_unlink is not listed
   char socket_path[4096] = {};
+  struct sigaction previous {};  // the action before the guard, for faults that are not ours
 };
 GuardState g_state;
 
@@ -43,10 +44,14 @@ void WriteNumber(uint64_t v) {
 
 void OnSigbus(int signal, siginfo_t* info, void*) {
   const auto* addr = static_cast<const volatile uint8_t*>(info->si_addr);
-  if (g_state.base == nullptr || addr < g_state.base || addr >= g_state.base + g_state.bytes) {
-    // Not ours: the default action (terminate with a core dump), as if no guard were there.
-    ::signal(signal, SIG_DFL);
-    ::raise(signal);
+  // Ours: an access to a page of the segment beyond the end of its file (BUS_ADRERR). A kill
+  // -BUS (si_code <= 0), a hardware memory error (BUS_MCEERR_*) or an address elsewhere goes to
+  // the action that was there before the guard: restored, then re-raised for a sent signal, or
+  // met again when the faulting access is retried on return.
+  if (info->si_code != BUS_ADRERR || g_state.base == nullptr || addr < g_state.base ||
+      addr >= g_state.base + g_state.bytes) {
+    ::sigaction(SIGBUS, &g_state.previous, nullptr);
+    if (info->si_code <= 0) ::raise(signal);
     return;
   }
   Write("ringfeedd: the shared-memory segment ");
@@ -57,7 +62,7 @@ void OnSigbus(int signal, siginfo_t* info, void*) {
   WriteNumber(g_state.bytes);
   Write(" failed with SIGBUS); stopping: consumers get an error, start the job again\n");
   ::unlink(g_state.socket_path);
-  ::shm_unlink(g_state.segment_name);
+  ::unlink(g_state.segment_file);
   ::_exit(1);
 }
 
@@ -65,10 +70,12 @@ void OnSigbus(int signal, siginfo_t* info, void*) {
 
 SegmentGuard::SegmentGuard(const void* base, uint64_t bytes, const std::string& segment_name,
                            const std::string& socket_path) {
-  if (segment_name.size() >= sizeof g_state.segment_name || socket_path.size() >= sizeof g_state.socket_path) {
+  const std::string segment_file = "/dev/shm" + segment_name;  // where glibc's shm_open puts it
+  if (segment_file.size() >= sizeof g_state.segment_file || socket_path.size() >= sizeof g_state.socket_path) {
     throw std::runtime_error("SegmentGuard: segment name or socket path too long");
   }
   std::memcpy(g_state.segment_name, segment_name.c_str(), segment_name.size() + 1);
+  std::memcpy(g_state.segment_file, segment_file.c_str(), segment_file.size() + 1);
   std::memcpy(g_state.socket_path, socket_path.c_str(), socket_path.size() + 1);
   g_state.bytes = bytes;
   g_state.base = static_cast<const volatile uint8_t*>(base);
@@ -76,13 +83,13 @@ SegmentGuard::SegmentGuard(const void* base, uint64_t bytes, const std::string& 
   action.sa_sigaction = OnSigbus;
   action.sa_flags = SA_SIGINFO;
   sigemptyset(&action.sa_mask);
-  if (::sigaction(SIGBUS, &action, &previous_) != 0) {
+  if (::sigaction(SIGBUS, &action, &g_state.previous) != 0) {
     throw std::runtime_error(std::string("SegmentGuard: sigaction(SIGBUS): ") + std::strerror(errno));
   }
 }
 
 SegmentGuard::~SegmentGuard() {
-  ::sigaction(SIGBUS, &previous_, nullptr);
+  ::sigaction(SIGBUS, &g_state.previous, nullptr);
   g_state.base = nullptr;
   g_state.bytes = 0;
 }

@@ -9,10 +9,11 @@
 // socket and the segment name, and ends the process with exit status 1 (runtime failure, as
 // documented for ringfeedd; systemd's Restart=on-failure starts it again on a fresh segment).
 // Consumers see the daemon gone (their control connection closes) and fail within 2 s, as for
-// any daemon death. A SIGBUS elsewhere keeps its default action (core dump).
+// any daemon death. A SIGBUS elsewhere (another address, a hardware memory error, kill -BUS)
+// goes to the action that was in place before the guard.
 //
-// Only async-signal-safe calls in the handler (write, unlink, shm_unlink, _exit); the names are
-// copied into fixed buffers at construction. One guard at a time per process.
+// Only async-signal-safe calls in the handler (write, unlink, sigaction, raise, _exit); the
+// names are copied into fixed buffers at construction. One guard at a time per process.
 // Thread-safety: construct and destroy on one thread, before and after the threads that touch
 // the segment.
 #pragma once
@@ -34,8 +35,6 @@ class SegmentGuard {
   SegmentGuard(const SegmentGuard&) = delete;
   SegmentGuard& operator=(const SegmentGuard&) = delete;
 
- private:
-  struct sigaction previous_ {};
 };
 
 }  // namespace ringfeed

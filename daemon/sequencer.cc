@@ -29,13 +29,16 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
   for (uint64_t e = 0; options_.epochs == 0 || e < static_cast<uint64_t>(options_.epochs); ++e) {
     epoch_.store(e, std::memory_order_relaxed);
     uint64_t delivered = 0;
-    if (!RunEpoch(e, emit, &delivered)) return failure_.empty() ? Outcome::kStopped : Outcome::kFailed;
+    if (!RunEpoch(e, emit, &delivered) || stop_.load()) {
+      return failure_.empty() ? Outcome::kStopped : Outcome::kFailed;
+    }
     // An epoch that delivers nothing would loop forever with epochs: 0.
     if (delivered == 0) {
       if (options_.epochs == 0 || e + 1 < static_cast<uint64_t>(options_.epochs)) {
-        ended_early_ = "epoch " + std::to_string(e) + " delivered no records (every file of this shard empty, skipped "
-                       "under on_error: skip, or gone): ended there, since the epochs after it would deliver none "
-                       "either; restart the job once the files are back";
+        ended_early_ = "epoch " + std::to_string(e) + " delivered no batch (every file of this shard empty, "
+                       "skipped under on_error: skip, or gone, or fewer records than a batch under drop_remainder): "
+                       "ended there, since the epochs after it would deliver none either; restart the job once the "
+                       "files are back";
       }
       return Outcome::kEndOfData;
     }
@@ -165,6 +168,8 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     while (positions[p]) {
       if (stop_.load()) return false;
       StreamItem item = positions[p]->Next();
+      // A stop ends a wait in Next with kEnd: not the end of that file.
+      if (stop_.load()) return false;
       if (item.kind == StreamItem::Kind::kEnd) {
         read_ahead_->Close(positions[p]);
         files_done_.fetch_add(1, std::memory_order_relaxed);
@@ -188,6 +193,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     }
   }
 
+  if (stop_.load()) return false;
   return finish(shm::kBatchEndOfEpoch | (last_epoch ? shm::kBatchEndOfData : 0));
 }
 

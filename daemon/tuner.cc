@@ -316,9 +316,9 @@ void Tuner::EnforceBudgets(const Signals& s, std::vector<TunerChange>* changes) 
           (fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes) +
           QueueBytesPerFile(knobs_.reads_per_file);
       Set(kReaders, cap,
-          Format("read-ahead budget %s holds %lld open files of %s (%lld for the interleave + %lld readers)",
-                 Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(limits_.open_files_base + cap),
-                 Bytes(per_file).c_str(), LL(limits_.open_files_base), LL(cap)),
+          Format("read-ahead budget %s holds %lld open files of %s (%lld readers)",
+                 Bytes(limits_.read_ahead_budget_bytes).c_str(), LL(OpenFiles(limits_, cap)),
+                 Bytes(per_file).c_str(), LL(cap)),
           changes);
     }
   }

@@ -251,7 +251,7 @@ class Tuner {
   const TunerLimits& limits() const { return limits_; }
 
   // The read-ahead per open file for `readers` readers: read_ahead_budget_bytes /
-  // (open_files_base + readers), at most max_stream_buffer_bytes, rounded down to 4 KiB (not
+  // OpenFiles(limits, readers), at most max_stream_buffer_bytes, rounded down to 4 KiB (not
   // clamped up to the minimum: a budget below it is the start-up check's error): the budget's
   // share.
   // With reads_per_file > 1, each file's queued reads (reads_per_file x read_block_bytes) come

@@ -133,33 +133,48 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
   return Status::kError;
 }
 
+namespace {
+// "not a regular file (a FIFO (named pipe)): ...", for a file type the reader refuses.
+std::string NotRegularFile(mode_t mode) {
+  const char* what = S_ISDIR(mode)    ? "a directory"
+                     : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+                     : S_ISSOCK(mode) ? "a socket"
+                     : S_ISCHR(mode)  ? "a character device"
+                     : S_ISBLK(mode)  ? "a block device"
+                                      : "of an unknown type";
+  return std::string("not a regular file (") + what + "): TFRecord files are read as regular files";
+}
+}  // namespace
+
 bool TFRecordReader::Open(ReadError* error) {
   opened_ = true;
-  // O_NONBLOCK: opening a FIFO without a writer would block for good; only regular files are
-  // read, and they do not block on open (the flag is cleared below: io_uring would answer
-  // EAGAIN instead of waiting for the storage).
+  // Only regular files are read: opening a FIFO without a writer would block for good (and
+  // opening one with a writer, or a device, has effects of its own), so the type is checked by
+  // path first, and again on the descriptor, opened O_NONBLOCK in case the path changed in
+  // between (the flag is cleared below: io_uring would answer EAGAIN instead of waiting for the
+  // storage).
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    MakeError(ReadErrorKind::kIo, NotRegularFile(st.st_mode), error);
+    return false;
+  }
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0) {
     MakeError(ReadErrorKind::kIo, std::string("cannot open: ") + std::strerror(errno), error);
     return false;
   }
-  struct stat st {};
   if (::fstat(fd_, &st) != 0) {
     MakeError(ReadErrorKind::kIo, std::string("cannot stat: ") + std::strerror(errno), error);
     return false;
   }
   if (!S_ISREG(st.st_mode)) {
-    const char* what = S_ISDIR(st.st_mode)    ? "a directory"
-                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
-                       : S_ISSOCK(st.st_mode) ? "a socket"
-                       : S_ISCHR(st.st_mode)  ? "a character device"
-                       : S_ISBLK(st.st_mode)  ? "a block device"
-                                              : "of an unknown type";
-    MakeError(ReadErrorKind::kIo, std::string("not a regular file (") + what + "): TFRecord files are read as regular files",
-              error);
+    MakeError(ReadErrorKind::kIo, NotRegularFile(st.st_mode), error);
     return false;
   }
-  ::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK);
+  if (::fcntl(fd_, F_SETFL, ::fcntl(fd_, F_GETFL) & ~O_NONBLOCK) != 0) {
+    MakeError(ReadErrorKind::kIo, std::string("cannot clear O_NONBLOCK: ") + std::strerror(errno), error);
+    return false;
+  }
   ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);
   const uint64_t regular_size = static_cast<uint64_t>(st.st_size);
   const bool queued = options_.reads_in_flight > 1 && regular_size > 0;

@@ -9,6 +9,7 @@
 //   * a corrupted record under on_error: fail and skip;
 //   * broken configs: exit status 2 and file:line:column: key.
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -422,7 +423,7 @@ TEST_CASE("the segment truncated under the daemon: it says so, removes socket an
                        "features:\n" + IdFeaturesYaml() + "epochs: 0\n");
   RINGFEED_REQUIRE_STARTED(daemon);
   REQUIRE(::truncate(daemon.segment_path().c_str(), 0) == 0);  // what any process that may write it can do
-  // The heartbeat thread writes the superblock every few milliseconds: the next write faults.
+  // The heartbeat thread writes the superblock every 100 ms: its next write faults.
   const auto status = daemon.Wait();
   REQUIRE(status);
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
@@ -516,6 +517,11 @@ TEST_CASE("a batch larger than a ring slot: names the record, advises enough, an
 }
 
 TEST_CASE("SIGTERM while the daemon is still starting: a clean stop once started, the segment removed") {
+  struct statvfs shm {};
+  if (::statvfs("/dev/shm", &shm) != 0 || uint64_t{shm.f_bavail} * shm.f_frsize < (uint64_t{3} << 29)) {
+    SkipOrFail("/dev/shm has less than 1.5 GiB free for the 1 GiB ring of this test");
+    return;
+  }
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
   // A 1 GiB ring: reserving and prefaulting it takes long enough to be stopped in the middle.
@@ -534,7 +540,7 @@ TEST_CASE("SIGTERM while the daemon is still starting: a clean stop once started
                    "[ -S '" + daemon.socket_path() + "' ] && echo 'WRAPPER: already started'; "
                    "kill -TERM $pid; wait $pid"};
   start.timeout = std::chrono::seconds(60);
-  CHECK_FALSE(daemon.Start(start));  // stopped before it served
+  daemon.Start(start);  // returns when the wrapper (and ringfeedd) ended
   const auto status = daemon.Wait(std::chrono::seconds(60));
   REQUIRE(status);
   INFO("stderr:\n" << daemon.Stderr());

@@ -6,10 +6,13 @@
 #   install_test.sh BUILD_DIR CMAKE CXX CC
 set -euo pipefail
 build=$1 cmake=$2 cxx=$3 cc=$4
+command -v pkg-config > /dev/null || { echo "install_test: pkg-config is not installed (apt-get install pkg-config)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
-"$cmake" --install "$build" --prefix "$prefix" --component Unspecified > "$tmp/install.log"
+# Only the client component (library, headers, pkg-config and CMake files), and never into a
+# DESTDIR from the environment: the rest may name absolute destinations (the systemd unit).
+env -u DESTDIR "$cmake" --install "$build" --prefix "$prefix" --component client > "$tmp/install.log"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 
 cat > "$tmp/trainer.cc" <<'CC'

@@ -418,8 +418,9 @@ TEST_CASE("a sequencer waiting for records that never come ends on Stop (ReadAhe
   Sequencer sequencer(o, &read_ahead, nullptr);
   std::atomic<int> emitted{0};
   std::atomic<bool> done{false};
+  std::atomic<Sequencer::Outcome> outcome{Sequencer::Outcome::kEndOfData};
   std::thread runner([&] {
-    sequencer.Run([&](BatchJob&&) {
+    outcome = sequencer.Run([&](BatchJob&&) {
       ++emitted;
       return true;
     });
@@ -436,6 +437,9 @@ TEST_CASE("a sequencer waiting for records that never come ends on Stop (ReadAhe
   }
   runner.join();
   CHECK(emitted.load() == 0);
+  CHECK(outcome.load() == Sequencer::Outcome::kStopped);  // not a clean end of data
+  CHECK(sequencer.ended_early().empty());
+  CHECK(sequencer.files_done_in_epoch() == 0);
 }
 
 TEST_CASE("an epoch that delivers no records ends the data early and says why") {
@@ -447,8 +451,8 @@ TEST_CASE("an epoch that delivers no records ends the data early and says why") 
   ReadAhead read_ahead({}, 1, 1 << 20);
   Sequencer sequencer(o, &read_ahead, nullptr);
   CHECK(sequencer.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK_THAT(sequencer.ended_early(), Catch::StartsWith("epoch 0 delivered no records (every file of this shard "
-                                                         "empty, skipped under on_error: skip, or gone)"));
+  CHECK_THAT(sequencer.ended_early(), Catch::StartsWith("epoch 0 delivered no batch (every file of this shard "
+                                                         "empty, skipped under on_error: skip, or gone"));
 
   SequencerOptions full = o;
   full.files = WriteFiles(dir, {3});
