@@ -1,10 +1,13 @@
 #include "daemon/ctl_client.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -119,6 +122,20 @@ std::vector<std::string> Subdirectories(const std::string& runtime_dir) {
   return dirs;
 }
 
+// True when a daemon accepts connections on the Unix socket at `path` (a killed daemon's socket
+// file refuses them).
+bool Accepts(const std::string& path) {
+  sockaddr_un addr{};
+  if (path.size() >= sizeof addr.sun_path) return false;
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
 // The sockets in the runtime directory, then those in its subdirectories.
 std::vector<JobSocket> JobSockets(const std::string& runtime_dir) {
   std::vector<JobSocket> jobs = SocketsIn(runtime_dir);
@@ -131,11 +148,19 @@ std::vector<JobSocket> JobSockets(const std::string& runtime_dir) {
 
 std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job) {
   std::error_code ec;
-  if (std::filesystem::exists(shm::SocketPath(runtime_dir, job), ec)) return runtime_dir;
+  const bool here = std::filesystem::exists(shm::SocketPath(runtime_dir, job), ec);
+  if (here && Accepts(shm::SocketPath(runtime_dir, job))) return runtime_dir;
   std::vector<std::string> found;
   for (const std::string& dir : Subdirectories(runtime_dir)) {
     if (std::filesystem::exists(shm::SocketPath(dir, job), ec)) found.push_back(dir);
   }
+  // A socket left by a killed daemon does not hide a live one; among several, the live ones.
+  std::vector<std::string> live;
+  for (const std::string& dir : found) {
+    if (Accepts(shm::SocketPath(dir, job))) live.push_back(dir);
+  }
+  if (!live.empty()) found = live;
+  else if (here) return runtime_dir;  // nothing live anywhere: the caller's error names this one
   if (found.size() > 1) {
     std::string dirs;
     for (const std::string& d : found) dirs += (dirs.empty() ? "" : ", ") + d;

@@ -16,10 +16,11 @@
 
 namespace ringfeed {
 
-// Where `job`'s socket is: `runtime_dir` when it is there, else the one subdirectory of
-// `runtime_dir` that holds it (systemd's RuntimeDirectory=ringfeed/%i gives each instance of
-// ringfeed@.service its own, /run/ringfeed/<instance>), else `runtime_dir` (nothing runs; the
-// caller's error names it). Throws std::runtime_error when several subdirectories hold it.
+// Where `job`'s socket is: `runtime_dir` when a daemon answers there, else the one
+// subdirectory of `runtime_dir` where one does (systemd's RuntimeDirectory=ringfeed/%i gives
+// each instance of ringfeed@.service its own, /run/ringfeed/<instance>), else where its socket
+// file is (a killed daemon's: the caller's error says so), else `runtime_dir` (nothing runs;
+// the caller's error names it). Throws std::runtime_error when several subdirectories hold it.
 std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job);
 
 // Sends one control request ({"type":"status"}, ...) to the job's daemon (its socket found by

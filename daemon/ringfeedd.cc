@@ -536,7 +536,18 @@ int RunDaemon(const DaemonOptions& options) {
     });
 
     std::atomic<bool> heartbeat_stop{false};
-    std::thread heartbeat([&] {
+    std::thread heartbeat;
+    // Joined on every way out: an exception after it started (signal_set, Autotune) would
+    // otherwise destroy a joinable thread (std::terminate, the segment left behind).
+    struct HeartbeatJoiner {
+      std::atomic<bool>& stop;
+      std::thread& thread;
+      ~HeartbeatJoiner() {
+        stop = true;
+        if (thread.joinable()) thread.join();
+      }
+    } heartbeat_joiner{heartbeat_stop, heartbeat};
+    heartbeat = std::thread([&] {
       NameThread("rf-heartbeat");
       const auto watchdog = SystemdNotifier::WatchdogInterval();
       auto next_watchdog = Clock::now();

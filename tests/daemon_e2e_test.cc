@@ -6,6 +6,8 @@
 //     last round dropped, a rank attached twice or out of range refused;
 //   * consumers.mode shared: four consumer processes share the batches without overlap;
 //   * ringfeedctl list / status / dump against a running daemon.
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -400,6 +402,22 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   INFO("dump from above:\n" << dump_above.out << dump_above.err);
   CHECK(dump_above.status.ToString() == "exit 0");
   CHECK(json::parse(dump_above.out).contains("features"));
+  {
+    // A socket file left at the top by a killed daemon of the same job does not hide the live
+    // one below it (bound, then closed without unlink: connections are refused).
+    const std::string stale = above + "/" + job + ".sock";
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", stale.c_str());
+    REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+    ::close(fd);
+    const CommandResult past_stale = RunCommand({CtlBinary(), "status", job, "--json", "--runtime-dir", above});
+    INFO("status past a stale socket:\n" << past_stale.out << past_stale.err);
+    CHECK(past_stale.status.ToString() == "exit 0");
+    std::filesystem::remove(stale);
+  }
   const CommandResult not_there = RunCommand({CtlBinary(), "status", "no-such-job", "--runtime-dir", above});
   CHECK(not_there.status.ToString() == "exit 1");
   CHECK_THAT(not_there.err, Catch::Contains("job 'no-such-job' is not running in " + above) &&
