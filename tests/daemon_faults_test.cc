@@ -58,13 +58,11 @@ double SecondsSince(Clock::time_point t) { return std::chrono::duration<double>(
 // A job in ranks mode whose rank 0 never consumes: once rank 0's batches fill the ring
 // (4 slots), rank 1 waits in Next for good (epochs: 0, so the data never ends).
 std::string StalledRanksConfig(const std::string& job, const std::string& files) {
-  return "job: " + job + "\n"
-         "source: {files: [\"" + files + "\"]}\n"
-         "features:\n" + IdFeaturesYaml() +
-         "batch: {size: 2}\n"
-         "epochs: 0\n"
-         "ring: {slots: 4}\n"
-         "consumers: {mode: ranks, count: 2}\n";
+  return IdJobConfig(job, files,
+                     "batch: {size: 2}\n"
+                     "epochs: 0\n"
+                     "ring: {slots: 4}\n"
+                     "consumers: {mode: ranks, count: 2}\n");
 }
 
 // Child: attaches as rank 1, takes batches until none comes for 300 ms, says "waiting", then
@@ -93,10 +91,7 @@ int WaitingRank1(const ClientOptions& options, ChildIo& io) {
 TEST_CASE("a consumer killed while holding 2 batches: reclaimed, counted, the rest goes to another") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 40);
-  const std::string config = "job: reclaim-job\n"
-                             "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
-                             "features:\n" + IdFeaturesYaml() +
-                             "batch: {size: 4}\n";
+  const std::string config = IdJobConfig("reclaim-job", dir.file("data.tfrecord"), "batch: {size: 4}\n");
   DaemonProcess daemon(dir.path(), "reclaim-job", config);
   RINGFEED_REQUIRE_STARTED(daemon);
 
@@ -171,10 +166,7 @@ TEST_CASE("the daemon dies while a consumer waits in Next: Next throws within 2 
     CHECK(std::filesystem::exists(daemon.socket_path()));
     // Same job, same runtime directory, a config with an end so the consumer can finish.
     WriteIdFile(dir.file("more.tfrecord"), 20, 6);
-    const std::string config = "job: killed-job\n"
-                               "source: {files: [\"" + dir.file("*.tfrecord") + "\"]}\n"
-                               "features:\n" + IdFeaturesYaml() +
-                               "batch: {size: 4}\n";
+    const std::string config = IdJobConfig("killed-job", dir.file("*.tfrecord"), "batch: {size: 4}\n");
     DaemonProcess again(dir.path(), "killed-job", config);
     RINGFEED_REQUIRE_STARTED(again);
     ConsumerSpec spec;
@@ -234,9 +226,7 @@ TEST_CASE("the daemon stopped (SIGTERM) while a consumer waits: Next throws with
 TEST_CASE("a second ringfeedd for the same job refuses to start and names the running one") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
-  const std::string config = "job: twice-job\n"
-                             "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
-                             "features:\n" + IdFeaturesYaml();
+  const std::string config = IdJobConfig("twice-job", dir.file("data.tfrecord"));
   DaemonProcess first(dir.path(), "twice-job", config);
   RINGFEED_REQUIRE_STARTED(first);
   DaemonProcess second(dir.path(), "twice-job", config, "second.yaml");
@@ -372,10 +362,7 @@ TEST_CASE("broken configs: ringfeedd exits 2 with file:line:column: key") {
 TEST_CASE("malformed control messages: an error reply to that connection, the daemon carries on") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
-  DaemonProcess daemon(dir.path(), "badctl",
-                       "job: badctl\n"
-                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
-                       "features:\n" + IdFeaturesYaml() + "epochs: 0\n");
+  DaemonProcess daemon(dir.path(), "badctl", IdJobConfig("badctl", dir.file("data.tfrecord"), "epochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
   const std::string hello = "{\"type\":\"hello\",\"protocol\":" + std::to_string(shm::kProtocolVersion);
   struct Case {
@@ -417,10 +404,7 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
 TEST_CASE("the segment truncated under the daemon: it says so, removes socket and segment, exits 1") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
-  DaemonProcess daemon(dir.path(), "truncated",
-                       "job: truncated\n"
-                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
-                       "features:\n" + IdFeaturesYaml() + "epochs: 0\n");
+  DaemonProcess daemon(dir.path(), "truncated", IdJobConfig("truncated", dir.file("data.tfrecord"), "epochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
   REQUIRE(::truncate(daemon.segment_path().c_str(), 0) == 0);  // what any process that may write it can do
   // The heartbeat thread writes the superblock every 100 ms: its next write faults.
@@ -440,10 +424,7 @@ TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the p
   const std::filesystem::path deep = dir.path() / std::string(90, 'd');
   std::filesystem::create_directories(deep);
   WriteIdFile((deep / "data.tfrecord").string(), 0, 4);
-  DaemonProcess daemon(deep, "long-socket",
-                       "job: long-socket\n"
-                       "source: {files: [\"" + (deep / "data.tfrecord").string() + "\"]}\n"
-                       "features:\n" + IdFeaturesYaml());
+  DaemonProcess daemon(deep, "long-socket", IdJobConfig("long-socket", (deep / "data.tfrecord").string()));
   CHECK_FALSE(daemon.Start());
   const auto status = daemon.Wait();
   REQUIRE(status);
@@ -526,11 +507,9 @@ TEST_CASE("SIGTERM while the daemon is still starting: a clean stop once started
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
   // A 1 GiB ring: reserving and prefaulting it takes long enough to be stopped in the middle.
   DaemonProcess daemon(dir.path(), "slow-start",
-                       "job: slow-start\n"
-                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
-                       "features:\n" + IdFeaturesYaml() +
-                           "ring: {slots: 4, slot_bytes: 256MiB}\n"
-                           "pipeline: {memory_budget: 2GiB}\n");
+                       IdJobConfig("slow-start", dir.file("data.tfrecord"),
+                                   "ring: {slots: 4, slot_bytes: 256MiB}\n"
+                                   "pipeline: {memory_budget: 2GiB}\n"));
   DaemonStart start;
   // The wrapper starts ringfeedd, sends SIGTERM as soon as its segment exists (it is being
   // reserved: start-up is not done) and waits for it; the harness sees its exit.

@@ -623,6 +623,12 @@ std::string IdFeaturesYaml() {
          "  tag: {type: varlen, dtype: bytes}\n";
 }
 
+std::string IdJobConfig(const std::string& job, const std::string& files, const std::string& extra) {
+  return "job: " + job + "\n"
+         "source: {files: [\"" + files + "\"]}\n"
+         "features:\n" + IdFeaturesYaml() + extra;
+}
+
 void SkipOrFail(const std::string& why) {
   const char* ci = std::getenv("CI");
   if (ci != nullptr && std::string(ci) == "true") FAIL("CI=true but this test cannot run here: " << why);

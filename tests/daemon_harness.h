@@ -210,6 +210,9 @@ void WriteIdFile(const std::string& path, int64_t first_id, int64_t count,
                  Compression compression = Compression::kNone);
 // The features: block (indented by two spaces under "features:") matching IdRecord.
 std::string IdFeaturesYaml();
+// A job config over IdRecord files: "job: <job>", source.files ["<files>"] (a path or glob), the
+// IdFeaturesYaml features, then `extra` (whole YAML lines, e.g. "epochs: 0\n").
+std::string IdJobConfig(const std::string& job, const std::string& files, const std::string& extra = "");
 
 // "RINGFEED_SKIP: <why>" on stdout, or a failure with CI=true (as TfxDirOrSkip). The caller
 // returns after it.
