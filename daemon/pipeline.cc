@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <thread>
 
 #include "daemon/thread_clock.h"
 #include "daemon/thread_name.h"
@@ -49,7 +50,10 @@ Pipeline::~Pipeline() {
 
 void Pipeline::Start() {
   SetWorkers(options_.workers);
-  sequencer_thread_ = std::thread([this] { RunSequencer(); });
+  sequencer_thread_ = std::thread([this] {
+    RunSequencer();
+    sequencer_returned_ = true;
+  });
 }
 
 void Pipeline::RequestStop(const std::string& reason) {
@@ -64,6 +68,29 @@ void Pipeline::RequestStop(const std::string& reason) {
   workers_parked_.notify_all();
   work_done_.notify_all();
   shm::FutexWakeAll(&segment_.superblock()->free_futex);
+}
+
+bool Pipeline::WaitForIo(std::chrono::milliseconds timeout, std::vector<std::string>* in_progress) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    std::vector<std::string> calls = read_ahead_->IoInProgress();
+    const bool sequencer_done = !sequencer_thread_.joinable() || sequencer_returned_.load();
+    if (calls.empty() && sequencer_done) return true;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      if (calls.empty()) calls.push_back("the sequencer thread, which has not returned");
+      *in_progress = std::move(calls);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void Pipeline::Abandon(const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  Finish(PipelineEnd::kStopped, reason);
 }
 
 void Pipeline::Join() {

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -92,6 +93,15 @@ class Pipeline {
   void Start();
   // Stops production; `reason` becomes the consumers' error text ("ringfeedd stopped by SIGTERM").
   void RequestStop(const std::string& reason = "");
+  // After RequestStop: waits up to `timeout` until no thread of the pipeline is in a file
+  // system call or will make one again (the sequencer has returned, the I/O threads are out
+  // of their reads), so that Join and the destructor return at once. False on timeout, with
+  // the calls still under way in `*in_progress` (ReadAhead::IoInProgress: storage that does not
+  // answer, a hung network mount): the caller may give up on them (Abandon).
+  bool WaitForIo(std::chrono::milliseconds timeout, std::vector<std::string>* in_progress);
+  // Ends production now without joining threads (when WaitForIo timed out and the process is
+  // about to exit): consumers see the stopped state with `reason`.
+  void Abandon(const std::string& reason);
   void Join();
 
   void SetWorkers(size_t n);
@@ -126,6 +136,7 @@ class Pipeline {
   std::unique_ptr<ReadAhead> read_ahead_;
   std::unique_ptr<Sequencer> sequencer_;
   std::thread sequencer_thread_;
+  std::atomic<bool> sequencer_returned_{false};  // RunSequencer has returned (WaitForIo)
 
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable work_ready_;

@@ -1,6 +1,7 @@
 #include "daemon/read_ahead.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "daemon/thread_clock.h"
@@ -142,10 +143,20 @@ std::shared_ptr<FileStream> ReadAhead::Open(uint32_t file_index, const std::stri
   {
     std::lock_guard lock(mutex_);
     options.reads_in_flight = reads_per_file_;
+    io_calls_.push_back({&path, MonotonicNs(), true});
   }
   if (options.reads_in_flight > 1) options.buffer_bytes = std::min(options.buffer_bytes, options.read_block_bytes);
-  std::shared_ptr<FileStream> stream(new FileStream(this, file_index, path, options));
+  auto opened = [&] { std::erase_if(io_calls_, [&](const IoCall& c) { return c.path == &path; }); };
+  std::shared_ptr<FileStream> stream;
+  try {
+    stream.reset(new FileStream(this, file_index, path, options));  // opens the file
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    opened();
+    throw;
+  }
   std::lock_guard lock(mutex_);
+  opened();
   streams_.push_back(stream);
   work_.notify_one();
   return stream;
@@ -234,6 +245,18 @@ size_t ReadAhead::open_streams() const {
   return streams_.size();
 }
 
+std::vector<std::string> ReadAhead::IoInProgress() const {
+  const int64_t now = MonotonicNs();
+  std::vector<std::string> calls;
+  std::lock_guard lock(mutex_);
+  for (const IoCall& c : io_calls_) {
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(now - c.since_ns) / 1e9);
+    calls.push_back((c.opening ? "opening " : "a read of ") + *c.path + " (for " + seconds + " s)");
+  }
+  return calls;
+}
+
 std::shared_ptr<FileStream> ReadAhead::PickLocked(size_t* index) {
   for (size_t i = 0; i < streams_.size(); ++i) {
     const auto& s = streams_[i];
@@ -254,6 +277,7 @@ void ReadAhead::Run(size_t id) {
     work_.wait(lock, [&] { return stopping_ || id >= wanted_threads_ || (stream = PickLocked(&index)) != nullptr; });
     if (stopping_ || id >= wanted_threads_) return;
     stream->busy_ = true;
+    io_calls_.push_back({&stream->path_, MonotonicNs(), false});
     const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
     // Streams opened ahead of their turn read one block at a time: a queue there would only
     // fill up and wait. The interleave's streams are about the first open ones (the sequencer
@@ -312,6 +336,7 @@ void ReadAhead::Run(size_t id) {
     busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wall_start), std::memory_order_relaxed);
     lock.lock();
     stream->busy_ = false;
+    std::erase_if(io_calls_, [&](const IoCall& c) { return c.path == &stream->path_; });
     stream->finished_ = finished;
     if (!stream->closed_) {
       size_t records = 0;

@@ -227,8 +227,8 @@ class ReadAhead {
   // Stops reading: every FileStream::Next waiting for records returns (kEnd) now and later
   // ones at once, so that a sequencer waiting for a file that delivers nothing ends on a stop
   // request (the caller tells that kEnd from a file's end by its own stop flag). A reader
-  // blocked in a read still finishes that read before the destructor joins it. Any thread;
-  // idempotent.
+  // blocked in a read still finishes that read before the destructor joins it
+  // (IoInProgress names it). Any thread; idempotent.
   void Stop();
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
@@ -261,6 +261,11 @@ class ReadAhead {
   uint64_t bytes_read() const;
   // Streams currently open (being read or buffered).
   size_t open_streams() const;
+  // The file system calls under way now, oldest first, as "a read of PATH (for 1.2 s)" or
+  // "opening PATH (for 1.2 s)": an I/O thread's read-ahead turn, or Open() opening a file.
+  // After Stop(), empty once no thread will touch a file again; what stays in it is storage
+  // that does not answer (ringfeedd names it when a stop cannot finish).
+  std::vector<std::string> IoInProgress() const;
 
   // Time counters for the autotuner (nanoseconds, cumulative since construction):
   // busy = wall time I/O threads spent reading (blocked in read() included), cpu = their
@@ -290,6 +295,13 @@ class ReadAhead {
   uint64_t buffered_bytes_ = 0;
   uint64_t records_read_ = 0;
   uint64_t bytes_read_ = 0;
+  // IoInProgress: the paths (owned by a stream being read, or Open's argument) and start times.
+  struct IoCall {
+    const std::string* path;
+    int64_t since_ns;
+    bool opening;
+  };
+  std::vector<IoCall> io_calls_;
   std::atomic<uint64_t> busy_ns_{0}, cpu_ns_{0}, consumer_wait_ns_{0};
 };
 

@@ -26,6 +26,7 @@
 #include <mutex>
 #include <thread>
 
+#include <spdlog/fmt/ranges.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
@@ -58,6 +59,9 @@ namespace asio = boost::asio;
 using Clock = std::chrono::steady_clock;
 
 constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(100);
+// How long a stop waits for file system calls under way (a read-ahead turn, opening a file) to
+// return before ringfeedd gives up on them (docs/operations.md, "Stopping").
+constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 constexpr uint64_t kSampleRecords = 1000;          // records read to estimate variable column sizes
 constexpr uint64_t kSampleBytes = 64ull << 20;     // ... or this many bytes, whichever comes first
 
@@ -622,8 +626,24 @@ int RunDaemon(const DaemonOptions& options) {
 
     // Stop: consumers see kStopped with the reason (unless production already ended).
     notifier.Stopping();
-    if (autotune) autotune->Stop();
     pipeline->RequestStop(stop_reason);
+    // A thread blocked in a read of storage that does not answer (a hung network mount) would
+    // hold the stop until systemd's SIGKILL (TimeoutStopSec, 90 s by default) and leave the
+    // segment behind: after kStopGrace ringfeedd names the calls and exits without them.
+    std::vector<std::string> in_io;
+    if (!pipeline->WaitForIo(kStopGrace, &in_io)) {
+      pipeline->Abandon(stop_reason);
+      std::error_code ignored;
+      std::filesystem::remove(server.socket_path(), ignored);
+      shm::Segment::Remove(segment_name);
+      spdlog::error("stopping: still blocked {} s after the stop in {}: the storage does not answer; exiting without "
+                    "waiting for it (removed {} and {})",
+                    std::chrono::duration_cast<std::chrono::seconds>(kStopGrace).count(), fmt::join(in_io, "; "),
+                    server.socket_path(), segment_name);
+      spdlog::shutdown();
+      std::_Exit(1);
+    }
+    if (autotune) autotune->Stop();  // after WaitForIo: a change of readers joins I/O threads
     pipeline->Join();
     heartbeat_stop = true;
     heartbeat.join();

@@ -7,7 +7,9 @@
 //   * on a slow mount (20 ms per read) it raises them and gains measured throughput over the
 //     same job with readers: 1;
 //   * fixed knobs are used exactly; ringfeedctl status shows the tuner's knobs, limits and
-//     changes.
+//     changes;
+//   * on storage that stops answering (slowfs frozen with SIGSTOP) a SIGTERM still ends the
+//     job within its 5 s grace, naming the blocked read.
 // Under AddressSanitizer and ThreadSanitizer the memory assertions are skipped (their shadow
 // memory is RSS that ringfeedd does not control) and the run is shorter; everything else is
 // checked.
@@ -383,4 +385,56 @@ TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gain
   CHECK(raised);
   CHECK(s["autotune"]["blocked_io_threads"].get<int64_t>() >= 1);
   daemon.Stop();
+}
+
+TEST_CASE("storage that stops answering: a stop names the blocked call and removes the segment within 5 s",
+          "[slowfs]") {
+  TempDir source;
+  for (int f = 0; f < 4; ++f) WriteBlobFile(source.file("part-" + std::to_string(f) + ".tfrecord"), f * 200, 200, 16 << 10);
+  SlowMount mount(source.path().string(), {"--latency-ms=1"});
+  if (!mount.mounted()) {
+    mount.PrintSkip();
+    return;
+  }
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), "hung",
+                       "job: hung\n"
+                       "source: {files: [\"" + mount.path("part-*.tfrecord").string() + "\"]}\n"
+                       "features:\n" + BlobFeaturesYaml() +
+                       "batch: {size: 16}\n"
+                       "epochs: 0\n"
+                       "pipeline: {readers: 1, reads_per_file: 1, workers: 1, read_ahead: 64KiB}\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto consumer = StartBusyConsumer(daemon);
+  REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+
+  // The storage stops answering: slowfs frozen, so the reader's next read (or the next file's
+  // open) waits in the kernel. The consumer drains the ring, so the reader reads on.
+  REQUIRE(::kill(mount.pid(), SIGSTOP) == 0);
+  struct Thaw {
+    pid_t pid;
+    ~Thaw() { ::kill(pid, SIGCONT); }  // before the mount's destructor unmounts
+  } thaw{mount.pid()};
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+
+  const auto stop = Clock::now();
+  daemon.Kill(SIGTERM);
+  REQUIRE(daemon.WaitForStderr("the storage does not answer", std::chrono::seconds(15)));
+  const double took = std::chrono::duration<double>(Clock::now() - stop).count();
+  const std::string err = daemon.Stderr();
+  INFO(err);
+  CHECK(took >= 4.5);
+  CHECK(took < 10);
+  CHECK_THAT(err, Catch::Contains("stopping: still blocked 5 s after the stop in "));
+  CHECK_THAT(err, Catch::Contains(mount.path("part-").string()));
+  // Removed before the message was written.
+  CHECK(!std::filesystem::exists(daemon.segment_path()));
+  CHECK(!std::filesystem::exists(daemon.socket_path()));
+  // The process ends as soon as the kernel lets its blocked thread go (a FUSE request that
+  // slowfs had already taken waits for its answer).
+  ::kill(mount.pid(), SIGCONT);
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  CHECK(status->exited);
+  CHECK(status->code == 1);
 }
