@@ -22,19 +22,10 @@
 #include "daemon/consumer_registry.h"
 #include "daemon/pipeline.h"
 #include "daemon/tuner.h"
+#include "daemon/tuning_plan.h"
 #include "shm/segment.h"
 
 namespace ringfeed {
-
-struct AutotuneOptions {
-  TunerLimits limits;
-  TunerKnobs initial;
-  TunerFixed fixed;
-  double cpu_budget_cores = 1;  // for status
-  std::string cpu_budget_source;
-  uint64_t memory_budget_bytes = 0;
-  std::string memory_budget_source;
-};
 
 class Autotune {
  public:

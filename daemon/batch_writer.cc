@@ -9,11 +9,6 @@ namespace {
 constexpr uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 }  // namespace
 
-uint64_t BatchWriter::HeaderBytes(size_t features, size_t rows) {
-  const uint64_t sources = AlignUp(sizeof(shm::SlotHeader) + features * sizeof(shm::ColumnDesc), shm::kColumnAlign);
-  return AlignUp(sources + rows * sizeof(shm::RowSource), shm::kColumnAlign);
-}
-
 std::vector<ColumnCapacity> BatchWriter::PlanFromHistory(size_t rows, uint64_t space) const {
   const FeatureSpecs& specs = parser_.specs();
   // Exact arrays first (FixedLen numeric values, FixedLen bytes offsets, row_splits).
@@ -56,7 +51,7 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
   if (!shm::BeginFill(ring_, slot)) {
     segment_.slot_header(slot)->word.store(shm::SlotWord{shm::SlotState::kFilling}.Pack(), std::memory_order_release);
   }
-  const uint64_t regions_offset = HeaderBytes(specs.size(), n);
+  const uint64_t regions_offset = shm::SlotHeaderBytes(specs.size(), n);
 
   // Usually the batch fits a layout planned from the previous batches' column sizes, with the
   // slot's spare room shared in proportion: no sizing pass. If a record does not fit, the batch
@@ -121,7 +116,7 @@ BatchWriter::Result BatchWriter::Fill(const BatchJob& job, uint32_t slot, const 
   const size_t n = job.records.size();
   const uint64_t columns_offset = sizeof(shm::SlotHeader);
   const uint64_t sources_offset = AlignUp(columns_offset + specs.size() * sizeof(shm::ColumnDesc), shm::kColumnAlign);
-  const uint64_t regions_offset = HeaderBytes(specs.size(), n);
+  const uint64_t regions_offset = shm::SlotHeaderBytes(specs.size(), n);
   CarveColumnRegions(std::span<uint8_t>(base + regions_offset, slot_bytes - regions_offset), caps, shm::kColumnAlign,
                      &regions_);
 

@@ -44,10 +44,6 @@ class BatchWriter {
   // `files` is the job's file list, for messages.
   Result Write(const BatchJob& job, uint32_t slot, bool skip_errors, const std::vector<std::string>& files);
 
-  // Bytes a slot needs for the header, column directory and row sources of `rows` rows
-  // before the column regions start (a multiple of shm::kColumnAlign).
-  static uint64_t HeaderBytes(size_t features, size_t rows);
-
   // Batches that did not fit the planned layout and were measured and parsed again.
   uint64_t remeasured() const { return remeasured_; }
 

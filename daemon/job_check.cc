@@ -4,10 +4,13 @@
 #include <chrono>
 #include <set>
 
+#include "daemon/budget.h"
 #include "daemon/file_list.h"
+#include "daemon/tuning_plan.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
 #include "format/example_wire.h"
+#include "format/read_queue.h"
 #include "format/tfrecord_reader.h"
 
 namespace ringfeed {
@@ -51,9 +54,43 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
   return absent;
 }
 
+// The ring slot bytes a parsed batch needs (daemon/tuning_plan.h, SlotBytesNeeded), from the
+// sizes its record-dependent columns reached.
+uint64_t SlotBytesOf(const ExampleBatch& batch) {
+  const FeatureSpecs& specs = batch.specs();
+  ColumnSizes sizes;
+  sizes.features.resize(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const Column& c = batch.column(i);
+    sizes.features[i].value_bytes = c.values.size();
+    if (specs[i].dtype == DType::kBytes && c.value_offsets.size() > 0) sizes.features[i].strings = c.value_offsets.size() - 1;
+  }
+  return SlotBytesNeeded(specs, batch.rows(), sizes);
+}
+
+// ringfeedd's start-up plan: the same sample, slot size and memory plan (PlanTuning).
+void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
+                    uint64_t baseline_private_rss, JobCheckResult* result) {
+  try {
+    const std::vector<uint32_t> shard_files = ShardFiles(config, files.size());
+    const bool ranks = config.consumers.mode == DeliveryMode::kRanks;
+    const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;
+    const RecordSample sample = SampleRecords(config, parser, files, shard_files);
+    std::string ignored;
+    const TuningPlan plan = PlanTuning(config, sample, static_cast<int64_t>(shard_files.size()), queues,
+                                       baseline_private_rss, ReadQueue::Available(&ignored));
+    result->slot_bytes = plan.slot_bytes;
+    result->sample_records = sample.records;
+    result->memory_plan = plan.memory.Describe();
+  } catch (const BudgetError& e) {
+    result->plan_error = e.what();
+  }
+}
+
 }  // namespace
 
-JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::ostream& problems) {
+JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::ostream& problems,
+                           uint64_t baseline_private_rss) {
   JobCheckResult result;
   const std::vector<std::string> files = ExpandFiles(config.source.files, config.source.file_origins);
   result.files = files.size();
@@ -65,6 +102,14 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   options.max_record_bytes = config.source.max_record_bytes;
   std::set<std::string> keys_seen;
   uint64_t sampled = 0;
+  uint64_t largest_record_bytes = 0;
+  auto batch_done = [&] {
+    const uint64_t bytes = SlotBytesOf(batch);
+    if (bytes > result.largest_batch_bytes) {
+      result.largest_batch_bytes = bytes;
+      result.largest_batch_index = result.batches;
+    }
+  };
 
   auto problem = [&](const std::string& message) {
     if (result.first_error.empty()) result.first_error = message;
@@ -90,6 +135,11 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         continue;  // a non-recoverable error makes the next Next() return kEnd
       }
       result.bytes += record.data.size();
+      if (record.data.size() > largest_record_bytes) {
+        largest_record_bytes = record.data.size();
+        result.largest_record = file + " record " + std::to_string(record.index) + " at byte " +
+                                std::to_string(record.offset) + ", " + std::to_string(record.data.size()) + " bytes";
+      }
       if (sampled < kKeySampleRecords) {
         std::string ignored;
         wire::ForEachFeature(
@@ -110,6 +160,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       ++file_records;
       ++result.records;
       if (batch.rows() == batch.capacity()) {
+        batch_done();
         ++result.batches;
         batch.Clear();
       }
@@ -118,10 +169,15 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     if (result.failed) break;
   }
   if (batch.rows() > 0) {
-    if (config.batch.drop_remainder) result.dropped_records = batch.rows();
-    else ++result.batches;
+    if (config.batch.drop_remainder) {
+      result.dropped_records = batch.rows();
+    } else {
+      batch_done();
+      ++result.batches;
+    }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
   const uint64_t problem_count = result.read_errors + result.parse_errors;
   if (problem_count > kMaxProblemsShown) {
     problems << "... and " << problem_count - kMaxProblemsShown << " more problems (not shown)\n";

@@ -2,6 +2,11 @@
 // file through TFRecordReader and every record through ExampleParser into batches of
 // batch.size — applying source.on_error, and reports what a trainer would get. No shuffling,
 // no shared memory: it answers "does my config fit my data, and how fast can one core parse it".
+// It also makes ringfeedd's start-up plan (daemon/tuning_plan.h: the same record sample, ring
+// slot size and memory plan) and sizes every batch of the epoch as a ring slot, so a config
+// that ringfeedd would refuse at start (budget) or stop at (a batch larger than a slot) fails
+// here first. Its batches follow file order, where ringfeedd interleaves pipeline.cycle_length
+// files: with records of very uneven size the daemon's largest batch can differ.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +32,18 @@ struct JobCheckResult {
   std::string first_error;
   // Spec features that no sampled record contains, each with a hint ("did you mean 'tips'?").
   std::vector<std::string> absent_features;
+
+  // ringfeedd's start-up plan for this config, from its own sample of the first records.
+  std::string plan_error;        // non-empty: ringfeedd would refuse to start (the arithmetic)
+  std::string memory_plan;       // the memory plan ringfeedd logs at start (MemoryPlan::Describe)
+  uint64_t slot_bytes = 0;       // its ring slot size (ring.slot_bytes, or auto from the sample)
+  uint64_t sample_records = 0;   // records in that sample
+  // The batch of this epoch (file order) needing the largest slot: its bytes and index, and the
+  // largest record read ("FILE record N at byte B, S bytes").
+  uint64_t largest_batch_bytes = 0;
+  uint64_t largest_batch_index = 0;
+  std::string largest_record;
+  bool SlotTooSmall() const { return plan_error.empty() && largest_batch_bytes > slot_bytes; }
 };
 
 // The first kMaxProblemsShown problems are printed; the rest are only counted.
@@ -34,6 +51,9 @@ constexpr uint64_t kMaxProblemsShown = 20;
 
 // Prints one line per file to `report` and the problems (error:/skipped: lines) to `problems`.
 // Throws std::runtime_error for what stops a job before reading (a pattern matching nothing).
-JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::ostream& problems);
+// `baseline_private_rss`: the RssAnon ringfeedd's memory plan starts from (the caller's own at
+// its start is close: ringfeedd reports about 0.6 MiB).
+JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::ostream& problems,
+                           uint64_t baseline_private_rss = 0);
 
 }  // namespace ringfeed

@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "config/job_config.h"
+#include "daemon/budget.h"
 #include "daemon/ctl_client.h"
 #include "daemon/inspect.h"
 #include "daemon/job_check.h"
 #include "format/compression.h"
 #include "shm/names.h"
+#include "shm/segment.h"
 
 namespace {
 
@@ -145,7 +147,12 @@ Command AddCheckCommand(CLI::App& parent) {
       "then reads and parses every record exactly as ringfeedd will, applying source.on_error, and\n"
       "prints records per file, batches and single-core throughput. Problems (the first 20) and\n"
       "warnings (spec features that no record has) go to stderr. No shuffling, no daemon.\n"
-      "Exit status 0: all records good, 1: records skipped or the job failed, 2: usage or config error.\n"
+      "Then it makes ringfeedd's start-up plan from the same sample of the first records (ring slot\n"
+      "size, memory budget: printed as ringfeedd logs it) and checks every batch of the epoch\n"
+      "against that slot size; batches follow file order (ringfeedd interleaves cycle_length files).\n"
+      "Exit status 0: all records good and every batch fits, 1: records skipped, the job failed or\n"
+      "a batch would not fit a ring slot, 2: usage or config error, or a memory budget ringfeedd\n"
+      "would refuse at start.\n"
       "\n"
       "Example:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data");
@@ -160,7 +167,12 @@ Command AddCheckCommand(CLI::App& parent) {
     }
     ringfeed::JobCheckResult r;
     try {
-      r = ringfeed::RunJobCheck(config, std::cout, std::cerr);
+      uint64_t private_rss = 0;  // where /proc is unreadable, the plan starts from 0
+      try {
+        private_rss = ringfeed::ReadProcessMemory().private_rss();
+      } catch (const std::exception&) {
+      }
+      r = ringfeed::RunJobCheck(config, std::cout, std::cerr, private_rss);
     } catch (const std::bad_alloc&) {
       std::cerr << "ringfeedctl check: " << *config_path << ": out of memory building a batch of " << config.batch.size
                 << " rows; lower batch.size or the feature shapes\n";
@@ -180,6 +192,24 @@ Command AddCheckCommand(CLI::App& parent) {
     if (r.seconds > 0 && r.records > 0) {
       std::cout << "throughput (one core): " << static_cast<uint64_t>(static_cast<double>(r.records) / r.seconds)
                 << " records/s, " << static_cast<uint64_t>(mb / r.seconds) << " MB/s of serialized records\n";
+    }
+    if (!r.plan_error.empty()) {
+      std::cerr << "error: ringfeedd would refuse to start this job: " << r.plan_error << "\n";
+      return ringfeed::kExitUsage;
+    }
+    std::cout << "ring: ringfeedd's slots would hold " << r.slot_bytes << " bytes (" << ringfeed::shm::HumanBytes(r.slot_bytes)
+              << (config.ring.slot_bytes ? ", ring.slot_bytes" : ", ring.slot_bytes: auto from the first " +
+                                                                    std::to_string(r.sample_records) + " records")
+              << "); the largest batch here needs " << r.largest_batch_bytes << " bytes ("
+              << ringfeed::shm::HumanBytes(r.largest_batch_bytes) << ", batch " << r.largest_batch_index
+              << " in file order)\n";
+    std::cout << r.memory_plan;
+    if (r.SlotTooSmall()) {
+      std::cerr << "error: batch " << r.largest_batch_index << " (in file order) needs " << r.largest_batch_bytes
+                << " bytes but a ring slot would hold " << r.slot_bytes
+                << ": ringfeedd would stop producing at such a batch; set ring.slot_bytes to at least "
+                << (r.largest_batch_bytes + 1023) / 1024 << "KiB (the largest record: " << r.largest_record << ")\n";
+      return ringfeed::kExitDataProblems;
     }
     return r.read_errors + r.parse_errors > 0 ? ringfeed::kExitDataProblems : ringfeed::kExitOk;
   };

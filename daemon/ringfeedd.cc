@@ -62,8 +62,6 @@ constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(100);
 // How long a stop waits for file system calls under way (a read-ahead turn, opening a file) to
 // return before ringfeedd gives up on them (docs/operations.md, "Stopping").
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
-constexpr uint64_t kSampleRecords = 1000;          // records read to estimate variable column sizes
-constexpr uint64_t kSampleBytes = 64ull << 20;     // ... or this many bytes, whichever comes first
 
 
 class StartupError : public std::runtime_error {
@@ -74,8 +72,6 @@ class StartupError : public std::runtime_error {
  private:
   int status_;
 };
-
-uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
 std::string Hex16(uint64_t v) {
   char buf[17];
@@ -136,62 +132,6 @@ class LockFile {
   std::string path_;
   int fd_ = -1;
 };
-
-// Slot size for ring.slot_bytes: auto: exact for FixedLen numeric columns; for the others the
-// sampled mean per row x 1.5 x batch.size plus the largest sampled row, so one outlier fits.
-RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
-                           const std::vector<uint32_t>& shard_files) {
-  RecordSample sample;
-  const FeatureSpecs& specs = parser.specs();
-  ColumnSizes total;
-  std::vector<ColumnSize> largest(specs.size());
-  uint64_t records = 0, bytes = 0;
-  ReaderOptions options;
-  options.compression = config.source.compression;
-  options.max_record_bytes = config.source.max_record_bytes;
-  for (uint32_t f : shard_files) {
-    TFRecordReader reader(files[f], options);
-    Record record;
-    ReadError error;
-    while (records < kSampleRecords && bytes < kSampleBytes) {
-      const auto status = reader.Next(&record, &error);
-      if (status == TFRecordReader::Status::kEnd) break;
-      if (status == TFRecordReader::Status::kError) {
-        if (!error.recoverable) break;
-        continue;
-      }
-      ColumnSizes one;
-      parser.Measure(record.data, &one);
-      parser.Measure(record.data, &total);
-      for (size_t i = 0; i < one.features.size(); ++i) {
-        largest[i].value_bytes = std::max(largest[i].value_bytes, one.features[i].value_bytes);
-        largest[i].strings = std::max(largest[i].strings, one.features[i].strings);
-      }
-      ++records;
-      bytes += record.data.size();
-      sample.largest_bytes = std::max<uint64_t>(sample.largest_bytes, record.data.size());
-    }
-    if (records >= kSampleRecords || bytes >= kSampleBytes) break;
-  }
-  const uint64_t rows = static_cast<uint64_t>(config.batch.size);
-  ColumnSizes estimate;
-  estimate.features.resize(specs.size());
-  for (size_t i = 0; i < specs.size() && records > 0 && i < total.features.size(); ++i) {
-    const double mean_bytes = static_cast<double>(total.features[i].value_bytes) / static_cast<double>(records);
-    const double mean_strings = static_cast<double>(total.features[i].strings) / static_cast<double>(records);
-    estimate.features[i].value_bytes =
-        static_cast<uint64_t>(std::ceil(mean_bytes * 1.5 * static_cast<double>(rows))) + largest[i].value_bytes;
-    estimate.features[i].strings =
-        static_cast<uint64_t>(std::ceil(mean_strings * 1.5 * static_cast<double>(rows))) + largest[i].strings;
-  }
-  const std::vector<ColumnCapacity> caps = ColumnCapacities(specs, static_cast<size_t>(rows), estimate);
-  const uint64_t needed = BatchWriter::HeaderBytes(specs.size(), static_cast<size_t>(rows)) +
-                          ColumnRegionsBytes(caps, shm::kColumnAlign);
-  sample.records = records;
-  sample.bytes = bytes;
-  sample.slot_bytes = AlignUp(needed, shm::kPageBytes);
-  return sample;
-}
 
 uint64_t RandomId() {
   uint64_t id = 0;
@@ -345,14 +285,7 @@ int RunDaemon(const DaemonOptions& options) {
     po.reader.max_record_bytes = config.source.max_record_bytes;
     po.deterministic = config.deterministic;
 
-    // The shard's files, for sampling (the Sequencer applies the same rule).
-    std::vector<uint32_t> shard_files;
-    for (uint32_t i = 0; i < files.size(); ++i) {
-      if (files.size() < static_cast<size_t>(config.shard.count) ||
-          i % static_cast<uint64_t>(config.shard.count) == static_cast<uint64_t>(config.shard.index)) {
-        shard_files.push_back(i);
-      }
-    }
+    const std::vector<uint32_t> shard_files = ShardFiles(config, files.size());
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
     std::string no_io_uring;
     const bool queued_reads = ReadQueue::Available(&no_io_uring);

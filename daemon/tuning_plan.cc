@@ -34,6 +34,72 @@ constexpr uint64_t kStartRecordsAhead = 10;
 constexpr uint64_t kReadAheadStepBytes = 64u << 10;
 }  // namespace
 
+std::vector<uint32_t> ShardFiles(const JobConfig& config, size_t file_count) {
+  std::vector<uint32_t> shard_files;
+  const uint64_t count = static_cast<uint64_t>(config.shard.count);
+  for (uint32_t i = 0; i < file_count; ++i) {
+    if (file_count < count || i % count == static_cast<uint64_t>(config.shard.index)) shard_files.push_back(i);
+  }
+  return shard_files;
+}
+
+uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSizes& sizes) {
+  const std::vector<ColumnCapacity> caps = ColumnCapacities(specs, rows, sizes);
+  return shm::SlotHeaderBytes(specs.size(), rows) + ColumnRegionsBytes(caps, shm::kColumnAlign);
+}
+
+RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
+                           const std::vector<uint32_t>& shard_files) {
+  RecordSample sample;
+  const FeatureSpecs& specs = parser.specs();
+  ColumnSizes total;
+  std::vector<ColumnSize> largest(specs.size());
+  uint64_t records = 0, bytes = 0;
+  ReaderOptions options;
+  options.compression = config.source.compression;
+  options.max_record_bytes = config.source.max_record_bytes;
+  for (uint32_t f : shard_files) {
+    TFRecordReader reader(files[f], options);
+    Record record;
+    ReadError error;
+    while (records < kSampleRecords && bytes < kSampleBytes) {
+      const auto status = reader.Next(&record, &error);
+      if (status == TFRecordReader::Status::kEnd) break;
+      if (status == TFRecordReader::Status::kError) {
+        if (!error.recoverable) break;
+        continue;
+      }
+      ColumnSizes one;
+      parser.Measure(record.data, &one);
+      parser.Measure(record.data, &total);
+      for (size_t i = 0; i < one.features.size(); ++i) {
+        largest[i].value_bytes = std::max(largest[i].value_bytes, one.features[i].value_bytes);
+        largest[i].strings = std::max(largest[i].strings, one.features[i].strings);
+      }
+      ++records;
+      bytes += record.data.size();
+      sample.largest_bytes = std::max<uint64_t>(sample.largest_bytes, record.data.size());
+    }
+    if (records >= kSampleRecords || bytes >= kSampleBytes) break;
+  }
+  const uint64_t rows = static_cast<uint64_t>(config.batch.size);
+  ColumnSizes estimate;
+  estimate.features.resize(specs.size());
+  for (size_t i = 0; i < specs.size() && records > 0 && i < total.features.size(); ++i) {
+    const double mean_bytes = static_cast<double>(total.features[i].value_bytes) / static_cast<double>(records);
+    const double mean_strings = static_cast<double>(total.features[i].strings) / static_cast<double>(records);
+    estimate.features[i].value_bytes =
+        static_cast<uint64_t>(std::ceil(mean_bytes * 1.5 * static_cast<double>(rows))) + largest[i].value_bytes;
+    estimate.features[i].strings =
+        static_cast<uint64_t>(std::ceil(mean_strings * 1.5 * static_cast<double>(rows))) + largest[i].strings;
+  }
+  const uint64_t needed = SlotBytesNeeded(specs, static_cast<size_t>(rows), estimate);
+  sample.records = records;
+  sample.bytes = bytes;
+  sample.slot_bytes = (needed + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes;
+  return sample;
+}
+
 TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
                       uint64_t baseline_private_rss, bool queued_reads) {
   const PipelineConfig& pc = config.pipeline;

@@ -18,19 +18,52 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "config/job_config.h"
-#include "daemon/autotune.h"
 #include "daemon/budget.h"
+#include "daemon/tuner.h"
+#include "format/column_sizes.h"
+#include "format/example_parser.h"
 #include "shm/segment.h"
 
 namespace ringfeed {
+
+// The files of the job's list (indices) this daemon reads: every shard.count-th from
+// shard.index, or all of them when there are fewer files than shards (the Sequencer's rule).
+std::vector<uint32_t> ShardFiles(const JobConfig& config, size_t file_count);
 
 struct RecordSample {
   uint64_t records = 0;
   uint64_t bytes = 0;          // serialized record bytes
   uint64_t largest_bytes = 0;  // the largest serialized record
   uint64_t slot_bytes = 0;     // what ring.slot_bytes: auto would be for these records
+};
+
+// Reads the first records of the shard's files (up to kSampleRecords records or kSampleBytes
+// bytes; records that fail to read are passed over) and sizes ring.slot_bytes: auto from them:
+// exact for FixedLen numeric columns; for the others the sampled mean per row x 1.5 x
+// batch.size plus the largest sampled row, so one outlier fits. Throws what TFRecordReader's
+// constructor throws for a file that cannot be opened.
+inline constexpr uint64_t kSampleRecords = 1000;
+inline constexpr uint64_t kSampleBytes = 64ull << 20;
+RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
+                           const std::vector<uint32_t>& shard_files);
+
+// Bytes a ring slot needs for a batch of `rows` rows whose record-dependent columns measured
+// `sizes` (ExampleParser::Measure sums; empty = the minimum): shm::SlotHeaderBytes plus the
+// column regions, as ringfeedd's BatchWriter lays them out.
+uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSizes& sizes);
+
+struct AutotuneOptions {
+  TunerLimits limits;
+  TunerKnobs initial;
+  TunerFixed fixed;
+  double cpu_budget_cores = 1;  // for status
+  std::string cpu_budget_source;
+  uint64_t memory_budget_bytes = 0;
+  std::string memory_budget_source;
 };
 
 struct TuningPlan {

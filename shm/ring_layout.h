@@ -202,6 +202,13 @@ struct alignas(64) SlotHeader {
   uint64_t sources_offset;     // offset of RowSource[rows]
 };
 
+// Bytes a slot of `rows` rows and `features` features needs before its column regions: the
+// SlotHeader, ColumnDesc[features] and RowSource[rows], each part rounded up to kColumnAlign.
+constexpr uint64_t SlotHeaderBytes(size_t features, size_t rows) {
+  const uint64_t sources = (sizeof(SlotHeader) + features * sizeof(ColumnDesc) + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
+  return (sources + rows * sizeof(RowSource) + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
+}
+
 // The slot state word: state (4 bits) | queue (6 bits) | owner consumer id (14 bits) |
 // sequence number in the queue (40 bits).
 enum class SlotState : uint64_t { kFree = 0, kFilling = 1, kReady = 2, kHeld = 3 };

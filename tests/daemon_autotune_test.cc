@@ -187,6 +187,14 @@ TEST_CASE("memory: a job that cannot fit its budget refuses to start and shows t
   CHECK(err.find("ring:") != std::string::npos);
   CHECK(err.find("shuffle buffer: 200000 records") != std::string::npos);
   CHECK(err.find("needed at least") != std::string::npos);
+  // `ringfeedctl check` makes the same plan and refuses the same way (exit 2), before any daemon.
+  const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+  INFO(check.out << check.err);
+  CHECK(check.status.ToString() == "exit 2");
+  CHECK(check.out.find("job toosmall: 2000 records") != std::string::npos);
+  CHECK(check.err.find("error: ringfeedd would refuse to start this job: ") != std::string::npos);
+  CHECK(check.err.find("pipeline.memory_budget 12.0 MiB") != std::string::npos);
+  CHECK(check.err.find("shuffle buffer: 200000 records") != std::string::npos);
 }
 
 TEST_CASE("without io_uring (a seccomp filter, as in Docker): reads_per_file stays at 1 and every record arrives") {

@@ -481,9 +481,18 @@ TEST_CASE("a batch larger than a ring slot: names the record, advises enough, an
   REQUIRE(at != std::string::npos);
   const std::string advice = err.substr(at + key.size(), err.find(' ', at + key.size()) - at - key.size());
   REQUIRE(advice.ends_with("KiB"));
+  // `ringfeedctl check` finds the same batch before any daemon runs (one file: its file order is
+  // the daemon's), with the same advice.
+  const CommandResult check = RunCommand({CtlBinary(), "check", first.config_path()});
+  INFO("ringfeedctl check:\n" << check.out << check.err);
+  CHECK(check.status.ToString() == "exit 1");
+  CHECK_THAT(check.err, Catch::Contains("error: batch 34 (in file order) needs ") &&
+                            Catch::Contains("set ring.slot_bytes to at least " + advice + " (the largest record: " +
+                                            dir.file("data.tfrecord") + " record 1100"));
 
   // The advised size is enough: every record, the big one included, arrives.
   DaemonProcess second(dir.path(), "big-record", config("ring: {slot_bytes: " + advice + "}\n"), "advised.yaml");
+  CHECK(RunCommand({CtlBinary(), "check", second.config_path()}).status.ToString() == "exit 0");
   RINGFEED_REQUIRE_STARTED(second);
   auto client = Client::Attach(second.client_options());
   Batch batch;
