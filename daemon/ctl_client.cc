@@ -245,10 +245,15 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
   char buf[1024];
   std::string fixed;
   for (const auto& f : a["fixed"]) fixed += (fixed.empty() ? "" : ", ") + f.get<std::string>();
+  // The CPU the daemon used over the tuner's last interval; none yet in the first one.
+  const bool measured = a.contains("measured") && a["measured"].value("interval_seconds", 0.0) > 0;
+  char cpu[64];
+  if (measured) std::snprintf(cpu, sizeof cpu, "%.2f", a.value("cpu_cores", 0.0));
+  else std::snprintf(cpu, sizeof cpu, "not measured yet");
   std::snprintf(buf, sizeof buf,
                 "autotune   readers %lld, read-ahead %s per file, %lld %s in flight per file, workers %lld, "
                 "prefetch %lld%s\n"
-                "           CPU: %.2f of %.3g cores (cpu_budget: %s); %lld %s mostly waiting (storage, room)\n"
+                "           CPU: %s of %.3g cores (cpu_budget: %s); %lld %s mostly waiting (storage, room)\n"
                 "           memory_budget %s (%s): read-ahead may use %s\n",
                 static_cast<long long>(knobs.value("readers", int64_t{0})),
                 Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(),
@@ -256,7 +261,7 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
                 knobs.value("reads_per_file", int64_t{1}) == 1 ? "read" : "reads",
                 static_cast<long long>(knobs.value("workers", int64_t{0})),
                 static_cast<long long>(knobs.value("prefetch", int64_t{0})),
-                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(), a.value("cpu_cores", 0.0),
+                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(), cpu,
                 limits.value("cpu_budget_cores", 0.0), limits.value("cpu_budget_source", "").c_str(),
                 static_cast<long long>(a.value("blocked_io_threads", int64_t{0})),
                 a.value("blocked_io_threads", int64_t{0}) == 1 ? "reader" : "readers",
@@ -272,7 +277,7 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
              "            Not an error; give the job more CPU or accept it.)\n";
     }
   }
-  if (a.contains("measured") && a["measured"].value("interval_seconds", 0.0) > 0) {
+  if (measured) {
     const auto& m = a["measured"];
     std::snprintf(buf, sizeof buf,
                   "           last %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
@@ -364,7 +369,7 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
   if (!last.empty()) out << "last error " << last << "\n";
 }
 
-uint64_t DumpBatches(const DumpOptions& options, std::ostream& out) {
+DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
   // A reader that goes away (`| head`) makes writes fail with EPIPE instead of killing us, so
   // the batch in hand is released and the daemon sees a clean detach, not a dead consumer.
   std::signal(SIGPIPE, SIG_IGN);
@@ -374,11 +379,15 @@ uint64_t DumpBatches(const DumpOptions& options, std::ostream& out) {
   co.runtime_dir = options.runtime_dir.empty() ? "" : JobRuntimeDir(options.runtime_dir, options.job);
   auto client = Client::Attach(co);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
-  uint64_t printed = 0;
+  DumpResult result;
+  uint64_t& printed = result.printed;
   Batch batch;
   while (!options.batches || printed < *options.batches) {
     const Client::Status status = client->Next(timeout, &batch);
-    if (status == Client::Status::kEndOfData) break;
+    if (status == Client::Status::kEndOfData) {
+      result.end_of_data = true;
+      break;
+    }
     if (status == Client::Status::kTimeout) {
       throw std::runtime_error("job '" + options.job + "': no batch within " + Seconds(options.timeout_seconds) +
                                " (is the ring held by other consumers, or the data slow?)");
@@ -405,7 +414,7 @@ uint64_t DumpBatches(const DumpOptions& options, std::ostream& out) {
     ++printed;
   }
   out.flush();
-  return printed;
+  return result;
 }
 
 }  // namespace ringfeed

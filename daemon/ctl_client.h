@@ -45,7 +45,12 @@ struct DumpOptions {
 //   {"epoch":E,"batch":K,"size":B,"features":{NAME:{"dtype":...,"shape":[...],"values":[...],
 //    "row_splits":[...] (VarLen only)}},"sources":[[file_index, record_index], ...]}
 // values flat and row-major; bytes base64-encoded (RFC 4648); NaN and infinities as the strings
-// "nan", "inf", "-inf". Returns the number of batches printed.
-uint64_t DumpBatches(const DumpOptions& options, std::ostream& out);
+// "nan", "inf", "-inf". Returns the number of batches printed and whether it stopped at the
+// end of the data (every epoch produced and taken) rather than at `batches` or a closed `out`.
+struct DumpResult {
+  uint64_t printed = 0;
+  bool end_of_data = false;
+};
+DumpResult DumpBatches(const DumpOptions& options, std::ostream& out);
 
 }  // namespace ringfeed

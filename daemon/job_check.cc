@@ -174,6 +174,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     } else {
       batch_done();
       ++result.batches;
+      result.last_batch_rows = batch.rows();
     }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

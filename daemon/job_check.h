@@ -23,6 +23,7 @@ struct JobCheckResult {
   uint64_t files_read = 0;       // files read (fewer when on_error: fail stopped the epoch)
   uint64_t records = 0;          // records parsed into batches
   uint64_t batches = 0;          // full batches, plus the last one unless drop_remainder
+  uint64_t last_batch_rows = 0;  // rows of that last, partial batch (0: none, or dropped)
   uint64_t dropped_records = 0;  // records of a final partial batch dropped by drop_remainder
   uint64_t read_errors = 0;
   uint64_t parse_errors = 0;

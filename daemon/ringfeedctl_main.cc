@@ -184,7 +184,10 @@ Command AddCheckCommand(CLI::App& parent) {
     for (const std::string& warning : r.absent_features) std::cerr << "warning: " << warning << "\n";
     const double mb = static_cast<double>(r.bytes) / 1e6;
     std::cout << "job " << config.job << ": " << r.records << " records from " << r.files_read << " of " << r.files
-              << " file(s) -> " << r.batches << " batch(es) of " << config.batch.size;
+              << " file(s) -> ";
+    const uint64_t full = r.batches - (r.last_batch_rows > 0 ? 1 : 0);
+    std::cout << full << " batch(es) of " << config.batch.size;
+    if (r.last_batch_rows > 0) std::cout << " + 1 of " << r.last_batch_rows;
     if (r.dropped_records > 0) std::cout << " (" << r.dropped_records << " records dropped by drop_remainder)";
     std::cout << "\nerrors: " << r.read_errors << " read, " << r.parse_errors << " parse";
     if (r.failed) std::cout << " (on_error: fail stopped the epoch in file " << r.files_read << " of " << r.files << ")";
@@ -305,7 +308,12 @@ Command AddDumpCommand(CLI::App& parent) {
     o.runtime_dir = RuntimeDirOr(o.runtime_dir);
     if (*batches > 0) o.batches = *batches;
     try {
-      ringfeed::DumpBatches(o, std::cout);
+      const ringfeed::DumpResult r = ringfeed::DumpBatches(o, std::cout);
+      if (r.end_of_data && (r.printed == 0 || (o.batches && r.printed < *o.batches))) {
+        std::cout.flush();
+        std::cerr << "ringfeedctl dump: job '" << o.job << "' is at the end of its data (every epoch produced and "
+                  << "taken): " << r.printed << " batch(es) dumped\n";
+      }
       return ringfeed::kExitOk;
     } catch (const std::exception& e) {
       std::cout.flush();

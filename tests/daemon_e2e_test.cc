@@ -432,3 +432,29 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   const CommandResult after = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
   CHECK_THAT(after.out, Catch::Contains("no ringfeed jobs"));
 }
+
+TEST_CASE("ringfeedctl dump of a job at the end of its data says so on stderr") {
+  TempDir dir;
+  WriteIdFile(dir.file("part-0.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "dumpend",
+                       IdJobConfig("dumpend", dir.file("part-*.tfrecord"), "batch: {size: 4}\nepochs: 1\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const auto dump = [&](const std::vector<std::string>& more) {
+    std::vector<std::string> argv = {CtlBinary(), "dump", "dumpend", "--runtime-dir", daemon.runtime_dir()};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return RunCommand(argv);
+  };
+  // The whole epoch: 4 + 4 + 2 rows, then the end of the data, which is where dump stops anyway.
+  const CommandResult all = dump({});
+  INFO(all.out << all.err);
+  CHECK(all.status.ToString() == "exit 0");
+  CHECK(std::count(all.out.begin(), all.out.end(), '\n') == 3);
+  CHECK(all.err.empty());
+  // Nothing left: one line on stderr instead of silence.
+  const CommandResult none = dump({"--batches", "2"});
+  INFO(none.out << none.err);
+  CHECK(none.status.ToString() == "exit 0");
+  CHECK(none.out.empty());
+  CHECK(none.err == "ringfeedctl dump: job 'dumpend' is at the end of its data (every epoch produced and taken): "
+                    "0 batch(es) dumped\n");
+}

@@ -51,12 +51,14 @@ TEST_CASE("files with 7, 5 and 0 records: every record once, batches as configur
   CHECK(r.files == 3);
   CHECK(r.records == 12);
   CHECK(r.batches == 3);  // 5 + 5 + 2
+  CHECK(r.last_batch_rows == 2);
   CHECK(r.dropped_records == 0);
   CHECK(r.read_errors + r.parse_errors == 0);
   CHECK_THAT(log.str(), Catch::Contains("a.tfrecord: 7 records") && Catch::Contains("c.tfrecord: 0 records"));
 
   r = RunJobCheck(Config(dir, "fail", "batch: {size: 5, drop_remainder: true}\n"), log, log);
   CHECK(r.batches == 2);
+  CHECK(r.last_batch_rows == 0);
   CHECK(r.dropped_records == 2);
 }
 

@@ -7,6 +7,7 @@ include(GNUInstallDirs)
 ringfeed_test(systemd_notify_test SOURCES systemd_notify_test.cc LIBS ringfeed_systemd TIMEOUT 60)
 
 ringfeed_test(systemd_unit_test SOURCES systemd_unit_test.cc TIMEOUT 60)
-target_compile_definitions(systemd_unit_test PRIVATE
-  RINGFEED_INSTALL_BINDIR="${CMAKE_INSTALL_FULL_BINDIR}")
+# The install-prefix case runs `cmake --install` of the unit's component into a temporary prefix.
+target_compile_definitions(systemd_unit_test PRIVATE RINGFEED_CMAKE_COMMAND="${CMAKE_COMMAND}"
+  RINGFEED_SYSTEMD_UNIT_DIR="${RINGFEED_SYSTEMD_UNIT_DIR}")
 set_property(TEST systemd_unit_test APPEND PROPERTY ENVIRONMENT "SYSTEMD_LOG_COLOR=0")

@@ -151,17 +151,6 @@ TEST_CASE("the unit has the settings ringfeedd depends on", "[systemd][unit]") {
   CHECK(enable_hint);
 }
 
-TEST_CASE("the installed copy points at the install prefix", "[systemd][unit]") {
-  // systemd/CMakeLists.txt writes it at configure time.
-  const std::string installed = std::string(RINGFEED_BINARY_DIR) + "/systemd/ringfeed@.service";
-  const UnitFile unit = ParseUnit(ReadFile(installed));
-  CHECK(unit.Value("Service", "ExecStart") ==
-        std::string(RINGFEED_INSTALL_BINDIR) + "/ringfeedd --config /etc/ringfeed/%i.yaml");
-  const UnitFile source = ParseUnit(ReadFile(kUnitPath));
-  CHECK(unit.Value("Service", "RemoveIPC") == source.Value("Service", "RemoveIPC"));
-  CHECK(unit.Value("Service", "RuntimeDirectory") == source.Value("Service", "RuntimeDirectory"));
-}
-
 std::string FindProgram(const std::string& name) {
   const char* path = std::getenv("PATH");
   std::string dirs = std::string(path ? path : "") + ":/usr/bin:/bin:/usr/sbin:/sbin";
@@ -266,6 +255,28 @@ TEST_CASE("systemd-analyze verify accepts the unit", "[systemd][unit][verify]") 
     CHECK(bad.exit_status != 0);
     CHECK_THAT(bad.output, Catch::Contains("no-such-ringfeedd"));
   }
+}
+
+TEST_CASE("the installed copy points at the prefix installed to", "[systemd][unit]") {
+  // `cmake --install BUILD --prefix P` (the unit's component only): the paths are written at
+  // install time (systemd/install_unit.cmake), so P need not be the configure step's prefix.
+  if (std::string(RINGFEED_SYSTEMD_UNIT_DIR).starts_with("/")) {
+    std::cout << "RINGFEED_SKIP: RINGFEED_SYSTEMD_UNIT_DIR is absolute (" << RINGFEED_SYSTEMD_UNIT_DIR
+              << "): installing into a temporary prefix would write there" << std::endl;
+    return;
+  }
+  TempDir dir;
+  const std::string prefix = dir.path().string() + "/prefix";
+  RunResult install = Run({RINGFEED_CMAKE_COMMAND, "--install", RINGFEED_BINARY_DIR, "--prefix", prefix, "--component",
+                           "systemd"});
+  INFO(install.output);
+  REQUIRE(install.exit_status == 0);
+  const UnitFile unit = ParseUnit(ReadFile(prefix + "/" + RINGFEED_SYSTEMD_UNIT_DIR + "/ringfeed@.service"));
+  CHECK(unit.Value("Service", "ExecStart") == prefix + "/bin/ringfeedd --config /etc/ringfeed/%i.yaml");
+  CHECK(unit.Value("Unit", "Documentation") == "file://" + prefix + "/share/doc/ringfeed/operations.md");
+  const UnitFile source = ParseUnit(ReadFile(kUnitPath));
+  CHECK(unit.Value("Service", "RemoveIPC") == source.Value("Service", "RemoveIPC"));
+  CHECK(unit.Value("Service", "RuntimeDirectory") == source.Value("Service", "RuntimeDirectory"));
 }
 
 }  // namespace
