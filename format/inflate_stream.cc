@@ -320,7 +320,12 @@ InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t*
     const bool consumed = in != in_buf_.get() + in_pos_;
     in_pos_ = static_cast<size_t>(in - in_buf_.get());
     if (result == Decoder::Result::kError) {
-      return Fail(Status::kDataError, why + " near compressed byte " + std::to_string(before));
+      Fail(Status::kDataError, why + " near compressed byte " + std::to_string(before));
+      // What this step inflated before the error is handed out first (the error comes with the
+      // next call): up to a whole buffer of good records ahead of the damage. The records'
+      // own CRCs judge it; an error found only at the member's end (its CRC-32) has all of it.
+      *produced = static_cast<size_t>(out - dst);
+      return *produced > 0 ? Status::kOk : final_;
     }
     if (result == Decoder::Result::kMemberEnd) {
       member_done_ = true;

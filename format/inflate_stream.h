@@ -33,6 +33,7 @@ class InflateStream {
   // Writes between 1 and `capacity` uncompressed bytes to `dst` and sets *produced (kOk), or
   // reports the end of the stream (kEnd, *produced = 0), or an error (kIoError / kDataError)
   // described by error(). After an error or kEnd every further call returns the same status.
+  // Bytes inflated before a data error are returned first (kOk); the error comes next call.
   Status Read(uint8_t* dst, size_t capacity, size_t* produced);
 
   // Human-readable reason of the last error, e.g. "invalid deflate block (isa-l) at compressed

@@ -450,6 +450,71 @@ TEST_CASE("broken compressed streams deliver the good records, then one decompre
   }
 }
 
+// Bytes a streaming zlib inflate gets out of `compressed` (gzip or zlib framing: windowBits
+// 15 + 32 detects which) before it stops: at its end or at the first error.
+std::string InflatePrefix(const std::string& compressed) {
+  z_stream z{};
+  REQUIRE(inflateInit2(&z, 15 + 32) == Z_OK);
+  std::string out;
+  char buf[65536];
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data()));
+  z.avail_in = static_cast<uInt>(compressed.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+    if (rc == Z_BUF_ERROR && z.avail_out == 0) rc = Z_OK;  // more output to come
+  }
+  inflateEnd(&z);
+  return out;
+}
+
+TEST_CASE("a damaged byte late in a GZIP/ZLIB file: every record before it is delivered") {
+  // 2000 records of 600 incompressible bytes (1.2 MB): the damage lands more than one reader
+  // window (1 MiB) of output past the start, where a whole inflate step's output used to be
+  // dropped with the error (up to ~4 MiB of good records).
+  TempDir dir;
+  std::vector<std::string> records;
+  uint64_t x = 88172645463325252ull;
+  for (int i = 0; i < 2000; ++i) {
+    std::string r(600, '\0');
+    for (char& c : r) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      c = static_cast<char>(x);
+    }
+    records.push_back(std::move(r));
+  }
+  const std::string plain = FrameRecords(records);
+  for (const bool gzip : {true, false}) {
+    const std::string good = gzip ? GzipBytes(plain) : ZlibBytes(plain);
+    std::string bad = good;
+    const size_t pos = good.size() * 9 / 10;
+    bad[pos] ^= 0x10;
+    // Records whose frames zlib inflates in full from the bytes before the damage.
+    const std::string before = InflatePrefix(good.substr(0, pos));
+    size_t intact = 0;
+    for (uint64_t off = 0; intact < records.size() && off + 16 + records[intact].size() <= before.size();
+         off += 16 + records[intact].size()) {
+      ++intact;
+    }
+    REQUIRE(intact > 1500);
+    WriteFile(dir.file("bad"), bad);
+    for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+      INFO((gzip ? "gzip, " : "zlib, ") << InflateBackendName(backend) << ": damage at compressed byte " << pos
+                                        << ", " << intact << " records before it");
+      ReaderOptions o;
+      o.compression = gzip ? Compression::kGzip : Compression::kZlib;
+      o.inflate = backend;
+      const Outcome out = ReadAll(dir.file("bad"), o);
+      REQUIRE(out.records.size() >= intact);
+      CHECK(std::equal(records.begin(), records.begin() + static_cast<ptrdiff_t>(intact), out.records.begin()));
+      REQUIRE(!out.errors.empty());
+    }
+  }
+}
+
 TEST_CASE("I/O errors name the file") {
   Outcome out = ReadAll("/nonexistent/dir/file.tfrecord");
   REQUIRE(out.errors.size() == 1);
