@@ -217,6 +217,15 @@ const std::string& Client::segment_name() const { return attachment_->segment.na
 
 uint32_t Client::slot_count() const { return attachment_->ring.slot_count; }
 
+uint32_t Client::slots_held_by_all() const {
+  const detail::Attachment& a = *attachment_;
+  uint32_t held = 0;
+  for (uint32_t i = 0; i < a.ring.slot_count; ++i) {
+    held += shm::SlotWord::Unpack(a.ring.header(i)->word.load(std::memory_order_relaxed)).state == shm::SlotState::kHeld;
+  }
+  return held;
+}
+
 uint32_t Client::slots_held() const {
   const detail::Attachment& a = *attachment_;
   uint32_t held = 0;

@@ -96,6 +96,7 @@ class Client {
   // here or in a binding's views): when they are equal, Next can only time out. For messages.
   uint32_t slot_count() const;
   uint32_t slots_held() const;
+  uint32_t slots_held_by_all() const;  // by any consumer of the job
 
  private:
   explicit Client(std::shared_ptr<detail::Attachment> attachment);

@@ -47,6 +47,16 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     c.attached.store(1, std::memory_order_release);
     ++consumers_seen_;
     spdlog::info("consumer {} attached (pid {}{})", i + 1, pid, rank ? ", rank " + std::to_string(*rank) : "");
+    uint32_t attached = 0;
+    for (const Entry& other : entries_) attached += other.attached;
+    const uint32_t slots = segment_.superblock()->slot_count;
+    if (attached >= slots) {
+      spdlog::warn("{} consumers attached to a ring of {} slots: consumers that keep their previous batch while "
+                   "they wait for the next (a Python `for batch in client:` loop does) can hold every slot, and then "
+                   "no batch can come (their Next fails after 5 s saying so); give this job more ring.slots than "
+                   "consumers (ring.slots: {})",
+                   attached, slots, 2 * attached);
+    }
     return i + 1;
   }
   *error = "too many consumers: " + std::to_string(shm::kMaxConsumers) + " are attached already";

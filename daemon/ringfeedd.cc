@@ -62,6 +62,8 @@ constexpr auto kHeartbeatPeriod = std::chrono::milliseconds(100);
 // How long a stop waits for file system calls under way (a read-ahead turn, opening a file) to
 // return before ringfeedd gives up on them (docs/operations.md, "Stopping").
 constexpr auto kStopGrace = std::chrono::milliseconds(5000);
+// How long every ring slot may stay held by consumers before ringfeedd logs why no batch comes.
+constexpr auto kAllHeldWarnAfter = std::chrono::seconds(10);
 
 
 class StartupError : public std::runtime_error {
@@ -489,6 +491,8 @@ int RunDaemon(const DaemonOptions& options) {
       const auto watchdog = SystemdNotifier::WatchdogInterval();
       auto next_watchdog = Clock::now();
       auto next_sample = Clock::now();
+      Clock::time_point all_held_since{};  // every slot held by consumers since ({}: not now)
+      bool all_held_warned = false;
       while (!heartbeat_stop.load()) {
         const auto now = Clock::now();
         shm::Heartbeat(ring);
@@ -500,6 +504,23 @@ int RunDaemon(const DaemonOptions& options) {
           const PipelineStats s = pipeline->Snapshot();
           const auto [r, b] = window.Rates(now, s.records, s.record_bytes);
           window.Add(now, s.records, s.record_bytes);
+          // Every slot held for long: the daemon has nowhere to put a batch. Said once per
+          // episode; trainers that hold batches this long on purpose need no action.
+          if (s.slots_held < slot_count) {
+            all_held_since = {};
+            all_held_warned = false;
+          } else if (all_held_since == Clock::time_point{}) {
+            all_held_since = now;
+          } else if (now - all_held_since >= kAllHeldWarnAfter && !all_held_warned) {
+            all_held_warned = true;
+            const size_t attached = consumers.List().size();
+            spdlog::warn("all {} ring slots have been held by the {} attached consumer(s) for {} s: no batch can be "
+                         "made until one is released. Consumers that keep their previous batch while they wait for "
+                         "the next (a Python `for batch in client:` loop) need a slot each and one to fill: give this "
+                         "job ring.slots: {} or more",
+                         slot_count, attached, std::chrono::duration_cast<std::chrono::seconds>(kAllHeldWarnAfter).count(),
+                         std::max<size_t>(2 * attached, slot_count + 1));
+          }
           notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch) + ", " +
                           std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
                           " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");

@@ -540,3 +540,31 @@ TEST_CASE("SIGTERM while the daemon is still starting: a clean stop once started
   CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
   CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
 }
+
+TEST_CASE("more consumers than ring slots, each holding a batch: warned at attach, shown in status, logged") {
+  TempDir dir;
+  WriteIdFile(dir.file("part-0.tfrecord"), 0, 1000);
+  DaemonProcess daemon(dir.path(), "allheld",
+                       IdJobConfig("allheld", dir.file("part-*.tfrecord"), "batch: {size: 4}\nepochs: 0\nring: {slots: 2}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  // Three consumers on two slots: two hold a batch each (as a consumer holds its previous batch
+  // while it waits for the next), the third can only time out.
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < 3; ++i) clients.push_back(Client::Attach(daemon.client_options()));
+  CHECK(daemon.WaitForStderr("3 consumers attached to a ring of 2 slots"));
+  Batch a, b, c;
+  REQUIRE(clients[0]->Next(std::chrono::seconds(10), &a) == Client::Status::kBatch);
+  REQUIRE(clients[1]->Next(std::chrono::seconds(10), &b) == Client::Status::kBatch);
+  CHECK(clients[2]->Next(std::chrono::milliseconds(500), &c) == Client::Status::kTimeout);
+  CHECK(clients[2]->slots_held_by_all() == 2);
+  CHECK(clients[2]->slots_held() == 0);
+  const CommandResult status = RunCommand({CtlBinary(), "status", "allheld", "--runtime-dir", daemon.runtime_dir()});
+  INFO(status.out << status.err);
+  CHECK_THAT(status.out, Catch::Contains("every slot is held by a consumer: no batch can be made until one is released"));
+  CHECK(daemon.WaitForStderr("all 2 ring slots have been held by the 3 attached consumer(s) for 10 s",
+                             std::chrono::seconds(20)));
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("give this job ring.slots: 6 or more"));
+  // One released: the third gets a batch.
+  a.Release();
+  CHECK(clients[2]->Next(std::chrono::seconds(10), &c) == Client::Status::kBatch);
+}

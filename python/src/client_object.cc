@@ -94,6 +94,14 @@ nb::object ClientObject::Next(double timeout_s) {
                              "has nowhere to put the next batch; release them (batch.release(), del the arrays, "
                              "copy what must outlive a batch)");
       }
+      if (client->slots_held_by_all() == slots) {
+        throw TimeoutReached("no batch of job " + job() + " within " + seconds + " s: all " + std::to_string(slots) +
+                             " slots of the ring are held by its consumers (this client holds " +
+                             std::to_string(held) +
+                             "), so the daemon has nowhere to put the next batch; each consumer that keeps its "
+                             "previous batch while it waits needs a slot of its own (ring.slots above the number "
+                             "of consumers; see ringfeedctl status " + job() + ")");
+      }
       throw TimeoutReached("no batch of job " + job() + " within " + seconds +
                            " s (the daemon is running but has produced nothing new; see ringfeedctl status " +
                            job() + ")");
