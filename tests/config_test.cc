@@ -569,6 +569,12 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"a feature name longer than the ring holds",
        "job: t\nsource: {files: [a]}\nfeatures:\n  " + std::string(130, 'n') + ": {dtype: int64}\n", 4, 3,
        kLongNamePath.c_str(), {"a feature name has at most 127 bytes (the ring's limit); this one has 130"}},
+      {"a feature name with a NUL byte (the ring would cut it there)",
+       "job: t\nsource: {files: [a]}\nfeatures:\n  \"a\\0x\": {dtype: int64}\n", 4, 3, "features.a\\x00x",
+       {"a feature name must not contain a NUL byte (at byte 1)"}},
+      {"a feature name that is not UTF-8",
+       "job: t\nsource: {files: [a]}\nfeatures:\n  k\xff: {dtype: int64}\n", 4, 3, "features.k\\xFF",
+       {"a feature name must be UTF-8 text; byte 1 is not"}},
       {"more features than the ring holds", "job: t\nsource: {files: [a]}\nfeatures:\n" + ManyFeatures(257), 4, 3,
        "features", {"257 features; a job has at most 256"}},
       {"shape on varlen", "job: t\nsource: {files: [a]}\nfeatures:\n"
