@@ -120,7 +120,16 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   };
 
   const auto start = std::chrono::steady_clock::now();
-  for (const std::string& file : files) {
+  // The files of this shard only, as ringfeedd reads them (shard.index of shard.count).
+  const std::vector<uint32_t> shard_files = ShardFiles(config, files.size());
+  result.files_in_shard = shard_files.size();
+  // Fewer files than shards: every shard reads every file and keeps every shard.count-th record
+  // (the Sequencer's rule).
+  const uint64_t shard_count = static_cast<uint64_t>(config.shard.count);
+  const uint64_t shard_index = static_cast<uint64_t>(config.shard.index);
+  const bool shard_by_record = files.size() < shard_count;
+  for (const uint32_t file_index : shard_files) {
+    const std::string& file = files[file_index];
     ++result.files_read;
     TFRecordReader reader(file, options);
     Record record;
@@ -134,6 +143,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         problem(read_error.message);
         continue;  // a non-recoverable error makes the next Next() return kEnd
       }
+      if (shard_by_record && record.index % shard_count != shard_index) continue;
       result.bytes += record.data.size();
       if (record.data.size() > largest_record_bytes) {
         largest_record_bytes = record.data.size();

@@ -1,5 +1,5 @@
 // `ringfeedctl check CONFIG`: runs one epoch of a job the way the daemon reads it — every
-// file through TFRecordReader and every record through ExampleParser into batches of
+// file of its shard through TFRecordReader and every record through ExampleParser into batches of
 // batch.size — applying source.on_error, and reports what a trainer would get. No shuffling,
 // no shared memory: it answers "does my config fit my data, and how fast can one core parse it".
 // It also makes ringfeedd's start-up plan (daemon/tuning_plan.h: the same record sample, ring
@@ -20,6 +20,7 @@ namespace ringfeed {
 
 struct JobCheckResult {
   uint64_t files = 0;            // files matched by source.files
+  uint64_t files_in_shard = 0;   // of them, those of shard.index (all when shard.count is 1)
   uint64_t files_read = 0;       // files read (fewer when on_error: fail stopped the epoch)
   uint64_t records = 0;          // records parsed into batches
   uint64_t batches = 0;          // full batches, plus the last one unless drop_remainder

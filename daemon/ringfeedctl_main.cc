@@ -183,14 +183,21 @@ Command AddCheckCommand(CLI::App& parent) {
     }
     for (const std::string& warning : r.absent_features) std::cerr << "warning: " << warning << "\n";
     const double mb = static_cast<double>(r.bytes) / 1e6;
-    std::cout << "job " << config.job << ": " << r.records << " records from " << r.files_read << " of " << r.files
-              << " file(s) -> ";
+    std::cout << "job " << config.job << ": " << r.records << " records from " << r.files_read << " of "
+              << r.files_in_shard << " file(s)";
+    if (config.shard.count > 1) {
+      std::cout << " of shard " << config.shard.index << " of " << config.shard.count << " (" << r.files
+                << " files matched)";
+    }
+    std::cout << " -> ";
     const uint64_t full = r.batches - (r.last_batch_rows > 0 ? 1 : 0);
     std::cout << full << " batch(es) of " << config.batch.size;
     if (r.last_batch_rows > 0) std::cout << " + 1 of " << r.last_batch_rows;
     if (r.dropped_records > 0) std::cout << " (" << r.dropped_records << " records dropped by drop_remainder)";
     std::cout << "\nerrors: " << r.read_errors << " read, " << r.parse_errors << " parse";
-    if (r.failed) std::cout << " (on_error: fail stopped the epoch in file " << r.files_read << " of " << r.files << ")";
+    if (r.failed) {
+      std::cout << " (on_error: fail stopped the epoch in file " << r.files_read << " of " << r.files_in_shard << ")";
+    }
     std::cout << "\n";
     if (r.seconds > 0 && r.records > 0) {
       std::cout << "throughput (one core): " << static_cast<uint64_t>(static_cast<double>(r.records) / r.seconds)

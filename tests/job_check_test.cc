@@ -56,6 +56,15 @@ TEST_CASE("files with 7, 5 and 0 records: every record once, batches as configur
   CHECK(r.read_errors + r.parse_errors == 0);
   CHECK_THAT(log.str(), Catch::Contains("a.tfrecord: 7 records") && Catch::Contains("c.tfrecord: 0 records"));
 
+  // shard.index 1 of 2: the files at odd positions (b); of 4, more shards than files: every
+  // file, every 4th record from record 1 (a: 1, 5; b: 1), as ringfeedd's Sequencer reads them.
+  r = RunJobCheck(Config(dir, "fail", "batch: {size: 5}\nshard: {index: 1, count: 2}\n"), log, log);
+  CHECK(r.files_in_shard == 1);
+  CHECK(r.records == 5);
+  r = RunJobCheck(Config(dir, "fail", "batch: {size: 5}\nshard: {index: 1, count: 4}\n"), log, log);
+  CHECK(r.files_in_shard == 3);
+  CHECK(r.records == 3);
+
   r = RunJobCheck(Config(dir, "fail", "batch: {size: 5, drop_remainder: true}\n"), log, log);
   CHECK(r.batches == 2);
   CHECK(r.last_batch_rows == 0);
