@@ -8,6 +8,7 @@
 // problems found, 2 usage error (CLI11 prints what was wrong; --help exits 0).
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <cmath>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -48,6 +49,20 @@ const CLI::Validator kCountValidator(
       return "";
     },
     "N");
+
+// dump --timeout: seconds, a finite number above 0 and at most a week (a wait in milliseconds
+// then fits its clock; NaN and 1e300 used to give up at once).
+const CLI::Validator kTimeoutValidator(
+    [](std::string& text) -> std::string {
+      double seconds = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+      if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(seconds) || seconds <= 0 ||
+          seconds > 7 * 24 * 3600.0) {
+        return "'" + text + "' is not a timeout: give seconds above 0, at most 604800 (a week), e.g. 60 or 0.5";
+      }
+      return "";
+    },
+    "SECONDS");
 
 // A first word that names no subcommand gets a clearer message than CLI11's "A subcommand is
 // required". Returns false after printing it.
@@ -308,7 +323,7 @@ Command AddDumpCommand(CLI::App& parent) {
       ->option_text("N");
   cmd->add_option("--rank", options->rank, "consumers.mode ranks: attach as this rank")->check(CLI::NonNegativeNumber);
   cmd->add_option("--timeout", options->timeout_seconds, "Give up when no batch comes for this many seconds (default 60)")
-      ->check(CLI::PositiveNumber);
+      ->check(kTimeoutValidator);
   AddRuntimeDirOption(cmd, &options->runtime_dir);
   auto run = [options, batches]() {
     ringfeed::DumpOptions o = *options;
