@@ -437,7 +437,8 @@ std::string DisplayName(const std::string& name) {
 }
 
 // A feature name as a YAML mapping key: plain when unambiguous, else a double-quoted (JSON)
-// string, which YAML reads back to the same name.
+// string, which YAML reads back to the same name. Non-ASCII text stays as UTF-8: JSON's \u
+// escapes would write a character beyond U+FFFF as a surrogate pair, which YAML rejects.
 std::string YamlKey(const std::string& name) {
   const bool plain_chars = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
                            std::all_of(name.begin(), name.end(), [](char c) {
@@ -449,7 +450,7 @@ std::string YamlKey(const std::string& name) {
   constexpr std::array<std::string_view, 3> kYamlWords = {"null", "true", "false"};
   const bool reserved = std::find(kYamlWords.begin(), kYamlWords.end(), lower) != kYamlWords.end();
   if (plain_chars && !reserved) return name;
-  return Json(name).dump(-1, ' ', true, nlohmann::detail::error_handler_t::replace);
+  return Json(name).dump(-1, ' ', false, nlohmann::detail::error_handler_t::replace);
 }
 
 // The spec of one feature for the `features:` block, or "" with *why set when it has none.
@@ -512,6 +513,9 @@ void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
     else if (TextForJson(name) != name) {
       line.key = DisplayName(name) + ":";
       line.why = "left out: the name is not valid UTF-8, which a YAML config cannot hold";
+    } else if (name.find('\0') != std::string::npos) {
+      line.key = DisplayName(name) + ":";
+      line.why = "left out: the name has a NUL byte, which the ring's schema cannot hold";
     }
     else line.spec = SpecFor(s, schema.records, &line.why);
     key_width = std::max(key_width, line.key.size());

@@ -783,6 +783,27 @@ TEST_CASE("inspect --schema summarizes features and emits a features: block that
   CHECK(json["features"][7]["shape"] == Json::array({3}));
 }
 
+TEST_CASE("inspect --schema: names beyond U+FFFF and with NUL bytes") {
+  // JSON's ASCII escapes would write U+1F642 as the surrogate pair \ud83d\ude42, which the
+  // YAML loader rejects: the key stays UTF-8. A name with a NUL byte is left out (the ring's
+  // schema cannot hold it, and the config refuses it).
+  TempDir dir;
+  const std::string smile = "\xF0\x9F\x99\x82", e_acute = "\xC3\xA9t\xC3\xA9", nul = std::string("a\0b", 3);
+  std::vector<std::string> records;
+  for (int i = 0; i < 3; ++i) {
+    records.push_back(Example({Int64Entry(smile, {i}), FloatEntry(e_acute, {0.5f}), Int64Entry(nul, {i})}));
+  }
+  const std::string path = dir.file("names.tfrecord");
+  WriteRecords(path, records);
+  CtlResult r = Ctl({"inspect", "--schema", path});
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find("  \"" + smile + "\":") != std::string::npos);
+  CHECK(r.out.find("  \"" + e_acute + "\":") != std::string::npos);
+  CHECK(r.out.find("  # \"a\\u0000b\": left out: the name has a NUL byte") != std::string::npos);
+  CHECK(ParseAllWithSchema(r.out, {path}) == 3);
+}
+
 TEST_CASE("inspect --schema reports a feature seen with two kinds") {
   TempDir dir;
   const std::string path = dir.file("mixed.tfrecord");
