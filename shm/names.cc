@@ -1,9 +1,12 @@
 #include "shm/names.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 namespace ringfeed::shm {
 namespace {
@@ -44,8 +47,20 @@ std::string SocketPath(std::string_view runtime_dir, std::string_view job) {
 }
 
 std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
+  const std::filesystem::path dir{std::string(runtime_dir)};
+  std::error_code ec;
+  std::string identity = std::filesystem::canonical(dir, ec).string();
+  if (ec) {
+    ec.clear();
+    identity = std::filesystem::absolute(dir, ec).lexically_normal().string();
+    if (ec) identity = std::string(runtime_dir);
+  }
+  struct stat st {};
+  if (::stat(identity.c_str(), &st) == 0) {
+    identity += ":" + std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino);
+  }
   char hash[17];
-  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(Fnv1a64(runtime_dir)));
+  std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(Fnv1a64(identity)));
   std::string name = "/ringfeed.";
   name += job;
   name += '.';

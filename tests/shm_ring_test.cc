@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -133,14 +134,33 @@ TEST_CASE("names: runtime directory precedence, socket path, segment name") {
   CHECK(shm::Fnv1a64("") == 0xcbf29ce484222325ull);
   CHECK(shm::Fnv1a64("a") == 0xaf63dc4c8601ec8cull);
   CHECK(shm::Fnv1a64("foobar") == 0x85944171f73967e8ull);
-  const std::string name = shm::SegmentName("/run/ringfeed", "train");
+  // A directory that does not exist: the hash of its normalized absolute path.
+  const std::string name = shm::SegmentName("/nonexistent/./ringfeed", "train");
   CHECK(name.rfind("/ringfeed.train.", 0) == 0);
   REQUIRE(name.size() == std::string("/ringfeed.train.").size() + 16);
   char expected[17];
-  std::snprintf(expected, sizeof expected, "%016llx", static_cast<unsigned long long>(shm::Fnv1a64("/run/ringfeed")));
+  std::snprintf(expected, sizeof expected, "%016llx",
+                static_cast<unsigned long long>(shm::Fnv1a64("/nonexistent/ringfeed")));
   CHECK(name.substr(name.size() - 16) == expected);
-  CHECK(shm::SegmentName("/run/ringfeed", "train") != shm::SegmentName("/tmp/ringfeed-0", "train"));
-  CHECK(shm::SegmentName("/run/ringfeed", "train") != shm::SegmentName("/run/ringfeed", "eval"));
+  CHECK(shm::SegmentName("/nonexistent/ringfeed", "train") != shm::SegmentName("/nonexistent/ringfeed-0", "train"));
+  CHECK(shm::SegmentName("/nonexistent/ringfeed", "train") != shm::SegmentName("/nonexistent/ringfeed", "eval"));
+
+  // The same relative name in two working directories names two directories, two segments;
+  // one directory by a relative, an absolute and a symlinked path is one segment.
+  testing::TempDir a, b;
+  std::filesystem::create_directory(a.path() / "run");
+  std::filesystem::create_directory(b.path() / "run");
+  std::filesystem::create_directory_symlink(a.path() / "run", b.path() / "link");
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(a.path());
+  const std::string in_a = shm::SegmentName("run", "train");
+  std::filesystem::current_path(b.path());
+  const std::string in_b = shm::SegmentName("run", "train");
+  const std::string via_link = shm::SegmentName("link", "train");
+  std::filesystem::current_path(cwd);
+  CHECK(in_a != in_b);
+  CHECK(in_a == shm::SegmentName((a.path() / "run").string(), "train"));
+  CHECK(in_a == via_link);
 }
 
 // A private copy of a superblock to corrupt.
