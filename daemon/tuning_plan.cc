@@ -100,8 +100,43 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   return sample;
 }
 
-TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
-                      uint64_t baseline_private_rss, bool queued_reads) {
+namespace {
+
+// PlanTuning; `advise`: a BudgetError's advice is the budget that fits (FittingBudgetMiB).
+TuningPlan Plan(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
+                uint64_t baseline_private_rss, bool queued_reads, bool advise);
+
+// The smallest budget, in whole MiB, with which the job's plan fits, or 0 when none up to 1 TiB
+// does. With ring.slots and prefetch auto the ring grows with the budget (prefetch up to half
+// of it), so the shortfall of one plan is not the answer: the job is planned again.
+uint64_t FittingBudgetMiB(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
+                          uint64_t baseline_private_rss, bool queued_reads, uint64_t failed_bytes) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  JobConfig trial = config;
+  auto fits = [&](uint64_t mib) {
+    trial.pipeline.memory_budget = mib * kMiB;
+    try {
+      Plan(trial, sample, shard_files, queues, baseline_private_rss, queued_reads, false);
+      return true;
+    } catch (const BudgetError&) {
+      return false;
+    }
+  };
+  uint64_t lo = failed_bytes / kMiB, hi = std::max<uint64_t>(lo, 1);  // lo fails; find a hi that fits
+  while (!fits(hi)) {
+    lo = hi;
+    if (hi >= (uint64_t{1} << 20)) return 0;  // 1 TiB
+    hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const uint64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+TuningPlan Plan(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
+                uint64_t baseline_private_rss, bool queued_reads, bool advise) {
   const PipelineConfig& pc = config.pipeline;
   TuningPlan plan;
   AutotuneOptions& at = plan.autotune;
@@ -187,7 +222,27 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   mi.queues = queues;
   mi.max_readers = limits.max_readers;
   mi.max_workers = limits.max_workers;
-  plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
+  try {
+    plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
+  } catch (const BudgetError& e) {
+    // With a ring sized by the budget, its advice ("raise pipeline.memory_budget to at least
+    // N MiB") is what this plan lacks, and a budget of N MiB gives a larger ring: the advice
+    // becomes the budget that fits, plus 1 MiB for the daemon's start-up RSS, which moves.
+    std::string message = e.what();
+    const std::string key = "raise pipeline.memory_budget to at least ";
+    const size_t at_key = message.find(key);
+    const size_t at_mib = at_key == std::string::npos ? std::string::npos : message.find("MiB", at_key);
+    if (advise && !config.ring.slots && !pc.prefetch && at_mib != std::string::npos) {
+      const uint64_t mib = FittingBudgetMiB(config, sample, shard_files, queues, baseline_private_rss, queued_reads,
+                                            at.memory_budget_bytes);
+      if (mib != 0) {
+        message.replace(at_key + key.size(), at_mib - at_key - key.size(), std::to_string(mib + 1));
+        message.insert(at_key + key.size() + std::to_string(mib + 1).size() + 3,
+                       " (with ring.slots: auto the ring grows with the budget; that much fits)");
+      }
+    }
+    throw BudgetError(message);
+  }
   limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;
   // Read-ahead per open file: 1 MiB, the size of a reader's own reads, is as deep as it goes
   // (on a 20 ms mount it gave all the throughput 16 readers could). It starts at the minimum,
@@ -232,6 +287,13 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes &&
                 at.fixed.reads_per_file);
   return plan;
+}
+
+}  // namespace
+
+TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
+                      uint64_t baseline_private_rss, bool queued_reads) {
+  return Plan(config, sample, shard_files, queues, baseline_private_rss, queued_reads, true);
 }
 
 }  // namespace ringfeed

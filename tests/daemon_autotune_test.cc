@@ -197,6 +197,35 @@ TEST_CASE("memory: a job that cannot fit its budget refuses to start and shows t
   CHECK(check.err.find("shuffle buffer: 200000 records") != std::string::npos);
 }
 
+TEST_CASE("memory: the budget the error advises is enough, though ring.slots: auto grows with it") {
+  TempDir dir;
+  WriteIdFile(dir.file("part-0.tfrecord"), 0, 2000);
+  auto config = [&](const std::string& budget) {
+    return "job: advice\n"
+           "source: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\n"
+           "features:\n" + IdFeaturesYaml() +
+           "ring: {slot_bytes: 8MiB}\n"
+           "shuffle: {buffer: 600000}\n"  // memory beside the ring, so that the ring's half grows
+           "pipeline: {memory_budget: " + budget + "}\n";
+  };
+  DaemonProcess refused(dir.path(), "advice", config("1MiB"));
+  REQUIRE_FALSE(refused.Start());
+  REQUIRE(refused.exit_status());
+  CHECK(refused.exit_status()->code == 2);
+  const std::string err = refused.Stderr();
+  INFO(err);
+  const std::string key = "raise pipeline.memory_budget to at least ";
+  const size_t at = err.find(key);
+  REQUIRE(at != std::string::npos);
+  const std::string advice = err.substr(at + key.size(), err.find(' ', at + key.size()) - at - key.size());
+  REQUIRE(advice.ends_with("MiB"));
+  CHECK_THAT(err, Catch::Contains("(with ring.slots: auto the ring grows with the budget; that much fits)"));
+  // One step: the advised budget starts (the ring it gives is larger than the refused one's).
+  DaemonProcess started(dir.path(), "advice", config(advice), "advised.yaml");
+  RINGFEED_REQUIRE_STARTED(started);
+  started.Stop();
+}
+
 TEST_CASE("without io_uring (a seccomp filter, as in Docker): reads_per_file stays at 1 and every record arrives") {
   TempDir dir;
   for (int f = 0; f < 3; ++f) WriteIdFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 3000, 3000);
