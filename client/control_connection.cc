@@ -55,7 +55,18 @@ void ControlConnection::SendLine(const std::string& line) {
   while (sent < data.size()) {
     ssize_t n = send(fd_, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw ClientError("cannot write to ringfeedd's control socket " + path_ + ": " + std::strerror(errno));
+    if (n <= 0) {
+      const int err = errno;
+      // A daemon that refuses a connection before reading it (too many connections) writes
+      // its reason and closes: the reason, not EPIPE, is what the caller's ReadLine gets.
+      try {
+        const std::string reason = ReadLine(std::chrono::milliseconds(200));
+        buffered_.insert(0, reason + "\n");
+        return;
+      } catch (const ClientError&) {
+      }
+      throw ClientError("cannot write to ringfeedd's control socket " + path_ + ": " + std::strerror(err));
+    }
     sent += static_cast<size_t>(n);
   }
 }

@@ -21,7 +21,8 @@ class ControlConnection {
 
   // Connects to the Unix socket at `path`; `job` is for messages. Throws ClientError.
   void Connect(const std::string& path, const std::string& job);
-  // Writes `line` + '\n' completely. Throws ClientError.
+  // Writes `line` + '\n' completely. Throws ClientError; not when the daemon closed the
+  // connection after writing a line (its refusal): ReadLine returns that line next.
   void SendLine(const std::string& line);
   // Reads up to and excluding the next '\n', waiting at most `timeout`. Throws ClientError on
   // timeout, EOF or a line longer than shm::kMaxMessageBytes.

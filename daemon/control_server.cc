@@ -29,6 +29,10 @@ constexpr size_t kMaxRequestBytes = 64 * 1024;  // a hello or a request is tiny
 constexpr size_t kMaxConnections = 256;
 // A connection must say hello within this time.
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
+// A control connection (ringfeedctl, a monitoring script) that sends no request for this long
+// is closed: idle ones held open could use up kMaxConnections and lock trainers out. Consumers'
+// connections stay open as long as they live.
+constexpr auto kControlIdleTimeout = std::chrono::seconds(60);
 // After accept() fails (e.g. EMFILE), wait before trying again instead of spinning.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 
@@ -46,7 +50,8 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
         alive_(server->alive_),
         socket_(std::move(socket)),
         input_(kMaxRequestBytes),
-        hello_timer_(server->io_) {
+        hello_timer_(server->io_),
+        idle_timer_(server->io_) {
     ++server_->connections_;
   }
 
@@ -76,8 +81,10 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
     asio::async_read_until(socket_, input_, '\n', [this, self](const boost::system::error_code& ec, size_t) {
       if (ec || !*alive_) {  // closed (EOF), too long, or server gone: the destructor detaches
         hello_timer_.cancel();  // its handler holds this connection alive
+        idle_timer_.cancel();
         return;
       }
+      idle_timer_.cancel();  // a request came
       std::istream in(&input_);
       std::string line;
       std::getline(in, line);
@@ -140,14 +147,25 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
         return Fail("unknown role '" + role + "' (consumer or control)");
       }
       Write(welcome, false);
+      if (consumer_id_ == 0) ArmIdleTimer();
       return true;
     }
-    if (consumer_id_ != 0) {
-      if (type == "bye") return false;
-      return true;  // consumers send nothing else; ignore
-    }
+    if (type == "bye") return false;  // the client is closing (ControlConnection::Close)
+    if (consumer_id_ != 0) return true;  // consumers send nothing else; ignore
     Write(server_->handlers_.request(request), false);
+    ArmIdleTimer();
     return true;
+  }
+
+  // A control connection with no request for kControlIdleTimeout is closed.
+  void ArmIdleTimer() {
+    auto self = shared_from_this();
+    idle_timer_.expires_after(kControlIdleTimeout);
+    idle_timer_.async_wait([this, self](const boost::system::error_code& ec) {
+      if (ec) return;
+      boost::system::error_code ignored;
+      socket_.close(ignored);  // the pending read ends; the connection goes away
+    });
   }
 
   bool Fail(const std::string& message) {
@@ -165,7 +183,10 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
     auto self = shared_from_this();
     asio::async_write(socket_, asio::buffer(outbox_.front()), [this, self](const boost::system::error_code& ec, size_t) {
       outbox_.pop_front();
-      if (ec) return;
+      if (ec) {
+        idle_timer_.cancel();  // the peer is gone: nothing may keep this connection alive
+        return;
+      }
       if (!outbox_.empty()) return Flush();
       if (read_after_flush_ && !close_after_) {
         read_after_flush_ = false;
@@ -184,6 +205,7 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
   asio::streambuf input_;
   std::deque<std::string> outbox_;
   asio::steady_timer hello_timer_;
+  asio::steady_timer idle_timer_;  // control connections only
   bool said_hello_ = false;
   bool close_after_ = false;
   bool read_after_flush_ = false;

@@ -12,7 +12,8 @@
 //   (docs/operations.md), {"type":"files"} -> {"type":"files","files":[...]}.
 // The consumer's pid is taken from the socket's peer credentials (SO_PEERCRED), not from the
 // message. Limits against misbehaving clients: at most 256 open connections, a hello within
-// 5 s, one request at a time (the next is read once the reply is written), 64 KiB per line.
+// 5 s, a control connection closed after 60 s without a request, one request at a time (the
+// next is read once the reply is written), 64 KiB per line.
 //
 // Threading: everything runs on the io_context's thread; the handlers are called there.
 #pragma once

@@ -401,6 +401,41 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
   CHECK(batch.rows() > 0);
 }
 
+TEST_CASE("256 control connections held open: a trainer gets the daemon's reason, not a broken pipe") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "full", IdJobConfig("full", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  std::vector<std::unique_ptr<detail::ControlConnection>> held;
+  for (int i = 0; i < 256; ++i) {
+    held.push_back(std::make_unique<detail::ControlConnection>());
+    held.back()->Connect(daemon.socket_path(), "full");
+    held.back()->SendLine("{\"type\":\"hello\",\"protocol\":" + std::to_string(shm::kProtocolVersion) +
+                          ",\"role\":\"control\"}");
+    REQUIRE_THAT(held.back()->ReadLine(std::chrono::seconds(5)), Catch::Contains("welcome"));
+  }
+  try {
+    Client::Attach(daemon.client_options());
+    FAIL("attached past the connection limit");
+  } catch (const ClientError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("refused this consumer: ringfeedd has 256 control connections open already"));
+  }
+  held.clear();  // closed: trainers get in again
+  bool attached = false;
+  std::string last_error;
+  WaitUntil([&] {
+    try {
+      Client::Attach(daemon.client_options());
+      attached = true;
+    } catch (const ClientError& e) {
+      last_error = e.what();
+    }
+    return attached;
+  });
+  INFO(last_error);
+  CHECK(attached);
+}
+
 TEST_CASE("the segment truncated under the daemon: it says so, removes socket and segment, exits 1") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
