@@ -8,11 +8,14 @@
 //   SocketPath(d, job)  d + "/" + job + ".sock"
 //   SegmentName(d, job) "/ringfeed." + job + "." + 16 lower-case hex digits of FNV-1a-64 of the
 //                       directory's identity: its canonical path (symbolic links and a relative
-//                       d resolved), then ":<st_dev>:<st_ino>" when it exists. So two daemons in
-//                       different runtime directories never share a segment, even when the same
-//                       string names both (`run` from two working directories, /run/ringfeed in
-//                       two containers that share /dev/shm). Only ringfeedd computes it (clients
-//                       get the name from its hello); the directory should exist by then.
+//                       d resolved), then ":<st_dev>" of its file system when it exists. So two
+//                       daemons in different runtime directories never share a segment, even when
+//                       the same string names both (`run` from two working directories,
+//                       /run/ringfeed in two containers, each with its own /run, that share
+//                       /dev/shm). Not the inode: systemd recreates a unit's RuntimeDirectory at
+//                       every restart, and a restarted daemon must find (and replace) the segment
+//                       a crashed one left. Only ringfeedd computes it (clients get the name from
+//                       its hello); the directory should exist by then.
 //
 // FNV-1a: http://www.isthe.com/chongo/tech/comp/fnv/ (64-bit offset basis 0xcbf29ce484222325,
 // prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).

@@ -161,6 +161,11 @@ TEST_CASE("names: runtime directory precedence, socket path, segment name") {
   CHECK(in_a != in_b);
   CHECK(in_a == shm::SegmentName((a.path() / "run").string(), "train"));
   CHECK(in_a == via_link);
+  // Recreated (a new inode, as systemd recreates a unit's RuntimeDirectory at a restart): the
+  // same name, so a restarted daemon replaces the segment a crashed one left.
+  std::filesystem::remove(a.path() / "run");
+  std::filesystem::create_directory(a.path() / "run");
+  CHECK(shm::SegmentName((a.path() / "run").string(), "train") == in_a);
 }
 
 // A private copy of a superblock to corrupt.
