@@ -53,9 +53,9 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     if (attached >= slots) {
       spdlog::warn("{} consumers attached to a ring of {} slots: consumers that keep their previous batch while "
                    "they wait for the next (a Python `for batch in client:` loop does) can hold every slot, and then "
-                   "no batch can come (their Next fails after 5 s saying so); give this job more ring.slots than "
-                   "consumers (ring.slots: {})",
-                   attached, slots, 2 * attached);
+                   "no batch comes (a Next with a timeout then times out, saying so in Python; one without waits); "
+                   "give this job more ring.slots than consumers (ring.slots: {})",
+                   attached, slots, std::max(2 * attached, slots + 1));
     }
     return i + 1;
   }

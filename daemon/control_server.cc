@@ -162,7 +162,8 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
     auto self = shared_from_this();
     idle_timer_.expires_after(kControlIdleTimeout);
     idle_timer_.async_wait([this, self](const boost::system::error_code& ec) {
-      if (ec) return;
+      // Re-armed by a request that came while this expiry was already queued: not idle.
+      if (ec || idle_timer_.expiry() > std::chrono::steady_clock::now()) return;
       boost::system::error_code ignored;
       socket_.close(ignored);  // the pending read ends; the connection goes away
     });

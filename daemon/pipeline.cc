@@ -75,9 +75,9 @@ bool Pipeline::WaitForIo(std::chrono::milliseconds timeout, std::vector<std::str
   for (;;) {
     std::vector<std::string> calls = read_ahead_->IoInProgress();
     const bool sequencer_done = !sequencer_thread_.joinable() || sequencer_returned_.load();
-    if (calls.empty() && sequencer_done) return true;
+    if (calls.empty() && sequencer_done && read_ahead_->threads_in_turn() == 0) return true;
     if (std::chrono::steady_clock::now() >= deadline) {
-      if (calls.empty()) calls.push_back("the sequencer thread, which has not returned");
+      if (calls.empty()) calls.push_back(sequencer_done ? "an I/O thread" : "the sequencer thread, which has not returned");
       *in_progress = std::move(calls);
       return false;
     }

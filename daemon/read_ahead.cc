@@ -127,9 +127,11 @@ ReadAhead::ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buff
 ReadAhead::~ReadAhead() {
   Stop();
   for (std::thread& t : threads_) t.join();
+  streams_.clear();  // their destructors (FileStream: EndIo) need every member still alive
 }
 
 void ReadAhead::Stop() {
+  stop_requested_ = true;  // a turn under way ends after its current record
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -143,20 +145,18 @@ std::shared_ptr<FileStream> ReadAhead::Open(uint32_t file_index, const std::stri
   {
     std::lock_guard lock(mutex_);
     options.reads_in_flight = reads_per_file_;
-    io_calls_.push_back({&path, MonotonicNs(), true});
   }
   if (options.reads_in_flight > 1) options.buffer_bytes = std::min(options.buffer_bytes, options.read_block_bytes);
-  auto opened = [&] { std::erase_if(io_calls_, [&](const IoCall& c) { return c.path == &path; }); };
   std::shared_ptr<FileStream> stream;
+  const uint64_t io = BeginIo(path, "opening");
   try {
     stream.reset(new FileStream(this, file_index, path, options));  // opens the file
   } catch (...) {
-    std::lock_guard lock(mutex_);
-    opened();
+    EndIo(io);
     throw;
   }
+  EndIo(io);
   std::lock_guard lock(mutex_);
-  opened();
   streams_.push_back(stream);
   work_.notify_one();
   return stream;
@@ -248,13 +248,35 @@ size_t ReadAhead::open_streams() const {
 std::vector<std::string> ReadAhead::IoInProgress() const {
   const int64_t now = MonotonicNs();
   std::vector<std::string> calls;
-  std::lock_guard lock(mutex_);
+  std::lock_guard lock(io_mutex_);
   for (const IoCall& c : io_calls_) {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(now - c.since_ns) / 1e9);
-    calls.push_back((c.opening ? "opening " : "a read of ") + *c.path + " (for " + seconds + " s)");
+    calls.push_back(std::string(c.what) + " " + c.path + " (for " + seconds + " s)");
   }
   return calls;
+}
+
+uint64_t ReadAhead::BeginIo(const std::string& path, const char* what) {
+  IoCall call{0, path, MonotonicNs(), what};  // the copy outside the lock
+  std::lock_guard lock(io_mutex_);
+  call.id = next_io_id_++;
+  io_calls_.push_back(std::move(call));
+  return io_calls_.back().id;
+}
+
+void ReadAhead::EndIo(uint64_t id) {
+  std::lock_guard lock(io_mutex_);
+  std::erase_if(io_calls_, [&](const IoCall& c) { return c.id == id; });
+}
+
+FileStream::~FileStream() {
+  close_call_.owner = owner_;
+  close_call_.id = owner_->BeginIo(path_, "closing");
+}
+
+FileStream::CloseCall::~CloseCall() {
+  if (owner != nullptr) owner->EndIo(id);
 }
 
 std::shared_ptr<FileStream> ReadAhead::PickLocked(size_t* index) {
@@ -277,7 +299,8 @@ void ReadAhead::Run(size_t id) {
     work_.wait(lock, [&] { return stopping_ || id >= wanted_threads_ || (stream = PickLocked(&index)) != nullptr; });
     if (stopping_ || id >= wanted_threads_) return;
     stream->busy_ = true;
-    io_calls_.push_back({&stream->path_, MonotonicNs(), false});
+    threads_in_turn_.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t io = BeginIo(stream->path_, "a read of");
     const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
     // Streams opened ahead of their turn read one block at a time: a queue there would only
     // fill up and wait. The interleave's streams are about the first open ones (the sequencer
@@ -303,7 +326,8 @@ void ReadAhead::Run(size_t id) {
     // Items are built here and then moved into `items` whole: its memory was last written by
     // the consumer's core, and a store-only move does not wait for each line to come back
     // (assigning field by field read the old values first: the reader's top cost).
-    while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room)) {
+    while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room) &&
+           !stop_requested_.load(std::memory_order_relaxed)) {
       Record record;
       StreamItem item;
       allocator.NextRecord();
@@ -336,7 +360,7 @@ void ReadAhead::Run(size_t id) {
     busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wall_start), std::memory_order_relaxed);
     lock.lock();
     stream->busy_ = false;
-    std::erase_if(io_calls_, [&](const IoCall& c) { return c.path == &stream->path_; });
+    EndIo(io);
     stream->finished_ = finished;
     if (!stream->closed_) {
       size_t records = 0;
@@ -355,6 +379,12 @@ void ReadAhead::Run(size_t id) {
       stream->ready_.notify_all();
     }
     if (finished || stream->closed_) std::erase(streams_, stream);
+    // This may be the last reference (the consumer closed the stream): closing the file can
+    // wait (its queued reads, close() on a network mount), so not under the lock.
+    lock.unlock();
+    stream.reset();
+    threads_in_turn_.fetch_sub(1, std::memory_order_acq_rel);
+    lock.lock();
   }
 }
 

@@ -172,6 +172,8 @@ class FileStream {
   uint32_t file_index() const { return file_index_; }
   const std::string& path() const { return path_; }
 
+  ~FileStream();  // closes the file: recorded as "closing PATH" (ReadAhead::IoInProgress)
+
  private:
   friend class ReadAhead;
   FileStream(ReadAhead* owner, uint32_t file_index, std::string path, const ReaderOptions& options)
@@ -181,6 +183,14 @@ class FileStream {
         reader_(path_, options),
         reads_per_file_(options.reads_in_flight) {}
 
+  // Ends the "closing" call ~FileStream begins, once the members below (reader_: the file and
+  // its queued reads) are gone: declared before them, destroyed after them.
+  struct CloseCall {
+    ReadAhead* owner = nullptr;
+    uint64_t id = 0;
+    ~CloseCall();
+  };
+  CloseCall close_call_;
   ReadAhead* owner_;
   uint32_t file_index_;
   std::string path_;
@@ -261,11 +271,16 @@ class ReadAhead {
   uint64_t bytes_read() const;
   // Streams currently open (being read or buffered).
   size_t open_streams() const;
-  // The file system calls under way now, oldest first, as "a read of PATH (for 1.2 s)" or
-  // "opening PATH (for 1.2 s)": an I/O thread's read-ahead turn, or Open() opening a file.
+  // The file system calls under way now, oldest first, as "a read of PATH (for 1.2 s)",
+  // "opening PATH (...)" or "closing PATH (...)": an I/O thread's read-ahead turn, Open()
+  // opening a file, a stream's last reference closing it (waiting for its queued reads).
   // After Stop(), empty once no thread will touch a file again; what stays in it is storage
-  // that does not answer (ringfeedd names it when a stop cannot finish).
+  // that does not answer (ringfeedd names it when a stop cannot finish). Never waits for a
+  // thread that is in such a call.
   std::vector<std::string> IoInProgress() const;
+  // I/O threads in a turn now (reading a stream, or closing it after): after Stop() and 0,
+  // none will touch a file again.
+  int threads_in_turn() const { return threads_in_turn_.load(std::memory_order_acquire); }
 
   // Time counters for the autotuner (nanoseconds, cumulative since construction):
   // busy = wall time I/O threads spent reading (blocked in read() included), cpu = their
@@ -281,6 +296,22 @@ class ReadAhead {
   // Picks a stream to read, or nullptr. Caller holds mutex_.
   std::shared_ptr<FileStream> PickLocked(size_t* index);  // *index: its place in streams_
 
+  // IoInProgress's list, under a mutex of its own: a call that blocks (a read, an open, the
+  // close of a file with reads in flight) never holds it, nor mutex_ while in the call.
+  uint64_t BeginIo(const std::string& path, const char* what);  // returns the call's id
+  void EndIo(uint64_t id);
+  struct IoCall {
+    uint64_t id;
+    std::string path;
+    int64_t since_ns;
+    const char* what;  // "a read of", "opening", "closing"
+  };
+  mutable std::mutex io_mutex_;
+  std::vector<IoCall> io_calls_;  // guarded by io_mutex_
+  uint64_t next_io_id_ = 1;       // guarded by io_mutex_
+  std::atomic<bool> stop_requested_{false};  // Stop(): a turn ends after its current record
+  std::atomic<int> threads_in_turn_{0};      // from taking a stream to letting go of it (closed)
+
   const ReaderOptions options_;
   const bool chunks_;
   size_t reads_per_file_;  // guarded by mutex_
@@ -295,13 +326,6 @@ class ReadAhead {
   uint64_t buffered_bytes_ = 0;
   uint64_t records_read_ = 0;
   uint64_t bytes_read_ = 0;
-  // IoInProgress: the paths (owned by a stream being read, or Open's argument) and start times.
-  struct IoCall {
-    const std::string* path;
-    int64_t since_ns;
-    bool opening;
-  };
-  std::vector<IoCall> io_calls_;
   std::atomic<uint64_t> busy_ns_{0}, cpu_ns_{0}, consumer_wait_ns_{0};
 };
 

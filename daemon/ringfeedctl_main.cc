@@ -50,15 +50,15 @@ const CLI::Validator kCountValidator(
     },
     "N");
 
-// dump --timeout: seconds, a finite number above 0 and at most a week (a wait in milliseconds
-// then fits its clock; NaN and 1e300 used to give up at once).
+// dump --timeout: seconds, a finite number from 0.001 (a wait is counted in whole milliseconds)
+// to a week (so that it fits the clock; NaN and 1e300 used to give up at once).
 const CLI::Validator kTimeoutValidator(
     [](std::string& text) -> std::string {
       double seconds = 0;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
-      if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(seconds) || seconds <= 0 ||
+      if (ec != std::errc() || end != text.data() + text.size() || !std::isfinite(seconds) || seconds < 0.001 ||
           seconds > 7 * 24 * 3600.0) {
-        return "'" + text + "' is not a timeout: give seconds above 0, at most 604800 (a week), e.g. 60 or 0.5";
+        return "'" + text + "' is not a timeout: give seconds from 0.001 to 604800 (a week), e.g. 60 or 0.5";
       }
       return "";
     },

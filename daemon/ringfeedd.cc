@@ -582,8 +582,8 @@ int RunDaemon(const DaemonOptions& options) {
     notifier.Stopping();
     pipeline->RequestStop(stop_reason);
     // A thread blocked in a read of storage that does not answer (a hung network mount) would
-    // hold the stop until systemd's SIGKILL (TimeoutStopSec, 90 s by default) and leave the
-    // segment behind: after kStopGrace ringfeedd names the calls and exits without them.
+    // hold the stop until systemd's SIGKILL (TimeoutStopSec=30s in the shipped unit) and leave
+    // the segment behind: after kStopGrace ringfeedd names the calls and exits without them.
     std::vector<std::string> in_io;
     if (!pipeline->WaitForIo(kStopGrace, &in_io)) {
       pipeline->Abandon(stop_reason);

@@ -100,43 +100,8 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   return sample;
 }
 
-namespace {
-
-// PlanTuning; `advise`: a BudgetError's advice is the budget that fits (FittingBudgetMiB).
-TuningPlan Plan(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
-                uint64_t baseline_private_rss, bool queued_reads, bool advise);
-
-// The smallest budget, in whole MiB, with which the job's plan fits, or 0 when none up to 1 TiB
-// does. With ring.slots and prefetch auto the ring grows with the budget (prefetch up to half
-// of it), so the shortfall of one plan is not the answer: the job is planned again.
-uint64_t FittingBudgetMiB(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
-                          uint64_t baseline_private_rss, bool queued_reads, uint64_t failed_bytes) {
-  constexpr uint64_t kMiB = uint64_t{1} << 20;
-  JobConfig trial = config;
-  auto fits = [&](uint64_t mib) {
-    trial.pipeline.memory_budget = mib * kMiB;
-    try {
-      Plan(trial, sample, shard_files, queues, baseline_private_rss, queued_reads, false);
-      return true;
-    } catch (const BudgetError&) {
-      return false;
-    }
-  };
-  uint64_t lo = failed_bytes / kMiB, hi = std::max<uint64_t>(lo, 1);  // lo fails; find a hi that fits
-  while (!fits(hi)) {
-    lo = hi;
-    if (hi >= (uint64_t{1} << 20)) return 0;  // 1 TiB
-    hi *= 2;
-  }
-  while (hi - lo > 1) {
-    const uint64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? hi : lo) = mid;
-  }
-  return hi;
-}
-
-TuningPlan Plan(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
-                uint64_t baseline_private_rss, bool queued_reads, bool advise) {
+TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
+                      uint64_t baseline_private_rss, bool queued_reads) {
   const PipelineConfig& pc = config.pipeline;
   TuningPlan plan;
   AutotuneOptions& at = plan.autotune;
@@ -183,65 +148,59 @@ TuningPlan Plan(const JobConfig& config, const RecordSample& sample, int64_t sha
   limits.max_workers = pc.workers.value_or(std::min<int64_t>(kMaxAutoWorkers, 2 * static_cast<int64_t>(std::ceil(cores))));
 
   // Ring: room for the most workers, the most prefetch and one batch held per queue. With
-  // auto prefetch, prefetch is capped so that the ring takes at most half of the budget.
+  // auto prefetch, prefetch is capped so that the ring takes at most half of the budget, and
+  // when the plan then leaves too little for the rest, prefetch slots go first (down to
+  // kMinAutoPrefetch) before the job is refused: so a larger budget never fails where a
+  // smaller one fits (the ring's half grows in whole slots), and the error's advice, made
+  // with the fewest slots, is a budget that fits.
   plan.slot_bytes = config.ring.slot_bytes.value_or(sample.slot_bytes);
   const int64_t held = static_cast<int64_t>(queues);
+  const bool auto_ring = !pc.prefetch && !config.ring.slots;
   int64_t max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
-  if (!pc.prefetch && !config.ring.slots) {
+  if (auto_ring) {
     const uint64_t stride = shm::ComputeGeometry(1, plan.slot_bytes).slot_stride;
     const int64_t affordable = static_cast<int64_t>(at.memory_budget_bytes / 2 / std::max<uint64_t>(1, stride)) -
                                limits.max_workers - held;
     max_prefetch = std::clamp<int64_t>(affordable, kMinAutoPrefetch, kMaxAutoPrefetch);
   }
-  const int64_t wanted_slots = config.ring.slots.value_or(limits.max_workers + max_prefetch + held);
-  plan.slot_count = static_cast<uint32_t>(std::clamp<int64_t>(wanted_slots, 2, shm::kMaxSlots));
-  plan.geometry = shm::ComputeGeometry(plan.slot_count, plan.slot_bytes);
-  // Prefetch can use what the workers and the consumers' held batches leave.
-  limits.max_prefetch = std::max<int64_t>(1, std::min<int64_t>(max_prefetch, static_cast<int64_t>(plan.slot_count) -
-                                                                                 limits.max_workers - held + 1));
-  if (pc.prefetch) limits.max_prefetch = *pc.prefetch;
-
-  // Memory plan: what is left after the fixed parts is the read-ahead.
   MemoryInputs mi;
-  mi.budget_bytes = at.memory_budget_bytes;
-  mi.budget_source = pc.memory_budget ? "pipeline.memory_budget" : "pipeline.memory_budget (default)";
-  mi.ring_segment_bytes = plan.geometry.segment_bytes;
-  mi.ring_slots = plan.slot_count;
-  mi.ring_slot_bytes = plan.geometry.slot_stride;
-  mi.baseline_private_rss_bytes = baseline_private_rss;
-  mi.cycle_length = pc.cycle_length;
-  mi.files = shard_files;
-  mi.compressed = config.source.compression != Compression::kNone;
-  mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
-  mi.reads_per_file = fixed_reads_per_file.value_or(1);
-  mi.read_block_bytes = ReaderOptions{}.read_block_bytes;
-  mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
-  mi.largest_record_bytes = sample.largest_bytes;
-  mi.shuffle_buffer = config.shuffle.buffer;
-  mi.batch_size = config.batch.size;
-  mi.queues = queues;
-  mi.max_readers = limits.max_readers;
-  mi.max_workers = limits.max_workers;
-  try {
-    plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
-  } catch (const BudgetError& e) {
-    // With a ring sized by the budget, its advice ("raise pipeline.memory_budget to at least
-    // N MiB") is what this plan lacks, and a budget of N MiB gives a larger ring: the advice
-    // becomes the budget that fits, plus 1 MiB for the daemon's start-up RSS, which moves.
-    std::string message = e.what();
-    const std::string key = "raise pipeline.memory_budget to at least ";
-    const size_t at_key = message.find(key);
-    const size_t at_mib = at_key == std::string::npos ? std::string::npos : message.find("MiB", at_key);
-    if (advise && !config.ring.slots && !pc.prefetch && at_mib != std::string::npos) {
-      const uint64_t mib = FittingBudgetMiB(config, sample, shard_files, queues, baseline_private_rss, queued_reads,
-                                            at.memory_budget_bytes);
-      if (mib != 0) {
-        message.replace(at_key + key.size(), at_mib - at_key - key.size(), std::to_string(mib + 1));
-        message.insert(at_key + key.size() + std::to_string(mib + 1).size() + 3,
-                       " (with ring.slots: auto the ring grows with the budget; that much fits)");
-      }
+  for (;;) {
+    const int64_t wanted_slots = config.ring.slots.value_or(limits.max_workers + max_prefetch + held);
+    plan.slot_count = static_cast<uint32_t>(std::clamp<int64_t>(wanted_slots, 2, shm::kMaxSlots));
+    plan.geometry = shm::ComputeGeometry(plan.slot_count, plan.slot_bytes);
+    // Prefetch can use what the workers and the consumers' held batches leave.
+    limits.max_prefetch = std::max<int64_t>(1, std::min<int64_t>(max_prefetch, static_cast<int64_t>(plan.slot_count) -
+                                                                                   limits.max_workers - held + 1));
+    if (pc.prefetch) limits.max_prefetch = *pc.prefetch;
+
+    // Memory plan: what is left after the fixed parts is the read-ahead.
+    mi = MemoryInputs{};
+    mi.budget_bytes = at.memory_budget_bytes;
+    mi.budget_source = pc.memory_budget ? "pipeline.memory_budget" : "pipeline.memory_budget (default)";
+    mi.ring_segment_bytes = plan.geometry.segment_bytes;
+    mi.ring_slots = plan.slot_count;
+    mi.ring_slot_bytes = plan.geometry.slot_stride;
+    mi.baseline_private_rss_bytes = baseline_private_rss;
+    mi.cycle_length = pc.cycle_length;
+    mi.files = shard_files;
+    mi.compressed = config.source.compression != Compression::kNone;
+    mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
+    mi.reads_per_file = fixed_reads_per_file.value_or(1);
+    mi.read_block_bytes = ReaderOptions{}.read_block_bytes;
+    mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
+    mi.largest_record_bytes = sample.largest_bytes;
+    mi.shuffle_buffer = config.shuffle.buffer;
+    mi.batch_size = config.batch.size;
+    mi.queues = queues;
+    mi.max_readers = limits.max_readers;
+    mi.max_workers = limits.max_workers;
+    try {
+      plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
+      break;
+    } catch (const BudgetError&) {
+      if (!auto_ring || max_prefetch <= kMinAutoPrefetch) throw;
+      --max_prefetch;
     }
-    throw BudgetError(message);
   }
   limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;
   // Read-ahead per open file: 1 MiB, the size of a reader's own reads, is as deep as it goes
@@ -289,11 +248,5 @@ TuningPlan Plan(const JobConfig& config, const RecordSample& sample, int64_t sha
   return plan;
 }
 
-}  // namespace
-
-TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
-                      uint64_t baseline_private_rss, bool queued_reads) {
-  return Plan(config, sample, shard_files, queues, baseline_private_rss, queued_reads, true);
-}
 
 }  // namespace ringfeed

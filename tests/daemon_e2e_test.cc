@@ -458,9 +458,9 @@ TEST_CASE("ringfeedctl dump of a job at the end of its data says so on stderr") 
   CHECK(none.err == "ringfeedctl dump: job 'dumpend' is at the end of its data (every epoch produced and taken): "
                     "0 batch(es) dumped\n");
   // A timeout that is no number of seconds is a usage error, not an instant give-up.
-  for (const char* bad : {"nan", "1e300", "0"}) {
+  for (const char* bad : {"nan", "1e300", "0", "1e-5"}) {
     const CommandResult r = dump({"--timeout", bad});
     CHECK(r.status.ToString() == "exit 2");
-    CHECK_THAT(r.err, Catch::Contains("is not a timeout: give seconds above 0"));
+    CHECK_THAT(r.err, Catch::Contains("is not a timeout: give seconds from 0.001 to 604800"));
   }
 }
