@@ -54,20 +54,6 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
   return absent;
 }
 
-// The ring slot bytes a parsed batch needs (daemon/tuning_plan.h, SlotBytesNeeded), from the
-// sizes its record-dependent columns reached.
-uint64_t SlotBytesOf(const ExampleBatch& batch) {
-  const FeatureSpecs& specs = batch.specs();
-  ColumnSizes sizes;
-  sizes.features.resize(specs.size());
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const Column& c = batch.column(i);
-    sizes.features[i].value_bytes = c.values.size();
-    if (specs[i].dtype == DType::kBytes && c.value_offsets.size() > 0) sizes.features[i].strings = c.value_offsets.size() - 1;
-  }
-  return SlotBytesNeeded(specs, batch.rows(), sizes);
-}
-
 // ringfeedd's start-up plan: the same sample, slot size and memory plan (PlanTuning).
 void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                     uint64_t baseline_private_rss, JobCheckResult* result) {
@@ -103,12 +89,21 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   std::set<std::string> keys_seen;
   uint64_t sampled = 0;
   uint64_t largest_record_bytes = 0;
-  auto batch_done = [&] {
-    const uint64_t bytes = SlotBytesOf(batch);
+  // The ring slot each batch needs, sized as ringfeedd's BatchWriter sizes it: ExampleParser::
+  // Measure (an upper bound) summed over the batch's records as read, those that then fail to
+  // parse included (the daemon's batches are made of records read; parse errors leave rows out).
+  ColumnSizes slot_sizes;
+  size_t slot_rows = 0;
+  uint64_t slot_batches = 0;
+  auto slot_batch_done = [&] {
+    const uint64_t bytes = SlotBytesNeeded(parser.specs(), slot_rows, slot_sizes);
     if (bytes > result.largest_batch_bytes) {
       result.largest_batch_bytes = bytes;
-      result.largest_batch_index = result.batches;
+      result.largest_batch_index = slot_batches;
     }
+    ++slot_batches;
+    slot_sizes = ColumnSizes{};
+    slot_rows = 0;
   };
 
   auto problem = [&](const std::string& message) {
@@ -144,6 +139,8 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         continue;  // a non-recoverable error makes the next Next() return kEnd
       }
       if (shard_by_record && record.index % shard_count != shard_index) continue;
+      parser.Measure(record.data, &slot_sizes);
+      if (++slot_rows == static_cast<size_t>(config.batch.size)) slot_batch_done();
       result.bytes += record.data.size();
       if (record.data.size() > largest_record_bytes) {
         largest_record_bytes = record.data.size();
@@ -170,7 +167,6 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       ++file_records;
       ++result.records;
       if (batch.rows() == batch.capacity()) {
-        batch_done();
         ++result.batches;
         batch.Clear();
       }
@@ -182,11 +178,11 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     if (config.batch.drop_remainder) {
       result.dropped_records = batch.rows();
     } else {
-      batch_done();
       ++result.batches;
       result.last_batch_rows = batch.rows();
     }
   }
+  if (slot_rows > 0 && !config.batch.drop_remainder) slot_batch_done();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
   const uint64_t problem_count = result.read_errors + result.parse_errors;
