@@ -515,6 +515,62 @@ TEST_CASE("a damaged byte late in a GZIP/ZLIB file: every record before it is de
   }
 }
 
+// `first` and `second` deflated into one gzip (or zlib) stream, with a full flush between them:
+// the second part's first block header starts at byte *boundary of the result.
+std::string DeflateInTwo(const std::string& first, const std::string& second, bool gzip, size_t* boundary) {
+  z_stream z{};
+  REQUIRE(deflateInit2(&z, 6, Z_DEFLATED, gzip ? 31 : 15, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  std::string out(deflateBound(&z, static_cast<uLong>(first.size() + second.size())) + 64, '\0');
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(first.data()));
+  z.avail_in = static_cast<uInt>(first.size());
+  REQUIRE(deflate(&z, Z_FULL_FLUSH) == Z_OK);
+  *boundary = out.size() - z.avail_out;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(second.data()));
+  z.avail_in = static_cast<uInt>(second.size());
+  REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
+  out.resize(out.size() - z.avail_out);
+  deflateEnd(&z);
+  return out;
+}
+
+TEST_CASE("an inflate error mid-stream (an invalid block) comes after every record inflated before it") {
+  // 1800 records (1.1 MB, more than one reader window) before a block header turned into the
+  // reserved block type 3: inflate fails there, mid-stream, with all of them produced.
+  std::vector<std::string> records;
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (int i = 0; i < 2000; ++i) {
+    std::string r(600, '\0');
+    for (char& c : r) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      c = static_cast<char>(x);
+    }
+    records.push_back(std::move(r));
+  }
+  const std::string first = FrameRecords({records.begin(), records.begin() + 1800});
+  const std::string second = FrameRecords({records.begin() + 1800, records.end()});
+  TempDir dir;
+  for (const bool gzip : {true, false}) {
+    size_t boundary = 0;
+    std::string bad = DeflateInTwo(first, second, gzip, &boundary);
+    REQUIRE(boundary < bad.size());
+    bad[boundary] = 0x07;  // BFINAL = 1, BTYPE = 11 (reserved): "invalid block type"
+    WriteFile(dir.file("bad"), bad);
+    for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+      INFO((gzip ? "gzip, " : "zlib, ") << InflateBackendName(backend));
+      ReaderOptions o;
+      o.compression = gzip ? Compression::kGzip : Compression::kZlib;
+      o.inflate = backend;
+      const Outcome out = ReadAll(dir.file("bad"), o);
+      CHECK(out.records == std::vector<std::string>(records.begin(), records.begin() + 1800));
+      REQUIRE(out.errors.size() == 1);
+      CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
+      CHECK(out.errors[0].record_index == 1800);
+    }
+  }
+}
+
 TEST_CASE("I/O errors name the file") {
   Outcome out = ReadAll("/nonexistent/dir/file.tfrecord");
   REQUIRE(out.errors.size() == 1);
