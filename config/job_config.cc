@@ -658,7 +658,8 @@ class Loader {
       if (const size_t bad = InvalidUtf8At(e.key); bad != std::string::npos) {
         Fail(e.key_node.Mark(), "features." + Printable(e.key),
              "a feature name must be UTF-8 text; byte " + std::to_string(bad) + " is not (the config file's "
-             "encoding?)");
+             "encoding? YAML escapes such as \\_ or \\N come out as single bytes here: write the character "
+             "itself)");
       }
       if (e.key.size() > kMaxFeatureNameBytes) {
         Fail(e.key_node.Mark(), e.path.substr(0, 60) + "...",

@@ -335,7 +335,8 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
                 ring.value("slots", 0), Bytes(num(ring, "slot_bytes")).c_str(), ring.value("free", 0),
                 ring.value("filling", 0), ring.value("ready", 0), ring.value("held", 0));
   out << buf;
-  if (ring.value("slots", 0) > 0 && ring.value("held", 0) == ring.value("slots", 0)) {
+  if (ring.value("slots", 0) > 0 && ring.value("held", 0) == ring.value("slots", 0) &&
+      s.value("state", "") == "running") {
     out << "           every slot is held by a consumer: no batch can be made until one is released (consumers "
            "that keep a batch while they wait for the next need more ring.slots than consumers)\n";
   }

@@ -497,6 +497,10 @@ void PrintSchemaTable(const Schema& schema, size_t files, std::ostream& out) {
   out << "#\n";
 }
 
+// The ring's schema limits (config/job_config.cc checks them; shm/ring_layout.h).
+constexpr size_t kMaxSchemaNameBytes = 127;
+constexpr size_t kMaxSchemaFeatures = 256;
+
 void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
   if (schema.features.empty()) {
     out << "# no features found\nfeatures: {}\n";
@@ -507,6 +511,7 @@ void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
   };
   std::vector<Line> lines;
   size_t key_width = 0, spec_width = 0;
+  size_t specs = 0;  // features given a spec so far
   for (const auto& [name, s] : schema.features) {
     Line line{YamlKey(name) + ":", "", ""};
     if (name.empty()) line.why = "left out: a job config does not accept an empty feature name";
@@ -516,8 +521,16 @@ void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
     } else if (name.find('\0') != std::string::npos) {
       line.key = DisplayName(name) + ":";
       line.why = "left out: the name has a NUL byte, which the ring's schema cannot hold";
+    } else if (name.size() > kMaxSchemaNameBytes) {
+      line.key = DisplayName(name).substr(0, 40) + "...:";
+      line.why = "left out: the name has " + std::to_string(name.size()) + " bytes; the ring holds names of at most " +
+                 std::to_string(kMaxSchemaNameBytes);
+    } else if (specs >= kMaxSchemaFeatures) {
+      line.why = "left out: a job has at most " + std::to_string(kMaxSchemaFeatures) + " features";
+    } else {
+      line.spec = SpecFor(s, schema.records, &line.why);
     }
-    else line.spec = SpecFor(s, schema.records, &line.why);
+    if (!line.spec.empty()) ++specs;
     key_width = std::max(key_width, line.key.size());
     if (!line.why.empty()) spec_width = std::max(spec_width, line.spec.size());  // aligns the comments
     lines.push_back(std::move(line));

@@ -229,6 +229,11 @@ Command AddCheckCommand(CLI::App& parent) {
               << ringfeed::shm::HumanBytes(r.largest_batch_bytes) << ", batch " << r.largest_batch_index
               << " in file order)\n";
     std::cout << r.memory_plan;
+    if (config.shuffle.buffer > 1 || config.shuffle.files) {
+      std::cerr << "note: ringfeedd shuffles this job's records (shuffle:), so its batches are not these; with records "
+                   "of very uneven size a shuffled batch can need more than the largest here (and than the slot "
+                   "sized from the first records): set ring.slot_bytes for the worst case\n";
+    }
     if (r.SlotTooSmall()) {
       std::cerr << "error: batch " << r.largest_batch_index << " (in file order) needs " << r.largest_batch_bytes
                 << " bytes but a ring slot would hold " << r.slot_bytes

@@ -123,6 +123,9 @@ class LockFile {
       spdlog::warn("cannot write the pid to {}: {}", path, std::strerror(errno));
     }
   }
+  // Removes the lock file's name, keeping the lock: a process that cannot finish exiting (a
+  // thread held by storage that does not answer) must not keep the job from starting again.
+  void Unlink() const { ::unlink(path_.c_str()); }
   ~LockFile() {
     if (fd_ >= 0) {
       ::unlink(path_.c_str());
@@ -506,7 +509,7 @@ int RunDaemon(const DaemonOptions& options) {
           window.Add(now, s.records, s.record_bytes);
           // Every slot held for long: the daemon has nowhere to put a batch. Said once per
           // episode; trainers that hold batches this long on purpose need no action.
-          if (s.slots_held < slot_count) {
+          if (s.slots_held < slot_count || s.end != PipelineEnd::kRunning) {  // nothing left to make
             all_held_since = {};
             all_held_warned = false;
           } else if (all_held_since == Clock::time_point{}) {
@@ -590,6 +593,7 @@ int RunDaemon(const DaemonOptions& options) {
       std::error_code ignored;
       std::filesystem::remove(server.socket_path(), ignored);
       shm::Segment::Remove(segment_name);
+      lock.Unlink();
       spdlog::error("stopping: still blocked {} s after the stop in {}: the storage does not answer; exiting without "
                     "waiting for it (removed {} and {})",
                     std::chrono::duration_cast<std::chrono::seconds>(kStopGrace).count(), fmt::join(in_io, "; "),

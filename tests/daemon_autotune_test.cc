@@ -478,6 +478,7 @@ TEST_CASE("storage that stops answering: a stop names the blocked call and remov
   // Removed before the message was written.
   CHECK(!std::filesystem::exists(daemon.segment_path()));
   CHECK(!std::filesystem::exists(daemon.socket_path()));
+  CHECK(!std::filesystem::exists(daemon.lock_path()));  // a new ringfeedd may start while this one lingers
   // The process ends as soon as the kernel lets its blocked thread go (a FUSE request that
   // slowfs had already taken waits for its answer).
   ::kill(mount.pid(), SIGCONT);
