@@ -471,21 +471,28 @@ std::string InflatePrefix(const std::string& compressed) {
   return out;
 }
 
-TEST_CASE("a damaged byte late in a GZIP/ZLIB file: every record before it is delivered") {
-  // 2000 records of 600 incompressible bytes (1.2 MB): the damage lands more than one reader
-  // window (1 MiB) of output past the start, where a whole inflate step's output used to be
-  // dropped with the error (up to ~4 MiB of good records).
-  TempDir dir;
+// `count` records of `bytes` pseudo-random (xorshift64, from `seed`) bytes each: deflate cannot
+// shrink them, so compressed offsets track record offsets.
+std::vector<std::string> IncompressibleRecords(int count, size_t bytes, uint64_t seed) {
   std::vector<std::string> records;
-  uint64_t x = 88172645463325252ull;
-  for (int i = 0; i < 2000; ++i) {
-    std::string r(600, '\0');
+  uint64_t x = seed;
+  for (int i = 0; i < count; ++i) {
+    std::string r(bytes, '\0');
     for (char& c : r) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       c = static_cast<char>(x);
     }
     records.push_back(std::move(r));
   }
+  return records;
+}
+
+TEST_CASE("a damaged byte late in a GZIP/ZLIB file: every record before it is delivered") {
+  // 2000 records of 600 incompressible bytes (1.2 MB): the damage lands more than one reader
+  // window (1 MiB) of output past the start, where a whole inflate step's output used to be
+  // dropped with the error (up to ~4 MiB of good records).
+  TempDir dir;
+  const std::vector<std::string> records = IncompressibleRecords(2000, 600, 88172645463325252ull);
   const std::string plain = FrameRecords(records);
   for (const bool gzip : {true, false}) {
     const std::string good = gzip ? GzipBytes(plain) : ZlibBytes(plain);
@@ -538,16 +545,7 @@ std::string DeflateInTwo(const std::string& first, const std::string& second, bo
 TEST_CASE("an inflate error mid-stream (an invalid block) comes after every record inflated before it") {
   // 1800 records (1.1 MB, more than one reader window) before a block header turned into the
   // reserved block type 3: inflate fails there, mid-stream, with all of them produced.
-  std::vector<std::string> records;
-  uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (int i = 0; i < 2000; ++i) {
-    std::string r(600, '\0');
-    for (char& c : r) {
-      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-      c = static_cast<char>(x);
-    }
-    records.push_back(std::move(r));
-  }
+  const std::vector<std::string> records = IncompressibleRecords(2000, 600, 0x9E3779B97F4A7C15ull);
   const std::string first = FrameRecords({records.begin(), records.begin() + 1800});
   const std::string second = FrameRecords({records.begin() + 1800, records.end()});
   TempDir dir;
