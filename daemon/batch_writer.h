@@ -12,7 +12,8 @@
 //      are written once, into the memory the trainer reads (no staging copy);
 //   4. the slot header and column directory are written; publishing is the caller's.
 // A record that fails to parse is skipped (on_error: skip: the batch is one row smaller, the
-// message returned) or fails the batch (on_error: fail).
+// message returned; with drop_remainder the readers took such records out already, Pipeline)
+// or fails the batch (on_error: fail).
 //
 // Thread-safety: one BatchWriter per worker thread (it keeps its scratch vectors).
 #pragma once

@@ -91,7 +91,10 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   uint64_t largest_record_bytes = 0;
   // The ring slot each batch needs, sized as ringfeedd's BatchWriter sizes it: ExampleParser::
   // Measure (an upper bound) summed over the batch's records as read, those that then fail to
-  // parse included (the daemon's batches are made of records read; parse errors leave rows out).
+  // parse included (the daemon's batches are made of records read; parse errors leave rows out),
+  // except under on_error: skip with drop_remainder, where ringfeedd's readers take those records
+  // out before batches are cut (Pipeline).
+  const bool readers_check = skip && config.batch.drop_remainder;
   ColumnSizes slot_sizes;
   size_t slot_rows = 0;
   uint64_t slot_batches = 0;
@@ -139,8 +142,12 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         continue;  // a non-recoverable error makes the next Next() return kEnd
       }
       if (shard_by_record && record.index % shard_count != shard_index) continue;
-      parser.Measure(record.data, &slot_sizes);
-      if (++slot_rows == static_cast<size_t>(config.batch.size)) slot_batch_done();
+      ParseError parse_error;
+      const bool parsed = parser.Parse(record.data, batch, &parse_error);
+      if (parsed || !readers_check) {
+        parser.Measure(record.data, &slot_sizes);
+        if (++slot_rows == static_cast<size_t>(config.batch.size)) slot_batch_done();
+      }
       result.bytes += record.data.size();
       if (record.data.size() > largest_record_bytes) {
         largest_record_bytes = record.data.size();
@@ -157,8 +164,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
             &ignored);
         ++sampled;
       }
-      ParseError parse_error;
-      if (!parser.Parse(record.data, batch, &parse_error)) {
+      if (!parsed) {
         ++result.parse_errors;
         problem(file + ": record " + std::to_string(record.index) + " at byte " + std::to_string(record.offset) +
                 ": " + parse_error.message);

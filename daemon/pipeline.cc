@@ -29,18 +29,33 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
   read_ahead_ = std::make_unique<ReadAhead>(options_.reader, options_.readers, options_.stream_buffer_bytes,
                                             ReadAhead::UsesChunks(options_.sequencer.shuffle_buffer));
   read_ahead_->SetQueuedStreams(static_cast<size_t>(std::max<int64_t>(1, options_.sequencer.cycle_length)));
+  if (options_.sequencer.skip_errors && options_.sequencer.drop_remainder) {
+    // Every batch must hold batch.size records (drop_remainder), so a record that would fail
+    // to parse has to go before the sequencer cuts batches: the readers parse each record once
+    // more to check it, and the sequencer skips the failures like read errors.
+    read_ahead_->SetRecordCheck([parser = &parser_](std::span<const uint8_t> record, std::string* why) {
+      ParseError error;
+      if (parser->Check(record, &error)) return true;
+      *why = std::move(error.message);
+      return false;
+    });
+  }
   sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
-    read_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
-    const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
-    const int64_t now = MonotonicNs();
-    if (n < kLogBurst || now >= skip_log_next_ns_.load(std::memory_order_relaxed)) {
-      skip_log_next_ns_.store(now + 1'000'000'000, std::memory_order_relaxed);
-      spdlog::warn("skipped (on_error: skip): {} [{} skipped so far]", error.message,
-                   read_errors_skipped_.load() + parse_errors_skipped_.load());
-    }
-    std::lock_guard lock(mutex_);
-    last_error_ = error.message;
+    NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample);
   });
+}
+
+void Pipeline::NoteSkipped(const std::string& message, bool parse_error) {
+  (parse_error ? parse_errors_skipped_ : read_errors_skipped_).fetch_add(1, std::memory_order_relaxed);
+  const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
+  const int64_t now = MonotonicNs();
+  if (n < kLogBurst || now >= skip_log_next_ns_.load(std::memory_order_relaxed)) {
+    skip_log_next_ns_.store(now + 1'000'000'000, std::memory_order_relaxed);
+    spdlog::warn("skipped (on_error: skip): {} [{} skipped so far]", message,
+                 read_errors_skipped_.load() + parse_errors_skipped_.load());
+  }
+  std::lock_guard lock(mutex_);
+  last_error_ = message;
 }
 
 Pipeline::~Pipeline() {
@@ -252,20 +267,7 @@ void Pipeline::RunWorker(size_t id) {
                                               options_.sequencer.files);
     parse_cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - parse_cpu_start), std::memory_order_relaxed);
     parse_busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - parse_start), std::memory_order_relaxed);
-    for (const std::string& skipped : result.skipped) {
-      parse_errors_skipped_.fetch_add(1, std::memory_order_relaxed);
-      const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
-      const int64_t now = MonotonicNs();
-      if (n < kLogBurst || now >= skip_log_next_ns_.load(std::memory_order_relaxed)) {
-        skip_log_next_ns_.store(now + 1'000'000'000, std::memory_order_relaxed);
-        spdlog::warn("skipped (on_error: skip): {} [{} skipped so far]", skipped,
-                     read_errors_skipped_.load() + parse_errors_skipped_.load());
-      }
-    }
-    if (!result.skipped.empty()) {
-      std::lock_guard lock(mutex_);
-      last_error_ = result.skipped.back();
-    }
+    for (const std::string& skipped : result.skipped) NoteSkipped(skipped, true);
     if (!result.error.empty()) {
       {
         std::lock_guard lock(mutex_);

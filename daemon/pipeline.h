@@ -17,6 +17,11 @@
 // the first to come back. Prefetch: the sequencer takes a slot for the next batch only
 // while the batches being parsed plus those ready in the ring are fewer than workers + prefetch.
 //
+// on_error: skip with drop_remainder: every batch must hold batch.size records, so the readers
+// check each record against the spec (ExampleParser::Check, a second parse) and the records that
+// fail are skipped before batches are cut. Without drop_remainder the workers skip them and the
+// batch is that many rows smaller (no second parse).
+//
 // Thread-safety: Start/RequestStop/Join from the owner thread; Snapshot and the setters from
 // any thread.
 #pragma once
@@ -126,6 +131,8 @@ class Pipeline {
   bool AcquireSlot(uint32_t* slot);
   void Complete(uint64_t seq, uint32_t slot, uint32_t queue);
   void Fail(const std::string& message);
+  // Counts and logs (rate-limited) a record skipped under on_error: skip; keeps it as the last error.
+  void NoteSkipped(const std::string& message, bool parse_error);
   void Finish(PipelineEnd end, const std::string& message);
 
   PipelineOptions options_;

@@ -48,6 +48,22 @@ class TurnAllocator final : public RecordAllocator {
   const bool chunks_;
   RecordStorage::Ref own_;  // the current record's own allocation, if it has one
 };
+
+// The item a record that failed ReadAhead's record check becomes (its bytes are dropped).
+StreamItem InvalidRecord(const std::string& path, const OwnedRecord& record, const std::string& why) {
+  StreamItem item;
+  item.kind = StreamItem::Kind::kError;
+  item.error = std::make_unique<ReadError>();
+  ReadError& error = *item.error;
+  error.kind = ReadErrorKind::kInvalidExample;
+  error.file = path;
+  error.record_index = record.record_index;
+  error.offset = record.offset;
+  error.recoverable = true;
+  error.message = path + ": record " + std::to_string(record.record_index) + " at byte " +
+                  std::to_string(record.offset) + ": " + why;
+  return item;
+}
 }  // namespace
 
 uint8_t* ChunkCursor::Room(uint64_t length) {
@@ -323,6 +339,7 @@ void ReadAhead::Run(size_t id) {
     bool finished = false;
     TurnAllocator allocator(&stream->chunk_, chunks_);
     ReadError error;
+    std::string why;  // a failed record check's reason
     // Items are built here and then moved into `items` whole: its memory was last written by
     // the consumer's core, and a store-only move does not wait for each line to come back
     // (assigning field by field read the old values first: the reader's top cost).
@@ -351,6 +368,10 @@ void ReadAhead::Run(size_t id) {
       item.record.file_index = stream->file_index_;
       item.record.record_index = record.index;
       item.record.offset = record.offset;
+      if (check_ && !check_(item.record.bytes(), &why)) {
+        items.push_back(InvalidRecord(stream->path_, item.record, why));
+        continue;
+      }
       bytes += size;
       items.push_back(std::move(item));
     }

@@ -31,6 +31,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -249,6 +250,13 @@ class ReadAhead {
   // shared_ptr without Close is fine too; Close only frees its buffer sooner.
   void Close(const std::shared_ptr<FileStream>& stream);
 
+  // A check each record must pass to be handed out (for example ExampleParser::Check); one
+  // that fails becomes a recoverable kError item of kind kInvalidExample where the record was,
+  // "PATH: record N at byte X: <why>", and its bytes are dropped. Runs on the I/O threads,
+  // concurrently: must be thread-safe. Set it before the first Open; none by default.
+  using RecordCheck = std::function<bool(std::span<const uint8_t> record, std::string* why)>;
+  void SetRecordCheck(RecordCheck check) { check_ = std::move(check); }
+
   void SetThreads(size_t threads);  // >= 1
   size_t threads() const;
   // Reads in flight per file (plain files; ReaderOptions::reads_in_flight, format/read_queue.h),
@@ -314,6 +322,7 @@ class ReadAhead {
 
   const ReaderOptions options_;
   const bool chunks_;
+  RecordCheck check_;  // set before the first Open, read-only after
   size_t reads_per_file_;  // guarded by mutex_
   size_t queued_streams_ = SIZE_MAX;  // guarded by mutex_
   uint64_t stream_buffer_bytes_;  // guarded by mutex_

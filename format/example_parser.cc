@@ -18,6 +18,7 @@
 #include <atomic>
 #include <bit>
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "format/example_wire.h"
@@ -350,6 +351,20 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   if (batch.rows() >= batch.capacity()) throw std::out_of_range("ExampleParser::Parse: the batch is full");
   if (one_pass_ && ParseOnePass(example, batch)) return true;
   return ParseTwoPass(example, batch, error);
+}
+
+bool ExampleParser::Check(std::span<const uint8_t> example, ParseError* error) const {
+  struct CheckScratch {
+    uint64_t owner = 0;  // id_ (the batch refers to that parser's specs)
+    std::unique_ptr<ExampleBatch> batch;
+  };
+  thread_local CheckScratch scratch;
+  if (scratch.owner != id_ || scratch.batch == nullptr) {
+    scratch.batch = std::make_unique<ExampleBatch>(specs_, 1);
+    scratch.owner = id_;
+  }
+  scratch.batch->Clear();
+  return Parse(example, *scratch.batch, error);
 }
 
 // One walk, each spec feature decoded where the walk finds it. For a record with distinct keys

@@ -62,6 +62,13 @@ class ExampleParser {
   // Returns false and fills *error on failure; the batch is then unchanged.
   bool Parse(std::span<const uint8_t> example, ExampleBatch& batch, ParseError* error) const;
 
+  // Whether Parse would accept the record (and, if not, why in *error), by parsing it into a
+  // one-row batch of this thread's and dropping the row. Costs a Parse; the reader threads use
+  // it to take records that do not match the spec out before they are batched
+  // (on_error: skip with drop_remainder, daemon/read_ahead.h). Thread-safe (the scratch batch
+  // is per thread and per parser).
+  bool Check(std::span<const uint8_t> example, ParseError* error) const;
+
   // Adds to *sizes, per spec feature, an upper bound of what Parse appends for this record to
   // the record-dependent arrays (see ColumnSize), whatever the record: malformed, with repeated
   // keys (each occurrence counts) or wrong list kinds (they count what they hold of the spec's

@@ -44,6 +44,7 @@ std::string_view ReadErrorKindName(ReadErrorKind kind) {
     case ReadErrorKind::kRecordTooLarge: return "record too large";
     case ReadErrorKind::kDecompression: return "decompression error";
     case ReadErrorKind::kIo: return "I/O error";
+    case ReadErrorKind::kInvalidExample: return "invalid Example";
   }
   return "?";
 }

@@ -79,6 +79,9 @@ enum class ReadErrorKind {
   kRecordTooLarge,   // length > max_record_bytes (recoverable)
   kDecompression,    // the gzip/zlib stream is invalid or truncated
   kIo,               // open/read failed
+  // The record is intact but its Example does not match the job's spec (recoverable). Never
+  // raised by TFRecordReader: ReadAhead's record check (daemon/read_ahead.h) makes it.
+  kInvalidExample,
 };
 std::string_view ReadErrorKindName(ReadErrorKind kind);  // "truncated record", ...
 

@@ -6,7 +6,8 @@
 //     stale segment and socket serves again;
 //   * a second daemon for the same job refuses to start (a /dev/shm too small for the ring:
 //     tests/daemon_devshm_test.cc);
-//   * a corrupted record under on_error: fail and skip;
+//   * a corrupted record under on_error: fail and skip; records that do not match the spec
+//     under skip, with and without drop_remainder;
 //   * broken configs: exit status 2 and file:line:column: key.
 #include <signal.h>
 #include <sys/statvfs.h>
@@ -303,6 +304,76 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK(status["errors"]["parse_errors_skipped"] == 0);
     CHECK_THAT(status["errors"]["last_error"].get<std::string>(), Catch::Contains(bad + ": record 6"));
     CHECK_THAT(daemon.Stderr(), Catch::Contains("skipped (on_error: skip)"));
+    CHECK(daemon.Stop().ToString() == "exit 0");
+  }
+}
+
+TEST_CASE("on_error: skip with records that do not match the spec: drop_remainder keeps every batch full") {
+  TempDir dir;
+  // ids 0..19; records 4 and 11 carry "id" as a float (data types don't match the int64 spec).
+  std::vector<std::string> records;
+  for (int64_t id = 0; id < 20; ++id) {
+    if (id == 4 || id == 11) {
+      ExampleBuilder b;
+      b.AddFloat("id", {static_cast<float>(id)});
+      records.push_back(b.Serialize());
+    } else {
+      records.push_back(IdRecord(id));
+    }
+  }
+  const std::string file = dir.file("data.tfrecord");
+  WriteFile(file, FrameRecords(records));
+  auto config = [&](const std::string& job, bool drop_remainder) {
+    return "job: " + job + "\n"
+           "source: {files: [\"" + file + "\"], on_error: skip}\n"
+           "features:\n" + IdFeaturesYaml() +
+           "batch: {size: 3, drop_remainder: " + (drop_remainder ? "true" : "false") + "}\n"
+           "pipeline: {cycle_length: 1}\n";
+  };
+  auto sizes = [](const std::vector<BatchInfo>& batches) {
+    std::vector<uint32_t> v;
+    for (const BatchInfo& b : batches) v.push_back(b.rows);
+    return v;
+  };
+  auto ids_in_order = [](const std::vector<BatchInfo>& batches) {
+    std::vector<int64_t> v;
+    for (const BatchInfo& b : batches) v.insert(v.end(), b.ids.begin(), b.ids.end());
+    return v;
+  };
+  std::vector<int64_t> good = Iota(0, 20);
+  good.erase(good.begin() + 11);
+  good.erase(good.begin() + 4);
+
+  SECTION("drop_remainder: true: the bad records go before batching, 6 batches of 3") {
+    DaemonProcess daemon(dir.path(), "full-job", config("full-job", true));
+    RINGFEED_REQUIRE_STARTED(daemon);
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE(report.end == "end");
+    CHECK(sizes(report.batches) == std::vector<uint32_t>(6, 3));
+    CHECK(ids_in_order(report.batches) == std::vector<int64_t>(good.begin(), good.begin() + 18));
+    const json status = daemon.Status();
+    CHECK(status["errors"]["parse_errors_skipped"] == 2);
+    CHECK(status["errors"]["read_errors_skipped"] == 0);
+    CHECK_THAT(status["errors"]["last_error"].get<std::string>(),
+               Catch::Contains(file + ": record 11 at byte") && Catch::Contains("key 'id'"));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains(file + ": record 4 at byte"));
+    CHECK(daemon.Stop().ToString() == "exit 0");
+  }
+  SECTION("drop_remainder: false: the workers skip them, those batches are a row smaller") {
+    DaemonProcess daemon(dir.path(), "short-job", config("short-job", false));
+    RINGFEED_REQUIRE_STARTED(daemon);
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE(report.end == "end");
+    CHECK(sizes(report.batches) == std::vector<uint32_t>{3, 2, 3, 2, 3, 3, 2});
+    CHECK(ids_in_order(report.batches) == good);
+    const json status = daemon.Status();
+    CHECK(status["errors"]["parse_errors_skipped"] == 2);
     CHECK(daemon.Stop().ToString() == "exit 0");
   }
 }
