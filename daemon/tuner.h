@@ -36,7 +36,9 @@
 // when nothing can be raised, idle workers are stepped down (must not lose throughput; unless
 // the reads limit, only while the rest stay <= 60% busy, or that rule raises them again); a
 // change is made only once the current knobs have been measured for >= 1 s since they last
-// changed (a 0.25 s interval on a shared machine moves by 10-20%), and a raise is kept when
+// changed (a 0.25 s interval on a shared machine moves by 10-20%; in the first 2 s with
+// consumers and before any change, an interval > 5% over that measurement starts it again: the
+// start-up ramp is no baseline), and a raise is kept when
 // throughput gains >= 5% over that measurement (a positive gain under 5% on its interval:
 // judged again on that interval and the next together), else it is taken back
 // and the knob is not raised again for 5 s the first time (one noisy interval), 120 s the second
@@ -229,6 +231,7 @@ class Tuner {
   static constexpr double kTrialIntervalSeconds = 1.0;    // the interval a trial is judged on
   static constexpr double kSettleIntervalSeconds = 0.5;   // ... and the one new readers ramp in
   static constexpr double kStretchWindowSeconds = 4.0;    // a trial's before-throughput: the last 4 s at most
+  static constexpr double kStartupRampSeconds = 2.0;      // consumer time in which a rising interval restarts it
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;
@@ -371,6 +374,11 @@ class Tuner {
   std::deque<std::pair<double, double>> stretch_;  // (records, seconds) per interval, oldest first
   double stretch_records_ = 0;                     // their sums
   double stretch_seconds_ = 0;
+  // The start-up ramp (files opening, the ring filling for the first time) is not part of the
+  // first knobs' measurement: until the first change and for kStartupRampSeconds of time with
+  // consumers, an interval more than kRaiseGain over the stretch so far starts it again.
+  bool changed_once_ = false;
+  double ramp_seconds_ = 0;
   // Prefetch: consecutive intervals in which consumers did not wait and >= 2 batches stayed ready.
   int64_t quiet_intervals_ = 0;
   int64_t quiet_min_ready_ = 0;

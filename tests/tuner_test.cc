@@ -991,6 +991,49 @@ TEST_CASE("a trial is judged against the last 4 s before it, not the whole time 
         "not raised again for 5 s");
 }
 
+TEST_CASE("the start-up ramp is not the first trial's baseline: a raise that gains nothing over the level is taken back") {
+  const TunerLimits limits = Limits(6, 64 * MiB);
+  const TunerKnobs two_workers{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2};
+  // Parse-bound from the start, consumers waiting; 0.25 s intervals. The first three intervals
+  // ramp up (files opening, the ring filling): 840, 920, 1000 records/s, then 1000 steadily
+  // (under the 20% of a regime shift, which would restart the measurement anyway).
+  auto parse_bound = [](uint64_t records, double interval = 0.25) {
+    return Obs(records, 0.31, 0.20, 0.0, 0.97, 0, interval);
+  };
+  SECTION("ramp: the raise waits for 1 s of the level and is judged against it") {
+    Tuner tuner(limits, two_workers, {});
+    for (uint64_t records : {210, 230, 250, 250, 250}) REQUIRE(tuner.Observe(parse_bound(records)).changes.empty());
+    // Round 6: 1 s at 1000 records/s since the ramp ended (without the rule: round 4, against
+    // the ramp's 940 records/s, and a raise that gains nothing would show +6.4% and be kept).
+    TunerDecision d = tuner.Observe(parse_bound(250));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]).rfind("workers 2 -> 3: ", 0) == 0);
+    d = tuner.Observe(parse_bound(1000, 1.0));
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]) ==
+          "workers 3 -> 2: taken back: workers 3 gave 1000 records/s, less than 5% over 1000 records/s with workers 2; "
+          "not raised again for 5 s");
+  }
+  SECTION("no ramp: the raise comes after 1 s, as always") {
+    Tuner tuner(limits, two_workers, {});
+    Measure(tuner, parse_bound(250));
+    REQUIRE(tuner.Observe(parse_bound(250)).knobs.workers == 3);
+  }
+  SECTION("after 2 s with consumers the rule is off: a rise of 6% no longer restarts the measurement") {
+    Tuner tuner(limits, two_workers, {});
+    // 2 s at 1000 records/s with the CPU budget in the way (5.9 of 6 cores: no raise), then
+    // 1060 records/s (+6%): the stretch keeps the earlier intervals, so after 1 s of the new
+    // level the trial's baseline is the mean of the last 4 s.
+    for (int i = 0; i < 8; ++i) REQUIRE(tuner.Observe(Obs(250, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 5.9)).changes.empty());
+    for (int i = 0; i < 3; ++i) REQUIRE(tuner.Observe(Obs(265, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 5.9)).changes.empty());
+    TunerDecision d = tuner.Observe(Obs(265, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 1.0));
+    REQUIRE(d.changes.size() == 1);
+    d = tuner.Observe(parse_bound(1060, 1.0));  // no gain over the level: +2% over the 3 s mean
+    CHECK(d.changes.empty());                   // judged once more (a gain under 5%)
+    CHECK_THAT(d.note, Catch::Contains("over 1020 records/s with workers 2"));
+  }
+}
+
 TEST_CASE("a stall (no records at all) keeps no raise") {
   Tuner tuner(Limits(8, 64 * MiB), TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
   Measure(tuner, Obs(0, 1.0, 1.0, 1.0, 0.0));
