@@ -235,6 +235,23 @@ def test_dropped_batches_and_views_free_their_slots(daemon_factory, tmp_path):
         assert held(d) == 0
 
 
+def test_a_wait_without_timeout_on_a_ring_it_holds_warns_after_10s(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
+    with d.client(timeout=None) as client:
+        views = [client.next()["id"] for _ in range(2)]  # the whole ring
+        # Another thread frees one slot after 10.5 s: the wait must warn first, then go on.
+        timer = threading.Timer(10.5, views.pop)
+        timer.start()
+        started = time.monotonic()
+        with pytest.warns(RuntimeWarning, match=r"waiting 10 s \(timeout=None\) for a batch of job .*"
+                                                r"this client holds all 2 slots") as warned:
+            batch = client.next()
+        timer.join()
+        assert batch is not None and len(warned) == 1
+        assert time.monotonic() - started >= 10.5
+        del batch, views
+
+
 def test_with_block_closes_batch_and_views_keep_the_slot(daemon_factory, tmp_path):
     d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 3}\n"))
     with d.client() as client:
