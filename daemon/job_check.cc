@@ -67,6 +67,8 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
                                        baseline_private_rss, ReadQueue::Available(&ignored));
     result->slot_bytes = plan.slot_bytes;
     result->sample_records = sample.records;
+    result->cpu_budget_cores = plan.autotune.cpu_budget_cores;
+    result->cpu_budget_source = plan.autotune.cpu_budget_source;
     result->memory_plan = plan.memory.Describe();
   } catch (const BudgetError& e) {
     result->plan_error = e.what();

@@ -40,6 +40,8 @@ struct JobCheckResult {
   std::string memory_plan;       // the memory plan ringfeedd logs at start (MemoryPlan::Describe)
   uint64_t slot_bytes = 0;       // its ring slot size (ring.slot_bytes, or auto from the sample)
   uint64_t sample_records = 0;   // records in that sample
+  double cpu_budget_cores = 0;   // its cpu_budget, and where that comes from
+  std::string cpu_budget_source; //   ("pipeline.cpu_budget", or this process's affinity / cgroup)
   // The batch of this epoch (file order) needing the largest slot: its bytes and index, and the
   // largest record read ("FILE record N at byte B, S bytes").
   uint64_t largest_batch_bytes = 0;

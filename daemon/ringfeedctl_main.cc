@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -229,6 +230,14 @@ Command AddCheckCommand(CLI::App& parent) {
               << ringfeed::shm::HumanBytes(r.largest_batch_bytes) << ", batch " << r.largest_batch_index
               << " in file order)\n";
     std::cout << r.memory_plan;
+    char cores[32];
+    std::snprintf(cores, sizeof cores, "%.3g", r.cpu_budget_cores);
+    std::cout << "cpu: ringfeedd's cpu_budget would be " << cores << " cores (" << r.cpu_budget_source << ")\n";
+    if (!config.pipeline.cpu_budget || !config.pipeline.memory_budget) {
+      std::cerr << "note: the budgets not set in the config are measured here from this process's CPU affinity, "
+                   "cgroup and memory; ringfeedd measures its own at start (under systemd: the unit's CPUQuota=, "
+                   "AllowedCPUs=, MemoryMax=), which can differ\n";
+    }
     if (config.shuffle.buffer > 1 || config.shuffle.files) {
       std::cerr << "note: ringfeedd shuffles this job's records (shuffle:), so its batches are not these; with records "
                    "of very uneven size a shuffled batch can need more than the largest here (and than the slot "

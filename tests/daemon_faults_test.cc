@@ -361,6 +361,14 @@ TEST_CASE("on_error: skip with records that do not match the spec: drop_remainde
                Catch::Contains(file + ": record 11 at byte") && Catch::Contains("key 'id'"));
     CHECK_THAT(daemon.Stderr(), Catch::Contains(file + ": record 4 at byte"));
     CHECK(daemon.Stop().ToString() == "exit 0");
+    // `ringfeedctl check` counts the same: 18 good records, 6 full batches, 2 parse errors
+    // (exit 1: the data has problems), and says where its budgets come from.
+    const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+    INFO("ringfeedctl check:\n" << check.out << check.err);
+    CHECK(check.status.ToString() == "exit 1");
+    CHECK_THAT(check.out, Catch::Contains("18 records from 1 of 1 file(s) -> 6 batch(es) of 3\nerrors: 0 read, 2 parse\n"));
+    CHECK_THAT(check.out, Catch::Contains("cpu: ringfeedd's cpu_budget would be "));
+    CHECK_THAT(check.err, Catch::Contains("note: the budgets not set in the config are measured here"));
   }
   SECTION("drop_remainder: false: the workers skip them, those batches are a row smaller") {
     DaemonProcess daemon(dir.path(), "short-job", config("short-job", false));
