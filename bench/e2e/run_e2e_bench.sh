@@ -8,6 +8,10 @@
 #
 #   bench/e2e/run_e2e_bench.sh
 #
+# ringfeedd runs three ways: 1 reader + 1 worker and 2 + 2 (against the same work on 1 and 2
+# threads in one process: the ring cost at equal parallelism), and with readers and workers
+# auto (as users run it; against the faster of the two).
+#
 # Every contender runs RINGFEED_E2E_REPS times, the contenders interleaved within each
 # repetition (so a busy spell spreads over all of them); the tables give medians. The page cache
 # is warmed (every file read once) before every run. All runs are pinned with taskset to
@@ -82,10 +86,14 @@ if [[ -z "$JSON" ]]; then
   [[ -n "$NICE" ]] && PIN=(nice -n "$NICE" "${PIN[@]}")
 
   # ---- per data set: files, compression, features, batch, epochs ----
-  declare -A GLOB COMP TFCOMP BATCH EPOCHS
-  for s in taxi_plain taxi_gzip; do BATCH[$s]=256; EPOCHS[$s]=2; done
+  # Epochs: about 2 s per run of the 1-thread and 1-worker contenders on this machine (until
+  # session 16 they ran 0.1-0.5 s, where start-up and the ring's head start weighed in); the
+  # autotuned daemon runs 4x as long, so that its tuner (trials of 1 s) has time to act.
+  declare -A GLOB COMP TFCOMP BATCH EPOCHS AUTO_EPOCHS
+  for s in taxi_plain taxi_gzip; do BATCH[$s]=256; EPOCHS[$s]=16; done
   for s in bytes100k_plain text100k_gzip; do BATCH[$s]=32; done
-  EPOCHS[bytes100k_plain]=8; EPOCHS[text100k_gzip]=3
+  EPOCHS[bytes100k_plain]=48; EPOCHS[text100k_gzip]=12
+  for s in taxi_plain taxi_gzip bytes100k_plain text100k_gzip; do AUTO_EPOCHS[$s]=$((4 * EPOCHS[$s])); done
   for s in taxi_plain bytes100k_plain; do GLOB[$s]="$DATA/$s/*.tfrecord"; COMP[$s]=none; TFCOMP[$s]=""; done
   for s in taxi_gzip text100k_gzip; do GLOB[$s]="$DATA/$s/*.tfrecord.gz"; COMP[$s]=gzip; TFCOMP[$s]=GZIP; done
 
@@ -115,6 +123,7 @@ EOF
   for s in $SETS; do
     write_config "$s" "e2e-$s-w1" 1 1 "${EPOCHS[$s]}" "${BATCH[$s]}" ""
     write_config "$s" "e2e-$s-w2" 2 2 "${EPOCHS[$s]}" "${BATCH[$s]}" ""
+    write_config "$s" "e2e-$s-wauto" auto auto "${AUTO_EPOCHS[$s]}" "${BATCH[$s]}" ""  # as users run it
   done
   # prefetch 256: the ring must fill (prefetch: auto stops at 8 ready batches).
   for b in $OVERHEAD_BATCHES; do
@@ -141,14 +150,15 @@ EOF
       record "$1" "alone_t$2" "$3" "" "$(tail -3 "$WORK/err")"
     fi
   }
-  run_ringfeed() {  # $1 set, $2 workers, $3 rep
-    local job="e2e-$1-w$2" out rc=0
+  run_ringfeed() {  # $1 set, $2 workers (1, 2 or auto), $3 rep
+    local job="e2e-$1-w$2" out rc=0 epochs=${EPOCHS[$1]}
+    [[ $2 == auto ]] && epochs=${AUTO_EPOCHS[$1]}
     warm "$1"
     "${PIN[@]}" "$BUILD/daemon/ringfeedd" --config "$WORK/$job.yaml" --runtime-dir "$RUNTIME" --exit-when-done \
       > "$WORK/daemon.log" 2>&1 &
     DAEMON_PID=$!
     out=$("${PIN[@]}" "$BUILD/bench/consume_bench" --job "$job" --runtime-dir "$RUNTIME" \
-            --expect-examples "$(expected "$1" "${EPOCHS[$1]}")" 2>"$WORK/err") || rc=$?
+            --expect-examples "$(expected "$1" "$epochs")" 2>"$WORK/err") || rc=$?
     wait "$DAEMON_PID" || rc=$?
     DAEMON_PID=""
     if [[ $rc == 0 ]]; then
@@ -178,6 +188,7 @@ EOF
       run_ringfeed "$s" 1 "$rep"
       run_alone "$s" 2 "$rep"
       run_ringfeed "$s" 2 "$rep"
+      run_ringfeed "$s" auto "$rep"
       if [[ -n "$PY" ]]; then
         run_tfdata "$s" article "$rep"
         run_tfdata "$s" tuned "$rep"
@@ -307,6 +318,18 @@ for s in sets:
     cpu_cost = lambda r, a: None if ratio(per_cpu(s, r), per_cpu(s, a)) is None else 1 - ratio(per_cpu(s, r), per_cpu(s, a))
     verdicts.append((s, (cost1, cpu_cost("ringfeed_w1", "alone_t1")), (cost2, cpu_cost("ringfeed_w2", "alone_t2")), ratio(best, art), ratio(best, tun),
                      ratio(best_cpu, per_cpu(s, "tfdata_article")), ratio(best_cpu, per_cpu(s, "tfdata_tuned"))))
+
+print()
+print("### ringfeedd autotuned (readers and workers auto, as users run it) against the faster alone")
+print()
+print("| data set | alone, faster of 1 and 2 threads | ringfeedd autotuned + consumer (4x the epochs) | ring cost |")
+print("| --- | --- | --- | --- |")
+for s in sets:
+    a1, a2, ra = med(s, "alone_t1"), med(s, "alone_t2"), med(s, "ringfeed_wauto")
+    best_alone = max(v for v in (a1, a2, 0) if v is not None) or None
+    which = "1 thread" if best_alone is not None and best_alone == a1 else "2 threads"
+    cost = None if ratio(ra, best_alone) is None else 1 - ratio(ra, best_alone)
+    print(f"| {s} | {k(best_alone)} ({which}) | {k(ra)} ({k(per_cpu(s, 'ringfeed_wauto'))}) | {pct(cost)} |")
 
 print()
 print("### Targets")
