@@ -278,8 +278,8 @@ void Client::CheckHeartbeat() {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(age) / 1e9);
     throw ClientError(a.DaemonName() + " has not written its heartbeat for " + seconds +
-                      " s (stopped or frozen?); check it (systemctl status ringfeed@" + a.job +
-                      ") or restart it, then attach again");
+                      " s (stopped or frozen?); check it (ps -o stat= -p " + std::to_string(a.daemon_pid) +
+                      "; under systemd: systemctl status ringfeed@" + a.job + ") or restart it, then attach again");
   }
 }
 
@@ -338,7 +338,7 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
     }
     if (daemon_closed) {
       throw ClientError(a.DaemonName() + " exited (its control connection " + a.socket_path +
-                        " closed); see its log (journalctl -u ringfeed@" + a.job +
+                        " closed); see its log (its stderr; under systemd: journalctl -u ringfeed@" + a.job +
                         "), restart it and attach again");
     }
     if (a.connection.DaemonClosed()) {

@@ -39,7 +39,7 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     std::string message = "cannot connect to ringfeedd for job " + job + " at " + path + ": " + std::strerror(err);
     if (err == ENOENT || err == ECONNREFUSED) {
       message += "; is ringfeedd running for job " + job +
-                 " (systemctl status ringfeed@" + job + ")? If it uses another runtime directory, "
+                 " (ringfeedctl list; under systemd: systemctl status ringfeed@" + job + ")? If it uses another runtime directory, "
                  "set RINGFEED_RUNTIME_DIR or the client's runtime_dir option (ClientOptions::runtime_dir; "
                  "runtime_dir= in Python) to it";
     } else if (err == EACCES) {
@@ -95,8 +95,15 @@ std::string ControlConnection::ReadLine(std::chrono::milliseconds timeout) {
     char chunk[4096];
     ssize_t n = recv(fd_, chunk, sizeof chunk, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw ClientError("cannot read ringfeedd's control socket " + path_ + ": " + std::strerror(errno));
-    if (n == 0) throw ClientError("ringfeedd closed the control connection on " + path_ + " before answering");
+    // Both happen when the daemon stops (or exits) between accepting the connection and answering.
+    if (n < 0) {
+      throw ClientError("cannot read ringfeedd's control socket " + path_ + ": " + std::strerror(errno) +
+                        " (is it stopping or restarting? attach again once it runs)");
+    }
+    if (n == 0) {
+      throw ClientError("ringfeedd closed the control connection on " + path_ +
+                        " before answering (is it stopping or restarting? attach again once it runs)");
+    }
     buffered_.append(chunk, static_cast<size_t>(n));
   }
 }

@@ -894,11 +894,11 @@ class Loader {
     const Entry* count = Find(entries, "count");
     if (index == nullptr) {
       Fail(MarkOf(section), "shard.index",
-           "missing required key 'index' (this node's shard, 0 to count - 1, e.g. ${RANK})");
+           "missing required key 'index' (this node's shard, 0 to count - 1, e.g. ${NODE_RANK})");
     }
     if (count == nullptr) {
       Fail(MarkOf(section), "shard.count",
-           "missing required key 'count' (the number of shards, e.g. ${WORLD_SIZE})");
+           "missing required key 'count' (the number of shards: nodes, e.g. ${NNODES})");
     }
     shard->index = ReadInt(*index, 0, std::numeric_limits<int64_t>::max());
     shard->count = ReadInt(*count, 1, std::numeric_limits<int64_t>::max());

@@ -85,19 +85,52 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   if (id == 0 || id > entries_.size() || !entries_[id - 1].attached || entries_[id - 1].pid != pid) return 0;
   Entry& e = entries_[id - 1];
   shm::Superblock* sb = segment_.superblock();
-  const uint32_t reclaimed = shm::ReclaimConsumer(shm::Ring::Of(segment_.data()), id);
+  const shm::Ring ring = shm::Ring::Of(segment_.data());
+  // Its delivery queue held nothing more for it: all epochs produced and every batch taken.
+  // A process that ends while arrays or tensors of its last batches are alive (a torch tensor
+  // kept by the interpreter until exit) goes away holding them without having crashed.
+  const shm::QueueHeader& queue = ring.queue(e.rank < 0 ? 0 : static_cast<uint32_t>(e.rank));
+  const bool after_the_data = sb->state.load(std::memory_order_acquire) ==
+                                  static_cast<uint32_t>(shm::DaemonState::kEndOfData) &&
+                              queue.closed.load(std::memory_order_acquire) != 0 &&
+                              queue.taken.load(std::memory_order_acquire) >= queue.published.load(std::memory_order_acquire);
+  const uint32_t reclaimed = shm::ReclaimConsumer(ring, id);
   sb->consumers[id - 1].attached.store(0, std::memory_order_release);
-  batches_reclaimed_ += reclaimed;
-  if (reclaimed > 0) {
+  if (reclaimed > 0 && after_the_data) {
+    spdlog::info("consumer {} (pid {}) detached after the end of the data holding {} batch(es) (arrays or tensors of "
+                 "them alive when its process ended); their slots are reclaimed", id, e.pid, reclaimed);
+  } else if (reclaimed > 0) {
+    batches_reclaimed_ += reclaimed;
     spdlog::warn("consumer {} (pid {}) went away holding {} batch(es); their slots are reclaimed and those batches "
                  "are not delivered again", id, e.pid, reclaimed);
-    sb->free_futex.fetch_add(1, std::memory_order_release);
-    shm::FutexWakeAll(&sb->free_futex);
   } else {
     spdlog::info("consumer {} (pid {}) detached", id, e.pid);
   }
+  if (reclaimed > 0) {
+    sb->free_futex.fetch_add(1, std::memory_order_release);
+    shm::FutexWakeAll(&sb->free_futex);
+  }
+  if (e.rank >= 0 && !after_the_data && sb->state.load(std::memory_order_acquire) ==
+                                            static_cast<uint32_t>(shm::DaemonState::kRunning)) {
+    spdlog::warn("rank {} has no consumer now: its batches wait in the ring for one to attach as rank {}; the other "
+                 "ranks get theirs until the ring is full of rank {}'s, then production waits too",
+                 e.rank, e.rank, e.rank);
+  }
   e.attached = false;
   return reclaimed;
+}
+
+std::vector<int> ConsumerRegistry::RanksWithoutConsumer() const {
+  std::lock_guard lock(mutex_);
+  std::vector<bool> attached(ranks_, false);
+  for (const Entry& e : entries_) {
+    if (e.attached && e.rank >= 0 && static_cast<uint32_t>(e.rank) < ranks_) attached[static_cast<size_t>(e.rank)] = true;
+  }
+  std::vector<int> missing;
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    if (!attached[r]) missing.push_back(static_cast<int>(r));
+  }
+  return missing;
 }
 
 std::vector<ConsumerRegistry::Info> ConsumerRegistry::List() const {

@@ -6,7 +6,10 @@
 // connection can outlive the consumer when it forked a child after attaching (a DataLoader
 // worker holds the inherited socket), so ReapDead also detaches consumers whose process is gone. Batches a
 // dead consumer held are lost to the job (counted as batches_reclaimed): they were handed out
-// and may have been used, so they are not delivered again.
+// and may have been used, so they are not delivered again. Batches held by a consumer that goes
+// away after the end of the data (all produced, its queue drained: a process that exits with
+// arrays or tensors of its last batch alive) are reclaimed without counting or a warning.
+// In ranks mode a rank whose consumer went away gets a warning: its batches wait for it.
 //
 // Thread-safety: every public method may be called from any thread (the control server's
 // thread attaches and detaches, the autotuner's thread lists).
@@ -46,6 +49,8 @@ class ConsumerRegistry {
     double attached_seconds;
   };
   std::vector<Info> List() const;
+  // Ranks mode: the ranks (0..count-1) no consumer is attached as now; empty in shared mode.
+  std::vector<int> RanksWithoutConsumer() const;
   uint64_t batches_reclaimed() const {
     std::lock_guard lock(mutex_);
     return batches_reclaimed_;

@@ -239,7 +239,9 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
 }
 
 // The autotuner's part of `status`: what it may use, what it uses, why it changed.
-static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
+// `running`: production goes on; otherwise the measurements are those of the tuner's last
+// interval before it ended (the tuner stops with production).
+static void PrintAutotune(const nlohmann::json& a, bool running, std::ostream& out) {
   const auto& limits = a["limits"];
   const auto& knobs = a["knobs"];
   char buf[1024];
@@ -280,9 +282,10 @@ static void PrintAutotune(const nlohmann::json& a, std::ostream& out) {
   if (measured) {
     const auto& m = a["measured"];
     std::snprintf(buf, sizeof buf,
-                  "           last %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
+                  "           %s %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
                   "sequencer waited %.0f%% for records and %.0f%% for slots, workers %.0f%% busy, %.1f batches ready\n",
-                  m.value("interval_seconds", 0.0), m.value("records_per_second", 0.0),
+                  running ? "last" : "(before production ended) last", m.value("interval_seconds", 0.0),
+                  m.value("records_per_second", 0.0),
                   100 * m.value("consumer_wait_fraction", 0.0), 100 * m.value("read_busy_fraction", 0.0),
                   100 * m.value("read_cpu_fraction", 0.0), 100 * m.value("sequencer_read_wait_fraction", 0.0),
                   100 * m.value("sequencer_slot_wait_fraction", 0.0), 100 * m.value("parse_busy_fraction", 0.0),
@@ -352,7 +355,7 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
   std::snprintf(buf, sizeof buf, "memory     segment %s + private RSS %s (%s)\n", Bytes(num(memory, "segment_bytes")).c_str(),
                 Bytes(num(memory, "private_rss_bytes")).c_str(), budget.c_str());
   out << buf;
-  if (s.contains("autotune") && s["autotune"].is_object()) PrintAutotune(s["autotune"], out);
+  if (s.contains("autotune") && s["autotune"].is_object()) PrintAutotune(s["autotune"], s.value("state", "") == "running", out);
   const auto& consumers = s["consumers"];
   out << "consumers  " << consumers.size() << " attached";
   if (s.value("batches_reclaimed", 0) > 0) out << ", " << s.value("batches_reclaimed", 0) << " batches reclaimed from dead consumers";
@@ -364,6 +367,13 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
                   static_cast<unsigned long long>(c.value("batches_taken", uint64_t{0})), c.value("wait_seconds", 0.0),
                   Seconds(c.value("attached_seconds", 0.0)).c_str());
     out << buf;
+  }
+  const auto& missing = s.contains("ranks_without_consumer") ? s["ranks_without_consumer"] : nlohmann::json();
+  if (missing.is_array() && !missing.empty() && s.value("state", "") == "running") {
+    std::string list;
+    for (const auto& r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r.get<int>());
+    out << "           no consumer for rank" << (missing.size() > 1 ? "s " : " ") << list
+        << ": its batches wait in the ring; once they fill it, production waits for a consumer of that rank\n";
   }
   std::snprintf(buf, sizeof buf, "errors     %llu read and %llu parse errors skipped, %llu batches dropped (ranks remainder)\n",
                 static_cast<unsigned long long>(errors.value("read_errors_skipped", uint64_t{0})),

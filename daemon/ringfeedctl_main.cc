@@ -220,6 +220,7 @@ Command AddCheckCommand(CLI::App& parent) {
                 << " records/s, " << static_cast<uint64_t>(mb / r.seconds) << " MB/s of serialized records\n";
     }
     if (!r.plan_error.empty()) {
+      std::cout.flush();
       std::cerr << "error: ringfeedd would refuse to start this job: " << r.plan_error << "\n";
       return ringfeed::kExitUsage;
     }
@@ -233,6 +234,7 @@ Command AddCheckCommand(CLI::App& parent) {
     char cores[32];
     std::snprintf(cores, sizeof cores, "%.3g", r.cpu_budget_cores);
     std::cout << "cpu: ringfeedd's cpu_budget would be " << cores << " cores (" << r.cpu_budget_source << ")\n";
+    std::cout.flush();  // the notes below go to stderr: after these lines, also where both are one pipe
     if (!config.pipeline.cpu_budget || !config.pipeline.memory_budget) {
       std::cerr << "note: the budgets not set in the config are measured here from this process's CPU affinity, "
                    "cgroup and memory; ringfeedd measures its own at start (under systemd: the unit's CPUQuota=, "

@@ -428,6 +428,7 @@ int RunDaemon(const DaemonOptions& options) {
             {"ready", s.slots_ready},
             {"held", s.slots_held}}},
           {"consumers", consumers_json},
+          {"ranks_without_consumer", ranks ? nlohmann::json(consumers.RanksWithoutConsumer()) : nlohmann::json(nullptr)},
           {"batches_reclaimed", consumers.batches_reclaimed()},
           {"pipeline",
            {{"cycle_length", config.pipeline.cycle_length},

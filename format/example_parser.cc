@@ -354,17 +354,24 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
 }
 
 bool ExampleParser::Check(std::span<const uint8_t> example, ParseError* error) const {
+  // The batch refers to the specs of the parser that made it: this one (an address another
+  // parser may take later, hence the id too; copies share the id but not the address).
   struct CheckScratch {
-    uint64_t owner = 0;  // id_ (the batch refers to that parser's specs)
+    const ExampleParser* parser = nullptr;
+    uint64_t id = 0;
     std::unique_ptr<ExampleBatch> batch;
   };
   thread_local CheckScratch scratch;
-  if (scratch.owner != id_ || scratch.batch == nullptr) {
+  if (scratch.parser != this || scratch.id != id_ || scratch.batch == nullptr) {
     scratch.batch = std::make_unique<ExampleBatch>(specs_, 1);
-    scratch.owner = id_;
+    scratch.parser = this;
+    scratch.id = id_;
   }
   scratch.batch->Clear();
-  return Parse(example, *scratch.batch, error);
+  const bool ok = Parse(example, *scratch.batch, error);
+  // A large record's values are not kept in the thread's scratch after it.
+  if (example.size() > kCheckScratchKeepBytes) scratch.batch.reset();
+  return ok;
 }
 
 // One walk, each spec feature decoded where the walk finds it. For a record with distinct keys

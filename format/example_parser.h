@@ -65,9 +65,11 @@ class ExampleParser {
   // Whether Parse would accept the record (and, if not, why in *error), by parsing it into a
   // one-row batch of this thread's and dropping the row. Costs a Parse; the reader threads use
   // it to take records that do not match the spec out before they are batched
-  // (on_error: skip with drop_remainder, daemon/read_ahead.h). Thread-safe (the scratch batch
-  // is per thread and per parser).
+  // (on_error: skip with drop_remainder, daemon/pipeline.h). Thread-safe (the scratch batch
+  // is per thread and per parser). Memory: per thread, one row's FixedLen columns plus the
+  // variable values of records up to kCheckScratchKeepBytes (larger ones are freed after use).
   bool Check(std::span<const uint8_t> example, ParseError* error) const;
+  static constexpr size_t kCheckScratchKeepBytes = size_t{1} << 20;
 
   // Adds to *sizes, per spec feature, an upper bound of what Parse appends for this record to
   // the record-dependent arrays (see ColumnSize), whatever the record: malformed, with repeated

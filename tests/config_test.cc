@@ -664,9 +664,9 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"shard count zero", kHead + "shard: {index: 0, count: 0}\n", 6, 26, "shard.count",
        {"value 0 is out of range", "an integer >= 1"}},
       {"shard without index", kHead + "shard:\n  count: 4\n", 7, 3, "shard.index",
-       {"missing required key 'index'", "${RANK}"}},
+       {"missing required key 'index'", "${NODE_RANK}"}},
       {"shard without count", kHead + "shard: {index: 0}\n", 6, 8, "shard.count",
-       {"missing required key 'count'", "${WORLD_SIZE}"}},
+       {"missing required key 'count'", "${NNODES}"}},
       {"shard index not a number", kHead + "shard: {index: first, count: 2}\n", 6, 16,
        "shard.index", {"expected an integer >= 0, got 'first'"}},
       {"shard index from an unset variable",
@@ -825,8 +825,8 @@ std::vector<std::string> YamlBlocks(const std::string& markdown_path) {
 }
 
 TEST_CASE("the example in docs/config.md loads", "[config][examples]") {
-  ScopedEnv rank("RANK", nullptr);
-  ScopedEnv world("WORLD_SIZE", nullptr);
+  ScopedEnv rank("NODE_RANK", nullptr);
+  ScopedEnv world("NNODES", nullptr);
   std::vector<std::string> blocks = YamlBlocks(kSourceDir + "/docs/config.md");
   REQUIRE(blocks.size() >= 2);
   JobConfig c = LoadJobConfigFromString(blocks[0], "docs/config.md");
@@ -839,8 +839,8 @@ TEST_CASE("the example in docs/config.md loads", "[config][examples]") {
   CHECK(c.permissions.group == "trainers");
   CHECK(c.log_level == LogLevel::kInfo);
   {
-    ScopedEnv r("RANK", "2");
-    ScopedEnv w("WORLD_SIZE", "4");
+    ScopedEnv r("NODE_RANK", "2");
+    ScopedEnv w("NNODES", "4");
     JobConfig ranked = LoadJobConfigFromString(blocks[0], "docs/config.md");
     CHECK(ranked.shard.index == 2);
     CHECK(ranked.shard.count == 4);
@@ -853,12 +853,14 @@ TEST_CASE("the example in docs/config.md loads", "[config][examples]") {
     std::string line;
     while (std::getline(lines, line)) {
       INFO(line);
-      ScopedEnv procid("SLURM_PROCID", "1");
-      ScopedEnv ntasks("SLURM_NTASKS", "2");
-      ScopedEnv r("RANK", "1");
-      ScopedEnv w("WORLD_SIZE", "2");
+      ScopedEnv node("SLURM_NODEID", "1");
+      ScopedEnv nodes("SLURM_NNODES", "2");
+      ScopedEnv group("GROUP_RANK", "1");
+      ScopedEnv r("NODE_RANK", "1");
+      ScopedEnv w("NNODES", "2");
       JobConfig s = Load(std::string(kMinimal) + line + "\n");
-      CHECK(s.shard.count >= 1);
+      CHECK(s.shard.index == 1);
+      CHECK(s.shard.count == 2);
       ++snippets;
     }
   }

@@ -138,6 +138,59 @@ TEST_CASE("a consumer killed while holding 2 batches: reclaimed, counted, the re
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("a consumer that ends holding its last batch after the end of the data: reclaimed, not counted as dead") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 12);
+  DaemonProcess daemon(dir.path(), "after-end", IdJobConfig("after-end", dir.file("data.tfrecord"), "batch: {size: 4}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const ClientOptions options = daemon.client_options();
+  // Takes every batch, keeps the last one (a torch tensor of it alive at exit), sees the end.
+  ChildProcess holder([options](ChildIo& io) {
+    auto client = Client::Attach(options);
+    Batch batch, last;
+    while (client->Next(kEventually, &batch) == Client::Status::kBatch) last = std::move(batch);
+    io.WriteLine("holding");
+    ::pause();
+    return 0;
+  });
+  REQUIRE(holder.WaitForLine("holding"));
+  CHECK(daemon.Status()["ring"]["held"] == 1);
+  holder.Kill(SIGKILL);
+  CHECK(holder.Wait().signal == SIGKILL);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.WaitForStderr("(pid " + std::to_string(holder.pid()) +
+                             ") detached after the end of the data holding 1 batch(es)"));
+  const json status = daemon.Status();
+  CHECK(status["batches_reclaimed"] == 0);
+  CHECK(status["ring"]["held"] == 0);
+  CHECK_THAT(daemon.Stderr(), !Catch::Contains("went away holding"));
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("ranks mode: a rank whose consumer left is named in the log and in status until one attaches again") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 20);
+  DaemonProcess daemon(dir.path(), "rank-gone", StalledRanksConfig("rank-gone", dir.file("data.tfrecord")));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  ClientOptions rank0 = daemon.client_options(), rank1 = daemon.client_options();
+  rank0.rank = 0;
+  rank1.rank = 1;
+  auto zero = Client::Attach(rank0);
+  CHECK(daemon.Status()["ranks_without_consumer"] == json::array({1}));
+  {
+    auto one = Client::Attach(rank1);
+    CHECK(daemon.Status()["ranks_without_consumer"] == json::array());
+  }  // rank 1 detaches
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.WaitForStderr("rank 1 has no consumer now: its batches wait in the ring for one to attach as rank 1"));
+  CHECK(daemon.Status()["ranks_without_consumer"] == json::array({1}));
+  const CommandResult status = RunCommand({CtlBinary(), "status", "rank-gone", "--runtime-dir", daemon.runtime_dir()});
+  CHECK_THAT(status.out, Catch::Contains("no consumer for rank 1: its batches wait in the ring"));
+  auto again = Client::Attach(rank1);
+  CHECK(daemon.Status()["ranks_without_consumer"] == json::array());
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("the daemon dies while a consumer waits in Next: Next throws within 2 s") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 20);

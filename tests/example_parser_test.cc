@@ -831,6 +831,36 @@ TEST_CASE("a full batch throws; Lookup finds every spec name and nothing else") 
   }
 }
 
+TEST_CASE("Check: what Parse accepts, with Parse's message; parsers of other specs and large records on one thread") {
+  auto span = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  const ExampleParser ints({Fixed("label", DType::kInt64), Var("tag", DType::kBytes)});
+  const ExampleParser floats({Fixed("label", DType::kFloat32)});
+  const std::string int_label = Example({Entry("label", IntF({7})), Entry("tag", BytesF({"a", "b"}))});
+  const std::string float_label = Example({Entry("label", FloatF({7}))});
+  ParseError error;
+  for (int round = 0; round < 2; ++round) {  // alternating parsers: each gets scratch of its own specs
+    CHECK(ints.Check(span(int_label), &error));
+    CHECK_FALSE(ints.Check(span(float_label), &error));
+    CHECK(error.key == "label");
+    CHECK_THAT(error.message, Catch::Contains("data types don't match"));
+    CHECK(floats.Check(span(float_label), &error));
+    CHECK_FALSE(floats.Check(span(int_label), &error));
+    CHECK_FALSE(floats.Check(span("\x0a\x05"s), &error));  // truncated Features message
+    CHECK(error.key.empty());
+    CHECK_THAT(error.message, Catch::Contains("malformed Example"));
+  }
+  // A record over kCheckScratchKeepBytes, then small ones again (its scratch is freed after it).
+  const std::string big(ExampleParser::kCheckScratchKeepBytes + 10, 'x');
+  CHECK(ints.Check(span(Example({Entry("label", IntF({1})), Entry("tag", BytesF({big}))})), &error));
+  CHECK(ints.Check(span(int_label), &error));
+  // A copy (same id, other address) checks against its own specs.
+  const ExampleParser copy = floats;
+  CHECK(copy.Check(span(float_label), &error));
+  CHECK_FALSE(copy.Check(span(int_label), &error));
+}
+
 TEST_CASE("inconsistent specs are rejected by the constructor") {
   auto rejects = [](FeatureSpecs specs) { CHECK_THROWS_AS(ExampleParser(std::move(specs)), std::invalid_argument); };
   rejects({Var("a", DType::kInt64), Var("a", DType::kFloat32)});
