@@ -448,7 +448,7 @@ class Loader {
 
   static std::string IntRange(int64_t min, int64_t max) {
     if (max == std::numeric_limits<int64_t>::max()) {
-      return "an integer >= " + std::to_string(min);
+      return "an integer from " + std::to_string(min) + " to 2^63 - 1";
     }
     return "an integer from " + std::to_string(min) + " to " + std::to_string(max);
   }

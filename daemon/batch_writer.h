@@ -11,9 +11,9 @@
 //   3. ExampleParser::Parse into an ExampleBatch whose columns are those regions: the values
 //      are written once, into the memory the trainer reads (no staging copy);
 //   4. the slot header and column directory are written; publishing is the caller's.
-// A record that fails to parse is skipped (on_error: skip: the batch is one row smaller, the
-// message returned; with drop_remainder the readers took such records out already, Pipeline)
-// or fails the batch (on_error: fail).
+// A record that fails to parse fails the batch (on_error: fail). Under on_error: skip the
+// readers took such records out before batches were cut (Pipeline); should one still fail here,
+// it is skipped (the batch one row smaller, the message returned).
 //
 // Thread-safety: one BatchWriter per worker thread (it keeps its scratch vectors).
 #pragma once

@@ -92,11 +92,9 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   uint64_t sampled = 0;
   uint64_t largest_record_bytes = 0;
   // The ring slot each batch needs, sized as ringfeedd's BatchWriter sizes it: ExampleParser::
-  // Measure (an upper bound) summed over the batch's records as read, those that then fail to
-  // parse included (the daemon's batches are made of records read; parse errors leave rows out),
-  // except under on_error: skip with drop_remainder, where ringfeedd's readers take those records
-  // out before batches are cut (Pipeline).
-  const bool readers_check = skip && config.batch.drop_remainder;
+  // Measure (an upper bound) summed over the batch's records: under on_error: skip the good ones
+  // (ringfeedd's readers take the others out before batches are cut, Pipeline), under fail all
+  // read (the first that fails to parse stops the job).
   ColumnSizes slot_sizes;
   size_t slot_rows = 0;
   uint64_t slot_batches = 0;
@@ -139,6 +137,8 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       const auto status = reader.Next(&record, &read_error);
       if (status == TFRecordReader::Status::kEnd) break;
       if (status == TFRecordReader::Status::kError) {
+        // As the Sequencer: a bad record of another record shard is that shard's.
+        if (shard_by_record && read_error.recoverable && read_error.record_index % shard_count != shard_index) continue;
         ++result.read_errors;
         problem(read_error.message);
         continue;  // a non-recoverable error makes the next Next() return kEnd
@@ -146,7 +146,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       if (shard_by_record && record.index % shard_count != shard_index) continue;
       ParseError parse_error;
       const bool parsed = parser.Parse(record.data, batch, &parse_error);
-      if (parsed || !readers_check) {
+      if (parsed || !skip) {
         parser.Measure(record.data, &slot_sizes);
         if (++slot_rows == static_cast<size_t>(config.batch.size)) slot_batch_done();
       }

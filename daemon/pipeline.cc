@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -29,13 +30,19 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
   read_ahead_ = std::make_unique<ReadAhead>(options_.reader, options_.readers, options_.stream_buffer_bytes,
                                             ReadAhead::UsesChunks(options_.sequencer.shuffle_buffer));
   read_ahead_->SetQueuedStreams(static_cast<size_t>(std::max<int64_t>(1, options_.sequencer.cycle_length)));
-  if (options_.sequencer.skip_errors && options_.sequencer.drop_remainder) {
-    // Every batch must hold batch.size records (drop_remainder), so a record that would fail
-    // to parse has to go before the sequencer cuts batches: the readers parse each record once
-    // more to check it, and the sequencer skips the failures like read errors.
-    read_ahead_->SetRecordCheck([parser = &parser_](std::span<const uint8_t> record, std::string* why) {
+  if (options_.sequencer.skip_errors) {
+    // A batch holds batch.size good records (short only at the end of an epoch), so a record
+    // that would fail to parse must go before the sequencer cuts batches: the readers parse each
+    // record once more to check it, and the sequencer skips the failures like read errors.
+    // Records of other record shards are left to the sequencer, which drops them unchecked.
+    const uint64_t shard_count = static_cast<uint64_t>(std::max<int64_t>(1, options_.sequencer.shard_count));
+    const uint64_t shard_index = static_cast<uint64_t>(options_.sequencer.shard_index);
+    const bool shard_by_record = options_.sequencer.files.size() < shard_count;
+    read_ahead_->SetRecordCheck([parser = &parser_, shard_count, shard_index, shard_by_record](
+                                    const OwnedRecord& record, std::string* why) {
+      if (shard_by_record && record.record_index % shard_count != shard_index) return true;
       ParseError error;
-      if (parser->Check(record, &error)) return true;
+      if (parser->Check(record.bytes(), &error)) return true;
       *why = std::move(error.message);
       return false;
     });

@@ -17,10 +17,9 @@
 // the first to come back. Prefetch: the sequencer takes a slot for the next batch only
 // while the batches being parsed plus those ready in the ring are fewer than workers + prefetch.
 //
-// on_error: skip with drop_remainder: every batch must hold batch.size records, so the readers
-// check each record against the spec (ExampleParser::Check, a second parse) and the records that
-// fail are skipped before batches are cut. Without drop_remainder the workers skip them and the
-// batch is that many rows smaller (no second parse).
+// on_error: skip: a batch holds batch.size good records (short only at the end of an epoch),
+// so the readers check each record against the spec (ExampleParser::Check, a second parse) and
+// the records that fail are skipped before batches are cut, like read errors.
 //
 // Thread-safety: Start/RequestStop/Join from the owner thread; Snapshot and the setters from
 // any thread.

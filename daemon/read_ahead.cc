@@ -368,7 +368,7 @@ void ReadAhead::Run(size_t id) {
       item.record.file_index = stream->file_index_;
       item.record.record_index = record.index;
       item.record.offset = record.offset;
-      if (check_ && !check_(item.record.bytes(), &why)) {
+      if (check_ && !check_(item.record, &why)) {
         items.push_back(InvalidRecord(stream->path_, item.record, why));
         continue;
       }

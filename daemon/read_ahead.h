@@ -254,7 +254,7 @@ class ReadAhead {
   // that fails becomes a recoverable kError item of kind kInvalidExample where the record was,
   // "PATH: record N at byte X: <why>", and its bytes are dropped. Runs on the I/O threads,
   // concurrently: must be thread-safe. Set it before the first Open; none by default.
-  using RecordCheck = std::function<bool(std::span<const uint8_t> record, std::string* why)>;
+  using RecordCheck = std::function<bool(const OwnedRecord& record, std::string* why)>;
   void SetRecordCheck(RecordCheck check) { check_ = std::move(check); }
 
   void SetThreads(size_t threads);  // >= 1

@@ -337,7 +337,7 @@ Command AddDumpCommand(CLI::App& parent) {
   cmd->add_option("--batches", *batches, "Print this many batches (default: all until the end of the data)")
       ->check(kCountValidator)
       ->option_text("N");
-  cmd->add_option("--rank", options->rank, "consumers.mode ranks: attach as this rank")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rank", options->rank, "consumers.mode ranks: attach as this rank")->check(CLI::Range(0, 63));
   cmd->add_option("--timeout", options->timeout_seconds, "Give up when no batch comes for this many seconds (default 60)")
       ->check(kTimeoutValidator);
   AddRuntimeDirOption(cmd, &options->runtime_dir);

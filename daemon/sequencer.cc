@@ -178,6 +178,12 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         continue;
       }
       if (item.kind == StreamItem::Kind::kError) {
+        // A bad record of another record shard is that shard's (it counts and reports it); an
+        // error that ends the file concerns every shard reading it.
+        if (shard_by_record_ && item.error->recoverable &&
+            item.error->record_index % shard_count != shard_index) {
+          continue;
+        }
         if (!options_.skip_errors) {
           finish(0);  // the good records read before the error are still delivered
           failure_ = item.error->message;

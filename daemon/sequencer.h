@@ -8,10 +8,12 @@
 //        start with the first cycle_length files. Visit the positions round-robin, taking one
 //        record from each. When a position's file ends, the next unopened file takes its place
 //        and the same visit reads from it; when no file is left, the position stays empty.
-//        The epoch's input ends when every position is empty. Read errors skipped under
-//        on_error: skip take no turn.
+//        The epoch's input ends when every position is empty. Records skipped under
+//        on_error: skip (read errors, and Examples that do not match the spec: Pipeline's
+//        record check) take no turn.
 //     3. shard by record (only when there are fewer files than shard.count): keep record r of a
-//        file when r % shard.count == shard.index.
+//        file when r % shard.count == shard.index. A bad record (an error that names a record
+//        and does not end its file) belongs to its record's shard the same way.
 //     4. shuffle buffer of shuffle.buffer records (RNG (seed, kRecordShuffle, e); ShuffleBuffer).
 //     5. batches of batch.size records; the last, smaller one is kept unless drop_remainder.
 //        Batch k of the epoch goes to delivery queue k % queues (queues = 1 in shared mode,

@@ -361,7 +361,7 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
   }
 }
 
-TEST_CASE("on_error: skip with records that do not match the spec: drop_remainder keeps every batch full") {
+TEST_CASE("on_error: skip with records that do not match the spec: taken out before batching, every batch full") {
   TempDir dir;
   // ids 0..19; records 4 and 11 carry "id" as a float (data types don't match the int64 spec).
   std::vector<std::string> records;
@@ -376,12 +376,12 @@ TEST_CASE("on_error: skip with records that do not match the spec: drop_remainde
   }
   const std::string file = dir.file("data.tfrecord");
   WriteFile(file, FrameRecords(records));
-  auto config = [&](const std::string& job, bool drop_remainder) {
+  auto config = [&](const std::string& job, bool drop_remainder, const std::string& extra = "") {
     return "job: " + job + "\n"
            "source: {files: [\"" + file + "\"], on_error: skip}\n"
            "features:\n" + IdFeaturesYaml() +
-           "batch: {size: 3, drop_remainder: " + (drop_remainder ? "true" : "false") + "}\n"
-           "pipeline: {cycle_length: 1}\n";
+           "batch: {size: 4, drop_remainder: " + (drop_remainder ? "true" : "false") + "}\n"
+           "pipeline: {cycle_length: 1}\n" + extra;
   };
   auto sizes = [](const std::vector<BatchInfo>& batches) {
     std::vector<uint32_t> v;
@@ -396,17 +396,21 @@ TEST_CASE("on_error: skip with records that do not match the spec: drop_remainde
   std::vector<int64_t> good = Iota(0, 20);
   good.erase(good.begin() + 11);
   good.erase(good.begin() + 4);
-
-  SECTION("drop_remainder: true: the bad records go before batching, 6 batches of 3") {
-    DaemonProcess daemon(dir.path(), "full-job", config("full-job", true));
-    RINGFEED_REQUIRE_STARTED(daemon);
+  auto consume = [&](DaemonProcess& daemon) {
     ConsumerSpec spec;
     spec.client = daemon.client_options();
-    const ConsumerReport report = ConsumeInProcess(spec);
+    ConsumerReport report = ConsumeInProcess(spec);
     INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
     REQUIRE(report.end == "end");
-    CHECK(sizes(report.batches) == std::vector<uint32_t>(6, 3));
-    CHECK(ids_in_order(report.batches) == std::vector<int64_t>(good.begin(), good.begin() + 18));
+    return report;
+  };
+
+  SECTION("drop_remainder: true: 4 batches of 4 good records, 2 dropped") {
+    DaemonProcess daemon(dir.path(), "full-job", config("full-job", true));
+    RINGFEED_REQUIRE_STARTED(daemon);
+    const ConsumerReport report = consume(daemon);
+    CHECK(sizes(report.batches) == std::vector<uint32_t>(4, 4));
+    CHECK(ids_in_order(report.batches) == std::vector<int64_t>(good.begin(), good.begin() + 16));
     const json status = daemon.Status();
     CHECK(status["errors"]["parse_errors_skipped"] == 2);
     CHECK(status["errors"]["read_errors_skipped"] == 0);
@@ -414,29 +418,73 @@ TEST_CASE("on_error: skip with records that do not match the spec: drop_remainde
                Catch::Contains(file + ": record 11 at byte") && Catch::Contains("key 'id'"));
     CHECK_THAT(daemon.Stderr(), Catch::Contains(file + ": record 4 at byte"));
     CHECK(daemon.Stop().ToString() == "exit 0");
-    // `ringfeedctl check` counts the same: 18 good records, 6 full batches, 2 parse errors
+    // `ringfeedctl check` counts the same: 18 good records, 4 full batches, 2 parse errors
     // (exit 1: the data has problems), and says where its budgets come from.
     const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
     INFO("ringfeedctl check:\n" << check.out << check.err);
     CHECK(check.status.ToString() == "exit 1");
-    CHECK_THAT(check.out, Catch::Contains("18 records from 1 of 1 file(s) -> 6 batch(es) of 3\nerrors: 0 read, 2 parse\n"));
+    CHECK_THAT(check.out, Catch::Contains("18 records from 1 of 1 file(s) -> 4 batch(es) of 4 (2 records dropped by "
+                                          "drop_remainder)\nerrors: 0 read, 2 parse\n"));
     CHECK_THAT(check.out, Catch::Contains("cpu: ringfeedd's cpu_budget would be "));
     CHECK_THAT(check.err, Catch::Contains("note: the budgets not set in the config are measured here"));
   }
-  SECTION("drop_remainder: false: the workers skip them, those batches are a row smaller") {
+  SECTION("drop_remainder: false: the same good records, full batches and a last one of 2") {
     DaemonProcess daemon(dir.path(), "short-job", config("short-job", false));
     RINGFEED_REQUIRE_STARTED(daemon);
-    ConsumerSpec spec;
-    spec.client = daemon.client_options();
-    const ConsumerReport report = ConsumeInProcess(spec);
-    INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
-    REQUIRE(report.end == "end");
-    CHECK(sizes(report.batches) == std::vector<uint32_t>{3, 2, 3, 2, 3, 3, 2});
+    const ConsumerReport report = consume(daemon);
+    CHECK(sizes(report.batches) == std::vector<uint32_t>{4, 4, 4, 4, 2});
     CHECK(ids_in_order(report.batches) == good);
-    const json status = daemon.Status();
-    CHECK(status["errors"]["parse_errors_skipped"] == 2);
+    CHECK(daemon.Status()["errors"]["parse_errors_skipped"] == 2);
     CHECK(daemon.Stop().ToString() == "exit 0");
   }
+  SECTION("record-level sharding (1 file, 2 shards): each shard counts and reports only its own bad record") {
+    for (int shard = 0; shard < 2; ++shard) {
+      const std::string job = "shard-job-" + std::to_string(shard);
+      DaemonProcess daemon(dir.path(), job,
+                           config(job, false, "shard: {index: " + std::to_string(shard) + ", count: 2}\n"));
+      RINGFEED_REQUIRE_STARTED(daemon);
+      const ConsumerReport report = consume(daemon);
+      std::vector<int64_t> want;
+      for (int64_t id : good) {
+        if (id % 2 == shard) want.push_back(id);
+      }
+      CHECK(ids_in_order(report.batches) == want);
+      const json status = daemon.Status();
+      CHECK(status["errors"]["parse_errors_skipped"] == 1);
+      CHECK_THAT(daemon.Stderr(), Catch::Contains(file + ": record " + std::string(shard == 0 ? "4" : "11") + " at byte"));
+      CHECK_THAT(daemon.Stderr(), !Catch::Contains(file + ": record " + std::string(shard == 0 ? "11" : "4") + " at byte"));
+      CHECK(daemon.Stop().ToString() == "exit 0");
+      const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+      INFO("ringfeedctl check:\n" << check.out << check.err);
+      CHECK_THAT(check.out, Catch::Contains("errors: 0 read, 1 parse\n"));
+    }
+  }
+}
+
+TEST_CASE("on_error: skip over records that are all bad, epochs: 0: no empty batches, the data ends") {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int64_t id = 0; id < 10; ++id) {
+    ExampleBuilder b;
+    b.AddFloat("id", {static_cast<float>(id)});  // the spec says int64: every record is bad
+    records.push_back(b.Serialize());
+  }
+  WriteFile(dir.file("data.tfrecord"), FrameRecords(records));
+  DaemonProcess daemon(dir.path(), "all-bad",
+                       "job: all-bad\n"
+                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"], on_error: skip}\n"
+                       "features:\n" + IdFeaturesYaml() +
+                       "batch: {size: 8}\n"
+                       "epochs: 0\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  ConsumerSpec spec;
+  spec.client = daemon.client_options();
+  const ConsumerReport report = ConsumeInProcess(spec);
+  INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(report.end == "end");
+  CHECK(report.batches.empty());
+  CHECK(daemon.Status()["errors"]["parse_errors_skipped"] == 10);
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("broken configs: ringfeedd exits 2 with file:line:column: key") {

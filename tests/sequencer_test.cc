@@ -238,6 +238,25 @@ TEST_CASE("read errors: on_error fail names the file; skip counts and goes on") 
   CHECK(skipped == 1);
   // The skipped record takes no turn: file 1's next record comes in its place.
   CHECK(Flatten(batches, 0) == std::vector<std::string>{"f0r0", "f1r0", "f0r1", "f1r2", "f0r2", "f0r3"});
+
+  // Record-level sharding (2 files, 3 shards): the bad record 1 of file 1 is shard 1's; the
+  // other shards neither count it nor fail on it.
+  o.shard_count = 3;
+  for (int64_t shard = 0; shard < 3; ++shard) {
+    INFO("shard " << shard);
+    o.shard_index = shard;
+    for (bool skip : {true, false}) {
+      o.skip_errors = skip;
+      RunAll(o, 1, 1 << 20, &outcome, &skipped, &failure);
+      if (shard == 1) {
+        CHECK(outcome == (skip ? Sequencer::Outcome::kEndOfData : Sequencer::Outcome::kFailed));
+        CHECK(skipped == (skip ? 1 : 0));
+      } else {
+        CHECK(outcome == Sequencer::Outcome::kEndOfData);
+        CHECK(skipped == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("epochs: 0 runs until stopped; a dataset without records ends instead of spinning") {
