@@ -489,6 +489,12 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
                            Plural(in.max_workers, "worker", "workers") + " x " +
                                FormatBytes(in.worker_scratch_bytes) + " scratch",
                            SatMul(static_cast<uint64_t>(in.max_workers), in.worker_scratch_bytes));
+  if (in.reader_check_bytes > 0) {
+    plan.reader_checks_bytes = add("record checks (on_error: skip)",
+                                   Plural(in.max_readers, "reader", "readers") + " x " +
+                                       FormatBytes(in.reader_check_bytes) + " scratch (2 x the largest record)",
+                                   SatMul(static_cast<uint64_t>(in.max_readers), in.reader_check_bytes));
+  }
   {
     const int64_t threads = in.max_readers + in.max_workers + kDaemonFixedThreads;
     plan.threads_bytes = add("threads",

@@ -156,6 +156,9 @@ struct MemoryInputs {
   int64_t max_readers = 1;
   int64_t max_workers = 1;
   uint64_t worker_scratch_bytes = 1u << 20;  // heap one parse worker keeps (measure/layout vectors)
+  // on_error: skip: heap one reader's record check keeps (ExampleParser::Check's one-row batch),
+  // estimated as 2 x largest_record_bytes (values and offsets); 0 without skip.
+  uint64_t reader_check_bytes = 0;
 };
 
 struct MemoryPlanLine {
@@ -175,6 +178,7 @@ struct MemoryPlan {
   uint64_t shuffle_bytes = 0;
   uint64_t batches_bytes = 0;     // records of batches being formed and parsed
   uint64_t workers_bytes = 0;
+  uint64_t reader_checks_bytes = 0;  // on_error: skip (MemoryInputs::reader_check_bytes)
   uint64_t threads_bytes = 0;
   uint64_t margin_bytes = 0;
   uint64_t fixed_bytes = 0;       // the sum of the above

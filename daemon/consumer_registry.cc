@@ -86,14 +86,17 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   Entry& e = entries_[id - 1];
   shm::Superblock* sb = segment_.superblock();
   const shm::Ring ring = shm::Ring::Of(segment_.data());
-  // Its delivery queue held nothing more for it: all epochs produced and every batch taken.
-  // A process that ends while arrays or tensors of its last batches are alive (a torch tensor
-  // kept by the interpreter until exit) goes away holding them without having crashed.
-  const shm::QueueHeader& queue = ring.queue(e.rank < 0 ? 0 : static_cast<uint32_t>(e.rank));
-  const bool after_the_data = sb->state.load(std::memory_order_acquire) ==
-                                  static_cast<uint32_t>(shm::DaemonState::kEndOfData) &&
-                              queue.closed.load(std::memory_order_acquire) != 0 &&
-                              queue.taken.load(std::memory_order_acquire) >= queue.published.load(std::memory_order_acquire);
+  // Its delivery queue held nothing more for it: all epochs produced (the daemon's own record)
+  // and no batch of its queue ready (slot words: at worst a consumer's scribble makes this a
+  // warning or an info line). A process that ends while arrays or tensors of its last batches
+  // are alive (a torch tensor kept by the interpreter until exit) goes away holding them
+  // without having crashed; one that crashes after taking everything looks the same.
+  bool after_the_data = end_of_data_.load(std::memory_order_acquire);
+  const uint32_t queue = e.rank < 0 ? 0 : static_cast<uint32_t>(e.rank);
+  for (uint32_t i = 0; after_the_data && i < ring.slot_count; ++i) {
+    const shm::SlotWord w = shm::SlotWord::Unpack(ring.header(i)->word.load(std::memory_order_acquire));
+    if (w.state == shm::SlotState::kReady && w.queue == queue) after_the_data = false;
+  }
   const uint32_t reclaimed = shm::ReclaimConsumer(ring, id);
   sb->consumers[id - 1].attached.store(0, std::memory_order_release);
   if (reclaimed > 0 && after_the_data) {
@@ -110,8 +113,7 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
     sb->free_futex.fetch_add(1, std::memory_order_release);
     shm::FutexWakeAll(&sb->free_futex);
   }
-  if (e.rank >= 0 && !after_the_data && sb->state.load(std::memory_order_acquire) ==
-                                            static_cast<uint32_t>(shm::DaemonState::kRunning)) {
+  if (e.rank >= 0 && !end_of_data_.load(std::memory_order_acquire)) {
     spdlog::warn("rank {} has no consumer now: its batches wait in the ring for one to attach as rank {}; the other "
                  "ranks get theirs until the ring is full of rank {}'s, then production waits too",
                  e.rank, e.rank, e.rank);

@@ -17,6 +17,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -51,6 +52,9 @@ class ConsumerRegistry {
   std::vector<Info> List() const;
   // Ranks mode: the ranks (0..count-1) no consumer is attached as now; empty in shared mode.
   std::vector<int> RanksWithoutConsumer() const;
+  // Production ended with the end of the data (every epoch produced): consumers that go away
+  // from now on holding batches, with nothing of theirs left in the ring, are not counted as dead.
+  void SetEndOfData() { end_of_data_.store(true, std::memory_order_release); }
   uint64_t batches_reclaimed() const {
     std::lock_guard lock(mutex_);
     return batches_reclaimed_;
@@ -75,6 +79,7 @@ class ConsumerRegistry {
   std::vector<Entry> entries_ = std::vector<Entry>(shm::kMaxConsumers);
   uint64_t batches_reclaimed_ = 0;
   uint64_t consumers_seen_ = 0;
+  std::atomic<bool> end_of_data_{false};
 };
 
 }  // namespace ringfeed

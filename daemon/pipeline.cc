@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <new>
 #include <thread>
 
 #include "daemon/thread_clock.h"
@@ -42,7 +43,11 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
                                     const OwnedRecord& record, std::string* why) {
       if (shard_by_record && record.record_index % shard_count != shard_index) return true;
       ParseError error;
-      if (parser->Check(record.bytes(), &error)) return true;
+      try {
+        if (parser->Check(record.bytes(), &error)) return true;
+      } catch (const std::bad_alloc&) {
+        return true;  // unchecked: a worker that fails to parse it skips it (a row short)
+      }
       *why = std::move(error.message);
       return false;
     });

@@ -49,10 +49,15 @@ class TurnAllocator final : public RecordAllocator {
   RecordStorage::Ref own_;  // the current record's own allocation, if it has one
 };
 
-// The item a record that failed ReadAhead's record check becomes (its bytes are dropped).
+// The item a record that failed ReadAhead's record check becomes (its bytes are dropped). It
+// still counts against the stream's buffer, as record.size (the record's size, at least
+// kInvalidRecordChargeBytes for the error and its message): a file of nothing but bad records
+// must not be read ahead without limit.
+constexpr uint64_t kInvalidRecordChargeBytes = 512;
 StreamItem InvalidRecord(const std::string& path, const OwnedRecord& record, const std::string& why) {
   StreamItem item;
   item.kind = StreamItem::Kind::kError;
+  item.record.size = std::max(record.size, kInvalidRecordChargeBytes);
   item.error = std::make_unique<ReadError>();
   ReadError& error = *item.error;
   error.kind = ReadErrorKind::kInvalidExample;
@@ -120,9 +125,7 @@ StreamItem FileStream::Next() {
     if (items_.empty()) return {};  // stopping: kEnd
     local_.swap(items_);
     uint64_t bytes = 0;
-    for (const StreamItem& item : local_) {
-      if (item.kind == StreamItem::Kind::kRecord) bytes += item.record.size;
-    }
+    for (const StreamItem& item : local_) bytes += item.record.size;  // 0 for kEnd and read errors
     buffered_bytes_ -= bytes;
     owner_->buffered_bytes_ -= bytes;
     if (!finished_ && !busy_) owner_->work_.notify_one();  // room again: read on
@@ -181,9 +184,7 @@ std::shared_ptr<FileStream> ReadAhead::Open(uint32_t file_index, const std::stri
 void ReadAhead::Close(const std::shared_ptr<FileStream>& stream) {
   std::lock_guard lock(mutex_);
   stream->closed_ = true;
-  for (const StreamItem& item : stream->items_) {
-    if (item.kind == StreamItem::Kind::kRecord) buffered_bytes_ -= item.record.size;
-  }
+  for (const StreamItem& item : stream->items_) buffered_bytes_ -= item.record.size;
   stream->items_.clear();
   stream->buffered_bytes_ = 0;
   std::erase(streams_, stream);
@@ -369,7 +370,9 @@ void ReadAhead::Run(size_t id) {
       item.record.record_index = record.index;
       item.record.offset = record.offset;
       if (check_ && !check_(item.record, &why)) {
-        items.push_back(InvalidRecord(stream->path_, item.record, why));
+        StreamItem invalid = InvalidRecord(stream->path_, item.record, why);
+        bytes += invalid.record.size;
+        items.push_back(std::move(invalid));
         continue;
       }
       bytes += size;

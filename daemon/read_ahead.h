@@ -159,6 +159,8 @@ class ChunkCursor {
 // case and move through several queues).
 struct StreamItem {
   enum class Kind { kRecord, kError, kEnd } kind = Kind::kEnd;
+  // kRecord: the record. kError of kind kInvalidExample: no bytes, but record.size is what the
+  // item counts against the stream's buffer (read errors and kEnd count 0).
   OwnedRecord record;
   std::unique_ptr<ReadError> error;  // kError only
 };

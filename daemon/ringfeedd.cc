@@ -468,6 +468,7 @@ int RunDaemon(const DaemonOptions& options) {
 
     pipeline = std::make_unique<Pipeline>(po, parser, segment, [&](PipelineEnd end, const std::string& message) {
       if (end == PipelineEnd::kEndOfData) {
+        consumers.SetEndOfData();
         if (message.empty()) spdlog::info("all epochs produced (end of data)");
         else spdlog::warn("end of data before the last epoch: {}", message);
       }

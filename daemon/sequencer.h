@@ -68,8 +68,9 @@ struct BatchJob {
 
 class Sequencer {
  public:
-  // `on_skipped` is called (on the sequencer thread) for every read error skipped under
-  // on_error: skip.
+  // `on_skipped` is called (on the sequencer thread) for every error item skipped under
+  // on_error: skip (read errors, and records that failed ReadAhead's record check: kind
+  // kInvalidExample) of this shard.
   Sequencer(SequencerOptions options, ReadAhead* read_ahead, std::function<void(const ReadError&)> on_skipped);
 
   enum class Outcome {

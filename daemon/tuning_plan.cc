@@ -194,6 +194,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.queues = queues;
     mi.max_readers = limits.max_readers;
     mi.max_workers = limits.max_workers;
+    if (config.source.on_error == OnError::kSkip) mi.reader_check_bytes = 2 * sample.largest_bytes;  // records are < 2^40 bytes
     try {
       plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
       break;

@@ -65,9 +65,10 @@ class ExampleParser {
   // Whether Parse would accept the record (and, if not, why in *error), by parsing it into a
   // one-row batch of this thread's and dropping the row. Costs a Parse; the reader threads use
   // it to take records that do not match the spec out before they are batched
-  // (on_error: skip with drop_remainder, daemon/pipeline.h). Thread-safe (the scratch batch
+  // (on_error: skip, daemon/pipeline.h). Thread-safe (the scratch batch
   // is per thread and per parser). Memory: per thread, one row's FixedLen columns plus the
-  // variable values of records up to kCheckScratchKeepBytes (larger ones are freed after use).
+  // values parsed from records up to kCheckScratchKeepBytes (up to 8x a record's bytes for
+  // varint int64 lists; a larger record's are freed after its check). Throws std::bad_alloc.
   bool Check(std::span<const uint8_t> example, ParseError* error) const;
   static constexpr size_t kCheckScratchKeepBytes = size_t{1} << 20;
 

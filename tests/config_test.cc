@@ -855,7 +855,6 @@ TEST_CASE("the example in docs/config.md loads", "[config][examples]") {
       INFO(line);
       ScopedEnv node("SLURM_NODEID", "1");
       ScopedEnv nodes("SLURM_NNODES", "2");
-      ScopedEnv group("GROUP_RANK", "1");
       ScopedEnv r("NODE_RANK", "1");
       ScopedEnv w("NNODES", "2");
       JobConfig s = Load(std::string(kMinimal) + line + "\n");
@@ -864,7 +863,7 @@ TEST_CASE("the example in docs/config.md loads", "[config][examples]") {
       ++snippets;
     }
   }
-  CHECK(snippets == 3);
+  CHECK(snippets == 2);
 }
 
 TEST_CASE("every example config loads", "[config][examples]") {

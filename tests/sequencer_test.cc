@@ -3,11 +3,11 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
-#include <thread>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <set>
+#include <thread>
 
 #include "daemon/read_ahead.h"
 #include "daemon/sequencer.h"
@@ -257,6 +257,50 @@ TEST_CASE("read errors: on_error fail names the file; skip counts and goes on") 
       }
     }
   }
+}
+
+TEST_CASE("ReadAhead's record check: failures become errors in file order, and count against the read-ahead") {
+  TempDir dir;
+  const std::vector<std::string> files = WriteFiles(dir, {5000});
+  // Every record whose index is odd fails ("f0r1", "f0r3", ...).
+  ReadAhead read_ahead({}, 1, 16 << 10);
+  read_ahead.SetRecordCheck([](const OwnedRecord& r, std::string* why) {
+    if (r.record_index % 2 == 0) return true;
+    *why = "odd";
+    return false;
+  });
+  auto stream = read_ahead.Open(0, files[0]);
+  // Nothing taken yet: the stream stops at its 16 KiB however many records fail (each counts at
+  // least 512 bytes; 5000 records of 7-8 bytes would all be read if failures counted nothing).
+  for (int i = 0; i < 100 && read_ahead.buffered_bytes() < (16 << 10); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(read_ahead.buffered_bytes() >= (16 << 10));
+  CHECK(read_ahead.buffered_bytes() < (16 << 10) + 256 * 512);  // at most one more turn
+  CHECK(read_ahead.records_read() < 500);
+  uint64_t good = 0, bad = 0;
+  for (uint64_t index = 0;; ++index) {
+    StreamItem item = stream->Next();
+    if (item.kind == StreamItem::Kind::kEnd) break;
+    INFO("record " << index);
+    if (index % 2 == 0) {
+      REQUIRE(item.kind == StreamItem::Kind::kRecord);
+      CHECK(std::string(item.record.bytes().begin(), item.record.bytes().end()) == "f0r" + std::to_string(index));
+      ++good;
+    } else {
+      REQUIRE(item.kind == StreamItem::Kind::kError);
+      CHECK(item.error->kind == ReadErrorKind::kInvalidExample);
+      CHECK(item.error->recoverable);
+      CHECK(item.error->record_index == index);
+      CHECK(item.error->message == files[0] + ": record " + std::to_string(index) + " at byte " +
+                                       std::to_string(item.error->offset) + ": odd");
+      ++bad;
+    }
+  }
+  CHECK(good == 2500);
+  CHECK(bad == 2500);
+  CHECK(read_ahead.buffered_bytes() == 0);
 }
 
 TEST_CASE("epochs: 0 runs until stopped; a dataset without records ends instead of spinning") {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include "python/src/batch_object.h"
 
@@ -21,7 +22,7 @@ constexpr std::chrono::milliseconds kSlice{100};  // longest wait between signal
 constexpr double kForeverSeconds = 1e9;
 // The longest liveness_timeout the client library takes: poll() waits an int of milliseconds.
 constexpr double kMaxLivenessSeconds = 2147483.0;
-// A wait without a timeout that has found every slot of the ring held this long gets a
+// A wait without a timeout that has seen every slot of the ring held for this long gets a
 // RuntimeWarning (the daemon logs the same after 10 s): nothing moves until a batch is released.
 constexpr std::chrono::seconds kStuckWarning{10};
 
@@ -81,28 +82,35 @@ nb::object ClientObject::Next(double timeout_s) {
   const auto deadline = forever ? Clock::time_point::max() : Clock::now() + Millis(timeout_s);
   // First look without giving up the GIL: the common case when the daemon keeps ahead.
   Client::Status status = client->Next(std::chrono::milliseconds(0), &lease->batch);
-  const auto wait_start = Clock::now();
+  std::optional<Clock::time_point> all_held_since;  // every slot held, without a break, since
   bool warned = false;
   while (status == Client::Status::kTimeout) {
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
     // close() from another thread ends this wait too, not only the next call.
     if (client_ == nullptr) throw ClientError("ringfeed.Client for job " + job() + " was closed while waiting");
     const auto now = Clock::now();
-    if (forever && !warned && now - wait_start >= kStuckWarning) {
-      warned = true;  // once per wait
+    if (forever && !warned) {
       const uint32_t held = client->slots_held(), slots = client->slot_count();
+      if (client->slots_held_by_all() < slots) {
+        all_held_since.reset();
+      } else if (!all_held_since) {
+        all_held_since = now;
+      }
       std::string why;
-      if (held == slots) {
+      if (!all_held_since || now - *all_held_since < kStuckWarning) {
+        // not (yet) stuck
+      } else if (held == slots) {
         why = "this client holds all " + std::to_string(slots) +
               " slots of the ring (batches or arrays viewing them still alive): the wait ends only when "
               "another thread of this process releases one";
-      } else if (client->slots_held_by_all() == slots) {
+      } else {
         why = "all " + std::to_string(slots) + " slots of the ring are held by its consumers (this client holds " +
               std::to_string(held) +
               "): the wait ends only when one of them releases a batch; each consumer that keeps its previous "
               "batch while it waits needs a slot of its own (ring.slots above the number of consumers)";
       }
       if (!why.empty()) {
+        warned = true;  // once per wait
         const std::string message = "ringfeed: waiting " + std::to_string(kStuckWarning.count()) +
                                     " s (timeout=None) for a batch of job " + job() + ": " + why;
         if (PyErr_WarnEx(PyExc_RuntimeWarning, message.c_str(), 1) != 0) throw nb::python_error();
