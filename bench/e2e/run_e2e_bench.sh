@@ -4,7 +4,7 @@
 # tensorflow-cpu, on the same files and cores; memory against the configured budget; and the
 # client's Next + Release cost on a full ring. Builds what it needs (Release), generates the data
 # once, prints ready-to-paste markdown tables and writes every run to one JSON file. It took
-# 10 minutes on the busy 2-core machine (load average 7-9), less on a quiet one.
+# about 6 minutes in session 17 on the 2-core machine (load average 2-2.7).
 #
 #   bench/e2e/run_e2e_bench.sh
 #
