@@ -113,7 +113,7 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
     sb->free_futex.fetch_add(1, std::memory_order_release);
     shm::FutexWakeAll(&sb->free_futex);
   }
-  if (e.rank >= 0 && !end_of_data_.load(std::memory_order_acquire)) {
+  if (e.rank >= 0 && !production_ended_.load(std::memory_order_acquire)) {
     spdlog::warn("rank {} has no consumer now: its batches wait in the ring for one to attach as rank {}; the other "
                  "ranks get theirs until the ring is full of rank {}'s, then production waits too",
                  e.rank, e.rank, e.rank);

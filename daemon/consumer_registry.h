@@ -52,9 +52,13 @@ class ConsumerRegistry {
   std::vector<Info> List() const;
   // Ranks mode: the ranks (0..count-1) no consumer is attached as now; empty in shared mode.
   std::vector<int> RanksWithoutConsumer() const;
-  // Production ended with the end of the data (every epoch produced): consumers that go away
-  // from now on holding batches, with nothing of theirs left in the ring, are not counted as dead.
-  void SetEndOfData() { end_of_data_.store(true, std::memory_order_release); }
+  // Production ended (ringfeedd's Pipeline end): no more "rank R has no consumer" warnings; and
+  // when it ended with the end of the data (every epoch produced), consumers that go away from
+  // now on holding batches, with nothing of theirs left in the ring, are not counted as dead.
+  void SetProductionEnded(bool end_of_data) {
+    end_of_data_.store(end_of_data, std::memory_order_release);
+    production_ended_.store(true, std::memory_order_release);
+  }
   uint64_t batches_reclaimed() const {
     std::lock_guard lock(mutex_);
     return batches_reclaimed_;
@@ -80,6 +84,7 @@ class ConsumerRegistry {
   uint64_t batches_reclaimed_ = 0;
   uint64_t consumers_seen_ = 0;
   std::atomic<bool> end_of_data_{false};
+  std::atomic<bool> production_ended_{false};
 };
 
 }  // namespace ringfeed

@@ -467,8 +467,8 @@ int RunDaemon(const DaemonOptions& options) {
                          {config.job, segment_name, instance_id}, std::move(handlers));
 
     pipeline = std::make_unique<Pipeline>(po, parser, segment, [&](PipelineEnd end, const std::string& message) {
+      consumers.SetProductionEnded(end == PipelineEnd::kEndOfData);
       if (end == PipelineEnd::kEndOfData) {
-        consumers.SetEndOfData();
         if (message.empty()) spdlog::info("all epochs produced (end of data)");
         else spdlog::warn("end of data before the last epoch: {}", message);
       }
