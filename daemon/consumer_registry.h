@@ -9,7 +9,8 @@
 // and may have been used, so they are not delivered again. Batches held by a consumer that goes
 // away after the end of the data (all produced, its queue drained: a process that exits with
 // arrays or tensors of its last batch alive) are reclaimed without counting or a warning.
-// In ranks mode a rank whose consumer went away gets a warning: its batches wait for it.
+// In ranks mode a rank whose consumer went away while production runs gets a warning: its
+// batches wait for it.
 //
 // Thread-safety: every public method may be called from any thread (the control server's
 // thread attaches and detaches, the autotuner's thread lists).
