@@ -172,10 +172,8 @@ TEST_CASE("ranks mode: a rank whose consumer left is named in the log and in sta
   WriteIdFile(dir.file("data.tfrecord"), 0, 20);
   DaemonProcess daemon(dir.path(), "rank-gone", StalledRanksConfig("rank-gone", dir.file("data.tfrecord")));
   RINGFEED_REQUIRE_STARTED(daemon);
-  ClientOptions rank0 = daemon.client_options(), rank1 = daemon.client_options();
-  rank0.rank = 0;
-  rank1.rank = 1;
-  auto zero = Client::Attach(rank0);
+  const ClientOptions rank1 = daemon.client_options(1);
+  auto zero = Client::Attach(daemon.client_options(0));
   CHECK(daemon.Status()["ranks_without_consumer"] == json::array({1}));
   {
     auto one = Client::Attach(rank1);

@@ -668,6 +668,10 @@ TunerObservation Obs(uint64_t records, double wait, double read_busy, double rea
   return o;
 }
 
+// One reader with 64 MiB / (4 + 1) of read-ahead rounded down to 4 KiB, 2 workers, prefetch 2:
+// the start of the hand-made scenarios below (Limits(_, 64 MiB)).
+const TunerKnobs kTwoWorkers{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2};
+
 // The tuner changes nothing until the current knobs have been measured for 1 s
 // (Tuner::kTrialIntervalSeconds): feeds `o` for that second less one interval, checking that
 // nothing changes; the next Observe may change something.
@@ -682,7 +686,7 @@ TEST_CASE("reasons name the numbers") {
   TunerLimits limits = Limits(6, 64 * MiB);
   SECTION("workers") {
     // 64 MiB / (4 + 1) rounded down to 4 KiB = 13418496.
-    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+    Tuner tuner(limits, kTwoWorkers, {});
     // Measured 2.2 cores; a worker 97% busy, all of it on the CPU: 0.97 core; a reader 20% busy,
     // 2% of it CPU: 0.004 core. With 3 workers: 2.2 + 0.97 = 3.17 <= 6 cores.
     Measure(tuner, Obs(250, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 2.2));
@@ -730,7 +734,7 @@ TEST_CASE("reasons name the numbers") {
 
 TEST_CASE("a raise that does not gain 5% is taken back and held off for 5 s, then 120 s, then 240 s; a shift clears that") {
   const TunerLimits limits = Limits(6, 64 * MiB);
-  Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+  Tuner tuner(limits, kTwoWorkers, {});
   const TunerObservation parse_bound = Obs(250, 0.31, 0.20, 0.0, 0.97);  // 1000 records/s
   Measure(tuner, parse_bound);
   TunerDecision d = tuner.Observe(parse_bound);
@@ -917,9 +921,8 @@ TEST_CASE("a raise that gains under 5% on its interval is judged again on two; n
     Measure(tuner, parse_bound);
     REQUIRE(tuner.Observe(parse_bound).knobs.workers == 3);
   };
-  const TunerKnobs two_workers{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2};
   SECTION("+3% then +9%: +6% on the two, kept") {
-    Tuner tuner(limits, two_workers, {});
+    Tuner tuner(limits, kTwoWorkers, {});
     raised_to_three_workers(tuner);
     TunerDecision d = tuner.Observe(Obs(1030, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
     REQUIRE(d.changes.empty());
@@ -935,7 +938,7 @@ TEST_CASE("a raise that gains under 5% on its interval is judged again on two; n
     CHECK(d.knobs.workers == 3);
   }
   SECTION("+3% then +1%: +2% on the two, taken back with the two's figure") {
-    Tuner tuner(limits, two_workers, {});
+    Tuner tuner(limits, kTwoWorkers, {});
     raised_to_three_workers(tuner);
     TunerDecision d = tuner.Observe(Obs(1030, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
     REQUIRE(d.changes.empty());
@@ -946,7 +949,7 @@ TEST_CASE("a raise that gains under 5% on its interval is judged again on two; n
           "not raised again for 5 s");
   }
   SECTION("no gain: taken back on the first interval") {
-    Tuner tuner(limits, two_workers, {});
+    Tuner tuner(limits, kTwoWorkers, {});
     raised_to_three_workers(tuner);
     TunerDecision d = tuner.Observe(Obs(1000, 0.31, 0.20, 0.0, 0.66, 0, 1.0));
     REQUIRE(d.changes.size() == 1);
@@ -971,7 +974,7 @@ TEST_CASE("a raise that gains under 5% on its interval is judged again on two; n
 
 TEST_CASE("a trial is judged against the last 4 s before it, not the whole time since the last change") {
   const TunerLimits limits = Limits(2, 64 * MiB);
-  Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+  Tuner tuner(limits, kTwoWorkers, {});
   // Parse-bound, but 1.95 of 2 cores used: no room for a worker, nothing idle to give. 8 s at
   // 1000 records/s, then 4 s at 1148 (+15%: a drift, not a shift).
   for (int i = 0; i < 32; ++i) REQUIRE(tuner.Observe(Obs(250, 0.31, 0.20, 0.0, 0.97, 0, 0.25, 1.95)).changes.empty());
@@ -993,7 +996,6 @@ TEST_CASE("a trial is judged against the last 4 s before it, not the whole time 
 
 TEST_CASE("the start-up ramp is not the first trial's baseline: a raise that gains nothing over the level is taken back") {
   const TunerLimits limits = Limits(6, 64 * MiB);
-  const TunerKnobs two_workers{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2};
   // Parse-bound from the start, consumers waiting; 0.25 s intervals. The first three intervals
   // ramp up (files opening, the ring filling): 840, 920, 1000 records/s, then 1000 steadily
   // (under the 20% of a regime shift, which would restart the measurement anyway).
@@ -1001,7 +1003,7 @@ TEST_CASE("the start-up ramp is not the first trial's baseline: a raise that gai
     return Obs(records, 0.31, 0.20, 0.0, 0.97, 0, interval);
   };
   SECTION("ramp: the raise waits for 1 s of the level and is judged against it") {
-    Tuner tuner(limits, two_workers, {});
+    Tuner tuner(limits, kTwoWorkers, {});
     for (uint64_t records : {210, 230, 250, 250, 250}) REQUIRE(tuner.Observe(parse_bound(records)).changes.empty());
     // Round 6: 1 s at 1000 records/s since the ramp ended (without the rule: round 4, against
     // the ramp's 940 records/s, and a raise that gains nothing would show +6.4% and be kept).
@@ -1015,12 +1017,12 @@ TEST_CASE("the start-up ramp is not the first trial's baseline: a raise that gai
           "not raised again for 5 s");
   }
   SECTION("no ramp: the raise comes after 1 s, as always") {
-    Tuner tuner(limits, two_workers, {});
+    Tuner tuner(limits, kTwoWorkers, {});
     Measure(tuner, parse_bound(250));
     REQUIRE(tuner.Observe(parse_bound(250)).knobs.workers == 3);
   }
   SECTION("after 2 s with consumers the rule is off: a rise of 6% no longer restarts the measurement") {
-    Tuner tuner(limits, two_workers, {});
+    Tuner tuner(limits, kTwoWorkers, {});
     // 2 s at 1000 records/s with the CPU budget in the way (5.9 of 6 cores: no raise), then
     // 1060 records/s (+6%): the stretch keeps the earlier intervals, so after 1 s of the new
     // level the trial's baseline is the mean of the last 4 s.
@@ -1178,7 +1180,7 @@ TEST_CASE("while consumers wait and the reads do not limit, idle workers are she
   };
   const TunerLimits limits = Limits(2, 64 * MiB);
   SECTION("2 workers 42% busy stay (with 1: 84%, where the stages take turns and it would come back)") {
-    Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2}, {});
+    Tuner tuner(limits, kTwoWorkers, {});
     for (int i = 0; i < 40; ++i) REQUIRE(tuner.Observe(waiting(0.42)).changes.empty());
   }
   SECTION("4 workers 20% busy: one goes (with 3: 27%)") {
@@ -1309,8 +1311,7 @@ TEST_CASE("CPU use measured over the budget (a cgroup quota below what runs): th
   REQUIRE(d.changes.size() == 1);
   CHECK(d.changes[0].reason.find("not raised again for 240 s") != std::string::npos);
   // Within the tolerance (1.5 x 1.05 = 1.575): nothing is lowered.
-  Tuner near(Limits(1.5, 64 * MiB), TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2},
-             {});
+  Tuner near(Limits(1.5, 64 * MiB), kTwoWorkers, {});
   d = near.Observe(Obs(250, 0.30, 0.20, 0.0, 0.97, 0, 0.25, 1.57));
   CHECK(d.changes.empty());
 }
