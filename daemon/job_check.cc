@@ -6,6 +6,7 @@
 
 #include "daemon/budget.h"
 #include "daemon/file_list.h"
+#include "daemon/sequencer.h"
 #include "daemon/tuning_plan.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
@@ -124,8 +125,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   // Fewer files than shards: every shard reads every file and keeps every shard.count-th record
   // (the Sequencer's rule).
   const uint64_t shard_count = static_cast<uint64_t>(config.shard.count);
-  const uint64_t shard_index = static_cast<uint64_t>(config.shard.index);
-  const bool shard_by_record = files.size() < shard_count;
+  const RecordShard shard{files.size() < shard_count, shard_count, static_cast<uint64_t>(config.shard.index)};
   for (const uint32_t file_index : shard_files) {
     const std::string& file = files[file_index];
     ++result.files_read;
@@ -138,12 +138,12 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       if (status == TFRecordReader::Status::kEnd) break;
       if (status == TFRecordReader::Status::kError) {
         // As the Sequencer: a bad record of another record shard is that shard's.
-        if (shard_by_record && read_error.recoverable && read_error.record_index % shard_count != shard_index) continue;
+        if (read_error.recoverable && !shard.Owns(read_error.record_index)) continue;
         ++result.read_errors;
         problem(read_error.message);
         continue;  // a non-recoverable error makes the next Next() return kEnd
       }
-      if (shard_by_record && record.index % shard_count != shard_index) continue;
+      if (!shard.Owns(record.index)) continue;
       ParseError parse_error;
       const bool parsed = parser.Parse(record.data, batch, &parse_error);
       if (parsed || !skip) {

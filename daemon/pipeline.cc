@@ -31,17 +31,17 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
   read_ahead_ = std::make_unique<ReadAhead>(options_.reader, options_.readers, options_.stream_buffer_bytes,
                                             ReadAhead::UsesChunks(options_.sequencer.shuffle_buffer));
   read_ahead_->SetQueuedStreams(static_cast<size_t>(std::max<int64_t>(1, options_.sequencer.cycle_length)));
+  sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
+    NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample);
+  });
   if (options_.sequencer.skip_errors) {
     // A batch holds batch.size good records (short only at the end of an epoch), so a record
     // that would fail to parse must go before the sequencer cuts batches: the readers parse each
     // record once more to check it, and the sequencer skips the failures like read errors.
     // Records of other record shards are left to the sequencer, which drops them unchecked.
-    const uint64_t shard_count = static_cast<uint64_t>(std::max<int64_t>(1, options_.sequencer.shard_count));
-    const uint64_t shard_index = static_cast<uint64_t>(options_.sequencer.shard_index);
-    const bool shard_by_record = options_.sequencer.files.size() < shard_count;
-    read_ahead_->SetRecordCheck([parser = &parser_, shard_count, shard_index, shard_by_record](
-                                    const OwnedRecord& record, std::string* why) {
-      if (shard_by_record && record.record_index % shard_count != shard_index) return true;
+    read_ahead_->SetRecordCheck([parser = &parser_, shard = sequencer_->record_shard()](const OwnedRecord& record,
+                                                                                      std::string* why) {
+      if (!shard.Owns(record.record_index)) return true;
       ParseError error;
       try {
         if (parser->Check(record.bytes(), &error)) return true;
@@ -52,9 +52,6 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
       return false;
     });
   }
-  sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
-    NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample);
-  });
 }
 
 void Pipeline::NoteSkipped(const std::string& message, bool parse_error) {

@@ -20,6 +20,7 @@ Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
   const uint64_t count = static_cast<uint64_t>(options_.shard_count);
   const uint64_t index = static_cast<uint64_t>(options_.shard_index);
   shard_by_record_ = options_.files.size() < count;
+  record_shard_ = RecordShard{shard_by_record_, count, index};
   for (uint32_t i = 0; i < options_.files.size(); ++i) {
     if (shard_by_record_ || i % count == index) shard_files_.push_back(i);
   }
@@ -55,8 +56,6 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
   }
   const bool last_epoch = options_.epochs != 0 && e + 1 == static_cast<uint64_t>(options_.epochs);
   const uint64_t round = options_.queues;
-  const uint64_t shard_count = static_cast<uint64_t>(options_.shard_count);
-  const uint64_t shard_index = static_cast<uint64_t>(options_.shard_index);
 
   // Batches are held back until the next round is complete, so the last delivered round can
   // be flagged end-of-epoch (and an incomplete final round dropped in ranks mode).
@@ -180,10 +179,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       if (item.kind == StreamItem::Kind::kError) {
         // A bad record of another record shard is that shard's (it counts and reports it); an
         // error that ends the file concerns every shard reading it.
-        if (shard_by_record_ && item.error->recoverable &&
-            item.error->record_index % shard_count != shard_index) {
-          continue;
-        }
+        if (item.error->recoverable && !record_shard_.Owns(item.error->record_index)) continue;
         if (!options_.skip_errors) {
           finish(0);  // the good records read before the error are still delivered
           failure_ = item.error->message;
@@ -193,7 +189,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         if (on_skipped_) on_skipped_(*item.error);
         continue;
       }
-      if (shard_by_record_ && item.record.record_index % shard_count != shard_index) continue;
+      if (!record_shard_.Owns(item.record.record_index)) continue;
       if (!push(std::move(item.record))) return false;
       break;  // one record per visit
     }
