@@ -492,7 +492,7 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
   if (in.reader_check_bytes > 0) {
     plan.reader_checks_bytes = add("record checks (on_error: skip)",
                                    Plural(in.max_readers, "reader", "readers") + " x " +
-                                       FormatBytes(in.reader_check_bytes) + " scratch (2 x the largest record)",
+                                       FormatBytes(in.reader_check_bytes) + " scratch (2 x the largest sampled row, parsed)",
                                    SatMul(static_cast<uint64_t>(in.max_readers), in.reader_check_bytes));
   }
   {

@@ -156,8 +156,9 @@ struct MemoryInputs {
   int64_t max_readers = 1;
   int64_t max_workers = 1;
   uint64_t worker_scratch_bytes = 1u << 20;  // heap one parse worker keeps (measure/layout vectors)
-  // on_error: skip: heap one reader's record check keeps (ExampleParser::Check's one-row batch),
-  // estimated as 2 x largest_record_bytes (values and offsets); 0 without skip.
+  // on_error: skip: heap one reader's record check holds (ExampleParser::Check's one-row batch),
+  // estimated as 2 x the largest sampled row, parsed (RecordSample::largest_row_bytes: values,
+  // offsets and row_splits, grown by doubling); 0 without skip.
   uint64_t reader_check_bytes = 0;
 };
 

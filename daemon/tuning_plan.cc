@@ -94,6 +94,12 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
         static_cast<uint64_t>(std::ceil(mean_strings * 1.5 * static_cast<double>(rows))) + largest[i].strings;
   }
   const uint64_t needed = SlotBytesNeeded(specs, static_cast<size_t>(rows), estimate);
+  if (records > 0) {
+    ColumnSizes row;
+    row.features = std::move(largest);
+    row.records = 1;
+    sample.largest_row_bytes = ColumnRegionsBytes(ColumnCapacities(specs, 1, row), 8);
+  }
   sample.records = records;
   sample.bytes = bytes;
   sample.slot_bytes = (needed + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes;
@@ -194,7 +200,9 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.queues = queues;
     mi.max_readers = limits.max_readers;
     mi.max_workers = limits.max_workers;
-    if (config.source.on_error == OnError::kSkip) mi.reader_check_bytes = 2 * sample.largest_bytes;  // records are < 2^40 bytes
+    // ExampleParser::Check's scratch: one row, its columns grown by doubling (up to 2x); a
+    // row is < 2^44 bytes (8x a record, which is < 2^40).
+    if (config.source.on_error == OnError::kSkip) mi.reader_check_bytes = 2 * sample.largest_row_bytes;
     try {
       plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
       break;

@@ -353,25 +353,50 @@ bool ExampleParser::Parse(std::span<const uint8_t> example, ExampleBatch& batch,
   return ParseTwoPass(example, batch, error);
 }
 
+namespace {
+// ExampleParser::Check's one-row batch of this thread. It refers to the specs of the parser that
+// made it: `parser` (an address another parser may take later, hence the id too; copies share
+// the id but not the address).
+struct CheckScratch {
+  const ExampleParser* parser = nullptr;
+  uint64_t id = 0;
+  std::unique_ptr<ExampleBatch> batch;
+  size_t empty_bytes = 0;  // the batch's bytes before any record (the spec's FixedLen columns)
+};
+thread_local CheckScratch check_scratch;
+
+size_t BatchBytes(const ExampleBatch& batch) {
+  size_t bytes = 0;
+  for (size_t i = 0; i < batch.specs().size(); ++i) {
+    const Column& c = batch.column(i);
+    bytes += c.values.capacity() + (c.value_offsets.capacity() + c.row_splits.capacity()) * sizeof(int64_t);
+  }
+  return bytes;
+}
+}  // namespace
+
 bool ExampleParser::Check(std::span<const uint8_t> example, ParseError* error) const {
-  // The batch refers to the specs of the parser that made it: this one (an address another
-  // parser may take later, hence the id too; copies share the id but not the address).
-  struct CheckScratch {
-    const ExampleParser* parser = nullptr;
-    uint64_t id = 0;
-    std::unique_ptr<ExampleBatch> batch;
-  };
-  thread_local CheckScratch scratch;
+  CheckScratch& scratch = check_scratch;
   if (scratch.parser != this || scratch.id != id_ || scratch.batch == nullptr) {
     scratch.batch = std::make_unique<ExampleBatch>(specs_, 1);
     scratch.parser = this;
     scratch.id = id_;
+    scratch.empty_bytes = BatchBytes(*scratch.batch);
   }
   scratch.batch->Clear();
   const bool ok = Parse(example, *scratch.batch, error);
-  // A large record's values are not kept in the thread's scratch after it.
-  if (example.size() > kCheckScratchKeepBytes) scratch.batch.reset();
+  // A large row's memory is not kept after its check. A record's values take at most 8 bytes
+  // per byte of it (one-byte varints), 16 with the columns' growth by doubling, so a record of
+  // up to 1/16 of the limit cannot have grown the scratch past it: no need to sum the columns.
+  if (example.size() > kCheckScratchKeepBytes / 16 &&
+      BatchBytes(*scratch.batch) > scratch.empty_bytes + kCheckScratchKeepBytes) {
+    scratch.batch.reset();
+  }
   return ok;
+}
+
+size_t ExampleParser::ThreadCheckScratchBytes() {
+  return check_scratch.batch == nullptr ? 0 : BatchBytes(*check_scratch.batch) - check_scratch.empty_bytes;
 }
 
 // One walk, each spec feature decoded where the walk finds it. For a record with distinct keys

@@ -66,11 +66,15 @@ class ExampleParser {
   // one-row batch of this thread's and dropping the row. Costs a Parse; the reader threads use
   // it to take records that do not match the spec out before they are batched
   // (on_error: skip, daemon/pipeline.h). Thread-safe (the scratch batch
-  // is per thread and per parser). Memory: per thread, one row's FixedLen columns plus the
-  // values parsed from records up to kCheckScratchKeepBytes (up to 8x a record's bytes for
-  // varint int64 lists; a larger record's are freed after its check). Throws std::bad_alloc.
+  // is per thread and per parser). Memory: per thread, one row: the spec's FixedLen columns and
+  // the checked record's values (up to 8x its bytes for a VarLen int64 list of one-byte
+  // varints), kept for the next check while the values hold at most kCheckScratchKeepBytes,
+  // else freed before Check returns. Throws std::bad_alloc.
   bool Check(std::span<const uint8_t> example, ParseError* error) const;
   static constexpr size_t kCheckScratchKeepBytes = size_t{1} << 20;
+  // Bytes the calling thread's check scratch keeps now for record values, beyond the FixedLen
+  // columns of its spec (0: none).
+  static size_t ThreadCheckScratchBytes();
 
   // Adds to *sizes, per spec feature, an upper bound of what Parse appends for this record to
   // the record-dependent arrays (see ColumnSize), whatever the record: malformed, with repeated

@@ -858,6 +858,25 @@ TEST_CASE("Check: what Parse accepts, with Parse's message; two parsers alternat
   CHECK_FALSE(ints.Check(span(float_label), &error));
 }
 
+TEST_CASE("Check keeps its scratch by the values' size, not the record's: one-byte varints parse to 8x") {
+  auto span = [](const std::string& s) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+  };
+  const ExampleParser parser({Var("ids", DType::kInt64)});
+  ParseError error;
+  // 160 Ki values of 1 byte each: a record of about 160 KiB (under the 1 MiB limit) whose row
+  // holds 1.25 MiB of int64 values (over it).
+  const std::string varints = Example({Entry("ids", IntF(std::vector<int64_t>(160 << 10, 5)))});
+  REQUIRE(varints.size() < ExampleParser::kCheckScratchKeepBytes);
+  REQUIRE(parser.Check(span(varints), &error));
+  CHECK(ExampleParser::ThreadCheckScratchBytes() <= ExampleParser::kCheckScratchKeepBytes);
+  // A row under the limit is kept for the next check.
+  const std::string small = Example({Entry("ids", IntF(std::vector<int64_t>(1000, 5)))});
+  REQUIRE(parser.Check(span(small), &error));
+  CHECK(ExampleParser::ThreadCheckScratchBytes() >= 1000 * sizeof(int64_t));
+  CHECK(ExampleParser::ThreadCheckScratchBytes() <= ExampleParser::kCheckScratchKeepBytes);
+}
+
 TEST_CASE("inconsistent specs are rejected by the constructor") {
   auto rejects = [](FeatureSpecs specs) { CHECK_THROWS_AS(ExampleParser(std::move(specs)), std::invalid_argument); };
   rejects({Var("a", DType::kInt64), Var("a", DType::kFloat32)});

@@ -8,8 +8,11 @@
 #include <string>
 
 #include "config/job_config.h"
+#include "daemon/budget.h"
 #include "daemon/file_list.h"
 #include "daemon/job_check.h"
+#include "daemon/tuning_plan.h"
+#include "format/example_parser.h"
 #include "format/example_builder.h"
 #include "format/tfrecord_writer.h"
 #include "tests/test_support.h"
@@ -91,6 +94,31 @@ TEST_CASE("on_error: skip counts bad records and goes on; fail stops at the firs
   CHECK(r.failed);
   CHECK(r.records == 3);
   CHECK_THAT(r.first_error, Catch::Contains("bad.tfrecord") && Catch::Contains("record 3"));
+}
+
+TEST_CASE("the start-up sample sizes one parsed row: the record checks' line of the memory plan (on_error: skip)") {
+  // One-byte varints: a row of n int64 values takes 8n bytes, 8x the record's n-odd bytes.
+  TempDir dir;
+  constexpr size_t kValues = 20000;
+  {
+    TFRecordWriter w(dir.file("a.tfrecord"));
+    ExampleBuilder b;
+    b.AddInt64("ids", std::vector<int64_t>(kValues, 3));
+    w.Write(b.Serialize());
+    w.Close();
+  }
+  const JobConfig config = LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("*.tfrecord") +
+                                                   "\"], on_error: skip}\nfeatures:\n  ids: {type: varlen, dtype: int64}\n");
+  const ExampleParser parser(config.features);
+  const RecordSample sample = SampleRecords(config, parser, {dir.file("a.tfrecord")}, {0});
+  CHECK(sample.largest_bytes < 2 * kValues);
+  CHECK(sample.largest_row_bytes >= kValues * sizeof(int64_t));      // values
+  CHECK(sample.largest_row_bytes <= kValues * sizeof(int64_t) + 64);  // + row_splits {0, n}, aligned
+  // ringfeedd's plan (as check prints it): 2 x that row per reader.
+  std::ostringstream log;
+  const JobCheckResult r = RunJobCheck(config, log, log);
+  CHECK_THAT(r.memory_plan, Catch::Contains("record checks (on_error: skip)") &&
+                                Catch::Contains(FormatBytes(2 * sample.largest_row_bytes) + " scratch"));
 }
 
 TEST_CASE("a pattern that matches nothing is an error naming it and its config line") {
