@@ -56,6 +56,8 @@ class ConsumerRegistry {
   // Production ended (ringfeedd's Pipeline end): no more "rank R has no consumer" warnings; and
   // when it ended with the end of the data (every epoch produced), consumers that go away from
   // now on holding batches, with nothing of theirs left in the ring, are not counted as dead.
+  // ringfeedd calls it from the pipeline's end callback, and before a detach once the pipeline
+  // has recorded its end (a consumer may see the end state and leave before the callback).
   void SetProductionEnded(bool end_of_data) {
     end_of_data_.store(end_of_data, std::memory_order_release);
     production_ended_.store(true, std::memory_order_release);

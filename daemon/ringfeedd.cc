@@ -456,7 +456,14 @@ int RunDaemon(const DaemonOptions& options) {
     handlers.attach = [&](pid_t pid, std::optional<int> rank, std::string* error) {
       return consumers.Attach(pid, rank, error);
     };
-    handlers.detach = [&](uint32_t id, pid_t pid) { consumers.Detach(id, pid); };
+    handlers.detach = [&](uint32_t id, pid_t pid) {
+      // The pipeline records its end before it writes the end state that consumers act on, and
+      // calls on_end after: a consumer that saw the end of the data and left at once may get
+      // here in between.
+      const PipelineEnd end = pipeline ? pipeline->Snapshot().end : PipelineEnd::kRunning;
+      if (end != PipelineEnd::kRunning) consumers.SetProductionEnded(end == PipelineEnd::kEndOfData);
+      consumers.Detach(id, pid);
+    };
     handlers.request = [&](const nlohmann::json& request) -> nlohmann::json {
       const std::string type = request.value("type", "");
       if (type == "status") return status_json();
