@@ -336,7 +336,8 @@ void ReadAhead::Run(size_t id) {
     // kOwnAllocationBytes go into the stream's chunk, larger ones into their own allocation.
     std::vector<StreamItem> items = std::move(stream->spare_);
     items.clear();
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;         // charged against the buffers (payload; a dropped record's charge)
+    uint64_t records = 0, payload = 0;  // read from the file, checked or not
     bool finished = false;
     TurnAllocator allocator(&stream->chunk_, chunks_);
     ReadError error;
@@ -369,6 +370,8 @@ void ReadAhead::Run(size_t id) {
       item.record.file_index = stream->file_index_;
       item.record.record_index = record.index;
       item.record.offset = record.offset;
+      ++records;
+      payload += size;
       if (check_ && !check_(item.record, &why)) {
         StreamItem invalid = InvalidRecord(stream->path_, item.record, why);
         bytes += invalid.record.size;
@@ -387,8 +390,6 @@ void ReadAhead::Run(size_t id) {
     EndIo(io);
     stream->finished_ = finished;
     if (!stream->closed_) {
-      size_t records = 0;
-      for (const StreamItem& item : items) records += item.kind == StreamItem::Kind::kRecord;
       if (stream->items_.empty()) {
         stream->items_.swap(items);  // the common case: the consumer took everything before
       } else {
@@ -399,7 +400,7 @@ void ReadAhead::Run(size_t id) {
       stream->buffered_bytes_ += bytes;
       buffered_bytes_ += bytes;
       records_read_ += records;
-      bytes_read_ += bytes;
+      bytes_read_ += payload;
       stream->ready_.notify_all();
     }
     if (finished || stream->closed_) std::erase(streams_, stream);

@@ -274,9 +274,11 @@ class ReadAhead {
   // Read-ahead per open stream (bytes, >= 1): a thread stops reading a stream at this much.
   void SetStreamBufferBytes(uint64_t bytes);
   uint64_t stream_buffer_bytes() const;
-  // Bytes of record payload currently buffered across all streams.
+  // Bytes buffered across all streams: record payload, and the charges of records that failed
+  // the record check (SetRecordCheck; dropped, but counted until taken).
   uint64_t buffered_bytes() const;
-  // Records and payload bytes read so far (for throughput figures).
+  // Records and payload bytes read so far (for throughput figures), including records that
+  // failed the record check.
   uint64_t records_read() const;
   uint64_t bytes_read() const;
   // Streams currently open (being read or buffered).

@@ -301,6 +301,11 @@ TEST_CASE("ReadAhead's record check: failures become errors in file order, and c
   CHECK(good == 2500);
   CHECK(bad == 2500);
   CHECK(read_ahead.buffered_bytes() == 0);
+  // Read figures count what came from the file, checked or not: payload, not the charges.
+  uint64_t payload = 0;
+  for (int i = 0; i < 5000; ++i) payload += ("f0r" + std::to_string(i)).size();
+  CHECK(read_ahead.records_read() == 5000);
+  CHECK(read_ahead.bytes_read() == payload);
 }
 
 TEST_CASE("epochs: 0 runs until stopped; a dataset without records ends instead of spinning") {
