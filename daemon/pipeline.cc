@@ -39,9 +39,14 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
     // that would fail to parse must go before the sequencer cuts batches: the readers parse each
     // record once more to check it, and the sequencer skips the failures like read errors.
     // Records of other record shards are left to the sequencer, which drops them unchecked.
-    read_ahead_->SetRecordCheck([parser = &parser_, shard = sequencer_->record_shard()](const OwnedRecord& record,
-                                                                                      std::string* why) {
+    // A record whose row would not fit in a ring slot is not parsed here either (its scratch
+    // would be as large): it can never be batched, and the worker's capacity error, which names
+    // ring.slot_bytes, stops the job in both on_error modes. So a check holds at most 2x a slot.
+    read_ahead_->SetRecordCheck([parser = &parser_, shard = sequencer_->record_shard(),
+                                 slot_bytes = ring_.slot_bytes](const OwnedRecord& record, std::string* why) {
       if (!shard.Owns(record.record_index)) return true;
+      // Values take at most 8x a record's bytes (one-byte varints): a small record's row fits.
+      if (record.size > slot_bytes / 16 && parser->RowBytes(record.bytes()) > slot_bytes) return true;
       ParseError error;
       try {
         if (parser->Check(record.bytes(), &error)) return true;

@@ -76,6 +76,9 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
         largest[i].value_bytes = std::max(largest[i].value_bytes, one.features[i].value_bytes);
         largest[i].strings = std::max(largest[i].strings, one.features[i].strings);
       }
+      one.records = 1;
+      sample.largest_row_bytes =
+          std::max<uint64_t>(sample.largest_row_bytes, ColumnRegionsBytes(ColumnCapacities(specs, 1, one), 8));
       ++records;
       bytes += record.data.size();
       sample.largest_bytes = std::max<uint64_t>(sample.largest_bytes, record.data.size());
@@ -94,12 +97,6 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
         static_cast<uint64_t>(std::ceil(mean_strings * 1.5 * static_cast<double>(rows))) + largest[i].strings;
   }
   const uint64_t needed = SlotBytesNeeded(specs, static_cast<size_t>(rows), estimate);
-  if (records > 0) {
-    ColumnSizes row;
-    row.features = std::move(largest);
-    row.records = 1;
-    sample.largest_row_bytes = ColumnRegionsBytes(ColumnCapacities(specs, 1, row), 8);
-  }
   sample.records = records;
   sample.bytes = bytes;
   sample.slot_bytes = (needed + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes;

@@ -38,9 +38,8 @@ struct RecordSample {
   uint64_t records = 0;
   uint64_t bytes = 0;          // serialized record bytes
   uint64_t largest_bytes = 0;  // the largest serialized record
-  // One row of the largest sampled values, as ExampleParser lays it out: per feature the most
-  // any sampled record parsed to (FixedLen numeric exact; a VarLen int64 list of one-byte
-  // varints parses to 8x its serialized bytes). What ExampleParser::Check's scratch holds.
+  // The largest sampled record as one parsed row (ExampleParser::RowBytes; a VarLen int64 list
+  // of one-byte varints takes 8x its serialized bytes): what ExampleParser::Check's scratch holds.
   uint64_t largest_row_bytes = 0;
   uint64_t slot_bytes = 0;     // what ring.slot_bytes: auto would be for these records
 };

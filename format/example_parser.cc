@@ -751,6 +751,13 @@ namespace {
 
 }  // namespace
 
+size_t ExampleParser::RowBytes(std::span<const uint8_t> example) const {
+  ColumnSizes sizes;
+  Measure(example, &sizes);
+  sizes.records = 1;
+  return ColumnRegionsBytes(ColumnCapacities(specs_, 1, sizes), 8);
+}
+
 void ExampleParser::Measure(std::span<const uint8_t> example, ColumnSizes* sizes) const {
   if (sizes->features.size() != specs_.size()) {
     if (!sizes->features.empty()) {

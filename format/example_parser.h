@@ -84,6 +84,9 @@ class ExampleParser {
   // 2,700; callgrind, inclusive). sizes->features is sized on first use.
   // Throws std::invalid_argument when *sizes was filled by a parser of another spec size.
   void Measure(std::span<const uint8_t> example, ColumnSizes* sizes) const;
+  // Bytes the record takes as one row of a batch: its columns' arrays (ColumnCapacities of one
+  // row, each 8-byte aligned) from Measure, so an upper bound whatever the record. One walk.
+  size_t RowBytes(std::span<const uint8_t> example) const;
 
   // Index of the spec feature called `key`, or -1. Exposed for tests.
   int Lookup(std::span<const uint8_t> key) const;

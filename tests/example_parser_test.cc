@@ -875,6 +875,14 @@ TEST_CASE("Check keeps its scratch by the values' size, not the record's: one-by
   REQUIRE(parser.Check(span(small), &error));
   CHECK(ExampleParser::ThreadCheckScratchBytes() >= 1000 * sizeof(int64_t));
   CHECK(ExampleParser::ThreadCheckScratchBytes() <= ExampleParser::kCheckScratchKeepBytes);
+  // RowBytes: what the row takes, 8-byte aligned arrays: values, and row_splits {0, n}.
+  CHECK(parser.RowBytes(span(varints)) == (160u << 10) * 8 + 2 * 8);
+  CHECK(parser.RowBytes(span(small)) == 1000 * 8 + 2 * 8);
+  const ExampleParser mixed({Fixed("label", DType::kFloat32), Var("tag", DType::kBytes)});
+  // FixedLen float32 scalar: 4 bytes (8 aligned); bytes "ab", "c": 3 bytes (8), offsets {0, 2, 3},
+  // row_splits {0, 2}.
+  CHECK(mixed.RowBytes(span(Example({Entry("label", FloatF({1})), Entry("tag", BytesF({"ab", "c"}))}))) ==
+        8 + 8 + 3 * 8 + 2 * 8);
 }
 
 TEST_CASE("inconsistent specs are rejected by the constructor") {
