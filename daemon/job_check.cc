@@ -6,7 +6,7 @@
 
 #include "daemon/budget.h"
 #include "daemon/file_list.h"
-#include "daemon/sequencer.h"
+#include "daemon/shard.h"
 #include "daemon/tuning_plan.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
@@ -119,13 +119,10 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   };
 
   const auto start = std::chrono::steady_clock::now();
-  // The files of this shard only, as ringfeedd reads them (shard.index of shard.count).
-  const std::vector<uint32_t> shard_files = ShardFiles(config, files.size());
+  // The files and records of this shard only, as ringfeedd's Sequencer reads them.
+  const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
+  const std::vector<uint32_t> shard_files = shard.Files(files.size());
   result.files_in_shard = shard_files.size();
-  // Fewer files than shards: every shard reads every file and keeps every shard.count-th record
-  // (the Sequencer's rule).
-  const uint64_t shard_count = static_cast<uint64_t>(config.shard.count);
-  const RecordShard shard{files.size() < shard_count, shard_count, static_cast<uint64_t>(config.shard.index)};
   for (const uint32_t file_index : shard_files) {
     const std::string& file = files[file_index];
     ++result.files_read;
@@ -138,12 +135,12 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       if (status == TFRecordReader::Status::kEnd) break;
       if (status == TFRecordReader::Status::kError) {
         // As the Sequencer: a bad record of another record shard is that shard's.
-        if (read_error.recoverable && !shard.Owns(read_error.record_index)) continue;
+        if (read_error.recoverable && !shard.OwnsRecord(read_error.record_index)) continue;
         ++result.read_errors;
         problem(read_error.message);
         continue;  // a non-recoverable error makes the next Next() return kEnd
       }
-      if (!shard.Owns(record.index)) continue;
+      if (!shard.OwnsRecord(record.index)) continue;
       ParseError parse_error;
       const bool parsed = parser.Parse(record.data, batch, &parse_error);
       if (parsed || !skip) {

@@ -42,9 +42,9 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Se
     // A record whose row would not fit in a ring slot is not parsed here either (its scratch
     // would be as large): it can never be batched, and the worker's capacity error, which names
     // ring.slot_bytes, stops the job in both on_error modes. So a check holds at most 2x a slot.
-    read_ahead_->SetRecordCheck([parser = &parser_, shard = sequencer_->record_shard(),
+    read_ahead_->SetRecordCheck([parser = &parser_, shard = sequencer_->shard(),
                                  slot_bytes = ring_.slot_bytes](const OwnedRecord& record, std::string* why) {
-      if (!shard.Owns(record.record_index)) return true;
+      if (!shard.OwnsRecord(record.record_index)) return true;
       // Values take at most 8x a record's bytes (one-byte varints): a small record's row fits.
       if (record.size > slot_bytes / 16 && parser->RowBytes(record.bytes()) > slot_bytes) return true;
       ParseError error;

@@ -16,14 +16,8 @@ Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
   if (options_.cycle_length < 1) options_.cycle_length = 1;
   if (options_.batch_size < 1) options_.batch_size = 1;
   if (options_.queues < 1) options_.queues = 1;
-  if (options_.shard_count < 1) options_.shard_count = 1;
-  const uint64_t count = static_cast<uint64_t>(options_.shard_count);
-  const uint64_t index = static_cast<uint64_t>(options_.shard_index);
-  shard_by_record_ = options_.files.size() < count;
-  record_shard_ = RecordShard{shard_by_record_, count, index};
-  for (uint32_t i = 0; i < options_.files.size(); ++i) {
-    if (shard_by_record_ || i % count == index) shard_files_.push_back(i);
-  }
+  shard_ = Shard::For(options_.files.size(), options_.shard_count, options_.shard_index);
+  shard_files_ = shard_.Files(options_.files.size());
 }
 
 Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
@@ -179,7 +173,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       if (item.kind == StreamItem::Kind::kError) {
         // A bad record of another record shard is that shard's (it counts and reports it); an
         // error that ends the file concerns every shard reading it.
-        if (item.error->recoverable && !record_shard_.Owns(item.error->record_index)) continue;
+        if (item.error->recoverable && !shard_.OwnsRecord(item.error->record_index)) continue;
         if (!options_.skip_errors) {
           finish(0);  // the good records read before the error are still delivered
           failure_ = item.error->message;
@@ -189,7 +183,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         if (on_skipped_) on_skipped_(*item.error);
         continue;
       }
-      if (!record_shard_.Owns(item.record.record_index)) continue;
+      if (!shard_.OwnsRecord(item.record.record_index)) continue;
       if (!push(std::move(item.record))) return false;
       break;  // one record per visit
     }

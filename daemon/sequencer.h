@@ -35,17 +35,10 @@
 #include <vector>
 
 #include "daemon/read_ahead.h"
+#include "daemon/shard.h"
 
 namespace ringfeed {
 
-// Which records of a file a shard keeps: all, unless sharding by record (fewer files than
-// shards), then record r when r % count == index.
-struct RecordShard {
-  bool by_record = false;
-  uint64_t count = 1;
-  uint64_t index = 0;
-  bool Owns(uint64_t record_index) const { return !by_record || record_index % count == index; }
-};
 
 struct SequencerOptions {
   std::vector<std::string> files;  // the job's sorted file list (before sharding)
@@ -100,10 +93,9 @@ class Sequencer {
   const std::string& ended_early() const { return ended_early_; }
   // The files this shard reads (indices into options.files).
   const std::vector<uint32_t>& shard_files() const { return shard_files_; }
-  bool shard_by_record() const { return shard_by_record_; }
-  // Which records of a file this shard keeps: a copy, usable after the Sequencer is gone
+  // Which files and records this shard reads: a copy, usable after the Sequencer is gone
   // (ReadAhead's record check runs on reader threads that may outlive it).
-  RecordShard record_shard() const { return record_shard_; }
+  Shard shard() const { return shard_; }
 
   // Progress, readable from any thread.
   uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
@@ -119,8 +111,7 @@ class Sequencer {
   ReadAhead* read_ahead_;
   std::function<void(const ReadError&)> on_skipped_;
   std::vector<uint32_t> shard_files_;
-  bool shard_by_record_ = false;
-  RecordShard record_shard_;
+  Shard shard_;
   uint64_t next_seq_ = 0;
   std::string failure_;
   std::string ended_early_;

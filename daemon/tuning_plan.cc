@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "daemon/shard.h"
 #include "format/compression.h"
 #include "format/tfrecord_reader.h"
 
@@ -35,12 +36,7 @@ constexpr uint64_t kReadAheadStepBytes = 64u << 10;
 }  // namespace
 
 std::vector<uint32_t> ShardFiles(const JobConfig& config, size_t file_count) {
-  std::vector<uint32_t> shard_files;
-  const uint64_t count = static_cast<uint64_t>(config.shard.count);
-  for (uint32_t i = 0; i < file_count; ++i) {
-    if (file_count < count || i % count == static_cast<uint64_t>(config.shard.index)) shard_files.push_back(i);
-  }
-  return shard_files;
+  return Shard::For(file_count, config.shard.count, config.shard.index).Files(file_count);
 }
 
 uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSizes& sizes) {

@@ -30,8 +30,7 @@
 
 namespace ringfeed {
 
-// The files of the job's list (indices) this daemon reads: every shard.count-th from
-// shard.index, or all of them when there are fewer files than shards (the Sequencer's rule).
+// The files of the job's list (indices) this daemon reads: the config's Shard (daemon/shard.h).
 std::vector<uint32_t> ShardFiles(const JobConfig& config, size_t file_count);
 
 struct RecordSample {
