@@ -279,7 +279,7 @@ void Client::CheckHeartbeat() {
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(age) / 1e9);
     throw ClientError(a.DaemonName() + " has not written its heartbeat for " + seconds +
                       " s (stopped or frozen?); check it (ps -o stat= -p " + std::to_string(a.daemon_pid) +
-                      "; under systemd: systemctl status ringfeed@" + a.job + ") or restart it, then attach again");
+                      "; under systemd: systemctl status 'ringfeed@*') or restart it, then attach again");
   }
 }
 

@@ -39,11 +39,12 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     std::string message = "cannot connect to ringfeedd for job " + job + " at " + path + ": " + std::strerror(err);
     if (err == ENOENT || err == ECONNREFUSED) {
       message += "; is ringfeedd running for job " + job +
-                 " (ringfeedctl list; under systemd: systemctl status ringfeed@" + job + ")? If it uses another runtime directory, "
+                 " (ringfeedctl list; under systemd: systemctl status 'ringfeed@*', the instance named after the config "
+                 "file)? If it uses another runtime directory, "
                  "set RINGFEED_RUNTIME_DIR or the client's runtime_dir option (ClientOptions::runtime_dir; "
                  "runtime_dir= in Python) to it";
     } else if (err == EACCES) {
-      message += "; run the trainer as the daemon's user or in the job's permissions.group";
+      message += "; run this process as the daemon's user or as a member of the job's permissions.group (id -Gn)";
     }
     throw ClientError(message);
   }

@@ -4,6 +4,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "client/client.h"
 #include "client/control_connection.h"
@@ -187,8 +189,10 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
   try {
     connection.Connect(path, job);
   } catch (const std::exception& e) {
-    throw std::runtime_error("job '" + job + "': cannot connect to " + path + " (" + e.what() +
-                             "); if ringfeedd was killed, the socket is stale: start the job again");
+    // A socket nobody listens on (ECONNREFUSED) is what a killed daemon leaves.
+    const bool stale = std::string_view(e.what()).find(std::strerror(ECONNREFUSED)) != std::string_view::npos;
+    throw std::runtime_error(std::string(e.what()) +
+                             (stale ? "; if ringfeedd was killed, the socket is stale: start the job again" : ""));
   }
   connection.SendLine(nlohmann::json{{"type", shm::kMessageHello},
                                      {"protocol", shm::kProtocolVersion},

@@ -1,5 +1,7 @@
 #include "daemon/job_check.h"
 
+#include <grp.h>
+
 #include <algorithm>
 #include <chrono>
 #include <set>
@@ -73,6 +75,11 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     result->memory_plan = plan.memory.Describe();
   } catch (const BudgetError& e) {
     result->plan_error = e.what();
+  }
+  // Resolved at start, as ringfeedd does (whether its user is a member, check cannot know).
+  if (result->plan_error.empty() && !config.permissions.group.empty() &&
+      ::getgrnam(config.permissions.group.c_str()) == nullptr) {
+    result->plan_error = "permissions.group: no group named '" + config.permissions.group + "' on this machine";
   }
 }
 

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <grp.h>
+#include <pwd.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -25,6 +26,7 @@
 #include <fstream>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -215,6 +217,16 @@ std::string_view EndName(PipelineEnd end) {
 // and one arena cost 8-18% of throughput there (lock contention), so those jobs keep glibc's
 // default. Called before any thread starts. A glibc.malloc setting in GLIBC_TUNABLES wins, so
 // an operator can still choose.
+// Whether the process has `gid` as its effective or a supplementary group.
+bool InGroup(gid_t gid) {
+  if (::getegid() == gid) return true;
+  const int n = ::getgroups(0, nullptr);
+  if (n <= 0) return false;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  const int got = ::getgroups(n, groups.data());
+  return got > 0 && std::find(groups.begin(), groups.begin() + got, gid) != groups.begin() + got;
+}
+
 constexpr int kMmapThresholdBytes = 1 << 20;
 constexpr int kTrimThresholdBytes = 256 << 20;
 
@@ -331,6 +343,17 @@ int RunDaemon(const DaemonOptions& options) {
       const struct group* g = ::getgrnam(config.permissions.group.c_str());
       if (!g) throw StartupError("permissions.group: no group named '" + config.permissions.group + "' on this machine", 2);
       group = g->gr_gid;
+      // Only root, or a member, may give the segment and socket to the group (chown).
+      if (::geteuid() != 0 && !InGroup(*group)) {
+        const struct passwd* user = ::getpwuid(::geteuid());
+        const std::string name = user ? user->pw_name : std::to_string(::geteuid());
+        throw StartupError("permissions.group: ringfeedd runs as user '" + name + "', which is not a member of group '" +
+                               config.permissions.group + "' (gid " + std::to_string(*group) +
+                               "): add the user to it (usermod -aG " + config.permissions.group + " " + name +
+                               "), under systemd give it with SupplementaryGroups=" + config.permissions.group +
+                               " in a drop-in, or choose another group",
+                           2);
+      }
       mode = 0660;
     }
     // From here SIGINT and SIGTERM wait (blocked) until the stop handler is in place: a stop
@@ -346,7 +369,15 @@ int RunDaemon(const DaemonOptions& options) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     const std::string segment_name = shm::SegmentName(runtime_dir, config.job);
-    shm::Segment segment = shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group);
+    // What stops the segment (/dev/shm too small, a permissions.group the daemon's user is not
+    // in) needs an operator, as a config error does: exit 2, which the unit does not retry.
+    shm::Segment segment = [&] {
+      try {
+        return shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group);
+      } catch (const shm::ShmError& e) {
+        throw StartupError(e.what(), 2);
+      }
+    }();
     struct SegmentRemover {
       std::string name;
       ~SegmentRemover() { shm::Segment::Remove(name); }
@@ -587,7 +618,8 @@ int RunDaemon(const DaemonOptions& options) {
       autotune->Start();
     }
     notifier.Ready();
-    spdlog::info("ready: socket {}", server.socket_path());
+    spdlog::info("ready: socket {}, mode {:04o} ({})", server.socket_path(), mode,
+                 group ? "the daemon's user and group " + config.permissions.group : std::string("the daemon's user only"));
     io.run();
 
     // Stop: consumers see kStopped with the reason (unless production already ended).

@@ -12,7 +12,8 @@ int main(int argc, char** argv) {
       "them, and serves ready batches to trainer processes through a shared-memory ring.\n"
       "Trainers attach with the client library (client/client.h, client/ringfeed.h); watch it with "
       "`ringfeedctl status JOB`. Stop it with SIGTERM or SIGINT (Ctrl-C).\n"
-      "Exit status: 0 stopped cleanly (or done, with --exit-when-done), 1 runtime failure, 2 bad config.",
+      "Exit status: 0 stopped cleanly (or done, with --exit-when-done), 1 runtime failure, 2 bad config or a "
+      "start-up error a restart would not fix (/dev/shm too small, permissions.group).",
       "ringfeedd");
   app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
       ->required()

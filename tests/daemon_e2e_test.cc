@@ -422,6 +422,23 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   CHECK(not_there.status.ToString() == "exit 1");
   CHECK_THAT(not_there.err, Catch::Contains("job 'no-such-job' is not running in " + above) &&
                                 Catch::Contains("jobs there: " + job + " (in " + daemon.runtime_dir() + ")"));
+  {
+    // Only a socket nobody listens on, what a killed daemon leaves, is called stale.
+    const std::string stale = above + "/gone-job.sock";
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", stale.c_str());
+    REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+    ::close(fd);
+    const CommandResult gone = RunCommand({CtlBinary(), "status", "gone-job", "--runtime-dir", above});
+    CHECK(gone.status.ToString() == "exit 1");
+    CHECK_THAT(gone.err, Catch::Contains("cannot connect to ringfeedd for job gone-job at " + stale + ": " +
+                                         std::strerror(ECONNREFUSED)) &&
+                             Catch::Contains("if ringfeedd was killed, the socket is stale: start the job again"));
+    std::filesystem::remove(stale);
+  }
 
   client.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");

@@ -648,6 +648,28 @@ TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the p
                                                   "directory (--runtime-dir, RINGFEED_RUNTIME_DIR) or job name"));
 }
 
+TEST_CASE("permissions.group the daemon's user is not in: exit 2 (not retried by the unit), naming user and group") {
+  if (::geteuid() != 0) {
+    SkipOrFail("needs root, to run ringfeedd as user nobody");
+    return;
+  }
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::all);  // nobody writes its lock file there
+  DaemonProcess daemon(dir.path(), "foreign-group",
+                       IdJobConfig("foreign-group", dir.file("data.tfrecord"), "permissions: {group: root}\n"));
+  DaemonStart start;
+  start.wrapper = {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+  CHECK_FALSE(daemon.Start(start));
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(status->ToString() == "exit 2");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("permissions.group: ringfeedd runs as user 'nobody', which is not a "
+                                              "member of group 'root' (gid 0): add the user to it (usermod -aG root "
+                                              "nobody)"));
+}
+
 TEST_CASE("a batch larger than a ring slot: names the record, advises enough, and that advice works") {
   TempDir dir;
   {

@@ -121,6 +121,17 @@ TEST_CASE("the start-up sample sizes one parsed row: the record checks' line of 
                                 Catch::Contains(FormatBytes(2 * sample.largest_row_bytes) + " scratch"));
 }
 
+TEST_CASE("an unknown permissions.group: check says ringfeedd would refuse to start") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 3);
+  std::ostringstream log;
+  JobCheckResult r = RunJobCheck(Config(dir, "fail", "permissions: {group: no_such_group_rf}\n"), log, log);
+  CHECK(r.plan_error == "permissions.group: no group named 'no_such_group_rf' on this machine");
+  r = RunJobCheck(Config(dir, "fail", "permissions: {group: root}\n"), log, log);
+  CHECK(r.plan_error.empty());
+  CHECK(r.records == 3);
+}
+
 TEST_CASE("a pattern that matches nothing is an error naming it and its config line") {
   CHECK_THROWS_WITH(ExpandFiles({"/nonexistent-ringfeed/*.tfrecord"}),
                     Catch::Contains("pattern '/nonexistent-ringfeed/*.tfrecord' matches no file"));
