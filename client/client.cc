@@ -325,7 +325,9 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
     if (claim == shm::ClaimResult::kInvalid) {
       throw ClientError(a.DaemonName() + ": delivery queue " + std::to_string(a.queue) +
                         " names a slot outside the ring's " + std::to_string(a.ring.slot_count) +
-                        " slots (corrupt segment " + a.segment.name() + ")");
+                        " slots or has cursors more than " + std::to_string(shm::kMaxSlots) +
+                        " batches apart (corrupt segment " + a.segment.name() +
+                        ": a process that maps it wrote there; the daemon puts its cursors back within a second)");
     }
     if (claim == shm::ClaimResult::kClosed) state = load_state();  // SetState closes after the state
     if (state == shm::DaemonState::kFailed || state == shm::DaemonState::kStopped) throw daemon_error(state);

@@ -28,10 +28,10 @@ double Fraction(uint64_t part_ns, double whole_seconds) {
 }
 }  // namespace
 
-Autotune::Autotune(AutotuneOptions options, Pipeline& pipeline, shm::Segment& segment, ConsumerRegistry& consumers)
+Autotune::Autotune(AutotuneOptions options, Pipeline& pipeline, const shm::Ring& ring, ConsumerRegistry& consumers)
     : options_(std::move(options)),
       pipeline_(pipeline),
-      segment_(segment),
+      ring_(ring),
       consumers_(consumers),
       tuner_(options_.limits, options_.initial, options_.fixed) {
   last_.knobs = options_.initial;
@@ -65,8 +65,8 @@ void Autotune::Apply(const TunerKnobs& before, const TunerKnobs& k) {
 
 void Autotune::Run() {
   NameThread("rf-tuner");
-  const shm::Ring ring = shm::Ring::Of(segment_.data());
-  const uint32_t slots = segment_.superblock()->slot_count;
+  const shm::Ring& ring = ring_;
+  const uint32_t slots = ring_.slot_count;
   using Clock = std::chrono::steady_clock;
 
   PipelineStats prev = pipeline_.Snapshot();

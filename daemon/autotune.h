@@ -23,13 +23,13 @@
 #include "daemon/pipeline.h"
 #include "daemon/tuner.h"
 #include "daemon/tuning_plan.h"
-#include "shm/segment.h"
+#include "shm/ring.h"
 
 namespace ringfeed {
 
 class Autotune {
  public:
-  Autotune(AutotuneOptions options, Pipeline& pipeline, shm::Segment& segment, ConsumerRegistry& consumers);
+  Autotune(AutotuneOptions options, Pipeline& pipeline, const shm::Ring& ring, ConsumerRegistry& consumers);
   ~Autotune();  // Stop()
   Autotune(const Autotune&) = delete;
   Autotune& operator=(const Autotune&) = delete;
@@ -47,7 +47,7 @@ class Autotune {
 
   AutotuneOptions options_;
   Pipeline& pipeline_;
-  shm::Segment& segment_;
+  const shm::Ring ring_;
   ConsumerRegistry& consumers_;
   Tuner tuner_;
   std::thread thread_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "shm/ring.h"
+#include "shm/segment.h"  // HumanBytes
 
 namespace ringfeed {
 namespace {
@@ -44,12 +45,12 @@ std::vector<ColumnCapacity> BatchWriter::PlanFromHistory(size_t rows, uint64_t s
 BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool skip_errors,
                                        const std::vector<std::string>& files) {
   const FeatureSpecs& specs = parser_.specs();
-  const uint64_t slot_bytes = segment_.superblock()->slot_bytes;
+  const uint64_t slot_bytes = ring_.slot_bytes;
   const size_t n = job.records.size();
   // The daemon's own record says the slot is free; a word that a consumer scribbled on does
   // not change that (the daemon never trusts consumer-writable words).
   if (!shm::BeginFill(ring_, slot)) {
-    segment_.slot_header(slot)->word.store(shm::SlotWord{shm::SlotState::kFilling}.Pack(), std::memory_order_release);
+    ring_.header(slot)->word.store(shm::SlotWord{shm::SlotState::kFilling}.Pack(), std::memory_order_release);
   }
   const uint64_t regions_offset = shm::SlotHeaderBytes(specs.size(), n);
 
@@ -111,8 +112,8 @@ BatchWriter::Result BatchWriter::Fill(const BatchJob& job, uint32_t slot, const 
                                       bool skip_errors, const std::vector<std::string>& files, bool* no_room) {
   Result result;
   const FeatureSpecs& specs = parser_.specs();
-  uint8_t* const base = segment_.slot(slot);
-  const uint64_t slot_bytes = segment_.superblock()->slot_bytes;
+  uint8_t* const base = ring_.slot(slot);
+  const uint64_t slot_bytes = ring_.slot_bytes;
   const size_t n = job.records.size();
   const uint64_t columns_offset = sizeof(shm::SlotHeader);
   const uint64_t sources_offset = AlignUp(columns_offset + specs.size() * sizeof(shm::ColumnDesc), shm::kColumnAlign);
@@ -182,7 +183,7 @@ BatchWriter::Result BatchWriter::Fill(const BatchJob& job, uint32_t slot, const 
                                  static_cast<double>(result.rows) * static_cast<double>(n);
     }
   }
-  shm::SlotHeader* header = segment_.slot_header(slot);
+  shm::SlotHeader* header = ring_.header(slot);
   header->epoch = job.epoch;
   header->batch_index = job.index;
   header->rows = static_cast<uint32_t>(result.rows);

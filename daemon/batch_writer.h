@@ -26,14 +26,13 @@
 #include "format/column_sizes.h"
 #include "format/example_parser.h"
 #include "shm/ring.h"
-#include "shm/segment.h"
 
 namespace ringfeed {
 
 class BatchWriter {
  public:
-  BatchWriter(const ExampleParser& parser, shm::Segment& segment)
-      : parser_(parser), segment_(segment), ring_(shm::Ring::Of(segment.data())) {}
+  // `ring`: the daemon's own geometry (DaemonRing), never read back from the superblock.
+  BatchWriter(const ExampleParser& parser, const shm::Ring& ring) : parser_(parser), ring_(ring) {}
 
   struct Result {
     size_t rows = 0;                   // records written
@@ -62,7 +61,6 @@ class BatchWriter {
               const std::vector<std::string>& files, bool* no_room);
 
   const ExampleParser& parser_;
-  shm::Segment& segment_;
   shm::Ring ring_;
   ColumnSizes sizes_;
   std::vector<ColumnRegion> regions_;

@@ -39,7 +39,7 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     Entry& e = entries_[i];
     if (e.attached) continue;
     e = Entry{true, pid, rank.value_or(-1), std::chrono::steady_clock::now()};
-    shm::ConsumerEntry& c = segment_.superblock()->consumers[i];
+    shm::ConsumerEntry& c = ring_.sb->consumers[i];
     c.pid = pid;
     c.rank = e.rank;
     c.batches_taken.store(0, std::memory_order_relaxed);
@@ -49,7 +49,7 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     spdlog::info("consumer {} attached (pid {}{})", i + 1, pid, rank ? ", rank " + std::to_string(*rank) : "");
     uint32_t attached = 0;
     for (const Entry& other : entries_) attached += other.attached;
-    const uint32_t slots = segment_.superblock()->slot_count;
+    const uint32_t slots = ring_.slot_count;
     if (attached >= slots) {
       spdlog::warn("{} consumers attached to a ring of {} slots: consumers that keep their previous batch while "
                    "they wait for the next (a Python `for batch in client:` loop does) can hold every slot, and then "
@@ -84,8 +84,8 @@ uint32_t ConsumerRegistry::Detach(uint32_t id, pid_t pid) {
 uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   if (id == 0 || id > entries_.size() || !entries_[id - 1].attached || entries_[id - 1].pid != pid) return 0;
   Entry& e = entries_[id - 1];
-  shm::Superblock* sb = segment_.superblock();
-  const shm::Ring ring = shm::Ring::Of(segment_.data());
+  shm::Superblock* sb = ring_.sb;
+  const shm::Ring& ring = ring_;
   // Its delivery queue held nothing more for it: all epochs produced (the daemon's own record)
   // and no batch of its queue ready (slot words: at worst a consumer's scribble makes this a
   // warning or an info line). A process that ends while arrays or tensors of its last batches
@@ -142,7 +142,7 @@ std::vector<ConsumerRegistry::Info> ConsumerRegistry::List() const {
   for (uint32_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     if (!e.attached) continue;
-    const shm::ConsumerEntry& c = segment_.superblock()->consumers[i];
+    const shm::ConsumerEntry& c = ring_.sb->consumers[i];
     out.push_back({i + 1, e.pid, e.rank, c.batches_taken.load(std::memory_order_relaxed),
                    c.wait_ns.load(std::memory_order_relaxed), std::chrono::duration<double>(now - e.since).count()});
   }

@@ -26,14 +26,15 @@
 #include <string>
 #include <vector>
 
-#include "shm/segment.h"
+#include "shm/ring.h"
 
 namespace ringfeed {
 
 class ConsumerRegistry {
  public:
   // ranks = consumers.count in ranks mode, 0 in shared mode.
-  ConsumerRegistry(shm::Segment& segment, uint32_t ranks) : segment_(segment), ranks_(ranks) {}
+  // `ring`: the daemon's own geometry (DaemonRing), never read back from the superblock.
+  ConsumerRegistry(const shm::Ring& ring, uint32_t ranks) : ring_(ring), ranks_(ranks) {}
 
   std::optional<uint32_t> Attach(pid_t pid, std::optional<int> rank, std::string* error);
   // Detaches consumer `id` if it is still the one with `pid` (the id may have been given to a
@@ -51,6 +52,11 @@ class ConsumerRegistry {
     double attached_seconds;
   };
   std::vector<Info> List() const;
+  // Whether consumer `id` (1..shm::kMaxConsumers) is attached now.
+  bool IsAttached(uint32_t id) const {
+    std::lock_guard lock(mutex_);
+    return id >= 1 && id <= entries_.size() && entries_[id - 1].attached;
+  }
   // Ranks mode: the ranks (0..count-1) no consumer is attached as now; empty in shared mode.
   std::vector<int> RanksWithoutConsumer() const;
   // Production ended (ringfeedd's Pipeline end): no more "rank R has no consumer" warnings; and
@@ -80,7 +86,7 @@ class ConsumerRegistry {
   };
   uint32_t DetachLocked(uint32_t id, pid_t pid);
 
-  shm::Segment& segment_;
+  const shm::Ring ring_;
   uint32_t ranks_;
   mutable std::mutex mutex_;  // guards everything below
   std::vector<Entry> entries_ = std::vector<Entry>(shm::kMaxConsumers);

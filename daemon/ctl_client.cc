@@ -363,6 +363,9 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
   const auto& consumers = s["consumers"];
   out << "consumers  " << consumers.size() << " attached";
   if (s.value("batches_reclaimed", 0) > 0) out << ", " << s.value("batches_reclaimed", 0) << " batches reclaimed from dead consumers";
+  if (s.value("ring_repairs", 0) > 0) {
+    out << ", " << s.value("ring_repairs", 0) << " ring words repaired (written by a process that maps the segment)";
+  }
   out << "\n";
   for (const auto& c : consumers) {
     std::snprintf(buf, sizeof buf, "           id %d pid %d%s: %llu batches taken, waited %.1f s, attached %s\n",

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <new>
 #include <thread>
+#include <type_traits>
 
 #include "daemon/thread_clock.h"
 #include "daemon/thread_name.h"
@@ -20,10 +21,12 @@ constexpr uint64_t kLogBurst = 20;  // skipped records logged one by one before 
 
 }  // namespace
 
-Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Segment& segment,
+Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const shm::Ring& ring,
                    std::function<void(PipelineEnd, const std::string&)> on_end)
-    : options_(std::move(options)), parser_(parser), segment_(segment), ring_(shm::Ring::Of(segment.data())), on_end_(std::move(on_end)) {
-  slot_use_.assign(segment_.superblock()->slot_count, SlotUse::kFree);
+    : options_(std::move(options)), parser_(parser), ring_(ring), on_end_(std::move(on_end)) {
+  slot_use_.assign(ring_.slot_count, SlotUse::kFree);
+  slot_published_.assign(ring_.slot_count, Published{});
+  published_.assign(ring_.queue_count, 0);
   prefetch_ = std::max<size_t>(1, options_.prefetch);
   if (options_.sequencer.lookahead_files == 0) {
     options_.sequencer.lookahead_files = static_cast<int64_t>(std::max<size_t>(1, options_.readers));
@@ -96,7 +99,7 @@ void Pipeline::RequestStop(const std::string& reason) {
   work_ready_.notify_all();
   workers_parked_.notify_all();
   work_done_.notify_all();
-  shm::FutexWakeAll(&segment_.superblock()->free_futex);
+  shm::FutexWakeAll(&ring_.sb->free_futex);
 }
 
 bool Pipeline::WaitForIo(std::chrono::milliseconds timeout, std::vector<std::string>* in_progress) {
@@ -171,7 +174,7 @@ void Pipeline::SetPrefetch(size_t n) {
     std::lock_guard lock(mutex_);
     prefetch_ = std::max<size_t>(1, n);
   }
-  shm::FutexWakeAll(&segment_.superblock()->free_futex);  // a waiting sequencer re-checks
+  shm::FutexWakeAll(&ring_.sb->free_futex);  // a waiting sequencer re-checks
 }
 
 void Pipeline::SetStreamBufferBytes(uint64_t bytes) { read_ahead_->SetStreamBufferBytes(bytes); }
@@ -179,8 +182,8 @@ void Pipeline::SetStreamBufferBytes(uint64_t bytes) { read_ahead_->SetStreamBuff
 void Pipeline::SetReadsPerFile(size_t n) { read_ahead_->SetReadsPerFile(n); }
 
 bool Pipeline::AcquireSlot(uint32_t* slot) {
-  shm::Superblock* sb = segment_.superblock();
-  const uint32_t count = sb->slot_count;
+  shm::Superblock* sb = ring_.sb;
+  const uint32_t count = ring_.slot_count;
   int64_t wait_start = 0;
   auto count_wait = [&] {
     if (wait_start != 0) slot_wait_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wait_start), std::memory_order_relaxed);
@@ -256,7 +259,7 @@ void Pipeline::RunSequencer() {
 
 void Pipeline::RunWorker(size_t id) {
   NameThread("rf-parse", id);
-  BatchWriter writer(parser_, segment_);
+  BatchWriter writer(parser_, ring_);
   for (;;) {
     Work work;
     {
@@ -304,22 +307,120 @@ void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue) {
     --in_flight_;
     if (stopping_) return;
     if (!options_.deterministic) {
-      shm::Publish(ring_, slot, queue);
-      slot_use_[slot] = SlotUse::kPublished;
+      PublishLocked(slot, queue);
       batches_.fetch_add(1, std::memory_order_relaxed);
     } else {
       completed_.emplace(seq, std::make_pair(slot, queue));
       // Publish every batch whose predecessors are all published.
       for (auto it = completed_.begin(); it != completed_.end() && it->first == next_publish_;
            it = completed_.erase(it)) {
-        shm::Publish(ring_, it->second.first, it->second.second);
-        slot_use_[it->second.first] = SlotUse::kPublished;
+        PublishLocked(it->second.first, it->second.second);
         ++next_publish_;
         batches_.fetch_add(1, std::memory_order_relaxed);
       }
     }
   }
   work_done_.notify_all();
+}
+
+void Pipeline::PublishLocked(uint32_t slot, uint32_t queue) {
+  const uint64_t seq = published_[queue]++;
+  shm::Publish(ring_, slot, queue, seq);
+  slot_use_[slot] = SlotUse::kPublished;
+  slot_published_[slot] = {queue, seq};
+}
+
+size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& attached) {
+  std::lock_guard lock(mutex_);
+  size_t repairs = 0;
+  auto repaired = [&](const std::string& what) {
+    ++repairs;
+    spdlog::error("ring repaired: {} (a process that maps the shared-memory segment wrote there: a buggy or hostile "
+                  "consumer; ringfeedd put it back)", what);
+  };
+  // The geometry a client reads when it attaches (the daemon itself never reads it back).
+  auto restore = [&](auto& field, auto value, const char* name) {
+    std::atomic_ref<std::remove_reference_t<decltype(field)>> ref(field);
+    const auto was = ref.load(std::memory_order_relaxed);
+    if (was == value) return;
+    ref.store(value, std::memory_order_relaxed);
+    repaired(std::string("the superblock's ") + name + " was " + std::to_string(was) + ", not " +
+             std::to_string(value));
+  };
+  shm::Superblock* sb = ring_.sb;
+  restore(sb->slot_count, ring_.slot_count, "slot_count");
+  restore(sb->queue_count, ring_.queue_count, "queue_count");
+  restore(sb->slots_offset, ring_.slots_offset, "slots_offset");
+  restore(sb->slot_stride, ring_.slot_stride, "slot_stride");
+  restore(sb->slot_bytes, ring_.slot_bytes, "slot_bytes");
+  // Slots the daemon published: their words may be kReady (waiting), kHeld (taken), kFree
+  // (released); anything else is a scribble.
+  for (uint32_t s = 0; s < ring_.slot_count; ++s) {
+    if (slot_use_[s] != SlotUse::kPublished) continue;
+    std::atomic<uint64_t>& word = ring_.header(s)->word;
+    uint64_t w = word.load(std::memory_order_acquire);
+    const shm::SlotWord sw = shm::SlotWord::Unpack(w);
+    std::string why;
+    if (sw.state == shm::SlotState::kHeld && !attached(sw.owner)) {
+      why = "held by consumer " + std::to_string(sw.owner) + ", which is not attached";
+    } else if (sw.state != shm::SlotState::kHeld && sw.state != shm::SlotState::kReady &&
+               sw.state != shm::SlotState::kFree) {
+      why = "in state " + std::to_string(static_cast<unsigned>(sw.state)) + " after it was published";
+    }
+    // The consumer's own CAS wins a race: only the word seen is replaced.
+    if (!why.empty() && word.compare_exchange_strong(w, shm::SlotWord{}.Pack(), std::memory_order_acq_rel)) {
+      repaired("slot " + std::to_string(s) + " was " + why + "; freed (its batch is not delivered)");
+      shm::FutexWakeAll(&ring_.sb->free_futex);
+    }
+  }
+  for (uint32_t q = 0; q < ring_.queue_count; ++q) {
+    shm::QueueHeader& h = ring_.queue(q);
+    bool wake = false;
+    // The oldest batch waiting in this queue: its slot still holds the word it was published with.
+    uint64_t oldest = published_[q];
+    uint32_t oldest_slot = ring_.slot_count;  // none
+    for (uint32_t s = 0; s < ring_.slot_count; ++s) {
+      const Published& p = slot_published_[s];
+      if (slot_use_[s] != SlotUse::kPublished || p.queue != q) continue;
+      const uint64_t ready = shm::SlotWord{shm::SlotState::kReady, q, 0, p.seq}.Pack();
+      if (ring_.header(s)->word.load(std::memory_order_acquire) != ready) continue;
+      if (p.seq < oldest) oldest = p.seq, oldest_slot = s;
+      uint32_t& slot_of = h.slot_of[p.seq % shm::kMaxSlots];
+      if (std::atomic_ref<uint32_t>(slot_of).load(std::memory_order_relaxed) != s) {
+        std::atomic_ref<uint32_t>(slot_of).store(s, std::memory_order_release);
+        repaired("queue " + std::to_string(q) + ": the slot of batch " + std::to_string(p.seq) + " was overwritten");
+        wake = true;
+      }
+    }
+    const uint64_t published = h.published.load(std::memory_order_acquire);
+    if (published != published_[q]) {
+      h.published.store(published_[q], std::memory_order_release);
+      repaired("queue " + std::to_string(q) + ": published was " + std::to_string(published) + ", not " +
+               std::to_string(published_[q]));
+      wake = true;
+    }
+    // Consumers move `taken` forward past batches they claimed; one past a batch still waiting
+    // would leave it undelivered for good. A lower `taken` costs a few skipped steps only.
+    // A consumer claims a batch (its word leaves kReady) before it moves `taken` past it: the
+    // oldest batch must still be waiting after `taken` was read, or it was just claimed.
+    const uint64_t taken = h.taken.load(std::memory_order_acquire);
+    const bool still_waiting =
+        oldest_slot == ring_.slot_count ||
+        ring_.header(oldest_slot)->word.load(std::memory_order_acquire) ==
+            shm::SlotWord{shm::SlotState::kReady, q, 0, oldest}.Pack();
+    if (taken > oldest && still_waiting) {
+      h.taken.store(oldest, std::memory_order_release);
+      repaired("queue " + std::to_string(q) + ": taken was " + std::to_string(taken) + ", past batch " +
+               std::to_string(oldest) + (oldest < published_[q] ? " (waiting)" : " (the next to publish)"));
+      wake = true;
+    }
+    if (wake) {
+      h.publish_futex.fetch_add(1, std::memory_order_seq_cst);
+      shm::FutexWakeAll(&h.publish_futex);
+    }
+  }
+  ring_repairs_ += repairs;
+  return repairs;
 }
 
 void Pipeline::Fail(const std::string& message) {
@@ -367,8 +468,7 @@ PipelineStats Pipeline::Snapshot() const {
   s.parse_busy_ns = parse_busy_ns_.load(std::memory_order_relaxed);
   s.parse_cpu_ns = parse_cpu_ns_.load(std::memory_order_relaxed);
   s.slot_wait_ns = slot_wait_ns_.load(std::memory_order_relaxed);
-  const shm::Superblock* sb = segment_.superblock();
-  for (uint32_t i = 0; i < sb->slot_count; ++i) {
+  for (uint32_t i = 0; i < ring_.slot_count; ++i) {
     switch (shm::SlotWord::Unpack(ring_.header(i)->word.load(std::memory_order_relaxed)).state) {
       case shm::SlotState::kFree: ++s.slots_free; break;
       case shm::SlotState::kFilling: ++s.slots_filling; break;
@@ -377,6 +477,7 @@ PipelineStats Pipeline::Snapshot() const {
     }
   }
   std::lock_guard lock(mutex_);
+  s.ring_repairs = ring_repairs_;
   s.workers = wanted_workers_;
   s.prefetch = prefetch_;
   s.last_error = last_error_;

@@ -43,7 +43,6 @@
 #include "daemon/sequencer.h"
 #include "format/example_parser.h"
 #include "shm/ring.h"
-#include "shm/segment.h"
 
 namespace ringfeed {
 
@@ -80,6 +79,7 @@ struct PipelineStats {
   uint64_t parse_busy_ns = 0;  // summed over workers: wall time spent parsing batches
   uint64_t parse_cpu_ns = 0;   // ... and the CPU time of it (less than busy when waiting for a core)
   uint64_t slot_wait_ns = 0;   // the sequencer waiting for a slot (ring full or prefetch reached)
+  uint64_t ring_repairs = 0;   // words of the ring put back by RepairRing
   uint32_t slots_free = 0, slots_filling = 0, slots_ready = 0, slots_held = 0;
   std::string last_error;
   PipelineEnd end = PipelineEnd::kRunning;
@@ -87,10 +87,10 @@ struct PipelineStats {
 
 class Pipeline {
  public:
-  // `files` is the job's sorted file list; `segment` holds a ready superblock. Both outlive
-  // the pipeline. `on_end` is called once, from a pipeline thread, when production ends
+  // `files` is the job's sorted file list; `ring` is the daemon's own view (DaemonRing) of a
+  // segment whose superblock is ready. The segment and the parser outlive the pipeline. `on_end` is called once, from a pipeline thread, when production ends
   // (end of data, failure — with the message naming file, record and offset — or stop).
-  Pipeline(PipelineOptions options, const ExampleParser& parser, shm::Segment& segment,
+  Pipeline(PipelineOptions options, const ExampleParser& parser, const shm::Ring& ring,
            std::function<void(PipelineEnd, const std::string&)> on_end);
   ~Pipeline();  // RequestStop + Join
 
@@ -117,12 +117,26 @@ class Pipeline {
   void SetReadsPerFile(size_t n);  // reads in flight per plain file (ReadAhead::SetReadsPerFile), >= 1
   PipelineStats Snapshot() const;
 
+  // Puts back what a process that maps the segment (a buggy or hostile consumer) overwrote
+  // in the ring, from the daemon's own records, so that it cannot stop delivery for good:
+  // the superblock's geometry (what attaching clients read); each queue's `published` (the daemon's count) and `slot_of` entries of batches waiting; a
+  // `taken` past the oldest batch waiting (or past `published`), rewound to it; slots the
+  // daemon published whose word says kFilling or no known state, or kHeld by a consumer id
+  // that `attached` says is not attached, freed. Each repair is logged as an error and
+  // counted (PipelineStats::ring_repairs); returns how many. A consumer that forges
+  // another's words while it reads them is beyond repair: it can spoil that batch (the
+  // zero-copy mapping). Call periodically, not concurrently with an attach (ringfeedd: on
+  // the control socket's thread).
+  size_t RepairRing(const std::function<bool(uint32_t consumer_id)>& attached);
+
  private:
   struct Work {
     BatchJob job;
     uint32_t slot;
   };
   enum class SlotUse : uint8_t { kFree, kInPipeline, kPublished };
+  // Publishes `slot` to `queue` as its next batch (the daemon's count). Under mutex_.
+  void PublishLocked(uint32_t slot, uint32_t queue);
 
   void RunSequencer();
   void RunWorker(size_t id);
@@ -136,7 +150,6 @@ class Pipeline {
 
   PipelineOptions options_;
   const ExampleParser& parser_;
-  shm::Segment& segment_;
   shm::Ring ring_;
   std::function<void(PipelineEnd, const std::string&)> on_end_;
   std::unique_ptr<ReadAhead> read_ahead_;
@@ -157,6 +170,13 @@ class Pipeline {
   uint32_t next_slot_scan_ = 0;
   size_t prefetch_ = 1;
   uint64_t next_publish_ = 0;                 // deterministic: next sequence number to publish
+  std::vector<uint64_t> published_;           // per queue: batches published there (the daemon's count)
+  struct Published {
+    uint32_t queue = 0;
+    uint64_t seq = 0;
+  };
+  std::vector<Published> slot_published_;     // per slot: what it was last published as
+  uint64_t ring_repairs_ = 0;
   std::map<uint64_t, std::pair<uint32_t, uint32_t>> completed_;  // seq -> (slot, queue), not yet published
   uint64_t in_flight_ = 0;                    // batches handed to workers, not yet completed
   bool stopping_ = false;

@@ -66,4 +66,15 @@ void WriteSuperblock(const RingSetup& setup, const FeatureSpecs& specs, shm::Sup
   sb->ready.store(1, std::memory_order_release);
 }
 
+shm::Ring DaemonRing(const RingSetup& setup, void* mapping) {
+  shm::Ring ring;
+  ring.sb = static_cast<shm::Superblock*>(mapping);
+  ring.slot_count = setup.slot_count;
+  ring.queue_count = setup.queue_count;
+  ring.slots_offset = setup.geometry.slots_offset;
+  ring.slot_stride = setup.geometry.slot_stride;
+  ring.slot_bytes = setup.slot_bytes;
+  return ring;
+}
+
 }  // namespace ringfeed

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "format/feature_spec.h"
+#include "shm/ring.h"
 #include "shm/ring_layout.h"
 #include "shm/segment.h"
 
@@ -30,5 +31,11 @@ struct RingSetup {
 // schema does not fit the layout (more than shm::kMaxFeatures features, a name of
 // shm::kMaxNameBytes bytes or more, more than shm::kMaxRank dimensions), naming the feature.
 void WriteSuperblock(const RingSetup& setup, const FeatureSpecs& specs, shm::Superblock* sb);
+
+// The ring as the daemon laid it out, for `mapping` (the segment's start): every daemon
+// component takes its geometry from here, never from the superblock, which any process that
+// can attach may write (a slot_bytes or slot_count changed there must not move the daemon's
+// writes, shm/ring.h "Trust").
+shm::Ring DaemonRing(const RingSetup& setup, void* mapping);
 
 }  // namespace ringfeed

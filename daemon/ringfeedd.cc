@@ -403,14 +403,14 @@ int RunDaemon(const DaemonOptions& options) {
     } catch (const std::invalid_argument& e) {
       throw StartupError(e.what(), 2);
     }
-    const shm::Ring ring = shm::Ring::Of(segment.data());
+    const shm::Ring ring = DaemonRing(setup, segment.data());
     spdlog::info("job '{}': {} files ({} in this shard), {} features, batch.size {}, ring {} slots x {} = {} ({})",
                  config.job, files.size(), shard_files.size(), parser.specs().size(), config.batch.size, slot_count,
                  shm::HumanBytes(slot_bytes), shm::HumanBytes(geometry.segment_bytes), segment_name);
 
     // 4. Control socket, pipeline, heartbeat.
     asio::io_context io;
-    ConsumerRegistry consumers(segment, ranks ? queues : 0);
+    ConsumerRegistry consumers(ring, ranks ? queues : 0);
     const auto started = Clock::now();
     RateWindow window(started);
     std::atomic<bool> done_producing{false};
@@ -461,6 +461,7 @@ int RunDaemon(const DaemonOptions& options) {
           {"consumers", consumers_json},
           {"ranks_without_consumer", ranks ? nlohmann::json(consumers.RanksWithoutConsumer()) : nlohmann::json(nullptr)},
           {"batches_reclaimed", consumers.batches_reclaimed()},
+          {"ring_repairs", s.ring_repairs},
           {"pipeline",
            {{"cycle_length", config.pipeline.cycle_length},
             {"readers", s.readers},
@@ -504,7 +505,7 @@ int RunDaemon(const DaemonOptions& options) {
     ControlServer server(io, socket_path, mode, group,
                          {config.job, segment_name, instance_id}, std::move(handlers));
 
-    pipeline = std::make_unique<Pipeline>(po, parser, segment, [&](PipelineEnd end, const std::string& message) {
+    pipeline = std::make_unique<Pipeline>(po, parser, ring, [&](PipelineEnd end, const std::string& message) {
       consumers.SetProductionEnded(end == PipelineEnd::kEndOfData);
       if (end == PipelineEnd::kEndOfData) {
         if (message.empty()) spdlog::info("all epochs produced (end of data)");
@@ -607,6 +608,8 @@ int RunDaemon(const DaemonOptions& options) {
       reap_timer.async_wait([&](const boost::system::error_code& ec) {
         if (ec) return;
         consumers.ReapDead();
+        // On this thread, as attaches: a consumer attached during the scan can't be missed.
+        pipeline->RepairRing([&](uint32_t id) { return consumers.IsAttached(id); });
         reap();
       });
     };
@@ -614,7 +617,7 @@ int RunDaemon(const DaemonOptions& options) {
 
     pipeline->Start();
     if (plan.tune) {
-      autotune = std::make_unique<Autotune>(plan.autotune, *pipeline, segment, consumers);
+      autotune = std::make_unique<Autotune>(plan.autotune, *pipeline, ring, consumers);
       autotune->Start();
     }
     notifier.Ready();

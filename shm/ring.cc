@@ -65,14 +65,12 @@ bool BeginFill(const Ring& ring, uint32_t slot) {
       expected, SlotWord{SlotState::kFilling}.Pack(), std::memory_order_acquire);
 }
 
-uint64_t Publish(const Ring& ring, uint32_t slot, uint32_t queue) {
+void Publish(const Ring& ring, uint32_t slot, uint32_t queue, uint64_t seq) {
   QueueHeader& q = ring.queue(queue);
-  const uint64_t seq = q.published.load(std::memory_order_relaxed);  // the daemon's own counter
   std::atomic_ref<uint32_t>(q.slot_of[seq % kMaxSlots]).store(slot, std::memory_order_relaxed);
   ring.header(slot)->word.store(ReadyWord(queue, seq), std::memory_order_release);
   q.published.store(seq + 1, std::memory_order_release);
   BumpAndWake(q.publish_futex, q.publish_waiters);
-  return seq;
 }
 
 void CloseQueue(const Ring& ring, uint32_t queue) {
@@ -127,6 +125,9 @@ ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uin
   for (;;) {
     uint64_t taken = q.taken.load(std::memory_order_acquire);
     const uint64_t published = q.published.load(std::memory_order_acquire);
+    // More unclaimed batches than slot_of can name: cursors a process scribbled on (walking
+    // them one by one could take hours). The daemon puts its own `published` back.
+    if (published > taken && published - taken > kMaxSlots) return ClaimResult::kInvalid;
     if (taken >= published) {
       if (q.closed.load(std::memory_order_acquire) == 0) return ClaimResult::kEmpty;
       // Everything was published before `closed` was set: re-read to be sure it was all taken.

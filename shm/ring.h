@@ -21,7 +21,8 @@
 //
 // Thread-safety: every function may be called concurrently from any thread of any process,
 // except that Publish/CloseQueue for one queue, BeginFill and SetState belong to the daemon's
-// single producer of that queue/slot (the daemon owns the `published` counter).
+// single producer of that queue/slot (the daemon keeps its own count of what it published and
+// writes `published` from it).
 //
 // Trust: a Ring holds the geometry copied once (by the daemon from its own values, by a client
 // right after CheckSuperblock), so later writes to the superblock's geometry by a buggy or
@@ -68,10 +69,11 @@ uint64_t MonotonicNs();
 // own record says are free; false then means a consumer scribbled on the word).
 bool BeginFill(const Ring& ring, uint32_t slot);
 
-// Publishes a kFilling slot to `queue` as its next sequence number, which it returns, and
-// wakes the queue's waiters. The slot's header and data must be complete: the word's release
-// store publishes them.
-uint64_t Publish(const Ring& ring, uint32_t slot, uint32_t queue);
+// Publishes a kFilling slot to `queue` as sequence number `seq`, the queue's next: the
+// daemon's own count of what it published there (never read back from `published`, which any
+// process that maps the segment may write), and wakes the queue's waiters. The slot's header
+// and data must be complete: the word's release store publishes them.
+void Publish(const Ring& ring, uint32_t slot, uint32_t queue, uint64_t seq);
 
 // No more batches for `queue`; wakes its waiters. Consumers drain what was published, then
 // wait for the state to say how the run ended (the client reports kEndOfData only in state
@@ -105,7 +107,8 @@ enum class ClaimResult {
   kClaimed,  // *slot / *seq hold the claimed batch (now kHeld by consumer_id)
   kEmpty,    // nothing published yet beyond what was taken; wait on publish_futex
   kClosed,   // the queue is closed and drained: nothing more will come
-  kInvalid,  // the queue names a slot outside the ring (corrupt superblock)
+  kInvalid,  // the queue names a slot outside the ring, or its cursors are more than kMaxSlots
+             // apart (corrupt superblock)
 };
 
 // Claims the queue's next batch for consumer `consumer_id` (1..kMaxConsumers). Lock-free.

@@ -69,13 +69,7 @@ class Segment {
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   Superblock* superblock() const { return reinterpret_cast<Superblock*>(data_); }
-  // Slot i by the superblock's geometry; the caller checks i < slot_count (CheckSuperblock
-  // has checked that every slot lies inside the mapping).
-  uint8_t* slot(uint32_t i) const {
-    const Superblock* sb = superblock();
-    return data_ + sb->slots_offset + uint64_t{i} * sb->slot_stride;
-  }
-  SlotHeader* slot_header(uint32_t i) const { return reinterpret_cast<SlotHeader*>(slot(i)); }
+  // Slots: through a shm::Ring (shm/ring.h), which holds the geometry copied once.
 
  private:
   Segment(std::string name, boost::interprocess::mapped_region region);

@@ -63,18 +63,20 @@ struct Ring {
     setup.batch_size = 16;
     segment = shm::Segment::Create(name, setup.geometry.segment_bytes);
     WriteSuperblock(setup, specs, segment.superblock());
+    view = DaemonRing(setup, segment.data());
   }
   ~Ring() { shm::Segment::Remove(name); }
   std::string name;
   shm::Segment segment;
+  shm::Ring view;  // the daemon's own geometry
 };
 
 // Reads slot `slot` back and checks it holds `records` (made with string length `len`).
 void CheckSlot(const Ring& ring, uint32_t slot, const std::vector<uint64_t>& records, size_t len) {
   std::string error;
-  REQUIRE(shm::ValidateBatch(*ring.segment.superblock(), ring.segment.slot(slot), &error));
+  REQUIRE(shm::ValidateBatch(*ring.segment.superblock(), ring.view.slot(slot), &error));
   INFO(error);
-  const uint8_t* base = ring.segment.slot(slot);
+  const uint8_t* base = ring.view.slot(slot);
   const auto* header = reinterpret_cast<const shm::SlotHeader*>(base);
   REQUIRE(header->rows == records.size());
   const auto* columns = reinterpret_cast<const shm::ColumnDesc*>(base + header->columns_offset);
@@ -106,7 +108,7 @@ TEST_CASE("batches are parsed straight into the slot; a batch that outgrows the 
   const FeatureSpecs specs = Specs();
   ExampleParser parser(specs);
   Ring ring(1 << 20, specs);
-  BatchWriter writer(parser, ring.segment);
+  BatchWriter writer(parser, ring.view);
   const std::vector<std::string> files = {"a", "b", "c", "part-3"};
 
   // First batch: measured. Second, similar: fits the plan. Third: strings 500x longer and many
@@ -139,7 +141,7 @@ TEST_CASE("a batch larger than a slot is an error naming the bytes needed and ri
   const FeatureSpecs specs = Specs();
   ExampleParser parser(specs);
   Ring ring(64 << 10, specs);
-  BatchWriter writer(parser, ring.segment);
+  BatchWriter writer(parser, ring.view);
   auto r = writer.Write(Job(7, {40, 50}, 4000), 0, false, {"a", "b", "c", "d"});
   CHECK(r.rows == 0);
   CHECK_THAT(r.error, Catch::Contains("batch 7 of epoch 0 needs") && Catch::Contains("ring.slot_bytes") &&
@@ -150,7 +152,7 @@ TEST_CASE("on_error: skip drops a bad record from its batch and names it; fail s
   const FeatureSpecs specs = Specs();
   ExampleParser parser(specs);
   Ring ring(1 << 20, specs);
-  BatchWriter writer(parser, ring.segment);
+  BatchWriter writer(parser, ring.view);
   BatchJob job = Job(0, {1, 2, 3}, 4);
   // Record 2 gets a float `ids` list: a type mismatch.
   const std::string bad = ExampleBuilder().AddFloat("ids", {1.5f}).AddFloat("score", {1}).Serialize();

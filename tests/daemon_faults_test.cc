@@ -31,6 +31,8 @@
 #include "format/example_builder.h"
 #include "format/tfrecord_writer.h"
 #include "shm/protocol.h"
+#include "shm/ring.h"
+#include "shm/segment.h"
 #include "tests/daemon_harness.h"
 #include "tests/test_support.h"
 
@@ -612,6 +614,85 @@ TEST_CASE("256 control connections held open: a trainer gets the daemon's reason
   });
   INFO(last_error);
   CHECK(attached);
+}
+
+TEST_CASE("a process that writes the ring's words: the daemon keeps its own geometry and counts, puts them back, "
+          "delivery goes on") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(dir.path(), "scribbled",
+                       IdJobConfig("scribbled", dir.file("data.tfrecord"),
+                                   "batch: {size: 4}\nepochs: 0\nring: {slots: 4}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  auto consumer = Client::Attach(daemon.client_options());
+  // Each batch holds the 4 records its index says (no shuffle; 10 batches an epoch).
+  auto take = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      Batch batch;
+      REQUIRE(consumer->Next(std::chrono::seconds(5), &batch) == Client::Status::kBatch);
+      const BatchInfo b = BatchInfo::Of(batch);
+      const int64_t first = static_cast<int64_t>(b.index % 10) * 4;
+      CHECK(b.ids == std::vector<int64_t>{first, first + 1, first + 2, first + 3});
+    }
+  };
+  take(3);
+  // What any process that may attach can do: map the segment read-write.
+  const std::string name = "/" + std::filesystem::path(daemon.segment_path()).filename().string();
+  shm::Segment segment = shm::Segment::Open(name);
+  const shm::Ring ring = shm::Ring::Of(segment.data());  // before the scribbles
+  shm::Superblock* sb = ring.sb;
+  uint64_t repairs = 0;
+  auto repaired = [&](const char* what) {
+    INFO(what);
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (daemon.Status().value("ring_repairs", uint64_t{0}) == repairs && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const uint64_t now = daemon.Status().value("ring_repairs", uint64_t{0});
+    CHECK(now > repairs);
+    repairs = now;
+  };
+  auto every_ready_word = [&](const std::function<uint64_t(const shm::SlotWord&)>& forge) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ring refilled
+    int forged = 0;
+    for (uint32_t s = 0; s < ring.slot_count; ++s) {
+      const shm::SlotWord w = shm::SlotWord::Unpack(ring.header(s)->word.load());
+      if (w.state == shm::SlotState::kReady) ring.header(s)->word.store(forge(w)), ++forged;
+    }
+    CHECK(forged > 0);
+  };
+
+  // The geometry: were the daemon to read it back, it would write past its slots (or crash).
+  sb->slot_count = 9;
+  sb->slot_bytes = uint64_t{1} << 40;
+  sb->slots_offset = uint64_t{1} << 44;
+  repaired("geometry");
+  take(3);
+  CHECK(Client::Attach(daemon.client_options()) != nullptr);  // what a new client reads is right again
+  // Queue cursors: `published` far ahead (consumers would walk it for hours), `taken` ahead of
+  // every batch waiting (they would wait for good).
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ring.queue(0).published.store(100'000'000'000);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // repaired, or overwritten by a publish
+  take(3);
+  ring.queue(0).taken.store(1'000'000);
+  repaired("taken");
+  take(3);
+  // Slot words: held by a consumer id that is not attached; a state that does not exist.
+  every_ready_word([](const shm::SlotWord& w) { return shm::SlotWord{shm::SlotState::kHeld, w.queue, 60, w.seq}.Pack(); });
+  repaired("held by consumer 60");
+  take(3);
+  every_ready_word([](const shm::SlotWord& w) { return (w.Pack() & ~uint64_t{0xf}) | 7; });
+  repaired("state 7");
+  take(3);
+  CHECK(daemon.running());
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("ring repaired: the superblock's slot_bytes was 1099511627776, not ") &&
+                                  Catch::Contains("ring repaired: queue 0: taken was 1000000, past batch ") &&
+                                  Catch::Contains("which is not attached; freed") &&
+                                  Catch::Contains("in state 7 after it was published; freed"));
+  consumer.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("the segment truncated under the daemon: it says so, removes socket and segment, exits 1") {

@@ -80,6 +80,7 @@ RingTestProducer::RingTestProducer(const ProducerOptions& options) : options_(op
   sb->feature_count = static_cast<uint32_t>(features.size());
   std::copy(features.begin(), features.end(), sb->features);
   ring_ = shm::Ring::Of(segment_.data());
+  published_.assign(ring_.queue_count, 0);
   shm::Heartbeat(ring_);
   last_heartbeat_ns_ = shm::MonotonicNs();
 
@@ -216,7 +217,7 @@ int RingTestProducer::PublishWith(uint32_t queue, const std::function<void(uint8
     for (uint32_t i = 0; i < ring_.slot_count; ++i) {
       if (shm::IsFree(ring_, i) && shm::BeginFill(ring_, i)) {
         fill(ring_.slot(i), ring_.slot_bytes);
-        shm::Publish(ring_, i, queue);
+        shm::Publish(ring_, i, queue, published_[queue]++);
         return static_cast<int>(i);
       }
     }

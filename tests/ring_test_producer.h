@@ -88,6 +88,7 @@ class RingTestProducer {
   ProducerOptions options_;
   shm::Segment segment_;
   shm::Ring ring_;
+  std::vector<uint64_t> published_;  // per queue: batches published (the producer's own count)
   std::string socket_path_;
   int listen_fd_ = -1;
   std::vector<Connection> connections_;
