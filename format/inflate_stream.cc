@@ -143,11 +143,12 @@ enum class HeaderParse { kComplete, kIncomplete, kInvalid };
 
 HeaderParse ParseGzipHeader(const uint8_t* p, size_t n, size_t* length, std::string* why) {
   constexpr uint8_t kFtext = 1, kFhcrc = 2, kFextra = 4, kFname = 8, kFcomment = 16;
-  if (n < 10) return n >= 2 && (p[0] != 0x1f || p[1] != 0x8b) ? HeaderParse::kInvalid : HeaderParse::kIncomplete;
-  if (p[0] != 0x1f || p[1] != 0x8b) {
+  // The magic is judged on what has come, however little: a short file that is not gzip says so.
+  if ((n >= 1 && p[0] != 0x1f) || (n >= 2 && p[1] != 0x8b)) {
     *why = "not in gzip format (no 1f 8b magic)";
     return HeaderParse::kInvalid;
   }
+  if (n < 10) return HeaderParse::kIncomplete;
   if (p[2] != 8) {
     *why = "unsupported gzip compression method " + std::to_string(p[2]);
     return HeaderParse::kInvalid;

@@ -707,6 +707,26 @@ TEST_CASE("naming the wrong decompressor hints at what the file is") {
   Outcome out = ReadAll(dir.file("gz"), o);
   REQUIRE(out.errors.size() == 1);
   CHECK_THAT(out.errors[0].message, Catch::Contains("looks like gzip: set compression: gzip"));
+
+  // Files shorter than a gzip header that are not gzip: the reason is given, whatever the
+  // backend (an empty ZLIB stream, what a ZLIB writer makes for 0 records, is 8 bytes).
+  WriteFile(dir.file("empty.zz"), ZlibBytes(""));
+  WriteFile(dir.file("two"), "ab");
+  WriteFile(dir.file("one"), "x");
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    for (const char* name : {"empty.zz", "two", "one"}) {
+      INFO(name << " backend " << InflateBackendName(backend));
+      ReaderOptions g;
+      g.compression = Compression::kGzip;
+      g.inflate = backend;
+      out = ReadAll(dir.file(name), g);
+      REQUIRE(out.errors.size() == 1);
+      CHECK_THAT(out.errors[0].message, Catch::Contains("decompression error: ") &&
+                                            !Catch::Contains("decompression error:  ") &&
+                                            !Catch::Contains("inside a gzip header"));
+      if (backend == InflateBackend::kIsal) CHECK_THAT(out.errors[0].message, Catch::Contains("not in gzip format"));
+    }
+  }
 }
 
 namespace {
