@@ -27,7 +27,9 @@
  * rf_tensor (data, value_offsets, row_splits, name) are valid until then. rf_detach may be
  * called with batches still held: the connection and mapping stay until the last is released.
  * Threads: rf_next may be called on one client from several threads at once; one rf_batch must
- * not be used from two threads while one of them releases it.
+ * not be used from two threads while one of them releases it; rf_detach frees the client, so no
+ * other thread may be in (or enter) a call on that client then. Batches may be released after.
+ * fork(): a child must not use its parent's client or batches; attach anew in the child.
  */
 #ifndef RINGFEED_CLIENT_RINGFEED_H_
 #define RINGFEED_CLIENT_RINGFEED_H_
@@ -135,7 +137,8 @@ int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info);
  * value_offsets entries against the slot. RF_ERROR when index >= rf_schema_count, or when an entry
  * is invalid (rf_last_error names the feature, entry and value; release that batch). */
 int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor);
-/* Index of the feature called `name`, or -1. */
+/* Index of the feature called `name`, or -1 (check it before passing it as rf_batch_feature's
+ * size_t index: -1 converts to SIZE_MAX, which rf_batch_feature refuses with RF_ERROR). */
 int64_t rf_feature_index(const rf_client* client, const char* name);
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source);
 /* Hands the slot back to the daemon and frees the handle (NULL is fine). */
