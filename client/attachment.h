@@ -39,6 +39,11 @@ struct Attachment {
   uint64_t heartbeat_period_ns = 0;  // the daemon's, clamped
   Schema schema;
 
+  // The job's file list (Client::files), fetched on first use.
+  std::mutex files_mutex;
+  std::vector<std::string> files;
+  bool have_files = false;
+
   // Liveness: the last heartbeat value seen and when (this process's CLOCK_MONOTONIC) it
   // was first seen. Measured locally, so clocks need not agree.
   std::mutex liveness_mutex;

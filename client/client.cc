@@ -209,6 +209,50 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
 }
 
 const Schema& Client::schema() const { return attachment_->schema; }
+
+const std::vector<std::string>& Client::files() const {
+  detail::Attachment& a = *attachment_;
+  std::lock_guard lock(a.files_mutex);
+  if (a.have_files) return a.files;
+  const auto timeout = std::max(a.liveness_timeout, std::chrono::milliseconds(1000));
+  auto fail = [&](const std::string& why) -> ClientError {
+    return ClientError("the file list of " + a.DaemonName() + " (" + a.socket_path + "): " + why);
+  };
+  detail::ControlConnection connection;
+  connection.Connect(a.socket_path, a.job);
+  connection.SendLine(json{{"type", shm::kMessageHello}, {"protocol", shm::kProtocolVersion},
+                           {"role", shm::kRoleControl}, {"pid", static_cast<int64_t>(getpid())}}
+                          .dump());
+  const json welcome = json::parse(connection.ReadLine(timeout), nullptr, false);
+  uint64_t instance_id = 0;
+  if (!welcome.is_object() || welcome.value("type", "") != shm::kMessageWelcome ||
+      !ParseHex64(welcome.value("instance_id", ""), &instance_id)) {
+    throw fail("unexpected answer to hello: " + welcome.dump().substr(0, 300));
+  }
+  if (instance_id != a.instance_id) throw fail("ringfeedd restarted since this client attached; attach again");
+  std::vector<std::string> files;
+  for (;;) {
+    connection.SendLine(json{{"type", "files"}, {"first", files.size()}}.dump());
+    const json page = json::parse(connection.ReadLine(timeout), nullptr, false);
+    if (!page.is_object() || page.value("type", "") != "files" || !page.contains("total") ||
+        !page["total"].is_number_unsigned() || !page.contains("files") || !page["files"].is_array()) {
+      throw fail("unexpected answer: " + page.dump().substr(0, 300));
+    }
+    const uint64_t total = page["total"].get<uint64_t>();
+    for (const json& f : page["files"]) {
+      if (!f.is_string()) throw fail("a path that is not a string: " + f.dump().substr(0, 300));
+      files.push_back(f.get<std::string>());
+    }
+    if (files.size() > total || (page["files"].empty() && files.size() < total)) {
+      throw fail("the pages do not add up to " + std::to_string(total) + " files");
+    }
+    if (files.size() == total) break;
+  }
+  connection.Close();
+  a.files = std::move(files);
+  a.have_files = true;
+  return a.files;
+}
 uint32_t Client::consumer_id() const { return attachment_->consumer_id; }
 int Client::rank() const { return attachment_->rank; }
 int Client::daemon_pid() const { return attachment_->daemon_pid; }

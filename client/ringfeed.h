@@ -141,6 +141,15 @@ int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor);
  * size_t index: -1 converts to SIZE_MAX, which rf_batch_feature refuses with RF_ERROR). */
 int64_t rf_feature_index(const rf_client* client, const char* name);
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source);
+/* The job's sorted file list, which rf_row_source.file_index indexes: fetched from the daemon on
+ * the first call of either function (one round trip per ~60 KiB of paths), then kept.
+ * rf_file_count: how many files, or RF_ERROR (-1; rf_last_error says why: the daemon gone or
+ * restarted since rf_attach). rf_file_path: copies file `index`'s path into buf (at most
+ * buf_len - 1 bytes, NUL-terminated; buf may be NULL with buf_len 0) and returns the path's
+ * full length in bytes (a result >= buf_len means it was cut), or RF_ERROR (an index out of
+ * range too). Thread-safe. */
+int64_t rf_file_count(rf_client* client);
+int64_t rf_file_path(rf_client* client, size_t index, char* buf, size_t buf_len);
 /* Hands the slot back to the daemon and frees the handle (NULL is fine). */
 void rf_batch_release(rf_batch* batch);
 

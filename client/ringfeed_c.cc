@@ -9,6 +9,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "client/client.h"
 
@@ -191,6 +192,39 @@ int64_t rf_feature_index(const rf_client* client, const char* name) {
   if (client == nullptr || name == nullptr) return -1;
   const auto index = client->client->schema().IndexOf(name);
   return index ? static_cast<int64_t>(*index) : -1;
+}
+
+int64_t rf_file_count(rf_client* client) {
+  ClearError(nullptr, 0);
+  if (client == nullptr) return Fail("rf_file_count: NULL client");
+  int64_t count = RF_ERROR;
+  const int rc = Guard("rf_file_count", nullptr, 0, [&] {
+    count = static_cast<int64_t>(client->client->files().size());
+    return RF_OK;
+  });
+  return rc == RF_OK ? count : RF_ERROR;
+}
+
+int64_t rf_file_path(rf_client* client, size_t index, char* buf, size_t buf_len) {
+  ClearError(nullptr, 0);
+  if (client == nullptr || (buf == nullptr && buf_len != 0)) return Fail("rf_file_path: NULL argument");
+  int64_t length = RF_ERROR;
+  const int rc = Guard("rf_file_path", nullptr, 0, [&] {
+    const std::vector<std::string>& files = client->client->files();
+    if (index >= files.size()) {
+      return Fail("rf_file_path: file " + std::to_string(index) + " out of range: the job has " +
+                  std::to_string(files.size()) + " files");
+    }
+    const std::string& path = files[index];
+    if (buf_len > 0) {
+      const size_t n = std::min(path.size(), buf_len - 1);
+      std::memcpy(buf, path.data(), n);
+      buf[n] = '\0';
+    }
+    length = static_cast<int64_t>(path.size());
+    return RF_OK;
+  });
+  return rc == RF_OK ? length : RF_ERROR;
 }
 
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source) {

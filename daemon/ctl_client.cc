@@ -196,7 +196,7 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
   }
   connection.SendLine(nlohmann::json{{"type", shm::kMessageHello},
                                      {"protocol", shm::kProtocolVersion},
-                                     {"role", "control"},
+                                     {"role", shm::kRoleControl},
                                      {"pid", ::getpid()}}
                           .dump());
   nlohmann::json welcome = nlohmann::json::parse(connection.ReadLine(kReplyTimeout), nullptr, false);

@@ -51,6 +51,7 @@
 #include "format/tfrecord_reader.h"
 #include "shm/futex.h"
 #include "shm/names.h"
+#include "shm/protocol.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
 
@@ -217,6 +218,35 @@ std::string_view EndName(PipelineEnd end) {
 // and one arena cost 8-18% of throughput there (lock contention), so those jobs keep glibc's
 // default. Called before any thread starts. A glibc.malloc setting in GLIBC_TUNABLES wins, so
 // an operator can still choose.
+// {"type":"files","first":F} (F default 0): the job's sorted file list from index F, as many
+// paths as fit in one reply under shm::kMaxMessageBytes (at least one: a path is < 4 KiB), and
+// the total: {"type":"files","total":N,"first":F,"files":[...]}. The client pages through it.
+nlohmann::json FilesPage(const std::vector<std::string>& files, const nlohmann::json& request) {
+  uint64_t first = 0;
+  if (request.contains("first")) {
+    const nlohmann::json& f = request["first"];
+    if (!f.is_number_unsigned() && !(f.is_number_integer() && f.get<int64_t>() >= 0)) {
+      return {{"type", "error"}, {"message", "\"first\" must be an integer from 0 to " + std::to_string(files.size())}};
+    }
+    first = f.get<uint64_t>();
+    if (first > files.size()) {
+      return {{"type", "error"}, {"message", "\"first\" " + std::to_string(first) + " is past the " +
+                                             std::to_string(files.size()) + " files"}};
+    }
+  }
+  // Paths as they will be written (escaped; invalid UTF-8 replaced, as ControlServer writes).
+  constexpr size_t kPageBytes = shm::kMaxMessageBytes - 1024;
+  nlohmann::json page = nlohmann::json::array();
+  size_t bytes = 0;
+  for (size_t i = first; i < files.size(); ++i) {
+    const size_t size = nlohmann::json(files[i]).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size() + 1;
+    if (!page.empty() && bytes + size > kPageBytes) break;
+    bytes += size;
+    page.push_back(files[i]);
+  }
+  return {{"type", "files"}, {"total", files.size()}, {"first", first}, {"files", std::move(page)}};
+}
+
 // Whether the process has `gid` as its effective or a supplementary group.
 bool InGroup(gid_t gid) {
   if (::getegid() == gid) return true;
@@ -499,7 +529,7 @@ int RunDaemon(const DaemonOptions& options) {
     handlers.request = [&](const nlohmann::json& request) -> nlohmann::json {
       const std::string type = request.value("type", "");
       if (type == "status") return status_json();
-      if (type == "files") return {{"type", "files"}, {"files", files}};
+      if (type == "files") return FilesPage(files, request);
       return {{"type", "error"}, {"message", "unknown request '" + type + "' (status, files)"}};
     };
     ControlServer server(io, socket_path, mode, group,

@@ -27,5 +27,6 @@ inline constexpr char kMessageWelcome[] = "welcome";
 inline constexpr char kMessageError[] = "error";
 inline constexpr char kMessageBye[] = "bye";
 inline constexpr char kRoleConsumer[] = "consumer";
+inline constexpr char kRoleControl[] = "control";
 
 }  // namespace ringfeed::shm

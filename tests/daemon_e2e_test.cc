@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/ringfeed.h"
 #include "format/example_builder.h"
 #include "format/tfrecord_writer.h"
 #include "shm/ring_layout.h"
@@ -448,6 +449,59 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
   const CommandResult after = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
   CHECK_THAT(after.out, Catch::Contains("no ringfeed jobs"));
+}
+
+TEST_CASE("the job's file list: Client::files in pages, the C ABI, and row sources name the right file") {
+  TempDir dir;
+  // 300 files of one record each (file i holds id i) under long names: more paths than one
+  // reply holds (about 70 KB of them), so the client pages through them.
+  const std::string long_part(200, 'n');
+  std::vector<std::string> expected;  // sorted: the names are zero-padded
+  for (int i = 0; i < 300; ++i) {
+    char name[16];
+    std::snprintf(name, sizeof name, "%03d", i);
+    expected.push_back(dir.file(std::string(name) + "-" + long_part + ".tfrecord"));
+    WriteIdFile(expected.back(), i, 1);
+  }
+  DaemonProcess daemon(dir.path(), "file-list",
+                       IdJobConfig("file-list", dir.file("*.tfrecord"), "batch: {size: 10}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  auto client = Client::Attach(daemon.client_options());
+  CHECK(client->files() == expected);
+  CHECK(&client->files() == &client->files());  // asked once, then kept
+  Batch batch;
+  REQUIRE(client->Next(std::chrono::seconds(10), &batch) == Client::Status::kBatch);
+  const BatchInfo info = BatchInfo::Of(batch);
+  for (size_t row = 0; row < info.rows; ++row) {
+    const auto [file_index, record_index] = info.sources[row];
+    CHECK(record_index == 0);
+    CHECK(client->files()[file_index] == expected[static_cast<size_t>(info.ids[row])]);
+  }
+  batch.Release();
+
+  // The C ABI over the same daemon.
+  rf_attach_options options = {};
+  options.struct_size = sizeof options;
+  options.job = "file-list";
+  options.rank = -1;
+  const std::string runtime_dir = daemon.runtime_dir();
+  options.runtime_dir = runtime_dir.c_str();
+  rf_client* c = nullptr;
+  char err[256];
+  REQUIRE(rf_attach(&options, &c, err, sizeof err) == RF_OK);
+  CHECK(rf_file_count(c) == 300);
+  char path[64];
+  CHECK(rf_file_path(c, 7, path, sizeof path) == static_cast<int64_t>(expected[7].size()));  // cut: 63 bytes
+  CHECK(std::string(path) == expected[7].substr(0, sizeof path - 1));
+  std::vector<char> whole(expected[299].size() + 1);
+  CHECK(rf_file_path(c, 299, whole.data(), whole.size()) == static_cast<int64_t>(expected[299].size()));
+  CHECK(std::string(whole.data()) == expected[299]);
+  CHECK(rf_file_path(c, 300, path, sizeof path) == RF_ERROR);
+  CHECK_THAT(rf_last_error(), Catch::Contains("file 300 out of range: the job has 300 files"));
+  rf_detach(c);
+  client.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("ringfeedctl dump of a job at the end of its data says so on stderr") {

@@ -117,6 +117,7 @@ class Client:
             if "\0" in text:
                 raise ValueError(f"{what} {text!r} contains a NUL character")
         self._core = _core._Client(job, -1 if rank is None else rank, runtime_dir, float(liveness_timeout))
+        self._files: Optional[List[str]] = None
         self._schema = [Feature(name, _NUMPY_DTYPES[dtype], kind, tuple(shape))
                         for name, dtype, kind, shape in self._core.features()]
         self._taken = 0  # batches this client took: none at the end of data earns a warning
@@ -168,6 +169,15 @@ class Client:
     def schema(self) -> List[Feature]:
         """The job's features in schema order (list of ``Feature``)."""
         return list(self._schema)
+
+    @property
+    def files(self) -> List[str]:
+        """The job's sorted file list, which ``batch.sources[0]`` (file indices) indexes: asked of
+        the daemon the first time, then kept. Raises ringfeed.ClientError if the daemon is gone or
+        restarted since this client attached."""
+        if self._files is None:
+            self._files = self._core.files()
+        return list(self._files)
 
     @property
     def batch_size(self) -> int:

@@ -167,4 +167,10 @@ nb::list ClientObject::Features() const {
 
 std::pair<uintptr_t, uint64_t> ClientObject::SlotsRegion() const { return slots_region_; }
 
+std::vector<std::string> ClientObject::Files() const {
+  const std::shared_ptr<Client> client = Get();
+  nb::gil_scoped_release unlocked;
+  return client->files();
+}
+
 }  // namespace ringfeed::python

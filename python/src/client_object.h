@@ -24,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "client/client.h"
 #include "python/src/slot_lease.h"
@@ -55,6 +56,8 @@ class ClientObject {
   const std::string& segment_name() const { return segment_name_; }
   // [(name, dtype name, "fixed"/"varlen", shape tuple)] in schema order.
   nb::list Features() const;
+  // Client::files (a round trip to the daemon the first time; the GIL is released for it).
+  std::vector<std::string> Files() const;
   // (address, bytes) of the mapped slot area; every batch's data lies inside.
   std::pair<uintptr_t, uint64_t> SlotsRegion() const;
   // The C++ client (for the CUDA uploader); ClientError when closed.

@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 
 #include "client/client_error.h"
@@ -91,6 +92,7 @@ Thread-safety: like any Python object (the GIL serialises calls).)doc")
       .def_prop_ro("queue_count", &ClientObject::queue_count)
       .def_prop_ro("segment_name", &ClientObject::segment_name)
       .def("features", &ClientObject::Features)
+      .def("files", &ClientObject::Files)
       .def("slots_region", &ClientObject::SlotsRegion);
 
   nb::class_<CudaUploaderObject>(m, "_CudaUploader", R"doc(Batches from the ring straight to GPU memory (client/cuda_uploader.h).

@@ -73,6 +73,7 @@ def test_iteration_schema_and_values(daemon_factory, tmp_path):
     d = daemon_factory(id_job(tmp_path, count=42, batch=4), args=("--exit-when-done",))
     with d.client() as client:
         assert client.daemon_pid == d.pid
+        assert client.files == [str(tmp_path / "data.tfrecord")]  # what sources' file indices index
         assert client.batch_size == 4 and client.mode == "shared" and client.rank is None
         assert [(f.name, f.dtype, f.type, f.shape) for f in client.schema] == [
             ("id", np.dtype(np.int64), "fixed", ()), ("vec", np.dtype(np.float32), "fixed", (4,)),
