@@ -624,6 +624,7 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
                        IdJobConfig("scribbled", dir.file("data.tfrecord"),
                                    "batch: {size: 4}\nepochs: 0\nring: {slots: 4}\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
+  daemon.ExpectRingRepairs();
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
   auto consumer = Client::Attach(daemon.client_options());
   // Each batch holds the 4 records its index says (no shuffle; 10 batches an epoch).

@@ -298,6 +298,13 @@ std::optional<ExitStatus> DaemonProcess::Wait(std::chrono::milliseconds timeout)
   if (pid_ <= 0) throw std::runtime_error("DaemonProcess::Wait: never started");
   if (status_) return status_;
   status_ = WaitPid(pid_, timeout);
+  // The ring repair (Pipeline::RepairRing) must never act on a sound ring: in every test whose
+  // consumers keep to the protocol, the daemon logged no repair.
+  if (status_ && !expect_ring_repairs_) {
+    const std::string err = Stderr();
+    INFO("ringfeedd stderr:\n" << err);
+    CHECK(err.find("ring repaired") == std::string::npos);
+  }
   return status_;
 }
 
