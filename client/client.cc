@@ -369,7 +369,7 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
     if (claim == shm::ClaimResult::kInvalid) {
       throw ClientError(a.DaemonName() + ": delivery queue " + std::to_string(a.queue) +
                         " names a slot outside the ring's " + std::to_string(a.ring.slot_count) +
-                        " slots or has cursors more than " + std::to_string(shm::kMaxSlots) +
+                        " slots or has cursors more than " + std::to_string(shm::kMaxSlots + shm::kMaxConsumers) +
                         " batches apart (corrupt segment " + a.segment.name() +
                         ": a process that maps it wrote there; the daemon puts its cursors back within a second)");
     }

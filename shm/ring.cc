@@ -125,9 +125,11 @@ ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uin
   for (;;) {
     uint64_t taken = q.taken.load(std::memory_order_acquire);
     const uint64_t published = q.published.load(std::memory_order_acquire);
-    // More unclaimed batches than slot_of can name: cursors a process scribbled on (walking
-    // them one by one could take hours). The daemon puts its own `published` back.
-    if (published > taken && published - taken > kMaxSlots) return ClaimResult::kInvalid;
+    // A sound queue has at most kMaxSlots batches waiting, and `taken` lags behind the claims
+    // by at most one per consumer that died between its two CASes (until a claim walks past).
+    // More: cursors a process scribbled on (walking them one by one could take hours); the
+    // daemon puts its own `published` back.
+    if (published > taken && published - taken > kMaxSlots + kMaxConsumers) return ClaimResult::kInvalid;
     if (taken >= published) {
       if (q.closed.load(std::memory_order_acquire) == 0) return ClaimResult::kEmpty;
       // Everything was published before `closed` was set: re-read to be sure it was all taken.

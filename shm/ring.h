@@ -107,8 +107,8 @@ enum class ClaimResult {
   kClaimed,  // *slot / *seq hold the claimed batch (now kHeld by consumer_id)
   kEmpty,    // nothing published yet beyond what was taken; wait on publish_futex
   kClosed,   // the queue is closed and drained: nothing more will come
-  kInvalid,  // the queue names a slot outside the ring, or its cursors are more than kMaxSlots
-             // apart (corrupt superblock)
+  kInvalid,  // the queue names a slot outside the ring, or its cursors are more than
+             // kMaxSlots + kMaxConsumers apart (corrupt superblock)
 };
 
 // Claims the queue's next batch for consumer `consumer_id` (1..kMaxConsumers). Lock-free.
