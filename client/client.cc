@@ -38,6 +38,8 @@ using nlohmann::json;
 // The longest futex sleep: how often a waiting Next looks at the socket, state and heartbeat.
 constexpr std::chrono::milliseconds kWaitSlice{100};
 constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365 * 100);
+// How long a corrupt delivery queue is waited out: the daemon repairs once a second.
+constexpr std::chrono::seconds kCorruptQueueGrace{3};
 // A daemon's heartbeat period is trusted up to this (a garbage value must not disable the check).
 constexpr uint64_t kMaxHeartbeatPeriodNs = 60'000'000'000ull;
 
@@ -354,6 +356,7 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
   auto load_state = [&] { return static_cast<shm::DaemonState>(a.ring.sb->state.load(std::memory_order_acquire)); };
 
   bool daemon_closed = false;
+  Clock::time_point corrupt_since{};
   for (;;) {
     const uint32_t futex = queue.publish_futex.load(std::memory_order_acquire);
     // Read before claiming: whatever was published before this state is visible to TryClaim.
@@ -366,26 +369,34 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
       TakeBatch(slot, seq, out);
       return Status::kBatch;
     }
-    if (claim == shm::ClaimResult::kInvalid) {
+    // A queue a process scribbled on: the daemon puts its cursors and slot entries back once a
+    // second (Pipeline::RepairRing), so wait as for an empty queue; one that stays corrupt
+    // (kCorruptQueueGrace) is an error.
+    const bool corrupt = claim == shm::ClaimResult::kInvalid;
+    if (!corrupt) {
+      corrupt_since = {};
+    } else if (corrupt_since == Clock::time_point{}) {
+      corrupt_since = Clock::now();
+    } else if (Clock::now() - corrupt_since > kCorruptQueueGrace) {
       throw ClientError(a.DaemonName() + ": delivery queue " + std::to_string(a.queue) +
                         " names a slot outside the ring's " + std::to_string(a.ring.slot_count) +
                         " slots or has cursors more than " + std::to_string(shm::kMaxSlots + shm::kMaxConsumers) +
-                        " batches apart (corrupt segment " + a.segment.name() +
-                        ": a process that maps it wrote there; the daemon puts its cursors back within a second)");
+                        " batches apart, for more than 3 s (corrupt segment " + a.segment.name() +
+                        ": a process that maps it wrote there, and the daemon did not put it back)");
     }
     if (claim == shm::ClaimResult::kClosed) state = load_state();  // SetState closes after the state
     if (state == shm::DaemonState::kFailed || state == shm::DaemonState::kStopped) throw daemon_error(state);
     // Nothing left to claim (kEmpty with the state read before the claim, or kClosed). A queue
     // closed while the state still says running ends only with the state, which says how:
     // end of data, failure or stop. Until then, wait like for an empty queue.
-    if (state == shm::DaemonState::kEndOfData) {
+    if (state == shm::DaemonState::kEndOfData && !corrupt) {
       account_wait();
       return Status::kEndOfData;
     }
     if (daemon_closed) {
       throw ClientError(a.DaemonName() + " exited (its control connection " + a.socket_path +
-                        " closed); see its log (its stderr; under systemd: journalctl -u ringfeed@" + a.job +
-                        "), restart it and attach again");
+                        " closed); see its log (its stderr; under systemd: journalctl -u 'ringfeed@*'), restart it "
+                        "and attach again");
     }
     if (a.connection.DaemonClosed()) {
       daemon_closed = true;  // one more look: it may have published or failed just before exiting

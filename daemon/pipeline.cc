@@ -42,9 +42,11 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const s
     // that would fail to parse must go before the sequencer cuts batches: the readers parse each
     // record once more to check it, and the sequencer skips the failures like read errors.
     // Records of other record shards are left to the sequencer, which drops them unchecked.
-    // A record whose row would not fit in a ring slot is not parsed here either (its scratch
-    // would be as large): it can never be batched, and the worker's capacity error, which names
-    // ring.slot_bytes, stops the job in both on_error modes. So a check holds at most 2x a slot.
+    // A record whose row (measured, an upper bound) would not fit in a ring slot is not parsed
+    // here (its scratch would be as large; a check holds at most 2x a slot): it goes on
+    // unchecked. A good one can never be batched: the worker's capacity error, which names
+    // ring.slot_bytes, stops the job in both on_error modes; a bad one the worker's parse
+    // rejects is skipped there, leaving its batch a row short.
     read_ahead_->SetRecordCheck([parser = &parser_, shard = sequencer_->shard(),
                                  slot_bytes = ring_.slot_bytes](const OwnedRecord& record, std::string* why) {
       if (!shard.OwnsRecord(record.record_index)) return true;
@@ -333,10 +335,18 @@ void Pipeline::PublishLocked(uint32_t slot, uint32_t queue) {
 size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& attached) {
   std::lock_guard lock(mutex_);
   size_t repairs = 0;
+  // Logged: the first kLogBurst repairs, then one line per scan, so a process that writes in a
+  // loop does not flood the log (each is counted in ring_repairs).
+  std::string first_unlogged;
+  size_t unlogged = 0;
   auto repaired = [&](const std::string& what) {
     ++repairs;
-    spdlog::error("ring repaired: {} (a process that maps the shared-memory segment wrote there: a buggy or hostile "
-                  "consumer; ringfeedd put it back)", what);
+    if (ring_repairs_ + repairs <= kLogBurst) {
+      spdlog::error("ring repaired: {} (a process that maps the shared-memory segment wrote there: a buggy or hostile "
+                    "consumer; ringfeedd put it back)", what);
+    } else if (unlogged++ == 0) {
+      first_unlogged = what;
+    }
   };
   // The geometry a client reads when it attaches (the daemon itself never reads it back).
   auto restore = [&](auto& field, auto value, const char* name) {
@@ -360,9 +370,16 @@ size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& att
     std::atomic<uint64_t>& word = ring_.header(s)->word;
     uint64_t w = word.load(std::memory_order_acquire);
     const shm::SlotWord sw = shm::SlotWord::Unpack(w);
+    // A sound ring has only the words publish and claim make: kReady(queue, seq) as published,
+    // kHeld with that queue and seq by an attached consumer, or kFree once released.
+    const Published& p = slot_published_[s];
+    const bool as_published = sw.queue == p.queue && sw.seq == (p.seq & shm::SlotWord::kSeqMask);
     std::string why;
     if (sw.state == shm::SlotState::kHeld && !attached(sw.owner)) {
       why = "held by consumer " + std::to_string(sw.owner) + ", which is not attached";
+    } else if ((sw.state == shm::SlotState::kHeld || sw.state == shm::SlotState::kReady) && !as_published) {
+      why = "marked as batch " + std::to_string(sw.seq) + " of queue " + std::to_string(sw.queue) +
+            ", published as batch " + std::to_string(p.seq) + " of queue " + std::to_string(p.queue);
     } else if (sw.state != shm::SlotState::kHeld && sw.state != shm::SlotState::kReady &&
                sw.state != shm::SlotState::kFree) {
       why = "in state " + std::to_string(static_cast<unsigned>(sw.state)) + " after it was published";
@@ -414,10 +431,26 @@ size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& att
                std::to_string(oldest) + (oldest < published_[q] ? " (waiting)" : " (the next to publish)"));
       wake = true;
     }
+    // Far behind: on a sound queue `taken` lags `published` by at most the slots plus one claim
+    // not yet counted; consumers refuse to walk a larger gap (shm::TryClaim). Every batch below
+    // the oldest waiting one was claimed, so `taken` may jump there (a claimant's own CAS on
+    // the old value then just fails).
+    uint64_t behind = taken;
+    if (taken < oldest && published_[q] - taken > uint64_t{ring_.slot_count} + shm::kMaxConsumers &&
+        h.taken.compare_exchange_strong(behind, oldest, std::memory_order_acq_rel)) {
+      repaired("queue " + std::to_string(q) + ": taken was " + std::to_string(taken) + ", " +
+               std::to_string(published_[q] - taken) + " batches behind what was published");
+      wake = true;
+    }
     if (wake) {
       h.publish_futex.fetch_add(1, std::memory_order_seq_cst);
       shm::FutexWakeAll(&h.publish_futex);
     }
+  }
+  if (unlogged > 0) {
+    spdlog::error("ring repaired: {} and {} more this second ({} in all; a process that maps the shared-memory "
+                  "segment keeps writing there: find it among the consumers of ringfeedctl status)",
+                  first_unlogged, unlogged - 1, ring_repairs_ + repairs);
   }
   ring_repairs_ += repairs;
   return repairs;

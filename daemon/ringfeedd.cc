@@ -399,13 +399,20 @@ int RunDaemon(const DaemonOptions& options) {
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     const std::string segment_name = shm::SegmentName(runtime_dir, config.job);
-    // What stops the segment (/dev/shm too small, a permissions.group the daemon's user is not
-    // in) needs an operator, as a config error does: exit 2, which the unit does not retry.
+    // A ring larger than all of /dev/shm needs an operator, as a config error does: exit 2,
+    // which the unit does not retry. Too little free space may pass (another job's segment, or
+    // one trainers still map after a crash), as may other errors: exit 1, retried.
     shm::Segment segment = [&] {
       try {
         return shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group);
       } catch (const shm::ShmError& e) {
-        throw StartupError(e.what(), 2);
+        const uint64_t total = shm::ShmTotalBytes();
+        if (geometry.segment_bytes > total) {
+          throw StartupError(std::string(e.what()) + " (more than all of /dev/shm, " + shm::HumanBytes(total) +
+                                 ": not retried)",
+                             2);
+        }
+        throw StartupError(e.what(), 1);
       }
     }();
     struct SegmentRemover {

@@ -13,7 +13,7 @@ int main(int argc, char** argv) {
       "Trainers attach with the client library (client/client.h, client/ringfeed.h); watch it with "
       "`ringfeedctl status JOB`. Stop it with SIGTERM or SIGINT (Ctrl-C).\n"
       "Exit status: 0 stopped cleanly (or done, with --exit-when-done), 1 runtime failure, 2 bad config or a "
-      "start-up error a restart would not fix (/dev/shm too small, permissions.group).",
+      "start-up error a restart would not fix (a ring larger than /dev/shm, a permissions.group the user is not in).",
       "ringfeedd");
   app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
       ->required()

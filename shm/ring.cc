@@ -122,7 +122,10 @@ void WaitForFree(const Ring& ring, uint32_t seen, std::chrono::nanoseconds timeo
 ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uint32_t* slot,
                      uint64_t* seq) {
   QueueHeader& q = ring.queue(queue);
-  for (;;) {
+  // Each pass claims, or sees `taken` claimed and helps it on: on a sound queue far fewer passes
+  // than this. A process that keeps rewriting the cursors could keep us here; the caller looks
+  // again after its wait, its timeout counting.
+  for (uint32_t pass = 0; pass < 2 * (kMaxSlots + kMaxConsumers); ++pass) {
     uint64_t taken = q.taken.load(std::memory_order_acquire);
     const uint64_t published = q.published.load(std::memory_order_acquire);
     // A sound queue has at most kMaxSlots batches waiting, and `taken` lags behind the claims
@@ -153,6 +156,7 @@ ClaimResult TryClaim(const Ring& ring, uint32_t queue, uint32_t consumer_id, uin
     // `taken` is stale; either way, help advance it and try again.
     q.taken.compare_exchange_strong(taken, taken + 1, std::memory_order_acq_rel);
   }
+  return ClaimResult::kEmpty;
 }
 
 bool Release(const Ring& ring, uint32_t slot, uint32_t consumer_id, uint64_t seq) {

@@ -105,7 +105,8 @@ void WaitForFree(const Ring& ring, uint32_t seen, std::chrono::nanoseconds timeo
 
 enum class ClaimResult {
   kClaimed,  // *slot / *seq hold the claimed batch (now kHeld by consumer_id)
-  kEmpty,    // nothing published yet beyond what was taken; wait on publish_futex
+  kEmpty,    // nothing published yet beyond what was taken (or the cursors keep changing under
+             // us: a process writing them); wait on publish_futex
   kClosed,   // the queue is closed and drained: nothing more will come
   kInvalid,  // the queue names a slot outside the ring, or its cursors are more than
              // kMaxSlots + kMaxConsumers apart (corrupt superblock)

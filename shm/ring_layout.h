@@ -47,10 +47,15 @@
 //   is still woken by its timeout.
 //
 // Trust: consumers map the segment read-write (NumPy/DLPack need writable buffers), so the
-// daemon never reads back anything a consumer can write except slot words (checked against
-// the daemon's own record of each slot), the consumer-table counters (statistics only) and
-// publish_waiters (a wrong count costs a needless wake, or a consumer a wait until its
-// 100 ms slice ends; never a lost or duplicated batch).
+// daemon acts on nothing a consumer can write without checking it against its own records:
+// it keeps the geometry and each queue's publish count itself (never read back); slot words
+// are checked against its record of each slot; free_futex and the waiter counts only decide
+// when to wake or look again (a wrong value costs a needless wake, or a wait until a 100 ms
+// slice ends; never a lost or duplicated batch); the consumer-table counters are statistics.
+// Once a second it compares the geometry, `published`, `taken`, `slot_of` and the words of
+// the slots it published with its records and puts back what differs (Pipeline::RepairRing,
+// logged as "ring repaired"). Not checked: the schema, state and error text that attaching
+// clients read, which only a process that may attach can spoil for its peers.
 //
 // Changing anything here changes kLayoutHash (computed from the sizes and offsets below);
 // bump kLayoutVersion for intentional format changes.

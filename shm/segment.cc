@@ -37,6 +37,16 @@ uint64_t FreeShmBytes() {
   return uint64_t{st.f_bavail} * st.f_frsize;
 }
 
+}  // namespace
+
+uint64_t ShmTotalBytes() {
+  struct statvfs st {};
+  if (statvfs(kShmDir, &st) != 0) return UINT64_MAX;
+  return uint64_t{st.f_blocks} * st.f_frsize;
+}
+
+namespace {
+
 std::string NoSpaceMessage(uint64_t needed, uint64_t free_bytes) {
   return "shared memory: the ring needs " + std::to_string(needed) + " bytes (" + HumanBytes(needed) +
          ") but " + kShmDir + " has " + std::to_string(free_bytes) +

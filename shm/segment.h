@@ -40,6 +40,9 @@ Geometry ComputeGeometry(uint32_t slot_count, uint64_t slot_bytes);
 
 // "256.0 MiB", "4.0 KiB", "512 B": for messages.
 std::string HumanBytes(uint64_t bytes);
+// The size of the file system at /dev/shm in bytes (free or not), or UINT64_MAX when it can't
+// be told: a segment larger than this can never be created there.
+uint64_t ShmTotalBytes();
 
 class Segment {
  public:

@@ -672,13 +672,27 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
   take(3);
   CHECK(Client::Attach(daemon.client_options()) != nullptr);  // what a new client reads is right again
   // Queue cursors: `published` far ahead (consumers would walk it for hours), `taken` ahead of
-  // every batch waiting (they would wait for good).
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // every batch waiting (they would wait for good), `taken` far behind (they refuse to walk it).
+  auto ring_full = [&] {  // nothing more to publish until a consumer takes a batch
+    uint64_t batches = daemon.Status()["batches"].get<uint64_t>();
+    for (;;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const uint64_t now = daemon.Status()["batches"].get<uint64_t>();
+      if (now == batches) return;
+      batches = now;
+    }
+  };
+  ring_full();
   ring.queue(0).published.store(100'000'000'000);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // repaired, or overwritten by a publish
+  repaired("published");
   take(3);
   ring.queue(0).taken.store(1'000'000);
-  repaired("taken");
+  repaired("taken ahead");
+  take(3);
+  take(400);  // more published than a gap consumers walk
+  ring_full();
+  ring.queue(0).taken.store(0);
+  repaired("taken behind");
   take(3);
   // Slot words: held by a consumer id that is not attached; a state that does not exist.
   every_ready_word([](const shm::SlotWord& w) { return shm::SlotWord{shm::SlotState::kHeld, w.queue, 60, w.seq}.Pack(); });
@@ -689,7 +703,9 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
   take(3);
   CHECK(daemon.running());
   CHECK_THAT(daemon.Stderr(), Catch::Contains("ring repaired: the superblock's slot_bytes was 1099511627776, not ") &&
+                                  Catch::Contains("ring repaired: queue 0: published was 100000000000, not ") &&
                                   Catch::Contains("ring repaired: queue 0: taken was 1000000, past batch ") &&
+                                  Catch::Contains("ring repaired: queue 0: taken was 0, ") &&
                                   Catch::Contains("which is not attached; freed") &&
                                   Catch::Contains("in state 7 after it was published; freed"));
   consumer.reset();

@@ -310,6 +310,25 @@ TEST_CASE("a consumer that dies between its two CASes does not stall the queue")
   CHECK(shm::TryClaim(ring, 0, 2, &slot, &seq) == ClaimResult::kClosed);
 }
 
+TEST_CASE("a full ring of 256 slots, one consumer dead between its CASes and its slot reused: still claimable") {
+  // `published` - `taken` is then 257, more than there are slots: on a sound queue, not a
+  // scribble (TryClaim's bound leaves room for it).
+  TempDir dir;
+  RingTestProducer producer(Options(dir, shm::kMaxSlots));
+  const shm::Ring& ring = producer.ring();
+  for (uint64_t n = 0; n < shm::kMaxSlots; ++n) REQUIRE(producer.PublishBatch(0, n) >= 0);
+  const uint32_t slot0 = ring.queue(0).slot_of[0];
+  uint64_t ready = SlotWord{SlotState::kReady, 0, 0, 0}.Pack();
+  REQUIRE(ring.header(slot0)->word.compare_exchange_strong(ready, SlotWord{SlotState::kHeld, 0, 9, 0}.Pack()));
+  CHECK(shm::ReclaimConsumer(ring, 9) == 1);
+  REQUIRE(producer.PublishBatch(0, shm::kMaxSlots) == static_cast<int>(slot0));
+  REQUIRE(ring.queue(0).published.load() - ring.queue(0).taken.load() == shm::kMaxSlots + 1);
+  uint32_t slot;
+  uint64_t seq;
+  REQUIRE(shm::TryClaim(ring, 0, 2, &slot, &seq) == ClaimResult::kClaimed);
+  CHECK(seq == 1);
+}
+
 // Wakes are skipped when nobody sleeps (a futex wake is a system call), so a lost wake-up
 // would show as a sleeper that sleeps until its timeout. Both sides here sleep with a 20 s
 // timeout and each acts only once the other is counted as sleeping: the test takes
