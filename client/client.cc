@@ -309,9 +309,11 @@ void Client::TakeBatch(uint32_t slot, uint64_t seq, Batch* out) {
 
 void Client::CheckHeartbeat() {
   detail::Attachment& a = *attachment_;
+  // Both read under the lock: another thread's Next may record a later change meanwhile, and
+  // an age from an earlier `now` would wrap around (18446744073.7 s).
+  std::lock_guard lock(a.liveness_mutex);
   const uint64_t heartbeat = a.ring.sb->heartbeat_ns.load(std::memory_order_acquire);
   const uint64_t now = shm::MonotonicNs();
-  std::lock_guard lock(a.liveness_mutex);
   if (heartbeat != a.last_heartbeat) {
     a.last_heartbeat = heartbeat;
     a.last_heartbeat_change_ns = now;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstring>
 #include <new>
 #include <thread>
 #include <type_traits>
@@ -325,6 +327,11 @@ void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue) {
   work_done_.notify_all();
 }
 
+void Pipeline::SetSuperblockImage(std::shared_ptr<const shm::Superblock> image) {
+  std::lock_guard lock(mutex_);
+  superblock_image_ = std::move(image);
+}
+
 void Pipeline::PublishLocked(uint32_t slot, uint32_t queue) {
   const uint64_t seq = published_[queue]++;
   shm::Publish(ring_, slot, queue, seq);
@@ -348,7 +355,10 @@ size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& att
       first_unlogged = what;
     }
   };
-  // The geometry a client reads when it attaches (the daemon itself never reads it back).
+  // What a client reads when it attaches (the daemon itself never reads it back): identity,
+  // geometry and schema, as written at start; while production runs, the state (kRunning)
+  // and no error text (Finish marks finished_ under mutex_ before it writes the end state).
+  shm::Superblock* sb = ring_.sb;
   auto restore = [&](auto& field, auto value, const char* name) {
     std::atomic_ref<std::remove_reference_t<decltype(field)>> ref(field);
     const auto was = ref.load(std::memory_order_relaxed);
@@ -357,12 +367,33 @@ size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& att
     repaired(std::string("the superblock's ") + name + " was " + std::to_string(was) + ", not " +
              std::to_string(value));
   };
-  shm::Superblock* sb = ring_.sb;
   restore(sb->slot_count, ring_.slot_count, "slot_count");
   restore(sb->queue_count, ring_.queue_count, "queue_count");
   restore(sb->slots_offset, ring_.slots_offset, "slots_offset");
   restore(sb->slot_stride, ring_.slot_stride, "slot_stride");
   restore(sb->slot_bytes, ring_.slot_bytes, "slot_bytes");
+  if (superblock_image_) {
+    const auto* image = reinterpret_cast<const uint8_t*>(superblock_image_.get());
+    auto* live = reinterpret_cast<uint8_t*>(sb);
+    auto restore_bytes = [&](size_t begin, size_t end, const char* name) {
+      if (std::memcmp(live + begin, image + begin, end - begin) == 0) return;
+      std::memcpy(live + begin, image + begin, end - begin);
+      repaired(std::string("the superblock's ") + name + " was overwritten");
+    };
+    restore_bytes(0, offsetof(shm::Superblock, state), "identity (magic, version, instance, pid, ready, job)");
+    restore_bytes(offsetof(shm::Superblock, heartbeat_period_ns), offsetof(shm::Superblock, error),
+                  "heartbeat period");
+    restore_bytes(offsetof(shm::Superblock, segment_bytes), offsetof(shm::Superblock, queues),
+                  "geometry or schema (batch size, mode, features)");
+    if (!finished_) {
+      const uint32_t running = static_cast<uint32_t>(shm::DaemonState::kRunning);
+      if (const uint32_t state = sb->state.load(std::memory_order_acquire); state != running) {
+        sb->state.store(running, std::memory_order_release);
+        repaired("the superblock's state was " + std::to_string(state) + " while production runs");
+      }
+      restore_bytes(offsetof(shm::Superblock, error), offsetof(shm::Superblock, segment_bytes), "error text");
+    }
+  }
   // Slots the daemon published: their words may be kReady (waiting), kHeld (taken), kFree
   // (released); anything else is a scribble.
   for (uint32_t s = 0; s < ring_.slot_count; ++s) {

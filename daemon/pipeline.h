@@ -128,6 +128,10 @@ class Pipeline {
   // zero-copy mapping). Call periodically, not concurrently with an attach (ringfeedd: on
   // the control socket's thread).
   size_t RepairRing(const std::function<bool(uint32_t consumer_id)>& attached);
+  // The superblock as the daemon wrote it (WriteSuperblock into private memory with the same
+  // inputs): RepairRing puts back its identity, geometry and schema, and while production runs
+  // its state and error text. Without one, only the geometry the Ring holds is checked.
+  void SetSuperblockImage(std::shared_ptr<const shm::Superblock> image);
 
  private:
   struct Work {
@@ -177,6 +181,7 @@ class Pipeline {
   };
   std::vector<Published> slot_published_;     // per slot: what it was last published as
   uint64_t ring_repairs_ = 0;
+  std::shared_ptr<const shm::Superblock> superblock_image_;
   std::map<uint64_t, std::pair<uint32_t, uint32_t>> completed_;  // seq -> (slot, queue), not yet published
   uint64_t in_flight_ = 0;                    // batches handed to workers, not yet completed
   bool stopping_ = false;

@@ -441,6 +441,10 @@ int RunDaemon(const DaemonOptions& options) {
       throw StartupError(e.what(), 2);
     }
     const shm::Ring ring = DaemonRing(setup, segment.data());
+    // The superblock as written, from the same inputs into private memory (not read back from
+    // the segment, which another process may already have mapped): what RepairRing puts back.
+    auto superblock_image = std::make_shared<shm::Superblock>();
+    WriteSuperblock(setup, parser.specs(), superblock_image.get());
     spdlog::info("job '{}': {} files ({} in this shard), {} features, batch.size {}, ring {} slots x {} = {} ({})",
                  config.job, files.size(), shard_files.size(), parser.specs().size(), config.batch.size, slot_count,
                  shm::HumanBytes(slot_bytes), shm::HumanBytes(geometry.segment_bytes), segment_name);
@@ -653,6 +657,7 @@ int RunDaemon(const DaemonOptions& options) {
     reap();
 
     pipeline->Start();
+    pipeline->SetSuperblockImage(superblock_image);
     if (plan.tune) {
       autotune = std::make_unique<Autotune>(plan.autotune, *pipeline, ring, consumers);
       autotune->Start();

@@ -54,8 +54,9 @@
 // slice ends; never a lost or duplicated batch); the consumer-table counters are statistics.
 // Once a second it compares the geometry, `published`, `taken`, `slot_of` and the words of
 // the slots it published with its records and puts back what differs (Pipeline::RepairRing,
-// logged as "ring repaired"). Not checked: the schema, state and error text that attaching
-// clients read, which only a process that may attach can spoil for its peers.
+// logged as "ring repaired"), and the identity, geometry, schema and (while it runs) state
+// and error text that clients read. Not repairable: slots forged as held by a consumer that
+// is attached (freed when it detaches).
 //
 // Changing anything here changes kLayoutHash (computed from the sizes and offsets below);
 // bump kLayoutVersion for intentional format changes.

@@ -671,6 +671,17 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
   repaired("geometry");
   take(3);
   CHECK(Client::Attach(daemon.client_options()) != nullptr);  // what a new client reads is right again
+  // The state (consumers would end as if the data had ended) and the schema a new client reads.
+  sb->state.store(static_cast<uint32_t>(shm::DaemonState::kEndOfData));
+  std::swap(sb->features[0].dtype, sb->features[1].dtype);
+  sb->batch_size = 1;
+  repaired("state and schema");
+  CHECK(sb->state.load() == static_cast<uint32_t>(shm::DaemonState::kRunning));
+  take(3);
+  {
+    auto fresh = Client::Attach(daemon.client_options());
+    CHECK(fresh->schema().batch_size == 4);
+  }
   // Queue cursors: `published` far ahead (consumers would walk it for hours), `taken` ahead of
   // every batch waiting (they would wait for good), `taken` far behind (they refuse to walk it).
   auto ring_full = [&] {  // nothing more to publish until a consumer takes a batch
@@ -704,6 +715,8 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
   CHECK(daemon.running());
   CHECK_THAT(daemon.Stderr(), Catch::Contains("ring repaired: the superblock's slot_bytes was 1099511627776, not ") &&
                                   Catch::Contains("ring repaired: queue 0: published was 100000000000, not ") &&
+                                  Catch::Contains("ring repaired: the superblock's state was 2 while production runs") &&
+                                  Catch::Contains("ring repaired: the superblock's geometry or schema") &&
                                   Catch::Contains("ring repaired: queue 0: taken was 1000000, past batch ") &&
                                   Catch::Contains("ring repaired: queue 0: taken was 0, ") &&
                                   Catch::Contains("which is not attached; freed") &&
