@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
@@ -188,6 +190,47 @@ TEST_CASE("ranks mode: a rank whose consumer left is named in the log and in sta
   CHECK_THAT(status.out, Catch::Contains("no consumer for rank 1: its batches wait in the ring"));
   auto again = Client::Attach(rank1);
   CHECK(daemon.Status()["ranks_without_consumer"] == json::array());
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("Next from 4 threads of one client on a healthy, idle daemon: never a liveness error") {
+  // Every Next checks the heartbeat's age; threads racing on it once saw a wrapped age
+  // ("has not written its heartbeat for 18446744073.7 s").
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(dir.path(), "idle-threads", StalledRanksConfig("idle-threads", dir.file("data.tfrecord")));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto client = Client::Attach(daemon.client_options(1));
+  {
+    Batch batch;  // rank 1's batches, until rank 0's fill the ring
+    while (client->Next(std::chrono::milliseconds(300), &batch) == Client::Status::kBatch) {
+    }
+  }
+  std::atomic<int> errors{0};
+  std::string first_error;
+  std::mutex error_mutex;
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      Batch batch;
+      while (Clock::now() < until) {
+        try {
+          client->Next(std::chrono::milliseconds(0), &batch);
+        } catch (const ClientError& e) {
+          if (errors++ == 0) {
+            std::lock_guard lock(error_mutex);
+            first_error = e.what();
+          }
+          return;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  INFO(first_error);
+  CHECK(errors == 0);
+  client.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
