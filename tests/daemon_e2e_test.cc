@@ -44,6 +44,19 @@ std::vector<int64_t> EpochIds(const std::vector<BatchInfo>& batches, uint64_t ep
   return ids;
 }
 
+// Leaves at `path` what a killed daemon leaves: a socket bound, then closed without unlink
+// (connections are refused). False when it cannot be made.
+bool BindStaleSocket(const std::string& path) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+  const bool bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return bound;
+}
+
 std::vector<int64_t> Iota(int64_t first, int64_t count) {
   std::vector<int64_t> v(static_cast<size_t>(count));
   std::iota(v.begin(), v.end(), first);
@@ -407,13 +420,7 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
     // A socket file left at the top by a killed daemon of the same job does not hide the live
     // one below it (bound, then closed without unlink: connections are refused).
     const std::string stale = above + "/" + job + ".sock";
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", stale.c_str());
-    REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
-    ::close(fd);
+    REQUIRE(BindStaleSocket(stale));
     const CommandResult past_stale = RunCommand({CtlBinary(), "status", job, "--json", "--runtime-dir", above});
     INFO("status past a stale socket:\n" << past_stale.out << past_stale.err);
     CHECK(past_stale.status.ToString() == "exit 0");
@@ -426,13 +433,7 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   {
     // Only a socket nobody listens on, what a killed daemon leaves, is called stale.
     const std::string stale = above + "/gone-job.sock";
-    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", stale.c_str());
-    REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
-    ::close(fd);
+    REQUIRE(BindStaleSocket(stale));
     const CommandResult gone = RunCommand({CtlBinary(), "status", "gone-job", "--runtime-dir", above});
     CHECK(gone.status.ToString() == "exit 1");
     CHECK_THAT(gone.err, Catch::Contains("cannot connect to ringfeedd for job gone-job at " + stale + ": " +
