@@ -53,24 +53,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Reads n bytes as 64-bit words (plus the tail) and folds them into a sum the compiler cannot
-// drop: this is the "trainer touches every byte" part of the benchmark.
-uint64_t Touch(const void* data, uint64_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t a = 0, b = 0, c = 0, d = 0;
-  uint64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    uint64_t w[4];
-    std::memcpy(w, p + i, sizeof w);
-    a += w[0];
-    b ^= w[1];
-    c += w[2];
-    d ^= w[3];
-  }
-  for (; i < n; ++i) a += p[i];
-  return a + b + c + d;
-}
-
 // Threads of process `pid` now (entries of /proc/<pid>/task); 0 when it is gone.
 uint64_t TaskCount(int pid) {
   std::error_code ec;
@@ -218,12 +200,12 @@ int main(int argc, char** argv) {
       }
       for (size_t i = 0; i < batch.feature_count(); ++i) {
         const ringfeed::TensorView t = batch.feature(i);
-        checksum += Touch(t.data(), t.bytes());
+        checksum += ringfeed::bench::Touch(t.data(), t.bytes());
         bytes += t.bytes();
         const auto offsets = t.value_offsets();
         const auto splits = t.row_splits();
-        checksum += Touch(offsets.data(), offsets.size_bytes());
-        checksum += Touch(splits.data(), splits.size_bytes());
+        checksum += ringfeed::bench::Touch(offsets.data(), offsets.size_bytes());
+        checksum += ringfeed::bench::Touch(splits.data(), splits.size_bytes());
         bytes += offsets.size_bytes() + splits.size_bytes();
       }
       examples += batch.rows();

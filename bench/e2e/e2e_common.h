@@ -1,5 +1,6 @@
 // Helpers shared by the end-to-end benchmark programs (consume_bench, client_overhead_bench,
-// parse_alone_bench): a process's memory and CPU figures from /proc, and percentiles.
+// parse_alone_bench): a process's memory and CPU figures from /proc, percentiles, and the
+// consumer's read of every byte (Touch).
 // Header-only, no state, no ringfeed dependencies (attach_with_retry.h has the client part).
 //
 // Units: bytes, seconds, nanoseconds as named. /proc figures are Linux's (proc(5)): RssAnon and
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -65,6 +67,25 @@ inline double Quantile(std::vector<double>& values, double q) {
   std::sort(values.begin(), values.end());
   const size_t rank = static_cast<size_t>(q * static_cast<double>(values.size()) + 0.999999);
   return values[std::min(values.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+// Reads n bytes as 64-bit words (plus the tail) and folds them into a sum the compiler cannot
+// drop: the "trainer touches every byte" part of the benchmark (consume_bench on every batch
+// from the ring, parse_alone_bench --touch on every batch it parses).
+inline uint64_t Touch(const void* data, uint64_t n) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  uint64_t a = 0, b = 0, c = 0, d = 0;
+  uint64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    uint64_t w[4];
+    std::memcpy(w, p + i, sizeof w);
+    a += w[0];
+    b ^= w[1];
+    c += w[2];
+    d ^= w[3];
+  }
+  for (; i < n; ++i) a += p[i];
+  return a + b + c + d;
 }
 
 }  // namespace ringfeed::bench
