@@ -49,12 +49,12 @@ namespace ringfeed {
 struct ClientOptions {
   std::string job;
   // consumers.mode ranks: this trainer's rank (0..ranks-1), whose queue it takes from.
-  // Shared mode: -1 (the daemon may still record a rank for status output).
+  // Shared mode: -1 (the daemon refuses a rank there).
   int rank = -1;
   std::string runtime_dir;  // empty = shm::RuntimeDir() (RINGFEED_RUNTIME_DIR, ...)
-  // How long the daemon's heartbeat may stand still before Next reports it frozen; also the
-  // longest wait for the daemon's answer to the hello. 1 ms to ~24.8 days (2^31 - 1 ms);
-  // values outside are clamped.
+  // How long the daemon's heartbeat may stand still before Next reports it frozen. The wait
+  // for the daemon's answer to the hello is the larger of this and 1 s. 1 ms to ~24.8 days
+  // (2^31 - 1 ms); values outside are clamped.
   std::chrono::milliseconds liveness_timeout{10000};
 };
 

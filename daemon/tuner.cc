@@ -262,7 +262,7 @@ void Tuner::UpdateStreamBufferBytes(const std::string& reason, std::vector<Tuner
   const uint64_t bytes =
       std::min(StreamBufferBytesFor(limits_, knobs_.readers, knobs_.reads_per_file), read_ahead_level_);
   if (bytes == knobs_.stream_buffer_bytes) return;
-  changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
+  changes->push_back({"read_ahead_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
                       static_cast<int64_t>(bytes), reason});
   knobs_.stream_buffer_bytes = bytes;
 }
@@ -282,7 +282,7 @@ void Tuner::Restore(const TunerKnobs& to, const std::string& reason, std::vector
                              ? to.stream_buffer_bytes
                              : std::min(StreamBufferBytesFor(limits_, to.readers, to.reads_per_file), read_ahead_level_);
   if (knobs_.stream_buffer_bytes != bytes) {
-    changes->push_back({"stream_buffer_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
+    changes->push_back({"read_ahead_bytes", static_cast<int64_t>(knobs_.stream_buffer_bytes),
                         static_cast<int64_t>(bytes), Format("back with readers %lld", LL(to.readers))});
     knobs_.stream_buffer_bytes = bytes;
   }

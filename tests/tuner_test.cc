@@ -114,7 +114,7 @@ void CheckStep(const Scenario& sc, const SimParams& sim, const Tuner& tuner, con
       REQUIRE(*field == c.from);
       *field = c.to;
     } else {
-      REQUIRE(c.knob == "stream_buffer_bytes");
+      REQUIRE(c.knob == "read_ahead_bytes");
       REQUIRE(static_cast<int64_t>(replay.stream_buffer_bytes) == c.from);
       replay.stream_buffer_bytes = static_cast<uint64_t>(c.to);
     }
@@ -711,7 +711,7 @@ TEST_CASE("reasons name the numbers") {
           "(2% CPU: I/O-blocked, x2 step), 0.36 of 6 cores used (0.16 per worker, 0.02 per reader)");
     // 64 MiB / (4 + 4) = 8 MiB exactly.
     CHECK(ToString(d.changes[1]) ==
-          "stream_buffer_bytes 11182080 -> 8388608: read-ahead budget 64.0 MiB over 8 open files (readers 4)");
+          "read_ahead_bytes 11182080 -> 8388608: read-ahead budget 64.0 MiB over 8 open files (readers 4)");
   }
   SECTION("prefetch") {
     Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2}, {});
@@ -1217,7 +1217,7 @@ TEST_CASE("read-ahead per file starts at its minimum and rises to what the inter
     TunerDecision d = tuner.Observe(slow(0.60));
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) ==
-          "stream_buffer_bytes 262144 -> 786432: consumers waited 90% of 0.25 s, the sequencer waited for records "
+          "read_ahead_bytes 262144 -> 786432: consumers waited 90% of 0.25 s, the sequencer waited for records "
           "70%, 2.4 readers blocked in reads (4, 60% busy, 2% CPU): each of the 4 interleaved files needs 602.1 KiB "
           "of read-ahead to cover its next read of 1.0 MiB; 752.6 KiB with room for throughput to grow by 25%");
     CHECK(d.knobs.stream_buffer_bytes == 786432);
@@ -1227,7 +1227,7 @@ TEST_CASE("read-ahead per file starts at its minimum and rises to what the inter
     // Busier: 4 x 1.0 x 0.98 = 3.92 -> 1284505 bytes -> the max, 1 MiB.
     d = tuner.Observe(slow(1.0));
     REQUIRE(d.changes.size() == 1);
-    CHECK(d.changes[0].knob == "stream_buffer_bytes");
+    CHECK(d.changes[0].knob == "read_ahead_bytes");
     CHECK(d.knobs.stream_buffer_bytes == 1 * MiB);
     // At the max: nothing more, and it never comes down.
     for (int i = 0; i < 20; ++i) REQUIRE(tuner.Observe(slow(1.0)).changes.empty());
