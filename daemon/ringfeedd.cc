@@ -271,6 +271,10 @@ void TuneMalloc(const JobConfig& config) {
 }  // namespace
 
 int RunDaemon(const DaemonOptions& options) {
+  // A reader of stderr that goes away (`ringfeedd ... | head`, a FIFO, a closed terminal's
+  // pipe) must not end a data loader: with SIGPIPE ignored a log write fails with EPIPE, which
+  // spdlog drops, and the daemon goes on.
+  ::signal(SIGPIPE, SIG_IGN);
   auto logger = spdlog::stderr_color_mt("ringfeedd");
   // Under systemd the journal adds its own timestamps.
   logger->set_pattern(std::getenv("JOURNAL_STREAM") ? "[%l] %v" : "%Y-%m-%d %H:%M:%S.%e [%l] %v");
@@ -386,7 +390,9 @@ int RunDaemon(const DaemonOptions& options) {
       }
       mode = 0660;
     }
-    // From here SIGINT and SIGTERM wait (blocked) until the stop handler is in place: a stop
+    // From here the stop signals (SIGINT, SIGTERM, SIGHUP) and the ones ringfeedd ignores with a
+    // warning (SIGUSR1, SIGUSR2, SIGALRM: their default action would end it without cleaning up)
+    // wait (blocked) until their handlers are in place: a stop
     // while the ring is reserved (`systemctl stop` during the start of a large ring) then
     // stops cleanly once start-up is done and the segment is removed, where the default action
     // left it in /dev/shm. Before this point nothing needs cleaning up, and a stop during a
@@ -395,8 +401,7 @@ int RunDaemon(const DaemonOptions& options) {
     // signal_set listens. (Not restored on a start-up error: ringfeedd exits then.)
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM}) sigaddset(&stop_signals, s);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     const std::string segment_name = shm::SegmentName(runtime_dir, config.job);
     // A ring larger than all of /dev/shm needs an operator, as a config error does: exit 2,
@@ -615,14 +620,26 @@ int RunDaemon(const DaemonOptions& options) {
       }
     });
 
-    asio::signal_set signals(io, SIGINT, SIGTERM);
+    // SIGHUP (the terminal of a daemon started from a shell went away) stops it like SIGTERM,
+    // cleanly: the default action left socket, lock and segment behind.
+    asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
     std::string stop_reason;
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (ec) return;
-      stop_reason = std::string("ringfeedd stopped by ") + (signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      stop_reason = std::string("ringfeedd stopped by SIG") + sigabbrev_np(signal);
       spdlog::info("{}: stopping", stop_reason);
       io.stop();
     });
+    asio::signal_set ignored_signals(io, SIGUSR1, SIGUSR2, SIGALRM);
+    std::function<void()> ignore_next = [&] {
+      ignored_signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+        if (ec) return;
+        spdlog::warn("ignored SIG{}: ringfeedd stops on SIGTERM, SIGINT or SIGHUP and has no other signal actions",
+                     sigabbrev_np(signal));
+        ignore_next();
+      });
+    };
+    ignore_next();
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);  // a stop requested during start-up arrives now
     // --exit-when-done: poll for "produced everything and every batch was released".
     asio::steady_timer done_timer(io);

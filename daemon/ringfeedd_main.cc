@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
       "ringfeedd: reads the TFRecord files of one job, parses tf.train.Example records, shuffles and batches "
       "them, and serves ready batches to trainer processes through a shared-memory ring.\n"
       "Trainers attach with the client library (client/client.h, client/ringfeed.h); watch it with "
-      "`ringfeedctl status JOB`. Stop it with SIGTERM or SIGINT (Ctrl-C).\n"
+      "`ringfeedctl status JOB`. Stop it with SIGTERM, SIGINT (Ctrl-C) or SIGHUP.\n"
       "Exit status: 0 stopped cleanly (or done, with --exit-when-done), 1 runtime failure, 2 bad config or a "
       "start-up error a restart would not fix (a ring larger than /dev/shm, a permissions.group the user is not in).",
       "ringfeedd");

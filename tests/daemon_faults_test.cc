@@ -930,6 +930,46 @@ TEST_CASE("SIGTERM while the daemon is still starting: a clean stop once started
   CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
 }
 
+TEST_CASE("signals: a stderr reader that went away (SIGPIPE) and SIGUSR1/2, SIGALRM do not end it; SIGHUP stops it cleanly") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  SECTION("stderr into a pipe whose reader exits after 100 bytes (`ringfeedd ... | head`)") {
+    DaemonProcess daemon(dir.path(), "pipe-gone", IdJobConfig("pipe-gone", dir.file("data.tfrecord"), "batch: {size: 4}\n"));
+    DaemonStart start;
+    // exec keeps the pid the harness waits for; the start-up's log lines outlast the reader.
+    start.wrapper = {"bash", "-c", "exec \"$0\" \"$@\" 2> >(head -c 100 > /dev/null)"};
+    RINGFEED_REQUIRE_STARTED(daemon, start);
+    // Every later log line (the consumer's attach, the stop) now meets a pipe without a reader.
+    const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
+    CHECK(report.end == "end");
+    CHECK(report.batches.size() == 10);
+    CHECK(daemon.Stop().ToString() == "exit 0");
+    CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+    CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
+  }
+  SECTION("SIGUSR1, SIGUSR2, SIGALRM: logged as ignored; then SIGHUP: a clean stop") {
+    DaemonProcess daemon(dir.path(), "hup", IdJobConfig("hup", dir.file("data.tfrecord"), "epochs: 0\n"));
+    RINGFEED_REQUIRE_STARTED(daemon);
+    for (const int signal : {SIGUSR1, SIGUSR2, SIGALRM}) {
+      daemon.Kill(signal);
+      const std::string line = std::string("ignored SIG") + sigabbrev_np(signal) + ": ringfeedd stops on SIGTERM";
+      INFO("ringfeedd stderr:\n" << daemon.Stderr());
+      CHECK(daemon.WaitForStderr(line));
+    }
+    CHECK(daemon.running());
+    CHECK(daemon.Status()["state"] == "running");
+    daemon.Kill(SIGHUP);
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    INFO("ringfeedd stderr:\n" << daemon.Stderr());
+    CHECK(status->ToString() == "exit 0");
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("ringfeedd stopped by SIGHUP: stopping"));
+    CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+    CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
+    CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
+  }
+}
+
 TEST_CASE("more consumers than ring slots, each holding a batch: warned at attach, shown in status, logged") {
   TempDir dir;
   WriteIdFile(dir.file("part-0.tfrecord"), 0, 1000);
