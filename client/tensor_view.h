@@ -65,13 +65,23 @@ class TensorView {
   // VarLen only: row_splits (rows + 1 entries), else empty.
   std::span<const int64_t> row_splits() const { return row_splits_; }
 
-  // kBytes only: string i (< size()). Throws ClientError otherwise.
+  // kBytes only: string i (< size()). Throws ClientError otherwise. Its two value_offsets
+  // entries are read once and checked against the column again: they were checked when the
+  // column was first viewed, but the slot is writable memory (mutable_data(), NumPy views),
+  // and a holder that wrote them must get an error, not a view of other memory.
   std::string_view string(uint64_t i) const {
     if (dtype_ != shm::DType::kBytes || i >= size_) {
       throw ClientError("feature '" + std::string(name_) + "': no string " + std::to_string(i));
     }
-    const auto* chars = static_cast<const char*>(data_);
-    return {chars + value_offsets_[i], static_cast<size_t>(value_offsets_[i + 1] - value_offsets_[i])};
+    const int64_t begin = value_offsets_[i], end = value_offsets_[i + 1];
+    if (begin < 0 || end < begin || static_cast<uint64_t>(end) > bytes_) {
+      throw ClientError("feature '" + std::string(name_) + "': string " + std::to_string(i) + " has value_offsets [" +
+                        std::to_string(begin) + ", " + std::to_string(end) + ") outside the column's " +
+                        std::to_string(bytes_) +
+                        " bytes: the batch's offsets were overwritten after the client checked them "
+                        "(through mutable_data() or a writable array view of the batch)");
+    }
+    return {static_cast<const char*>(data_) + begin, static_cast<size_t>(end - begin)};
   }
 
  private:

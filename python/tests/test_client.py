@@ -177,6 +177,34 @@ def test_arrays_view_the_shared_memory(daemon_factory, tmp_path):
             del arrays, a
 
 
+
+def test_strings_after_the_offsets_were_overwritten_raises(daemon_factory, tmp_path):
+    """The arrays are writable; strings() must not trust value_offsets written through them
+    (it read past the column, or crashed, when it did)."""
+    d = daemon_factory(id_job(tmp_path, count=40, batch=8))
+    with d.client() as client:
+        for bad in (10**8, -3, 10**12):
+            batch = client.next()
+            data, offsets = batch["name"]
+            assert batch.strings("name")[0] == f"record-{batch['id'][0]}".encode()
+            offsets[1] = bad
+            with pytest.raises(ringfeed.ClientError,
+                               match=r"'name': string 0 has value_offsets .* outside the column's .* overwritten"):
+                batch.strings("name")
+            del data, offsets
+            batch.release()
+        batch = client.next()
+        data, offsets = batch["name"]
+        offsets[1:] = data.nbytes + 1  # every string ends past the column
+        with pytest.raises(ringfeed.ClientError, match="outside the column"):
+            batch.strings("name")
+        tag_data, tag_offsets, tag_splits = batch["tag"]  # varlen bytes: the same check
+        tag_offsets[-1] = tag_data.nbytes + 64
+        if tag_splits[-1] > 0:
+            with pytest.raises(ringfeed.ClientError, match="'tag': string .* outside the column"):
+                batch.strings("tag")
+
+
 # ---- lifetime ------------------------------------------------------------------------------
 
 def held(d):
