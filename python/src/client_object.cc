@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "python/src/batch_object.h"
+#include "python/src/gil_release.h"
 
 namespace ringfeed::python {
 namespace {
@@ -39,7 +40,7 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
   ClientOptions options{.job = job, .rank = rank, .runtime_dir = runtime_dir,
                         .liveness_timeout = Millis(std::min(liveness_timeout_s, kMaxLivenessSeconds))};
   {
-    nb::gil_scoped_release unlocked;  // the hello may take up to liveness_timeout
+    GilRelease unlocked;  // the hello may take up to liveness_timeout
     client_ = Client::Attach(options);
   }
   auto info = std::make_shared<SchemaInfo>();
@@ -141,7 +142,7 @@ nb::object ClientObject::Next(double timeout_s) {
     }
     const auto left = forever ? kSlice : std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now) +
                                              std::chrono::milliseconds(1);
-    nb::gil_scoped_release unlocked;
+    GilRelease unlocked;
     status = client->Next(std::min(left, kSlice), &lease->batch);
   }
   if (status == Client::Status::kEndOfData) return nb::none();
@@ -169,7 +170,7 @@ std::pair<uintptr_t, uint64_t> ClientObject::SlotsRegion() const { return slots_
 
 std::vector<std::string> ClientObject::Files() const {
   const std::shared_ptr<Client> client = Get();
-  nb::gil_scoped_release unlocked;
+  GilRelease unlocked;
   return client->files();
 }
 

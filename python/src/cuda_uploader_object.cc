@@ -4,6 +4,8 @@
 
 #include <vector>
 
+#include "python/src/gil_release.h"
+
 namespace ringfeed::python {
 namespace {
 
@@ -22,7 +24,7 @@ CudaUploaderObject::CudaUploaderObject(const ClientObject& client, int device, c
   options.device = device;
   options.libcuda_path = libcuda_path;
   // Create may initialise the driver and register the whole ring: no Python needed meanwhile.
-  nb::gil_scoped_release unlocked;
+  GilRelease unlocked;
   uploader_ = CudaUploader::Create(*client_, options);
 }
 
@@ -61,7 +63,7 @@ uint64_t CudaUploaderObject::Upload(BatchObject& batch, uintptr_t stream, nb::li
 size_t CudaUploaderObject::Poll() { return uploader_->Poll(); }
 
 size_t CudaUploaderObject::Synchronize() {
-  nb::gil_scoped_release unlocked;
+  GilRelease unlocked;
   return uploader_->Synchronize();
 }
 

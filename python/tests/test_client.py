@@ -368,6 +368,34 @@ def test_on_error_fail_message_reaches_python(daemon_factory, tmp_path):
     assert d.wait() == 1
 
 
+EXIT_WHILE_WAITING = """
+import sys, threading, time, ringfeed
+job, runtime_dir, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+client = ringfeed.Client(job, runtime_dir=runtime_dir, timeout=30)
+held = [client.next() for _ in range(4)]  # every slot of the ring: the next wait blocks
+waiter = threading.Thread(target=client.next, kwargs={"timeout": None if mode == "forever" else 30}, daemon=True)
+waiter.start()
+time.sleep(0.3)
+print("exiting", flush=True)
+if mode == "sys.exit":
+    sys.exit(0)
+"""
+
+
+@pytest.mark.parametrize("mode", ["end of script", "sys.exit", "forever"])
+def test_interpreter_exit_while_a_daemon_thread_waits_in_next(daemon_factory, tmp_path, mode):
+    """A prefetch thread blocked in next() when the trainer exits: CPython ends such a thread when
+    it takes the GIL back; through C++ frames that was std::terminate (SIGABRT)."""
+    d = daemon_factory(id_job(tmp_path, count=40, batch=4, epochs=0, extra="ring: {slots: 4}\npipeline: {prefetch: 2}\n"))
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", EXIT_WHILE_WAITING, d.job, str(d.runtime_dir), mode],
+                             capture_output=True, text=True, timeout=EVENTUALLY)
+        assert out.stdout == "exiting\n"
+        assert out.returncode == 0, out.stderr
+        assert "terminate" not in out.stderr
+    assert d.status()["state"] == "running"
+
+
 def test_timeout_and_gil_released_while_waiting(daemon_factory, tmp_path):
     d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
     with d.client(timeout=0.5) as client:
