@@ -215,6 +215,15 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cout << " (on_error: fail stopped the epoch in file " << r.files_read << " of " << r.files_in_shard << ")";
     }
     std::cout << "\n";
+    if (r.batches == 0 && !r.failed) {
+      std::cout.flush();
+      std::cerr << "warning: no batch: "
+                << (r.records == 0 ? std::string(config.shard.count > 1 ? "this job's shard has no records"
+                                                                         : "this job's files hold no records")
+                                   : "drop_remainder leaves no full batch of " + std::to_string(config.batch.size) +
+                                         " from " + std::to_string(r.records) + " records")
+                << "; ringfeedd would start and end its data at once (trainers get none)\n";
+    }
     if (r.seconds > 0 && r.records > 0) {
       std::cout << "throughput (one core): " << static_cast<uint64_t>(static_cast<double>(r.records) / r.seconds)
                 << " records/s, " << static_cast<uint64_t>(mb / r.seconds) << " MB/s of serialized records\n";

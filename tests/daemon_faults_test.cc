@@ -530,6 +530,28 @@ TEST_CASE("on_error: skip over records that are all bad, epochs: 0: no empty bat
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("a shard with no records: check warns, the daemon ends its data at once, epochs: 0 included") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 20);
+  // Fewer files than shards: records are sharded, and shard 50 of 100 gets none of 20.
+  DaemonProcess daemon(dir.path(), "empty-shard",
+                       IdJobConfig("empty-shard", dir.file("data.tfrecord"),
+                                   "epochs: 0\nshard: {index: 50, count: 100}\n"));
+  const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+  INFO("check stdout:\n" << check.out << "\nstderr:\n" << check.err);
+  CHECK(check.status.ToString() == "exit 0");
+  CHECK_THAT(check.out, Catch::Contains("job empty-shard: 0 records from 1 of 1 file(s)"));
+  CHECK_THAT(check.err, Catch::Contains("warning: no batch: this job's shard has no records; ringfeedd would start "
+                                        "and end its data at once (trainers get none)"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(report.end == "end");
+  CHECK(report.batches.empty());
+  CHECK(daemon.Status()["batches"] == 0);
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("broken configs: ringfeedd exits 2 with file:line:column: key") {
   ::unsetenv("RINGFEED_TEST_UNSET");
   TempDir dir;

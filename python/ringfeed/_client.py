@@ -159,9 +159,12 @@ class Client:
         elif self._taken == 0:
             self._taken = -1  # warn once
             warnings.warn(
-                f"job {self.job}: the data ended before this client took any batch — the daemon (pid "
-                f"{self.daemon_pid}) has already served all its epochs to earlier consumers. Restart it "
-                f"(or set epochs: 0 to run until stopped) to train again.", RuntimeWarning, stacklevel=3)
+                f"job {self.job}: the data ended before this client took any batch. Either the daemon "
+                f"(pid {self.daemon_pid}) has already served all its epochs to earlier consumers (restart "
+                f"it, or set epochs: 0 to run until stopped, to train again), or the job produces no batch "
+                f"at all (no records in its files or shard, every record skipped, drop_remainder with "
+                f"fewer records than a batch: `ringfeedctl status {self.job}` then shows 0 batches "
+                f"produced, and its log says why).", RuntimeWarning, stacklevel=3)
         return batch
 
     # -- the job ---------------------------------------------------------------------------

@@ -472,6 +472,6 @@ def test_attaching_after_the_data_ended_warns_and_ends(daemon_factory, tmp_path)
     with d.client() as first:
         assert sum(len(b) for b in first) == 8
     with d.client() as late:
-        with pytest.warns(RuntimeWarning, match=r"ended before this client took any batch.*Restart it"):
+        with pytest.warns(RuntimeWarning, match=r"ended before this client took any batch.*earlier consumers.*or the job produces no batch"):
             assert list(late) == []
         assert late.next(timeout=0) is None  # warned once
