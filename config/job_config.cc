@@ -289,7 +289,10 @@ class Loader {
     try {
       docs = YAML::LoadAll(text);
     } catch (const YAML::ParserException& e) {
-      Fail(e.mark, "", "YAML syntax error: " + e.msg);
+      // `{size: ${X}}`: in a flow collection '{' and '}' end plain scalars, so ${VAR} needs quotes.
+      const bool flow_variable = text.find("${") != std::string::npos;
+      Fail(e.mark, "", "YAML syntax error: " + e.msg +
+                           (flow_variable ? std::string("; inside { } or [ ], quote a ${VAR}: {size: \"${X}\"}") : ""));
     } catch (const YAML::Exception& e) {
       Fail(e.mark, "", "YAML error: " + e.msg);
     }
@@ -547,7 +550,7 @@ class Loader {
 
     const Entry* batch = Find(top, "batch");
     if (batch != nullptr) ReadBatch(*batch, &config->batch);
-    CheckBatchSize(batch != nullptr ? MarkOf(*batch) : MarkOf(*features), *config);
+    CheckBatchSize(batch != nullptr ? MarkOf(*batch) : MarkOf(*features), batch != nullptr, *config);
     if (const Entry* e = Find(top, "shuffle")) ReadShuffle(*e, &config->shuffle);
     if (const Entry* e = Find(top, "epochs")) {
       config->epochs = ReadInt(*e, 0, std::numeric_limits<int64_t>::max());
@@ -565,7 +568,9 @@ class Loader {
 
   // One batch of a FixedLen feature must stay addressable: batch.size x prod(shape) values
   // and bytes both at most 2^40 (the pipeline's memory budget will bound it further).
-  void CheckBatchSize(const YAML::Mark& mark, const JobConfig& config) {
+  // `mark` is the batch section's when the config has one (the error names batch.size), else
+  // the features section's (it names the feature's shape: batch.size is the default).
+  void CheckBatchSize(const YAML::Mark& mark, bool batch_given, const JobConfig& config) {
     constexpr uint64_t kMaxBatchValues = uint64_t{1} << 40;
     for (const FeatureSpec& f : config.features) {
       if (f.type != FeatureType::kFixedLen) continue;
@@ -573,8 +578,9 @@ class Loader {
       const uint64_t rows = static_cast<uint64_t>(config.batch.size);
       const uint64_t size = std::max<uint64_t>(DTypeSize(f.dtype), 1);
       if (n != 0 && rows > kMaxBatchValues / n / size) {
-        Fail(mark, "batch.size",
-             "a batch of " + std::to_string(rows) + " rows of feature '" + f.name + "' (" + std::to_string(n) +
+        Fail(mark, batch_given ? "batch.size" : "features." + f.name + ".shape",
+             "a batch of " + std::to_string(rows) + (batch_given ? "" : " (the default batch.size)") +
+                 " rows of feature '" + f.name + "' (" + std::to_string(n) +
                  " values per row) would exceed 2^40 values or bytes; lower batch.size or the shape");
       }
     }
@@ -582,12 +588,13 @@ class Loader {
 
   std::string ReadJobName(const Entry& e) {
     std::string name = ScalarText(e, "a job name");
-    bool ok = !name.empty() && name.size() <= kMaxJobNameLength &&
+    // Not starting with '.': ".", ".." and ".x" would name hidden files (".x.sock").
+    bool ok = !name.empty() && name.size() <= kMaxJobNameLength && name[0] != '.' &&
               std::all_of(name.begin(), name.end(), IsJobNameChar);
     if (!ok) {
       Fail(MarkOf(e), e.path,
            "invalid job name " + Quote(name) + "; expected 1 to 64 characters from "
-           "A-Z a-z 0-9 _ . - (it names the job's socket and shared memory)");
+           "A-Z a-z 0-9 _ . -, not starting with '.' (it names the job's socket and shared memory)");
     }
     return name;
   }

@@ -50,7 +50,10 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     uint32_t attached = 0;
     for (const Entry& other : entries_) attached += other.attached;
     const uint32_t slots = ring_.slot_count;
-    if (attached >= slots) {
+    // Once when the count reaches the slots, again at each doubling (not on every attach: 64
+    // trainers on a 13-slot ring gave 52 lines); again after it fell below the slots.
+    if (attached >= slots && attached >= 2 * crowd_warned_at_) {
+      crowd_warned_at_ = attached;
       spdlog::warn("{} consumers attached to a ring of {} slots: consumers that keep their previous batch while "
                    "they wait for the next (a Python `for batch in client:` loop does) can hold every slot, and then "
                    "no batch comes (a Next with a timeout then times out, saying so in Python; one without waits); "
@@ -119,6 +122,9 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
                  e.rank, e.rank, e.rank);
   }
   e.attached = false;
+  uint32_t attached = 0;
+  for (const Entry& other : entries_) attached += other.attached;
+  if (attached < ring.slot_count) crowd_warned_at_ = 0;
   return reclaimed;
 }
 

@@ -92,6 +92,7 @@ class ConsumerRegistry {
   std::vector<Entry> entries_ = std::vector<Entry>(shm::kMaxConsumers);
   uint64_t batches_reclaimed_ = 0;
   uint64_t consumers_seen_ = 0;
+  uint32_t crowd_warned_at_ = 0;  // consumers attached at the last "more consumers than slots" warning
   std::atomic<bool> end_of_data_{false};
   std::atomic<bool> production_ended_{false};
 };

@@ -388,6 +388,18 @@ pipeline:
     }
   }
 
+  SECTION("unquoted in a flow mapping: YAML's syntax error says to quote it, and quoted it works") {
+    const std::string head = "job: t\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\n";
+    try {
+      Load(head + "batch: {size: ${RINGFEED_TEST_BATCH}}\n");
+      FAIL("no error");
+    } catch (const ConfigError& e) {
+      CHECK_THAT(e.what(), Catch::Contains("YAML syntax error") &&
+                               Catch::Contains("inside { } or [ ], quote a ${VAR}: {size: \"${X}\"}"));
+    }
+    CHECK(Load(head + "batch: {size: \"${RINGFEED_TEST_BATCH}\"}\n").batch.size == 64);
+  }
+
   SECTION("keys are not substituted") {
     try {
       Load(std::string(kMinimal) + "${RINGFEED_TEST_JOB}: 1\n");
@@ -555,6 +567,9 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        "job: t\nsource:\n  files: [a.tfrecord]\nfeatures:\n  x: {dtype: bytes, shape: [1099511627776], default: \"\"}\n"
        "batch:\n  size: 16777216\n",
        7, 3, "batch.size", {"a batch of 16777216 rows of feature 'x'", "would exceed 2^40"}},
+      {"a shape too large for the default batch of 32 rows",
+       "job: t\nsource:\n  files: [a.tfrecord]\nfeatures:\n  x: {dtype: int64, shape: [1048576, 1048576], default: 0}\n",
+       5, 3, "features.x.shape", {"a batch of 32 (the default batch.size) rows of feature 'x'", "would exceed 2^40"}},
       {"boolean spelled yes", kHead + "shuffle:\n  files: yes\n", 7, 10, "shuffle.files",
        {"expected true or false, got 'yes'"}},
       {"bad compression word", "job: t\nsource:\n  files: [a]\n  compression: bzip2\n"
@@ -640,6 +655,8 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"bad job name", "job: \"taxi train!\"\nsource: {files: [a]}\n"
        "features: {x: {dtype: int64}}\n", 1, 6, "job",
        {"invalid job name 'taxi train!'", "A-Z a-z 0-9 _ . -"}},
+      {"job name '..'", "job: ..\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\n", 1, 6, "job",
+       {"invalid job name '..'", "not starting with '.'"}},
       {"job name too long", "job: " + std::string(65, 'j') + "\nsource: {files: [a]}\n"
        "features: {x: {dtype: int64}}\n", 1, 6, "job", {"1 to 64 characters"}},
       {"duplicate key", "job: a\njob: b\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\n",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import warnings
 from typing import Iterator, List, NamedTuple, Optional, Tuple
@@ -42,14 +43,22 @@ class Feature(NamedTuple):
     shape: Tuple[int, ...]
 
 
+def _number(value, what: str, none: str = "") -> float:
+    """A number of seconds (int, float, NumPy scalar, Fraction...) as a float: not a str ("5")
+    or a bool (True would be 1 s). `none` says what None means, where it is allowed."""
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{what} must be {none}a number of seconds, got {value!r}")
+    value = float(value)
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"{what} must be {none}>= 0 seconds, got {value}")
+    return value
+
+
 def _seconds(value: Optional[float], what: str) -> float:
     """Seconds as the extension takes them: -1.0 for None (no limit)."""
     if value is None:
         return -1.0
-    value = float(value)
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"{what} must be None (wait forever) or >= 0 seconds, got {value}")
-    return value
+    return _number(value, what, none="None (wait forever) or ")
 
 
 class Client:
@@ -107,6 +116,7 @@ class Client:
     def __init__(self, job: str, rank: Optional[int] = None, timeout: Optional[float] = None,
                  runtime_dir: Optional[str] = None, liveness_timeout: float = 10.0):
         self._timeout = _seconds(timeout, "timeout")
+        liveness_timeout = _number(liveness_timeout, "liveness_timeout")
         if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 2**31):
             raise ValueError(f"rank must be None (shared mode) or an int in 0..2**31-1, got {rank!r}")
         runtime_dir = os.fspath(runtime_dir) if runtime_dir is not None else ""

@@ -438,6 +438,13 @@ def test_attach_errors_name_the_job(tmp_path):
         ringfeed.Client("no-such-job", runtime_dir=str(tmp_path))
     with pytest.raises(ValueError):
         ringfeed.Client("x", timeout=-1)
+    for not_seconds in ("5", True, b"5", [5]):
+        with pytest.raises(TypeError, match="timeout must be None .wait forever. or a number of seconds"):
+            ringfeed.Client("x", timeout=not_seconds)
+        with pytest.raises(TypeError, match="liveness_timeout must be a number of seconds"):
+            ringfeed.Client("x", liveness_timeout=not_seconds)
+    with pytest.raises(TypeError, match="liveness_timeout must be a number of seconds, got None"):
+        ringfeed.Client("x", liveness_timeout=None)
 
 
 # ---- ranks mode from two processes -----------------------------------------------------------
