@@ -186,7 +186,9 @@ struct TunerObservation {
 };
 
 struct TunerChange {
-  std::string knob;                     // "readers", "read_ahead_bytes" (stream_buffer_bytes), "reads_per_file", "workers", "prefetch": the status's knob names
+  // The status's knob names: "readers", "read_ahead_bytes" (stream_buffer_bytes),
+  // "reads_per_file", "workers", "prefetch".
+  std::string knob;
   int64_t from = 0;
   int64_t to = 0;
   std::string reason;                   // one line for logs and `ringfeedctl status`, with the
