@@ -380,7 +380,10 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
     std::string list;
     for (const auto& r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r.get<int>());
     out << "           no consumer for rank" << (missing.size() > 1 ? "s " : " ") << list
-        << ": its batches wait in the ring; once they fill it, production waits for a consumer of that rank\n";
+        << (missing.size() > 1 ? ": their batches wait in the ring; once they fill it, production waits for "
+                                 "consumers of those ranks\n"
+                               : ": its batches wait in the ring; once they fill it, production waits for a "
+                                 "consumer of that rank\n");
   }
   std::snprintf(buf, sizeof buf, "errors     %llu read and %llu parse errors skipped, %llu batches dropped (ranks remainder)\n",
                 static_cast<unsigned long long>(errors.value("read_errors_skipped", uint64_t{0})),
@@ -399,7 +402,17 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
   co.job = options.job;
   co.rank = options.rank;
   co.runtime_dir = options.runtime_dir.empty() ? "" : JobRuntimeDir(options.runtime_dir, options.job);
-  auto client = Client::Attach(co);
+  std::unique_ptr<Client> client;
+  try {
+    client = Client::Attach(co);
+  } catch (const ClientError& e) {
+    // The daemon's refusal says "attach with a rank in 0..N-1"; here that is an option.
+    const std::string what = e.what();
+    if (options.rank < 0 && what.find("attach with a rank") != std::string::npos) {
+      throw ClientError(what + " (ringfeedctl dump --rank R)");
+    }
+    throw;
+  }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));
   DumpResult result;
   uint64_t& printed = result.printed;

@@ -569,15 +569,38 @@ Json SchemaJson(const Schema& schema, size_t files) {
   return {{"files", files}, {"records", schema.records}, {"problems", schema.problems}, {"features", std::move(features)}};
 }
 
+// Whether a record has a top-level field 2 of wire type LEN: a tf.train.SequenceExample's
+// feature_lists (its field 1, context, reads as an Example's features). An Example has no
+// field 2, so its parse ignores them.
+bool HasFeatureLists(std::span<const uint8_t> record) {
+  const uint8_t* p = record.data();
+  const uint8_t* const end = p + record.size();
+  while (p < end) {
+    uint32_t field, wire;
+    if (!wire::ReadTag(p, end, &field, &wire)) return false;
+    if (field == 2 && wire == wire::kLen) return true;
+    if (!wire::SkipField(p, end, wire)) return false;
+  }
+  return false;
+}
+
 int RunSchema(const InspectOptions& options, std::ostream& out, std::ostream& err) {
   Schema schema;
   ExampleFeatures features;
+  uint64_t with_feature_lists = 0;
   for (const std::string& file : options.files) {
     auto on_record = [&](const Record& record) {
       if (DecodeRecord(file, record, &features, err)) AddToSchema(file, record, features, &schema);
       else ++schema.problems;
+      with_feature_lists += HasFeatureLists(record.data);
     };
     schema.problems += ReadRecords(file, options, on_record, [&](const ReadError& e) { ReportReadError(e, err); }).problems;
+  }
+  if (with_feature_lists > 0) {
+    err << "schema: " << with_feature_lists << " of " << schema.records
+        << " records also hold feature lists (a tf.train.SequenceExample's feature_lists): ringfeed reads "
+           "tf.train.Example, so the features block below has only their context features; the feature lists "
+           "are not read\n";
   }
   uint64_t mixed = 0;
   for (const auto& [name, s] : schema.features) {

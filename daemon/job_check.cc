@@ -37,14 +37,18 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-// "feature 'tip' is in none of the first N records; did you mean 'tips'?"
+// "feature 'tip' is in none of the first N records read; did you mean 'tips'?"
 std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
                                         uint64_t sampled) {
   std::vector<std::string> absent;
   for (const FeatureSpec& spec : specs) {
     if (keys.count(spec.name)) continue;
+    const bool fails = spec.type == FeatureType::kFixedLen && !spec.has_default && spec.NumElements() != 0;
     std::string line = "feature '" + spec.name + "' is in none of the " + std::to_string(sampled) +
-                       " records sampled (every row gets its default or an empty list)";
+                       (sampled == 1 ? " record read" : " records read") +
+                       (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
+                              : spec.type == FeatureType::kFixedLen ? " (every row gets its default)"
+                                                                     : " (every row gets an empty list)");
     std::string best;
     size_t best_distance = 3;
     for (const std::string& key : keys) {

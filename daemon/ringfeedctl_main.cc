@@ -217,11 +217,16 @@ Command AddCheckCommand(CLI::App& parent) {
     std::cout << "\n";
     if (r.batches == 0 && !r.failed) {
       std::cout.flush();
+      const uint64_t skipped = r.read_errors + r.parse_errors;
       std::cerr << "warning: no batch: "
-                << (r.records == 0 ? std::string(config.shard.count > 1 ? "this job's shard has no records"
-                                                                         : "this job's files hold no records")
-                                   : "drop_remainder leaves no full batch of " + std::to_string(config.batch.size) +
-                                         " from " + std::to_string(r.records) + " records")
+                << (r.records > 0   ? "drop_remainder leaves no full batch of " + std::to_string(config.batch.size) +
+                                        " from " + std::to_string(r.records) + " records"
+                    : skipped > 0   ? "every record was skipped (" + std::to_string(r.parse_errors) + " parse and " +
+                                        std::to_string(r.read_errors) +
+                                        " read errors, the first ones above: a features block that no record "
+                                        "matches skips them all)"
+                    : config.shard.count > 1 ? std::string("this job's shard has no records")
+                                             : std::string("this job's files hold no records"))
                 << "; ringfeedd would start and end its data at once (trainers get none)\n";
     }
     if (r.seconds > 0 && r.records > 0) {
@@ -236,9 +241,13 @@ Command AddCheckCommand(CLI::App& parent) {
     std::cout << "ring: ringfeedd's slots would hold " << r.slot_bytes << " bytes (" << ringfeed::shm::HumanBytes(r.slot_bytes)
               << (config.ring.slot_bytes ? ", ring.slot_bytes" : ", ring.slot_bytes: auto from the first " +
                                                                     std::to_string(r.sample_records) + " records")
-              << "); the largest batch here needs " << r.largest_batch_bytes << " bytes ("
-              << ringfeed::shm::HumanBytes(r.largest_batch_bytes) << ", batch " << r.largest_batch_index
-              << " in file order)\n";
+              << ")";
+    if (r.batches > 0) {
+      std::cout << "; the largest batch here needs " << r.largest_batch_bytes << " bytes ("
+                << ringfeed::shm::HumanBytes(r.largest_batch_bytes) << ", batch " << r.largest_batch_index
+                << " in file order)";
+    }
+    std::cout << "\n";
     std::cout << r.memory_plan;
     char cores[32];
     std::snprintf(cores, sizeof cores, "%.3g", r.cpu_budget_cores);

@@ -30,10 +30,11 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
     // An epoch that delivers nothing would loop forever with epochs: 0.
     if (delivered == 0) {
       if (options_.epochs == 0 || e + 1 < static_cast<uint64_t>(options_.epochs)) {
-        ended_early_ = "epoch " + std::to_string(e) + " delivered no batch (every file of this shard empty, "
-                       "skipped under on_error: skip, or gone, or fewer records than a batch under drop_remainder): "
-                       "ended there, since the epochs after it would deliver none either; restart the job once the "
-                       "files are back";
+        ended_early_ = "epoch " + std::to_string(e) + " delivered no batch (every file of this shard empty or "
+                       "gone, every record skipped under on_error: skip (a features block that no record matches "
+                       "skips them all: see the skipped-record lines above), or fewer records than a batch under "
+                       "drop_remainder): ended there, since the epochs after it would deliver none either; restart "
+                       "the job once the cause is fixed";
       }
       return Outcome::kEndOfData;
     }

@@ -136,8 +136,9 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   at.fixed.reads_per_file = pc.reads_per_file.has_value();
   // A fixed reads_per_file needs io_uring; without it files are read one read at a time, and
   // the knobs (and the status) say so.
-  const std::optional<int64_t> fixed_reads_per_file =
-      pc.reads_per_file ? std::optional<int64_t>(queued_reads ? *pc.reads_per_file : 1) : std::nullopt;
+  // 0: auto. (A plain number rather than std::optional: GCC 12 warns -Wmaybe-uninitialized on
+  // its value_or here.)
+  const int64_t fixed_reads_per_file = pc.reads_per_file ? (queued_reads ? *pc.reads_per_file : 1) : 0;
   limits.max_readers = pc.readers.value_or(kMaxAutoReaders);
   // Workers count against the CPU budget by the CPU they use (daemon/tuner.h), so on a few
   // cores shared with the sequencer, the readers and the consumers, more workers than cores
@@ -184,7 +185,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.files = shard_files;
     mi.compressed = config.source.compression != Compression::kNone;
     mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
-    mi.reads_per_file = fixed_reads_per_file.value_or(1);
+    mi.reads_per_file = fixed_reads_per_file > 0 ? fixed_reads_per_file : 1;
     mi.read_block_bytes = ReaderOptions{}.read_block_bytes;
     mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
     mi.largest_record_bytes = sample.largest_bytes;
@@ -227,7 +228,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   const bool compressed_only =
       config.source.compression == Compression::kGzip || config.source.compression == Compression::kZlib;
   limits.max_reads_per_file =
-      fixed_reads_per_file.value_or(compressed_only || !queued_reads ? 1 : kMaxAutoReadsPerFile);
+      fixed_reads_per_file > 0 ? fixed_reads_per_file : (compressed_only || !queued_reads ? 1 : kMaxAutoReadsPerFile);
 
   // Starting knobs.
   TunerKnobs& k = at.initial;
@@ -242,7 +243,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   k.prefetch = pc.prefetch.value_or(limits.max_prefetch);
   // One read at a time into the window (no queue, no io_uring round trips) until reads are
   // seen to block: on local files the page cache answers at once.
-  k.reads_per_file = fixed_reads_per_file.value_or(1);
+  k.reads_per_file = fixed_reads_per_file > 0 ? fixed_reads_per_file : 1;
   k.stream_buffer_bytes =
       pc.read_ahead.value_or(Tuner::StartStreamBufferBytes(limits, k.readers, k.reads_per_file));
   plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes &&

@@ -642,9 +642,14 @@ bool ExampleParser::ParseTwoPass(std::span<const uint8_t> example, ExampleBatch&
   }
 
   if (run.kind != want) {
+    // What the record holds reads as: a float_list as dtype float32, and so on (a bytes_list
+    // could also be decode: raw, which the spec had not asked for).
+    const char* fits = run.kind == static_cast<uint32_t>(ListKind::kFloat)   ? "float32"
+                       : run.kind == static_cast<uint32_t>(ListKind::kInt64) ? "int64"
+                                                                             : "bytes";
     return fail("data types don't match: the record has " + ListName(run.kind) + ", the spec expects " +
                 ListName(want) + " (dtype " + std::string(DTypeName(spec.dtype)) +
-                (spec.decode_raw ? ", decode: raw" : "") + ")");
+                (spec.decode_raw ? ", decode: raw" : "") + "); for this data use dtype: " + fits);
   }
   size_t count;
   if (!CountValues(run, &count)) {

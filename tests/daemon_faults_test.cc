@@ -550,6 +550,17 @@ TEST_CASE("a shard with no records: check warns, the daemon ends its data at onc
   CHECK(report.batches.empty());
   CHECK(daemon.Status()["batches"] == 0);
   CHECK(daemon.Stop().ToString() == "exit 0");
+  // Every record skipped (the spec says float32, the records hold int64): check says so, not
+  // that the files are empty.
+  WriteFile(dir.file("mismatch.yaml"), "job: mismatch\nsource: {files: [\"" + dir.file("data.tfrecord") +
+                                           "\"], on_error: skip}\nfeatures:\n  id: {dtype: float32}\n");
+  const CommandResult skipped = RunCommand({CtlBinary(), "check", dir.file("mismatch.yaml")});
+  INFO("check stdout:\n" << skipped.out << "\nstderr:\n" << skipped.err);
+  CHECK(skipped.status.ToString() == "exit 1");
+  CHECK_THAT(skipped.err, Catch::Contains("the spec expects float_list (dtype float32); for this data use dtype: int64"));
+  CHECK_THAT(skipped.err, Catch::Contains("warning: no batch: every record was skipped (20 parse and 0 read errors, "
+                                          "the first ones above: a features block that no record matches skips them "
+                                          "all)"));
 }
 
 TEST_CASE("broken configs: ringfeedd exits 2 with file:line:column: key") {

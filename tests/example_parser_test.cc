@@ -720,6 +720,8 @@ TEST_CASE("bad input 7: every wrong type pairing is an error naming key, expecte
         // The message says which is which.
         CHECK(Contains(h.error.message, "has " + actual));
         CHECK(Contains(h.error.message, "expects " + spec.spec_list));
+        const std::string fits = actual == "float_list" ? "float32" : actual == "int64_list" ? "int64" : "bytes";
+        CHECK(Contains(h.error.message, "; for this data use dtype: " + fits));
       }
     }
   }

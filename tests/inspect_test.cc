@@ -557,6 +557,27 @@ TEST_CASE("inspect shows the real taxi and penguin files as TensorFlow does") {
   CompareWithGolden("penguin.jsonl.gz", tfx);
 }
 
+TEST_CASE("inspect --schema on TensorFlow's SequenceExample records says their feature lists are not read") {
+  const std::string tfx = testing::TfxDirOrSkip();
+  if (tfx.empty()) return;
+  std::vector<std::string> args = {"inspect", "--schema"};
+  for (const auto& e : std::filesystem::directory_iterator(tfx + "/tfrecord_sequence/Split-train")) {
+    args.push_back(e.path().string());
+  }
+  CtlResult r = Ctl(args);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK_THAT(r.err, Catch::Contains("schema: 10500 of 10500 records also hold feature lists (a "
+                                    "tf.train.SequenceExample's feature_lists)"));
+  CHECK_THAT(r.out, Catch::Contains("  f: {type: varlen, dtype: float32}"));
+  // Plain Examples: no such line.
+  args = {"inspect", "--schema"};
+  for (const auto& e : std::filesystem::directory_iterator(tfx + "/csv_example_gen/Split-train")) {
+    args.push_back(e.path().string());
+  }
+  CHECK_THAT(Ctl(args).err, !Catch::Contains("feature lists"));
+}
+
 std::vector<std::string> TaxiFiles(const std::string& tfx) {
   std::vector<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(tfx + "/csv_example_gen/Split-train")) {

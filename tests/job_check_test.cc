@@ -161,8 +161,20 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
       log, log);
   CHECK(r.records == 3);
   REQUIRE(r.absent_features.size() == 1);
-  CHECK_THAT(r.absent_features[0], Catch::Contains("feature 'idd' is in none of the 3 records") &&
+  CHECK_THAT(r.absent_features[0], Catch::Contains("feature 'idd' is in none of the 3 records read (every row gets "
+                                                   "an empty list)") &&
                                        Catch::Contains("did you mean 'id'?"));
+  // A FixedLen feature without a default does not get one: every record without it fails.
+  const JobCheckResult fixed = RunJobCheck(
+      LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("*.tfrecord") +
+                              "\"], on_error: skip}\nfeatures:\n  idd: {dtype: int64}\n  x: {dtype: float32}\n"),
+      log, log);
+  CHECK(fixed.records == 0);
+  CHECK(fixed.parse_errors == 3);
+  REQUIRE(fixed.absent_features.size() == 1);
+  CHECK_THAT(fixed.absent_features[0],
+             Catch::Contains("feature 'idd' is in none of the 3 records read (a FixedLen feature without a default: "
+                             "every record without it is a parse error); did you mean 'id'?"));
 }
 
 TEST_CASE("only the first problems are printed, all are counted") {
