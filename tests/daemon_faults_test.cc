@@ -188,8 +188,17 @@ TEST_CASE("ranks mode: a rank whose consumer left is named in the log and in sta
   CHECK(daemon.Status()["ranks_without_consumer"] == json::array({1}));
   const CommandResult status = RunCommand({CtlBinary(), "status", "rank-gone", "--runtime-dir", daemon.runtime_dir()});
   CHECK_THAT(status.out, Catch::Contains("no consumer for rank 1: its batches wait in the ring"));
+  // dump without --rank on a ranks job: refused, and told which option attaches as a rank.
+  const CommandResult dump = RunCommand({CtlBinary(), "dump", "rank-gone", "--runtime-dir", daemon.runtime_dir()});
+  CHECK(dump.status.ToString() == "exit 1");
+  CHECK_THAT(dump.err, Catch::Contains("attach with a rank in 0..1") &&
+                           Catch::Contains("(ringfeedctl dump --rank R)"));
+  zero.reset();  // both ranks without a consumer: the status line speaks of them together
+  CHECK(daemon.WaitForStderr("rank 0 has no consumer now"));
+  CHECK_THAT(RunCommand({CtlBinary(), "status", "rank-gone", "--runtime-dir", daemon.runtime_dir()}).out,
+             Catch::Contains("no consumer for ranks 0, 1: their batches wait in the ring"));
   auto again = Client::Attach(rank1);
-  CHECK(daemon.Status()["ranks_without_consumer"] == json::array());
+  CHECK(daemon.Status()["ranks_without_consumer"] == json::array({0}));
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
