@@ -47,8 +47,7 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     c.attached.store(1, std::memory_order_release);
     ++consumers_seen_;
     spdlog::info("consumer {} attached (pid {}{})", i + 1, pid, rank ? ", rank " + std::to_string(*rank) : "");
-    uint32_t attached = 0;
-    for (const Entry& other : entries_) attached += other.attached;
+    const uint32_t attached = AttachedLocked();
     const uint32_t slots = ring_.slot_count;
     // Once when the count reaches the slots, again at each doubling (not on every attach: 64
     // trainers on a 13-slot ring gave 52 lines); again after it fell below the slots.
@@ -64,6 +63,12 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
   }
   *error = "too many consumers: " + std::to_string(shm::kMaxConsumers) + " are attached already";
   return std::nullopt;
+}
+
+uint32_t ConsumerRegistry::AttachedLocked() const {
+  uint32_t attached = 0;
+  for (const Entry& e : entries_) attached += e.attached;
+  return attached;
 }
 
 void ConsumerRegistry::ReapDead() {
@@ -122,9 +127,7 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
                  e.rank, e.rank, e.rank);
   }
   e.attached = false;
-  uint32_t attached = 0;
-  for (const Entry& other : entries_) attached += other.attached;
-  if (attached < ring.slot_count) crowd_warned_at_ = 0;
+  if (AttachedLocked() < ring.slot_count) crowd_warned_at_ = 0;
   return reclaimed;
 }
 

@@ -85,6 +85,7 @@ class ConsumerRegistry {
     std::chrono::steady_clock::time_point since;
   };
   uint32_t DetachLocked(uint32_t id, pid_t pid);
+  uint32_t AttachedLocked() const;  // consumers attached now
 
   const shm::Ring ring_;
   uint32_t ranks_;
