@@ -19,7 +19,8 @@
 // (TFRecordReader::NextInto: no copy out of its window for them).
 // A file of the interleave read with queued reads (SetReadsPerFile > 1) also holds its
 // ReadQueue's blocks, reads_per_file x ReaderOptions::read_block_bytes, which the tuner counts
-// in the read-ahead budget; files opened while queues are on get a window of one block.
+// in the read-ahead budget; files opened while queues are on get a window of at most 64 KiB
+// (TFRecordReader::kQueuedWindowBytes) instead of ReaderOptions::buffer_bytes.
 // Threads: `threads` I/O threads, changeable at run time with SetThreads (the autotuner's knob,
 // as are the per-stream buffer, SetStreamBufferBytes, and the reads per file, SetReadsPerFile);
 // a thread picks the earliest-opened stream that is below its buffer limit and not being read
@@ -263,8 +264,9 @@ class ReadAhead {
   size_t threads() const;
   // Reads in flight per file (plain files; ReaderOptions::reads_in_flight, format/read_queue.h),
   // >= 1: for files opened from now on and, from their next turn, for the open ones. Files
-  // opened with more than 1 use a window of ReaderOptions::read_block_bytes (the queue's blocks
-  // hold what is read ahead) instead of buffer_bytes.
+  // opened with more than 1 use a window of at most 64 KiB (the queue's blocks hold what is
+  // read ahead; the window only puts together records straddling two blocks) instead of
+  // buffer_bytes.
   void SetReadsPerFile(size_t reads);
   size_t reads_per_file() const;
   // Only the first `streams` open streams (the interleave's, cycle_length: the sequencer takes

@@ -95,7 +95,7 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
 }
 
 size_t TFRecordReader::WindowBytes() const {
-  return queue_ ? std::min(options_.buffer_bytes, options_.read_block_bytes) : options_.buffer_bytes;
+  return queue_ ? std::min({options_.buffer_bytes, options_.read_block_bytes, kQueuedWindowBytes}) : options_.buffer_bytes;
 }
 
 uint64_t TFRecordReader::file_offset() const {

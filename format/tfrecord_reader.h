@@ -8,7 +8,8 @@
 // arrives, only as far as the largest record read (never beyond max_record_bytes + 16, never
 // just because a header claims a large length), plus, for compressed files, an input
 // buffer of `buffer_bytes` and the decoder state; with queued reads (reads_in_flight > 1), the
-// queue's blocks ((reads_in_flight + 1) x read_block_bytes) and a window of at most one block.
+// queue's blocks ((reads_in_flight + 1) x read_block_bytes) and a
+// window of at most 64 KiB that grows only for a larger record straddling two blocks.
 // Blocks and window are freed when the file ends. A file is never loaded whole. A record
 // that lies inside the window, or inside one queued block, is returned in place: the only
 // user-space copy of its payload is the caller's (e.g. the parser writing into a batch column).
@@ -149,6 +150,9 @@ class TFRecordReader {
   // Reads in flight at once on this file (after the first Next()): reads_in_flight when a
   // ReadQueue reads it, else 1.
   size_t reads_in_flight() const;
+  // The window's size with queued reads (where no record needs more): it only puts together a
+  // record that straddles two blocks.
+  static constexpr size_t kQueuedWindowBytes = size_t{64} << 10;
   // Changes ReaderOptions::reads_in_flight from the next read on (plain files; before the first
   // Next() it only sets the option). The blocks a queue read ahead are dropped and read again
   // by the new one, so change it seldom. Records and offsets are the same whatever the setting,
@@ -172,8 +176,9 @@ class TFRecordReader {
   size_t Fill(uint8_t* dst, size_t capacity);  // 0 = end of stream or error
   // Moves the unconsumed bytes to a new window of `capacity`; returns the old one.
   std::unique_ptr<uint8_t[]> Reallocate(size_t capacity);
-  // The window's size when no record needs more: buffer_bytes, or with a queue at most one
-  // block (it only puts together records that straddle two blocks).
+  // The window's size when no record needs more: buffer_bytes, or with a queue at most
+  // kQueuedWindowBytes (it only puts together a record that straddles two blocks, and grows to
+  // one that is larger).
   size_t WindowBytes() const;
   // With a queue, the window shows a block of it in place while records lie inside that block
   // (no copy into buf_); a record that runs on into the next block is put together in buf_.

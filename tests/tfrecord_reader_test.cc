@@ -1,6 +1,7 @@
 // TFRecordReader against files built here: framing, CRCs, every compression and inflate backend,
 // tiny buffers, and the reader/decompression cases of ../shared/reference/bad-inputs.md.
 #include <fcntl.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -1070,6 +1071,40 @@ TEST_CASE("reads_in_flight: plain files give the same records, offsets and error
   REQUIRE(gz.Next(&record, &error) == TFRecordReader::Status::kRecord);
   CHECK(gz.reads_in_flight() == 1);
 }
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // their allocators keep no mallinfo
+TEST_CASE("reads_in_flight: a queued file's window is 64 KiB, not buffer_bytes (the blocks hold what is read ahead)") {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 20000; ++i) records.push_back(std::string(600, static_cast<char>('a' + i % 26)));
+  WriteFile(dir.file("p.tfrecord"), FrameRecords(records));
+  ReaderOptions queued;  // buffer_bytes: the default 1 MiB
+  queued.reads_in_flight = 16;
+  const size_t blocks = (queued.reads_in_flight + 1) * queued.read_block_bytes;
+  const size_t before = mallinfo2().uordblks;
+  {
+    TFRecordReader reader(dir.file("p.tfrecord"), queued);
+    Record record;
+    ReadError error;
+    size_t most = 0;
+    size_t count = 0;
+    while (reader.Next(&record, &error) == TFRecordReader::Status::kRecord) {
+      REQUIRE(std::string(record.data.begin(), record.data.end()) == records[count]);
+      ++count;
+      if (count == 1 && reader.reads_in_flight() == 1) {
+        WARN("io_uring is not available here: nothing to check");
+        return;
+      }
+      most = std::max(most, mallinfo2().uordblks - before);
+    }
+    CHECK(count == records.size());
+    INFO("heap in use while reading: " << most << " bytes, of which blocks " << blocks);
+    CHECK(most >= blocks + TFRecordReader::kQueuedWindowBytes);
+    CHECK(most < blocks + TFRecordReader::kQueuedWindowBytes + (32u << 10));  // + the queue's bookkeeping
+  }
+  CHECK(mallinfo2().uordblks < before + (16u << 10));  // all freed with the reader (Catch keeps a little)
+}
+#endif
 
 TEST_CASE("reads_in_flight: a file that grows or shrinks after the first record, and a too-large record") {
   TempDir dir;
