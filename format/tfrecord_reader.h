@@ -8,8 +8,8 @@
 // arrives, only as far as the largest record read (never beyond max_record_bytes + 16, never
 // just because a header claims a large length), plus, for compressed files, an input
 // buffer of `buffer_bytes` and the decoder state; with queued reads (reads_in_flight > 1), the
-// queue's blocks ((reads_in_flight + 1) x read_block_bytes) and a
-// window of at most 64 KiB that grows only for a larger record straddling two blocks.
+// queue's blocks ((reads_in_flight + 1) x read_block_bytes) and a window of at most 64 KiB
+// (kQueuedWindowBytes) that grows only for a larger record straddling two blocks.
 // Blocks and window are freed when the file ends. A file is never loaded whole. A record
 // that lies inside the window, or inside one queued block, is returned in place: the only
 // user-space copy of its payload is the caller's (e.g. the parser writing into a batch column).
