@@ -627,4 +627,23 @@ ProcessMemory ReadProcessMemory(pid_t pid, const SystemPaths& paths) {
   return memory;
 }
 
+FileDescriptorPlan PlanFileDescriptors(int64_t open_files, bool queued_reads, uint64_t connections) {
+  const uint64_t files = static_cast<uint64_t>(std::max<int64_t>(open_files, 1));
+  FileDescriptorPlan plan;
+  plan.needed = SatAdd(SatMul(files, queued_reads ? 2 : 1), SatAdd(connections, kOtherFileDescriptors));
+  plan.arithmetic = Plural(static_cast<int64_t>(files), "data file", "data files") +
+                    (queued_reads ? " x 2 (each with its io_uring queue)" : "") + " + " +
+                    std::to_string(connections) + " control connections + " + std::to_string(kOtherFileDescriptors) +
+                    " others = " + std::to_string(plan.needed);
+  return plan;
+}
+
+std::string OpenFileLimitProblem(const FileDescriptorPlan& fds, uint64_t limit, uint64_t hard) {
+  if (fds.needed <= limit) return "";
+  return "this job may hold " + std::to_string(fds.needed) + " file descriptors at once (" + fds.arithmetic +
+         "), more than the open-file limit " + std::to_string(limit) + " (RLIMIT_NOFILE, hard limit " +
+         std::to_string(hard) + "): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit) or lower "
+         "pipeline.cycle_length";
+}
+
 }  // namespace ringfeed

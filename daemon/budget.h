@@ -225,6 +225,26 @@ MemoryPlan PlanMemory(const MemoryInputs& inputs);
 // `files` files (0 = unknown): min(cycle_length + lookahead_files, files), at least 1.
 int64_t OpenFiles(int64_t cycle_length, int64_t lookahead_files, int64_t files);
 
+// ---- File descriptors -------------------------------------------------------------------------
+
+// Descriptors a job may hold at once, checked against RLIMIT_NOFILE at start (ringfeedd raises
+// its soft limit to the hard one first): the data files open at once (MemoryPlan::open_files),
+// each with its io_uring instance when reads can be queued, the control connections
+// (ControlServer::kMaxConnections) and kOtherFileDescriptors for the rest (stdio, log, lock,
+// socket, epoll and timers, the segment while it is mapped, sd_notify, files sampled at start).
+// Out of descriptors, the daemon could open neither its next data file nor a trainer's
+// connection.
+constexpr uint64_t kOtherFileDescriptors = 64;
+struct FileDescriptorPlan {
+  uint64_t needed = 0;
+  // "1116 data files x 2 (each with its io_uring queue) + 256 control connections + 64 others = 2552"
+  std::string arithmetic;
+};
+FileDescriptorPlan PlanFileDescriptors(int64_t open_files, bool queued_reads, uint64_t connections);
+// What is wrong when `fds` does not fit under the open-file limit `limit` (RLIMIT_NOFILE's soft
+// value; ringfeedd raises it to `hard` first), with the arithmetic and the fix; "" when it fits.
+std::string OpenFileLimitProblem(const FileDescriptorPlan& fds, uint64_t limit, uint64_t hard);
+
 // ---- Process memory ---------------------------------------------------------------------------
 
 struct ProcessMemory {

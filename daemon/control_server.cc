@@ -1,5 +1,6 @@
 #include "daemon/control_server.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -16,6 +17,8 @@
 #include <istream>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
 #include "shm/protocol.h"
 
 namespace ringfeed {
@@ -24,9 +27,6 @@ using stream_protocol = asio::local::stream_protocol;
 
 namespace {
 constexpr size_t kMaxRequestBytes = 64 * 1024;  // a hello or a request is tiny
-// Connections beyond this are closed at once, so clients that connect and say nothing can't
-// use up the daemon's file descriptors (it needs them to open data files).
-constexpr size_t kMaxConnections = 256;
 // A connection must say hello within this time.
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 // A control connection (ringfeedctl, a monitoring script) that sends no request for this long
@@ -35,6 +35,7 @@ constexpr auto kHelloTimeout = std::chrono::seconds(5);
 constexpr auto kControlIdleTimeout = std::chrono::seconds(60);
 // After accept() fails (e.g. EMFILE), wait before trying again instead of spinning.
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+constexpr auto kAcceptWarningEvery = std::chrono::seconds(10);  // the warning while accept fails
 
 std::string Hex16(uint64_t v) {
   char buf[17];
@@ -252,7 +253,20 @@ void ControlServer::Accept() {
     if (!*alive) return;
     if (ec) {
       if (!acceptor_.is_open()) return;
-      // Out of file descriptors or similar: retry later rather than spin on the error.
+      // Out of file descriptors or similar: retry later rather than spin on the error, and say
+      // so (every client waiting for its hello would otherwise see a daemon that never answers).
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_accept_warning_) {
+        next_accept_warning_ = now + kAcceptWarningEvery;
+        std::string limit;
+        rlimit nofile{};
+        if (ec == boost::system::errc::too_many_files_open && ::getrlimit(RLIMIT_NOFILE, &nofile) == 0) {
+          limit = " (this process may have " + std::to_string(nofile.rlim_cur) +
+                  " files open, RLIMIT_NOFILE: raise it with `ulimit -n` or LimitNOFILE= under systemd)";
+        }
+        spdlog::warn("control socket: cannot accept a connection: {}{}; retrying every {} ms (clients wait meanwhile)",
+                     ec.message(), limit, std::chrono::duration_cast<std::chrono::milliseconds>(kAcceptBackoff).count());
+      }
       backoff_.expires_after(kAcceptBackoff);
       backoff_.async_wait([this, alive](const boost::system::error_code& e) {
         if (!e && *alive && acceptor_.is_open()) Accept();

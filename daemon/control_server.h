@@ -23,6 +23,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,6 +52,11 @@ class ControlServer {
     uint64_t instance_id = 0;
   };
 
+  // Connections beyond this are closed at once, so clients that connect and say nothing can't
+  // use up the daemon's file descriptors (it needs them to open data files); the daemon's
+  // open-file limit leaves room for all of them (FdPlan, daemon/budget.h).
+  static constexpr size_t kMaxConnections = 256;
+
   // Binds and listens on `socket_path` (an existing file there is removed first: the caller
   // has made sure no live daemon owns it). `mode` 0600 or 0660; `group` chowns the socket.
   // Throws std::runtime_error naming the path on failure.
@@ -70,6 +76,7 @@ class ControlServer {
   Handlers handlers_;
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer backoff_;  // after a failed accept
+  std::chrono::steady_clock::time_point next_accept_warning_{};  // rate limit of its warning
   size_t connections_ = 0;
   std::shared_ptr<bool> alive_;  // connections outliving the server see false
 };

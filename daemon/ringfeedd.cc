@@ -8,6 +8,7 @@
 #include <pwd.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -268,6 +269,29 @@ void TuneMalloc(const JobConfig& config) {
   if (!tuned("glibc.malloc.arena_max") && ReadAhead::UsesChunks(config.shuffle.buffer)) ::mallopt(M_ARENA_MAX, 1);
 }
 
+// Raises the soft open-file limit to the hard one (systemd starts services at 1024 soft; the
+// unit sets LimitNOFILE=65536) and refuses a job that could still run out of descriptors
+// (exit 2), with the arithmetic: out of them, the daemon could open neither its next data file
+// nor a trainer's connection.
+void CheckOpenFileLimit(const TuningPlan& plan, bool queued_reads) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      spdlog::debug("open-file limit (RLIMIT_NOFILE) raised from {} to its hard limit {}", limit.rlim_cur,
+                    raised.rlim_cur);
+      limit = raised;
+    }
+  }
+  const bool queues = queued_reads && plan.autotune.limits.max_reads_per_file > 1;
+  const FileDescriptorPlan fds = PlanFileDescriptors(plan.memory.open_files, queues, ControlServer::kMaxConnections);
+  if (limit.rlim_cur == RLIM_INFINITY) return;
+  const std::string problem = OpenFileLimitProblem(fds, limit.rlim_cur, limit.rlim_max);
+  if (!problem.empty()) throw StartupError(problem, 2);
+}
+
 }  // namespace
 
 int RunDaemon(const DaemonOptions& options) {
@@ -357,6 +381,7 @@ int RunDaemon(const DaemonOptions& options) {
     } catch (const BudgetError& e) {
       throw StartupError(e.what(), 2);
     }
+    CheckOpenFileLimit(plan, queued_reads);
     const TunerKnobs& start = plan.autotune.initial;
     po.readers = static_cast<size_t>(start.readers);
     po.workers = static_cast<size_t>(start.workers);

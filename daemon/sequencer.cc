@@ -175,7 +175,8 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         // A bad record of another record shard is that shard's (it counts and reports it); an
         // error that ends the file concerns every shard reading it.
         if (item.error->recoverable && !shard_.OwnsRecord(item.error->record_index)) continue;
-        if (!options_.skip_errors) {
+        // Out of file descriptors is the machine's limit, not a bad file: never skipped.
+        if (!options_.skip_errors || item.error->kind == ReadErrorKind::kOutOfFileDescriptors) {
           finish(0);  // the good records read before the error are still delivered
           failure_ = item.error->message;
           return false;

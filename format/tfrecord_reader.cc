@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -34,6 +35,19 @@ uint64_t SaturatingAdd(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UIN
 
 static_assert(std::endian::native == std::endian::little, "TFRecord framing is read as little-endian");
 
+// "cannot open: Too many open files (...)": which limit ran out and how to raise it.
+std::string OutOfFileDescriptors(int err) {
+  std::string text = std::string("cannot open: ") + std::strerror(err);
+  rlimit limit{};
+  if (err == EMFILE && ::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    text += " (this process may have " + std::to_string(limit.rlim_cur) +
+            " files open, RLIMIT_NOFILE: raise it with `ulimit -n` or LimitNOFILE= under systemd)";
+  } else if (err == ENFILE) {
+    text += " (the whole system's limit, sysctl fs.file-max, is reached)";
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string_view ReadErrorKindName(ReadErrorKind kind) {
@@ -44,6 +58,7 @@ std::string_view ReadErrorKindName(ReadErrorKind kind) {
     case ReadErrorKind::kRecordTooLarge: return "record too large";
     case ReadErrorKind::kDecompression: return "decompression error";
     case ReadErrorKind::kIo: return "I/O error";
+    case ReadErrorKind::kOutOfFileDescriptors: return "out of file descriptors";
     case ReadErrorKind::kInvalidExample: return "invalid Example";
   }
   return "?";
@@ -160,6 +175,10 @@ bool TFRecordReader::Open(ReadError* error) {
     return false;
   }
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd_ < 0 && (errno == EMFILE || errno == ENFILE)) {
+    MakeError(ReadErrorKind::kOutOfFileDescriptors, OutOfFileDescriptors(errno), error);
+    return false;
+  }
   if (fd_ < 0) {
     MakeError(ReadErrorKind::kIo, std::string("cannot open: ") + std::strerror(errno), error);
     return false;

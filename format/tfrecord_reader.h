@@ -80,6 +80,10 @@ enum class ReadErrorKind {
   kRecordTooLarge,   // length > max_record_bytes (recoverable)
   kDecompression,    // the gzip/zlib stream is invalid or truncated
   kIo,               // open/read failed
+  // The file could not be opened because the process (EMFILE, RLIMIT_NOFILE) or the system
+  // (ENFILE) has no file descriptor left: a limit of the machine, not a fault of the file, so
+  // a caller that skips bad files (on_error: skip) must not skip it.
+  kOutOfFileDescriptors,
   // The record is intact but its Example does not match the job's spec (recoverable). Never
   // raised by TFRecordReader: ReadAhead's record check (daemon/read_ahead.h) makes it.
   kInvalidExample,

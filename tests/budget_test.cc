@@ -826,5 +826,19 @@ TEST_CASE("FormatBytes", "[plan]") {
   CHECK(FormatBytes(2 * GiB) == "2.0 GiB");
 }
 
+TEST_CASE("PlanFileDescriptors and OpenFileLimitProblem: the arithmetic, and a limit that holds it", "[plan]") {
+  const FileDescriptorPlan queued = PlanFileDescriptors(1116, true, 256);
+  CHECK(queued.needed == 1116 * 2 + 256 + kOtherFileDescriptors);
+  CHECK(queued.arithmetic == "1116 data files x 2 (each with its io_uring queue) + 256 control connections + 64 others = 2552");
+  const FileDescriptorPlan plain = PlanFileDescriptors(1, false, 256);
+  CHECK(plain.needed == 1 + 256 + 64);
+  CHECK(plain.arithmetic == "1 data file + 256 control connections + 64 others = 321");
+  CHECK(OpenFileLimitProblem(queued, 2552, 4096).empty());
+  CHECK(OpenFileLimitProblem(queued, 2551, 2551) ==
+        "this job may hold 2552 file descriptors at once (1116 data files x 2 (each with its io_uring queue) + 256 "
+        "control connections + 64 others = 2552), more than the open-file limit 2551 (RLIMIT_NOFILE, hard limit "
+        "2551): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit) or lower pipeline.cycle_length");
+}
+
 }  // namespace
 }  // namespace ringfeed

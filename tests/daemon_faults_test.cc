@@ -10,6 +10,7 @@
 //     under skip, with and without drop_remainder;
 //   * broken configs: exit status 2 and file:line:column: key.
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -410,6 +411,64 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK_THAT(status["errors"]["last_error"].get<std::string>(), Catch::Contains(bad + ": record 6"));
     CHECK_THAT(daemon.Stderr(), Catch::Contains("skipped (on_error: skip)"));
     CHECK(daemon.Stop().ToString() == "exit 0");
+  }
+}
+
+TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run time fatal, even under on_error: skip") {
+  TempDir dir;
+  for (int f = 0; f < 40; ++f) WriteIdFile(dir.file("part-" + std::to_string(100 + f) + ".tfrecord"), f * 10, 10);
+  SECTION("a cycle_length the open-file limit cannot hold: exit 2 before anything starts") {
+    DaemonProcess daemon(dir.path(), "fd-start",
+                         IdJobConfig("fd-start", dir.file("*.tfrecord"), "pipeline: {cycle_length: 30}\n"));
+    DaemonStart start;
+    start.wrapper = {"bash", "-c", "ulimit -n 200 && exec \"$@\"", "bash"};  // soft and hard
+    REQUIRE_FALSE(daemon.Start(start));
+    INFO(daemon.Stderr());
+    REQUIRE(daemon.exit_status());
+    CHECK(daemon.exit_status()->ToString() == "exit 2");
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("more than the open-file limit 200 (RLIMIT_NOFILE, hard limit 200)"));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains(" control connections + 64 others = "));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("lower pipeline.cycle_length"));
+    // `ringfeedctl check` under the same limit refuses the same way, before any daemon.
+    const CommandResult check =
+        RunCommand({"/bin/bash", "-c", "ulimit -n 200 && exec \"$@\"", "bash", CtlBinary(), "check", daemon.config_path()});
+    INFO(check.out << check.err);
+    CHECK(check.status.ToString() == "exit 2");
+    CHECK_THAT(check.err, Catch::Contains("ringfeedd would refuse to start this job: this job may hold "));
+    CHECK_THAT(check.err, Catch::Contains("more than the open-file limit 200"));
+  }
+  SECTION("a limit lowered under a running job (prlimit): the job fails naming the limit, no file is skipped") {
+    DaemonProcess daemon(dir.path(), "fd-run",
+                         "job: fd-run\n"
+                         "source: {files: [\"" + dir.file("*.tfrecord") + "\"], on_error: skip}\n"
+                         "features:\n" + IdFeaturesYaml() +
+                         "epochs: 0\nbatch: {size: 5}\npipeline: {cycle_length: 1}\n");
+    RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+    auto client = Client::Attach(daemon.client_options());
+    Batch batch;
+    REQUIRE(client->Next(kEventually, &batch) == Client::Status::kBatch);
+    batch = Batch();
+    // 0-2 are stdin, stdout and stderr: every descriptor the daemon opens from now on fails.
+    const rlimit three{3, 3};
+    REQUIRE(::prlimit(daemon.pid(), RLIMIT_NOFILE, &three, nullptr) == 0);
+    std::string error;
+    const auto start = Clock::now();
+    while (error.empty() && Clock::now() - start < kEventually) {
+      try {
+        client->Next(std::chrono::milliseconds(500), &batch);
+        batch = Batch();
+      } catch (const ClientError& e) {
+        error = e.what();
+      }
+    }
+    INFO("ringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE_FALSE(error.empty());
+    CHECK_THAT(error, Catch::Contains("out of file descriptors"));
+    CHECK_THAT(error, Catch::Contains("this process may have 3 files open, RLIMIT_NOFILE"));
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    CHECK(status->ToString() == "exit 1");
+    CHECK_THAT(daemon.Stderr(), !Catch::Contains("skipped (on_error: skip)"));
   }
 }
 
