@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <map>
+#include <system_error>
 
+#include "daemon/budget.h"
 #include "daemon/sched_clock.h"
 #include "daemon/thread_name.h"
 #include "shm/ring.h"
@@ -57,9 +59,21 @@ void Autotune::Stop() {
 void Autotune::Apply(const TunerKnobs& before, const TunerKnobs& k) {
   // Memory first: shrink the per-file read-ahead before adding readers (more open files).
   if (k.stream_buffer_bytes != before.stream_buffer_bytes) pipeline_.SetStreamBufferBytes(k.stream_buffer_bytes);
-  if (k.readers != before.readers) pipeline_.SetReaders(static_cast<size_t>(k.readers));
+  // A thread that cannot start (ulimit -v, ulimit -u) leaves that stage as it was: the raise then
+  // gains nothing and the tuner takes it back.
+  try {
+    if (k.readers != before.readers) pipeline_.SetReaders(static_cast<size_t>(k.readers));
+  } catch (const std::system_error& e) {
+    spdlog::error("autotune: readers {} -> {}: {}; the readers running go on", before.readers, k.readers,
+                  ThreadStartFailure(e));
+  }
   if (k.reads_per_file != before.reads_per_file) pipeline_.SetReadsPerFile(static_cast<size_t>(k.reads_per_file));
-  if (k.workers != before.workers) pipeline_.SetWorkers(static_cast<size_t>(k.workers));
+  try {
+    if (k.workers != before.workers) pipeline_.SetWorkers(static_cast<size_t>(k.workers));
+  } catch (const std::system_error& e) {
+    spdlog::error("autotune: workers {} -> {}: {}; the workers running go on", before.workers, k.workers,
+                  ThreadStartFailure(e));
+  }
   if (k.prefetch != before.prefetch) pipeline_.SetPrefetch(static_cast<size_t>(k.prefetch));
 }
 

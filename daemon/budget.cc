@@ -3,6 +3,7 @@
 #include "shm/segment.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -644,6 +645,29 @@ std::string OpenFileLimitProblem(const FileDescriptorPlan& fds, uint64_t limit, 
          "), more than the open-file limit " + std::to_string(limit) + " (RLIMIT_NOFILE, hard limit " +
          std::to_string(hard) + "): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit) or lower "
          "pipeline.cycle_length";
+}
+
+std::string OutOfMemory(const std::exception& error) {
+  rlimit limit{};
+  const bool limited = ::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY;
+  return std::string("out of memory (") + error.what() +
+         (limited ? "; this process's address space is limited to " + FormatBytes(limit.rlim_cur) + ", ulimit -v)"
+                  : std::string("; the system, its overcommit policy or the cgroup's memory.max ran out)"));
+}
+
+std::string ThreadStartFailure(const std::system_error& error) {
+  std::string limits;
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    limits += "address space " + FormatBytes(limit.rlim_cur) + " (ulimit -v)";
+  }
+  if (::getrlimit(RLIMIT_NPROC, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    limits += (limits.empty() ? "" : ", ") + std::to_string(limit.rlim_cur) +
+              " processes and threads of this user (ulimit -u)";
+  }
+  return "cannot start a thread: " + error.code().message() +
+         (limits.empty() ? std::string(" (no address-space or process limit is set: the system ran out)")
+                         : " (this process's limits: " + limits + ")");
 }
 
 }  // namespace ringfeed

@@ -59,6 +59,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 namespace ringfeed {
@@ -244,6 +245,14 @@ FileDescriptorPlan PlanFileDescriptors(int64_t open_files, bool queued_reads, ui
 // What is wrong when `fds` does not fit under the open-file limit `limit` (RLIMIT_NOFILE's soft
 // value; ringfeedd raises it to `hard` first), with the arithmetic and the fix; "" when it fits.
 std::string OpenFileLimitProblem(const FileDescriptorPlan& fds, uint64_t limit, uint64_t hard);
+
+// "cannot start a thread: Resource temporarily unavailable (this process's limits: address
+// space 29.3 MiB (ulimit -v), 95612 processes and threads of this user (ulimit -u))": for a
+// std::thread that failed to start (std::system_error), naming the limits that are set.
+std::string ThreadStartFailure(const std::system_error& error);
+// "out of memory (std::bad_alloc; this process's address space is limited to 48.8 MiB, ulimit -v)",
+// or without a limit "... the system, its overcommit policy or the cgroup's memory.max ran out".
+std::string OutOfMemory(const std::exception& error);
 
 // ---- Process memory ---------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "daemon/budget.h"
 #include "daemon/thread_clock.h"
 #include "daemon/thread_name.h"
 #include "shm/futex.h"
@@ -87,7 +88,13 @@ Pipeline::~Pipeline() {
 void Pipeline::Start() {
   SetWorkers(options_.workers);
   sequencer_thread_ = std::thread([this] {
-    RunSequencer();
+    try {
+      RunSequencer();
+    } catch (const std::bad_alloc& e) {  // the batches it forms, the shuffle buffer
+      Fail("the sequencer: " + OutOfMemory(e));
+    } catch (const std::exception& e) {
+      Fail(std::string("the sequencer: ") + e.what());
+    }
     sequencer_returned_ = true;
   });
 }
@@ -255,7 +262,7 @@ void Pipeline::RunSequencer() {
   if (stopping_) return;
   lock.unlock();
   if (outcome == Sequencer::Outcome::kFailed) {
-    Fail(sequencer_->failure() + " (on_error: fail)");
+    Fail(sequencer_->failure() + (options_.sequencer.skip_errors ? "" : " (on_error: fail)"));
   } else {
     Finish(PipelineEnd::kEndOfData, sequencer_->ended_early());
   }
@@ -284,8 +291,14 @@ void Pipeline::RunWorker(size_t id) {
     }
     const int64_t parse_start = MonotonicNs();
     const int64_t parse_cpu_start = ThreadCpuNs();
-    BatchWriter::Result result = writer.Write(work.job, work.slot, options_.sequencer.skip_errors,
-                                              options_.sequencer.files);
+    BatchWriter::Result result;
+    try {
+      result = writer.Write(work.job, work.slot, options_.sequencer.skip_errors, options_.sequencer.files);
+    } catch (const std::bad_alloc& e) {  // its parse scratch
+      result.error = "parse worker " + std::to_string(id) + ": " + OutOfMemory(e);
+    } catch (const std::exception& e) {
+      result.error = "parse worker " + std::to_string(id) + ": " + e.what();
+    }
     parse_cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - parse_cpu_start), std::memory_order_relaxed);
     parse_busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - parse_start), std::memory_order_relaxed);
     for (const std::string& skipped : result.skipped) NoteSkipped(skipped, true);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "daemon/budget.h"
 #include "daemon/thread_clock.h"
 #include "daemon/thread_name.h"
 
@@ -345,6 +346,7 @@ void ReadAhead::Run(size_t id) {
     // Items are built here and then moved into `items` whole: its memory was last written by
     // the consumer's core, and a store-only move does not wait for each line to come back
     // (assigning field by field read the old values first: the reader's top cost).
+    try {
     while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room) &&
            !stop_requested_.load(std::memory_order_relaxed)) {
       Record record;
@@ -380,6 +382,25 @@ void ReadAhead::Run(size_t id) {
       }
       bytes += size;
       items.push_back(std::move(item));
+    }
+    } catch (const std::bad_alloc& e) {
+      // A chunk, a large record's own allocation, the turn's items: the machine's limit, not
+      // the file's, so the stream ends with an error that on_error: skip does not pass over.
+      StreamItem failed;
+      failed.kind = StreamItem::Kind::kError;
+      failed.error = std::make_unique<ReadError>();
+      ReadError& oom = *failed.error;
+      oom.kind = ReadErrorKind::kOutOfMemory;
+      oom.file = stream->path_;
+      oom.record_index = stream->reader_.records_read();
+      oom.offset = stream->reader_.offset();
+      oom.message = stream->path_ + ": record " + std::to_string(oom.record_index) + " at byte " +
+                    std::to_string(oom.offset) + ": reading it ahead: " + OutOfMemory(e);
+      items.push_back(std::move(failed));
+      StreamItem end;
+      end.kind = StreamItem::Kind::kEnd;
+      items.push_back(std::move(end));
+      finished = true;
     }
 
     if (finished) stream->chunk_.Retire();  // no more records: only they keep it alive now

@@ -741,6 +741,11 @@ int RunDaemon(const DaemonOptions& options) {
   } catch (const shm::ShmError& e) {
     spdlog::error("{}", e.what());
     return 1;
+  } catch (const std::system_error& e) {
+    // std::thread's only failure: no thread could be made.
+    const bool thread = e.code() == std::errc::resource_unavailable_try_again;
+    spdlog::error("{}", thread ? ThreadStartFailure(e) : std::string(e.what()));
+    return 1;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
     return 1;

@@ -175,10 +175,11 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         // A bad record of another record shard is that shard's (it counts and reports it); an
         // error that ends the file concerns every shard reading it.
         if (item.error->recoverable && !shard_.OwnsRecord(item.error->record_index)) continue;
-        // Out of file descriptors is the machine's limit, not a bad file: never skipped.
-        if (!options_.skip_errors || item.error->kind == ReadErrorKind::kOutOfFileDescriptors) {
+        // Out of file descriptors or memory is the machine's limit, not a bad file: never skipped.
+        if (!options_.skip_errors || IsMachineLimit(item.error->kind)) {
           finish(0);  // the good records read before the error are still delivered
           failure_ = item.error->message;
+          if (options_.skip_errors) failure_ += " (not skipped: a limit of the machine, not a bad file)";
           return false;
         }
         records_skipped_.fetch_add(1, std::memory_order_relaxed);

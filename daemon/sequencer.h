@@ -52,7 +52,7 @@ struct SequencerOptions {
   uint32_t queues = 1;
   int64_t shard_index = 0;
   int64_t shard_count = 1;
-  bool skip_errors = false;  // on_error: skip (never an open out of file descriptors: that fails)
+  bool skip_errors = false;  // on_error: skip (never a machine's limit, IsMachineLimit: that fails)
   // Files opened ahead of their turn in the interleave, so the read-ahead can start on them
   // (0: cycle_length). Never changes the order; changeable with SetLookahead.
   int64_t lookahead_files = 0;
@@ -77,7 +77,7 @@ class Sequencer {
 
   enum class Outcome {
     kEndOfData,  // every epoch ran (never with epochs: 0 unless the data yields no batches)
-    kFailed,     // a read error under on_error: fail, or out of file descriptors; failure() says which
+    kFailed,     // a read error under on_error: fail, or a machine's limit; failure() says which
     kStopped,    // Stop() was called or `emit` returned false
   };
   // Calls `emit` for each batch in order; `emit` may block (back-pressure) and returns false

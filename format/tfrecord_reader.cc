@@ -59,6 +59,7 @@ std::string_view ReadErrorKindName(ReadErrorKind kind) {
     case ReadErrorKind::kDecompression: return "decompression error";
     case ReadErrorKind::kIo: return "I/O error";
     case ReadErrorKind::kOutOfFileDescriptors: return "out of file descriptors";
+    case ReadErrorKind::kOutOfMemory: return "out of memory";
     case ReadErrorKind::kInvalidExample: return "invalid Example";
   }
   return "?";

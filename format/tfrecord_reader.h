@@ -84,11 +84,20 @@ enum class ReadErrorKind {
   // (ENFILE) has no file descriptor left: a limit of the machine, not a fault of the file, so
   // a caller that skips bad files (on_error: skip) must not skip it.
   kOutOfFileDescriptors,
+  // Memory ran out while the file was read ahead (std::bad_alloc: ulimit -v, an overcommit or
+  // cgroup limit). Never raised by TFRecordReader: ReadAhead (daemon/read_ahead.h) makes it.
+  kOutOfMemory,
   // The record is intact but its Example does not match the job's spec (recoverable). Never
   // raised by TFRecordReader: ReadAhead's record check (daemon/read_ahead.h) makes it.
   kInvalidExample,
 };
 std::string_view ReadErrorKindName(ReadErrorKind kind);  // "truncated record", ...
+// Whether `kind` is a limit of the machine rather than a fault of the file (out of file
+// descriptors, out of memory): a caller that skips bad files (on_error: skip) must stop instead,
+// or the records it could not read would be lost without a word.
+inline bool IsMachineLimit(ReadErrorKind kind) {
+  return kind == ReadErrorKind::kOutOfFileDescriptors || kind == ReadErrorKind::kOutOfMemory;
+}
 
 struct ReadError {
   ReadErrorKind kind;

@@ -472,6 +472,53 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
   }
 }
 
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // their shadow memory needs more address space
+TEST_CASE("a small address space (ulimit -v): a clear error naming the limit, never an abort; not skipped") {
+  TempDir dir;
+  for (int f = 0; f < 8; ++f) WriteIdFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 1000, 1000);
+  // From too small to start a thread, through running out while reading ahead (a window of a
+  // few MiB on this build), to enough.
+  int threads = 0, memory = 0, fitted = 0;
+  for (int limit_kib = 40000; limit_kib <= 64000; limit_kib += 2000) {
+    DaemonProcess daemon(dir.path(), "small-as",
+                         "job: small-as\n"
+                         "source: {files: [\"" + dir.file("*.tfrecord") + "\"], on_error: skip}\n"
+                         "features:\n" + IdFeaturesYaml() + "batch: {size: 100}\n");
+    DaemonStart start = WithArgs({"--exit-when-done"});
+    start.wrapper = {"bash", "-c", "ulimit -v " + std::to_string(limit_kib) + " && exec \"$@\"", "bash"};
+    if (daemon.Start(start)) {  // it fails at start or later, depending on where memory runs out
+      ConsumerSpec spec;
+      spec.client = daemon.client_options();
+      ConsumeInProcess(spec);  // to the end of the data, or the daemon's error
+    }
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    const std::string err = daemon.Stderr();
+    INFO("ulimit -v " << limit_kib << ", " << status->ToString() << ", stderr:\n" << err);
+    CHECK_THAT(err, !Catch::Contains("terminate called"));
+    REQUIRE(status->exited);
+    if (status->code == 0) {
+      ++fitted;
+      continue;
+    }
+    CHECK(status->code == 1);
+    const bool thread = err.find("cannot start a thread: Resource temporarily unavailable (this process's "
+                                 "limits: address space ") != std::string::npos;
+    const bool oom = err.find("out of memory (std::bad_alloc; this process's address space is limited to ") !=
+                     std::string::npos;
+    CHECK((thread || oom));
+    threads += thread;
+    memory += oom;
+    if (oom) CHECK_THAT(err, Catch::Contains("(not skipped: a limit of the machine, not a bad file)"));
+    CHECK_THAT(err, !Catch::Contains("skipped (on_error: skip)"));
+  }
+  INFO(threads << " runs without a thread, " << memory << " out of memory, " << fitted << " fitted");
+  CHECK(threads > 0);
+  CHECK(fitted > 0);
+  if (memory == 0) WARN("no limit ran out of memory while reading ahead on this build");
+}
+#endif
+
 TEST_CASE("on_error: skip with records that do not match the spec: taken out before batching, every batch full") {
   TempDir dir;
   // ids 0..19; records 4 and 11 carry "id" as a float (data types don't match the int64 spec).
