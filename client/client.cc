@@ -111,6 +111,10 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
   if (options.job.empty()) {
     throw ClientError("ClientOptions::job is empty: set it to the job's name (the job: key of its config)");
   }
+  if (options.rank < -1) {
+    throw ClientError("ClientOptions::rank " + std::to_string(options.rank) +
+                      ": a rank is 0 or more (consumers.mode: ranks), or -1 for shared mode");
+  }
   auto a = std::make_shared<detail::Attachment>();
   a->fork_generation = ForkGeneration();
   a->job = options.job;

@@ -26,6 +26,9 @@
  * Lifetimes: an rf_batch holds its shared-memory slot until rf_batch_release; pointers in an
  * rf_tensor (data, value_offsets, row_splits, name) are valid until then. rf_detach may be
  * called with batches still held: the connection and mapping stay until the last is released.
+ * rf_batch_release and rf_detach free their handle, as free() does: a handle must not be used,
+ * released or detached again after that (a second call is undefined behaviour, typically a
+ * crash; set your pointer to NULL after the call, which both accept).
  * Threads: rf_next may be called on one client from several threads at once; one rf_batch must
  * not be used from two threads while one of them releases it; rf_detach frees the client, so no
  * other thread may be in (or enter) a call on that client then. Batches may be released after.
@@ -124,7 +127,8 @@ typedef struct rf_row_source {
 
 /* Attaches to ringfeedd for options->job. On RF_OK, *client must be rf_detach'ed. */
 int rf_attach(const rf_attach_options* options, rf_client** client, char* err, size_t err_len);
-/* Detaches (NULL is fine). Batches still held stay valid until released. */
+/* Detaches (NULL is fine) and frees the handle: never call it twice on one client. Batches
+ * still held stay valid until released. */
 void rf_detach(rf_client* client);
 
 /* Waits at most timeout_ms (0 = just look, < 0 = no limit) for the next batch. RF_OK: *batch is set and must
@@ -150,7 +154,8 @@ int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source);
  * range too). Thread-safe. */
 int64_t rf_file_count(rf_client* client);
 int64_t rf_file_path(rf_client* client, size_t index, char* buf, size_t buf_len);
-/* Hands the slot back to the daemon and frees the handle (NULL is fine). */
+/* Hands the slot back to the daemon and frees the handle (NULL is fine): never call it twice
+ * on one batch. */
 void rf_batch_release(rf_batch* batch);
 
 size_t rf_schema_count(const rf_client* client);

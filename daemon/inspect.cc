@@ -502,10 +502,11 @@ void PrintSchemaTable(const Schema& schema, size_t files, std::ostream& out) {
 constexpr size_t kMaxSchemaNameBytes = 127;
 constexpr size_t kMaxSchemaFeatures = 256;
 
-void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
+// Returns how many features were left out because a job holds at most kMaxSchemaFeatures.
+size_t PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
   if (schema.features.empty()) {
     out << "# no features found\nfeatures: {}\n";
-    return;
+    return 0;
   }
   struct Line {
     std::string key, spec, why;
@@ -513,6 +514,7 @@ void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
   std::vector<Line> lines;
   size_t key_width = 0, spec_width = 0;
   size_t specs = 0;  // features given a spec so far
+  size_t over_limit = 0;
   for (const auto& [name, s] : schema.features) {
     Line line{YamlKey(name) + ":", "", ""};
     if (name.empty()) line.why = "left out: a job config does not accept an empty feature name";
@@ -528,6 +530,7 @@ void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
                  std::to_string(kMaxSchemaNameBytes);
     } else if (specs >= kMaxSchemaFeatures) {
       line.why = "left out: a job has at most " + std::to_string(kMaxSchemaFeatures) + " features";
+      ++over_limit;
     } else {
       line.spec = SpecFor(s, schema.records, &line.why);
     }
@@ -546,6 +549,7 @@ void PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
     if (!line.why.empty()) out << std::string(spec_width - line.spec.size(), ' ') << "  # " << line.why;
     out << '\n';
   }
+  return over_limit;
 }
 
 Json SchemaJson(const Schema& schema, size_t files) {
@@ -615,7 +619,12 @@ int RunSchema(const InspectOptions& options, std::ostream& out, std::ostream& er
     out << Dump(SchemaJson(schema, options.files.size())) << '\n';
   } else {
     PrintSchemaTable(schema, options.files.size(), out);
-    PrintFeaturesBlock(schema, out);
+    const size_t over_limit = PrintFeaturesBlock(schema, out);
+    if (over_limit > 0) {
+      err << "schema: " << over_limit << " more features than a job may hold (at most " << kMaxSchemaFeatures
+          << "): the features block has the first " << kMaxSchemaFeatures
+          << " in name order and lists the others as comments; keep the ones to train on\n";
+    }
   }
   return ExitFor(schema.problems + mixed);
 }

@@ -318,6 +318,9 @@ TEST_CASE("client: refusals carry the daemon's message; no daemon names the fix"
                         Catch::Contains("is ringfeedd running for job nojob"));
   ClientOptions empty;
   CHECK_THROWS_WITH(Client::Attach(empty), Catch::Contains("job is empty"));
+  ClientOptions negative = Attach(dir, "nojob", -7);  // refused before any connection is tried
+  CHECK_THROWS_WITH(Client::Attach(negative),
+                    "ClientOptions::rank -7: a rank is 0 or more (consumers.mode: ranks), or -1 for shared mode");
 }
 
 TEST_CASE("client: ranks mode delivers queue r to rank r only") {

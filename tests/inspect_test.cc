@@ -825,6 +825,27 @@ TEST_CASE("inspect --schema: names beyond U+FFFF and with NUL bytes") {
   CHECK(ParseAllWithSchema(r.out, {path}) == 3);
 }
 
+TEST_CASE("inspect --schema with more features than a job holds: the first 256 in the block, the rest named, a note") {
+  TempDir dir;
+  std::vector<std::string> entries;
+  for (int f = 0; f < 300; ++f) {
+    char name[8];
+    std::snprintf(name, sizeof name, "f%03d", f);
+    entries.push_back(FloatEntry(name, {static_cast<float>(f)}));
+  }
+  const std::string path = dir.file("wide.tfrecord");
+  WriteRecords(path, {Example(entries), Example(entries)});
+  CtlResult r = Ctl({"inspect", "--schema", path});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.err == "schema: 44 more features than a job may hold (at most 256): the features block has the first 256 "
+                 "in name order and lists the others as comments; keep the ones to train on\n");
+  CHECK(r.out.find("  f255: {type: fixed, dtype: float32, shape: []}\n") != std::string::npos);
+  CHECK(r.out.find("  # f256: left out: a job has at most 256 features\n") != std::string::npos);
+  CHECK(r.out.find("  # f299: left out: a job has at most 256 features\n") != std::string::npos);
+  CHECK(ParseAllWithSchema(r.out, {path}) == 2);
+}
+
 TEST_CASE("inspect --schema reports a feature seen with two kinds") {
   TempDir dir;
   const std::string path = dir.file("mixed.tfrecord");
