@@ -511,9 +511,17 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
     return MakeError(ReadErrorKind::kCorruptedLength, detail, error);
   }
   if (length > options_.max_record_bytes) {
+    // A plain file's size tells a length that cannot be genuine, which no max_record_bytes fixes.
+    const uint64_t after_header = offset_ + kRecordHeaderBytes;
+    const uint64_t left = plain_file_size_ > after_header ? plain_file_size_ - after_header : 0;
+    const std::string hint =
+        plain_file_size_ > 0 && length > left
+            ? " (the file has only " + std::to_string(left) +
+                  " bytes after this header: the length is corrupt, or the file was cut short)"
+            : " (raise max_record_bytes if the record is genuine)";
     Status s = MakeError(ReadErrorKind::kRecordTooLarge,
                          "length " + std::to_string(length) + " bytes exceeds max_record_bytes " +
-                             std::to_string(options_.max_record_bytes) + " (raise max_record_bytes if the record is genuine)",
+                             std::to_string(options_.max_record_bytes) + hint,
                          error);
     // Saturating: a length near 2^64 (with a valid length CRC) must not wrap; the skip then
     // runs into the end of the file (a truncated record).

@@ -26,6 +26,7 @@
 #include "config/job_config.h"
 #include "daemon/inspect.h"
 #include "daemon/json_values.h"
+#include "format/crc32c.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
 #include "format/tfrecord_reader.h"
@@ -716,6 +717,22 @@ TEST_CASE("inspect --compression overrides detection; --max-record-bytes") {
   CHECK(big.err.find(plain + ": record 0 at byte 0: record too large: length " + std::to_string(records[0].size()) +
                      " bytes exceeds max_record_bytes 16 (raise --max-record-bytes") == 0);
   CHECK(big.ErrLines()[1].find(": record 1 at byte " + std::to_string(OffsetOf(records, 1)) + ": record too large") != std::string::npos);
+
+  // A length no file this size can hold (its CRC intact): no --max-record-bytes would fix it.
+  std::string huge(8, '\0');
+  const uint64_t length = uint64_t{1} << 62;
+  std::memcpy(huge.data(), &length, 8);
+  const uint32_t crc = MaskedCrc32c(huge.data(), 8);
+  huge.append(reinterpret_cast<const char*>(&crc), 4);
+  huge += std::string(100, 'x');
+  const std::string corrupt = dir.file("huge-length");
+  testing::WriteFile(corrupt, testing::FrameRecords({records[0]}) + huge);
+  CtlResult cut = Ctl({"inspect", "--count", "--max-record-bytes", "1TiB", corrupt});
+  CHECK(cut.status == 1);
+  CHECK_THAT(cut.err, Catch::Contains(corrupt + ": record 1 at byte " + std::to_string(OffsetOf(records, 1)) +
+                                      ": record too large: length 4611686018427387904 bytes exceeds max_record_bytes "
+                                      "1099511627776 (the file has only 100 bytes after this header: the length is "
+                                      "corrupt, or the file was cut short)"));
 }
 
 // ---------------------------------------------------------------------------------------------
