@@ -54,7 +54,7 @@ class ControlServer {
 
   // Connections beyond this are closed at once, so clients that connect and say nothing can't
   // use up the daemon's file descriptors (it needs them to open data files); the daemon's
-  // open-file limit leaves room for all of them (FdPlan, daemon/budget.h).
+  // open-file limit leaves room for all of them (PlanFileDescriptors, daemon/budget.h).
   static constexpr size_t kMaxConnections = 256;
 
   // Binds and listens on `socket_path` (an existing file there is removed first: the caller

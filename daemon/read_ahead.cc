@@ -347,42 +347,42 @@ void ReadAhead::Run(size_t id) {
     // the consumer's core, and a store-only move does not wait for each line to come back
     // (assigning field by field read the old values first: the reader's top cost).
     try {
-    while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room) &&
-           !stop_requested_.load(std::memory_order_relaxed)) {
-      Record record;
-      StreamItem item;
-      allocator.NextRecord();
-      const auto status = stream->reader_.NextInto(allocator, &record, &error);
-      if (status == TFRecordReader::Status::kEnd) {
-        item.kind = StreamItem::Kind::kEnd;
+      while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room) &&
+             !stop_requested_.load(std::memory_order_relaxed)) {
+        Record record;
+        StreamItem item;
+        allocator.NextRecord();
+        const auto status = stream->reader_.NextInto(allocator, &record, &error);
+        if (status == TFRecordReader::Status::kEnd) {
+          item.kind = StreamItem::Kind::kEnd;
+          items.push_back(std::move(item));
+          finished = true;
+          break;
+        }
+        if (status == TFRecordReader::Status::kError) {
+          item.kind = StreamItem::Kind::kError;
+          item.error = std::make_unique<ReadError>(std::move(error));
+          items.push_back(std::move(item));
+          continue;  // a non-recoverable error: the next Next() is kEnd
+        }
+        const uint64_t size = record.data.size();
+        item.kind = StreamItem::Kind::kRecord;
+        allocator.Take(size, &item.record);
+        item.record.size = size;
+        item.record.file_index = stream->file_index_;
+        item.record.record_index = record.index;
+        item.record.offset = record.offset;
+        ++records;
+        payload += size;
+        if (check_ && !check_(item.record, &why)) {
+          StreamItem invalid = InvalidRecord(stream->path_, item.record, why);
+          bytes += invalid.record.size;
+          items.push_back(std::move(invalid));
+          continue;
+        }
+        bytes += size;
         items.push_back(std::move(item));
-        finished = true;
-        break;
       }
-      if (status == TFRecordReader::Status::kError) {
-        item.kind = StreamItem::Kind::kError;
-        item.error = std::make_unique<ReadError>(std::move(error));
-        items.push_back(std::move(item));
-        continue;  // a non-recoverable error: the next Next() is kEnd
-      }
-      const uint64_t size = record.data.size();
-      item.kind = StreamItem::Kind::kRecord;
-      allocator.Take(size, &item.record);
-      item.record.size = size;
-      item.record.file_index = stream->file_index_;
-      item.record.record_index = record.index;
-      item.record.offset = record.offset;
-      ++records;
-      payload += size;
-      if (check_ && !check_(item.record, &why)) {
-        StreamItem invalid = InvalidRecord(stream->path_, item.record, why);
-        bytes += invalid.record.size;
-        items.push_back(std::move(invalid));
-        continue;
-      }
-      bytes += size;
-      items.push_back(std::move(item));
-    }
     } catch (const std::bad_alloc& e) {
       // A chunk, a large record's own allocation, the turn's items: the machine's limit, not
       // the file's, so the stream ends with an error that on_error: skip does not pass over.
