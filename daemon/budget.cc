@@ -661,7 +661,8 @@ std::string ThreadStartFailure(const std::system_error& error) {
   if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     limits += "address space " + FormatBytes(limit.rlim_cur) + " (ulimit -v)";
   }
-  if (::getrlimit(RLIMIT_NPROC, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+  // RLIMIT_NPROC does not bind root.
+  if (::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     limits += (limits.empty() ? "" : ", ") + std::to_string(limit.rlim_cur) +
               " processes and threads of this user (ulimit -u)";
   }

@@ -248,7 +248,8 @@ std::string OpenFileLimitProblem(const FileDescriptorPlan& fds, uint64_t limit, 
 
 // "cannot start a thread: Resource temporarily unavailable (this process's limits: address
 // space 29.3 MiB (ulimit -v), 95612 processes and threads of this user (ulimit -u))": for a
-// std::thread that failed to start (std::system_error), naming the limits that are set.
+// std::thread that failed to start (std::system_error), naming the limits that are set (the
+// process limit only where it applies: not for root).
 std::string ThreadStartFailure(const std::system_error& error);
 // "out of memory (std::bad_alloc; this process's address space is limited to 48.8 MiB, ulimit -v)",
 // or without a limit "... the system, its overcommit policy or the cgroup's memory.max ran out".
