@@ -231,11 +231,14 @@ int64_t OpenFiles(int64_t cycle_length, int64_t lookahead_files, int64_t files);
 // Descriptors a job may hold at once, checked against RLIMIT_NOFILE at start (ringfeedd raises
 // its soft limit to the hard one first): the data files open at once (MemoryPlan::open_files),
 // each with its io_uring instance when reads can be queued, the control connections
-// (ControlServer::kMaxConnections) and kOtherFileDescriptors for the rest (stdio, log, lock,
+// (kMaxControlConnections) and kOtherFileDescriptors for the rest (stdio, log, lock,
 // socket, epoll and timers, the segment while it is mapped, sd_notify, files sampled at start).
 // Out of descriptors, the daemon could open neither its next data file nor a trainer's
 // connection.
 constexpr uint64_t kOtherFileDescriptors = 64;
+// ControlServer closes connections beyond this at once, so clients that connect and say nothing
+// can't use up the descriptors the daemon needs for its data files.
+constexpr uint64_t kMaxControlConnections = 256;
 struct FileDescriptorPlan {
   uint64_t needed = 0;
   // "1116 data files x 2 (each with its io_uring queue) + 256 control connections + 64 others = 2552"

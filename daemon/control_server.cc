@@ -19,6 +19,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/budget.h"
 #include "shm/protocol.h"
 
 namespace ringfeed {
@@ -30,7 +31,7 @@ constexpr size_t kMaxRequestBytes = 64 * 1024;  // a hello or a request is tiny
 // A connection must say hello within this time.
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 // A control connection (ringfeedctl, a monitoring script) that sends no request for this long
-// is closed: idle ones held open could use up kMaxConnections and lock trainers out. Consumers'
+// is closed: idle ones held open could use up kMaxControlConnections and lock trainers out. Consumers'
 // connections stay open as long as they live.
 constexpr auto kControlIdleTimeout = std::chrono::seconds(60);
 // After accept() fails (e.g. EMFILE), wait before trying again instead of spinning.
@@ -273,9 +274,9 @@ void ControlServer::Accept() {
       });
       return;
     }
-    if (connections_ >= kMaxConnections) {  // refuse this one, saying why (best effort)
+    if (connections_ >= kMaxControlConnections) {  // refuse this one, saying why (best effort)
       const std::string message = nlohmann::json{{"type", "error"},
-                                                  {"message", "ringfeedd has " + std::to_string(kMaxConnections) +
+                                                  {"message", "ringfeedd has " + std::to_string(kMaxControlConnections) +
                                                                   " control connections open already; try again"}}
                                       .dump() + "\n";
       boost::system::error_code ignored;

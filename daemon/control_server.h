@@ -52,11 +52,6 @@ class ControlServer {
     uint64_t instance_id = 0;
   };
 
-  // Connections beyond this are closed at once, so clients that connect and say nothing can't
-  // use up the daemon's file descriptors (it needs them to open data files); the daemon's
-  // open-file limit leaves room for all of them (PlanFileDescriptors, daemon/budget.h).
-  static constexpr size_t kMaxConnections = 256;
-
   // Binds and listens on `socket_path` (an existing file there is removed first: the caller
   // has made sure no live daemon owns it). `mode` 0600 or 0660; `group` chowns the socket.
   // Throws std::runtime_error naming the path on failure.

@@ -8,7 +8,6 @@
 #include <set>
 
 #include "daemon/budget.h"
-#include "daemon/control_server.h"
 #include "daemon/file_list.h"
 #include "daemon/shard.h"
 #include "daemon/tuning_plan.h"
@@ -72,9 +71,8 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
     std::string ignored;
-    const bool queued_reads = ReadQueue::Available(&ignored);
     const TuningPlan plan = PlanTuning(config, sample, static_cast<int64_t>(shard_files.size()), queues,
-                                       baseline_private_rss, queued_reads);
+                                       baseline_private_rss, ReadQueue::Available(&ignored));
     result->slot_bytes = plan.slot_bytes;
     result->sample_records = sample.records;
     result->cpu_budget_cores = plan.autotune.cpu_budget_cores;
@@ -83,10 +81,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     // The open-file limit as ringfeedd started from here would have it: raised to the hard one.
     rlimit limit{};
     if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_max != RLIM_INFINITY) {
-      const bool queues = queued_reads && plan.autotune.limits.max_reads_per_file > 1;
-      result->plan_error = OpenFileLimitProblem(
-          PlanFileDescriptors(plan.memory.open_files, queues, ControlServer::kMaxConnections), limit.rlim_max,
-          limit.rlim_max);
+      result->plan_error = OpenFileLimitProblem(plan.file_descriptors, limit.rlim_max, limit.rlim_max);
     }
   } catch (const BudgetError& e) {
     result->plan_error = e.what();

@@ -273,7 +273,7 @@ void TuneMalloc(const JobConfig& config) {
 // unit sets LimitNOFILE=65536) and refuses a job that could still run out of descriptors
 // (exit 2), with the arithmetic: out of them, the daemon could open neither its next data file
 // nor a trainer's connection.
-void CheckOpenFileLimit(const TuningPlan& plan, bool queued_reads) {
+void CheckOpenFileLimit(const TuningPlan& plan) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
   if (limit.rlim_cur < limit.rlim_max) {
@@ -285,10 +285,8 @@ void CheckOpenFileLimit(const TuningPlan& plan, bool queued_reads) {
       limit = raised;
     }
   }
-  const bool queues = queued_reads && plan.autotune.limits.max_reads_per_file > 1;
-  const FileDescriptorPlan fds = PlanFileDescriptors(plan.memory.open_files, queues, ControlServer::kMaxConnections);
   if (limit.rlim_cur == RLIM_INFINITY) return;
-  const std::string problem = OpenFileLimitProblem(fds, limit.rlim_cur, limit.rlim_max);
+  const std::string problem = OpenFileLimitProblem(plan.file_descriptors, limit.rlim_cur, limit.rlim_max);
   if (!problem.empty()) throw StartupError(problem, 2);
 }
 
@@ -381,7 +379,7 @@ int RunDaemon(const DaemonOptions& options) {
     } catch (const BudgetError& e) {
       throw StartupError(e.what(), 2);
     }
-    CheckOpenFileLimit(plan, queued_reads);
+    CheckOpenFileLimit(plan);
     const TunerKnobs& start = plan.autotune.initial;
     po.readers = static_cast<size_t>(start.readers);
     po.workers = static_cast<size_t>(start.workers);

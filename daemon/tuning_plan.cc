@@ -248,6 +248,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       pc.read_ahead.value_or(Tuner::StartStreamBufferBytes(limits, k.readers, k.reads_per_file));
   plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes &&
                 at.fixed.reads_per_file);
+  plan.file_descriptors =
+      PlanFileDescriptors(plan.memory.open_files, limits.max_reads_per_file > 1, kMaxControlConnections);
   return plan;
 }
 

@@ -74,6 +74,9 @@ struct TuningPlan {
   shm::Geometry geometry;
   MemoryPlan memory;
   AutotuneOptions autotune;   // limits, fixed knobs, starting knobs, budgets and their sources
+  // Descriptors the job may hold at once (memory.open_files, an io_uring queue each where
+  // reads_per_file can go above 1), for the start-up check against RLIMIT_NOFILE.
+  FileDescriptorPlan file_descriptors;
   bool tune = false;          // at least one knob is auto
 };
 
