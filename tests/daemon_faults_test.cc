@@ -437,6 +437,8 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
     CHECK_THAT(check.err, Catch::Contains("ringfeedd would refuse to start this job: this job may hold "));
     CHECK_THAT(check.err, Catch::Contains("more than the open-file limit 200"));
   }
+#if !defined(__SANITIZE_ADDRESS__)  // the ASan+UBSan build: UBSan's vptr check opens a pipe to probe memory,
+                                    // so with no descriptor left it reports "invalid vptr" and halts the daemon
   SECTION("a limit lowered under a running job (prlimit): the job fails naming the limit, no file is skipped") {
     DaemonProcess daemon(dir.path(), "fd-run",
                          "job: fd-run\n"
@@ -470,6 +472,7 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
     CHECK(status->ToString() == "exit 1");
     CHECK_THAT(daemon.Stderr(), !Catch::Contains("skipped (on_error: skip)"));
   }
+#endif
 }
 
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // their shadow memory needs more address space
