@@ -118,14 +118,16 @@ uint64_t TFRecordReader::file_offset() const {
   return inflate_ ? inflate_->compressed_offset() : plain_file_offset_;
 }
 
+void TFRecordReader::EndFile() {
+  done_ = true;
+  viewed_ = 0;  // the window is not read again
+  begin_ = end_ = 0;
+  queue_.reset();  // the file is over: no more reads ahead
+}
+
 TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string detail, ReadError* error) {
   const bool recoverable = kind == ReadErrorKind::kCorruptedData || kind == ReadErrorKind::kRecordTooLarge;
-  if (!recoverable) {
-    done_ = true;
-    viewed_ = 0;  // the window is not read again
-    begin_ = end_ = 0;
-    queue_.reset();  // the file is over: no more reads ahead
-  }
+  if (!recoverable) EndFile();
   error->kind = kind;
   error->file = path_;
   error->record_index = index_;
@@ -514,15 +516,22 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
     // A plain file's size tells a length that cannot be genuine, which no max_record_bytes fixes.
     const uint64_t after_header = offset_ + kRecordHeaderBytes;
     const uint64_t left = plain_file_size_ > after_header ? plain_file_size_ - after_header : 0;
+    const bool beyond_file = plain_file_size_ > 0 && SaturatingAdd(length, kRecordFooterBytes) > left;
     const std::string hint =
-        plain_file_size_ > 0 && length > left
-            ? " (the file has only " + std::to_string(left) +
-                  " bytes after this header: the length is corrupt, or the file was cut short)"
-            : " (raise max_record_bytes if the record is genuine)";
+        beyond_file ? " (the file has only " + std::to_string(left) +
+                          " bytes after this header: the length is corrupt, or the file was cut short)"
+                    : " (raise max_record_bytes if the record is genuine)";
     Status s = MakeError(ReadErrorKind::kRecordTooLarge,
                          "length " + std::to_string(length) + " bytes exceeds max_record_bytes " +
                              std::to_string(options_.max_record_bytes) + hint,
                          error);
+    if (beyond_file) {
+      // Nothing can follow it: skipping would only run into the end of the file and report the
+      // same bad length a second time (as a truncated record). The file ends here.
+      EndFile();
+      error->recoverable = false;
+      return s;
+    }
     // Saturating: a length near 2^64 (with a valid length CRC) must not wrap; the skip then
     // runs into the end of the file (a truncated record).
     discard_total_ = SaturatingAdd(kRecordHeaderBytes + kRecordFooterBytes, length);

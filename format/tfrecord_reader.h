@@ -25,7 +25,9 @@
 //
 // Errors are values (ReadError), never exceptions. Policy (fail or skip) belongs to the caller:
 //   kCorruptedData, kRecordTooLarge  - recoverable: the next Next() continues with the following
-//                                      record (a too-large payload is skipped without storing it);
+//                                      record (a too-large payload is skipped without storing it),
+//                                      except a too-large length that a plain file is too short to
+//                                      hold: that ends the file (one error, not recoverable);
 //   every other kind                 - ends the file: the next Next() returns kEnd. A corrupted
 //                                      length can't be trusted to find the next record, so there
 //                                      is no resynchronisation (as in TensorFlow).
@@ -201,6 +203,7 @@ class TFRecordReader {
   void CopyViewToBuffer();  // Unview without handing the block back
   void DropView();          // hands the shown block back; its bytes are all consumed or copied
   Status MakeError(ReadErrorKind kind, std::string detail, ReadError* error);
+  void EndFile();  // the next Next() returns kEnd; the window and the queue's reads go now
 
   std::string path_;
   ReaderOptions options_;

@@ -255,15 +255,15 @@ TEST_CASE("bad input 4: absurd lengths are rejected before allocating; text file
   WriteFile(dir.file("huge.tfrecord"), FrameRecord("ok") + LengthHeader(~uint64_t{0} - 5) + "garbage");
   Outcome out = ReadAll(dir.file("huge.tfrecord"));
   REQUIRE(out.records.size() == 1);
-  REQUIRE(out.errors.size() == 2);
+  // The file is too short to hold it: one error, then the end (no skip into the end of the file).
+  REQUIRE(out.errors.size() == 1);
   CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
+  CHECK_FALSE(out.errors[0].recoverable);
   CHECK(out.errors[0].record_index == 1);
   CHECK(out.errors[0].offset == 18);
   CHECK_THAT(out.errors[0].message, Catch::Contains(std::to_string(~uint64_t{0} - 5)) &&
                                         Catch::Contains(std::to_string(kDefaultMaxRecordBytes)) &&
                                         Catch::Contains("huge.tfrecord"));
-  // Skipping it runs into the end of the file: a truncation, then the end.
-  CHECK(out.errors[1].kind == ReadErrorKind::kTruncatedRecord);
 
   WriteFile(dir.file("notes.tfrecord"), "This is a text file, not TFRecord.\nSecond line.\n");
   out = ReadAll(dir.file("notes.tfrecord"));
@@ -648,14 +648,31 @@ TEST_CASE("a huge claimed length within the limit is a truncation, not a huge al
 
 TEST_CASE("a too-large record cut short is reported at that record") {
   TempDir dir;
-  WriteFile(dir.file("big.tfrecord"), FrameRecord("ok") + LengthHeader((uint64_t{1} << 31) + 5) + "abc");
-  Outcome out = ReadAll(dir.file("big.tfrecord"));
-  REQUIRE(out.errors.size() == 2);
-  CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
-  CHECK(out.errors[1].kind == ReadErrorKind::kTruncatedRecord);
-  for (const ReadError& e : out.errors) {
-    CHECK(e.record_index == 1);
-    CHECK(e.offset == 18);
+  const std::string bytes = FrameRecord("ok") + LengthHeader((uint64_t{1} << 31) + 5) + "abc";
+  SECTION("plain: the file's size shows the length is impossible: one error, and the file ends there") {
+    WriteFile(dir.file("big.tfrecord"), bytes);
+    Outcome out = ReadAll(dir.file("big.tfrecord"));
+    CHECK(out.records == std::vector<std::string>{"ok"});
+    REQUIRE(out.errors.size() == 1);
+    CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
+    CHECK_FALSE(out.errors[0].recoverable);
+    CHECK(out.errors[0].record_index == 1);
+    CHECK(out.errors[0].offset == 18);
+    CHECK_THAT(out.errors[0].message, Catch::Contains("the file has only 3 bytes after this header"));
+  }
+  SECTION("GZIP: no size to judge by: skipped as too large, then the stream ends inside it") {
+    WriteFile(dir.file("big.tfrecord.gz"), GzipBytes(bytes));
+    Outcome out = ReadAll(dir.file("big.tfrecord.gz"));
+    CHECK(out.records == std::vector<std::string>{"ok"});
+    REQUIRE(out.errors.size() == 2);
+    CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
+    CHECK(out.errors[0].recoverable);
+    CHECK_THAT(out.errors[0].message, Catch::Contains("raise max_record_bytes if the record is genuine"));
+    CHECK(out.errors[1].kind == ReadErrorKind::kTruncatedRecord);
+    for (const ReadError& e : out.errors) {
+      CHECK(e.record_index == 1);
+      CHECK(e.offset == 18);
+    }
   }
 }
 
