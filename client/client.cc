@@ -345,13 +345,18 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
   shm::QueueHeader& queue = a.ring.queue(a.queue);
   // The clock starts when the first look finds nothing: a batch that is already there (the
   // common case for a trainer that keeps up) costs no clock read and no wait accounting.
-  Clock::time_point start{};
+  // The wait is added to the consumer's wait_ns slice by slice (at most kWaitSlice late), not
+  // only when Next returns: a trainer blocked in one long Next shows as waiting in `status` and
+  // to the autotuner while it waits.
+  Clock::time_point accounted{};  // the wait up to here is in wait_ns
   Clock::time_point deadline{};
   bool waiting = false;
   auto account_wait = [&] {
     if (!waiting) return;
-    const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+    const auto now = Clock::now();
+    const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(now - accounted).count();
     a.consumer_entry().wait_ns.fetch_add(static_cast<uint64_t>(waited), std::memory_order_relaxed);
+    accounted = now;
   };
   auto daemon_error = [&](shm::DaemonState state) {
     const char* error = a.ring.sb->error;
@@ -412,14 +417,12 @@ Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
     const auto now = Clock::now();
     if (!waiting) {
       waiting = true;
-      start = now;
+      accounted = now;
       // milliseconds::max() (or anything past a century) means "no limit" without overflowing.
-      deadline = start + std::clamp(timeout, std::chrono::milliseconds(0), kForever);
+      deadline = now + std::clamp(timeout, std::chrono::milliseconds(0), kForever);
     }
-    if (now >= deadline) {
-      account_wait();
-      return Status::kTimeout;
-    }
+    account_wait();
+    if (now >= deadline) return Status::kTimeout;
     shm::WaitForPublish(a.ring, a.queue, futex, std::min<Clock::duration>(kWaitSlice, deadline - now));
   }
 }

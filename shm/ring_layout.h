@@ -133,7 +133,8 @@ struct alignas(64) ConsumerEntry {
   int32_t rank;                         // -1 in shared mode
   uint32_t reserved;
   std::atomic<uint64_t> batches_taken;
-  std::atomic<uint64_t> wait_ns;        // total time spent in next() waiting for a batch
+  std::atomic<uint64_t> wait_ns;        // total time spent in next() waiting for a batch (a wait
+                                        // in progress is added every 100 ms, not only at its end)
 };
 
 struct alignas(kPageBytes) Superblock {

@@ -191,6 +191,32 @@ TEST_CASE("client: an empty ring times out without burning CPU") {
   CHECK_FALSE(batch.valid());
 }
 
+TEST_CASE("client: a long wait shows in the consumer table while it lasts, not only when Next returns") {
+  // ringfeedctl status and the autotuner read wait_ns: a trainer blocked in one Next(30 s) is
+  // a trainer waiting for data, and must not read as one that never waits.
+  TempDir dir;
+  ChildProcess producer = ForkProducer(Options(dir), [](RingTestProducer&) {});
+  auto client = Client::Attach(Attach(dir));
+  shm::Segment segment = shm::Segment::Open(client->segment_name());
+  const std::atomic<uint64_t>& wait_ns = segment.superblock()->consumers[0].wait_ns;
+  const uint64_t before = wait_ns.load();
+  Status status = Status::kBatch;
+  std::thread trainer([&] {
+    Batch batch;
+    status = client->Next(2000ms, &batch);
+  });
+  std::this_thread::sleep_for(1000ms);
+  const uint64_t during = wait_ns.load() - before;
+  trainer.join();
+  const uint64_t after = wait_ns.load() - before;
+  CHECK(status == Status::kTimeout);
+  INFO("wait_ns after 1 s of a 2 s Next: " << during << ", after it returned: " << after);
+  CHECK(during >= 800'000'000);  // at most one 100 ms slice behind (and a little scheduling)
+  CHECK(during <= 1'100'000'000);
+  CHECK(after >= 1'990'000'000);
+  CHECK(after < 5'000'000'000);
+}
+
 TEST_CASE("client: ringfeedd SIGKILLed while a trainer waits: ClientError within 2 s") {
   TempDir dir;
   ChildProcess producer = ForkProducer(Options(dir), [](RingTestProducer&) {});
