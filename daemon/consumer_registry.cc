@@ -123,7 +123,8 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   }
   if (e.rank >= 0 && !production_ended_.load(std::memory_order_acquire)) {
     spdlog::warn("rank {} has no consumer now: its batches wait in the ring for one to attach as rank {}; the other "
-                 "ranks get theirs until the ring is full of rank {}'s, then production waits too",
+                 "ranks get theirs until rank {}'s take up the prefetch depth (workers + prefetch batches), then production "
+                 "waits too",
                  e.rank, e.rank, e.rank);
   }
   e.attached = false;

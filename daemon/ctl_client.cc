@@ -380,10 +380,10 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
     std::string list;
     for (const auto& r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r.get<int>());
     out << "           no consumer for rank" << (missing.size() > 1 ? "s " : " ") << list
-        << (missing.size() > 1 ? ": their batches wait in the ring; once they fill it, production waits for "
-                                 "consumers of those ranks\n"
-                               : ": its batches wait in the ring; once they fill it, production waits for a "
-                                 "consumer of that rank\n");
+        << (missing.size() > 1 ? ": their batches wait in the ring; once they take up the prefetch depth "
+                                 "(workers + prefetch), production waits for consumers of those ranks\n"
+                               : ": its batches wait in the ring; once they take up the prefetch depth (workers + "
+                                 "prefetch), production waits for a consumer of that rank\n");
   }
   std::snprintf(buf, sizeof buf, "errors     %llu read and %llu parse errors skipped, %llu batches dropped (ranks remainder)\n",
                 static_cast<unsigned long long>(errors.value("read_errors_skipped", uint64_t{0})),
