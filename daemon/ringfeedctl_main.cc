@@ -210,6 +210,15 @@ Command AddCheckCommand(CLI::App& parent) {
     std::cout << full << " batch(es) of " << config.batch.size;
     if (r.last_batch_rows > 0) std::cout << " + 1 of " << r.last_batch_rows;
     if (r.dropped_records > 0) std::cout << " (" << r.dropped_records << " records dropped by drop_remainder)";
+    if (config.consumers.mode == ringfeed::DeliveryMode::kRanks && r.batches > 0) {
+      // Every rank gets the same number per epoch (docs/config.md, consumers.mode).
+      const uint64_t ranks = static_cast<uint64_t>(config.consumers.count);
+      std::cout << "; ranks: " << r.batches / ranks << " per rank";
+      if (r.batches % ranks != 0) {
+        std::cout << ", the last " << r.batches % ranks << " dropped each epoch (they do not fill a round of "
+                  << ranks << " ranks)";
+      }
+    }
     std::cout << "\nerrors: " << r.read_errors << " read, " << r.parse_errors << " parse";
     if (r.failed) {
       std::cout << " (on_error: fail stopped the epoch in file " << r.files_read << " of " << r.files_in_shard << ")";

@@ -213,6 +213,12 @@ TEST_CASE("consumers.mode ranks: batch k only at rank k % 2, same counts, the in
   CHECK(status["batches"] == 48);
   CHECK(status["records"] == 192);
   CHECK(daemon.Stop().ToString() == "exit 0");
+  // `ringfeedctl check` says the same before any daemon runs.
+  const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+  INFO(check.out << check.err);
+  CHECK(check.status.ToString() == "exit 0");
+  CHECK_THAT(check.out, Catch::Contains("99 records from 5 of 5 file(s) -> 24 batch(es) of 4 + 1 of 3; ranks: 12 per "
+                                        "rank, the last 1 dropped each epoch (they do not fill a round of 2 ranks)\n"));
 }
 
 TEST_CASE("consumers.mode shared: four consumer processes, disjoint batches, every record once per epoch") {
