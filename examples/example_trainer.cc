@@ -100,6 +100,14 @@ int main(int argc, char** argv) {
       ++epoch_batches;
     }
     if (epoch_batches > 0) report();
+    if (total_examples == 0) {
+      // What ringfeed's Python binding warns about: kEndOfData before the first batch.
+      std::fprintf(stderr,
+                   "example_trainer: the data ended before this trainer took any batch: the daemon (pid %d) served "
+                   "all its epochs to earlier consumers (restart it, or set epochs: 0), or its job produces no "
+                   "batch (`ringfeedctl status %s` and its log say why)\n",
+                   static_cast<int>(client->daemon_pid()), client->job().c_str());
+    }
     const double s = std::chrono::duration<double>(Clock::now() - start).count();
     std::printf("end of data: %llu examples, %.0f examples/s from attach to end of data (checksum %llu)\n",
                 static_cast<unsigned long long>(total_examples), s > 0 ? total_examples / s : 0.0,
