@@ -634,9 +634,15 @@ int RunDaemon(const DaemonOptions& options) {
                          slot_count, attached, std::chrono::duration_cast<std::chrono::seconds>(kAllHeldWarnAfter).count(),
                          std::max<size_t>(2 * attached, slot_count + 1));
           }
-          notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch) + ", " +
-                          std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
-                          " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");
+          if (s.end == PipelineEnd::kFailed) {
+            // `systemctl status` shows why: the unit stays active (trainers that attach get the
+            // same error) until it is stopped, so the reason belongs in its status line.
+            notifier.Status("failed: " + s.last_error);
+          } else {
+            notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch) + ", " +
+                            std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
+                            " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");
+          }
           next_sample = now + std::chrono::seconds(1);
         }
         std::this_thread::sleep_for(kHeartbeatPeriod);

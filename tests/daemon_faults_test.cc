@@ -11,7 +11,9 @@
 //   * broken configs: exit status 2 and file:line:column: key.
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -393,6 +396,38 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     REQUIRE(status);
     CHECK(status->ToString() == "exit 1");
     CHECK_THAT(daemon.Stderr(), Catch::Contains("record 6"));
+  }
+  SECTION("fail under systemd (NOTIFY_SOCKET): the unit's status line names the failure") {
+    // A datagram socket standing in for systemd's notify socket (sd_notify(3)).
+    const std::string notify_path = dir.file("notify");
+    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    REQUIRE(notify_path.size() < sizeof addr.sun_path);
+    std::strcpy(addr.sun_path, notify_path.c_str());
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const timeval timeout{10, 0};
+    REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0);
+    DaemonProcess daemon(dir.path(), "fail-unit", config("fail-unit", "fail"));
+    DaemonStart start;
+    start.wrapper = {"env", "NOTIFY_SOCKET=" + notify_path};
+    RINGFEED_REQUIRE_STARTED(daemon, start);
+    std::vector<std::string> received;
+    std::string failed;
+    while (failed.empty() && received.size() < 100) {
+      char buf[4096];
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n < 0) break;  // nothing for 10 s
+      received.emplace_back(buf, static_cast<size_t>(n));
+      if (received.back().rfind("STATUS=failed: ", 0) == 0) failed = received.back();
+    }
+    close(fd);
+    INFO("notifications:\n" << [&] { std::string all; for (const auto& m : received) all += m + "\n"; return all; }()
+         << "ringfeedd stderr:\n" << daemon.Stderr());
+    CHECK(std::find(received.begin(), received.end(), "READY=1") != received.end());
+    CHECK_THAT(failed, Catch::Contains(bad + ": record 6 at byte") && Catch::Contains("corrupted record data"));
+    CHECK(daemon.Stop().ToString() == "exit 1");  // it failed: exit status 1 once stopped
   }
   SECTION("skip: every other record arrives, one skip counted") {
     DaemonProcess daemon(dir.path(), "skip-job", config("skip-job", "skip"));
