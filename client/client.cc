@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "client/attachment.h"
@@ -37,6 +38,7 @@ using nlohmann::json;
 
 // The longest futex sleep: how often a waiting Next looks at the socket, state and heartbeat.
 constexpr std::chrono::milliseconds kWaitSlice{100};
+constexpr std::chrono::milliseconds kAttachRetry{100};  // ClientOptions::attach_timeout's retry period
 constexpr std::chrono::milliseconds kForever = std::chrono::hours(24 * 365 * 100);
 // How long a corrupt delivery queue is waited out: the daemon repairs once a second.
 constexpr std::chrono::seconds kCorruptQueueGrace{3};
@@ -125,7 +127,29 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
   const std::string runtime_dir = options.runtime_dir.empty() ? shm::RuntimeDir() : options.runtime_dir;
   a->socket_path = shm::SocketPath(runtime_dir, options.job);
 
-  a->connection.Connect(a->socket_path, a->job);
+  const auto attach_timeout = std::clamp(options.attach_timeout, std::chrono::milliseconds(0),
+                                         std::chrono::milliseconds(std::numeric_limits<int>::max()));
+  const auto attach_deadline = Clock::now() + attach_timeout;
+  for (;;) {
+    try {
+      a->connection.Connect(a->socket_path, a->job);
+      break;
+    } catch (const DaemonNotRunningError& e) {
+      const auto now = Clock::now();
+      if (attach_timeout.count() == 0) {
+        throw DaemonNotRunningError(e.reason() +
+                                        ". To wait for a daemon that is starting, set attach_timeout (ClientOptions; "
+                                        "attach_timeout= in Python)",
+                                    e.reason());
+      }
+      if (now >= attach_deadline) {
+        char waited[32];
+        std::snprintf(waited, sizeof waited, "%.1f", std::chrono::duration<double>(attach_timeout).count());
+        throw DaemonNotRunningError(e.reason() + " (tried for " + waited + " s: attach_timeout)", e.reason());
+      }
+      std::this_thread::sleep_for(std::min<Clock::duration>(kAttachRetry, attach_deadline - now));
+    }
+  }
   a->connection.SendLine(HelloLine(options.rank));
   const std::string line = a->connection.ReadLine(std::max(a->liveness_timeout, std::chrono::milliseconds(1000)));
   const json message = json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -14,4 +14,20 @@ class ClientError : public std::runtime_error {
   explicit ClientError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// What Client::Attach throws when nothing listens at the job's control socket: it does not
+// exist or refuses connections (the daemon is not running or not ready yet, or uses another
+// runtime directory). ClientOptions::attach_timeout waits for it instead.
+class DaemonNotRunningError : public ClientError {
+ public:
+  // `reason`: the failed connect ("cannot connect to ringfeedd for job J at PATH: ..."); the
+  // message may add how long Attach tried.
+  DaemonNotRunningError(const std::string& message, const std::string& reason)
+      : ClientError(message), reason_(reason) {}
+  explicit DaemonNotRunningError(const std::string& reason) : DaemonNotRunningError(reason, reason) {}
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string reason_;
+};
+
 }  // namespace ringfeed

@@ -43,6 +43,7 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
                  "file)? If it uses another runtime directory, "
                  "set RINGFEED_RUNTIME_DIR or the client's runtime_dir option (ClientOptions::runtime_dir; "
                  "runtime_dir= in Python) to it";
+      throw DaemonNotRunningError(message);
     } else if (err == EACCES) {
       message += "; run this process as the daemon's user or as a member of the job's permissions.group (id -Gn)";
     }

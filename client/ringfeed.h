@@ -83,6 +83,8 @@ typedef struct rf_attach_options {
   int32_t rank;                /* consumers.mode ranks: 0..ranks-1; else -1 */
   const char* runtime_dir;     /* NULL or "" = default (RINGFEED_RUNTIME_DIR, ...) */
   int64_t liveness_timeout_ms; /* <= 0 = default (10000) */
+  int64_t attach_timeout_ms;   /* wait this long for a daemon not listening yet (retried every
+                                  100 ms); <= 0 = one try (ClientOptions::attach_timeout) */
 } rf_attach_options;
 
 typedef struct rf_batch_info {

@@ -106,6 +106,10 @@ int rf_attach(const rf_attach_options* options, rf_client** client, char* err, s
         options->liveness_timeout_ms > 0) {
       o.liveness_timeout = std::chrono::milliseconds(options->liveness_timeout_ms);
     }
+    if (Covers(options, offsetof(rf_attach_options, attach_timeout_ms), sizeof options->attach_timeout_ms) &&
+        options->attach_timeout_ms > 0) {
+      o.attach_timeout = std::chrono::milliseconds(options->attach_timeout_ms);
+    }
     auto handle = std::make_unique<rf_client>();
     handle->client = ringfeed::Client::Attach(o);
     *client = handle.release();

@@ -36,6 +36,9 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
     EXPECT(rf_attach(&nodaemon, &client, err, 16) == RF_ERROR);
     EXPECT(strlen(err) == 15); /* truncated to err_len, NUL-terminated */
     EXPECT(strstr(rf_last_error(), "is ringfeedd running for job nojob") != NULL);
+    nodaemon.attach_timeout_ms = 300; /* waits, then names the wait */
+    EXPECT(rf_attach(&nodaemon, &client, err, sizeof err) == RF_ERROR);
+    EXPECT(strstr(err, "(tried for 0.3 s: attach_timeout)") != NULL);
   }
 
   /* An options struct from an "older" program: no liveness_timeout_ms field. */

@@ -329,6 +329,52 @@ TEST_CASE("client: the daemon stopping is an error with its reason") {
   CHECK_THROWS_WITH(client->Next(10s, &batch), Catch::EndsWith("for job train stopped: SIGTERM"));
 }
 
+TEST_CASE("client: attach_timeout waits for a daemon that starts later, and gives up naming the wait") {
+  TempDir dir;
+  SECTION("no daemon: DaemonNotRunningError after attach_timeout") {
+    ClientOptions o = Attach(dir, "nojob");
+    o.attach_timeout = 400ms;
+    const auto t0 = Clock::now();
+    try {
+      Client::Attach(o);
+      FAIL("attached without a daemon");
+    } catch (const DaemonNotRunningError& e) {
+      const double waited = Seconds(Clock::now() - t0);
+      CHECK(waited >= 0.39);
+      CHECK(waited < 3.0);
+      CHECK_THAT(e.what(), Catch::Contains("cannot connect to ringfeedd for job nojob") &&
+                               Catch::Contains("(tried for 0.4 s: attach_timeout)"));
+      CHECK_THAT(e.reason(), !Catch::Contains("attach_timeout"));
+    }
+  }
+  SECTION("a daemon that starts 0.5 s after the trainer: attached, batches flow") {
+    ClientOptions o = Attach(dir);
+    o.attach_timeout = 20s;
+    const auto t0 = Clock::now();
+    std::unique_ptr<Client> client;
+    std::string error;
+    double waited = 0;
+    std::thread trainer([&] {
+      try {
+        client = Client::Attach(o);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      waited = Seconds(Clock::now() - t0);
+    });
+    std::this_thread::sleep_for(500ms);
+    ChildProcess producer = ForkProducer(Options(dir), [](RingTestProducer& p) { p.PublishBatch(0, 0); });
+    trainer.join();
+    INFO(error);
+    REQUIRE(client);
+    CHECK(waited >= 0.45);
+    CHECK(waited < 10.0);
+    Batch batch;
+    REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+    CheckTestBatch(batch, 4, 0);
+  }
+}
+
 TEST_CASE("client: refusals carry the daemon's message; no daemon names the fix") {
   TempDir dir;
   {
@@ -341,7 +387,9 @@ TEST_CASE("client: refusals carry the daemon's message; no daemon names the fix"
   }
   CHECK_THROWS_WITH(Client::Attach(Attach(dir, "nojob")),
                     Catch::Contains("cannot connect to ringfeedd for job nojob at " + dir.file("nojob.sock")) &&
-                        Catch::Contains("is ringfeedd running for job nojob"));
+                        Catch::Contains("is ringfeedd running for job nojob") &&
+                        Catch::Contains("To wait for a daemon that is starting, set attach_timeout"));
+  CHECK_THROWS_AS(Client::Attach(Attach(dir, "nojob")), DaemonNotRunningError);
   ClientOptions empty;
   CHECK_THROWS_WITH(Client::Attach(empty), Catch::Contains("job is empty"));
   ClientOptions negative = Attach(dir, "nojob", -7);  // refused before any connection is tried

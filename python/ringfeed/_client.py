@@ -83,6 +83,10 @@ class Client:
         Seconds the daemon's heartbeat may stand still before a wait reports it frozen; also
         the longest wait for the daemon's answer when attaching. > 0; values above 2147483
         (about 24.8 days, ``inf`` included) count as that.
+    attach_timeout : float
+        Seconds to wait for the daemon when nothing listens at the job's socket yet (a trainer
+        launched together with its daemon): attaching is tried again every 100 ms until then.
+        0 (default): one try. >= 0; Ctrl-C interrupts the wait. Other refusals are raised at once.
 
     Raises
     ------
@@ -114,9 +118,11 @@ class Client:
     """
 
     def __init__(self, job: str, rank: Optional[int] = None, timeout: Optional[float] = None,
-                 runtime_dir: Optional[str] = None, liveness_timeout: float = 10.0):
+                 runtime_dir: Optional[str] = None, liveness_timeout: float = 10.0,
+                 attach_timeout: float = 0.0):
         self._timeout = _seconds(timeout, "timeout")
         liveness_timeout = _number(liveness_timeout, "liveness_timeout")
+        attach_timeout = _number(attach_timeout, "attach_timeout")
         if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 2**31):
             raise ValueError(f"rank must be None (shared mode) or an int in 0..2**31-1, got {rank!r}")
         runtime_dir = os.fspath(runtime_dir) if runtime_dir is not None else ""
@@ -126,7 +132,8 @@ class Client:
                 raise TypeError(f"{what} must be a str, got {type(text).__name__}")
             if "\0" in text:
                 raise ValueError(f"{what} {text!r} contains a NUL character")
-        self._core = _core._Client(job, -1 if rank is None else rank, runtime_dir, float(liveness_timeout))
+        self._core = _core._Client(job, -1 if rank is None else rank, runtime_dir, float(liveness_timeout),
+                                   attach_timeout)
         self._files: Optional[List[str]] = None
         self._schema = [Feature(name, _NUMPY_DTYPES[dtype], kind, tuple(shape))
                         for name, dtype, kind, shape in self._core.features()]

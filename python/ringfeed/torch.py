@@ -107,7 +107,7 @@ class RingfeedIterable(_Base):
         Seconds to wait for each batch before ``ringfeed.Timeout``; None waits forever.
     runtime_dir : str, optional
         The daemon's runtime directory (default: the daemon's default).
-    liveness_timeout : float
+    liveness_timeout, attach_timeout : float
         See ``ringfeed.Client``.
     bytes_features : bool
         Also yield bytes features, as lists of Python ``bytes`` (``Batch.strings``: per row a
@@ -137,7 +137,8 @@ class RingfeedIterable(_Base):
     def __init__(self, job: str, device="cpu", features: Optional[Iterable[str]] = None,
                  rank: Optional[int] = None, timeout: Optional[float] = None,
                  runtime_dir: Optional[str] = None, liveness_timeout: float = 10.0,
-                 bytes_features: bool = False, stream=None, metadata: bool = False):
+                 bytes_features: bool = False, stream=None, metadata: bool = False,
+                 attach_timeout: float = 0.0):
         super().__init__()
         self.job = job
         self.device = torch.device(device)
@@ -146,6 +147,7 @@ class RingfeedIterable(_Base):
         self.timeout = timeout
         self.runtime_dir = runtime_dir
         self.liveness_timeout = liveness_timeout
+        self.attach_timeout = attach_timeout
         self.bytes_features = bytes_features
         self.stream = stream
         self.metadata = metadata
@@ -173,7 +175,7 @@ class RingfeedIterable(_Base):
                 f"(torch.cuda.is_available() is False: no GPU, no NVIDIA driver, or a CPU-only torch "
                 f"{torch.__version__}); use device='cpu'")
         client = ringfeed.Client(self.job, rank=self.rank, timeout=self.timeout, runtime_dir=self.runtime_dir,
-                                 liveness_timeout=self.liveness_timeout)
+                                 liveness_timeout=self.liveness_timeout, attach_timeout=self.attach_timeout)
         self.client = client
         uploader = stream = None  # before the try: the finally needs it when _select raises
         try:

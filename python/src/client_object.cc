@@ -35,13 +35,31 @@ std::chrono::milliseconds Millis(double seconds) {
 }  // namespace
 
 ClientObject::ClientObject(const std::string& job, int rank, const std::string& runtime_dir,
-                           double liveness_timeout_s) {
+                           double liveness_timeout_s, double attach_timeout_s) {
   if (!(liveness_timeout_s > 0)) throw nb::value_error("liveness_timeout must be > 0 seconds");
+  if (!(attach_timeout_s >= 0)) throw nb::value_error("attach_timeout must be >= 0 seconds");
   ClientOptions options{.job = job, .rank = rank, .runtime_dir = runtime_dir,
                         .liveness_timeout = Millis(std::min(liveness_timeout_s, kMaxLivenessSeconds))};
-  {
-    GilRelease unlocked;  // the hello may take up to liveness_timeout
-    client_ = Client::Attach(options);
+  // attach_timeout in slices, so that Ctrl-C (and other signals) interrupt a long wait.
+  const double attach_s = std::min(attach_timeout_s, kMaxLivenessSeconds);
+  const auto attach_deadline = Clock::now() + Millis(attach_s);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(attach_deadline - Clock::now());
+    options.attach_timeout = std::clamp(left, std::chrono::milliseconds(0), kSlice);
+    try {
+      GilRelease unlocked;  // the hello may take up to liveness_timeout
+      client_ = Client::Attach(options);
+      break;
+    } catch (const DaemonNotRunningError& e) {
+      if (Clock::now() >= attach_deadline) {
+        if (attach_s <= 0) throw;
+        char tried[32];
+        std::snprintf(tried, sizeof tried, "%.1f", attach_s);
+        throw DaemonNotRunningError(e.reason() + " (tried for " + std::string(tried) + " s: attach_timeout)",
+                                    e.reason());
+      }
+      if (PyErr_CheckSignals() != 0) throw nb::python_error();
+    }
   }
   auto info = std::make_shared<SchemaInfo>();
   info->schema = client_->schema();

@@ -40,7 +40,8 @@ struct TimeoutReached : std::runtime_error {
 
 class ClientObject {
  public:
-  ClientObject(const std::string& job, int rank, const std::string& runtime_dir, double liveness_timeout_s);
+  ClientObject(const std::string& job, int rank, const std::string& runtime_dir, double liveness_timeout_s,
+               double attach_timeout_s);
 
   nb::object Next(double timeout_s);
   void Close();

@@ -78,8 +78,8 @@ Thread-safety: like any Python object (the GIL serialises calls).)doc")
       .def("__repr__", &BatchObject::Repr);
 
   nb::class_<ClientObject>(m, "_Client")
-      .def(nb::init<const std::string&, int, const std::string&, double>(), nb::arg("job"), nb::arg("rank"),
-           nb::arg("runtime_dir"), nb::arg("liveness_timeout"))
+      .def(nb::init<const std::string&, int, const std::string&, double, double>(), nb::arg("job"), nb::arg("rank"),
+           nb::arg("runtime_dir"), nb::arg("liveness_timeout"), nb::arg("attach_timeout"))
       .def("next", &ClientObject::Next, nb::arg("timeout"))
       .def("close", &ClientObject::Close)
       .def_prop_ro("closed", &ClientObject::closed)

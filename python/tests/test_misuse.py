@@ -381,6 +381,35 @@ def test_attach_to_a_stopped_daemon_or_a_stale_socket_is_an_error(daemon_factory
         ringfeed.Client("gone", runtime_dir=str(stale))
 
 
+def test_attach_timeout_waits_for_a_daemon_that_starts_later(daemon_factory, tmp_path, sigint_after):
+    d = daemon_factory(id_job(tmp_path, count=40), start=False)
+    # Nothing listens: one try fails at once and says how to wait; a wait says how long it tried.
+    with pytest.raises(ringfeed.ClientError, match="To wait for a daemon that is starting, set attach_timeout"):
+        d.client()
+    start = time.monotonic()
+    with pytest.raises(ringfeed.ClientError, match=r"\(tried for 0\.3 s: attach_timeout\)"):
+        d.client(attach_timeout=0.3)
+    assert 0.29 <= time.monotonic() - start < EVENTUALLY
+    for bad, error in ((-1, ValueError), (float("nan"), ValueError), ("5", TypeError)):
+        with pytest.raises(error, match="attach_timeout"):
+            d.client(attach_timeout=bad)
+    # Ctrl-C ends a long wait promptly.
+    start = time.monotonic()
+    with sigint_after(0.3), pytest.raises(KeyboardInterrupt):
+        d.client(attach_timeout=60)
+    assert time.monotonic() - start < 5
+    # The daemon starts 0.5 s after the trainer began to wait: attached, batches flow.
+    starter = threading.Timer(0.5, d.start)
+    starter.start()
+    try:
+        start = time.monotonic()
+        with d.client(attach_timeout=EVENTUALLY) as client:
+            assert time.monotonic() - start >= 0.45
+            check_batch_values(client.next())
+    finally:
+        starter.join()
+
+
 def test_segment_unlinked_under_a_live_client_keeps_working(daemon_factory, tmp_path):
     d = daemon_factory(id_job(tmp_path, count=40, epochs=0))
     with d.client() as client:
