@@ -818,10 +818,15 @@ class Loader {
           std::string text = ScalarText(node, mark, path, "a number");
           std::optional<double> v = ParseNumber(text);
           if (!v) Fail(mark, path, "expected a number for dtype float32, got " + Quote(text));
-          if (std::isfinite(*v) && std::fabs(*v) > std::numeric_limits<float>::max()) {
-            Fail(mark, path, "value " + text + " is out of range of float32");
+          float value = static_cast<float>(*v);  // NaN and infinities as they are
+          if (std::isfinite(*v)) {
+            // Rounded from the text straight to float32 (as NumPy's float32(...) and TensorFlow
+            // do), not through double: 3.4028235e38, what dump prints for the largest float32,
+            // rounds to it; only a value that rounds to infinity is out of range.
+            value = std::strtof(text.c_str(), nullptr);
+            if (std::isinf(value)) Fail(mark, path, "value " + text + " is out of range of float32");
           }
-          spec->default_float.push_back(static_cast<float>(*v));
+          spec->default_float.push_back(value);
           break;
         }
         case DType::kBytes:

@@ -341,6 +341,24 @@ features:
   CHECK(c.features[2].NumElements() == 0);
 }
 
+TEST_CASE("float32 defaults round from the text to float32: the largest float32 as dump prints it is accepted",
+          "[config]") {
+  // 3.4028235e+38 is the shortest decimal of FLT_MAX (what dump prints). The midpoint between
+  // FLT_MAX and 2^128 is 3.4028235677973366e38: below it rounds to FLT_MAX, above it to inf.
+  JobConfig c = Load(R"(job: t
+source: {files: [a]}
+features:
+  f:
+    dtype: float32
+    shape: [6]
+    default: [3.4028235e+38, -3.4028235e38, 340282350000000000000000000000000000000, 3.40282356e38, 1e-46, 0.1]
+)");
+  const float max = std::numeric_limits<float>::max();
+  CHECK(c.features[0].default_float == std::vector<float>{max, -max, max, max, 0.0f, 0.1f});
+  CHECK_THROWS_WITH(Load("job: t\nsource: {files: [a]}\nfeatures:\n  f: {dtype: float32, default: 3.4028236e38}\n"),
+                    Catch::Contains("value 3.4028236e38 is out of range of float32"));
+}
+
 TEST_CASE("${VAR} substitution", "[config][env]") {
   ScopedEnv root("RINGFEED_TEST_ROOT", "/mnt/data");
   ScopedEnv split("RINGFEED_TEST_SPLIT", nullptr);
