@@ -105,6 +105,9 @@ void Pipeline::RequestStop(const std::string& reason) {
     std::lock_guard lock(mutex_);
     stopping_ = true;
     if (!reason.empty()) stop_reason_ = reason;
+    // Parsed batches waiting for an earlier one are never published now.
+    for (const auto& [seq, where] : completed_) AbandonSlotLocked(where.first);
+    completed_.clear();
   }
   read_ahead_->Stop();  // a sequencer waiting for records that do not come wakes
   work_ready_.notify_all();
@@ -258,7 +261,10 @@ void Pipeline::RunSequencer() {
   // End of data, or a read error under on_error: fail: first every batch handed out is
   // published (consumers get the batches before the error, then the error).
   std::unique_lock lock(mutex_);
-  work_done_.wait(lock, [&] { return stopping_ || (in_flight_ == 0 && completed_.empty()); });
+  // A worker's pending failure (failed_seq_) ends the run instead, once its turn comes.
+  work_done_.wait(lock, [&] {
+    return stopping_ || (in_flight_ == 0 && completed_.empty() && failed_seq_ == UINT64_MAX);
+  });
   if (stopping_) return;
   lock.unlock();
   if (outcome == Sequencer::Outcome::kFailed) {
@@ -303,12 +309,23 @@ void Pipeline::RunWorker(size_t id) {
     parse_busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - parse_start), std::memory_order_relaxed);
     for (const std::string& skipped : result.skipped) NoteSkipped(skipped, true);
     if (!result.error.empty()) {
+      bool fail_now = true;
       {
         std::lock_guard lock(mutex_);
         --busy_workers_;
+        --in_flight_;
+        AbandonSlotLocked(work.slot);
+        if (options_.deterministic) {
+          if (work.job.seq < failed_seq_) {
+            failed_seq_ = work.job.seq;
+            failed_error_ = result.error;
+          }
+          fail_now = next_publish_ == failed_seq_;  // else when the batches before it are published
+        }
       }
-      Fail(result.error);
-      return;
+      if (fail_now) Fail(result.error);
+      work_done_.notify_all();
+      continue;  // more work until the failure stops the pipeline (batches before it may need a worker)
     }
     records_.fetch_add(result.rows, std::memory_order_relaxed);
     record_bytes_.fetch_add(result.record_bytes, std::memory_order_relaxed);
@@ -319,10 +336,14 @@ void Pipeline::RunWorker(size_t id) {
 }
 
 void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue) {
+  std::string failure;  // a worker's failure whose turn came with this batch
   {
     std::lock_guard lock(mutex_);
     --in_flight_;
-    if (stopping_) return;
+    if (stopping_) {
+      AbandonSlotLocked(slot);
+      return;
+    }
     if (!options_.deterministic) {
       PublishLocked(slot, queue);
       batches_.fetch_add(1, std::memory_order_relaxed);
@@ -335,14 +356,21 @@ void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue) {
         ++next_publish_;
         batches_.fetch_add(1, std::memory_order_relaxed);
       }
+      if (next_publish_ == failed_seq_) failure = failed_error_;
     }
   }
+  if (!failure.empty()) Fail(failure);
   work_done_.notify_all();
 }
 
 void Pipeline::SetSuperblockImage(std::shared_ptr<const shm::Superblock> image) {
   std::lock_guard lock(mutex_);
   superblock_image_ = std::move(image);
+}
+
+void Pipeline::AbandonSlotLocked(uint32_t slot) {
+  ring_.header(slot)->word.store(shm::SlotWord{}.Pack(), std::memory_order_release);
+  slot_use_[slot] = SlotUse::kFree;
 }
 
 void Pipeline::PublishLocked(uint32_t slot, uint32_t queue) {

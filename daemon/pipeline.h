@@ -141,6 +141,9 @@ class Pipeline {
   enum class SlotUse : uint8_t { kFree, kInPipeline, kPublished };
   // Publishes `slot` to `queue` as its next batch (the daemon's count). Under mutex_.
   void PublishLocked(uint32_t slot, uint32_t queue);
+  // A slot whose batch will never be published (production failed or stopped): free again, so
+  // that status does not count it as filling. Under mutex_.
+  void AbandonSlotLocked(uint32_t slot);
 
   void RunSequencer();
   void RunWorker(size_t id);
@@ -184,6 +187,11 @@ class Pipeline {
   std::shared_ptr<const shm::Superblock> superblock_image_;
   std::map<uint64_t, std::pair<uint32_t, uint32_t>> completed_;  // seq -> (slot, queue), not yet published
   uint64_t in_flight_ = 0;                    // batches handed to workers, not yet completed
+  // deterministic: the earliest batch a worker failed on (UINT64_MAX: none) and why. The job
+  // fails when that batch's turn to be published comes: every batch before it is delivered
+  // first, whichever worker finishes first.
+  uint64_t failed_seq_ = UINT64_MAX;
+  std::string failed_error_;
   bool stopping_ = false;
   bool finished_ = false;
   PipelineEnd end_ = PipelineEnd::kRunning;

@@ -33,7 +33,11 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
         ended_early_ = "epoch " + std::to_string(e) + " delivered no batch (every file of this shard empty or "
                        "gone, every record skipped under on_error: skip (a features block that no record matches "
                        "skips them all: see the skipped-record lines above), or fewer records than a batch under "
-                       "drop_remainder): ended there, since the epochs after it would deliver none either; restart "
+                       "drop_remainder" +
+                       (options_.queues > 1 ? ", or fewer batches than the " + std::to_string(options_.queues) +
+                                                  " ranks of consumers.count: ranks mode delivers whole rounds only"
+                                            : std::string()) +
+                       "): ended there, since the epochs after it would deliver none either; restart "
                        "the job once the cause is fixed";
       }
       return Outcome::kEndOfData;
@@ -99,9 +103,9 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     return add(shuffle.Exchange(std::move(record).Unshared()));
   };
 
-  // The end of the epoch's input (or a read error under on_error: fail): everything read so
-  // far is delivered — the shuffle buffer drained, the last batch kept unless drop_remainder,
-  // whole rounds in ranks mode — the last round carrying `end_flags`.
+  // The end of the epoch's input: everything read so far is delivered — the shuffle buffer
+  // drained, the last batch kept unless drop_remainder, whole rounds in ranks mode — the last
+  // round carrying `end_flags`.
   auto finish = [&](uint32_t end_flags) {
     while (!shuffle.empty()) {
       if (!add(shuffle.Drain())) return false;
@@ -177,7 +181,10 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         if (item.error->recoverable && !shard_.OwnsRecord(item.error->record_index)) continue;
         // Out of file descriptors or memory is the machine's limit, not a bad file: never skipped.
         if (!options_.skip_errors || IsMachineLimit(item.error->kind)) {
-          finish(0);  // the good records read before the error are still delivered
+          // The batches completed before the error are delivered (whole rounds in ranks mode);
+          // the records of the batch it interrupts, and those still in the shuffle buffer, are
+          // not: no batch is cut short mid-epoch, as when a worker fails on an Example.
+          release(complete.size() / round * round, 0);
           failure_ = item.error->message;
           if (options_.skip_errors) failure_ += " (not skipped: a limit of the machine, not a bad file)";
           return false;

@@ -373,7 +373,7 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
            "  files: [\"" + dir.file("*.tfrecord") + "\"]\n"
            "  on_error: " + on_error + "\n"
            "features:\n" + IdFeaturesYaml() +
-           "batch: {size: 3}\n"
+           "batch: {size: 4}\n"
            "pipeline: {cycle_length: 1}\n";
   };
 
@@ -390,8 +390,9 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK_THAT(report.error, Catch::Contains(daemon_name + " failed"));
     CHECK_THAT(report.error, Catch::Contains(bad + ": record 6 at byte"));
     CHECK_THAT(report.error, Catch::Contains("corrupted record data"));
-    // What was published before the failure came first, in order, and nothing after record 5.
-    for (int64_t id : Ids(report.batches)) CHECK(id < 6);
+    // The batch completed before the failure came first; the one it interrupted (ids 4 and 5
+    // read, 6 bad) is not delivered short.
+    CHECK(Ids(report.batches) == Iota(0, 4));
     const auto status = daemon.Wait();
     REQUIRE(status);
     CHECK(status->ToString() == "exit 1");
@@ -632,6 +633,33 @@ TEST_CASE("on_error: skip with records that do not match the spec: taken out bef
     CHECK(ids_in_order(report.batches) == good);
     CHECK(daemon.Status()["errors"]["parse_errors_skipped"] == 2);
     CHECK(daemon.Stop().ToString() == "exit 0");
+  }
+  SECTION("on_error: fail: the batch before the bad Example arrives, then the error; no slot is left filling") {
+    // Four workers parse batches 1 (bad record 4) and 2 (bad record 11) at once; whichever
+    // fails first, the job fails on record 4, after batch 0.
+    DaemonProcess daemon(dir.path(), "fail-parse",
+                         "job: fail-parse\n"
+                         "source: {files: [\"" + file + "\"], on_error: fail}\n"
+                         "features:\n" + IdFeaturesYaml() +
+                         "batch: {size: 4}\npipeline: {cycle_length: 1, workers: 4}\nepochs: 0\n");
+    RINGFEED_REQUIRE_STARTED(daemon);
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("ringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE(report.end == "error");
+    CHECK_THAT(report.error, Catch::Contains(file + ": record 4 at byte") && Catch::Contains("key 'id'"));
+    CHECK(ids_in_order(report.batches) == Iota(0, 4));
+    // A worker may still be finishing a later batch when the error arrives: it lets its slot go.
+    json status = daemon.Status();
+    for (const auto start = Clock::now(); status["ring"]["filling"] != 0 && Clock::now() - start < kEventually;) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      status = daemon.Status();
+    }
+    CHECK(status["state"] == "failed");
+    CHECK(status["ring"]["filling"] == 0);
+    CHECK(status["ring"]["ready"] == 0);
+    CHECK(daemon.Stop().ToString() == "exit 1");
   }
   SECTION("record-level sharding (1 file, 2 shards): each shard counts and reports only its own bad record") {
     for (int shard = 0; shard < 2; ++shard) {
