@@ -145,7 +145,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // can pay (each parses while the others wait). Twice the cores, at least 2 and at most 16,
   // bounds the ring slots they hold.
   const double cores = std::clamp(at.cpu_budget_cores, 1.0, static_cast<double>(kMaxAutoWorkers));
-  limits.max_workers = pc.workers.value_or(std::min<int64_t>(kMaxAutoWorkers, 2 * static_cast<int64_t>(std::ceil(cores))));
+  limits.max_workers =
+      pc.workers.value_or(std::min<int64_t>(kMaxAutoWorkers, static_cast<int64_t>(std::floor(2 * cores))));  // >= 2
 
   // Ring: room for the most workers, the most prefetch and one batch held per queue. With
   // auto prefetch, prefetch is capped so that the ring takes at most half of the budget, and

@@ -253,6 +253,22 @@ TEST_CASE("memory: the budget the error advises is enough, though ring.slots: au
   }
 }
 
+TEST_CASE("the most parse workers: 2 x cpu_budget rounded down, at least 2, at most 16 (the plan ringfeedctl check prints)") {
+  TempDir dir;
+  WriteIdFile(dir.file("part-0.tfrecord"), 0, 100);
+  for (const auto& [cores, workers] : std::vector<std::pair<std::string, int>>{
+           {"0.5", 2}, {"1", 2}, {"1.2", 2}, {"1.5", 3}, {"2.5", 5}, {"7.9", 15}, {"8", 16}, {"64", 16}}) {
+    const std::string path = dir.file("cores-" + cores + ".yaml");
+    WriteFile(path, "job: cores\nsource: {files: [\"" + dir.file("part-0.tfrecord") + "\"]}\nfeatures:\n" +
+                        IdFeaturesYaml() + "batch: {size: 8}\npipeline: {cpu_budget: " + cores +
+                        ", memory_budget: 1GiB}\n");
+    const CommandResult check = RunCommand({CtlBinary(), "check", path});
+    INFO("cpu_budget " << cores << ":\n" << check.out << check.err);
+    CHECK(check.status.ToString() == "exit 0");
+    CHECK_THAT(check.out, Catch::Contains("parse workers: " + std::to_string(workers) + " workers x "));
+  }
+}
+
 TEST_CASE("without io_uring (a seccomp filter, as in Docker): reads_per_file stays at 1 and every record arrives") {
   TempDir dir;
   for (int f = 0; f < 3; ++f) WriteIdFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 3000, 3000);
