@@ -402,9 +402,14 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
   co.job = options.job;
   co.rank = options.rank;
   co.runtime_dir = options.runtime_dir.empty() ? "" : JobRuntimeDir(options.runtime_dir, options.job);
+  // --timeout bounds every wait, the answer to the hello included (a frozen daemon).
+  co.liveness_timeout = std::min(co.liveness_timeout, std::chrono::milliseconds(std::max<int64_t>(
+                                                          1, static_cast<int64_t>(options.timeout_seconds * 1000))));
   std::unique_ptr<Client> client;
   try {
     client = Client::Attach(co);
+  } catch (const DaemonNotRunningError& e) {
+    throw ClientError(e.reason());  // without the library's advice on attach_timeout, not a dump option
   } catch (const ClientError& e) {
     // The daemon's refusal says "attach with a rank in 0..N-1"; here that is an option.
     const std::string what = e.what();

@@ -313,6 +313,19 @@ TEST_CASE("the daemon frozen (SIGSTOP): Next throws naming the heartbeat after a
   CHECK(seconds < 3.0);
   CHECK_THAT(*line, Catch::Contains("heartbeat"));
   CHECK(consumer.Wait().ToString() == "exit 0");
+
+  // `ringfeedctl dump --timeout 2` on the frozen daemon gives up after about 2 s, at the hello.
+  daemon.Kill(SIGSTOP);
+  const auto dump_start = Clock::now();
+  const CommandResult dump = RunCommand({CtlBinary(), "dump", "frozen-job", "--rank", "0", "--timeout", "2",
+                                         "--runtime-dir", daemon.runtime_dir()});
+  const double dump_seconds = SecondsSince(dump_start);
+  daemon.Kill(SIGCONT);
+  INFO(dump.out << dump.err);
+  CHECK(dump.status.ToString() == "exit 1");
+  CHECK_THAT(dump.err, Catch::Contains("did not answer the hello"));
+  CHECK(dump_seconds > 1.5);
+  CHECK(dump_seconds < 5.0);
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
