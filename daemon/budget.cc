@@ -564,6 +564,11 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
                                {"batch.size / ring.slots", plan.batches_bytes}};
     std::stable_sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) { return a.bytes > b.bytes; });
     const uint64_t mib = uint64_t{1} << 20;
+    if (needed > UINT64_MAX - mib) {  // the sums saturated: no budget (at most 2^64 - 1 bytes) holds it
+      message += "  needed more than any memory budget can be (2^64 bytes or more); lower " +
+                 std::string(knobs[0].keys) + " (" + FormatBytes(knobs[0].bytes) + ")";
+      throw BudgetError(message);
+    }
     message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) +
                " bytes); raise pipeline.memory_budget to at least " + std::to_string(CeilDiv(needed, mib)) +
                "MiB or lower " + knobs[0].keys + " (" + FormatBytes(knobs[0].bytes) + ") or " + knobs[1].keys +

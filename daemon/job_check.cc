@@ -48,8 +48,9 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
     std::string line = "feature '" + spec.name + "' is in none of the " + std::to_string(sampled) +
                        (sampled == 1 ? " record read" : " records read") +
                        (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
-                              : spec.type == FeatureType::kFixedLen ? " (every row gets its default)"
-                                                                     : " (every row gets an empty list)");
+                        : spec.type != FeatureType::kFixedLen ? " (every row gets an empty list)"
+                        : spec.NumElements() == 0             ? " (its shape has no elements: every row is empty)"
+                                                              : " (every row gets its default)");
     std::string best;
     size_t best_distance = 3;
     for (const std::string& key : keys) {
