@@ -103,9 +103,9 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     return add(shuffle.Exchange(std::move(record).Unshared()));
   };
 
-  // The end of the epoch's input: everything read so far is delivered — the shuffle buffer
-  // drained, the last batch kept unless drop_remainder, whole rounds in ranks mode — the last
-  // round carrying `end_flags`.
+  // The end of the epoch's input (or a read error under on_error: fail): everything read so
+  // far is delivered — the shuffle buffer drained, the last batch kept unless drop_remainder,
+  // whole rounds in ranks mode — the last round carrying `end_flags`.
   auto finish = [&](uint32_t end_flags) {
     while (!shuffle.empty()) {
       if (!add(shuffle.Drain())) return false;
@@ -181,10 +181,9 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         if (item.error->recoverable && !shard_.OwnsRecord(item.error->record_index)) continue;
         // Out of file descriptors or memory is the machine's limit, not a bad file: never skipped.
         if (!options_.skip_errors || IsMachineLimit(item.error->kind)) {
-          // The batches completed before the error are delivered (whole rounds in ranks mode);
-          // the records of the batch it interrupts, and those still in the shuffle buffer, are
-          // not: no batch is cut short mid-epoch, as when a worker fails on an Example.
-          release(complete.size() / round * round, 0);
+          // Every good record read before the error is still delivered (bad input #1 of
+          // ../shared/reference/bad-inputs.md), the last batch short if it must be.
+          finish(0);
           failure_ = item.error->message;
           if (options_.skip_errors) failure_ += " (not skipped: a limit of the machine, not a bad file)";
           return false;
