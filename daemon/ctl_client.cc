@@ -259,7 +259,8 @@ static void PrintAutotune(const nlohmann::json& a, bool running, std::ostream& o
   std::snprintf(buf, sizeof buf,
                 "autotune   readers %lld, read-ahead %s per file, %lld %s in flight per file, workers %lld, "
                 "prefetch %lld%s\n"
-                "           CPU: %s of %.3g cores (cpu_budget: %s); %lld %s mostly waiting (storage, room)\n"
+                "           CPU: %s of %.3g cores (cpu_budget: %s); %lld of %lld %s not using CPU (waiting for "
+                "storage or for room to read ahead)\n"
                 "           memory_budget %s (%s): read-ahead may use %s\n",
                 static_cast<long long>(knobs.value("readers", int64_t{0})),
                 Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(),
@@ -270,7 +271,8 @@ static void PrintAutotune(const nlohmann::json& a, bool running, std::ostream& o
                 fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(), cpu,
                 limits.value("cpu_budget_cores", 0.0), limits.value("cpu_budget_source", "").c_str(),
                 static_cast<long long>(a.value("blocked_io_threads", int64_t{0})),
-                a.value("blocked_io_threads", int64_t{0}) == 1 ? "reader" : "readers",
+                static_cast<long long>(knobs.value("readers", int64_t{0})),
+                knobs.value("readers", int64_t{0}) == 1 ? "reader" : "readers",
                 Bytes(limits.value("memory_budget_bytes", 0.0)).c_str(), limits.value("memory_budget_source", "").c_str(),
                 Bytes(limits.value("read_ahead_budget_bytes", 0.0)).c_str());
   out << buf;
@@ -329,6 +331,15 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
                 static_cast<unsigned long long>(files.value("done_in_epoch", uint64_t{0})),
                 static_cast<unsigned long long>(files.value("in_shard", uint64_t{0})));
   out << buf;
+  if (s.contains("shard") && s["shard"].value("count", uint64_t{1}) > 1) {
+    const auto& shard = s["shard"];
+    const bool by_record = shard.value("by", "") == "record";
+    std::snprintf(buf, sizeof buf, "shard      %llu of %llu, by %s\n",
+                  static_cast<unsigned long long>(shard.value("index", uint64_t{0})),
+                  static_cast<unsigned long long>(shard.value("count", uint64_t{1})),
+                  by_record ? "record (fewer files than shards: every node reads every file)" : "file");
+    out << buf;
+  }
   std::snprintf(buf, sizeof buf, "produced   %llu records in %llu batches, %s\n",
                 static_cast<unsigned long long>(s.value("records", uint64_t{0})),
                 static_cast<unsigned long long>(s.value("batches", uint64_t{0})),

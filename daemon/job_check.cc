@@ -148,6 +148,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     Record record;
     ReadError read_error;
     uint64_t file_records = 0;
+    const uint64_t errors_before = result.read_errors + result.parse_errors;
     while (!result.failed) {
       const auto status = reader.Next(&record, &read_error);
       if (status == TFRecordReader::Status::kEnd) break;
@@ -194,7 +195,14 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         batch.Clear();
       }
     }
-    report << file << ": " << file_records << " records (" << CompressionName(reader.compression()) << ")\n";
+    const uint64_t file_errors = result.read_errors + result.parse_errors - errors_before;
+    report << file << ": " << file_records << " records";
+    if (result.failed) {
+      report << " before the bad record (on_error: fail stopped here)";
+    } else if (file_errors > 0) {
+      report << ", " << file_errors << " bad skipped";
+    }
+    report << " (" << CompressionName(reader.compression()) << ")\n";
     if (result.failed) break;
   }
   if (batch.rows() > 0) {

@@ -21,6 +21,7 @@
 #include "daemon/ctl_client.h"
 #include "daemon/inspect.h"
 #include "daemon/job_check.h"
+#include "daemon/shard.h"
 #include "format/compression.h"
 #include "shm/names.h"
 #include "shm/segment.h"
@@ -202,8 +203,7 @@ Command AddCheckCommand(CLI::App& parent) {
     std::cout << "job " << config.job << ": " << r.records << " records from " << r.files_read << " of "
               << r.files_in_shard << " file(s)";
     if (config.shard.count > 1) {
-      std::cout << " of shard " << config.shard.index << " of " << config.shard.count << " (" << r.files
-                << " files matched)";
+      std::cout << " of " << ringfeed::Shard::For(r.files, config.shard.count, config.shard.index).Describe(r.files);
     }
     std::cout << " -> ";
     const uint64_t full = r.batches - (r.last_batch_rows > 0 ? 1 : 0);

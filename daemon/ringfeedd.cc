@@ -43,6 +43,7 @@
 #include "daemon/read_ahead.h"
 #include "daemon/ring_setup.h"
 #include "daemon/segment_guard.h"
+#include "daemon/shard.h"
 #include "daemon/systemd_notify.h"
 #include "daemon/tuning_plan.h"
 #include "daemon/thread_name.h"
@@ -358,7 +359,8 @@ int RunDaemon(const DaemonOptions& options) {
     po.reader.max_record_bytes = config.source.max_record_bytes;
     po.deterministic = config.deterministic;
 
-    const std::vector<uint32_t> shard_files = ShardFiles(config, files.size());
+    const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
+    const std::vector<uint32_t> shard_files = shard.Files(files.size());
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
     std::string no_io_uring;
     const bool queued_reads = ReadQueue::Available(&no_io_uring);
@@ -476,6 +478,7 @@ int RunDaemon(const DaemonOptions& options) {
     spdlog::info("job '{}': {} files ({} in this shard), {} features, batch.size {}, ring {} slots x {} = {} ({})",
                  config.job, files.size(), shard_files.size(), parser.specs().size(), config.batch.size, slot_count,
                  shm::HumanBytes(slot_bytes), shm::HumanBytes(geometry.segment_bytes), segment_name);
+    if (shard.count > 1) spdlog::info("{}", shard.Describe(files.size()));
 
     // 4. Control socket, pipeline, heartbeat.
     asio::io_context io;
@@ -513,6 +516,7 @@ int RunDaemon(const DaemonOptions& options) {
           {"epoch", s.epoch},
           {"epochs", config.epochs},
           {"files", {{"total", files.size()}, {"in_shard", shard_files.size()}, {"done_in_epoch", s.files_done_in_epoch}}},
+          {"shard", {{"index", shard.index}, {"count", shard.count}, {"by", shard.by_record ? "record" : "file"}}},
           {"records", s.records},
           {"batches", s.batches},
           {"record_bytes", s.record_bytes},

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace ringfeed {
@@ -28,6 +29,19 @@ struct Shard {
   }
   bool OwnsFile(size_t file_index) const { return by_record || file_index % count == index; }
   bool OwnsRecord(uint64_t record_index) const { return !by_record || record_index % count == index; }
+  // How this shard reads, for logs, `ringfeedctl check` and status: "shard 3 of 16, by record
+  // (fewer files than shards: every node reads all 12 files and keeps records r with r mod 16 =
+  // 3)" or "shard 0 of 2, by file (6 of 12 files)". Empty when count is 1 (no sharding).
+  std::string Describe(size_t file_count) const {
+    if (count <= 1) return {};
+    const std::string head = "shard " + std::to_string(index) + " of " + std::to_string(count);
+    if (by_record) {
+      return head + ", by record (fewer files than shards: every node reads all " + std::to_string(file_count) +
+             " files and keeps records r with r mod " + std::to_string(count) + " = " + std::to_string(index) + ")";
+    }
+    return head + ", by file (" + std::to_string(Files(file_count).size()) + " of " + std::to_string(file_count) +
+           " files)";
+  }
   // The indices of the files this shard reads, ascending.
   std::vector<uint32_t> Files(size_t file_count) const {
     std::vector<uint32_t> files;

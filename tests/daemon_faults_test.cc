@@ -688,6 +688,7 @@ TEST_CASE("on_error: skip with records that do not match the spec: taken out bef
       CHECK(ids_in_order(report.batches) == want);
       const json status = daemon.Status();
       CHECK(status["errors"]["parse_errors_skipped"] == 1);
+      CHECK(status["shard"]["by"] == "record");
       CHECK_THAT(daemon.Stderr(), Catch::Contains(file + ": record " + std::string(shard == 0 ? "4" : "11") + " at byte"));
       CHECK_THAT(daemon.Stderr(), !Catch::Contains(file + ": record " + std::string(shard == 0 ? "11" : "4") + " at byte"));
       CHECK(daemon.Stop().ToString() == "exit 0");
@@ -734,7 +735,9 @@ TEST_CASE("a shard with no records: check warns, the daemon ends its data at onc
   const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
   INFO("check stdout:\n" << check.out << "\nstderr:\n" << check.err);
   CHECK(check.status.ToString() == "exit 0");
-  CHECK_THAT(check.out, Catch::Contains("job empty-shard: 0 records from 1 of 1 file(s)"));
+  CHECK_THAT(check.out, Catch::Contains("job empty-shard: 0 records from 1 of 1 file(s) of shard 50 of 100, by record "
+                                        "(fewer files than shards: every node reads all 1 files and keeps records r "
+                                        "with r mod 100 = 50)"));
   CHECK_THAT(check.err, Catch::Contains("warning: no batch: this job's shard has no records; ringfeedd would start "
                                         "and end its data at once (trainers get none)"));
   RINGFEED_REQUIRE_STARTED(daemon);
@@ -742,8 +745,23 @@ TEST_CASE("a shard with no records: check warns, the daemon ends its data at onc
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
   CHECK(report.end == "end");
   CHECK(report.batches.empty());
-  CHECK(daemon.Status()["batches"] == 0);
+  const json status = daemon.Status();
+  CHECK(status["batches"] == 0);
+  CHECK(status["shard"] == json{{"index", 50}, {"count", 100}, {"by", "record"}});
+  const CommandResult table = RunCommand({CtlBinary(), "status", "empty-shard", "--runtime-dir", daemon.runtime_dir()});
+  CHECK_THAT(table.out, Catch::Contains("\nshard      50 of 100, by record (fewer files than shards: every node reads "
+                                        "every file)\n"));
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("shard 50 of 100, by record (fewer files than shards"));
   CHECK(daemon.Stop().ToString() == "exit 0");
+  // By file (at least as many files as shards): check names the shard's part of the files.
+  WriteIdFile(dir.file("data2.tfrecord"), 20, 5);
+  WriteIdFile(dir.file("data3.tfrecord"), 25, 5);
+  WriteFile(dir.file("by-file.yaml"), IdJobConfig("by-file", dir.file("data*.tfrecord"),
+                                                  "shard: {index: 1, count: 2}\n"));
+  const CommandResult by_file = RunCommand({CtlBinary(), "check", dir.file("by-file.yaml")});
+  INFO("check stdout:\n" << by_file.out << "\nstderr:\n" << by_file.err);
+  CHECK_THAT(by_file.out, Catch::Contains("job by-file: 5 records from 1 of 1 file(s) of shard 1 of 2, by file (1 of 3 "
+                                          "files) -> "));
   // Every record skipped (the spec says float32, the records hold int64): check says so, not
   // that the files are empty.
   WriteFile(dir.file("mismatch.yaml"), "job: mismatch\nsource: {files: [\"" + dir.file("data.tfrecord") +
