@@ -144,7 +144,7 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
       }
       if (now >= attach_deadline) {
         char waited[32];
-        std::snprintf(waited, sizeof waited, "%.1f", std::chrono::duration<double>(attach_timeout).count());
+        std::snprintf(waited, sizeof waited, std::chrono::duration<double>(attach_timeout).count() >= 100 ? "%.0f" : "%.3g", std::chrono::duration<double>(attach_timeout).count());  // 0.05, 1.5, 600
         throw DaemonNotRunningError(e.reason() + " (tried for " + waited + " s: attach_timeout)", e.reason());
       }
       std::this_thread::sleep_for(std::min<Clock::duration>(kAttachRetry, attach_deadline - now));
@@ -298,6 +298,23 @@ uint32_t Client::slots_held_by_all() const {
     held += shm::SlotWord::Unpack(a.ring.header(i)->word.load(std::memory_order_relaxed)).state == shm::SlotState::kHeld;
   }
   return held;
+}
+
+std::vector<uint32_t> Client::ranks_without_consumer() const {
+  const detail::Attachment& a = *attachment_;
+  std::vector<uint32_t> missing;
+  if (a.schema.mode != shm::DeliveryMode::kRanks) return missing;
+  std::vector<bool> seen(a.schema.queue_count, false);
+  for (const shm::ConsumerEntry& c : a.ring.sb->consumers) {
+    if (c.attached.load(std::memory_order_relaxed) == 1 && c.rank >= 0 &&
+        static_cast<uint32_t>(c.rank) < a.schema.queue_count) {
+      seen[static_cast<size_t>(c.rank)] = true;
+    }
+  }
+  for (uint32_t r = 0; r < a.schema.queue_count; ++r) {
+    if (!seen[r]) missing.push_back(r);
+  }
+  return missing;
 }
 
 uint32_t Client::slots_held() const {

@@ -109,6 +109,10 @@ class Client {
   uint32_t slot_count() const;
   uint32_t slots_held() const;
   uint32_t slots_held_by_all() const;  // by any consumer of the job
+  // consumers.mode ranks: the ranks (ascending) that no consumer is attached as now, as the
+  // daemon's consumer table says; empty in shared mode. A rank without a consumer stalls the
+  // job at its prefetch depth (its batches are never taken). For messages.
+  std::vector<uint32_t> ranks_without_consumer() const;
 
  private:
   explicit Client(std::shared_ptr<detail::Attachment> attachment);

@@ -225,6 +225,14 @@ ControlServer::ControlServer(asio::io_context& io, std::string socket_path, mode
       acceptor_(io),
       backoff_(io),
       alive_(std::make_shared<bool>(true)) {
+  // A socket left there (a daemon killed before it could remove it) is replaced; anything else
+  // at the path is not ours to delete.
+  struct stat st {};
+  if (::lstat(socket_path_.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    const char* what = S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file" : "not a socket";
+    throw std::runtime_error("control socket " + socket_path_ + ": that path is " + what +
+                             ", where ringfeedd puts its socket; remove it (or use another runtime directory)");
+  }
   ::unlink(socket_path_.c_str());
   boost::system::error_code ec;
   acceptor_.open(stream_protocol(), ec);

@@ -106,7 +106,7 @@ void Pipeline::RequestStop(const std::string& reason) {
     stopping_ = true;
     if (!reason.empty()) stop_reason_ = reason;
     // Parsed batches waiting for an earlier one are never published now.
-    for (const auto& [seq, where] : completed_) AbandonSlotLocked(where.first);
+    for (const auto& [seq, done] : completed_) AbandonSlotLocked(done.slot);
     completed_.clear();
   }
   read_ahead_->Stop();  // a sequencer waiting for records that do not come wakes
@@ -327,34 +327,30 @@ void Pipeline::RunWorker(size_t id) {
       work_done_.notify_all();
       continue;  // more work until the failure stops the pipeline (batches before it may need a worker)
     }
-    records_.fetch_add(result.rows, std::memory_order_relaxed);
-    record_bytes_.fetch_add(result.record_bytes, std::memory_order_relaxed);
-    Complete(work.job.seq, work.slot, work.job.queue);
+    Complete(work.job.seq, Done{work.slot, work.job.queue, result.rows, result.record_bytes});
     std::lock_guard lock(mutex_);
     --busy_workers_;
   }
 }
 
-void Pipeline::Complete(uint64_t seq, uint32_t slot, uint32_t queue) {
+void Pipeline::Complete(uint64_t seq, const Done& done) {
   std::string failure;  // a worker's failure whose turn came with this batch
   {
     std::lock_guard lock(mutex_);
     --in_flight_;
     if (stopping_) {
-      AbandonSlotLocked(slot);
+      AbandonSlotLocked(done.slot);
       return;
     }
     if (!options_.deterministic) {
-      PublishLocked(slot, queue);
-      batches_.fetch_add(1, std::memory_order_relaxed);
+      PublishLocked(done);
     } else {
-      completed_.emplace(seq, std::make_pair(slot, queue));
+      completed_.emplace(seq, done);
       // Publish every batch whose predecessors are all published.
       for (auto it = completed_.begin(); it != completed_.end() && it->first == next_publish_;
            it = completed_.erase(it)) {
-        PublishLocked(it->second.first, it->second.second);
+        PublishLocked(it->second);
         ++next_publish_;
-        batches_.fetch_add(1, std::memory_order_relaxed);
       }
       if (next_publish_ == failed_seq_) failure = failed_error_;
     }
@@ -373,11 +369,16 @@ void Pipeline::AbandonSlotLocked(uint32_t slot) {
   slot_use_[slot] = SlotUse::kFree;
 }
 
-void Pipeline::PublishLocked(uint32_t slot, uint32_t queue) {
-  const uint64_t seq = published_[queue]++;
-  shm::Publish(ring_, slot, queue, seq);
-  slot_use_[slot] = SlotUse::kPublished;
-  slot_published_[slot] = {queue, seq};
+void Pipeline::PublishLocked(const Done& done) {
+  const uint64_t seq = published_[done.queue]++;
+  shm::Publish(ring_, done.slot, done.queue, seq);
+  slot_use_[done.slot] = SlotUse::kPublished;
+  slot_published_[done.slot] = {done.queue, seq};
+  // Counted when published: a batch parsed but never published (the job failed or stopped
+  // first) is not in status's records.
+  records_.fetch_add(done.rows, std::memory_order_relaxed);
+  record_bytes_.fetch_add(done.record_bytes, std::memory_order_relaxed);
+  batches_.fetch_add(1, std::memory_order_relaxed);
 }
 
 size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& attached) {

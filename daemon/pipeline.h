@@ -139,8 +139,16 @@ class Pipeline {
     uint32_t slot;
   };
   enum class SlotUse : uint8_t { kFree, kInPipeline, kPublished };
-  // Publishes `slot` to `queue` as its next batch (the daemon's count). Under mutex_.
-  void PublishLocked(uint32_t slot, uint32_t queue);
+  // A parsed batch: its slot, its queue, and what it holds (counted when it is published).
+  struct Done {
+    uint32_t slot = 0;
+    uint32_t queue = 0;
+    uint64_t rows = 0;
+    uint64_t record_bytes = 0;
+  };
+  // Publishes `done.slot` to `done.queue` as its next batch (the daemon's count) and counts
+  // it in records_, record_bytes_ and batches_. Under mutex_.
+  void PublishLocked(const Done& done);
   // A slot whose batch will never be published (production failed or stopped): free again, so
   // that status does not count it as filling. Under mutex_.
   void AbandonSlotLocked(uint32_t slot);
@@ -149,7 +157,7 @@ class Pipeline {
   void RunWorker(size_t id);
   // Blocks until a slot is free (or stopping: false).
   bool AcquireSlot(uint32_t* slot);
-  void Complete(uint64_t seq, uint32_t slot, uint32_t queue);
+  void Complete(uint64_t seq, const Done& done);
   void Fail(const std::string& message);
   // Counts and logs (rate-limited) a record skipped under on_error: skip; keeps it as the last error.
   void NoteSkipped(const std::string& message, bool parse_error);
@@ -185,7 +193,7 @@ class Pipeline {
   std::vector<Published> slot_published_;     // per slot: what it was last published as
   uint64_t ring_repairs_ = 0;
   std::shared_ptr<const shm::Superblock> superblock_image_;
-  std::map<uint64_t, std::pair<uint32_t, uint32_t>> completed_;  // seq -> (slot, queue), not yet published
+  std::map<uint64_t, Done> completed_;        // deterministic: seq -> parsed batch, not yet published
   uint64_t in_flight_ = 0;                    // batches handed to workers, not yet completed
   // deterministic: the earliest batch a worker failed on (UINT64_MAX: none) and why. The job
   // fails when that batch's turn to be published comes: every batch before it is delivered

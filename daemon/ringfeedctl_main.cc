@@ -259,7 +259,7 @@ Command AddCheckCommand(CLI::App& parent) {
     std::cout << "\n";
     std::cout << r.memory_plan;
     char cores[32];
-    std::snprintf(cores, sizeof cores, "%.3g", r.cpu_budget_cores);
+    std::snprintf(cores, sizeof cores, "%.10g", r.cpu_budget_cores);
     std::cout << "cpu: ringfeedd's cpu_budget would be " << cores << " cores (" << r.cpu_budget_source << ")\n";
     std::cout.flush();  // the notes below go to stderr: after these lines, also where both are one pipe
     if (!config.pipeline.cpu_budget || !config.pipeline.memory_budget) {

@@ -366,6 +366,27 @@ TEST_CASE("a second ringfeedd for the same job refuses to start and names the ru
   CHECK(first.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("something other than a socket at the socket's path: a start-up error that says so, and it stays") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "blocked-job", IdJobConfig("blocked-job", dir.file("data.tfrecord")));
+  std::filesystem::create_directories(daemon.socket_path());
+  CHECK_FALSE(daemon.Start());
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO("stderr:\n" << daemon.Stderr());
+  CHECK(status->code != 0);
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("control socket " + daemon.socket_path() +
+                                              ": that path is a directory, where ringfeedd puts its socket; remove "
+                                              "it (or use another runtime directory)"));
+  CHECK(std::filesystem::is_directory(daemon.socket_path()));
+  std::filesystem::remove(daemon.socket_path());
+  WriteFile(daemon.socket_path(), "not a socket");
+  CHECK_FALSE(daemon.Start());
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("that path is a regular file"));
+  CHECK(ReadFile(daemon.socket_path()) == "not a socket");  // not deleted
+}
+
 TEST_CASE("on_error with a corrupted record: fail names file and record, skip delivers the rest") {
   TempDir dir;
   // ids 0..9, record 6's payload with one byte flipped (its data CRC no longer matches).
@@ -672,6 +693,9 @@ TEST_CASE("on_error: skip with records that do not match the spec: taken out bef
     CHECK(status["state"] == "failed");
     CHECK(status["ring"]["filling"] == 0);
     CHECK(status["ring"]["ready"] == 0);
+    // What was published, not what workers parsed beyond the failure (batches 3, 4, ...).
+    CHECK(status["batches"] == 1);
+    CHECK(status["records"] == 4);
     CHECK(daemon.Stop().ToString() == "exit 1");
   }
   SECTION("record-level sharding (1 file, 2 shards): each shard counts and reports only its own bad record") {

@@ -54,7 +54,7 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
       if (Clock::now() >= attach_deadline) {
         if (attach_s <= 0) throw;
         char tried[32];
-        std::snprintf(tried, sizeof tried, "%.1f", attach_s);
+        std::snprintf(tried, sizeof tried, attach_s >= 100 ? "%.0f" : "%.3g", attach_s);  // 0.05, 1.5, 600
         throw DaemonNotRunningError(e.reason() + " (tried for " + std::string(tried) + " s: attach_timeout)",
                                     e.reason());
       }
@@ -153,6 +153,18 @@ nb::object ClientObject::Next(double timeout_s) {
                              "), so the daemon has nowhere to put the next batch; each consumer that keeps its "
                              "previous batch while it waits needs a slot of its own (ring.slots above the number "
                              "of consumers; see ringfeedctl status " + job() + ")");
+      }
+      const std::vector<uint32_t> missing = client->ranks_without_consumer();
+      if (!missing.empty()) {
+        std::string ranks;
+        for (uint32_t r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        const std::string n = std::to_string(client->schema().queue_count);
+        throw TimeoutReached("no batch of job " + job() + " within " + seconds + " s: " +
+                             (missing.size() == 1 ? "rank " : "ranks ") + ranks + " of " + n + " " +
+                             (missing.size() == 1 ? "has" : "have") +
+                             " no consumer attached; ranks mode gives batch k of an epoch to rank k mod " + n +
+                             ", so the daemon stops producing at its prefetch depth while a rank does not take its "
+                             "batches: start every rank (see ringfeedctl status " + job() + ")");
       }
       throw TimeoutReached("no batch of job " + job() + " within " + seconds +
                            " s (the daemon is running but has produced nothing new; see ringfeedctl status " +

@@ -313,6 +313,23 @@ def test_rank_out_of_range_or_wrong_mode(daemon_factory, tmp_path):
         shared.client(rank=0)
 
 
+def test_a_timeout_names_the_rank_without_a_consumer(daemon_factory, tmp_path):
+    # Rank 1 never attaches: once rank 1's batches fill the prefetch depth the daemon stops
+    # producing, and rank 0's timeout says why rather than "produced nothing new".
+    d = daemon_factory(id_job(tmp_path, count=400, batch=4, extra="consumers: {mode: ranks, count: 2}\n"))
+    with d.client(rank=0) as client:
+        got = 0
+        with pytest.raises(ringfeed.Timeout, match=r"within 1 s: rank 1 of 2 has no consumer attached; ranks mode "
+                                                   r"gives batch k of an epoch to rank k mod 2"):
+            while True:
+                batch = client.next(timeout=1)
+                assert batch is not None
+                batch.release()
+                got += 1
+                assert got < 50, "the daemon did not stop at its prefetch depth"
+        assert got > 0
+
+
 @pytest.mark.parametrize("job", ["", "a/b", "../../etc/passwd", "x" * 300, "a\0b", "日本", "-", " "])
 def test_odd_job_names(tmp_path, job):
     with pytest.raises((ringfeed.ClientError, ValueError)):
