@@ -143,8 +143,9 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
                                     e.reason());
       }
       if (now >= attach_deadline) {
+        const double seconds = std::chrono::duration<double>(attach_timeout).count();
         char waited[32];
-        std::snprintf(waited, sizeof waited, std::chrono::duration<double>(attach_timeout).count() >= 100 ? "%.0f" : "%.3g", std::chrono::duration<double>(attach_timeout).count());  // 0.05, 1.5, 600
+        std::snprintf(waited, sizeof waited, seconds >= 100 ? "%.0f" : "%.3g", seconds);  // 0.05, 1.5, 600
         throw DaemonNotRunningError(e.reason() + " (tried for " + waited + " s: attach_timeout)", e.reason());
       }
       std::this_thread::sleep_for(std::min<Clock::duration>(kAttachRetry, attach_deadline - now));
