@@ -86,6 +86,11 @@ int main(int argc, char** argv) {
       if (status == ringfeed::Client::Status::kEndOfData) break;
       if (status == ringfeed::Client::Status::kTimeout) {
         std::fprintf(stderr, "example_trainer: no batch for %.0f s; giving up\n", timeout_seconds);
+        // In ranks mode a rank nobody attached as stalls every rank (its batches are never taken).
+        for (uint32_t rank : client->ranks_without_consumer()) {
+          std::fprintf(stderr, "example_trainer: rank %u of %u has no consumer attached: start it\n", rank,
+                       client->schema().queue_count);
+        }
         return 1;
       }
       if (batch.epoch() != epoch) {

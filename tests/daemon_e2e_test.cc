@@ -138,6 +138,30 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
   }
 }
 
+TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(dir.path(), "missing-ranks",
+                       IdJobConfig("missing-ranks", dir.file("data.tfrecord"), "consumers: {mode: ranks, count: 3}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto rank1 = Client::Attach(daemon.client_options(1));
+  CHECK(rank1->ranks_without_consumer() == std::vector<uint32_t>{0, 2});
+  {
+    auto rank0 = Client::Attach(daemon.client_options(0));
+    CHECK(rank1->ranks_without_consumer() == std::vector<uint32_t>{2});
+    CHECK(rank0->ranks_without_consumer() == std::vector<uint32_t>{2});
+  }
+  // A consumer that left: its rank is missing again once the daemon has seen it go.
+  CHECK(WaitUntil([&] { return rank1->ranks_without_consumer() == std::vector<uint32_t>{0, 2}; }));
+  rank1.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+
+  DaemonProcess shared(dir.path(), "shared-ranks", IdJobConfig("shared-ranks", dir.file("data.tfrecord")));
+  RINGFEED_REQUIRE_STARTED(shared);
+  CHECK(Client::Attach(shared.client_options())->ranks_without_consumer().empty());
+  CHECK(shared.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("consumers.mode ranks: batch k only at rank k % 2, same counts, the incomplete last round dropped") {
   TempDir dir;
   // 99 records in file order (cycle_length 1, no shuffle): batch k of an epoch holds ids
