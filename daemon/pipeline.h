@@ -182,7 +182,6 @@ class Pipeline {
   bool workers_exit_ = false;  // Join: parked workers end too
   size_t busy_workers_ = 0;
   std::vector<SlotUse> slot_use_;
-  uint32_t next_slot_scan_ = 0;
   size_t prefetch_ = 1;
   uint64_t next_publish_ = 0;                 // deterministic: next sequence number to publish
   std::vector<uint64_t> published_;           // per queue: batches published there (the daemon's count)
