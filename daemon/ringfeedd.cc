@@ -682,8 +682,13 @@ int RunDaemon(const DaemonOptions& options) {
         if (ec) return;
         if (done_producing.load()) {
           const PipelineStats s = pipeline->Snapshot();
-          if (s.end == PipelineEnd::kFailed || (s.slots_ready == 0 && s.slots_held == 0)) {
-            stop_reason = "ringfeedd exited: all batches delivered";
+          // A failed job too waits for its batches before the failure to be taken, and for
+          // a consumer to have attached at all (it reads the failure from the segment): a
+          // trainer starting after the failure gets the error, not "cannot connect".
+          const bool failed = s.end == PipelineEnd::kFailed;
+          if (s.slots_ready == 0 && s.slots_held == 0 && (!failed || consumers.consumers_seen() > 0)) {
+            stop_reason = failed ? "ringfeedd exited: the job failed; every batch before the failure was delivered"
+                                 : "ringfeedd exited: all batches delivered";
             io.stop();
             return;
           }

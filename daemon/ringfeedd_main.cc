@@ -25,8 +25,9 @@ int main(int argc, char** argv) {
                  "$RUNTIME_DIRECTORY, else /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else "
                  "/tmp/ringfeed-<uid>)");
   app.add_flag("--exit-when-done", options.exit_when_done,
-               "Exit once every epoch is produced and every batch has been released by a consumer "
-               "(default: keep serving until stopped)");
+               "Exit once every epoch is produced and every batch has been released by a consumer; "
+               "after a failure (on_error: fail), once every batch before it was released and a "
+               "consumer has attached, so that one got the error (default: keep serving until stopped)");
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
   try {
     app.parse(argc, argv);

@@ -432,6 +432,27 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK(status->ToString() == "exit 1");
     CHECK_THAT(daemon.Stderr(), Catch::Contains("record 6"));
   }
+  SECTION("fail with --exit-when-done: a trainer attaching after the failure still gets the batches and the error") {
+    DaemonProcess daemon(dir.path(), "late-job", config("late-job", "fail"));
+    RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+    // Until this fix the daemon exited ~100 ms after failing: this trainer got "cannot connect".
+    const auto start = Clock::now();
+    while (daemon.Stderr().find("stopped producing") == std::string::npos && Clock::now() - start < kEventually) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    REQUIRE_THAT(daemon.Stderr(), Catch::Contains("stopped producing"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("ringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE(report.end == "error");
+    CHECK_THAT(report.error, Catch::Contains(bad + ": record 6 at byte"));
+    CHECK(Ids(report.batches) == Iota(0, 6));
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    CHECK(status->ToString() == "exit 1");
+  }
   SECTION("fail under systemd (NOTIFY_SOCKET): the unit's status line names the failure") {
     // A datagram socket standing in for systemd's notify socket (sd_notify(3)).
     const std::string notify_path = dir.file("notify");
