@@ -189,6 +189,13 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
 
   try {
     a->segment = shm::Segment::Open(segment_name);
+  } catch (const shm::SegmentMissingError&) {
+    // The daemon just answered, so it runs: its segment was removed under it.
+    throw ClientError("ringfeedd (pid " + std::to_string(a->daemon_pid) + ") for job " + a->job + " answered on " +
+                      a->socket_path + ", but its shared-memory segment " + shm::Segment::Path(segment_name) +
+                      " is gone: something removed it while the daemon runs (a cleanup of /dev/shm, or "
+                      "systemd-logind's RemoveIPC=yes for the daemon's user). Trainers attached before go on; "
+                      "new ones cannot attach until the job is restarted (docs/operations.md)");
   } catch (const shm::ShmError& e) {
     throw ClientError(e.what());
   }

@@ -699,10 +699,20 @@ int RunDaemon(const DaemonOptions& options) {
     if (options.exit_when_done) check_done();
     // Consumers whose process died while a forked child keeps their connection open.
     asio::steady_timer reap_timer(io);
+    bool segment_gone = false;
     std::function<void()> reap = [&] {
       reap_timer.expires_after(std::chrono::seconds(1));
       reap_timer.async_wait([&](const boost::system::error_code& ec) {
         if (ec) return;
+        // Also once a second: a segment removed under us (a cleanup of /dev/shm, logind's
+        // RemoveIPC) leaves attached trainers working but no new one can attach; say so once.
+        if (!segment_gone && !shm::Segment::Exists(segment_name)) {
+          segment_gone = true;
+          spdlog::error("the shared-memory segment {} was removed while ringfeedd runs (a cleanup of /dev/shm, or "
+                        "systemd-logind's RemoveIPC=yes for this user?): trainers attached now go on, new ones "
+                        "cannot attach; restart the job",
+                        shm::Segment::Path(segment_name));
+        }
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.
         pipeline->RepairRing([&](uint32_t id) { return consumers.IsAttached(id); });

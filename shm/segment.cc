@@ -173,7 +173,7 @@ Segment Segment::Open(const std::string& name) {
   } catch (const bip::interprocess_exception& e) {
     const int err = e.get_native_error();
     if (err == ENOENT) {
-      throw ShmError("no ringfeed segment " + name + ": is ringfeedd running for job " +
+      throw SegmentMissingError("no ringfeed segment " + name + ": is ringfeedd running for job " +
                      JobOfSegment(name) + "?");
     }
     if (err == EACCES || err == EPERM) {
@@ -203,5 +203,12 @@ Segment Segment::Open(const std::string& name) {
 bool Segment::Remove(const std::string& name) {
   return bip::shared_memory_object::remove(name.c_str());
 }
+
+bool Segment::Exists(const std::string& name) {
+  struct stat st {};
+  return ::stat(Path(name).c_str(), &st) == 0 || errno != ENOENT;
+}
+
+std::string Segment::Path(const std::string& name) { return std::string(kShmDir) + name; }
 
 }  // namespace ringfeed::shm

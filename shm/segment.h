@@ -60,12 +60,20 @@ class Segment {
   static Segment Create(const std::string& name, uint64_t segment_bytes, mode_t mode = 0600,
                         std::optional<gid_t> group = std::nullopt);
 
-  // Opens the existing segment `name` read-write and maps all of it. Throws ShmError when it
-  // does not exist ("is ringfeedd running for job X?") or can't be opened or mapped.
+  // Opens the existing segment `name` read-write and maps all of it. Throws SegmentMissingError
+  // (a ShmError) when it does not exist ("is ringfeedd running for job X?"), ShmError when it
+  // can't be opened or mapped.
   static Segment Open(const std::string& name);
 
   // Removes the name; true if it existed. Mappings stay valid.
   static bool Remove(const std::string& name);
+
+  // True unless the name is gone from /dev/shm (a stat that fails with ENOENT): the daemon's
+  // check that nobody removed its segment under it.
+  static bool Exists(const std::string& name);
+
+  // The segment's path, /dev/shm + name.
+  static std::string Path(const std::string& name);
 
   bool valid() const { return data_ != nullptr; }
   const std::string& name() const { return name_; }

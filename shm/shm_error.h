@@ -12,4 +12,10 @@ class ShmError : public std::runtime_error {
   explicit ShmError(const std::string& message) : std::runtime_error(message) {}
 };
 
+// Segment::Open: no segment of that name exists (ENOENT).
+class SegmentMissingError : public ShmError {
+ public:
+  using ShmError::ShmError;
+};
+
 }  // namespace ringfeed::shm

@@ -1076,6 +1076,34 @@ TEST_CASE("the segment truncated under the daemon: it says so, removes socket an
   CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
 }
 
+TEST_CASE("the segment removed under the daemon: logged, attached trainers go on, a new one is told why") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "unlinked", IdJobConfig("unlinked", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto attached = Client::Attach(daemon.client_options());
+  REQUIRE(std::filesystem::remove(daemon.segment_path()));  // a cleanup of /dev/shm, logind's RemoveIPC
+  Batch batch;
+  REQUIRE(attached->Next(kEventually, &batch) == Client::Status::kBatch);
+  batch = Batch();
+  std::string error;
+  try {
+    Client::Attach(daemon.client_options());
+  } catch (const ClientError& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("ringfeedd (pid " + std::to_string(daemon.pid()) + ") for job unlinked answered on") &&
+                        Catch::Contains("but its shared-memory segment " + daemon.segment_path() + " is gone") &&
+                        Catch::Contains("until the job is restarted"));
+  const auto start = Clock::now();
+  while (daemon.Stderr().find("was removed while ringfeedd runs") == std::string::npos && Clock::now() - start < kEventually) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("the shared-memory segment " + daemon.segment_path() +
+                                              " was removed while ringfeedd runs"));
+  REQUIRE(attached->Next(kEventually, &batch) == Client::Status::kBatch);  // still served
+}
+
 TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the path and the fix") {
   TempDir dir;
   const std::filesystem::path deep = dir.path() / std::string(90, 'd');
