@@ -13,8 +13,12 @@ bool HasWildcard(const std::string& s) { return s.find_first_of("*?[") != std::s
 
 // Shell-style brace expansion: "a{1,2}b{x,y}" -> a1bx a1by a2bx a2by (nested braces work; a
 // brace group without a top-level comma is kept literally). Done here rather than with glob's
-// GLOB_BRACE, which silently drops an alternative that matches nothing.
-std::vector<std::string> ExpandBraces(const std::string& pattern) {
+// GLOB_BRACE, which silently drops an alternative that matches nothing. At most
+// kMaxBraceExpansions paths per pattern (each group multiplies them: 26 groups of two made 67 M
+// paths and gigabytes before the first was looked at); more throws TooManyExpansions.
+constexpr size_t kMaxBraceExpansions = 100000;
+struct TooManyExpansions {};
+void ExpandBraces(const std::string& pattern, std::vector<std::string>& out) {
   for (size_t open = pattern.find('{'); open != std::string::npos; open = pattern.find('{', open + 1)) {
     std::vector<size_t> commas;
     int depth = 0;
@@ -26,17 +30,16 @@ std::vector<std::string> ExpandBraces(const std::string& pattern) {
     }
     if (close == std::string::npos) break;  // unbalanced: literal
     if (commas.empty()) continue;           // "{x}": literal, look further
-    std::vector<std::string> out;
     size_t begin = open + 1;
     commas.push_back(close);
     for (size_t end : commas) {
-      const std::string alternative = pattern.substr(0, open) + pattern.substr(begin, end - begin) + pattern.substr(close + 1);
-      for (std::string& expanded : ExpandBraces(alternative)) out.push_back(std::move(expanded));
+      ExpandBraces(pattern.substr(0, open) + pattern.substr(begin, end - begin) + pattern.substr(close + 1), out);
       begin = end + 1;
     }
-    return out;
+    return;
   }
-  return {pattern};
+  if (out.size() == kMaxBraceExpansions) throw TooManyExpansions{};
+  out.push_back(pattern);
 }
 
 [[noreturn]] void NoMatch(const std::string& origin, const std::string& pattern, const std::string& item) {
@@ -58,7 +61,20 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, c
   for (size_t i = 0; i < patterns.size(); ++i) {
     const std::string& pattern = patterns[i];
     const std::string origin = i < origins.size() ? origins[i] : "";
-    for (const std::string& item : ExpandBraces(pattern)) {
+    const std::string where = origin.empty() ? "source.files: " : origin;
+    if (pattern.find('\0') != std::string::npos) {
+      throw std::runtime_error(where + "pattern '" + pattern.substr(0, pattern.find('\0')) +
+                               "\\0...' holds a NUL byte (\\u0000), which no path can");
+    }
+    std::vector<std::string> items;
+    try {
+      ExpandBraces(pattern, items);
+    } catch (const TooManyExpansions&) {
+      throw std::runtime_error(where + "pattern '" + pattern + "' expands to more than " +
+                               std::to_string(kMaxBraceExpansions) +
+                               " paths ({a,b} groups multiply): use a wildcard (*, ?, [...]) or fewer groups");
+    }
+    for (const std::string& item : items) {
       glob_t g{};
       const int rc = ::glob(item.c_str(), GLOB_TILDE, nullptr, &g);
       if (rc != 0) {

@@ -145,6 +145,17 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
                     Catch::Contains("no such file '" + dir.file("g9.tfrecord") + "'"));
   // The same file named twice is read once.
   CHECK(ExpandFiles({dir.file("g1.tfrecord"), dir.path().string() + "/./g1.tfrecord"}).size() == 1);
+  // 26 groups of two would be 67 M paths (gigabytes, before the first is looked at): refused.
+  std::string many = dir.path().string() + "/";
+  for (int g = 0; g < 26; ++g) many += "{a,b}";
+  CHECK_THROWS_WITH(ExpandFiles({many}), Catch::Contains("' expands to more than 100000 paths ({a,b} groups multiply)"));
+  // 16 groups (65,536 paths) are still expanded: the first missing one is named.
+  std::string fewer = dir.path().string() + "/";
+  for (int g = 0; g < 16; ++g) fewer += "{a,b}";
+  CHECK_THROWS_WITH(ExpandFiles({fewer}), Catch::Contains("no such file '" + dir.path().string() + "/aaaaaaaaaaaaaaaa'"));
+  // A NUL would cut the path short at the system call: refused, not read as the prefix.
+  CHECK_THROWS_WITH(ExpandFiles({dir.file("g1.tfrecord") + std::string(1, '\0') + "x"}),
+                    Catch::Contains("holds a NUL byte"));
   // Errors found after loading still name file, line, column and key; relative paths say where they were resolved.
   const JobConfig config = LoadJobConfigFromString(
       "job: t\nsource:\n  files:\n    - " + dir.file("g1.tfrecord") + "\n    - nothing-here/*.gz\nfeatures:\n  id: {dtype: int64}\n",
