@@ -559,7 +559,17 @@ int RunDaemon(const DaemonOptions& options) {
 
     ControlServer::Handlers handlers;
     handlers.attach = [&](pid_t pid, std::optional<int> rank, std::string* error) {
-      return consumers.Attach(pid, rank, error);
+      const std::optional<uint32_t> id = consumers.Attach(pid, rank, error);
+      if (id && pipeline) {
+        // The trainer will get no batch (its client says so too, but a C++ loop may not look).
+        const PipelineStats s = pipeline->Snapshot();
+        if (s.end == PipelineEnd::kEndOfData && s.slots_ready == 0) {
+          spdlog::warn("consumer {} (pid {}) attached after the end of the data: every epoch was produced and taken, "
+                       "so it gets no batch; restart ringfeedd for another pass, or give the job epochs: 0 "
+                       "(endless)", *id, pid);
+        }
+      }
+      return id;
     };
     handlers.detach = [&](uint32_t id, pid_t pid) {
       // The pipeline records its end before it writes the end state that consumers act on, and

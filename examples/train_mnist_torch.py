@@ -26,8 +26,13 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-from torch import nn
+try:
+    import torch
+    from torch import nn
+except ModuleNotFoundError:
+    sys.exit("train_mnist_torch.py needs PyTorch: pip install './python[torch]' (PyPI's torch is a few GB; "
+             "the CPU-only wheel: pip install torch --index-url https://download.pytorch.org/whl/cpu), "
+             "or run it with build/pyvenv/bin/python, which scripts/test.sh sets up with torch")
 
 import ringfeed
 from ringfeed.torch import RingfeedIterable

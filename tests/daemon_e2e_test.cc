@@ -309,6 +309,10 @@ TEST_CASE("consumers.mode shared: four consumer processes, disjoint batches, eve
     ConsumerSpec late;
     late.client = daemon.client_options();
     CHECK(ConsumeInProcess(late).end == "end");
+    // ... and the log says why it got nothing (a C++ trainer's loop may not look).
+    CHECK(WaitUntil([&] { return daemon.Stderr().find("attached after the end of the data") != std::string::npos; }));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("so it gets no batch; restart ringfeedd for another pass, or give the "
+                                                "job epochs: 0"));
     CHECK(daemon.Stop().ToString() == "exit 0");
   }
   SECTION("--exit-when-done ends the daemon once every batch is released") {
