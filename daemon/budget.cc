@@ -321,22 +321,23 @@ MemoryBudgetDefault DefaultMemoryBudget(const SystemPaths& paths) {
   MemoryBudgetDefault result;
   const MemoryLimit total = MemTotal(paths);
   const auto cgroup = CgroupMemoryLimit(paths);
-  std::string limit_source;
+  std::string limit_source, note;
   if (cgroup && cgroup->bytes < total.bytes) {
     result.limit_bytes = cgroup->bytes;
     limit_source = cgroup->source;
   } else {
     result.limit_bytes = total.bytes;
-    limit_source = total.source + (cgroup ? " (" + cgroup->source + " is not lower)" : " (no cgroup memory limit)");
+    limit_source = total.source;
+    note = cgroup ? "; " + cgroup->source + " is not lower" : "; no cgroup memory limit";
   }
   const uint64_t quarter = result.limit_bytes / kMemoryBudgetDivisor;
+  const std::string quarter_text = "1/4 of " + limit_source + " = " + FormatBytes(quarter);
   if (quarter > kMemoryBudgetCap) {
     result.bytes = kMemoryBudgetCap;
-    result.source = FormatBytes(kMemoryBudgetCap) + ", the default's cap (1/4 of " + limit_source + " is " +
-                    FormatBytes(quarter) + ")";
+    result.source = "min(" + FormatBytes(kMemoryBudgetCap) + " cap, " + quarter_text + ")" + note;
   } else {
     result.bytes = quarter;
-    result.source = "1/4 of " + limit_source + " = " + FormatBytes(quarter);
+    result.source = quarter_text + note;
   }
   return result;
 }

@@ -381,12 +381,12 @@ TEST_CASE("default memory budget: min(2 GiB, 1/4 of the limit)", "[memory]") {
     const MemoryBudgetDefault d = DefaultMemoryBudget(paths);
     CHECK(d.limit_bytes == 12 * GiB);
     CHECK(d.bytes == 2 * GiB);
-    CHECK(d.source == "2.0 GiB, the default's cap (1/4 of MemTotal 12.0 GiB (no cgroup memory limit) is 3.0 GiB)");
+    CHECK(d.source == "min(2.0 GiB cap, 1/4 of MemTotal 12.0 GiB = 3.0 GiB); no cgroup memory limit");
   }
   SECTION("MemTotal 8 GiB: a quarter is exactly the cap") {
     const MemoryBudgetDefault d = DefaultMemoryBudget(MakeTree(dir, files));
     CHECK(d.bytes == 2 * GiB);
-    CHECK(d.source == "1/4 of MemTotal 8.0 GiB (no cgroup memory limit) = 2.0 GiB");
+    CHECK(d.source == "1/4 of MemTotal 8.0 GiB = 2.0 GiB; no cgroup memory limit");
   }
   SECTION("cgroup v1 limit below MemTotal") {
     files["proc/self/cgroup"] = "4:memory:/job\n";
