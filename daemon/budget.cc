@@ -468,7 +468,10 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     const int64_t records = std::max<int64_t>(in.shuffle_buffer, 1);
     plan.shuffle_bytes =
         add("shuffle buffer",
-            Plural(records, "record", "records") + " x " + record_text + " + " +
+            (in.shuffle_buffer <= 1 ? "none (shuffle.buffer " + std::to_string(in.shuffle_buffer) +
+                                          "), the one record passing through: "
+                                    : std::string()) +
+                Plural(records, "record", "records") + " x " + record_text + " + " +
                 FormatBytes(in.largest_record_bytes) + " largest",
             SatAdd(SatMul(static_cast<uint64_t>(records), planned_record), in.largest_record_bytes));
   }
@@ -488,7 +491,7 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
   }
 
   plan.workers_bytes = add("parse workers",
-                           Plural(in.max_workers, "worker", "workers") + " x " +
+                           "up to " + Plural(in.max_workers, "worker", "workers") + " x " +
                                FormatBytes(in.worker_scratch_bytes) + " scratch",
                            SatMul(static_cast<uint64_t>(in.max_workers), in.worker_scratch_bytes));
   if (in.reader_check_bytes > 0) {

@@ -511,12 +511,17 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
         std::string::npos);
   CHECK(text.find("  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 80 B) = "
                   "1.3 MiB\n") != std::string::npos);
-  CHECK(text.find("  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n") != std::string::npos);
+  CHECK(text.find("  parse workers: up to 2 workers x 1.0 MiB scratch = 2.0 MiB\n") != std::string::npos);
   CHECK(text.find("  threads: (at most 4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n") != std::string::npos);
   CHECK(text.find("  safety margin: max(5% of the budget, 8.0 MiB) = 12.8 MiB\n") != std::string::npos);
   CHECK(text.find("  read-ahead: what is left, 140.4 MiB, for records read ahead of their turn: 120.6 MiB of record "
                   "bytes + 224 B of bookkeeping per record (1.3 KiB records assumed: 2/3 of the mean); at most "
                   "15.1 MiB per open file = 140.4 MiB\n") != std::string::npos);
+  // No shuffling: the line says so instead of "1 record".
+  MemoryInputs unshuffled = ExampleInputs(256 * MiB);
+  unshuffled.shuffle_buffer = 0;
+  CHECK_THAT(PlanMemory(unshuffled).Describe(),
+             Catch::Contains("  shuffle buffer: none (shuffle.buffer 0), the one record passing through: 1 record x "));
 }
 
 TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window", "[plan]") {
@@ -609,7 +614,7 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       "input + 96.0 KiB inflate state + 9.2 KiB largest record beyond the stream buffer) = 16.8 MiB\n",
       "  shuffle buffer: 10000 records x (1.5 x 2.0 KiB mean + 80 B) + 9.0 KiB largest = 30.1 MiB\n",
       "  batches in flight: (10 slots + 2 x 1 queue + 2) x 32 records x (1.5 x 2.0 KiB mean + 80 B) = 1.3 MiB\n",
-      "  parse workers: 2 workers x 1.0 MiB scratch = 2.0 MiB\n",
+      "  parse workers: up to 2 workers x 1.0 MiB scratch = 2.0 MiB\n",
       "  threads: (at most 4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n",
       "  safety margin: max(5% of the budget, 8.0 MiB) = 8.0 MiB\n",
       "  read-ahead at least: 8 open files x 256.0 KiB min stream buffer + 224 B of bookkeeping per record (1.3 KiB "
