@@ -39,6 +39,9 @@ uint64_t TouchEveryByte(const ringfeed::Batch& batch) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A line at a time also into a pipe or file (scripts/quickstart.sh | tee): in order with the
+  // daemon's log lines.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   ringfeed::ClientOptions options;
   double timeout_seconds = 60;
   for (int i = 1; i < argc; ++i) {
