@@ -76,7 +76,7 @@ const char* IsalError(int rc) {
     case ISAL_INVALID_LOOKBACK: return "invalid lookback distance";
     case ISAL_INVALID_WRAPPER: return "invalid gzip/zlib header";
     case ISAL_UNSUPPORTED_METHOD: return "unsupported compression method";
-    case ISAL_INCORRECT_CHECKSUM: return "incorrect checksum (CRC-32/Adler-32 of the data)";
+    case ISAL_INCORRECT_CHECKSUM: return "the data does not match the member's trailer (CRC-32/Adler-32 or length)";
     case ISAL_NEED_DICT: return "stream needs a preset dictionary";
     default: return "inflate error";
   }
@@ -321,7 +321,12 @@ InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t*
     const bool consumed = in != in_buf_.get() + in_pos_;
     in_pos_ = static_cast<size_t>(in - in_buf_.get());
     if (result == Decoder::Result::kError) {
-      Fail(Status::kDataError, why + " near compressed byte " + std::to_string(before));
+      // A trailer that does not match (ISA-L's checksum error, zlib's "incorrect data/length
+      // check") is found where the step stopped, past the data it checks: name that end.
+      const bool trailer = why.find("trailer") != std::string::npos || why.find("incorrect data check") != std::string::npos ||
+                           why.find("incorrect length check") != std::string::npos;
+      Fail(Status::kDataError, trailer ? why + ", at the trailer near compressed byte " + std::to_string(compressed_offset())
+                                       : why + " near compressed byte " + std::to_string(before));
       // What this step inflated before the error is handed out first (the error comes with the
       // next call): up to a whole buffer of good records ahead of the damage. The records'
       // own CRCs judge it; an error found only at the member's end (its CRC-32) has all of it.

@@ -448,6 +448,14 @@ TEST_CASE("broken compressed streams deliver the good records, then one decompre
     out = ReadAll(dir.file("crc.gz"), o);
     REQUIRE(out.errors.size() == 1);
     CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
+    // Named where it is: the trailer at the file's end (its last 8 bytes: zlib stops after the
+    // CRC-32, ISA-L after ISIZE), not where the last step began.
+    const std::string& m = out.errors[0].message;
+    const std::string at = ", at the trailer near compressed byte ";
+    REQUIRE(m.find(at) != std::string::npos);
+    const uint64_t byte = std::stoull(m.substr(m.find(at) + at.size()));
+    CHECK(byte + 8 >= gz.size());
+    CHECK(byte <= gz.size());
   }
 }
 
