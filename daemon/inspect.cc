@@ -268,7 +268,7 @@ int RunCount(const InspectOptions& options, std::ostream& out, std::ostream& err
   if (options.json) {
     Json files = Json::array();
     for (size_t i = 0; i < per_file.size(); ++i) {
-      files.push_back({{"file", options.files[i]}, {"records", per_file[i].records}, {"problems", per_file[i].problems}});
+      files.push_back({{"file", TextForJson(options.files[i])}, {"records", per_file[i].records}, {"problems", per_file[i].problems}});
     }
     out << Dump({{"files", std::move(files)}, {"records", total.records}, {"problems", total.problems}}) << '\n';
     return ExitFor(total.problems);
@@ -313,8 +313,8 @@ int RunVerify(const InspectOptions& options, std::ostream& out) {
   if (options.json) {
     Json list = Json::array();
     for (const ReadError& e : problems) {
-      list.push_back({{"file", e.file}, {"index", e.record_index}, {"offset", e.offset},
-                      {"kind", std::string(ReadErrorKindName(e.kind))}, {"message", ProblemMessage(e)},
+      list.push_back({{"file", TextForJson(e.file)}, {"index", e.record_index}, {"offset", e.offset},
+                      {"kind", std::string(ReadErrorKindName(e.kind))}, {"message", TextForJson(ProblemMessage(e))},
                       {"recoverable", e.recoverable}});
     }
     out << Dump({{"files", options.files.size()}, {"records", records}, {"ok", problems.empty()},

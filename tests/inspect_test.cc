@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <map>
@@ -947,6 +948,26 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
   for (const char* text : {"--count", "--verify", "--schema", "--json", "--compression", "--max-record-bytes", "--limit",
                            "Examples:", "ringfeedctl inspect --schema"}) {
     CHECK(help.out.find(text) != std::string::npos);
+  }
+}
+
+TEST_CASE("file names that are not valid UTF-8 are written as \\xNN in every JSON mode") {
+  TempDir dir;
+  const std::string path = dir.file("x\xff\xfey.tfrecord");
+  WriteRecords(path, {Example({Int64Entry("a", {1})})});
+  {
+    std::ofstream(path, std::ios::app) << "junk";  // a truncated second record: --verify lists it
+  }
+  for (const std::vector<std::string>& mode : {std::vector<std::string>{"--limit", "1"},
+                                               std::vector<std::string>{"--count", "--json"},
+                                               std::vector<std::string>{"--verify", "--json"}}) {
+    std::vector<std::string> args = {"inspect"};
+    args.insert(args.end(), mode.begin(), mode.end());
+    args.push_back(path);
+    const CtlResult r = Ctl(args);
+    INFO(mode[0] << ": " << r.out << r.err);
+    CHECK_THAT(r.out, Catch::Contains(R"(x\\xFF\\xFEy.tfrecord")"));
+    CHECK_THAT(r.out, !Catch::Contains("\xef\xbf\xbd"));  // U+FFFD, what replacing gave
   }
 }
 
