@@ -13,6 +13,7 @@
 // (ringfeedd, ringfeedctl, the tuner) do not re-validate.
 #include "config/job_config.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -288,6 +289,10 @@ class Loader {
     std::vector<YAML::Node> docs;
     try {
       docs = YAML::LoadAll(text);
+    } catch (const YAML::DeepRecursion& e) {
+      // yaml-cpp's own text here is "bad file".
+      Fail(e.mark, "", "YAML nested too deep here (yaml-cpp stops at " + std::to_string(e.depth()) +
+                           " levels); no job config needs that many");
     } catch (const YAML::ParserException& e) {
       // `{size: ${X}}`: in a flow collection '{' and '}' end plain scalars, so ${VAR} needs quotes.
       const bool flow_variable = text.find("${") != std::string::npos;

@@ -754,6 +754,8 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"YAML syntax error", "job: t\nsource:\n  files: [a]\n  - b\n", 4, 3, "",
        {"YAML syntax error: end of map not found"}},
       {"YAML tab indentation", "job: t\n\tsource: x\n", 2, 1, "", {"YAML syntax error"}},
+      {"YAML nested 3000 deep", kHead + "batch: " + std::string(3000, '[') + std::string(3000, ']') + "\n", 6, 6008, "",
+       {"YAML nested too deep here (yaml-cpp stops at ", "no job config needs that many"}},
       {"two documents", std::string(kMinimal) + "---\njob: u\n", 7, 1, "",
        {"one YAML document"}},
       {"top level is a list", "- job: t\n", 1, 1, "", {"expected a mapping with keys job"}},
