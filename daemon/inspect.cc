@@ -470,8 +470,14 @@ std::string SpecFor(const FeatureStats& s, uint64_t records, std::string* why) {
     return "{type: fixed, dtype: " + dtype + ", shape: " + shape + "}";
   }
   std::vector<std::string> reasons;
-  if (s.present < records) reasons.push_back("missing or empty in " + std::to_string(records - s.present) + " of " + std::to_string(records) + " records");
-  if (s.present > 0 && s.min_present != s.max_values) {
+  const bool same_count = s.present > 0 && s.min_present == s.max_values;
+  if (s.present < records) {
+    // A feature that always has the same number of values when present can also be fixed,
+    // with a default: for the records that lack it (check says how when it is fixed).
+    reasons.push_back("missing or empty in " + std::to_string(records - s.present) + " of " + std::to_string(records) +
+                      " records" + (same_count ? " (or fixed with a default: for them)" : ""));
+  }
+  if (s.present > 0 && !same_count) {
     reasons.push_back(std::to_string(s.min_present) + " to " + std::to_string(s.max_values) + " values when present");
   }
   *why = "";
