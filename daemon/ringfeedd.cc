@@ -694,9 +694,12 @@ int RunDaemon(const DaemonOptions& options) {
           const PipelineStats s = pipeline->Snapshot();
           // A failed job too waits for its batches before the failure to be taken, and for
           // a consumer to have attached at all (it reads the failure from the segment): a
-          // trainer starting after the failure gets the error, not "cannot connect".
+          // trainer starting after the failure gets the error, not "cannot connect". Batches
+          // still held then need no daemon (their mapping outlives it): a trainer that got
+          // the error may keep its last one as long as it likes.
           const bool failed = s.end == PipelineEnd::kFailed;
-          if (s.slots_ready == 0 && s.slots_held == 0 && (!failed || consumers.consumers_seen() > 0)) {
+          if (failed ? s.slots_ready == 0 && consumers.consumers_seen() > 0
+                     : s.slots_ready == 0 && s.slots_held == 0) {
             stop_reason = failed ? "ringfeedd exited: the job failed; every batch before the failure was delivered"
                                  : "ringfeedd exited: all batches delivered";
             io.stop();

@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
                  "/tmp/ringfeed-<uid>)");
   app.add_flag("--exit-when-done", options.exit_when_done,
                "Exit once every epoch is produced and every batch has been released by a consumer; "
-               "after a failure (on_error: fail), once every batch before it was released and a "
+               "after a failure (on_error: fail), once every batch before it was taken and a "
                "consumer has attached, so that one got the error (default: keep serving until stopped)");
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
   try {
