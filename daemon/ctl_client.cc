@@ -88,6 +88,142 @@ std::string Bytes(double b) {
   return buf;
 }
 
+// A daemon answered, but not with what this ringfeedctl uses: a reply it cannot read, or a
+// welcome from another job's daemon. `list` shows such a job as "bad reply", not "unreachable".
+struct ReplyError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// "ringfeedd at SOCKET sent a reply ringfeedctl cannot read (WHAT); is it the same version?"
+ReplyError UnreadableReply(const std::string& socket, const std::string& what) {
+  return ReplyError("ringfeedd at " + socket + " sent a reply ringfeedctl cannot read (" + what +
+                    "); is it the same version?");
+}
+
+// A field of a reply whose JSON type is not the one ringfeedctl reads: a daemon of another
+// version, or another program answering on the socket. ReadingReply turns it into the error
+// the user sees, where the socket is known.
+struct BadReplyField {
+  std::string field;     // its path in the reply: "throughput.records_per_second", "consumers[1].rank"
+  std::string expected;  // "a number", "an object", ...
+};
+
+// The fields of one JSON object of a reply, read with their types checked: nlohmann's value()
+// and operator[] throw "[json.exception.type_error.302] ..." naming no field, and a const
+// operator[] of a missing key is undefined. A field that is missing or null reads as its
+// fallback (what a daemon that does not send it means); one of another type throws
+// BadReplyField. Holds a reference: the reply must outlive it.
+class ReplyFields {
+ public:
+  explicit ReplyFields(const nlohmann::json& object, std::string path = "") : j_(object), path_(std::move(path)) {
+    if (!j_.is_object()) throw BadReplyField{path_.empty() ? "the reply" : path_, "an object"};
+  }
+
+  bool Has(const char* key) const { return Find(key) != nullptr; }
+  // Missing or null: an object without fields.
+  ReplyFields Object(const char* key) const {
+    static const nlohmann::json kEmpty = nlohmann::json::object();
+    const nlohmann::json* v = Find(key);
+    return ReplyFields(v ? *v : kEmpty, Path(key));
+  }
+  // Lists (missing or null: empty) of objects, strings, integers.
+  std::vector<ReplyFields> Objects(const char* key) const {
+    std::vector<ReplyFields> out;
+    const nlohmann::json* list = List(key);
+    for (size_t i = 0; list && i < list->size(); ++i) out.emplace_back((*list)[i], Element(key, i));
+    return out;
+  }
+  std::vector<std::string> Strings(const char* key) const {
+    std::vector<std::string> out;
+    const nlohmann::json* list = List(key);
+    for (size_t i = 0; list && i < list->size(); ++i) {
+      if (!(*list)[i].is_string()) throw BadReplyField{Element(key, i), "a string"};
+      out.push_back((*list)[i].get<std::string>());
+    }
+    return out;
+  }
+  std::vector<int64_t> Integers(const char* key) const {
+    std::vector<int64_t> out;
+    const nlohmann::json* list = List(key);
+    for (size_t i = 0; list && i < list->size(); ++i) out.push_back(AsInteger((*list)[i], Element(key, i)));
+    return out;
+  }
+  double Number(const char* key, double fallback = 0) const {
+    const nlohmann::json* v = Find(key);
+    if (!v) return fallback;
+    if (!v->is_number()) throw BadReplyField{Path(key), "a number"};
+    return v->get<double>();
+  }
+  int64_t Integer(const char* key, int64_t fallback = 0) const {
+    const nlohmann::json* v = Find(key);
+    return v ? AsInteger(*v, Path(key)) : fallback;
+  }
+  // An integer >= 0 (a count, bytes).
+  uint64_t Count(const char* key, uint64_t fallback = 0) const {
+    const nlohmann::json* v = Find(key);
+    if (!v) return fallback;
+    if (!v->is_number_unsigned() && !(v->is_number_integer() && v->get<int64_t>() >= 0)) {
+      throw BadReplyField{Path(key), "an integer >= 0"};
+    }
+    return v->get<uint64_t>();
+  }
+  std::string String(const char* key, const std::string& fallback = "") const {
+    const nlohmann::json* v = Find(key);
+    if (!v) return fallback;
+    if (!v->is_string()) throw BadReplyField{Path(key), "a string"};
+    return v->get<std::string>();
+  }
+  // A string that must be there (the fields that say what a message is).
+  std::string RequiredString(const char* key) const {
+    if (!Has(key)) throw BadReplyField{Path(key), "a string"};
+    return String(key);
+  }
+
+ private:
+  const nlohmann::json* Find(const char* key) const {
+    const auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+  const nlohmann::json* List(const char* key) const {
+    const nlohmann::json* v = Find(key);
+    if (v && !v->is_array()) throw BadReplyField{Path(key), "an array"};
+    return v;
+  }
+  static int64_t AsInteger(const nlohmann::json& v, const std::string& path) {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t{INT64_MAX})) {
+      throw BadReplyField{path, "an integer"};
+    }
+    return v.get<int64_t>();
+  }
+  std::string Path(const char* key) const { return path_.empty() ? key : path_ + "." + key; }
+  std::string Element(const char* key, size_t i) const { return Path(key) + "[" + std::to_string(i) + "]"; }
+
+  const nlohmann::json& j_;
+  std::string path_;
+};
+
+// Runs `read` over a reply from the daemon at `socket`: a field of another type becomes the
+// ReplyError that names it.
+template <typename Read>
+auto ReadingReply(const std::string& socket, Read read) {
+  try {
+    return read();
+  } catch (const BadReplyField& bad) {
+    throw UnreadableReply(socket, bad.field + ": expected " + bad.expected);
+  }
+}
+
+// `line` as the JSON object every message is; ReplyError when it is not.
+nlohmann::json ParseReply(const std::string& line, const std::string& socket) {
+  nlohmann::json reply = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!reply.is_object()) {
+    const nlohmann::json excerpt = line.substr(0, 80) + (line.size() > 80 ? "..." : "");
+    throw UnreadableReply(socket, "not a JSON object: " +
+                                      excerpt.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  return reply;
+}
+
 }  // namespace
 
 namespace {
@@ -172,7 +308,15 @@ std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job
   return found.empty() ? runtime_dir : found.front();
 }
 
-nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request) {
+namespace {
+// A reply and the socket it came from (for messages).
+struct Reply {
+  nlohmann::json json;
+  std::string socket;
+};
+
+// QueryDaemon's work, keeping the socket for the caller's messages.
+Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request) {
   const std::string path = shm::SocketPath(JobRuntimeDir(runtime_dir, job), job);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
@@ -199,17 +343,32 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
                                      {"role", shm::kRoleControl},
                                      {"pid", ::getpid()}}
                           .dump());
-  nlohmann::json welcome = nlohmann::json::parse(connection.ReadLine(kReplyTimeout), nullptr, false);
-  if (!welcome.is_object()) throw std::runtime_error("job '" + job + "': malformed answer on " + path);
-  if (welcome.value("type", "") == "error") {
-    throw std::runtime_error("job '" + job + "': ringfeedd refused: " + welcome.value("message", ""));
-  }
+  const nlohmann::json welcome = ParseReply(connection.ReadLine(kReplyTimeout), path);
+  ReadingReply(path, [&] {
+    const ReplyFields w(welcome);
+    const std::string type = w.RequiredString("type");
+    if (type == shm::kMessageError) {
+      throw std::runtime_error("job '" + job + "': ringfeedd refused: " + w.String("message"));
+    }
+    if (type != shm::kMessageWelcome) throw BadReplyField{"type", "\"welcome\" or \"error\""};
+    // A socket renamed or linked by hand leads to another job's daemon: its status is not this
+    // job's (the client library refuses such a welcome too).
+    const std::string serves = w.RequiredString("job");
+    if (serves != job) throw ReplyError("the daemon at " + path + " serves job " + serves + ", not " + job);
+  });
   connection.SendLine(request.dump());
-  nlohmann::json reply = nlohmann::json::parse(connection.ReadLine(kReplyTimeout), nullptr, false);
-  if (!reply.is_object()) throw std::runtime_error("job '" + job + "': malformed reply on " + path);
-  if (reply.value("type", "") == "error") throw std::runtime_error("job '" + job + "': " + reply.value("message", ""));
+  Reply reply{ParseReply(connection.ReadLine(kReplyTimeout), path), path};
+  ReadingReply(path, [&] {
+    const ReplyFields r(reply.json);
+    if (r.String("type") == shm::kMessageError) throw std::runtime_error("job '" + job + "': " + r.String("message"));
+  });
   connection.Close();
   return reply;
+}
+}  // namespace
+
+nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request) {
+  return Ask(runtime_dir, job, request).json;
 }
 
 int ListJobs(const std::string& runtime_dir, std::ostream& out) {
@@ -227,169 +386,181 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
   for (const JobSocket& j : jobs) {
     const std::string where = j.runtime_dir == runtime_dir ? "" : "   (in " + j.runtime_dir + ")";
     try {
-      const nlohmann::json s = QueryDaemon(j.runtime_dir, j.job, {{"type", "status"}});
-      std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu", j.job.c_str(),
-                    s.value("state", "?").c_str(), static_cast<long long>(s.value("pid", 0)),
-                    Seconds(s.value("uptime_seconds", 0.0)).c_str(),
-                    s["throughput"]["records_per_second"].value("last_10s", 0.0), s["consumers"].size());
+      const Reply reply = Ask(j.runtime_dir, j.job, {{"type", "status"}});
+      ReadingReply(reply.socket, [&] {
+        const ReplyFields s(reply.json);
+        std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu", j.job.c_str(),
+                      s.String("state", "?").c_str(), static_cast<long long>(s.Integer("pid")),
+                      Seconds(s.Number("uptime_seconds")).c_str(),
+                      s.Object("throughput").Object("records_per_second").Number("last_10s"),
+                      s.Objects("consumers").size());
+      });
       ++running;
       out << line << where << "\n";
     } catch (const std::exception& e) {
-      std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(), "unreachable");
+      // A daemon that answered with what ringfeedctl cannot use is reachable, but not listable.
+      const bool answered = dynamic_cast<const ReplyError*>(&e) != nullptr;
+      std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(), answered ? "bad reply" : "unreachable");
       out << line << " " << e.what() << "\n";
     }
   }
   return running;
 }
 
+namespace {
+
 // The autotuner's part of `status`: what it may use, what it uses, why it changed.
 // `running`: production goes on; otherwise the measurements are those of the tuner's last
 // interval before it ended (the tuner stops with production).
-static void PrintAutotune(const nlohmann::json& a, bool running, std::ostream& out) {
-  const auto& limits = a["limits"];
-  const auto& knobs = a["knobs"];
+void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
+  const ReplyFields limits = a.Object("limits");
+  const ReplyFields knobs = a.Object("knobs");
   char buf[1024];
   std::string fixed;
-  for (const auto& f : a["fixed"]) fixed += (fixed.empty() ? "" : ", ") + f.get<std::string>();
+  for (const std::string& f : a.Strings("fixed")) fixed += (fixed.empty() ? "" : ", ") + f;
   // The CPU the daemon used over the tuner's last interval; none yet in the first one.
-  const bool measured = a.contains("measured") && a["measured"].value("interval_seconds", 0.0) > 0;
+  const ReplyFields m = a.Object("measured");
+  const bool measured = m.Number("interval_seconds") > 0;
   char cpu[64];
-  if (measured) std::snprintf(cpu, sizeof cpu, "%.2f", a.value("cpu_cores", 0.0));
+  if (measured) std::snprintf(cpu, sizeof cpu, "%.2f", a.Number("cpu_cores"));
   else std::snprintf(cpu, sizeof cpu, "not measured yet");
+  const int64_t readers = knobs.Integer("readers"), workers = knobs.Integer("workers");
+  const int64_t reads_per_file = knobs.Integer("reads_per_file", 1);
   std::snprintf(buf, sizeof buf,
                 "autotune   readers %lld, read-ahead %s per file, %lld %s in flight per file, workers %lld, "
                 "prefetch %lld%s\n"
                 "           CPU: %s of %.3g cores (cpu_budget: %s); %lld of %lld %s not using CPU (waiting for "
                 "storage or for room to read ahead)\n"
                 "           memory_budget %s (%s): read-ahead may use %s\n",
-                static_cast<long long>(knobs.value("readers", int64_t{0})),
-                Bytes(knobs.value("read_ahead_bytes", 0.0)).c_str(),
-                static_cast<long long>(knobs.value("reads_per_file", int64_t{1})),
-                knobs.value("reads_per_file", int64_t{1}) == 1 ? "read" : "reads",
-                static_cast<long long>(knobs.value("workers", int64_t{0})),
-                static_cast<long long>(knobs.value("prefetch", int64_t{0})),
+                static_cast<long long>(readers), Bytes(knobs.Number("read_ahead_bytes")).c_str(),
+                static_cast<long long>(reads_per_file), reads_per_file == 1 ? "read" : "reads",
+                static_cast<long long>(workers), static_cast<long long>(knobs.Integer("prefetch")),
                 fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(), cpu,
-                limits.value("cpu_budget_cores", 0.0), limits.value("cpu_budget_source", "").c_str(),
-                static_cast<long long>(a.value("blocked_io_threads", int64_t{0})),
-                static_cast<long long>(knobs.value("readers", int64_t{0})),
-                knobs.value("readers", int64_t{0}) == 1 ? "reader" : "readers",
-                Bytes(limits.value("memory_budget_bytes", 0.0)).c_str(), limits.value("memory_budget_source", "").c_str(),
-                Bytes(limits.value("read_ahead_budget_bytes", 0.0)).c_str());
+                limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),
+                static_cast<long long>(a.Integer("blocked_io_threads")), static_cast<long long>(readers),
+                readers == 1 ? "reader" : "readers", Bytes(limits.Number("memory_budget_bytes")).c_str(),
+                limits.String("memory_budget_source").c_str(), Bytes(limits.Number("read_ahead_budget_bytes")).c_str());
   out << buf;
-  if (a.value("cpu_cores", 0.0) > 1.05 * limits.value("cpu_budget_cores", 0.0)) {
+  if (a.Number("cpu_cores") > 1.05 * limits.Number("cpu_budget_cores")) {
     if (fixed.find("workers") != std::string::npos || fixed.find("readers") != std::string::npos) {
       out << "           (over the CPU budget because the config fixes " << fixed
           << "; the tuner never changes fixed knobs)\n";
-    } else if (knobs.value("readers", int64_t{0}) <= 1 && knobs.value("workers", int64_t{0}) <= 1) {
+    } else if (readers <= 1 && workers <= 1) {
       out << "           (over the CPU budget at the floor: one reader, one worker and the sequencer always run.\n"
              "            Not an error; give the job more CPU or accept it.)\n";
     }
   }
   if (measured) {
-    const auto& m = a["measured"];
     std::snprintf(buf, sizeof buf,
                   "           %s %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
                   "sequencer waited %.0f%% for records and %.0f%% for slots, workers %.0f%% busy, %.1f batches ready\n",
-                  running ? "last" : "(before production ended) last", m.value("interval_seconds", 0.0),
-                  m.value("records_per_second", 0.0),
-                  100 * m.value("consumer_wait_fraction", 0.0), 100 * m.value("read_busy_fraction", 0.0),
-                  100 * m.value("read_cpu_fraction", 0.0), 100 * m.value("sequencer_read_wait_fraction", 0.0),
-                  100 * m.value("sequencer_slot_wait_fraction", 0.0), 100 * m.value("parse_busy_fraction", 0.0),
-                  m.value("ready_batches_mean", 0.0));
+                  running ? "last" : "(before production ended) last", m.Number("interval_seconds"),
+                  m.Number("records_per_second"), 100 * m.Number("consumer_wait_fraction"),
+                  100 * m.Number("read_busy_fraction"), 100 * m.Number("read_cpu_fraction"),
+                  100 * m.Number("sequencer_read_wait_fraction"), 100 * m.Number("sequencer_slot_wait_fraction"),
+                  100 * m.Number("parse_busy_fraction"), m.Number("ready_batches_mean"));
     out << buf;
   }
-  const auto& changes = a["changes"];
+  const std::vector<ReplyFields> changes = a.Objects("changes");
   if (changes.empty()) {
     out << "           no changes yet\n";
     return;
   }
   out << "           last changes:\n";
-  for (const auto& c : changes) {
-    std::snprintf(buf, sizeof buf, "             at %7.1f s  %s %lld -> %lld: %s\n", c.value("at_seconds", 0.0),
-                  c.value("knob", "").c_str(), static_cast<long long>(c.value("from", int64_t{0})),
-                  static_cast<long long>(c.value("to", int64_t{0})), c.value("reason", "").c_str());
+  for (const ReplyFields& c : changes) {
+    std::snprintf(buf, sizeof buf, "             at %7.1f s  %s %lld -> %lld: %s\n", c.Number("at_seconds"),
+                  c.String("knob").c_str(), static_cast<long long>(c.Integer("from")),
+                  static_cast<long long>(c.Integer("to")), c.String("reason").c_str());
     out << buf;
   }
 }
 
-void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
-  auto num = [](const nlohmann::json& j, const char* key) { return j.contains(key) ? j[key].get<double>() : 0.0; };
-  const auto& files = s["files"];
-  const auto& tp = s["throughput"];
-  const auto& ring = s["ring"];
-  const auto& pipeline = s["pipeline"];
-  const auto& memory = s["memory"];
-  const auto& errors = s["errors"];
-  const int64_t epochs = s.value("epochs", int64_t{0});
+// The status object as a table; throws BadReplyField at the first field of another type.
+void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
+  const ReplyFields files = s.Object("files");
+  const ReplyFields tp = s.Object("throughput");
+  const ReplyFields ring = s.Object("ring");
+  const ReplyFields pipeline = s.Object("pipeline");
+  const ReplyFields memory = s.Object("memory");
+  const ReplyFields errors = s.Object("errors");
+  const std::string state = s.String("state");
+  const int64_t epochs = s.Integer("epochs");
   char buf[512];
-  out << "job        " << s.value("job", "") << "   (pid " << s.value("pid", 0) << ", config " << s.value("config", "")
+  out << "job        " << s.String("job") << "   (pid " << s.Integer("pid") << ", config " << s.String("config")
       << ")\n";
-  out << "state      " << s.value("state", "") << ", up " << Seconds(s.value("uptime_seconds", 0.0)) << "\n";
+  out << "state      " << state << ", up " << Seconds(s.Number("uptime_seconds")) << "\n";
   std::snprintf(buf, sizeof buf, "progress   epoch %lld of %s, %llu of %llu files of this epoch done\n",
-                static_cast<long long>(s.value("epoch", int64_t{0})) + 1,
+                static_cast<long long>(s.Integer("epoch")) + 1,
                 epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(),
-                static_cast<unsigned long long>(files.value("done_in_epoch", uint64_t{0})),
-                static_cast<unsigned long long>(files.value("in_shard", uint64_t{0})));
+                static_cast<unsigned long long>(files.Count("done_in_epoch")),
+                static_cast<unsigned long long>(files.Count("in_shard")));
   out << buf;
-  if (s.contains("shard") && s["shard"].value("count", uint64_t{1}) > 1) {
-    const auto& shard = s["shard"];
-    const bool by_record = shard.value("by", "") == "record";
+  const ReplyFields shard = s.Object("shard");
+  if (shard.Count("count", 1) > 1) {
+    const bool by_record = shard.String("by") == "record";
     std::snprintf(buf, sizeof buf, "shard      %llu of %llu, by %s\n",
-                  static_cast<unsigned long long>(shard.value("index", uint64_t{0})),
-                  static_cast<unsigned long long>(shard.value("count", uint64_t{1})),
+                  static_cast<unsigned long long>(shard.Count("index")),
+                  static_cast<unsigned long long>(shard.Count("count", 1)),
                   by_record ? "record (fewer files than shards: every node reads every file)" : "file");
     out << buf;
   }
   std::snprintf(buf, sizeof buf, "produced   %llu records in %llu batches, %s\n",
-                static_cast<unsigned long long>(s.value("records", uint64_t{0})),
-                static_cast<unsigned long long>(s.value("batches", uint64_t{0})),
-                Bytes(num(s, "record_bytes")).c_str());
+                static_cast<unsigned long long>(s.Count("records")),
+                static_cast<unsigned long long>(s.Count("batches")),
+                Bytes(s.Number("record_bytes")).c_str());
   out << buf;
+  const ReplyFields records_per_second = tp.Object("records_per_second"), mb_per_second = tp.Object("mb_per_second");
   std::snprintf(buf, sizeof buf, "throughput %.0f records/s, %.1f MB/s (last 10 s); %.0f records/s, %.1f MB/s overall\n",
-                num(tp["records_per_second"], "last_10s"), num(tp["mb_per_second"], "last_10s"),
-                num(tp["records_per_second"], "overall"), num(tp["mb_per_second"], "overall"));
+                records_per_second.Number("last_10s"), mb_per_second.Number("last_10s"),
+                records_per_second.Number("overall"), mb_per_second.Number("overall"));
   out << buf;
-  std::snprintf(buf, sizeof buf, "ring       %d slots x %s: %d free, %d filling, %d ready, %d held\n",
-                ring.value("slots", 0), Bytes(num(ring, "slot_bytes")).c_str(), ring.value("free", 0),
-                ring.value("filling", 0), ring.value("ready", 0), ring.value("held", 0));
+  const int64_t slots = ring.Integer("slots"), held = ring.Integer("held");
+  std::snprintf(buf, sizeof buf, "ring       %lld slots x %s: %lld free, %lld filling, %lld ready, %lld held\n",
+                static_cast<long long>(slots), Bytes(ring.Number("slot_bytes")).c_str(),
+                static_cast<long long>(ring.Integer("free")), static_cast<long long>(ring.Integer("filling")),
+                static_cast<long long>(ring.Integer("ready")), static_cast<long long>(held));
   out << buf;
-  if (ring.value("slots", 0) > 0 && ring.value("held", 0) == ring.value("slots", 0) &&
-      s.value("state", "") == "running") {
+  if (slots > 0 && held == slots && state == "running") {
     out << "           every slot is held by a consumer: no batch can be made until one is released (consumers "
            "that keep a batch while they wait for the next need more ring.slots than consumers)\n";
   }
   std::snprintf(buf, sizeof buf,
-                "pipeline   cycle_length %d, readers %d (read-ahead %s per file, %d files open, %s buffered), "
-                "workers %d, prefetch %d\n",
-                pipeline.value("cycle_length", 0), pipeline.value("readers", 0),
-                Bytes(num(pipeline, "read_ahead_per_file_bytes")).c_str(), pipeline.value("open_files", 0),
-                Bytes(num(pipeline, "read_ahead_bytes")).c_str(), pipeline.value("workers", 0),
-                pipeline.value("prefetch", 0));
+                "pipeline   cycle_length %lld, readers %lld (read-ahead %s per file, %lld files open, %s buffered), "
+                "workers %lld, prefetch %lld\n",
+                static_cast<long long>(pipeline.Integer("cycle_length")),
+                static_cast<long long>(pipeline.Integer("readers")),
+                Bytes(pipeline.Number("read_ahead_per_file_bytes")).c_str(),
+                static_cast<long long>(pipeline.Integer("open_files")),
+                Bytes(pipeline.Number("read_ahead_bytes")).c_str(), static_cast<long long>(pipeline.Integer("workers")),
+                static_cast<long long>(pipeline.Integer("prefetch")));
   out << buf;
-  const std::string budget = memory["budget_bytes"].is_null() ? "no budget set" : "budget " + Bytes(num(memory, "budget_bytes"));
-  std::snprintf(buf, sizeof buf, "memory     segment %s + private RSS %s (%s)\n", Bytes(num(memory, "segment_bytes")).c_str(),
-                Bytes(num(memory, "private_rss_bytes")).c_str(), budget.c_str());
+  const std::string budget =
+      memory.Has("budget_bytes") ? "budget " + Bytes(memory.Number("budget_bytes")) : "no budget set";
+  std::snprintf(buf, sizeof buf, "memory     segment %s + private RSS %s (%s)\n", Bytes(memory.Number("segment_bytes")).c_str(),
+                Bytes(memory.Number("private_rss_bytes")).c_str(), budget.c_str());
   out << buf;
-  if (s.contains("autotune") && s["autotune"].is_object()) PrintAutotune(s["autotune"], s.value("state", "") == "running", out);
-  const auto& consumers = s["consumers"];
+  if (s.Has("autotune")) PrintAutotune(s.Object("autotune"), state == "running", out);
+  const std::vector<ReplyFields> consumers = s.Objects("consumers");
   out << "consumers  " << consumers.size() << " attached";
-  if (s.value("batches_reclaimed", 0) > 0) out << ", " << s.value("batches_reclaimed", 0) << " batches reclaimed from dead consumers";
-  if (s.value("ring_repairs", 0) > 0) {
-    out << ", " << s.value("ring_repairs", 0) << " ring words repaired (written by a process that maps the segment)";
+  if (s.Count("batches_reclaimed") > 0) {
+    out << ", " << s.Count("batches_reclaimed") << " batches reclaimed from dead consumers";
+  }
+  if (s.Count("ring_repairs") > 0) {
+    out << ", " << s.Count("ring_repairs") << " ring words repaired (written by a process that maps the segment)";
   }
   out << "\n";
-  for (const auto& c : consumers) {
-    std::snprintf(buf, sizeof buf, "           id %d pid %d%s: %llu batches taken, waited %.1f s, attached %s\n",
-                  c.value("id", 0), c.value("pid", 0),
-                  c["rank"].is_null() ? "" : (" rank " + std::to_string(c["rank"].get<int>())).c_str(),
-                  static_cast<unsigned long long>(c.value("batches_taken", uint64_t{0})), c.value("wait_seconds", 0.0),
-                  Seconds(c.value("attached_seconds", 0.0)).c_str());
+  for (const ReplyFields& c : consumers) {
+    std::snprintf(buf, sizeof buf, "           id %lld pid %lld%s: %llu batches taken, waited %.1f s, attached %s\n",
+                  static_cast<long long>(c.Integer("id")), static_cast<long long>(c.Integer("pid")),
+                  c.Has("rank") ? (" rank " + std::to_string(c.Integer("rank"))).c_str() : "",
+                  static_cast<unsigned long long>(c.Count("batches_taken")), c.Number("wait_seconds"),
+                  Seconds(c.Number("attached_seconds")).c_str());
     out << buf;
   }
-  const auto& missing = s.contains("ranks_without_consumer") ? s["ranks_without_consumer"] : nlohmann::json();
-  if (missing.is_array() && !missing.empty() && s.value("state", "") == "running") {
+  const std::vector<int64_t> missing = s.Integers("ranks_without_consumer");
+  if (!missing.empty() && state == "running") {
     std::string list;
-    for (const auto& r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r.get<int>());
+    for (int64_t r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
     out << "           no consumer for rank" << (missing.size() > 1 ? "s " : " ") << list
         << (missing.size() > 1 ? ": their batches wait in the ring; once they take up the prefetch depth "
                                  "(workers + prefetch), production waits for consumers of those ranks\n"
@@ -397,12 +568,26 @@ void PrintStatusTable(const nlohmann::json& s, std::ostream& out) {
                                  "prefetch), production waits for a consumer of that rank\n");
   }
   std::snprintf(buf, sizeof buf, "errors     %llu read and %llu parse errors skipped, %llu batches dropped (ranks remainder)\n",
-                static_cast<unsigned long long>(errors.value("read_errors_skipped", uint64_t{0})),
-                static_cast<unsigned long long>(errors.value("parse_errors_skipped", uint64_t{0})),
-                static_cast<unsigned long long>(errors.value("batches_dropped", uint64_t{0})));
+                static_cast<unsigned long long>(errors.Count("read_errors_skipped")),
+                static_cast<unsigned long long>(errors.Count("parse_errors_skipped")),
+                static_cast<unsigned long long>(errors.Count("batches_dropped")));
   out << buf;
-  const std::string last = errors.value("last_error", "");
+  const std::string last = errors.String("last_error");
   if (!last.empty()) out << "last error " << last << "\n";
+}
+
+}  // namespace
+
+void PrintStatus(const std::string& runtime_dir, const std::string& job, bool json, std::ostream& out) {
+  const Reply reply = Ask(runtime_dir, job, {{"type", "status"}});
+  if (json) {
+    out << reply.json.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return;
+  }
+  // Made whole before it is printed: a reply that cannot be read leaves no half table.
+  std::ostringstream table;
+  ReadingReply(reply.socket, [&] { PrintStatusTable(ReplyFields(reply.json), table); });
+  out << table.str();
 }
 
 DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
@@ -440,8 +625,22 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
       break;
     }
     if (status == Client::Status::kTimeout) {
-      throw std::runtime_error("job '" + options.job + "': no batch within " + Seconds(options.timeout_seconds) +
-                               " (is the ring held by other consumers, or the data slow?)");
+      // In ranks mode a rank nobody attached as stalls every rank: its batches are never taken,
+      // so production stops at the prefetch depth. Named as example_trainer and the Python
+      // binding name them.
+      const std::vector<uint32_t> missing = client->ranks_without_consumer();
+      std::string why = " (is the ring held by other consumers, or the data slow?)";
+      if (!missing.empty()) {
+        std::string ranks;
+        for (uint32_t r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+        const std::string n = std::to_string(client->schema().queue_count);
+        why = std::string(": ") + (missing.size() == 1 ? "rank " : "ranks ") + ranks + " of " + n +
+              (missing.size() == 1 ? " has" : " have") +
+              " no consumer attached; in ranks mode every rank must take its batches: batch k of an epoch goes to "
+              "rank k mod " + n + ", so the daemon stops producing at its prefetch depth while a rank does not take "
+              "its batches. Start every rank (docs/config.md, consumers)";
+      }
+      throw std::runtime_error("job '" + options.job + "': no batch within " + Seconds(options.timeout_seconds) + why);
     }
     nlohmann::ordered_json line;
     line["epoch"] = batch.epoch();

@@ -24,15 +24,22 @@ namespace ringfeed {
 std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job);
 
 // Sends one control request ({"type":"status"}, ...) to the job's daemon (its socket found by
-// JobRuntimeDir) and returns the reply.
+// JobRuntimeDir) and returns the reply, a JSON object. Throws std::runtime_error when the job is
+// not running, the daemon does not answer or refuses, its welcome names another job, or a
+// message is not a JSON object ("ringfeedd at SOCKET sent a reply ringfeedctl cannot read").
 nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request);
 
 // `ringfeedctl list`: one line per job socket in the runtime directory and in its immediate
-// subdirectories (those name their directory). Returns the number of running jobs.
+// subdirectories (those name their directory); a job whose daemon does not answer is
+// "unreachable", one that answers with what ringfeedctl cannot read "bad reply", each with the
+// reason. Returns the number of running jobs.
 int ListJobs(const std::string& runtime_dir, std::ostream& out);
 
-// `ringfeedctl status`: the status object as a human-readable table.
-void PrintStatusTable(const nlohmann::json& status, std::ostream& out);
+// `ringfeedctl status`: asks the job's daemon for its status (as QueryDaemon) and prints it as a
+// human-readable table, or with `json` as the daemon's JSON object. Throws std::runtime_error,
+// having printed nothing, when QueryDaemon does or when a field the table reads has another JSON
+// type ("ringfeedd at SOCKET sent a reply ringfeedctl cannot read (FIELD: expected TYPE); ...").
+void PrintStatus(const std::string& runtime_dir, const std::string& job, bool json, std::ostream& out);
 
 struct DumpOptions {
   std::string job;

@@ -142,13 +142,19 @@ std::string RecordPlace(const std::string& file, uint64_t index, uint64_t offset
   return file + ": record " + std::to_string(index) + " at byte " + std::to_string(offset);
 }
 
-// The reader's message, with the fix for a too-large record spelled as this tool's flag.
+// The reader's message, with its fixes spelled as this tool's flags: the reader names the job
+// config's keys (max_record_bytes, compression:), which are --max-record-bytes and --compression
+// here.
 std::string ProblemMessage(const ReadError& error) {
   std::string message = error.message;
-  if (error.kind == ReadErrorKind::kRecordTooLarge) {
-    const std::string hint = "raise max_record_bytes";
+  const auto respell = [&](const std::string& hint, const std::string& flag) {
     const size_t at = message.find(hint);
-    if (at != std::string::npos) message.replace(at, hint.size(), "raise --max-record-bytes");
+    if (at != std::string::npos) message.replace(at, hint.size(), flag);
+  };
+  if (error.kind == ReadErrorKind::kRecordTooLarge) respell("raise max_record_bytes", "raise --max-record-bytes");
+  // "the file looks like gzip: set compression: gzip (or auto)" (TFRecordReader).
+  if (error.kind == ReadErrorKind::kDecompression || error.kind == ReadErrorKind::kCorruptedLength) {
+    respell("set compression: ", "use --compression ");
   }
   return message;
 }

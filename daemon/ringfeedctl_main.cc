@@ -112,8 +112,9 @@ Command AddInspectCommand(CLI::App& parent) {
       "  --verify  check every CRC; list each corrupt or truncated record and a summary line\n"
       "  --schema  feature kinds, value counts and presence, then a ready-to-paste features: block\n"
       "Compression (plain, GZIP, ZLIB) is detected unless --compression names it.\n"
-      "Problems (file, record index, byte offset) go to stderr; exit status 0: all good,\n"
-      "1: problems found, 2: usage error.\n"
+      "Problems (file, record index, byte offset) go to stderr as they are found, except with\n"
+      "--verify, which prints them on stdout as its report (with --json: in its \"problems\" list).\n"
+      "Exit status 0: all good, 1: problems found, 2: usage error.\n"
       "\n"
       "Examples:\n"
       "  ringfeedctl inspect --limit 2 data/train-00000.gz\n"
@@ -168,8 +169,10 @@ Command AddCheckCommand(CLI::App& parent) {
       "size, memory budget: printed as ringfeedd logs it) and checks every batch of the epoch\n"
       "against that slot size; batches follow file order (ringfeedd interleaves cycle_length files).\n"
       "Exit status 0: all records good and every batch fits, 1: records skipped, the job failed or\n"
-      "a batch would not fit a ring slot, 2: usage or config error, or a memory budget ringfeedd\n"
-      "would refuse at start.\n"
+      "a batch would not fit a ring slot, 2: usage or config error, a file list that cannot be\n"
+      "expanded (a pattern that matches nothing, a missing {a,b} file), a job ringfeedd would refuse\n"
+      "to start (a memory budget, the open-file limit, a permissions.group that does not exist) or a\n"
+      "batch too large to build in memory.\n"
       "\n"
       "Example:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data");
@@ -299,7 +302,9 @@ Command AddListCommand(CLI::App& parent) {
   CLI::App* cmd = parent.add_subcommand("list", "List the ringfeed jobs running on this machine (from their sockets in the runtime directory and its subdirectories)");
   cmd->footer(
       "One line per job: JOB, STATE, PID, UPTIME, RECORDS/S (last 10 s), CONSUMERS; a job found in a\n"
-      "subdirectory ends with \"(in DIR)\"; a socket whose daemon is gone shows as unreachable.\n"
+      "subdirectory ends with \"(in DIR)\"; a socket whose daemon is gone or does not answer shows as\n"
+      "unreachable, one whose daemon answers with what ringfeedctl cannot read as bad reply, each\n"
+      "with the reason.\n"
       "Exit status 0.");
   AddRuntimeDirOption(cmd, dir.get());
   auto run = [dir]() {
@@ -321,7 +326,8 @@ Command AddStatusCommand(CLI::App& parent) {
       "(last 10 s and overall), ring occupancy (free / filling / ready / held), consumers (pid, rank,\n"
       "batches taken, time spent waiting), readers and workers, memory (segment, daemon private RSS,\n"
       "budget) and errors with the last one. Fields: docs/operations.md.\n"
-      "Exit status 0: shown, 1: the daemon is not running or did not answer.\n"
+      "Exit status 0: shown, 1: the daemon is not running, did not answer, serves another job or sent\n"
+      "a reply ringfeedctl cannot read (another ringfeed version?); nothing is shown then.\n"
       "\n"
       "Example:\n"
       "  ringfeedctl status taxi-train --json | jq .throughput");
@@ -330,12 +336,7 @@ Command AddStatusCommand(CLI::App& parent) {
   AddRuntimeDirOption(cmd, &flags->dir);
   auto run = [flags]() {
     try {
-      const nlohmann::json status = ringfeed::QueryDaemon(RuntimeDirOr(flags->dir), flags->job, {{"type", "status"}});
-      if (flags->json) {
-        std::cout << status.dump(2) << "\n";
-      } else {
-        ringfeed::PrintStatusTable(status, std::cout);
-      }
+      ringfeed::PrintStatus(RuntimeDirOr(flags->dir), flags->job, flags->json, std::cout);
       return ringfeed::kExitOk;
     } catch (const std::exception& e) {
       std::cerr << "ringfeedctl status: " << e.what() << "\n";
@@ -356,7 +357,9 @@ Command AddDumpCommand(CLI::App& parent) {
       "\"sources\": [[file_index, record_index], ...]}. bytes values are base64; NaN and infinities are\n"
       "the strings \"nan\", \"inf\", \"-inf\". The batches printed are taken from the job: in shared mode\n"
       "they do not reach other consumers.\n"
-      "Exit status 0: done (batch count reached or end of data), 1: the daemon failed or went away.\n"
+      "Exit status 0: done (batch count reached or end of data), 1: the job is not running, refused\n"
+      "this consumer, failed or went away, or sent no batch within --timeout seconds (in ranks mode\n"
+      "the message names the ranks without a consumer, which stall every rank).\n"
       "\n"
       "Example:\n"
       "  ringfeedctl dump taxi-train --batches 1 | jq '.features.fare.values[:4]'");

@@ -1,0 +1,311 @@
+// ringfeedctl list / status / dump, run as the real binary:
+//   * against a fake ringfeedd (a forked child answering on a Unix socket in a temporary runtime
+//     directory) that sends well-formed JSON of other types, or a welcome naming another job:
+//     one clear error naming the field (or the job), no nlohmann text, no half-printed table;
+//   * dump's timeout in consumers.mode ranks names the ranks without a consumer (a real daemon);
+//   * the --help texts say what the code does (docs/ringfeedctl.md, Exit status).
+// The happy paths against a real daemon are in tests/daemon_e2e_test.cc.
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "tests/daemon_harness.h"
+#include "tests/test_support.h"
+
+using namespace ringfeed;
+using namespace ringfeed::testing;
+
+namespace {
+
+// One line from `fd` (without its '\n'); false at EOF before a whole line.
+bool ReadLineFrom(int fd, std::string* line) {
+  line->clear();
+  char c = 0;
+  while (::read(fd, &c, 1) == 1) {
+    if (c == '\n') return true;
+    line->push_back(c);
+  }
+  return false;
+}
+
+void WriteAll(int fd, const std::string& text) {
+  size_t sent = 0;
+  while (sent < text.size()) {
+    const ssize_t n = ::send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    sent += static_cast<size_t>(n);
+  }
+}
+
+// A fake ringfeedd listening on `socket` (in a forked child, until killed): to every connection
+// it answers the hello with `welcome` and the request after it with `reply`, then closes. Says
+// "listening" once connections can come.
+int FakeDaemon(const std::string& socket, const std::string& welcome, const std::string& reply, ChildIo& io) {
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", socket.c_str());
+  if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 || ::listen(fd, 8) != 0) {
+    io.WriteLine(std::string("error ") + std::strerror(errno));
+    return 1;
+  }
+  io.WriteLine("listening");
+  for (;;) {
+    const int c = ::accept(fd, nullptr, nullptr);
+    if (c < 0) continue;
+    std::string line;
+    if (ReadLineFrom(c, &line)) {
+      WriteAll(c, welcome + "\n");
+      if (ReadLineFrom(c, &line)) WriteAll(c, reply + "\n");
+    }
+    ::close(c);
+  }
+}
+
+const std::string kJob = "fake";
+
+std::string Welcome(const std::string& job) {
+  return R"({"type":"welcome","protocol":1,"job":")" + job +
+         R"(","segment":"/ringfeed.fake","instance_id":"00000000000000ab","daemon_pid":1,"consumer_id":1})";
+}
+
+// The fake daemon of job kJob in its own runtime directory <dir>/run.
+struct Fake {
+  Fake(const TempDir& dir, const std::string& welcome, const std::string& reply)
+      : runtime_dir(dir.file("run")), socket(runtime_dir + "/" + kJob + ".sock") {
+    std::filesystem::create_directories(runtime_dir);
+    const std::string path = socket;
+    child = std::make_unique<ChildProcess>(
+        [path, welcome, reply](ChildIo& io) { return FakeDaemon(path, welcome, reply, io); });
+    const auto line = child->ReadLine();
+    REQUIRE(line);
+    REQUIRE(*line == "listening");
+  }
+  CommandResult Ctl(std::vector<std::string> args) const {
+    args.insert(args.begin(), CtlBinary());
+    args.insert(args.end(), {"--runtime-dir", runtime_dir});
+    return RunCommand(args);
+  }
+
+  std::string runtime_dir, socket;
+  std::unique_ptr<ChildProcess> child;
+};
+
+// The start of `list`'s line for `job` in `state`, columns as ListJobs pads them.
+std::string ListLine(const std::string& job, const std::string& state) {
+  return job + std::string(24 - job.size(), ' ') + " " + state + std::string(12 - state.size(), ' ') + " ";
+}
+
+std::string Unreadable(const std::string& socket, const std::string& what) {
+  return "ringfeedd at " + socket + " sent a reply ringfeedctl cannot read (" + what + "); is it the same version?";
+}
+
+}  // namespace
+
+TEST_CASE("status and list: a reply of other JSON types is one clear error naming the field, with no partial table") {
+  struct Case {
+    std::string reply;
+    std::string status_error;  // after "(" in the status message
+    std::string list_error;    // the same for list; empty: list reads none of the bad fields
+  };
+  const std::vector<Case> cases = {
+      // What a tester saw: "[json.exception.type_error.305] cannot use operator[] with a string
+      // argument with number", after the first lines of the table.
+      {R"({"type":"status","job":"fake","state":"running","pid":7,"throughput":3})",
+       "throughput: expected an object", "throughput: expected an object"},
+      {R"({"type":"status","job":"fake","state":5})", "state: expected a string", "state: expected a string"},
+      {R"({"type":"status","job":"fake","state":"running","throughput":{"records_per_second":{"last_10s":"fast"}}})",
+       "throughput.records_per_second.last_10s: expected a number",
+       "throughput.records_per_second.last_10s: expected a number"},
+      {R"({"type":"status","job":"fake","state":"running","pid":"7"})", "pid: expected an integer",
+       "pid: expected an integer"},
+      {R"({"type":"status","job":"fake","state":"running","consumers":{"id":1}})", "consumers: expected an array",
+       "consumers: expected an array"},
+      {R"({"type":"status","job":"fake","state":"running","consumers":[{"id":1,"pid":2,"rank":"zero"}]})",
+       "consumers[0].rank: expected an integer", ""},
+      {R"({"type":"status","job":"fake","state":"running","consumers":[3]})", "consumers[0]: expected an object",
+       "consumers[0]: expected an object"},
+      {R"({"type":"status","job":"fake","state":"running","records":-1})", "records: expected an integer >= 0", ""},
+      {R"({"type":"status","job":"fake","state":"running","autotune":{"fixed":[1]}})",
+       "autotune.fixed[0]: expected a string", ""},
+      {R"({"type":"status","job":"fake","state":"running","ranks_without_consumer":["1"]})",
+       "ranks_without_consumer[0]: expected an integer", ""},
+      {R"({"type":5})", "type: expected a string", "type: expected a string"},
+      {R"(["status"])", R"(not a JSON object: "[\"status\"]")", R"(not a JSON object: "[\"status\"]")"},
+      {"HTTP/1.0 400 Bad Request", R"(not a JSON object: "HTTP/1.0 400 Bad Request")",
+       R"(not a JSON object: "HTTP/1.0 400 Bad Request")"},
+  };
+  for (const Case& c : cases) {
+    TempDir dir;
+    Fake fake(dir, Welcome(kJob), c.reply);
+    INFO("reply: " << c.reply);
+
+    const CommandResult status = fake.Ctl({"status", kJob});
+    INFO("status:\n" << status.out << status.err);
+    CHECK(status.status.ToString() == "exit 1");
+    CHECK(status.out.empty());  // no half table
+    CHECK(status.err == "ringfeedctl status: " + Unreadable(fake.socket, c.status_error) + "\n");
+    CHECK_THAT(status.err, !Catch::Contains("json.exception"));
+
+    const CommandResult list = fake.Ctl({"list"});
+    INFO("list:\n" << list.out << list.err);
+    CHECK(list.status.ToString() == "exit 0");
+    CHECK(list.err.empty());
+    if (c.list_error.empty()) {
+      CHECK_THAT(list.out, Catch::Contains(ListLine(kJob, "running")));
+    } else {
+      CHECK_THAT(list.out, Catch::Contains(ListLine(kJob, "bad reply") + Unreadable(fake.socket, c.list_error) + "\n"));
+    }
+    CHECK_THAT(list.out, !Catch::Contains("json.exception"));
+  }
+}
+
+TEST_CASE("status --json prints the daemon's object as it came; the table reads fields that are missing or null as 0") {
+  TempDir dir;
+  Fake fake(dir, Welcome(kJob),
+            R"({"type":"status","job":"fake","state":"running","pid":7,"throughput":null,)"
+            R"("memory":{"budget_bytes":null}})");
+  const CommandResult json = fake.Ctl({"status", kJob, "--json"});
+  INFO(json.out << json.err);
+  CHECK(json.status.ToString() == "exit 0");
+  CHECK(nlohmann::json::parse(json.out)["throughput"].is_null());
+
+  const CommandResult table = fake.Ctl({"status", kJob});
+  INFO(table.out << table.err);
+  CHECK(table.status.ToString() == "exit 0");
+  CHECK_THAT(table.out, Catch::StartsWith("job        fake   (pid 7, config )\nstate      running, up 0.0 s\n"));
+  CHECK_THAT(table.out, Catch::Contains("throughput 0 records/s, 0.0 MB/s (last 10 s)") &&
+                            Catch::Contains("(no budget set)") && Catch::Contains("consumers  0 attached\n"));
+}
+
+TEST_CASE("status, list and dump refuse a welcome that names another job") {
+  TempDir dir;
+  Fake fake(dir, Welcome("other"), R"({"type":"status","job":"other","state":"running"})");
+  const std::string why = "the daemon at " + fake.socket + " serves job other, not fake";
+
+  const CommandResult status = fake.Ctl({"status", kJob});
+  INFO("status:\n" << status.out << status.err);
+  CHECK(status.status.ToString() == "exit 1");
+  CHECK(status.out.empty());
+  CHECK(status.err == "ringfeedctl status: " + why + "\n");
+
+  const CommandResult json = fake.Ctl({"status", kJob, "--json"});
+  CHECK(json.status.ToString() == "exit 1");
+  CHECK(json.out.empty());
+  CHECK(json.err == "ringfeedctl status: " + why + "\n");
+
+  const CommandResult list = fake.Ctl({"list"});
+  INFO("list:\n" << list.out << list.err);
+  CHECK(list.status.ToString() == "exit 0");
+  CHECK_THAT(list.out, Catch::Contains(ListLine(kJob, "bad reply") + why + "\n"));
+
+  // dump attaches through the client library, which checks the welcome's job.
+  const CommandResult dump = fake.Ctl({"dump", kJob, "--timeout", "2"});
+  INFO("dump:\n" << dump.out << dump.err);
+  CHECK(dump.status.ToString() == "exit 1");
+  CHECK(dump.out.empty());
+  CHECK_THAT(dump.err, Catch::StartsWith("ringfeedctl dump: ") && Catch::Contains(why));
+}
+
+TEST_CASE("status: a welcome of another type, or a refusal, is said as such") {
+  TempDir dir;
+  {
+    Fake fake(dir, R"({"type":"hello","job":"fake"})", "{}");
+    const CommandResult status = fake.Ctl({"status", kJob});
+    CHECK(status.status.ToString() == "exit 1");
+    CHECK(status.err ==
+          "ringfeedctl status: " + Unreadable(fake.socket, R"(type: expected "welcome" or "error")") + "\n");
+  }
+  TempDir dir2;
+  Fake fake(dir2, R"({"type":"error","message":"too many control connections"})", "{}");
+  const CommandResult status = fake.Ctl({"status", kJob});
+  CHECK(status.status.ToString() == "exit 1");
+  CHECK(status.err == "ringfeedctl status: job 'fake': ringfeedd refused: too many control connections\n");
+}
+
+TEST_CASE("dump's timeout in ranks mode names the ranks without a consumer") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 30);
+  // epochs: 0, so the data never ends: rank 0's dump waits for its next batch while ranks 1
+  // and 2's batches fill the prefetch depth and production stops.
+  DaemonProcess daemon(dir.path(), "ranks-dump",
+                       IdJobConfig("ranks-dump", dir.file("data.tfrecord"),
+                                   "batch: {size: 2}\nepochs: 0\nconsumers: {mode: ranks, count: 3}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const auto dump = [&] {
+    return RunCommand({CtlBinary(), "dump", "ranks-dump", "--rank", "0", "--timeout", "1", "--runtime-dir",
+                       daemon.runtime_dir()});
+  };
+  const CommandResult both = dump();
+  INFO("dump:\n" << both.out << both.err);
+  CHECK(both.status.ToString() == "exit 1");
+  CHECK(both.err ==
+        "ringfeedctl dump: job 'ranks-dump': no batch within 1.0 s: ranks 1, 2 of 3 have no consumer attached; in "
+        "ranks mode every rank must take its batches: batch k of an epoch goes to rank k mod 3, so the daemon stops "
+        "producing at its prefetch depth while a rank does not take its batches. Start every rank (docs/config.md, "
+        "consumers)\n");
+
+  // Rank 1 attached (taking nothing): only rank 2 is named.
+  auto rank1 = Client::Attach(daemon.client_options(1));
+  const CommandResult one = dump();
+  INFO("dump:\n" << one.out << one.err);
+  CHECK(one.status.ToString() == "exit 1");
+  CHECK_THAT(one.err, Catch::Contains("no batch within 1.0 s: rank 2 of 3 has no consumer attached; in ranks mode "
+                                      "every rank must take its batches"));
+  rank1.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("dump's timeout in shared mode keeps its question") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 30);
+  DaemonProcess daemon(
+      dir.path(), "held-dump",
+      IdJobConfig("held-dump", dir.file("data.tfrecord"), "batch: {size: 2}\nepochs: 0\nring: {slots: 2}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  // This process holds both slots (a Batch holds its slot until the next Next).
+  auto client = Client::Attach(daemon.client_options());
+  Batch first, second;
+  REQUIRE(client->Next(kEventually, &first) == Client::Status::kBatch);
+  REQUIRE(client->Next(kEventually, &second) == Client::Status::kBatch);
+  const CommandResult dump =
+      RunCommand({CtlBinary(), "dump", "held-dump", "--timeout", "0.5", "--runtime-dir", daemon.runtime_dir()});
+  INFO("dump:\n" << dump.out << dump.err);
+  CHECK(dump.status.ToString() == "exit 1");
+  CHECK(dump.err == "ringfeedctl dump: job 'held-dump': no batch within 0.5 s (is the ring held by other consumers, "
+                    "or the data slow?)\n");
+  first.Release();
+  second.Release();
+  client.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("--help: exit statuses and where problems go, as docs/ringfeedctl.md says") {
+  const auto help = [](const std::string& command) {
+    const CommandResult r = RunCommand({CtlBinary(), command, "--help"});
+    INFO(r.out << r.err);
+    CHECK(r.status.ToString() == "exit 0");
+    std::string text = r.out;  // as one line: the footers wrap at 100 columns
+    for (char& c : text) {
+      if (c == '\n') c = ' ';
+    }
+    return text;
+  };
+  const std::string inspect = help("inspect");
+  CHECK_THAT(inspect, Catch::Contains("go to stderr as they are found, except with --verify, which prints them on "
+                                      "stdout as its report"));
+  const std::string check = help("check");
+  CHECK_THAT(check, Catch::Contains("a file list that cannot be expanded") &&
+                        Catch::Contains("a permissions.group that does not exist") &&
+                        Catch::Contains("a memory budget"));
+  CHECK_THAT(help("dump"), Catch::Contains("sent no batch within --timeout seconds"));
+  CHECK_THAT(help("status"), Catch::Contains("sent a reply ringfeedctl cannot read"));
+}
