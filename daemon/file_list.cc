@@ -64,7 +64,7 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, c
     const std::string where = origin.empty() ? "source.files: " : origin;
     if (pattern.find('\0') != std::string::npos) {
       throw std::runtime_error(where + "pattern '" + pattern.substr(0, pattern.find('\0')) +
-                               "\\0...' holds a NUL byte (\\u0000), which no path can");
+                               "\\0...' holds a NUL byte (\\u0000), which a path cannot contain");
     }
     std::vector<std::string> items;
     try {
