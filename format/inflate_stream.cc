@@ -17,7 +17,9 @@ namespace ringfeed {
 // [*out, *out + *out_avail), advancing both.
 class InflateStream::Decoder {
  public:
-  enum class Result { kProgress, kMemberEnd, kError };
+  // kTrailerError: the data inflated, but the member's trailer (CRC-32/Adler-32 or length)
+  // does not match it; found where the step stopped, past the data it checks.
+  enum class Result { kProgress, kMemberEnd, kError, kTrailerError };
   virtual ~Decoder() = default;
   virtual void Reset() = 0;  // ready for the next gzip member
   virtual Result Step(const uint8_t** in, size_t* in_avail, uint8_t** out, size_t* out_avail,
@@ -59,7 +61,11 @@ class ZlibDecoder final : public InflateStream::Decoder {
     if (rc == Z_STREAM_END) return Result::kMemberEnd;
     if (rc == Z_OK || rc == Z_BUF_ERROR) return Result::kProgress;
     *error = std::string("zlib: ") + (z_.msg ? z_.msg : zError(rc));
-    return Result::kError;
+    // zlib tells a trailer mismatch from other data errors only by its message.
+    const bool trailer = rc == Z_DATA_ERROR && z_.msg != nullptr &&
+                         (std::strcmp(z_.msg, "incorrect data check") == 0 ||
+                          std::strcmp(z_.msg, "incorrect length check") == 0);
+    return trailer ? Result::kTrailerError : Result::kError;
   }
 
  private:
@@ -111,7 +117,7 @@ class IsalDecoder final : public InflateStream::Decoder {
     *out_avail -= made;
     if (rc < 0 || rc == ISAL_NEED_DICT) {
       *error = std::string("isa-l: ") + IsalError(rc);
-      return Result::kError;
+      return rc == ISAL_INCORRECT_CHECKSUM ? Result::kTrailerError : Result::kError;
     }
     if (s.block_state != ISAL_BLOCK_FINISH) return Result::kProgress;
     // ISA-L reads ahead up to 8 bytes into its bit buffer; at the end of a stream the whole
@@ -320,13 +326,11 @@ InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t*
     auto result = decoder_->Step(&in, &in_avail, &out, &out_avail, &why);
     const bool consumed = in != in_buf_.get() + in_pos_;
     in_pos_ = static_cast<size_t>(in - in_buf_.get());
-    if (result == Decoder::Result::kError) {
-      // A trailer that does not match (ISA-L's checksum error, zlib's "incorrect data/length
-      // check") is found where the step stopped, past the data it checks: name that end.
-      const bool trailer = why.find("trailer") != std::string::npos || why.find("incorrect data check") != std::string::npos ||
-                           why.find("incorrect length check") != std::string::npos;
-      Fail(Status::kDataError, trailer ? why + ", at the trailer near compressed byte " + std::to_string(compressed_offset())
-                                       : why + " near compressed byte " + std::to_string(before));
+    if (result == Decoder::Result::kError || result == Decoder::Result::kTrailerError) {
+      // A trailer mismatch is found where the step stopped, past the data it checks: name that end.
+      Fail(Status::kDataError, result == Decoder::Result::kTrailerError
+                                   ? why + ", at the trailer near compressed byte " + std::to_string(compressed_offset())
+                                   : why + " near compressed byte " + std::to_string(before));
       // What this step inflated before the error is handed out first (the error comes with the
       // next call): up to a whole buffer of good records ahead of the damage. The records'
       // own CRCs judge it; an error found only at the member's end (its CRC-32) has all of it.
