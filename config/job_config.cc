@@ -1006,7 +1006,15 @@ JobConfig LoadJobConfig(const std::string& path) {
   std::string text;
   char buf[1 << 16];
   size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
+  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) {
+    text.append(buf, n);
+    if (text.size() > kMaxConfigBytes) {  // also ends reading /dev/zero or a pipe that never ends
+      std::fclose(f);
+      throw ConfigError(path, 0, 0, "",
+                        "config file is larger than " + std::to_string(kMaxConfigBytes >> 10) +
+                            " KiB; a job config is a few lines of YAML (is this the right file?)");
+    }
+  }
   if (std::ferror(f)) {
     int err = errno;
     std::fclose(f);
@@ -1018,6 +1026,11 @@ JobConfig LoadJobConfig(const std::string& path) {
 }
 
 JobConfig LoadJobConfigFromString(const std::string& yaml, const std::string& name) {
+  if (yaml.size() > kMaxConfigBytes) {
+    throw ConfigError(name, 0, 0, "",
+                      "config text is larger than " + std::to_string(kMaxConfigBytes >> 10) +
+                          " KiB; a job config is a few lines of YAML");
+  }
   return Loader(name).Load(yaml);
 }
 

@@ -13,6 +13,7 @@
 // Thread-safety: LoadJobConfig is reentrant; JobConfig is a plain value.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -138,8 +139,13 @@ class ConfigError : public std::runtime_error {
   std::string key_;
 };
 
-// Loads and validates a job config file. Throws ConfigError (also for an unreadable file or
-// YAML syntax errors, with their position).
+// The largest config file (or text) the loaders accept, in bytes. A job config is a few
+// hundred bytes; yaml-cpp holds a document as a node graph of ~70x its size, so a huge or
+// endless file (a wrong path, /dev/zero) is refused before it is parsed.
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
+
+// Loads and validates a job config file. Throws ConfigError (also for an unreadable file, one
+// larger than kMaxConfigBytes, or YAML syntax errors, with their position).
 JobConfig LoadJobConfig(const std::string& path);
 // Same, from text; `name` stands for the file name in messages.
 JobConfig LoadJobConfigFromString(const std::string& yaml, const std::string& name = "<string>");

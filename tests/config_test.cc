@@ -803,6 +803,25 @@ TEST_CASE("config files: read errors and positions name the file", "[config][fil
     CHECK_THROWS_WITH(LoadJobConfig("/"), Catch::StartsWith("/: ") &&
                                               Catch::Contains("Is a directory"));
   }
+  SECTION("a file larger than 1 MiB, and one that never ends") {
+    char path[] = "/tmp/ringfeed_config_test_XXXXXX";
+    int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    close(fd);
+    {
+      std::ofstream out(path);
+      out << kMinimal;
+      out << "# " << std::string(kMaxConfigBytes, 'x') << "\n";
+    }
+    CHECK_THROWS_WITH(LoadJobConfig(path),
+                      Catch::StartsWith(std::string(path) + ": ") &&
+                          Catch::Contains("config file is larger than 1024 KiB"));
+    std::remove(path);
+    CHECK_THROWS_WITH(LoadJobConfig("/dev/zero"),
+                      Catch::StartsWith("/dev/zero: ") && Catch::Contains("larger than 1024 KiB"));
+    CHECK_THROWS_WITH(LoadJobConfigFromString(std::string(kMaxConfigBytes + 1, ' ')),
+                      Catch::Contains("config text is larger than 1024 KiB"));
+  }
   SECTION("an error inside a real file") {
     char path[] = "/tmp/ringfeed_config_test_XXXXXX";
     int fd = mkstemp(path);
