@@ -409,7 +409,8 @@ class Loader {
   }
 
   // Replaces every ${NAME} and ${NAME:-default} in `text` from the environment. Like the shell,
-  // the default also applies when NAME is set but empty.
+  // the default also applies when NAME is set but empty; without a default, unset and empty are
+  // both errors naming NAME.
   std::string Substitute(const std::string& text, const YAML::Mark& mark,
                          const std::string& path) {
     std::string out;
@@ -441,13 +442,19 @@ class Loader {
       }
       std::string name_str(name);
       const char* value = std::getenv(name_str.c_str());
-      if (value != nullptr && (*value != '\0' || !fallback)) {
+      if (value != nullptr && *value != '\0') {
         out += value;
       } else if (fallback) {
         out += *fallback;
-      } else {
+      } else if (value == nullptr) {
         Fail(mark, path, "environment variable " + name_str + " is not set (referenced in " +
                              Quote(text) + "); set it or write ${" + name_str + ":-default}");
+      } else {
+        // Set but empty: a launcher that exported NODE_RANK= is as wrong as one that did not
+        // export it, and "got ''" further on would not name the variable.
+        Fail(mark, path, "environment variable " + name_str + " is set but empty (referenced in " +
+                             Quote(text) + "); give it a value, or write ${" + name_str +
+                             ":-} where empty is meant");
       }
       pos = end + 1;
     }
@@ -593,13 +600,15 @@ class Loader {
 
   std::string ReadJobName(const Entry& e) {
     std::string name = ScalarText(e, "a job name");
-    // Not starting with '.': ".", ".." and ".x" would name hidden files (".x.sock").
-    bool ok = !name.empty() && name.size() <= kMaxJobNameLength && name[0] != '.' &&
+    // Not starting with '.': ".", ".." and ".x" would name hidden files (".x.sock"); nor with
+    // '-': "ringfeedctl status -x" would read it as an option.
+    bool ok = !name.empty() && name.size() <= kMaxJobNameLength && name[0] != '.' && name[0] != '-' &&
               std::all_of(name.begin(), name.end(), IsJobNameChar);
     if (!ok) {
       Fail(MarkOf(e), e.path,
            "invalid job name " + Quote(name) + "; expected 1 to 64 characters from "
-           "A-Z a-z 0-9 _ . -, not starting with '.' (it names the job's socket and shared memory)");
+           "A-Z a-z 0-9 _ . -, not starting with '.' or '-' (it names the job's socket and shared memory, "
+           "and ringfeedctl takes it as an argument)");
     }
     return name;
   }

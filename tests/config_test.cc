@@ -372,7 +372,7 @@ source:
   files:
     - ${RINGFEED_TEST_ROOT}/${RINGFEED_TEST_SPLIT:-train}/*.gz
     - "${RINGFEED_TEST_ROOT:-/nope}/x-${RINGFEED_TEST_SPLIT:-eval}-${RINGFEED_TEST_ROOT}"
-    - plain$dollar/${RINGFEED_TEST_EMPTY:-fallback}/${RINGFEED_TEST_EMPTY}end
+    - plain$dollar/${RINGFEED_TEST_EMPTY:-fallback}/${RINGFEED_TEST_EMPTY:-}end
   compression: ${RINGFEED_TEST_SPLIT:-gzip}
 features:
   x: {dtype: int64}
@@ -390,6 +390,18 @@ pipeline:
     CHECK(c.batch.size == 64);
     CHECK_FALSE(c.pipeline.workers);
     CHECK(c.pipeline.readers == std::optional<int64_t>(64));
+  }
+
+  SECTION("set but empty without a default names the variable") {
+    try {
+      Load("job: t\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\n"
+           "shard: {index: \"${RINGFEED_TEST_EMPTY}\", count: 3}\n");
+      FAIL("no error");
+    } catch (const ConfigError& e) {
+      CHECK(e.key() == "shard.index");
+      CHECK_THAT(e.what(), Catch::Contains("environment variable RINGFEED_TEST_EMPTY is set but empty") &&
+                               Catch::Contains("${RINGFEED_TEST_EMPTY:-}"));
+    }
   }
 
   SECTION("the substituted value is validated like a literal one") {
@@ -674,7 +686,9 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        "features: {x: {dtype: int64}}\n", 1, 6, "job",
        {"invalid job name 'taxi train!'", "A-Z a-z 0-9 _ . -"}},
       {"job name '..'", "job: ..\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\n", 1, 6, "job",
-       {"invalid job name '..'", "not starting with '.'"}},
+       {"invalid job name '..'", "not starting with '.' or '-'"}},
+      {"job name '-x'", "job: \"-x\"\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\n", 1, 6, "job",
+       {"invalid job name '-x'", "not starting with '.' or '-'"}},
       {"job name too long", "job: " + std::string(65, 'j') + "\nsource: {files: [a]}\n"
        "features: {x: {dtype: int64}}\n", 1, 6, "job", {"1 to 64 characters"}},
       {"duplicate key", "job: a\njob: b\nsource: {files: [a]}\nfeatures: {x: {dtype: int64}}\n",

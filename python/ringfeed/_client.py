@@ -43,14 +43,15 @@ class Feature(NamedTuple):
     shape: Tuple[int, ...]
 
 
-def _number(value, what: str, none: str = "") -> float:
+def _number(value, what: str, none: str = "", positive: bool = False) -> float:
     """A number of seconds (int, float, NumPy scalar, Fraction...) as a float: not a str ("5")
-    or a bool (True would be 1 s). `none` says what None means, where it is allowed."""
+    or a bool (True would be 1 s); >= 0, or > 0 when `positive`. `none` says what None means,
+    where it is allowed."""
     if isinstance(value, (bool, str, bytes)) or not isinstance(value, numbers.Real):
         raise TypeError(f"{what} must be {none}a number of seconds, got {value!r}")
     value = float(value)
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"{what} must be {none}>= 0 seconds, got {value}")
+    if math.isnan(value) or value < 0 or (positive and value == 0):
+        raise ValueError(f"{what} must be {none}{'> 0' if positive else '>= 0'} seconds, got {value}")
     return value
 
 
@@ -121,7 +122,7 @@ class Client:
                  runtime_dir: Optional[str] = None, liveness_timeout: float = 10.0,
                  attach_timeout: float = 0.0):
         self._timeout = _seconds(timeout, "timeout")
-        liveness_timeout = _number(liveness_timeout, "liveness_timeout")
+        liveness_timeout = _number(liveness_timeout, "liveness_timeout", positive=True)
         attach_timeout = _number(attach_timeout, "attach_timeout")
         if rank is not None and (not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < 2**31):
             raise ValueError(f"rank must be None (shared mode) or an int in 0..2**31-1, got {rank!r}")

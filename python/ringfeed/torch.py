@@ -14,7 +14,13 @@ from __future__ import annotations
 import contextlib
 from typing import Dict, Iterable, Iterator, Optional, Sequence
 
-import torch
+try:
+    import torch
+except ImportError as e:  # say how to get it: ``import ringfeed`` works without torch
+    raise ImportError(
+        "ringfeed.torch needs PyTorch: pip install './python[torch]' (or pip install torch; the CPU-only "
+        "wheel: pip install torch --index-url https://download.pytorch.org/whl/cpu); see docs/python.md"
+    ) from e
 
 import ringfeed
 from ringfeed import _core

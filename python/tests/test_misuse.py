@@ -289,8 +289,9 @@ def test_bad_timeouts(daemon_factory, tmp_path, bad, error):
         with pytest.raises((ValueError, TypeError)):
             d.client(liveness_timeout=bad)
         assert client.next(timeout=EVENTUALLY) is not None
-    with pytest.raises(ValueError):
-        ringfeed.Client(d.job, runtime_dir=str(d.runtime_dir), liveness_timeout=0)
+    for not_positive in (0, -1, float("nan")):
+        with pytest.raises(ValueError, match="liveness_timeout must be > 0 seconds"):
+            ringfeed.Client(d.job, runtime_dir=str(d.runtime_dir), liveness_timeout=not_positive)
 
 
 @pytest.mark.parametrize("rank", [-1, 2**31, 2**64, 1.0, "0", True])
@@ -656,3 +657,19 @@ def test_torch_tensors_after_release_and_bad_iterables(daemon_factory, tmp_path)
             break
     del out
     assert dataset.client.closed and held(d) == 0
+
+
+def test_ringfeed_torch_without_torch_says_how_to_install_it():
+    # sys.modules["torch"] = None makes `import torch` fail as it does where torch is not installed.
+    result = run_python("""
+        import sys
+        sys.modules["torch"] = None
+        import ringfeed
+        try:
+            import ringfeed.torch
+        except ImportError as e:
+            print(e)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert "ringfeed.torch needs PyTorch: pip install './python[torch]'" in result.stdout
+    assert "--index-url https://download.pytorch.org/whl/cpu" in result.stdout
