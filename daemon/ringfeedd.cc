@@ -313,6 +313,12 @@ int RunDaemon(const DaemonOptions& options) {
   TuneMalloc(config);
   spdlog::set_level(SpdLevel(config.log_level));
   if (!options.log_level.empty()) spdlog::set_level(spdlog::level::from_str(options.log_level));
+  if (config.epochs != 0 && options.start_epoch >= static_cast<uint64_t>(config.epochs)) {
+    spdlog::error("--start-epoch {}: {} runs epochs: {} (epochs 0 to {}, counted from 0 as the batches' epoch "
+                  "field)",
+                  options.start_epoch, config.path, config.epochs, config.epochs - 1);
+    return 2;
+  }
 
   SystemdNotifier notifier;
   try {
@@ -351,6 +357,11 @@ int RunDaemon(const DaemonOptions& options) {
     po.sequencer.shuffle_buffer = config.shuffle.buffer;
     po.sequencer.seed = config.shuffle.seed;
     po.sequencer.epochs = config.epochs;
+    po.sequencer.first_epoch = options.start_epoch;
+    if (options.start_epoch > 0) {
+      spdlog::info("starting at epoch {} (--start-epoch): epochs 0 to {} are not produced", options.start_epoch,
+                   options.start_epoch - 1);
+    }
     po.sequencer.queues = queues;
     po.sequencer.shard_index = config.shard.index;
     po.sequencer.shard_count = config.shard.count;

@@ -27,6 +27,9 @@ struct DaemonOptions {
   std::string log_level;    // overrides the config's log_level when set
   std::string runtime_dir;  // overrides the runtime directory rules when set
   bool exit_when_done = false;  // exit once all epochs are produced and every batch is released
+  // The first epoch produced (--start-epoch), 0-based as Batch::epoch(): resuming a job from a
+  // checkpoint. Epoch e's batches do not depend on the epochs before it (daemon/sequencer.h).
+  uint64_t start_epoch = 0;
 };
 
 // Runs the daemon until it is stopped; returns the process exit status (0 clean stop or done,

@@ -28,6 +28,17 @@ int main(int argc, char** argv) {
                "Exit once every epoch is produced and every batch has been released by a consumer; "
                "after a failure (on_error: fail), once every batch before it was taken and a "
                "consumer has attached, so that one got the error (default: keep serving until stopped)");
+  app.add_option("--start-epoch", options.start_epoch,
+                 "Start at this epoch (0-based, as the batches' epoch field) instead of 0, e.g. to resume training "
+                 "from a checkpoint: its batches are the same as when the epochs before it ran (each epoch's order "
+                 "comes from the seed and the epoch number only); less than the config's epochs (default: 0)")
+      ->check(CLI::Validator(
+          [](const std::string& text) {
+            return !text.empty() && text.size() <= 18 && text.find_first_not_of("0123456789") == std::string::npos
+                       ? std::string()
+                       : "expected a whole number of epochs from 0 to 10^18 - 1, got '" + text + "'";
+          },
+          "EPOCH"));
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
   try {
     app.parse(argc, argv);

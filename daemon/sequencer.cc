@@ -18,10 +18,11 @@ Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
   if (options_.queues < 1) options_.queues = 1;
   shard_ = Shard::For(options_.files.size(), options_.shard_count, options_.shard_index);
   shard_files_ = shard_.Files(options_.files.size());
+  epoch_.store(options_.first_epoch, std::memory_order_relaxed);
 }
 
 Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
-  for (uint64_t e = 0; options_.epochs == 0 || e < static_cast<uint64_t>(options_.epochs); ++e) {
+  for (uint64_t e = options_.first_epoch; options_.epochs == 0 || e < static_cast<uint64_t>(options_.epochs); ++e) {
     epoch_.store(e, std::memory_order_relaxed);
     uint64_t delivered = 0;
     if (!RunEpoch(e, emit, &delivered) || stop_.load()) {

@@ -1,7 +1,7 @@
 // Sequencer: the one place that decides the order of records and batches. It runs on a single
 // thread and turns the job's file list into a sequence of BatchJobs:
 //
-//   for epoch e = 0, 1, ... (epochs, 0 = forever):
+//   for epoch e = first_epoch (0 unless resuming), first_epoch + 1, ... (epochs, 0 = forever):
 //     1. files: the shard's files (shard below), in sorted order, or Fisher-Yates shuffled with
 //        the RNG for (shuffle.seed, kFileOrder, e) when shuffle.files (daemon/shuffle.h).
 //     2. interleave (tf.data's interleave, block length 1): cycle positions 0..cycle_length-1
@@ -49,6 +49,10 @@ struct SequencerOptions {
   int64_t shuffle_buffer = 0;
   uint64_t seed = 0;
   int64_t epochs = 1;  // 0 = forever
+  // The epoch Run starts at (ringfeedd --start-epoch), < epochs unless epochs is 0. Every epoch
+  // takes its orders from its own RNG streams (seed, use, e) and starts with an empty shuffle
+  // buffer, so epoch e's batches are the same whether or not the epochs before it ran.
+  uint64_t first_epoch = 0;
   uint32_t queues = 1;
   int64_t shard_index = 0;
   int64_t shard_count = 1;

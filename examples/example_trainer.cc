@@ -88,7 +88,10 @@ int main(int argc, char** argv) {
       const auto status = client->Next(timeout, &batch);
       if (status == ringfeed::Client::Status::kEndOfData) break;
       if (status == ringfeed::Client::Status::kTimeout) {
-        std::fprintf(stderr, "example_trainer: no batch for %.0f s; giving up\n", timeout_seconds);
+        if (epoch_batches > 0) report();  // what it took of the epoch it is in
+        std::fprintf(stderr, "example_trainer: no batch for %g s; giving up after %llu examples (epoch %llu)\n",
+                     timeout_seconds, static_cast<unsigned long long>(total_examples),
+                     static_cast<unsigned long long>(epoch));
         // In ranks mode a rank nobody attached as stalls every rank (its batches are never taken).
         for (uint32_t rank : client->ranks_without_consumer()) {
           std::fprintf(stderr, "example_trainer: rank %u of %u has no consumer attached: start it\n", rank,

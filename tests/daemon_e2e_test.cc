@@ -1,7 +1,8 @@
 // ringfeedd end to end, with real processes, shared memory and sockets (tests/daemon_harness.h;
 // the golden comparison on the TFX files is tests/daemon_golden_test.cc):
-//   * determinism: the batch sequence does not depend on readers/workers; deterministic: false
-//     still delivers every record once per epoch;
+//   * determinism: the batch sequence does not depend on readers/workers; --start-epoch e gives
+//     the full run's batches from epoch e on; deterministic: false still delivers every record
+//     once per epoch;
 //   * consumers.mode ranks: batch k at rank k % count only, equal batch counts, the incomplete
 //     last round dropped, a rank attached twice or out of range refused;
 //   * consumers.mode shared: four consumer processes share the batches without overlap;
@@ -92,9 +93,11 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
            std::to_string(readers) + "}\n"
            "deterministic: " + (deterministic ? "true" : "false") + "\n";
   };
-  auto run = [&](const std::string& job, int workers, int readers, bool deterministic) {
+  auto run = [&](const std::string& job, int workers, int readers, bool deterministic,
+                 std::vector<std::string> args = {}) {
     DaemonProcess daemon(dir.path(), job, config(job, workers, readers, deterministic));
-    RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+    args.push_back("--exit-when-done");
+    RINGFEED_REQUIRE_STARTED(daemon, WithArgs(args));
     ConsumerSpec spec;
     spec.client = daemon.client_options();
     ConsumerReport report = ConsumeInProcess(spec);
@@ -126,6 +129,20 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
     CHECK(one[i].rows == (i % 29 == 28 ? 5u : 10u));
     const uint32_t end = i == 28 ? shm::kBatchEndOfEpoch : i == 57 ? shm::kBatchEndOfEpoch | shm::kBatchEndOfData : 0;
     CHECK(one[i].flags == end);
+  }
+
+  SECTION("--start-epoch 1 gives the batches of epoch 1 of the full run") {
+    const std::vector<BatchInfo> resumed = run("det-resume", 2, 2, true, {"--start-epoch", "1"});
+    const std::vector<BatchInfo> epoch1(one.begin() + 29, one.end());
+    CHECK(Describe(resumed) == Describe(epoch1));
+    CHECK(resumed == epoch1);
+
+    DaemonProcess past_the_end(dir.path(), "det-past-end", config("det-past-end", 1, 1, true));
+    CHECK_FALSE(past_the_end.Start(WithArgs({"--start-epoch", "2"})));
+    REQUIRE(past_the_end.exit_status());
+    CHECK(past_the_end.exit_status()->ToString() == "exit 2");
+    CHECK_THAT(past_the_end.Stderr(), Catch::Contains("--start-epoch 2: ") &&
+                                          Catch::Contains("runs epochs: 2 (epochs 0 to 1"));
   }
 
   SECTION("deterministic: false still delivers every record once per epoch") {
