@@ -620,7 +620,7 @@ class Loader {
       Fail(MarkOf(section), "source.files",
            "missing required key 'files' (a list of file paths or glob patterns)");
     }
-    source->files = ReadFiles(*files, &source->file_origins);
+    source->files = ReadFiles(*files, &source->file_origins, &source->files_as_written);
     if (const Entry* e = Find(entries, "compression")) {
       std::string_view word = kCompressionWords[ReadWord(*e, kCompressionWords)];
       source->compression = *ParseCompression(word);
@@ -633,7 +633,8 @@ class Loader {
     }
   }
 
-  std::vector<std::string> ReadFiles(const Entry& e, std::vector<std::string>* origins) {
+  std::vector<std::string> ReadFiles(const Entry& e, std::vector<std::string>* origins,
+                                     std::vector<std::string>* as_written) {
     const std::string expected = "a file path or glob pattern";
     std::vector<std::string> files;
     if (e.value.IsSequence()) {
@@ -647,11 +648,13 @@ class Loader {
         files.push_back(ScalarText(item, mark, path, expected));
         if (files.back().empty()) Fail(mark, path, "empty file pattern");
         origins->push_back(Where(mark, path));
+        as_written->push_back(item.Scalar());
       }
     } else {
       files.push_back(ScalarText(e, "a list of file paths or glob patterns"));
       if (files.back().empty()) Fail(MarkOf(e), e.path, "empty file pattern");
       origins->push_back(Where(MarkOf(e), e.path));
+      as_written->push_back(e.value.Scalar());
     }
     return files;
   }

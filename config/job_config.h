@@ -33,6 +33,9 @@ struct SourceConfig {
   // Where each entry of `files` was written, "job.yaml:7:5: source.files[0]: ", so that a
   // pattern matching nothing can be reported like a config error. Empty for hand-built configs.
   std::vector<std::string> file_origins;
+  // Each entry of `files` as written, before ${VAR} substitution (the same text when it has no
+  // variable), so that a pattern matching nothing can name the variables it came from.
+  std::vector<std::string> files_as_written;
   Compression compression = Compression::kAuto;
   OnError on_error = OnError::kFail;
   uint64_t max_record_bytes = 256ull << 20;

@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <set>
 
@@ -42,7 +43,26 @@ void ExpandBraces(const std::string& pattern, std::vector<std::string>& out) {
   out.push_back(pattern);
 }
 
-[[noreturn]] void NoMatch(const std::string& origin, const std::string& pattern, const std::string& item) {
+// "; it is written '${DATA:-x}/*.gz': DATA is not set" for an entry that used variables
+// (config/job_config.cc substitutes them), "" for one without.
+std::string Variables(const std::string& written, const std::string& pattern) {
+  if (written.empty() || written == pattern) return "";
+  std::set<std::string> named;
+  std::string out;
+  for (size_t start = written.find("${"); start != std::string::npos; start = written.find("${", start + 2)) {
+    const size_t end = written.find_first_of(":}", start + 2);
+    if (end == std::string::npos) break;
+    const std::string name = written.substr(start + 2, end - start - 2);
+    if (!named.insert(name).second) continue;
+    const char* value = std::getenv(name.c_str());
+    out += out.empty() ? " " : ", ";
+    out += value == nullptr ? name + " is not set" : *value == '\0' ? name + " is empty" : name + "='" + value + "'";
+  }
+  return out.empty() ? "" : "; it is written '" + written + "':" + out;
+}
+
+[[noreturn]] void NoMatch(const std::string& origin, const std::string& pattern, const std::string& item,
+                          const std::string& written) {
   std::string message = origin.empty() ? "source.files: " : origin;
   message += HasWildcard(item) ? "pattern '" + item + "' matches no file" : "no such file '" + item + "'";
   if (item != pattern) message += " (from '" + pattern + "')";
@@ -51,12 +71,14 @@ void ExpandBraces(const std::string& pattern, std::vector<std::string>& out) {
     message += "; relative paths are resolved against the current directory " +
                std::filesystem::current_path(ec).string();
   }
+  message += Variables(written, pattern);
   throw std::runtime_error(message);
 }
 
 }  // namespace
 
-std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, const std::vector<std::string>& origins) {
+std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, const std::vector<std::string>& origins,
+                                     const std::vector<std::string>& as_written) {
   std::vector<std::string> files;
   for (size_t i = 0; i < patterns.size(); ++i) {
     const std::string& pattern = patterns[i];
@@ -79,7 +101,7 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, c
       const int rc = ::glob(item.c_str(), GLOB_TILDE, nullptr, &g);
       if (rc != 0) {
         globfree(&g);
-        NoMatch(origin, pattern, item);
+        NoMatch(origin, pattern, item, i < as_written.size() ? as_written[i] : "");
       }
       for (size_t k = 0; k < g.gl_pathc; ++k) files.emplace_back(g.gl_pathv[k]);
       globfree(&g);

@@ -11,10 +11,13 @@
 namespace ringfeed {
 
 // `origins[i]`, when given, names where patterns[i] was written ("job.yaml:7:5:
-// source.files[0]: ") and prefixes errors about it. Throws std::runtime_error when a pattern
-// (or one alternative of a brace pattern) matches nothing, or names a file that does not exist;
-// the message says which, and against which directory a relative pattern was resolved.
+// source.files[0]: ") and prefixes errors about it; `as_written[i]`, when given, is the entry
+// before ${VAR} substitution (SourceConfig::files_as_written). Throws std::runtime_error when a
+// pattern (or one alternative of a brace pattern) matches nothing, or names a file that does not
+// exist; the message says which, against which directory a relative pattern was resolved, and
+// the variables the pattern came from with their values.
 std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns,
-                                     const std::vector<std::string>& origins = {});
+                                     const std::vector<std::string>& origins = {},
+                                     const std::vector<std::string>& as_written = {});
 
 }  // namespace ringfeed

@@ -340,7 +340,7 @@ int RunDaemon(const DaemonOptions& options) {
     // 2. Files, parser, geometry.
     std::vector<std::string> files;
     try {
-      files = ExpandFiles(config.source.files, config.source.file_origins);
+      files = ExpandFiles(config.source.files, config.source.file_origins, config.source.files_as_written);
     } catch (const std::exception& e) {
       throw StartupError(e.what(), 2);
     }

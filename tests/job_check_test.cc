@@ -163,6 +163,21 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
   CHECK_THROWS_WITH(ExpandFiles(config.source.files, config.source.file_origins),
                     Catch::StartsWith("job.yaml:5:7: source.files[1]: pattern 'nothing-here/*.gz' matches no file") &&
                         Catch::Contains("resolved against the current directory"));
+  // A pattern built from variables names them and their values (the shipped examples use
+  // ${TFX_DATA:-../shared/data/tfx}, which only works next to the shared data).
+  ::setenv("RINGFEED_TEST_DATA", dir.path().c_str(), 1);
+  ::unsetenv("RINGFEED_TEST_SPLIT");
+  const JobConfig vars = LoadJobConfigFromString(
+      "job: t\nsource:\n  files: ['${RINGFEED_TEST_DATA}/${RINGFEED_TEST_SPLIT:-eval}/*.gz']\n"
+      "features:\n  id: {dtype: int64}\n",
+      "job.yaml");
+  CHECK_THROWS_WITH(ExpandFiles(vars.source.files, vars.source.file_origins, vars.source.files_as_written),
+                    Catch::StartsWith("job.yaml:3:11: source.files[0]: pattern '" + dir.path().string() +
+                                      "/eval/*.gz' matches no file") &&
+                        Catch::EndsWith("; it is written '${RINGFEED_TEST_DATA}/${RINGFEED_TEST_SPLIT:-eval}/*.gz': "
+                                        "RINGFEED_TEST_DATA='" + dir.path().string() +
+                                        "', RINGFEED_TEST_SPLIT is not set"));
+  ::unsetenv("RINGFEED_TEST_DATA");
 }
 
 TEST_CASE("spec features that no record has are reported with the closest key") {

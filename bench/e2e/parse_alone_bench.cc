@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   try {
     config = ringfeed::LoadJobConfig(config_path);
-    files = ringfeed::ExpandFiles(config.source.files, config.source.file_origins);
+    files = ringfeed::ExpandFiles(config.source.files, config.source.file_origins, config.source.files_as_written);
   } catch (const std::exception& e) {
     std::cerr << "parse_alone_bench: " << e.what() << "\n";
     return 2;
