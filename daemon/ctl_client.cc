@@ -423,19 +423,20 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   const bool measured = m.Number("interval_seconds") > 0;
   char cpu[64];
   if (measured) std::snprintf(cpu, sizeof cpu, "%.2f", a.Number("cpu_cores"));
-  else std::snprintf(cpu, sizeof cpu, "not measured yet");
+  else std::snprintf(cpu, sizeof cpu, running ? "not measured yet" : "not measured");
   const int64_t readers = knobs.Integer("readers"), workers = knobs.Integer("workers");
   const int64_t reads_per_file = knobs.Integer("reads_per_file", 1);
   std::snprintf(buf, sizeof buf,
                 "autotune   readers %lld, read-ahead %s per file, %lld %s in flight per file, workers %lld, "
                 "prefetch %lld%s\n"
-                "           CPU: %s of %.3g cores (cpu_budget: %s); %lld of %lld %s not using CPU (waiting for "
+                "           CPU%s: %s of %.3g cores (cpu_budget: %s); %lld of %lld %s not using CPU (waiting for "
                 "storage or for room to read ahead)\n"
                 "           memory_budget %s (%s): read-ahead may use %s\n",
                 static_cast<long long>(readers), Bytes(knobs.Number("read_ahead_bytes")).c_str(),
                 static_cast<long long>(reads_per_file), reads_per_file == 1 ? "read" : "reads",
                 static_cast<long long>(workers), static_cast<long long>(knobs.Integer("prefetch")),
-                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(), cpu,
+                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(),
+                running || !measured ? "" : " (the tuner's last interval, before production ended)", cpu,
                 limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),
                 static_cast<long long>(a.Integer("blocked_io_threads")), static_cast<long long>(readers),
                 readers == 1 ? "reader" : "readers", Bytes(limits.Number("memory_budget_bytes")).c_str(),
@@ -454,7 +455,7 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
     std::snprintf(buf, sizeof buf,
                   "           %s %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
                   "sequencer waited %.0f%% for records and %.0f%% for slots, workers %.0f%% busy, %.1f batches ready\n",
-                  running ? "last" : "(before production ended) last", m.Number("interval_seconds"),
+                  running ? "last" : "the tuner's last interval before production ended,", m.Number("interval_seconds"),
                   m.Number("records_per_second"), 100 * m.Number("consumer_wait_fraction"),
                   100 * m.Number("read_busy_fraction"), 100 * m.Number("read_cpu_fraction"),
                   100 * m.Number("sequencer_read_wait_fraction"), 100 * m.Number("sequencer_slot_wait_fraction"),
@@ -463,7 +464,7 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   }
   const std::vector<ReplyFields> changes = a.Objects("changes");
   if (changes.empty()) {
-    out << "           no changes yet\n";
+    out << (running ? "           no changes yet\n" : "           no changes: the job ran on the start values\n");
     return;
   }
   out << "           last changes:\n";
