@@ -325,6 +325,19 @@ std::vector<uint32_t> Client::ranks_without_consumer() const {
   return missing;
 }
 
+std::vector<uint64_t> Client::ready_per_rank() const {
+  const detail::Attachment& a = *attachment_;
+  std::vector<uint64_t> ready;
+  if (a.schema.mode != shm::DeliveryMode::kRanks) return ready;
+  for (uint32_t q = 0; q < a.ring.queue_count; ++q) {
+    const shm::QueueHeader& h = a.ring.queue(q);
+    const uint64_t taken = h.taken.load(std::memory_order_acquire);
+    const uint64_t published = h.published.load(std::memory_order_acquire);
+    ready.push_back(published > taken ? std::min<uint64_t>(published - taken, a.ring.slot_count) : 0);
+  }
+  return ready;
+}
+
 uint32_t Client::slots_held() const {
   const detail::Attachment& a = *attachment_;
   uint32_t held = 0;

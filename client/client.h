@@ -113,6 +113,11 @@ class Client {
   // daemon's consumer table says; empty in shared mode. A rank without a consumer stalls the
   // job at its prefetch depth (its batches are never taken). For messages.
   std::vector<uint32_t> ranks_without_consumer() const;
+  // consumers.mode ranks: per rank, the batches published to its delivery queue and not taken
+  // yet (a snapshot of the ring's queue words, at most slot_count()); empty in shared mode. A
+  // rank whose trainer is attached but does not take its batches (stopped, stuck, far slower)
+  // stalls the job the same way. For messages.
+  std::vector<uint64_t> ready_per_rank() const;
 
  private:
   explicit Client(std::shared_ptr<detail::Attachment> attachment);

@@ -145,6 +145,52 @@ std::vector<int> ConsumerRegistry::RanksWithoutConsumer() const {
   return missing;
 }
 
+void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
+  if (ranks_ == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  std::vector<const Entry*> consumer_of(ranks_, nullptr);
+  for (const Entry& e : entries_) {
+    if (e.attached && e.rank >= 0 && static_cast<uint32_t>(e.rank) < ranks_) consumer_of[static_cast<size_t>(e.rank)] = &e;
+  }
+  const auto ready = [&](uint32_t r) { return r < ready_per_rank.size() ? ready_per_rank[r] : 0u; };
+  bool some_rank_starves = false;  // an attached rank with nothing ready
+  for (uint32_t r = 0; r < ranks_; ++r) some_rank_starves |= consumer_of[r] != nullptr && ready(r) == 0;
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    RankProgress& p = rank_progress_[r];
+    // `taken` is written by consumers: only compared with its last value here, never trusted.
+    const uint64_t taken = ring_.queue(r).taken.load(std::memory_order_relaxed);
+    const Entry* consumer = consumer_of[r];
+    const bool moved = taken != p.taken;
+    p.taken = taken;
+    if (moved || ready(r) == 0) {  // not behind: the clock starts again
+      if (p.warned) spdlog::info("rank {} takes its batches again", r);
+      p.since = now;
+      p.warned = false;
+    } else if (consumer != nullptr && consumer->since > p.since) {
+      p.since = consumer->since;  // a trainer attached as the rank since: count from its attach
+    }
+    p.seconds_since = std::chrono::duration<double>(now - p.since).count();
+    if (!p.warned && consumer != nullptr && ready(r) > 0 && some_rank_starves && now - p.since >= kRankStallWarning &&
+        !production_ended_.load(std::memory_order_acquire)) {
+      p.warned = true;
+      spdlog::warn("rank {} (consumer {}, pid {}) has not taken any of its {} ready batches for {:.0f} s while other "
+                   "ranks wait: ranks mode gives batch k of an epoch to rank k mod {} and stops producing at the "
+                   "prefetch depth, so every rank waits for it; is that trainer stopped, stuck or far slower than its "
+                   "peers?",
+                   r, static_cast<uint32_t>(consumer - entries_.data()) + 1, consumer->pid, ready(r), p.seconds_since,
+                   ranks_);
+    }
+  }
+}
+
+std::vector<double> ConsumerRegistry::SecondsSinceTake() const {
+  std::lock_guard lock(mutex_);
+  std::vector<double> out;
+  for (const RankProgress& p : rank_progress_) out.push_back(p.seconds_since);
+  return out;
+}
+
 std::vector<ConsumerRegistry::Info> ConsumerRegistry::List() const {
   std::lock_guard lock(mutex_);
   std::vector<Info> out;

@@ -59,6 +59,18 @@ class ConsumerRegistry {
   }
   // Ranks mode: the ranks (0..count-1) no consumer is attached as now; empty in shared mode.
   std::vector<int> RanksWithoutConsumer() const;
+  // Ranks mode, called once a second (ringfeedd's reap timer) with the ready batches per rank
+  // (PipelineStats::ready_per_queue): notes which ranks took a batch since the last call (their
+  // delivery queue's `taken` moved), and warns once per stall about an attached rank that has
+  // left its ready batches untaken for kRankStallWarning while another rank has none ready (its
+  // trainer waits: ranks mode stops producing at the prefetch depth, so one stopped, stuck or
+  // much slower trainer holds up all of them). Shared mode: does nothing.
+  void WatchRanks(const std::vector<uint32_t>& ready_per_rank);
+  // Ranks mode: per rank, seconds since its queue last advanced (since the daemon started, or
+  // the rank's consumer attached, when it never did), as of the last WatchRanks; empty in
+  // shared mode.
+  std::vector<double> SecondsSinceTake() const;
+  static constexpr std::chrono::seconds kRankStallWarning{10};
   // Production ended (ringfeedd's Pipeline end): no more "rank R has no consumer" warnings; and
   // when it ended with the end of the data (every epoch produced), consumers that go away from
   // now on holding batches, with nothing of theirs left in the ring, are not counted as dead.
@@ -94,6 +106,15 @@ class ConsumerRegistry {
   uint64_t batches_reclaimed_ = 0;
   uint64_t consumers_seen_ = 0;
   uint32_t crowd_warned_at_ = 0;  // consumers attached at the last "more consumers than slots" warning
+  // Ranks mode: per rank, the queue's `taken` at the last WatchRanks, when it last moved, and
+  // whether this stall was warned about.
+  struct RankProgress {
+    uint64_t taken = 0;
+    std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
+    double seconds_since = 0;
+    bool warned = false;
+  };
+  std::vector<RankProgress> rank_progress_ = std::vector<RankProgress>(ranks_);
   std::atomic<bool> end_of_data_{false};
   std::atomic<bool> production_ended_{false};
 };

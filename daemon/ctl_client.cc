@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <csignal>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -567,6 +568,26 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                                  "(workers + prefetch), production waits for consumers of those ranks\n"
                                : ": its batches wait in the ring; once they take up the prefetch depth (workers + "
                                  "prefetch), production waits for a consumer of that rank\n");
+  }
+  // Ranks mode: an attached rank that leaves its ready batches untaken holds up every rank.
+  for (const ReplyFields& r : s.Objects("ranks")) {
+    const int64_t rank = r.Integer("rank");
+    const double since = r.Number("seconds_since_take");
+    if (state != "running" || r.Count("ready") == 0 || since < 5 ||
+        std::find(missing.begin(), missing.end(), rank) != missing.end()) {
+      continue;
+    }
+    std::string trainer;
+    for (const ReplyFields& c : consumers) {
+      if (c.Has("rank") && c.Integer("rank") == rank) trainer = " (consumer " + std::to_string(c.Integer("id")) + ", pid " + std::to_string(c.Integer("pid")) + ")";
+    }
+    std::snprintf(buf, sizeof buf,
+                  "           rank %lld%s has not taken any of its %llu ready batches for %.0f s: once they take up the "
+                  "prefetch depth, production (and every other rank) waits for it; is that trainer stopped, stuck "
+                  "or far slower than its peers?\n",
+                  static_cast<long long>(rank), trainer.c_str(), static_cast<unsigned long long>(r.Count("ready")),
+                  since);
+    out << buf;
   }
   std::snprintf(buf, sizeof buf, "errors     %llu read and %llu parse errors skipped, %llu batches dropped (ranks remainder)\n",
                 static_cast<unsigned long long>(errors.Count("read_errors_skipped")),

@@ -577,15 +577,19 @@ PipelineStats Pipeline::Snapshot() const {
   s.parse_busy_ns = parse_busy_ns_.load(std::memory_order_relaxed);
   s.parse_cpu_ns = parse_cpu_ns_.load(std::memory_order_relaxed);
   s.slot_wait_ns = slot_wait_ns_.load(std::memory_order_relaxed);
+  std::lock_guard lock(mutex_);
+  s.ready_per_queue.assign(ring_.queue_count, 0);
   for (uint32_t i = 0; i < ring_.slot_count; ++i) {
     switch (shm::SlotWord::Unpack(ring_.header(i)->word.load(std::memory_order_relaxed)).state) {
       case shm::SlotState::kFree: ++s.slots_free; break;
       case shm::SlotState::kFilling: ++s.slots_filling; break;
-      case shm::SlotState::kReady: ++s.slots_ready; break;
+      case shm::SlotState::kReady:
+        ++s.slots_ready;
+        if (slot_published_[i].queue < s.ready_per_queue.size()) ++s.ready_per_queue[slot_published_[i].queue];
+        break;
       case shm::SlotState::kHeld: ++s.slots_held; break;
     }
   }
-  std::lock_guard lock(mutex_);
   s.ring_repairs = ring_repairs_;
   s.workers = wanted_workers_;
   s.prefetch = prefetch_;

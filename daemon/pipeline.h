@@ -81,6 +81,9 @@ struct PipelineStats {
   uint64_t slot_wait_ns = 0;   // the sequencer waiting for a slot (ring full or prefetch reached)
   uint64_t ring_repairs = 0;   // words of the ring put back by RepairRing
   uint32_t slots_free = 0, slots_filling = 0, slots_ready = 0, slots_held = 0;
+  // Ready slots by delivery queue (the rank in ranks mode; one entry in shared mode), from the
+  // daemon's own record of which queue it published each slot to.
+  std::vector<uint32_t> ready_per_queue;
   std::string last_error;
   PipelineEnd end = PipelineEnd::kRunning;
 };

@@ -223,6 +223,17 @@ std::string_view EndName(PipelineEnd end) {
 // {"type":"files","first":F} (F default 0): the job's sorted file list from index F, as many
 // paths as fit in one reply under shm::kMaxMessageBytes (at least one: a path is < 4 KiB), and
 // the total: {"type":"files","total":N,"first":F,"files":[...]}. The client pages through it.
+// Ranks mode's per-rank part of `status`: ready batches and seconds since the rank last took one.
+nlohmann::json RanksJson(const std::vector<uint32_t>& ready, const std::vector<double>& seconds_since_take) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t r = 0; r < ready.size(); ++r) {
+    out.push_back({{"rank", r},
+                   {"ready", ready[r]},
+                   {"seconds_since_take", r < seconds_since_take.size() ? seconds_since_take[r] : 0.0}});
+  }
+  return out;
+}
+
 nlohmann::json FilesPage(const std::vector<std::string>& files, const nlohmann::json& request) {
   uint64_t first = 0;
   if (request.contains("first")) {
@@ -544,6 +555,7 @@ int RunDaemon(const DaemonOptions& options) {
             {"held", s.slots_held}}},
           {"consumers", consumers_json},
           {"ranks_without_consumer", ranks ? nlohmann::json(consumers.RanksWithoutConsumer()) : nlohmann::json(nullptr)},
+          {"ranks", ranks ? RanksJson(s.ready_per_queue, consumers.SecondsSinceTake()) : nlohmann::json(nullptr)},
           {"batches_reclaimed", consumers.batches_reclaimed()},
           {"ring_repairs", s.ring_repairs},
           {"pipeline",
@@ -740,6 +752,7 @@ int RunDaemon(const DaemonOptions& options) {
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.
         pipeline->RepairRing([&](uint32_t id) { return consumers.IsAttached(id); });
+        if (ranks) consumers.WatchRanks(pipeline->Snapshot().ready_per_queue);
         reap();
       });
     };

@@ -179,6 +179,60 @@ TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {
   CHECK(shared.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("ranks mode: a rank that does not take its batches is named by the client and by status") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  // 40 records in batches of 2: 10 per rank per epoch; prefetch 4 fills up with rank 1's.
+  DaemonProcess daemon(dir.path(), "stalled-rank",
+                       IdJobConfig("stalled-rank", dir.file("data.tfrecord"),
+                                   "consumers: {mode: ranks, count: 2}\nepochs: 0\nbatch: {size: 2}\n"
+                                   "pipeline: {workers: 1, prefetch: 4}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto rank0 = Client::Attach(daemon.client_options(0));
+  auto rank1 = Client::Attach(daemon.client_options(1));  // attached, never takes a batch
+  Batch batch;
+  uint64_t taken = 0;
+  while (rank0->Next(std::chrono::milliseconds(500), &batch) == Client::Status::kBatch) ++taken;
+  batch.Release();
+  CHECK(taken >= 1);
+  const std::vector<uint64_t> ready = rank0->ready_per_rank();
+  REQUIRE(ready.size() == 2);
+  CHECK(ready[0] == 0);
+  CHECK(ready[1] >= 2);
+  CHECK(rank0->ranks_without_consumer().empty());
+  // The daemon's status: rank 1 holds ready batches and has not taken one for a while.
+  REQUIRE(WaitUntil([&] {
+    const nlohmann::json s = daemon.Status();
+    return s["ranks"][1]["ready"].get<uint64_t>() >= 2 && s["ranks"][1]["seconds_since_take"].get<double>() >= 2.0;
+  }, std::chrono::seconds(10)));
+  const nlohmann::json s = daemon.Status();
+  CHECK(s["ranks"][0]["ready"] == 0);
+  CHECK(s["ranks"][0]["rank"] == 0);
+  // The table names the rank and its trainer once it has held them up for 5 s.
+  const std::string pid = std::to_string(::getpid());
+  std::string table;
+  CHECK(WaitUntil([&] {
+    table = RunCommand({CtlBinary(), "status", "stalled-rank", "--runtime-dir", daemon.runtime_dir()}).out;
+    return table.find("rank 1 (consumer 2, pid " + pid + ") has not taken any of its ") != std::string::npos;
+  }, std::chrono::seconds(10)));
+  INFO(table);
+  CHECK_THAT(table, Catch::Contains("ready batches for ") && Catch::Contains("is that trainer stopped, stuck"));
+  // Rank 1 takes one batch: its clock starts again.
+  REQUIRE(rank1->Next(std::chrono::seconds(5), &batch) == Client::Status::kBatch);
+  batch.Release();
+  CHECK(WaitUntil([&] { return daemon.Status()["ranks"][1]["seconds_since_take"].get<double>() < 1.5; },
+                  std::chrono::seconds(5)));
+  rank0.reset();
+  rank1.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+
+  DaemonProcess shared(dir.path(), "shared-ready", IdJobConfig("shared-ready", dir.file("data.tfrecord")));
+  RINGFEED_REQUIRE_STARTED(shared);
+  CHECK(Client::Attach(shared.client_options())->ready_per_rank().empty());
+  CHECK(shared.Status()["ranks"].is_null());
+  CHECK(shared.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("consumers.mode ranks: batch k only at rank k % 2, same counts, the incomplete last round dropped") {
   TempDir dir;
   // 99 records in file order (cycle_length 1, no shuffle): batch k of an epoch holds ids

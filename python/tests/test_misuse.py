@@ -331,6 +331,23 @@ def test_a_timeout_names_the_rank_without_a_consumer(daemon_factory, tmp_path):
         assert got > 0
 
 
+def test_a_timeout_names_the_rank_whose_trainer_does_not_take_its_batches(daemon_factory, tmp_path):
+    # Rank 1 attaches but never takes a batch (a stopped or stuck trainer): same stall, and
+    # rank 0's timeout names rank 1's untaken batches.
+    d = daemon_factory(id_job(tmp_path, count=400, batch=4, extra="consumers: {mode: ranks, count: 2}\n"))
+    with d.client(rank=1), d.client(rank=0) as client:
+        got = 0
+        with pytest.raises(ringfeed.Timeout, match=r"within 1 s: rank 1 has \d+ ready batch(es)? that its trainer has "
+                                                   r"not taken; ranks mode gives batch k of an epoch to rank k mod 2"):
+            while True:
+                batch = client.next(timeout=1)
+                assert batch is not None
+                batch.release()
+                got += 1
+                assert got < 50, "the daemon did not stop at its prefetch depth"
+        assert got > 0
+
+
 @pytest.mark.parametrize("job", ["", "a/b", "../../etc/passwd", "x" * 300, "a\0b", "日本", "-", " "])
 def test_odd_job_names(tmp_path, job):
     with pytest.raises((ringfeed.ClientError, ValueError)):
