@@ -661,6 +661,19 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
               " no consumer attached; in ranks mode every rank must take its batches: batch k of an epoch goes to "
               "rank k mod " + n + ", so the daemon stops producing at its prefetch depth while a rank does not take "
               "its batches. Start every rank (docs/config.md, consumers)";
+      } else if (!client->ready_per_rank().empty()) {
+        // ... or an attached rank whose trainer does not take its batches (stopped, stuck).
+        const std::vector<uint64_t> ready = client->ready_per_rank();
+        std::string ranks;
+        for (uint32_t r = 0; r < ready.size(); ++r) {
+          if (ready[r] > 0 && static_cast<int>(r) != client->rank()) {
+            ranks += (ranks.empty() ? "rank " : ", rank ") + std::to_string(r) + " has " + std::to_string(ready[r]);
+          }
+        }
+        if (!ranks.empty()) {
+          why = ": " + ranks + " ready batches that its trainer has not taken; the daemon stops producing at its "
+                "prefetch depth while a rank does not take its batches (is that trainer stopped or stuck?)";
+        }
       }
       throw std::runtime_error("job '" + options.job + "': no batch within " + Seconds(options.timeout_seconds) + why);
     }
