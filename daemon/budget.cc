@@ -581,10 +581,9 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
   }
 
   plan.lines.push_back({"read-ahead",
-                        "what is left, " + FormatBytes(plan.read_ahead_memory_bytes) +
-                            ", for records read ahead of their turn: " + FormatBytes(plan.read_ahead_bytes) +
-                            " of record bytes" + overhead_text + "; at most " +
-                            FormatBytes(plan.max_stream_buffer_bytes()) + " per open file",
+                        "what is left, for records read ahead of their turn: " + FormatBytes(plan.read_ahead_bytes) +
+                            " of record bytes (at most " + FormatBytes(plan.max_stream_buffer_bytes()) +
+                            " per open file x " + std::to_string(plan.open_files) + ")" + overhead_text,
                         plan.read_ahead_memory_bytes});
   return plan;
 }

@@ -203,9 +203,9 @@ struct MemoryPlan {
   //   memory budget 256.0 MiB (pipeline.memory_budget):
   //     ring: 10 slots x 4.0 MiB + 64.0 KiB superblock = 40.1 MiB
   //     ...
-  //     read-ahead: what is left, 140.6 MiB, for records read ahead of their turn: 120.7 MiB of
-  //       record bytes + 224 B of bookkeeping per record (1.3 KiB records assumed: 2/3 of the
-  //       mean); at most 15.1 MiB per open file = 140.6 MiB
+  //     read-ahead: what is left, for records read ahead of their turn: 120.6 MiB of record
+  //       bytes (at most 15.1 MiB per open file x 8) + 224 B of bookkeeping per record (1.3 KiB
+  //       records assumed: 2/3 of the mean) = 140.4 MiB
   std::string Describe() const;
 };
 

@@ -432,7 +432,7 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
                 "prefetch %lld%s\n"
                 "           CPU%s: %s of %.3g cores (cpu_budget: %s); %lld of %lld %s not using CPU (waiting for "
                 "storage or for room to read ahead)\n"
-                "           memory_budget %s (%s): read-ahead may use %s\n",
+                "           memory_budget %s (%s): read-ahead may hold %s of records\n",
                 static_cast<long long>(readers), Bytes(knobs.Number("read_ahead_bytes")).c_str(),
                 static_cast<long long>(reads_per_file), reads_per_file == 1 ? "read" : "reads",
                 static_cast<long long>(workers), static_cast<long long>(knobs.Integer("prefetch")),

@@ -514,9 +514,9 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
   CHECK(text.find("  parse workers: up to 2 workers x 1.0 MiB scratch = 2.0 MiB\n") != std::string::npos);
   CHECK(text.find("  threads: (at most 4 readers + 2 workers + 4 others) x 256.0 KiB = 2.5 MiB\n") != std::string::npos);
   CHECK(text.find("  safety margin: max(5% of the budget, 8.0 MiB) = 12.8 MiB\n") != std::string::npos);
-  CHECK(text.find("  read-ahead: what is left, 140.4 MiB, for records read ahead of their turn: 120.6 MiB of record "
-                  "bytes + 224 B of bookkeeping per record (1.3 KiB records assumed: 2/3 of the mean); at most "
-                  "15.1 MiB per open file = 140.4 MiB\n") != std::string::npos);
+  CHECK(text.find("  read-ahead: what is left, for records read ahead of their turn: 120.6 MiB of record bytes (at "
+                  "most 15.1 MiB per open file x 8) + 224 B of bookkeeping per record (1.3 KiB records assumed: 2/3 "
+                  "of the mean) = 140.4 MiB\n") != std::string::npos);
   // No shuffling: the line says so instead of "1 record".
   MemoryInputs unshuffled = ExampleInputs(256 * MiB);
   unshuffled.shuffle_buffer = 0;
@@ -543,7 +543,7 @@ TEST_CASE("PlanMemory: plain files, few files, a record bigger than the window",
   const uint64_t left = plan.read_ahead_memory_bytes;
   CHECK(plan.read_ahead_bytes == left * 4096 * 48 / (4096 * 64 + 672 * 48));
   CHECK(plan.Describe().find("records assumed: 2/3 of the mean), in 64.0 KiB chunks with up to 16.0 KiB unused at "
-                             "the end of each; at most ") != std::string::npos);
+                             "the end of each = ") != std::string::npos);
 }
 
 TEST_CASE("PlanMemory: reads_per_file fixed above 1 counts its queued reads in the minimum", "[plan]") {
