@@ -247,6 +247,7 @@ ControlServer::ControlServer(asio::io_context& io, std::string socket_path, mode
                              std::to_string(*group) + ": " + std::strerror(errno));
   }
   ::chmod(socket_path_.c_str(), mode);
+  if (::lstat(socket_path_.c_str(), &st) == 0) socket_id_ = shm::FileId::Of(st);
   Accept();
 }
 
@@ -254,7 +255,7 @@ ControlServer::~ControlServer() {
   *alive_ = false;
   boost::system::error_code ignored;
   acceptor_.close(ignored);
-  ::unlink(socket_path_.c_str());
+  shm::UnlinkIfSame(socket_path_.c_str(), socket_id_);
 }
 
 void ControlServer::Accept() {

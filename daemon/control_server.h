@@ -32,6 +32,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shm/file_id.h"
+
 namespace ringfeed {
 
 class ControlServer {
@@ -57,9 +59,13 @@ class ControlServer {
   // Throws std::runtime_error naming the path on failure.
   ControlServer(boost::asio::io_context& io, std::string socket_path, mode_t mode, std::optional<gid_t> group,
                 Welcome welcome, Handlers handlers);
-  ~ControlServer();  // closes the acceptor and every connection, removes the socket file
+  // Closes the acceptor and every connection; removes the socket file if the path still names
+  // the socket this server bound (another daemon may have put its own there meanwhile).
+  ~ControlServer();
 
   const std::string& socket_path() const { return socket_path_; }
+  // The socket file as bound (shm/file_id.h).
+  shm::FileId socket_id() const { return socket_id_; }
 
  private:
   class Connection;
@@ -67,6 +73,7 @@ class ControlServer {
 
   boost::asio::io_context& io_;
   std::string socket_path_;
+  shm::FileId socket_id_;
   Welcome welcome_;
   Handlers handlers_;
   boost::asio::local::stream_protocol::acceptor acceptor_;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -16,6 +17,8 @@ struct GuardState {
   char segment_name[256] = {};  // "/ringfeed.<job>.<hash>", for the message
   char segment_file[272] = {};  // "/dev/shm" + name: unlink() is async-signal-safe, shm_unlink is not listed
   char socket_path[4096] = {};
+  shm::FileId segment_id;  // the files to remove: only while the names still refer to them
+  shm::FileId socket_id;   // {} until the socket is bound
   struct sigaction previous {};  // the action before the guard, for faults that are not ours
 };
 GuardState g_state;
@@ -61,15 +64,15 @@ void OnSigbus(int signal, siginfo_t* info, void*) {
   Write(" of ");
   WriteNumber(g_state.bytes);
   Write(" failed with SIGBUS); stopping: consumers get an error, start the job again\n");
-  ::unlink(g_state.socket_path);
-  ::unlink(g_state.segment_file);
+  shm::UnlinkIfSame(g_state.socket_path, g_state.socket_id);
+  shm::UnlinkIfSame(g_state.segment_file, g_state.segment_id);
   ::_exit(1);
 }
 
 }  // namespace
 
 SegmentGuard::SegmentGuard(const void* base, uint64_t bytes, const std::string& segment_name,
-                           const std::string& socket_path) {
+                           shm::FileId segment_id, const std::string& socket_path) {
   const std::string segment_file = "/dev/shm" + segment_name;  // where glibc's shm_open puts it
   if (segment_file.size() >= sizeof g_state.segment_file || socket_path.size() >= sizeof g_state.socket_path) {
     throw std::runtime_error("SegmentGuard: segment name or socket path too long");
@@ -77,6 +80,8 @@ SegmentGuard::SegmentGuard(const void* base, uint64_t bytes, const std::string& 
   std::memcpy(g_state.segment_name, segment_name.c_str(), segment_name.size() + 1);
   std::memcpy(g_state.segment_file, segment_file.c_str(), segment_file.size() + 1);
   std::memcpy(g_state.socket_path, socket_path.c_str(), socket_path.size() + 1);
+  g_state.segment_id = segment_id;
+  g_state.socket_id = {};
   g_state.bytes = bytes;
   g_state.base = static_cast<const volatile uint8_t*>(base);
   struct sigaction action {};
@@ -86,6 +91,11 @@ SegmentGuard::SegmentGuard(const void* base, uint64_t bytes, const std::string& 
   if (::sigaction(SIGBUS, &action, &g_state.previous) != 0) {
     throw std::runtime_error(std::string("SegmentGuard: sigaction(SIGBUS): ") + std::strerror(errno));
   }
+}
+
+void SegmentGuard::SocketBound(shm::FileId id) {
+  g_state.socket_id = id;
+  std::atomic_signal_fence(std::memory_order_seq_cst);  // stored before this thread's next access can fault
 }
 
 SegmentGuard::~SegmentGuard() {

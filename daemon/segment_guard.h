@@ -6,14 +6,15 @@
 // word and leave its socket and the empty segment behind. While a SegmentGuard lives, a SIGBUS
 // whose fault address lies in the segment writes one line to stderr ("ringfeedd: the
 // shared-memory segment NAME was truncated by another process ... stopping"), removes the
-// socket and the segment name, and ends the process with exit status 1 (runtime failure, as
+// socket and the segment name (each only while it still names the daemon's own file, as at
+// any stop: shm/file_id.h), and ends the process with exit status 1 (runtime failure, as
 // documented for ringfeedd; systemd's Restart=on-failure starts it again on a fresh segment).
 // Consumers see the daemon gone (their control connection closes) and fail within 2 s, as for
 // any daemon death. A SIGBUS elsewhere (another address, a hardware memory error, kill -BUS)
 // goes to the action that was in place before the guard.
 //
-// Only async-signal-safe calls in the handler (write, unlink, sigaction, raise, _exit); the
-// names are copied into fixed buffers at construction. One guard at a time per process.
+// Only async-signal-safe calls in the handler (write, lstat, unlink, sigaction, raise, _exit);
+// the names are copied into fixed buffers at construction. One guard at a time per process.
 // Thread-safety: construct and destroy on one thread, before and after the threads that touch
 // the segment.
 #pragma once
@@ -23,17 +24,25 @@
 #include <cstdint>
 #include <string>
 
+#include "shm/file_id.h"
+
 namespace ringfeed {
 
 class SegmentGuard {
  public:
   // `base`, `bytes`: the daemon's mapping of the segment; `segment_name`: its POSIX shm name
-  // ("/ringfeed.<job>.<hash>"); `socket_path`: the job's control socket. Throws
+  // ("/ringfeed.<job>.<hash>"), `segment_id` its file; `socket_path`: the job's control socket
+  // (removed by the handler only once SocketBound said which file it is). Throws
   // std::runtime_error when the handler cannot be installed or the names are too long.
-  SegmentGuard(const void* base, uint64_t bytes, const std::string& segment_name, const std::string& socket_path);
+  SegmentGuard(const void* base, uint64_t bytes, const std::string& segment_name, shm::FileId segment_id,
+               const std::string& socket_path);
   ~SegmentGuard();  // restores the previous SIGBUS action
   SegmentGuard(const SegmentGuard&) = delete;
   SegmentGuard& operator=(const SegmentGuard&) = delete;
+
+  // The control socket is bound: `id` is its file. Call before starting the threads that touch
+  // the segment (they see it through the thread start).
+  void SocketBound(shm::FileId id);
 
 };
 

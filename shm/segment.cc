@@ -89,13 +89,14 @@ std::string HumanBytes(uint64_t bytes) {
   return text;
 }
 
-Segment::Segment(std::string name, bip::mapped_region region)
+Segment::Segment(std::string name, bip::mapped_region region, FileId file_id)
     : name_(std::move(name)), region_(std::move(region)),
-      data_(static_cast<uint8_t*>(region_.get_address())), size_(region_.get_size()) {}
+      data_(static_cast<uint8_t*>(region_.get_address())), size_(region_.get_size()), file_id_(file_id) {}
 
 Segment::Segment(Segment&& other) noexcept
     : name_(std::move(other.name_)), region_(std::move(other.region_)),
-      data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+      data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
+      file_id_(std::exchange(other.file_id_, {})) {}
 
 Segment& Segment::operator=(Segment&& other) noexcept {
   if (this != &other) {
@@ -103,6 +104,7 @@ Segment& Segment::operator=(Segment&& other) noexcept {
     region_ = std::move(other.region_);  // unmaps ours; leaves `other` empty
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    file_id_ = std::exchange(other.file_id_, {});
   }
   return *this;
 }
@@ -125,6 +127,8 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
     throw ShmError(message);
   };
   const int fd = object.get_mapping_handle().handle;
+  struct stat st {};
+  if (fstat(fd, &st) != 0) fail("shared memory: cannot stat segment " + name + ": " + std::strerror(errno));
   if (group) {
     if (fchown(fd, static_cast<uid_t>(-1), *group) != 0) {
       fail("shared memory: cannot give segment " + name + " to group " + std::to_string(*group) +
@@ -158,7 +162,7 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
 #ifdef MADV_POPULATE_WRITE
     ::madvise(region.get_address(), segment_bytes, MADV_POPULATE_WRITE);
 #endif
-    return Segment(name, std::move(region));
+    return Segment(name, std::move(region), FileId::Of(st));
   } catch (const bip::interprocess_exception& e) {
     fail("shared memory: cannot map segment " + name + " (" + std::to_string(segment_bytes) +
          " bytes): " + e.what());
@@ -193,7 +197,7 @@ Segment Segment::Open(const std::string& name) {
   }
   try {
     bip::mapped_region region(object, bip::read_write, 0, static_cast<size_t>(st.st_size));
-    return Segment(name, std::move(region));
+    return Segment(name, std::move(region), FileId::Of(st));
   } catch (const bip::interprocess_exception& e) {
     throw ShmError("cannot map ringfeed segment " + name + " (" + std::to_string(st.st_size) +
                    " bytes): " + e.what());
@@ -202,11 +206,6 @@ Segment Segment::Open(const std::string& name) {
 
 bool Segment::Remove(const std::string& name) {
   return bip::shared_memory_object::remove(name.c_str());
-}
-
-bool Segment::Exists(const std::string& name) {
-  struct stat st {};
-  return ::stat(Path(name).c_str(), &st) == 0 || errno != ENOENT;
 }
 
 std::string Segment::Path(const std::string& name) { return std::string(kShmDir) + name; }

@@ -22,6 +22,7 @@
 #include <optional>
 #include <string>
 
+#include "shm/file_id.h"
 #include "shm/ring_layout.h"
 #include "shm/shm_error.h"
 
@@ -65,12 +66,10 @@ class Segment {
   // can't be opened or mapped.
   static Segment Open(const std::string& name);
 
-  // Removes the name; true if it existed. Mappings stay valid.
+  // Removes the name; true if it existed. Mappings stay valid. The daemon removes its own
+  // segment with UnlinkIfSame(Path(name), file_id()) instead (shm/file_id.h): the name may
+  // have been given to another file meanwhile.
   static bool Remove(const std::string& name);
-
-  // True unless the name is gone from /dev/shm (a stat that fails with ENOENT): the daemon's
-  // check that nobody removed its segment under it.
-  static bool Exists(const std::string& name);
 
   // The segment's path, /dev/shm + name.
   static std::string Path(const std::string& name);
@@ -79,16 +78,19 @@ class Segment {
   const std::string& name() const { return name_; }
   uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
+  // The file in /dev/shm this segment maps (fstat when it was created or opened).
+  FileId file_id() const { return file_id_; }
   Superblock* superblock() const { return reinterpret_cast<Superblock*>(data_); }
   // Slots: through a shm::Ring (shm/ring.h), which holds the geometry copied once.
 
  private:
-  Segment(std::string name, boost::interprocess::mapped_region region);
+  Segment(std::string name, boost::interprocess::mapped_region region, FileId file_id);
 
   std::string name_;
   boost::interprocess::mapped_region region_;
   uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
+  FileId file_id_;
 };
 
 }  // namespace ringfeed::shm

@@ -5,7 +5,8 @@
 //     waits in Next: Next throws quickly, never hangs; a restart over the killed daemon's
 //     stale segment and socket serves again;
 //   * a second daemon for the same job refuses to start (a /dev/shm too small for the ring:
-//     tests/daemon_devshm_test.cc);
+//     tests/daemon_devshm_test.cc); its runtime directory or segment removed or replaced under a
+//     running daemon: logged, and its stop removes only what is still its own;
 //   * a corrupted record under on_error: fail and skip; records that do not match the spec
 //     under skip, with and without drop_remainder;
 //   * broken configs: exit status 2 and file:line:column: key.
@@ -1102,6 +1103,88 @@ TEST_CASE("the segment removed under the daemon: logged, attached trainers go on
   CHECK_THAT(daemon.Stderr(), Catch::Contains("the shared-memory segment " + daemon.segment_path() +
                                               " was removed while ringfeedd runs"));
   REQUIRE(attached->Next(kEventually, &batch) == Client::Status::kBatch);  // still served
+}
+
+TEST_CASE("the runtime directory removed and a second daemon started there: the first one's stop leaves the "
+          "second one's socket, lock and segment") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  const std::string config = IdJobConfig("rtdir-job", dir.file("data.tfrecord"), "epochs: 0\n");
+  DaemonProcess first(dir.path(), "rtdir-job", config);
+  RINGFEED_REQUIRE_STARTED(first);
+  auto attached = Client::Attach(first.client_options());
+  std::filesystem::remove_all(first.runtime_dir());  // a tmp cleaner
+  INFO("first ringfeedd stderr:\n" << first.Stderr());
+  CHECK(first.WaitForStderr("the control socket " + first.socket_path() + " was removed"));
+  CHECK(first.WaitForStderr("the lock file " + first.lock_path() + " was removed"));
+  CHECK_THAT(first.Stderr(), Catch::Contains("new ones (and ringfeedctl) cannot connect; restart the job") &&
+                                 Catch::Contains("nothing keeps a second ringfeedd for job 'rtdir-job' from starting"));
+
+  std::filesystem::create_directory(first.runtime_dir());
+  DaemonProcess second(dir.path(), "rtdir-job", config, "second.yaml");
+  RINGFEED_REQUIRE_STARTED(second);  // nothing holds the lock: it starts, with the same segment name
+  REQUIRE(second.segment_path() == first.segment_path());
+  CHECK(first.WaitForStderr("the shared-memory segment " + first.segment_path() +
+                            " was replaced by another file while ringfeedd runs"));
+  CHECK(first.WaitForStderr("the control socket " + first.socket_path() + " was replaced while ringfeedd runs"));
+  CHECK(first.WaitForStderr("the lock file " + first.lock_path() +
+                            " was replaced while ringfeedd runs: another ringfeedd for job 'rtdir-job' (pid " +
+                            std::to_string(second.pid()) + ") holds the job now"));
+  Batch batch;
+  REQUIRE(attached->Next(kEventually, &batch) == Client::Status::kBatch);  // the first one still serves it
+  batch = Batch();
+  attached.reset();
+
+  CHECK(first.Stop().ToString() == "exit 0");
+  CHECK_THAT(first.Stderr(), Catch::Contains("stopped: removed nothing; left " + first.socket_path() + " and " +
+                                             first.segment_path() + ": not this daemon's files any more"));
+  CHECK(std::filesystem::exists(second.socket_path()));
+  CHECK(std::filesystem::exists(second.segment_path()));
+  CHECK(ReadFile(second.lock_path()) == std::to_string(second.pid()) + "\n");
+  // The second one is reachable, serves a consumer, and still keeps a third one out.
+  const CommandResult status = RunCommand({CtlBinary(), "status", "rtdir-job", "--runtime-dir", second.runtime_dir()});
+  INFO("ringfeedctl status:\n" << status.out << status.err);
+  CHECK(status.status.ToString() == "exit 0");
+  CHECK(second.Status()["pid"] == second.pid());
+  {
+    auto client = Client::Attach(second.client_options());
+    REQUIRE(client->Next(kEventually, &batch) == Client::Status::kBatch);
+    batch = Batch();
+  }
+  DaemonProcess third(dir.path(), "rtdir-job", config, "third.yaml");
+  CHECK_FALSE(third.Start());
+  CHECK_THAT(third.Stderr(), Catch::Contains("already running (pid " + std::to_string(second.pid())));
+  INFO("second ringfeedd stderr:\n" << second.Stderr());
+  CHECK(second.Stop().ToString() == "exit 0");
+  CHECK_FALSE(std::filesystem::exists(second.socket_path()));
+  CHECK_FALSE(std::filesystem::exists(second.lock_path()));
+  CHECK_FALSE(std::filesystem::exists(second.segment_path()));
+}
+
+TEST_CASE("the segment replaced by another file under the daemon: logged once within 2 s, that file left at the stop") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "replaced", IdJobConfig("replaced", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  REQUIRE(std::filesystem::remove(daemon.segment_path()));
+  WriteFile(daemon.segment_path(), "x\n");  // `echo x > /dev/shm/ringfeed...`
+  const auto replaced = Clock::now();
+  const std::string message = "the shared-memory segment " + daemon.segment_path() +
+                              " was replaced by another file while ringfeedd runs";
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  REQUIRE(daemon.WaitForStderr(message));
+  CHECK(SecondsSince(replaced) < 2.5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));  // another check or more: said once
+  CHECK(daemon.Stop().ToString() == "exit 0");
+  const std::string err = daemon.Stderr();
+  CHECK(err.find(message) == err.rfind(message));
+  CHECK_THAT(err, Catch::Contains("new ones get the other file, not this daemon's ring") &&
+                      Catch::Contains("stopped: removed " + daemon.socket_path() + "; left " + daemon.segment_path() +
+                                      ": not this daemon's files any more"));
+  CHECK(ReadFile(daemon.segment_path()) == "x\n");  // not deleted
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
+  std::filesystem::remove(daemon.segment_path());
 }
 
 TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the path and the fix") {

@@ -1,5 +1,6 @@
 // shm::Segment: create/open/remove, permissions and group, replacing a stale segment, the
-// "no such segment" message, and a /dev/shm too small for the ring (a private mount namespace
+// "no such segment" message, removing a name only while it names the segment's file
+// (shm/file_id.h), and a /dev/shm too small for the ring (a private mount namespace
 // with a 64 MiB tmpfs on /dev/shm): an error naming the bytes needed and free, never SIGBUS.
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <string>
 
+#include "shm/file_id.h"
 #include "shm/names.h"
 #include "shm/segment.h"
 
@@ -78,6 +80,27 @@ TEST_CASE("Segment: create, open, remove; mode and group; stale segments are rep
   }
   CHECK(shm::Segment::Remove(name));
   CHECK_FALSE(shm::Segment::Remove(name));
+}
+
+TEST_CASE("UnlinkIfSame removes the segment's name only while it names the segment's file") {
+  const std::string name = UniqueName("same");
+  RemoveOnExit cleanup{name};
+  const std::string path = shm::Segment::Path(name);
+  shm::Segment first = shm::Segment::Create(name, 4096);
+  const struct stat st = StatShm(name);
+  CHECK(first.file_id() == shm::FileId::Of(st));
+  CHECK(shm::StateOf(path.c_str(), first.file_id()) == shm::PathState::kSame);
+  // Replaced by another segment of that name (a second daemon for the job): left alone.
+  shm::Segment second = shm::Segment::Create(name, 4096);
+  shm::FileId now;
+  CHECK(shm::StateOf(path.c_str(), first.file_id(), &now) == shm::PathState::kReplaced);
+  CHECK(now == second.file_id());
+  CHECK_FALSE(shm::UnlinkIfSame(path.c_str(), first.file_id()));
+  CHECK(shm::Segment::Open(name).file_id() == second.file_id());
+  CHECK_FALSE(shm::UnlinkIfSame(path.c_str(), shm::FileId{}));  // nothing recorded: nothing removed
+  CHECK(shm::UnlinkIfSame(path.c_str(), second.file_id()));
+  CHECK(shm::StateOf(path.c_str(), second.file_id()) == shm::PathState::kGone);
+  CHECK_FALSE(shm::UnlinkIfSame(path.c_str(), second.file_id()));
 }
 
 TEST_CASE("Segment::Open of a missing segment says which job's daemon is not running") {
