@@ -43,6 +43,7 @@
 #include "daemon/pipeline.h"
 #include "daemon/read_ahead.h"
 #include "daemon/ring_setup.h"
+#include "daemon/runtime_names.h"
 #include "daemon/segment_guard.h"
 #include "daemon/shard.h"
 #include "daemon/systemd_notify.h"
@@ -151,41 +152,6 @@ class LockFile {
   int fd_ = -1;
   shm::FileId id_;
 };
-
-// A name this daemon created (its control socket, lock file, the segment's file in /dev/shm)
-// and the file it named then. Any of them can be removed under the daemon (`rm -rf` of the
-// runtime directory, a cleanup of /dev/shm) and re-created by another process, e.g. a second
-// ringfeedd for the job, which starts once the lock file is gone.
-class OwnedName {
- public:
-  OwnedName(std::string path, shm::FileId id) : path_(std::move(path)), id_(id) {}
-  // The name's state when it changed since the last call (kSame at first): each removal or
-  // replacement is reported once. nullopt when unchanged or when it can't be told (kUnknown).
-  std::optional<shm::PathState> Changed() {
-    shm::FileId now;
-    const shm::PathState state = shm::StateOf(path_.c_str(), id_, &now);
-    if (state == shm::PathState::kUnknown || (state == state_ && now == seen_)) return std::nullopt;
-    state_ = state;
-    seen_ = now;
-    return state;
-  }
-  bool Ours() const { return shm::StateOf(path_.c_str(), id_) == shm::PathState::kSame; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  shm::FileId id_;
-  shm::PathState state_ = shm::PathState::kSame;
-  shm::FileId seen_ = id_;
-};
-
-// The first line of a lock file (a pid), or "unknown".
-std::string LockPid(const std::string& path) {
-  std::ifstream in(path);
-  std::string pid;
-  if (!std::getline(in, pid) || pid.empty()) return "unknown";
-  return pid;
-}
 
 uint64_t RandomId() {
   uint64_t id = 0;
@@ -779,76 +745,17 @@ int RunDaemon(const DaemonOptions& options) {
       });
     };
     if (options.exit_when_done) check_done();
-    // The names this daemon created, checked once a second (reap, below) and at the stop: one
-    // removed or replaced under it leaves attached trainers working, but new ones cannot attach
-    // or reach another daemon; each event is logged once. The stop removes only those that
-    // still name this daemon's files.
-    OwnedName segment_file(shm::Segment::Path(segment_name), segment.file_id());
-    OwnedName socket_file(server.socket_path(), server.socket_id());
-    OwnedName lock_file(lock.path(), lock.id());
-    const std::string find_remover =
-        "find what removes files there (a tmp cleaner for /tmp/ringfeed-<uid>, a script clearing the runtime directory?)";
-    auto check_names = [&] {
-      std::error_code dir_ec;
-      const std::string with_dir =
-          std::filesystem::exists(runtime_dir, dir_ec) || dir_ec ? "" : " with its runtime directory " + runtime_dir;
-      if (const auto state = segment_file.Changed()) {
-        if (*state == shm::PathState::kGone) {
-          spdlog::error("the shared-memory segment {} was removed while ringfeedd runs (a cleanup of /dev/shm, or "
-                        "systemd-logind's RemoveIPC=yes for this user?): trainers attached now go on, new ones "
-                        "cannot attach; restart the job",
-                        segment_file.path());
-        } else if (*state == shm::PathState::kReplaced) {
-          spdlog::error("the shared-memory segment {} was replaced by another file while ringfeedd runs (another "
-                        "ringfeedd for job '{}' started, or a process wrote that file): trainers attached now go on, "
-                        "new ones get the other file, not this daemon's ring; this daemon leaves that file when it "
-                        "stops. Stop the daemons of this job and restart it",
-                        segment_file.path(), config.job);
-        }
-      }
-      if (const auto state = socket_file.Changed()) {
-        if (*state == shm::PathState::kGone) {
-          spdlog::error("the control socket {} was removed{} while ringfeedd runs: trainers attached now go on, new "
-                        "ones (and ringfeedctl) cannot connect; restart the job, and {}",
-                        socket_file.path(), with_dir, find_remover);
-        } else if (*state == shm::PathState::kReplaced) {
-          spdlog::error("the control socket {} was replaced while ringfeedd runs (another ringfeedd for job '{}' "
-                        "started?): trainers attached now go on, new ones (and ringfeedctl) reach the other one, not "
-                        "this daemon; this daemon leaves that socket when it stops. Stop the daemons of this job and "
-                        "restart it",
-                        socket_file.path(), config.job);
-        }
-      }
-      if (const auto state = lock_file.Changed()) {
-        if (*state == shm::PathState::kGone) {
-          spdlog::error("the lock file {} was removed{} while ringfeedd runs: nothing keeps a second ringfeedd for job "
-                        "'{}' from starting and taking over the job's socket and segment; restart the job, and {}",
-                        lock_file.path(), with_dir, config.job, find_remover);
-        } else if (*state == shm::PathState::kReplaced) {
-          spdlog::error("the lock file {} was replaced while ringfeedd runs: another ringfeedd for job '{}' (pid {}) "
-                        "holds the job now, and new trainers reach that one, not this daemon; this daemon leaves "
-                        "that file when it stops. Stop the daemons of this job and restart it",
-                        lock_file.path(), config.job, LockPid(lock_file.path()));
-        }
-      }
-    };
-    // What the stop removes (socket, segment): the names still this daemon's.
-    auto removal = [&] {
-      std::vector<std::string> removed, left;
-      for (const OwnedName* name : {&socket_file, &segment_file}) {
-        (name->Ours() ? removed : left).push_back(name->path());
-      }
-      std::string text = removed.empty() ? "removed nothing" : fmt::format("removed {}", fmt::join(removed, " and "));
-      if (!left.empty()) text += fmt::format("; left {}: not this daemon's files any more", fmt::join(left, " and "));
-      return text;
-    };
+    // The names this daemon created, checked once a second (reap, below) and at the stop; the
+    // stop removes only those that still name this daemon's files.
+    RuntimeNames names(config.job, runtime_dir, {shm::Segment::Path(segment_name), segment.file_id()},
+                       {server.socket_path(), server.socket_id()}, {lock.path(), lock.id()});
     // Consumers whose process died while a forked child keeps their connection open.
     asio::steady_timer reap_timer(io);
     std::function<void()> reap = [&] {
       reap_timer.expires_after(std::chrono::seconds(1));
       reap_timer.async_wait([&](const boost::system::error_code& ec) {
         if (ec) return;
-        check_names();
+        names.Check();
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.
         pipeline->RepairRing([&](uint32_t id) { return consumers.IsAttached(id); });
@@ -871,7 +778,7 @@ int RunDaemon(const DaemonOptions& options) {
 
     // Stop: consumers see kStopped with the reason (unless production already ended).
     notifier.Stopping();
-    check_names();  // a change since the last tick is logged too
+    names.Check();  // a change since the last tick is logged too
     pipeline->RequestStop(stop_reason);
     // A thread blocked in a read of storage that does not answer (a hung network mount) would
     // hold the stop until systemd's SIGKILL (TimeoutStopSec=30s in the shipped unit) and leave
@@ -879,7 +786,7 @@ int RunDaemon(const DaemonOptions& options) {
     std::vector<std::string> in_io;
     if (!pipeline->WaitForIo(kStopGrace, &in_io)) {
       pipeline->Abandon(stop_reason);
-      const std::string removed = removal();
+      const std::string removed = names.Removal();
       shm::UnlinkIfSame(server.socket_path().c_str(), server.socket_id());
       shm::UnlinkIfSame(remover.path.c_str(), remover.id);
       lock.Unlink();
@@ -894,7 +801,7 @@ int RunDaemon(const DaemonOptions& options) {
     pipeline->Join();
     heartbeat_stop = true;
     heartbeat.join();
-    spdlog::info("stopped: {}", removal());
+    spdlog::info("stopped: {}", names.Removal());
     return exit_status.load();
   } catch (const StartupError& e) {
     spdlog::error("{}", e.what());

@@ -1,0 +1,48 @@
+// RuntimeNames: the names ringfeedd creates for its job (the control socket and lock file in
+// the runtime directory, the segment's file in /dev/shm), watched while it runs. Any of them can
+// be removed under the daemon (`rm -rf` of the runtime directory by a tmp cleaner, a cleanup of
+// /dev/shm, logind's RemoveIPC) and re-created by another process, e.g. a second ringfeedd for
+// the job, which starts once the lock file is gone. Trainers attached go on either way, but new
+// ones cannot connect, or reach the other daemon: Check logs each removal or replacement once,
+// as an error saying what it means and what to do. Removal (the stop) names what is still this
+// daemon's to remove (shm/file_id.h: the stop removes only those).
+//
+// Thread-safety: one thread (ringfeedd's io thread: its 1 s timer and the stop).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "shm/file_id.h"
+
+namespace ringfeed {
+
+class RuntimeNames {
+ public:
+  struct Name {
+    std::string path;
+    shm::FileId id;  // the file it named when the daemon created it
+  };
+  RuntimeNames(std::string job, std::string runtime_dir, Name segment_file, Name socket, Name lock_file);
+
+  // Logs (spdlog::error) every name removed or replaced since the last call, once per change.
+  void Check();
+  // For the stop's log line: "removed SOCKET and SEGMENT", or what was left and why.
+  std::string Removal() const;
+
+ private:
+  // A name and what it was at the last Check.
+  struct Watched {
+    Name name;
+    shm::PathState state = shm::PathState::kSame;
+    shm::FileId seen;
+    // The new state when it changed since the last call; nullopt when unchanged or when it
+    // can't be told (lstat failed otherwise than with ENOENT).
+    std::optional<shm::PathState> Changed();
+    bool Ours() const;
+  };
+  std::string job_, runtime_dir_;
+  Watched segment_file_, socket_, lock_file_;
+};
+
+}  // namespace ringfeed
