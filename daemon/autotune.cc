@@ -162,6 +162,7 @@ void Autotune::Run() {
       spdlog::debug("autotune: {} {} -> {}: {}", c.knob, c.from, c.to, c.reason);
     }
     if (!decision.note.empty()) spdlog::debug("autotune: {}", decision.note);
+    if (!decision.holding.empty()) spdlog::debug("autotune: no raise: {}", decision.holding);
     Apply(before, decision.knobs);
     {
       std::lock_guard status_lock(mutex_);
@@ -237,6 +238,7 @@ nlohmann::json Autotune::StatusJson() const {
             {"ready_batches_mean", m.ready_slots_mean},
             {"ready_batches_min", m.ready_slots_min},
             {"read_ahead_bytes", m.read_ahead_bytes}}},
+          {"holding", last_.holding.empty() ? nlohmann::json(nullptr) : nlohmann::json(last_.holding)},
           {"changes", changes}};
 }
 

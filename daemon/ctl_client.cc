@@ -463,6 +463,7 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
                   100 * m.Number("parse_busy_fraction"), m.Number("ready_batches_mean"));
     out << buf;
   }
+  if (running && a.Has("holding")) out << "           no raise: " << a.String("holding") << "\n";
   const std::vector<ReplyFields> changes = a.Objects("changes");
   if (changes.empty()) {
     out << (running ? "           no changes yet\n" : "           no changes: the job ran on the start values\n");

@@ -672,6 +672,57 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
   return false;
 }
 
+std::string Tuner::WhyNoRaise(const Signals& s) const {
+  const std::string waited = Format("consumers waited %.0f%%", Pct(s.wait));
+  if (cpu_cores_ * (1 + kRaiseGain) > limits_.cpu_cores) {
+    return Format("%s, but the CPU budget leaves no room for another thread (%s)", waited.c_str(), CpuUse().c_str());
+  }
+  // A knob that cannot go up: why.
+  const auto stuck = [&](Knob k, int64_t value, int64_t max) -> std::string {
+    if (Fixed(k)) return Format("fixed by the config at %lld", LL(value));
+    if (value >= max) return Format("at their most (%lld)", LL(max));
+    if (now_seconds_ < hold_[k].raise_until) {
+      return Format("held off for %.0f s more (the last raise did not pay)", hold_[k].raise_until - now_seconds_);
+    }
+    return "";
+  };
+  const bool read_saturated =
+      s.read_busy >= kSaturatedBusy || (s.read_wait >= kReadStarved && s.read_busy >= kReadStarvedBusy);
+  if (read_saturated) {
+    const std::string why = stuck(kReaders, knobs_.readers, std::min(limits_.max_readers, MaxReadersForMemory()));
+    if (!why.empty()) {
+      return Format("%s, the reads limit (readers %.0f%% busy, the sequencer waited for records %.0f%%), but the "
+                    "readers are %s",
+                    waited.c_str(), Pct(s.read_busy), Pct(s.read_wait), why.c_str());
+    }
+  }
+  if (s.parse_busy >= kSaturatedBusy) {
+    const std::string why = stuck(kWorkers, knobs_.workers, limits_.max_workers);
+    if (!why.empty()) {
+      return Format("%s, parsing limits (workers %.0f%% busy), but the workers are %s", waited.c_str(),
+                    Pct(s.parse_busy), why.c_str());
+    }
+  }
+  // No stage saturated: what holds the loader back is not a stage's parallelism. Threads that
+  // got a core for only part of their busy time say the cores are shared (with the trainers).
+  std::string text = Format("%s, but no stage is saturated (readers %.0f%%, workers %.0f%% busy; a stage limits "
+                            "from %.0f%%)",
+                            waited.c_str(), Pct(s.read_busy), Pct(s.parse_busy), Pct(kSaturatedBusy));
+  if (s.o.parse_cpu_fraction < 0.8 && s.parse_busy > 0) {
+    text += Format(": the workers got a core for only %.0f%% of their busy time, so the cores are busy with other "
+                   "processes (the trainers?) and more threads would not get more of them",
+                   Pct(s.o.parse_cpu_fraction));
+  } else if (s.parse_busy >= kShedWhileWaitingBusy) {
+    const std::string why = stuck(kWorkers, knobs_.workers, limits_.max_workers);
+    if (!why.empty()) text += "; one more worker to overlap the stages cannot be tried: the workers are " + why;
+  } else {
+    text += Format("; the workers are under the %.0f%% busy at which another one could overlap the stages: the "
+                   "loader is short of CPU time (cores shared with the trainers?) rather than of threads",
+                   Pct(kShedWhileWaitingBusy));
+  }
+  return text;
+}
+
 bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
   const TunerKnobs before = knobs_;
   const std::string waited = Format("consumers waited %.0f%% of %.2f s", Pct(s.wait), s.interval);
@@ -802,6 +853,7 @@ TunerDecision Tuner::Finish(std::vector<TunerChange> changes, bool changed) {
   d.knobs = knobs_;
   d.changes = std::move(changes);
   d.note = std::exchange(note_, {});
+  d.holding = std::exchange(holding_, {});
   d.next_interval_seconds = next;
   d.cpu_cores = cpu_cores_;
   d.runnable_threads = std::llround(d.cpu_cores);
@@ -934,6 +986,7 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   const bool deepened = s.waiting && DeepenReadAhead(s, &changes);
   const bool changed = (s.waiting && TryRaise(s, &changes)) || TryLower(s, &changes) || deepened;
   if (changed) has_reference_ = false;
+  if (s.waiting && !changed) holding_ = WhyNoRaise(s);
   return Finish(std::move(changes), changed || shifted);
 }
 

@@ -200,6 +200,9 @@ struct TunerDecision {
   std::vector<TunerChange> changes;     // empty when nothing changed
   std::string note;                     // a decision that changes nothing, for the debug log
                                         // (a trial judged once more), else empty
+  std::string holding;                  // consumers waited and the tuner could try nothing:
+                                        // why ("no stage is saturated ..."), for status and
+                                        // the debug log; empty otherwise
   double next_interval_seconds = 0.25;  // when to observe next
   double cpu_cores = 0;                 // CPU use in cores, measured in the interval just observed
   int64_t runnable_threads = 0;         // cpu_cores rounded: threads' worth of CPU in use
@@ -322,6 +325,8 @@ class Tuner {
   int64_t ReadersRaiseTarget(int64_t workers, bool* cpu_blocked) const;
   bool CanRaiseWorkers(int64_t readers, bool* cpu_blocked) const;
   std::string CpuUse() const;        // "1.45 of 2 cores (...)" for reasons
+  // Why consumers wait and no raise was possible (TunerDecision::holding).
+  std::string WhyNoRaise(const Signals& s) const;
   bool Shifted(const Signals& s) const;
   void SetReference(double throughput, double wait, int64_t consumers);
   void Restore(const TunerKnobs& to, const std::string& reason, std::vector<TunerChange>* changes);
@@ -363,6 +368,7 @@ class Tuner {
   int64_t measured_workers_ = 1;
   std::optional<Trial> trial_;
   std::string note_;                  // TunerDecision::note of the decision being made
+  std::string holding_;               // TunerDecision::holding of the decision being made
   Hold hold_[kKnobCount];
   // The level a regime shift is measured against (set after every change, once confirmed).
   bool has_reference_ = false;

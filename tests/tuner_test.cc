@@ -732,6 +732,46 @@ TEST_CASE("reasons name the numbers") {
   }
 }
 
+TEST_CASE("consumers wait and nothing can be raised: the decision says why (status's 'no raise')") {
+  const TunerKnobs one{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 2};
+  SECTION("the CPU budget is used") {
+    Tuner tuner(Limits(1, 64 * MiB), one, {});
+    TunerObservation o = Obs(250, 0.40, 0.50, 0.0, 0.97, 0, 0.25, 1.0);
+    Measure(tuner, o);
+    const TunerDecision d = tuner.Observe(o);
+    CHECK(d.changes.empty());
+    CHECK(d.holding == "consumers waited 40%, but the CPU budget leaves no room for another thread (1.00 of 1 cores "
+                       "used (0.97 per worker, 0.01 per reader))");
+  }
+  SECTION("parsing limits, but workers are fixed by the config") {
+    Tuner tuner(Limits(6, 64 * MiB), one, TunerFixed{.workers = true});
+    TunerObservation o = Obs(250, 0.40, 0.50, 0.0, 0.97, 0, 0.25, 1.5);
+    Measure(tuner, o);
+    const TunerDecision d = tuner.Observe(o);
+    CHECK(d.changes.empty());
+    CHECK(d.holding == "consumers waited 40%, parsing limits (workers 97% busy), but the workers are fixed by the "
+                       "config at 1");
+  }
+  SECTION("no stage saturated, workers short of a core: the cores are shared") {
+    Tuner tuner(Limits(2, 64 * MiB), one, {});
+    TunerObservation o = Obs(250, 0.90, 0.60, 0.10, 0.40, 0, 0.25, 1.16);
+    o.ready_slots_mean = 0.2;  // the ring is empty nearly all the time
+    o.parse_cpu_fraction = 0.55;
+    Measure(tuner, o);
+    const TunerDecision d = tuner.Observe(o);
+    CHECK(d.changes.empty());
+    CHECK(d.holding == "consumers waited 90%, but no stage is saturated (readers 60%, workers 40% busy; a stage "
+                       "limits from 85%): the workers got a core for only 55% of their busy time, so the cores are "
+                       "busy with other processes (the trainers?) and more threads would not get more of them");
+  }
+  SECTION("consumers that do not wait: nothing to say") {
+    Tuner tuner(Limits(2, 64 * MiB), one, {});
+    TunerObservation o = Obs(250, 0.01, 0.60, 0.10, 0.40, 1, 0.25, 1.16);
+    Measure(tuner, o);
+    CHECK(tuner.Observe(o).holding.empty());
+  }
+}
+
 TEST_CASE("a raise that does not gain 5% is taken back and held off for 5 s, then 120 s, then 240 s; a shift clears that") {
   const TunerLimits limits = Limits(6, 64 * MiB);
   Tuner tuner(limits, kTwoWorkers, {});
