@@ -492,9 +492,13 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   out << "job        " << s.String("job") << "   (pid " << s.Integer("pid") << ", config " << s.String("config")
       << ")\n";
   out << "state      " << state << ", up " << Seconds(s.Number("uptime_seconds")) << "\n";
-  std::snprintf(buf, sizeof buf, "progress   epoch %lld of %s, %llu of %llu files of this epoch done\n",
+  const int64_t start_epoch = s.Integer("start_epoch");
+  std::snprintf(buf, sizeof buf, "progress   epoch %lld of %s%s, %llu of %llu files of this epoch done\n",
                 static_cast<long long>(s.Integer("epoch")) + 1,
                 epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(),
+                start_epoch > 0 ? (" (started at epoch " + std::to_string(start_epoch + 1) + ": --start-epoch " +
+                                   std::to_string(start_epoch) + ")").c_str()
+                                : "",
                 static_cast<unsigned long long>(files.Count("done_in_epoch")),
                 static_cast<unsigned long long>(files.Count("in_shard")));
   out << buf;

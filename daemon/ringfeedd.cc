@@ -548,6 +548,7 @@ int RunDaemon(const DaemonOptions& options) {
           {"deterministic", config.deterministic},
           {"epoch", s.epoch},
           {"epochs", config.epochs},
+          {"start_epoch", options.start_epoch},
           {"files", {{"total", files.size()}, {"in_shard", shard_files.size()}, {"done_in_epoch", s.files_done_in_epoch}}},
           {"shard", {{"index", shard.index}, {"count", shard.count}, {"by", shard.by_record ? "record" : "file"}}},
           {"records", s.records},

@@ -96,8 +96,10 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
   auto run = [&](const std::string& job, int workers, int readers, bool deterministic,
                  std::vector<std::string> args = {}) {
     DaemonProcess daemon(dir.path(), job, config(job, workers, readers, deterministic));
+    const int64_t start_epoch = args.size() == 2 && args[0] == "--start-epoch" ? std::stoll(args[1]) : 0;
     args.push_back("--exit-when-done");
     RINGFEED_REQUIRE_STARTED(daemon, WithArgs(args));
+    CHECK(daemon.Status()["start_epoch"] == start_epoch);
     ConsumerSpec spec;
     spec.client = daemon.client_options();
     ConsumerReport report = ConsumeInProcess(spec);
