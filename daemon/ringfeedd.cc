@@ -380,8 +380,15 @@ int RunDaemon(const DaemonOptions& options) {
     po.sequencer.epochs = config.epochs;
     po.sequencer.first_epoch = options.start_epoch;
     if (options.start_epoch > 0) {
-      spdlog::info("starting at epoch {} (--start-epoch): epochs 0 to {} are not produced", options.start_epoch,
-                   options.start_epoch - 1);
+      spdlog::info("starting at epoch {} (--start-epoch): {} not produced", options.start_epoch,
+                   options.start_epoch == 1 ? std::string("epoch 0 is")
+                                            : "epochs 0 to " + std::to_string(options.start_epoch - 1) + " are");
+      if (!config.deterministic) {
+        spdlog::warn("--start-epoch {} with deterministic: false: epoch {} has the same records, but its batches "
+                     "may come in another order than in the run you resume (set deterministic: true for an exact "
+                     "resume)",
+                     options.start_epoch, options.start_epoch);
+      }
     }
     po.sequencer.queues = queues;
     po.sequencer.shard_index = config.shard.index;

@@ -32,11 +32,16 @@ int main(int argc, char** argv) {
                  "Start at this epoch (0-based, as the batches' epoch field) instead of 0, e.g. to resume training "
                  "from a checkpoint: its batches are the same as when the epochs before it ran (each epoch's order "
                  "comes from the seed and the epoch number only); less than the config's epochs (default: 0)")
-      ->check(CLI::Validator(
-          [](const std::string& text) {
-            return !text.empty() && text.size() <= 18 && text.find_first_not_of("0123456789") == std::string::npos
-                       ? std::string()
-                       : "expected a whole number of epochs from 0 to 10^18 - 1, got '" + text + "'";
+      ->transform(CLI::Validator(
+          [](std::string& text) {
+            // Decimal only: CLI11 would read "010" (a zero-padded checkpoint name) as octal 8.
+            const size_t digits = text.find_first_not_of('0');
+            const std::string value = digits == std::string::npos ? "0" : text.substr(digits);
+            if (text.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string::npos) {
+              return "expected a whole number of epochs from 0 to 10^18 - 1, got '" + text + "'";
+            }
+            text = value;
+            return std::string();
           },
           "EPOCH"));
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);

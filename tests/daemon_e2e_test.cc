@@ -140,10 +140,11 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
     CHECK(resumed == epoch1);
 
     DaemonProcess past_the_end(dir.path(), "det-past-end", config("det-past-end", 1, 1, true));
-    CHECK_FALSE(past_the_end.Start(WithArgs({"--start-epoch", "2"})));
+    // "010" (a zero-padded checkpoint name) is 10, not octal 8.
+    CHECK_FALSE(past_the_end.Start(WithArgs({"--start-epoch", "010"})));
     REQUIRE(past_the_end.exit_status());
     CHECK(past_the_end.exit_status()->ToString() == "exit 2");
-    CHECK_THAT(past_the_end.Stderr(), Catch::Contains("--start-epoch 2: ") &&
+    CHECK_THAT(past_the_end.Stderr(), Catch::Contains("--start-epoch 10: ") &&
                                           Catch::Contains("runs epochs: 2 (epochs 0 to 1"));
   }
 
