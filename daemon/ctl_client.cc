@@ -574,12 +574,18 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                                : ": its batches wait in the ring; once they take up the prefetch depth (workers + "
                                  "prefetch), production waits for a consumer of that rank\n");
   }
-  // Ranks mode: an attached rank that leaves its ready batches untaken holds up every rank.
-  for (const ReplyFields& r : s.Objects("ranks")) {
+  // Ranks mode: an attached rank that leaves its ready batches untaken while another attached
+  // rank has none ready (its trainer waits) holds up every rank. Ranks that all have batches
+  // ready are slow together (long steps, an evaluation), not held up by one of them.
+  const std::vector<ReplyFields> rank_queues = s.Objects("ranks");
+  const auto attached = [&](int64_t rank) { return std::find(missing.begin(), missing.end(), rank) == missing.end(); };
+  bool some_rank_starves = false;
+  for (const ReplyFields& r : rank_queues) some_rank_starves |= attached(r.Integer("rank")) && r.Count("ready") == 0;
+  for (const ReplyFields& r : rank_queues) {
     const int64_t rank = r.Integer("rank");
     const double since = r.Number("seconds_since_take");
-    if (state != "running" || r.Count("ready") == 0 || since < 5 ||
-        std::find(missing.begin(), missing.end(), rank) != missing.end()) {
+    if ((state != "running" && state != "end_of_data") || !some_rank_starves || r.Count("ready") == 0 || since < 5 ||
+        !attached(rank)) {
       continue;
     }
     std::string trainer;

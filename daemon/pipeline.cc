@@ -200,14 +200,19 @@ bool Pipeline::AcquireSlot(uint32_t* slot) {
   const uint32_t count = ring_.slot_count;
   int64_t wait_start = 0;
   auto count_wait = [&] {
-    if (wait_start != 0) slot_wait_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wait_start), std::memory_order_relaxed);
+    if (wait_start == 0) return;
+    slot_wait_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wait_start), std::memory_order_relaxed);
+    slot_wait_since_.store(0, std::memory_order_relaxed);
   };
   for (;;) {
     const uint32_t seen = sb->free_futex.load(std::memory_order_acquire);
     bool prefetch_reached = false;
     {
       std::lock_guard lock(mutex_);
-      if (stopping_) return false;
+      if (stopping_) {
+        count_wait();
+        return false;
+      }
       // Prefetch: batches in the pipeline plus batches ready in the ring stay below
       // workers + prefetch. A consumer taking a batch does not wake us, releasing it does.
       size_t loader_owned = 0;
@@ -236,7 +241,10 @@ bool Pipeline::AcquireSlot(uint32_t* slot) {
         }
       }
     }
-    if (wait_start == 0) wait_start = MonotonicNs();
+    if (wait_start == 0) {
+      wait_start = MonotonicNs();
+      slot_wait_since_.store(wait_start, std::memory_order_relaxed);
+    }
     // Counted in free_waiters, so releases wake us. A consumer claiming a ready batch (which
     // lowers loader_owned) does not, hence the short poll when only prefetch holds us back.
     shm::WaitForFree(ring_, seen, prefetch_reached ? kPrefetchPoll : kSlotWait);
@@ -576,7 +584,11 @@ PipelineStats Pipeline::Snapshot() const {
   s.read_wait_ns = read_ahead_->consumer_wait_ns();
   s.parse_busy_ns = parse_busy_ns_.load(std::memory_order_relaxed);
   s.parse_cpu_ns = parse_cpu_ns_.load(std::memory_order_relaxed);
-  s.slot_wait_ns = slot_wait_ns_.load(std::memory_order_relaxed);
+  // A wait in progress counts up to now: one that spans the tuner's interval (a ring full of
+  // batches nobody takes) would otherwise count as no wait at all until it ends.
+  const int64_t waiting_since = slot_wait_since_.load(std::memory_order_relaxed);
+  s.slot_wait_ns = slot_wait_ns_.load(std::memory_order_relaxed) +
+                   (waiting_since != 0 ? static_cast<uint64_t>(std::max<int64_t>(0, MonotonicNs() - waiting_since)) : 0);
   std::lock_guard lock(mutex_);
   s.ready_per_queue.assign(ring_.queue_count, 0);
   for (uint32_t i = 0; i < ring_.slot_count; ++i) {

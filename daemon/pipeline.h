@@ -211,6 +211,7 @@ class Pipeline {
   std::atomic<uint64_t> records_{0}, batches_{0}, record_bytes_{0}, parse_errors_skipped_{0};
   std::atomic<uint64_t> read_errors_skipped_{0};
   std::atomic<uint64_t> parse_busy_ns_{0}, parse_cpu_ns_{0}, slot_wait_ns_{0};
+  std::atomic<int64_t> slot_wait_since_{0};  // MonotonicNs when a wait for a slot began; 0: none
   // Rate limit for skip logs: the first kLogBurst, then one per second with a count.
   std::atomic<uint64_t> skip_logged_{0};
   std::atomic<int64_t> skip_log_next_ns_{0};

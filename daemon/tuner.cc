@@ -674,6 +674,14 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
 
 std::string Tuner::WhyNoRaise(const Signals& s) const {
   const std::string waited = Format("consumers waited %.0f%%", Pct(s.wait));
+  if (s.slot_wait >= 0.5) {
+    // The ring is full although the consumers wait: its batches are ready for consumers that do
+    // not take them (ranks mode: another rank's) or held by consumers that do not release them.
+    return Format("%s, but production waited for a free ring slot %.0f%% of the time: the ring holds batches that "
+                  "no trainer takes or releases (in ranks mode another rank's; see the consumers lines), so more "
+                  "threads would not help",
+                  waited.c_str(), Pct(s.slot_wait));
+  }
   if (cpu_cores_ * (1 + kRaiseGain) > limits_.cpu_cores) {
     return Format("%s, but the CPU budget leaves no room for another thread (%s)", waited.c_str(), CpuUse().c_str());
   }
@@ -715,10 +723,12 @@ std::string Tuner::WhyNoRaise(const Signals& s) const {
   } else if (s.parse_busy >= kShedWhileWaitingBusy) {
     const std::string why = stuck(kWorkers, knobs_.workers, limits_.max_workers);
     if (!why.empty()) text += "; one more worker to overlap the stages cannot be tried: the workers are " + why;
-  } else {
+  } else if (cpu_cores_ >= 0.5 * limits_.cpu_cores) {
     text += Format("; the workers are under the %.0f%% busy at which another one could overlap the stages: the "
                    "loader is short of CPU time (cores shared with the trainers?) rather than of threads",
                    Pct(kShedWhileWaitingBusy));
+  } else {
+    text += "; the stages are mostly idle (" + CpuUse() + "), so more threads would not help";
   }
   return text;
 }

@@ -229,6 +229,29 @@ TEST_CASE("ranks mode: a rank that does not take its batches is named by the cli
   rank1.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
 
+  // Every rank has batches ready and none takes them (all in a long step, or an evaluation):
+  // slow together, nobody held up by one of them: no such line.
+  DaemonProcess slow(dir.path(), "slow-ranks",
+                     IdJobConfig("slow-ranks", dir.file("data.tfrecord"),
+                                 "consumers: {mode: ranks, count: 2}\nepochs: 0\nbatch: {size: 2}\n"
+                                 "pipeline: {workers: 1, prefetch: 4}\n"));
+  RINGFEED_REQUIRE_STARTED(slow);
+  {
+    auto slow0 = Client::Attach(slow.client_options(0));
+    auto slow1 = Client::Attach(slow.client_options(1));
+    REQUIRE(WaitUntil([&] {
+      const nlohmann::json st = slow.Status();
+      return st["ranks"][0]["ready"].get<uint64_t>() >= 1 && st["ranks"][1]["ready"].get<uint64_t>() >= 1 &&
+             st["ranks"][0]["seconds_since_take"].get<double>() >= 5.5 &&
+             st["ranks"][1]["seconds_since_take"].get<double>() >= 5.5;
+    }, std::chrono::seconds(15)));
+    const std::string slow_table =
+        RunCommand({CtlBinary(), "status", "slow-ranks", "--runtime-dir", slow.runtime_dir()}).out;
+    INFO(slow_table);
+    CHECK(slow_table.find("has not taken any of its") == std::string::npos);
+  }
+  CHECK(slow.Stop().ToString() == "exit 0");
+
   DaemonProcess shared(dir.path(), "shared-ready", IdJobConfig("shared-ready", dir.file("data.tfrecord")));
   RINGFEED_REQUIRE_STARTED(shared);
   CHECK(Client::Attach(shared.client_options())->ready_per_rank().empty());

@@ -764,6 +764,18 @@ TEST_CASE("consumers wait and nothing can be raised: the decision says why (stat
                        "limits from 85%): the workers got a core for only 55% of their busy time, so the cores are "
                        "busy with other processes (the trainers?) and more threads would not get more of them");
   }
+  SECTION("the ring is full of batches nobody takes (a stopped rank): not a CPU shortage") {
+    Tuner tuner(Limits(2, 64 * MiB), one, {});
+    TunerObservation o = Obs(0, 0.50, 0.0, 0.0, 0.0, 3, 0.25, 0.03);
+    o.ready_slots_mean = 3;
+    o.sequencer_slot_wait_fraction = 1.0;
+    Measure(tuner, o);
+    const TunerDecision d = tuner.Observe(o);
+    CHECK(d.changes.empty());
+    CHECK(d.holding == "consumers waited 50%, but production waited for a free ring slot 100% of the time: the ring "
+                       "holds batches that no trainer takes or releases (in ranks mode another rank's; see the "
+                       "consumers lines), so more threads would not help");
+  }
   SECTION("consumers that do not wait: nothing to say") {
     Tuner tuner(Limits(2, 64 * MiB), one, {});
     TunerObservation o = Obs(250, 0.01, 0.60, 0.10, 0.40, 1, 0.25, 1.16);
