@@ -3,20 +3,39 @@
 #include <spdlog/fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <vector>
 
 namespace ringfeed {
 
 namespace {
 
-// The first line of a lock file (a pid), or "unknown".
-std::string LockPid(const std::string& path) {
-  std::ifstream in(path);
-  std::string pid;
-  if (!std::getline(in, pid) || pid.empty()) return "unknown";
-  return pid;
+// Who holds the lock file now at `path`: "another ringfeedd for job 'J' (pid P) holds the job
+// now" when the file is locked (flock) and names a pid, else what it is. The shared lock taken
+// to find out is let go at once: a ringfeedd starting in those microseconds would be refused.
+std::string LockHolder(const std::string& path, const std::string& job) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return "it is not a lock file ringfeedd can read";
+  const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+  if (!held) ::flock(fd, LOCK_UN);
+  char buf[32] = {};
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  ::close(fd);
+  std::string pid(buf, n > 0 ? static_cast<size_t>(n) : 0);
+  pid = pid.substr(0, pid.find('\n'));
+  const bool numeric = !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
+  if (held) {
+    return "another ringfeedd for job '" + job + "'" + (numeric ? " (pid " + pid + ")" : "") +
+           " holds the job now, and new trainers reach that one, not this daemon";
+  }
+  return "no process holds it (another program wrote it), but a second ringfeedd for job '" + job +
+         "' can now start and take over the job's socket and segment";
 }
 
 constexpr const char* kFindRemover =
@@ -79,20 +98,31 @@ void RuntimeNames::Check() {
                     "'{}' from starting and taking over the job's socket and segment; restart the job, and {}",
                     lock_file_.name.path, with_dir, job_, kFindRemover);
     } else if (*state == shm::PathState::kReplaced) {
-      spdlog::error("the lock file {} was replaced while ringfeedd runs: another ringfeedd for job '{}' (pid {}) "
-                    "holds the job now, and new trainers reach that one, not this daemon; this daemon leaves "
-                    "that file when it stops. Stop the daemons of this job and restart it",
-                    lock_file_.name.path, job_, LockPid(lock_file_.name.path));
+      spdlog::error("the lock file {} was replaced while ringfeedd runs: {}; this daemon leaves that file when it "
+                    "stops. Stop the daemons of this job and restart it",
+                    lock_file_.name.path, LockHolder(lock_file_.name.path, job_));
     }
   }
 }
 
 std::string RuntimeNames::Removal() const {
-  std::vector<std::string> removed, left;
-  for (const Watched* name : {&socket_, &segment_file_}) (name->Ours() ? removed : left).push_back(name->name.path);
-  std::string text = removed.empty() ? "removed nothing" : fmt::format("removed {}", fmt::join(removed, " and "));
-  if (!left.empty()) text += fmt::format("; left {}: not this daemon's files any more", fmt::join(left, " and "));
-  return text;
+  std::vector<std::string> removed, gone, replaced, unknown;
+  for (const Watched* name : {&socket_, &segment_file_}) {
+    switch (shm::StateOf(name->name.path.c_str(), name->name.id)) {
+      case shm::PathState::kSame: removed.push_back(name->name.path); break;
+      case shm::PathState::kGone: gone.push_back(name->name.path); break;
+      case shm::PathState::kReplaced: replaced.push_back(name->name.path); break;
+      case shm::PathState::kUnknown: unknown.push_back(name->name.path + " (" + std::strerror(errno) + ")"); break;
+    }
+  }
+  std::vector<std::string> parts;
+  if (!removed.empty()) parts.push_back(fmt::format("removed {}", fmt::join(removed, " and ")));
+  if (!gone.empty()) parts.push_back(fmt::format("{} already gone", fmt::join(gone, " and ")));
+  if (!replaced.empty()) {
+    parts.push_back(fmt::format("left {}: another file now, not this daemon's", fmt::join(replaced, " and ")));
+  }
+  if (!unknown.empty()) parts.push_back(fmt::format("left {}: could not check them", fmt::join(unknown, " and ")));
+  return fmt::format("{}", fmt::join(parts, "; "));
 }
 
 }  // namespace ringfeed

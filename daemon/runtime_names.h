@@ -27,7 +27,8 @@ class RuntimeNames {
 
   // Logs (spdlog::error) every name removed or replaced since the last call, once per change.
   void Check();
-  // For the stop's log line: "removed SOCKET and SEGMENT", or what was left and why.
+  // For the stop's log line: "removed SOCKET and SEGMENT", or which were already gone, replaced
+  // by another file (left), or could not be checked (left).
   std::string Removal() const;
 
  private:

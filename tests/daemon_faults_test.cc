@@ -1136,8 +1136,8 @@ TEST_CASE("the runtime directory removed and a second daemon started there: the 
   attached.reset();
 
   CHECK(first.Stop().ToString() == "exit 0");
-  CHECK_THAT(first.Stderr(), Catch::Contains("stopped: removed nothing; left " + first.socket_path() + " and " +
-                                             first.segment_path() + ": not this daemon's files any more"));
+  CHECK_THAT(first.Stderr(), Catch::Contains("stopped: left " + first.socket_path() + " and " +
+                                             first.segment_path() + ": another file now, not this daemon's\n"));
   CHECK(std::filesystem::exists(second.socket_path()));
   CHECK(std::filesystem::exists(second.segment_path()));
   CHECK(ReadFile(second.lock_path()) == std::to_string(second.pid()) + "\n");
@@ -1180,11 +1180,31 @@ TEST_CASE("the segment replaced by another file under the daemon: logged once wi
   CHECK(err.find(message) == err.rfind(message));
   CHECK_THAT(err, Catch::Contains("new ones get the other file, not this daemon's ring") &&
                       Catch::Contains("stopped: removed " + daemon.socket_path() + "; left " + daemon.segment_path() +
-                                      ": not this daemon's files any more"));
+                                      ": another file now, not this daemon's\n"));
   CHECK(ReadFile(daemon.segment_path()) == "x\n");  // not deleted
   CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
   CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
   std::filesystem::remove(daemon.segment_path());
+}
+
+TEST_CASE("a lock file overwritten by another program and a socket removed: said as they are, at once and at the stop") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "junk-lock", IdJobConfig("junk-lock", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  REQUIRE(std::filesystem::remove(daemon.lock_path()));
+  WriteFile(daemon.lock_path(), "hello world\n");  // not a pid, and nobody holds a lock on it
+  REQUIRE(std::filesystem::remove(daemon.socket_path()));
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.WaitForStderr("the lock file " + daemon.lock_path() + " was replaced while ringfeedd runs: no process "
+                             "holds it (another program wrote it), but a second ringfeedd for job 'junk-lock' can "
+                             "now start"));
+  CHECK(daemon.WaitForStderr("the control socket " + daemon.socket_path() + " was removed while ringfeedd runs"));
+  CHECK(daemon.Stop().ToString() == "exit 0");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("stopped: removed " + daemon.segment_path() + "; " +
+                                              daemon.socket_path() + " already gone\n"));
+  CHECK(ReadFile(daemon.lock_path()) == "hello world\n");  // not this daemon's: left
+  std::filesystem::remove(daemon.lock_path());
 }
 
 TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the path and the fix") {
