@@ -49,10 +49,14 @@ std::string Variables(const std::string& written, const std::string& pattern) {
   if (written.empty() || written == pattern) return "";
   std::set<std::string> named;
   std::string out;
-  for (size_t start = written.find("${"); start != std::string::npos; start = written.find("${", start + 2)) {
-    const size_t end = written.find_first_of(":}", start + 2);
-    if (end == std::string::npos) break;
-    const std::string name = written.substr(start + 2, end - start - 2);
+  // Only the references themselves: a default is literal text up to the first '}' (a "${B" in
+  // "${A:-${B}}" is not a variable), as config/job_config.cc substitutes them.
+  for (size_t start = written.find("${"); start != std::string::npos;) {
+    const size_t name_end = written.find_first_of(":}", start + 2);
+    const size_t end = written.find('}', start + 2);
+    if (name_end == std::string::npos || end == std::string::npos) break;
+    const std::string name = written.substr(start + 2, name_end - start - 2);
+    start = written.find("${", end + 1);
     if (!named.insert(name).second) continue;
     const char* value = std::getenv(name.c_str());
     out += out.empty() ? " " : ", ";

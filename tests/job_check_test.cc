@@ -177,6 +177,14 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
                         Catch::EndsWith("; it is written '${RINGFEED_TEST_DATA}/${RINGFEED_TEST_SPLIT:-eval}/*.gz': "
                                         "RINGFEED_TEST_DATA='" + dir.path().string() +
                                         "', RINGFEED_TEST_SPLIT is not set"));
+  // A default is literal text up to the first '}': the "${RINGFEED_TEST_DATA" in it is not a
+  // variable, so its value is not named as if it had been used.
+  const JobConfig nested = LoadJobConfigFromString(
+      "job: t\nsource:\n  files: ['${RINGFEED_TEST_SPLIT:-${RINGFEED_TEST_DATA}}/*.gz']\n"
+      "features:\n  id: {dtype: int64}\n",
+      "job.yaml");
+  CHECK_THROWS_WITH(ExpandFiles(nested.source.files, nested.source.file_origins, nested.source.files_as_written),
+                    Catch::EndsWith("': RINGFEED_TEST_SPLIT is not set"));
   ::unsetenv("RINGFEED_TEST_DATA");
 }
 

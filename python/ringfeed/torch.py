@@ -16,10 +16,13 @@ from typing import Dict, Iterable, Iterator, Optional, Sequence
 
 try:
     import torch
-except ImportError as e:  # say how to get it: ``import ringfeed`` works without torch
+except ModuleNotFoundError as e:  # say how to get it: ``import ringfeed`` works without torch
+    if e.name != "torch":
+        raise  # torch is there but something it imports is not: its own message says what
     raise ImportError(
-        "ringfeed.torch needs PyTorch: pip install './python[torch]' (or pip install torch; the CPU-only "
-        "wheel: pip install torch --index-url https://download.pytorch.org/whl/cpu); see docs/python.md"
+        "ringfeed.torch needs PyTorch: pip install torch (the CPU-only wheel: pip install torch --index-url "
+        "https://download.pytorch.org/whl/cpu), or pip install 'PATH/TO/ringfeed/python[torch]'; see "
+        "docs/python.md"
     ) from e
 
 import ringfeed

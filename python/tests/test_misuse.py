@@ -688,5 +688,23 @@ def test_ringfeed_torch_without_torch_says_how_to_install_it():
             print(e)
     """)
     assert result.returncode == 0, result.stderr
-    assert "ringfeed.torch needs PyTorch: pip install './python[torch]'" in result.stdout
-    assert "--index-url https://download.pytorch.org/whl/cpu" in result.stdout
+    assert "ringfeed.torch needs PyTorch: pip install torch (the CPU-only wheel: pip install torch --index-url " \
+        "https://download.pytorch.org/whl/cpu)" in result.stdout
+
+
+def test_ringfeed_torch_with_a_broken_torch_shows_torchs_own_error(tmp_path):
+    # torch is installed but cannot load (a missing CUDA library): its error, not "install torch".
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text(
+        'raise ImportError("libcudart.so.12: cannot open shared object file")\n')
+    result = run_python("""
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        try:
+            import ringfeed.torch
+        except ImportError as e:
+            print(e)
+    """, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "libcudart.so.12: cannot open shared object file" in result.stdout
+    assert "needs PyTorch" not in result.stdout
