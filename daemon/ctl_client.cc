@@ -493,12 +493,12 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
       << ")\n";
   out << "state      " << state << ", up " << Seconds(s.Number("uptime_seconds")) << "\n";
   const int64_t start_epoch = s.Integer("start_epoch");
-  std::snprintf(buf, sizeof buf, "progress   epoch %lld of %s%s, %llu of %llu files of this epoch done\n",
+  // Counted from 1 for people, with the batches' 0-based epoch beside it: that is the number
+  // --start-epoch and checkpoints use.
+  std::snprintf(buf, sizeof buf, "progress   epoch %lld of %s (the batches' epoch %lld%s), %llu of %llu files of this epoch done\n",
                 static_cast<long long>(s.Integer("epoch")) + 1,
-                epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(),
-                start_epoch > 0 ? (" (started at epoch " + std::to_string(start_epoch + 1) + ": --start-epoch " +
-                                   std::to_string(start_epoch) + ")").c_str()
-                                : "",
+                epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(), static_cast<long long>(s.Integer("epoch")),
+                start_epoch > 0 ? ("; started at --start-epoch " + std::to_string(start_epoch)).c_str() : "",
                 static_cast<unsigned long long>(files.Count("done_in_epoch")),
                 static_cast<unsigned long long>(files.Count("in_shard")));
   out << buf;

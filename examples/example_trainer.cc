@@ -88,10 +88,11 @@ int main(int argc, char** argv) {
       const auto status = client->Next(timeout, &batch);
       if (status == ringfeed::Client::Status::kEndOfData) break;
       if (status == ringfeed::Client::Status::kTimeout) {
-        if (epoch_batches > 0) report();  // what it took of the epoch it is in
-        std::fprintf(stderr, "example_trainer: no batch for %g s; giving up after %llu examples (epoch %llu)\n",
+        std::fprintf(stderr,
+                     "example_trainer: no batch for %g s; giving up after %llu examples in all, %llu batches of epoch "
+                     "%llu\n",
                      timeout_seconds, static_cast<unsigned long long>(total_examples),
-                     static_cast<unsigned long long>(epoch));
+                     static_cast<unsigned long long>(epoch_batches), static_cast<unsigned long long>(epoch));
         // In ranks mode a rank nobody attached as stalls every rank (its batches are never taken).
         const std::vector<uint32_t> missing = client->ranks_without_consumer();
         for (uint32_t rank : missing) {
