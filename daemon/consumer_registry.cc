@@ -151,7 +151,9 @@ void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
   std::lock_guard lock(mutex_);
   std::vector<const Entry*> consumer_of(ranks_, nullptr);
   for (const Entry& e : entries_) {
-    if (e.attached && e.rank >= 0 && static_cast<uint32_t>(e.rank) < ranks_) consumer_of[static_cast<size_t>(e.rank)] = &e;
+    if (e.attached && e.rank >= 0 && static_cast<uint32_t>(e.rank) < ranks_) {
+      consumer_of[static_cast<size_t>(e.rank)] = &e;
+    }
   }
   const auto ready = [&](uint32_t r) { return r < ready_per_rank.size() ? ready_per_rank[r] : 0u; };
   bool some_rank_starves = false;  // an attached rank with nothing ready

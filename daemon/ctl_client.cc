@@ -4,10 +4,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -495,7 +495,8 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   const int64_t start_epoch = s.Integer("start_epoch");
   // Counted from 1 for people, with the batches' 0-based epoch beside it: that is the number
   // --start-epoch and checkpoints use.
-  std::snprintf(buf, sizeof buf, "progress   epoch %lld of %s (the batches' epoch %lld%s), %llu of %llu files of this epoch done\n",
+  std::snprintf(buf, sizeof buf,
+                "progress   epoch %lld of %s (the batches' epoch %lld%s), %llu of %llu files of this epoch done\n",
                 static_cast<long long>(s.Integer("epoch")) + 1,
                 epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(), static_cast<long long>(s.Integer("epoch")),
                 start_epoch > 0 ? ("; started at --start-epoch " + std::to_string(start_epoch)).c_str() : "",
@@ -590,7 +591,9 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
     }
     std::string trainer;
     for (const ReplyFields& c : consumers) {
-      if (c.Has("rank") && c.Integer("rank") == rank) trainer = " (consumer " + std::to_string(c.Integer("id")) + ", pid " + std::to_string(c.Integer("pid")) + ")";
+      if (c.Has("rank") && c.Integer("rank") == rank) {
+        trainer = " (consumer " + std::to_string(c.Integer("id")) + ", pid " + std::to_string(c.Integer("pid")) + ")";
+      }
     }
     std::snprintf(buf, sizeof buf,
                   "           rank %lld%s has not taken any of its %llu ready batches for %.0f s: once they take up the "

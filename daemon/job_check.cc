@@ -99,7 +99,8 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
 JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::ostream& problems,
                            uint64_t baseline_private_rss) {
   JobCheckResult result;
-  const std::vector<std::string> files = ExpandFiles(config.source.files, config.source.file_origins, config.source.files_as_written);
+  const std::vector<std::string> files =
+      ExpandFiles(config.source.files, config.source.file_origins, config.source.files_as_written);
   result.files = files.size();
   const bool skip = config.source.on_error == OnError::kSkip;
   ExampleParser parser(config.features);
