@@ -13,6 +13,10 @@
 // (ringfeedd, ringfeedctl, the tuner) do not re-validate.
 #include "config/job_config.h"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
@@ -33,6 +37,7 @@ namespace {
 
 // Limits of the schema (docs/config.md).
 constexpr int64_t kMaxBatchSize = int64_t{1} << 24;
+constexpr int kFifoWaitMs = 10000;  // a config FIFO nothing writes to: an error after this long
 constexpr uint64_t kMinRecordBytes = 16;                  // the TFRecord frame alone is 16 bytes
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 40;
 constexpr int64_t kMaxParallelism = 65536;  // cycle_length, readers, workers, prefetch
@@ -1009,7 +1014,29 @@ ConfigError::ConfigError(std::string file, int line, int column, std::string key
       key_(std::move(key)) {}
 
 JobConfig LoadJobConfig(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
+  // A FIFO (`-c <(make_config)`) is read once something writes to it; one nothing writes to
+  // would block fopen forever without a word.
+  // The same descriptor is read then: closing it would drop what a writer that has already
+  // gone left in the pipe.
+  std::FILE* f = nullptr;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, kFifoWaitMs) <= 0) {
+        ::close(fd);
+        throw ConfigError(path, 0, 0, "",
+                          "the config is a FIFO and nothing wrote to it within " +
+                              std::to_string(kFifoWaitMs / 1000) + " s; give a regular file");
+      }
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+      f = ::fdopen(fd, "rb");
+      if (f == nullptr) ::close(fd);
+    }
+  } else {
+    f = std::fopen(path.c_str(), "rb");
+  }
   if (f == nullptr) {
     int err = errno;
     throw ConfigError(path, 0, 0, "", std::string("cannot open config file: ") +

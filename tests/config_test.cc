@@ -7,12 +7,14 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "config/job_config.h"
@@ -835,6 +837,25 @@ TEST_CASE("config files: read errors and positions name the file", "[config][fil
                       Catch::StartsWith("/dev/zero: ") && Catch::Contains("larger than 1024 KiB"));
     CHECK_THROWS_WITH(LoadJobConfigFromString(std::string(kMaxConfigBytes + 1, ' ')),
                       Catch::Contains("config text is larger than 1024 KiB"));
+  }
+  SECTION("a FIFO: read once written (a writer already gone included); one nothing writes to is an error") {
+    char dir[] = "/tmp/ringfeed_config_fifo_XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    const std::string fifo = std::string(dir) + "/config";
+    REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+    // A writer that writes the config and closes before the loader reads it, like `-c <(...)`.
+    std::thread writer([&] {
+      std::ofstream out(fifo);  // blocks until the loader opens the FIFO
+      out << kMinimal;
+    });
+    CHECK(LoadJobConfig(fifo).path == fifo);
+    writer.join();
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(LoadJobConfig(fifo), Catch::StartsWith(fifo + ": ") &&
+                                               Catch::Contains("the config is a FIFO and nothing wrote to it within 10 s"));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    std::remove(fifo.c_str());
+    rmdir(dir);
   }
   SECTION("an error inside a real file") {
     char path[] = "/tmp/ringfeed_config_test_XXXXXX";
