@@ -711,6 +711,12 @@ std::string Tuner::WhyNoRaise(const Signals& s) const {
                     Pct(s.parse_busy), why.c_str());
     }
   }
+  if (read_saturated || s.parse_busy >= kSaturatedBusy) {
+    return Format("%s, %s limit%s (readers %.0f%%, workers %.0f%% busy), but no raise fits the budgets (%s, "
+                  "read-ahead memory)",
+                  waited.c_str(), read_saturated ? "the reads" : "parsing", read_saturated ? "" : "s", Pct(s.read_busy),
+                  Pct(s.parse_busy), CpuUse().c_str());
+  }
   // No stage saturated: what holds the loader back is not a stage's parallelism. Threads that
   // got a core for only part of their busy time say the cores are shared (with the trainers).
   std::string text = Format("%s, but no stage is saturated (readers %.0f%%, workers %.0f%% busy; a stage limits "
