@@ -419,29 +419,37 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   char buf[1024];
   std::string fixed;
   for (const std::string& f : a.Strings("fixed")) fixed += (fixed.empty() ? "" : ", ") + f;
-  // The CPU the daemon used over the tuner's last interval; none yet in the first one.
   const ReplyFields m = a.Object("measured");
   const bool measured = m.Number("interval_seconds") > 0;
-  char cpu[64];
-  if (measured) std::snprintf(cpu, sizeof cpu, "%.2f", a.Number("cpu_cores"));
-  else std::snprintf(cpu, sizeof cpu, running ? "not measured yet" : "not measured");
   const int64_t readers = knobs.Integer("readers"), workers = knobs.Integer("workers");
   const int64_t reads_per_file = knobs.Integer("reads_per_file", 1);
   std::snprintf(buf, sizeof buf,
                 "autotune   readers %lld, read-ahead %s per file, %lld %s in flight per file, workers %lld, "
-                "prefetch %lld%s\n"
-                "           CPU%s: %s of %.3g cores (cpu_budget: %s); %lld of %lld %s not using CPU (waiting for "
-                "storage or for room to read ahead)\n"
-                "           memory_budget %s (%s): read-ahead may hold %s of records\n",
+                "prefetch %lld%s\n",
                 static_cast<long long>(readers), Bytes(knobs.Number("read_ahead_bytes")).c_str(),
                 static_cast<long long>(reads_per_file), reads_per_file == 1 ? "read" : "reads",
                 static_cast<long long>(workers), static_cast<long long>(knobs.Integer("prefetch")),
-                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str(),
-                running || !measured ? "" : " (the tuner's last interval, before production ended)", cpu,
-                limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),
-                static_cast<long long>(a.Integer("blocked_io_threads")), static_cast<long long>(readers),
-                readers == 1 ? "reader" : "readers", Bytes(limits.Number("memory_budget_bytes")).c_str(),
-                limits.String("memory_budget_source").c_str(), Bytes(limits.Number("read_ahead_budget_bytes")).c_str());
+                fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str());
+  out << buf;
+  // The CPU the daemon used over the tuner's last interval; none before its first one ends.
+  if (measured) {
+    std::snprintf(buf, sizeof buf,
+                  "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); %lld of %lld %s not using CPU (waiting for "
+                  "storage or for room to read ahead)\n",
+                  running ? "" : " (the tuner's last interval, before production ended)", a.Number("cpu_cores"),
+                  limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),
+                  static_cast<long long>(a.Integer("blocked_io_threads")), static_cast<long long>(readers),
+                  readers == 1 ? "reader" : "readers");
+  } else {
+    std::snprintf(buf, sizeof buf, "           CPU: not measured %s; cpu_budget %.3g cores (%s)\n",
+                  running ? "yet (the tuner's first interval has not ended)"
+                          : "(production ended within the tuner's first interval)",
+                  limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str());
+  }
+  out << buf;
+  std::snprintf(buf, sizeof buf, "           memory_budget %s (%s): read-ahead may hold %s of records\n",
+                Bytes(limits.Number("memory_budget_bytes")).c_str(), limits.String("memory_budget_source").c_str(),
+                Bytes(limits.Number("read_ahead_budget_bytes")).c_str());
   out << buf;
   if (a.Number("cpu_cores") > 1.05 * limits.Number("cpu_budget_cores")) {
     if (fixed.find("workers") != std::string::npos || fixed.find("readers") != std::string::npos) {
