@@ -41,7 +41,7 @@ nlohmann::ordered_json Values(const TensorView& t) {
   return out;
 }
 
-nlohmann::ordered_json FeatureJson(const TensorView& t) {
+nlohmann::ordered_json FeatureJson(const TensorView& t, BytesFormat bytes) {
   nlohmann::ordered_json f;
   f["dtype"] = std::string(shm::DTypeName(t.dtype()));
   nlohmann::ordered_json shape = nlohmann::ordered_json::array();
@@ -62,8 +62,7 @@ nlohmann::ordered_json FeatureJson(const TensorView& t) {
     case DType::kBytes:
       values = nlohmann::ordered_json::array();
       for (uint64_t i = 0; i < t.size(); ++i) {
-        const std::string_view v = t.string(i);
-        values.push_back(Base64Encode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}));
+        values.push_back(BytesJson(t.string(i), bytes));
       }
       break;
   }
@@ -706,7 +705,7 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
     nlohmann::ordered_json features = nlohmann::ordered_json::object();
     for (size_t i = 0; i < batch.feature_count(); ++i) {
       const TensorView t = batch.feature(i);
-      features[std::string(t.name())] = FeatureJson(t);
+      features[std::string(t.name())] = FeatureJson(t, options.bytes);
     }
     line["features"] = std::move(features);
     nlohmann::ordered_json sources = nlohmann::ordered_json::array();

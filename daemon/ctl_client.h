@@ -14,6 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/json_values.h"
+
 namespace ringfeed {
 
 // Where `job`'s socket is: `runtime_dir` when a daemon answers there, else the one
@@ -47,11 +49,13 @@ struct DumpOptions {
   std::optional<uint64_t> batches;  // stop after this many; nullopt = until end of data
   int rank = -1;                    // ranks mode: attach as this rank
   double timeout_seconds = 60;      // give up waiting for one batch after this long
+  BytesFormat bytes = BytesFormat::kBase64;  // how bytes values are printed (BytesJson)
 };
 // `ringfeedctl dump`: one line per batch:
 //   {"epoch":E,"batch":K,"size":B,"features":{NAME:{"dtype":...,"shape":[...],"values":[...],
 //    "row_splits":[...] (VarLen only)}},"sources":[[file_index, record_index], ...]}
-// values flat and row-major; bytes base64-encoded (RFC 4648); NaN and infinities as the strings
+// values flat and row-major; bytes base64-encoded (RFC 4648), or as `bytes` says (BytesJson);
+// NaN and infinities as the strings
 // "nan", "inf", "-inf". Returns the number of batches printed and whether it stopped at the
 // end of the data (every epoch produced and taken) rather than at `batches` or a closed `out`.
 struct DumpResult {

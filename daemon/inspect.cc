@@ -10,7 +10,8 @@
 //                      a Feature with no list set (values then []). int64 values are JSON
 //                      integers; floats are the shortest decimal that reads back as the same
 //                      float32 (0.1f prints 0.1), NaN/infinities are the strings "nan", "inf",
-//                      "-inf"; bytes are standard padded base64.
+//                      "-inf"; bytes are standard padded base64, or with --bytes text the value
+//                      itself where it is valid UTF-8 and {"base64": "..."} where not.
 //   count              Records per file and the total, as a table (or JSON with --json).
 //   verify             Lists every corrupt or truncated record (file, index, offset, kind,
 //                      message), going on past recoverable errors, then one summary line.
@@ -87,33 +88,12 @@ std::string DecodeFeature(const wire::FeatureRef& ref, FeatureValues* out) {
   return ok ? "" : "bad " + std::string(ListKindName(kind)) + "_list";
 }
 
-// ---------------------------------------------------------------------------------------------
-// JSON values
-
-// Length of the valid UTF-8 sequence at s[i] (1-4), or 0 when the bytes there are not one.
-size_t Utf8Sequence(const std::string& s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  }
-  // Overlong 3/4-byte forms, UTF-16 surrogates and code points past U+10FFFF.
-  if ((c == 0xe0 && b(i + 1) < 0xa0) || (c == 0xed && b(i + 1) >= 0xa0) || (c == 0xf0 && b(i + 1) < 0x90) ||
-      (c == 0xf4 && b(i + 1) >= 0x90)) {
-    return 0;
-  }
-  return n;
-}
-
 }  // namespace
 
 std::string TextForJson(const std::string& bytes) {
   std::string out;
   for (size_t i = 0; i < bytes.size();) {
-    const size_t n = Utf8Sequence(bytes, i);
+    const size_t n = Utf8SequenceLength(bytes, i);
     if (n == 0) {
       char escaped[8];
       std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(bytes[i]));
@@ -216,7 +196,8 @@ int ExitFor(uint64_t problems) { return problems == 0 ? kExitOk : kExitDataProbl
 // Writes one record's JSON line value by value, without building the whole document: a record
 // may hold millions of values, and a JSON tree of them would take many times the record's size.
 // The text is what nlohmann would print for the same object (keys sorted, no spaces).
-void WriteRecordLine(std::ostream& out, const std::string& file, const Record& record, const ExampleFeatures& features) {
+void WriteRecordLine(std::ostream& out, const std::string& file, const Record& record, const ExampleFeatures& features,
+                     BytesFormat bytes) {
   std::map<std::string, const FeatureValues*> by_name;  // sorted by the printed key
   for (const auto& [name, values] : features) by_name[TextForJson(name)] = &values;
   out << "{\"file\":" << Dump(Json(TextForJson(file))) << ",\"index\":" << record.index
@@ -233,8 +214,7 @@ void WriteRecordLine(std::ostream& out, const std::string& file, const Record& r
       for (float v : feature->float_values) out << std::exchange(separator, ",") << Dump(Float32Json(v));
     } else if (feature->kind == ListKind::kBytes) {
       for (const std::string& v : feature->bytes_values) {
-        out << std::exchange(separator, ",") << '"'
-            << Base64Encode({reinterpret_cast<const uint8_t*>(v.data()), v.size()}) << '"';
+        out << std::exchange(separator, ",") << Dump(BytesJson(v, bytes));
       }
     }
     out << "]}";
@@ -251,7 +231,7 @@ int RunRecords(const InspectOptions& options, std::ostream& out, std::ostream& e
         ++problems;
         return;
       }
-      WriteRecordLine(out, file, record, features);
+      WriteRecordLine(out, file, record, features, options.bytes);
     };
     problems += ReadRecords(file, options, on_record, [&](const ReadError& e) { ReportReadError(e, err); }).problems;
   }

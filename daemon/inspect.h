@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/json_values.h"
 #include "format/feature_spec.h"
 #include "format/tfrecord_reader.h"
 
@@ -43,6 +44,8 @@ struct InspectOptions {
   ReaderOptions reader;
   // Read only records 0 .. limit-1 of each file; 0 = all.
   uint64_t limit = 0;
+  // records mode: how bytes values are printed (daemon/json_values.h, BytesJson).
+  BytesFormat bytes = BytesFormat::kBase64;
 };
 
 // Runs one inspect command. The report goes to `out`, problems to `err`.

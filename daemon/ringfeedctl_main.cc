@@ -66,6 +66,19 @@ const CLI::Validator kTimeoutValidator(
     },
     "SECONDS");
 
+// inspect and dump --bytes: how bytes values are printed (daemon/json_values.h, BytesJson).
+void AddBytesOption(CLI::App* cmd, std::string* format) {
+  cmd->add_option("--bytes", *format,
+                  "How bytes values are printed: base64 (every value; the default) or text (the value itself "
+                  "where it is valid UTF-8, {\"base64\": ...} where not)")
+      ->check(CLI::IsMember({"base64", "text"}))
+      ->option_text("base64|text (default: base64)");
+}
+
+ringfeed::BytesFormat BytesFormatOf(const std::string& format) {
+  return format == "text" ? ringfeed::BytesFormat::kText : ringfeed::BytesFormat::kBase64;
+}
+
 // A first word that names no subcommand gets a clearer message than CLI11's "A subcommand is
 // required". Returns false after printing it.
 bool CheckCommandName(const CLI::App& app, int argc, char** argv) {
@@ -98,6 +111,7 @@ Command AddInspectCommand(CLI::App& parent) {
     bool count = false, verify = false, schema = false;
     std::string compression = "auto";
     std::string max_record_bytes;
+    std::string bytes = "base64";
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* cmd = parent.add_subcommand(
@@ -107,7 +121,8 @@ Command AddInspectCommand(CLI::App& parent) {
   cmd->footer(
       "Modes (one at a time; default: records):\n"
       "  (none)    one JSON line per record: file, index, byte offset, every feature's kind and values\n"
-      "            (bytes base64; NaN and infinities as the strings \"nan\", \"inf\", \"-inf\")\n"
+      "            (bytes base64, or with --bytes text as text where valid UTF-8; NaN and infinities\n"
+      "            as the strings \"nan\", \"inf\", \"-inf\")\n"
       "  --count   records per file and the total\n"
       "  --verify  check every CRC; list each corrupt or truncated record and a summary line\n"
       "  --schema  feature kinds, value counts and presence, then a ready-to-paste features: block\n"
@@ -118,6 +133,7 @@ Command AddInspectCommand(CLI::App& parent) {
       "\n"
       "Examples:\n"
       "  ringfeedctl inspect --limit 2 data/train-00000.gz\n"
+      "  ringfeedctl inspect --limit 2 --bytes text data/train-00000.gz\n"
       "  ringfeedctl inspect --count data/*.tfrecord\n"
       "  ringfeedctl inspect --verify --compression gzip data/*.gz\n"
       "  ringfeedctl inspect --schema data/*.gz > features.yaml");
@@ -136,6 +152,7 @@ Command AddInspectCommand(CLI::App& parent) {
                   "Records with a larger length field are reported as too large (default 256MiB)")
       ->check(kSizeValidator)
       ->option_text("SIZE");
+  AddBytesOption(cmd, &flags->bytes);
   cmd->add_option("--limit", o.limit, "Read only the first N records of each file")
       ->check(kCountValidator)
       ->option_text("N");
@@ -151,6 +168,7 @@ Command AddInspectCommand(CLI::App& parent) {
                                    : ringfeed::InspectMode::kRecords;
     options.reader.compression = *ringfeed::ParseCompression(flags->compression);  // checked by CLI11
     if (!flags->max_record_bytes.empty()) options.reader.max_record_bytes = *ringfeed::ParseSize(flags->max_record_bytes);
+    options.bytes = BytesFormatOf(flags->bytes);
     return ringfeed::RunInspect(options, std::cout, std::cerr);
   };
   return {cmd, run};
@@ -349,14 +367,16 @@ Command AddStatusCommand(CLI::App& parent) {
 Command AddDumpCommand(CLI::App& parent) {
   auto options = std::make_shared<ringfeed::DumpOptions>();
   auto batches = std::make_shared<uint64_t>(0);
+  auto bytes = std::make_shared<std::string>("base64");
   CLI::App* cmd = parent.add_subcommand(
       "dump", "Attach to a running job as a consumer and print its batches as JSON lines: what a trainer sees");
   cmd->footer(
       "One line per batch: {\"epoch\": E, \"batch\": K, \"size\": B, \"features\": {NAME: {\"dtype\": ...,\n"
       "\"shape\": [...], \"values\": [...flat, row-major...], \"row_splits\": [...] (varlen only)}},\n"
-      "\"sources\": [[file_index, record_index], ...]}. bytes values are base64; NaN and infinities are\n"
-      "the strings \"nan\", \"inf\", \"-inf\". The batches printed are taken from the job: in shared mode\n"
-      "they do not reach other consumers.\n"
+      "\"sources\": [[file_index, record_index], ...]}. bytes values are base64 (--bytes text: the text\n"
+      "where it is valid UTF-8, {\"base64\": ...} where not); NaN and infinities are the strings \"nan\",\n"
+      "\"inf\", \"-inf\". The batches printed are taken from the job: in shared mode they do not reach\n"
+      "other consumers.\n"
       "Exit status 0: done (batch count reached or end of data), 1: the job is not running, refused\n"
       "this consumer, failed or went away, or sent no batch within --timeout seconds (in ranks mode\n"
       "the message names the ranks without a consumer, which stall every rank).\n"
@@ -370,9 +390,11 @@ Command AddDumpCommand(CLI::App& parent) {
   cmd->add_option("--rank", options->rank, "consumers.mode ranks: attach as this rank")->check(CLI::Range(0, 63));
   cmd->add_option("--timeout", options->timeout_seconds, "Give up when no batch comes for this many seconds (default 60)")
       ->check(kTimeoutValidator);
+  AddBytesOption(cmd, bytes.get());
   AddRuntimeDirOption(cmd, &options->runtime_dir);
-  auto run = [options, batches]() {
+  auto run = [options, batches, bytes]() {
     ringfeed::DumpOptions o = *options;
+    o.bytes = BytesFormatOf(*bytes);
     o.runtime_dir = RuntimeDirOr(o.runtime_dir);
     if (*batches > 0) o.batches = *batches;
     try {

@@ -519,6 +519,21 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   for (const auto& [name, value] : first["features"].items()) order.push_back(name);
   CHECK(order == std::vector<std::string>{"x", "v", "b", "i"});
 
+  // --bytes text: bytes values that are valid UTF-8 as text, the others as {"base64": ...}. The
+  // next two batches are the next epoch's first two (4 records, not shuffled).
+  const CommandResult text = RunCommand(
+      {CtlBinary(), "dump", job, "--batches", "2", "--bytes", "text", "--runtime-dir", daemon.runtime_dir()});
+  INFO("dump --bytes text:\n" << text.out << text.err);
+  CHECK(text.status.ToString() == "exit 0");
+  std::vector<json> text_lines;
+  std::istringstream text_in(text.out);
+  for (std::string line; std::getline(text_in, line);) text_lines.push_back(json::parse(line));
+  REQUIRE(text_lines.size() == 2);
+  CHECK(text_lines[0]["epoch"] == 1);
+  CHECK(text_lines[0]["features"]["b"]["values"] == json::parse(R"(["hello","","ab"])"));
+  CHECK(text_lines[1]["features"]["b"]["values"] == json::parse(R"([{"base64":"/wB6"}])"));
+  CHECK(text_lines[1]["features"]["x"] == want1["features"]["x"]);  // only bytes change
+
   // Throughput: records were published, and while the daemon is younger than 10 s its window
   // starts at its start, so "last 10 s" is the overall rate (it read 0 until two 1 s samples).
   const json later = daemon.Status();

@@ -236,6 +236,19 @@ TEST_CASE("inspect prints one exact JSON line per record") {
   }
 }
 
+TEST_CASE("inspect --bytes text prints bytes that are valid UTF-8 as text, the others as {\"base64\": ...}") {
+  TempDir dir;
+  const std::string path = dir.file("small.tfrecord");
+  WriteRecords(path, SmallRecords());
+  CtlResult r = Ctl({"inspect", "--bytes", "text", "--limit", "1", path});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  REQUIRE(r.OutLines().size() == 1);
+  CHECK_THAT(r.OutLines()[0],
+             Catch::Contains("\"b\":{\"kind\":\"bytes\",\"values\":[\"hello\",{\"base64\":\"AP/+\"},\"\"]}"));
+  CHECK(Ctl({"inspect", "--bytes", "hex", path}).status == 2);
+}
+
 TEST_CASE("inspect: --limit reads the first records of each file; file names as given") {
   TempDir dir;
   WriteRecords(dir.file("a.tfrecord"), SmallRecords());
@@ -495,6 +508,26 @@ TEST_CASE("Base64Encode matches RFC 4648") {
   CHECK(b64("fooba") == "Zm9vYmE=");
   CHECK(b64("foobar") == "Zm9vYmFy");
   CHECK(b64(std::string("\xfb\xff\xbf", 3)) == "+/+/");
+}
+
+TEST_CASE("BytesJson: text where the bytes are valid UTF-8 (RFC 3629), base64 where not") {
+  auto text = [](const std::string& s) { return BytesJson(s, BytesFormat::kText); };
+  CHECK(BytesJson("hello", BytesFormat::kBase64) == "aGVsbG8=");
+  CHECK(text("") == "");
+  CHECK(text("Credit Card") == "Credit Card");
+  CHECK(text("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80") == "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");  // 2, 3, 4 bytes
+  CHECK(text(std::string("a\0b", 3)) == std::string("a\0b", 3));  // NUL is valid UTF-8 (JSON escapes it)
+  const auto base64 = [](const std::string& s) {
+    return nlohmann::ordered_json{{"base64", Base64Encode({reinterpret_cast<const uint8_t*>(s.data()), s.size()})}};
+  };
+  for (const std::string bad : {std::string("\x00\xff\xfe", 3), std::string("\xc0\xaf"),  // overlong '/'
+                                std::string("\xe0\x80\xaf"), std::string("\xed\xa0\x80"),   // overlong, surrogate
+                                std::string("\xf4\x90\x80\x80"), std::string("\xf5\x80\x80"),  // > U+10FFFF, F5 lead
+                                std::string("\xff"), std::string("\xc3"), std::string("ab\x80")}) {  // cut, stray
+    INFO(Base64Encode({reinterpret_cast<const uint8_t*>(bad.data()), bad.size()}));
+    CHECK_FALSE(IsUtf8(bad));
+    CHECK(text(bad) == base64(bad));
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
