@@ -567,7 +567,7 @@ class Loader {
 
     const Entry* batch = Find(top, "batch");
     if (batch != nullptr) ReadBatch(*batch, &config->batch);
-    CheckBatchSize(batch != nullptr ? MarkOf(*batch) : MarkOf(*features), batch != nullptr, *config);
+    CheckBatchSize(batch_size_mark_ ? *batch_size_mark_ : MarkOf(*features), batch_size_mark_.has_value(), *config);
     if (const Entry* e = Find(top, "shuffle")) ReadShuffle(*e, &config->shuffle);
     if (const Entry* e = Find(top, "epochs")) {
       config->epochs = ReadInt(*e, 0, std::numeric_limits<int64_t>::max());
@@ -585,7 +585,7 @@ class Loader {
 
   // One batch of a FixedLen feature must stay addressable: batch.size x prod(shape) values
   // and bytes both at most 2^40 (the pipeline's memory budget will bound it further).
-  // `mark` is the batch section's when the config has one (the error names batch.size), else
+  // `mark` is batch.size's value when the config gives one (the error names batch.size), else
   // the features section's (it names the feature's shape: batch.size is the default).
   void CheckBatchSize(const YAML::Mark& mark, bool batch_given, const JobConfig& config) {
     constexpr uint64_t kMaxBatchValues = uint64_t{1} << 40;
@@ -863,7 +863,10 @@ class Loader {
 
   void ReadBatch(const Entry& section, BatchConfig* batch) {
     std::vector<Entry> entries = ReadMap(section.value, MarkOf(section), "batch", kBatchKeys);
-    if (const Entry* e = Find(entries, "size")) batch->size = ReadInt(*e, 1, kMaxBatchSize);
+    if (const Entry* e = Find(entries, "size")) {
+      batch->size = ReadInt(*e, 1, kMaxBatchSize);
+      batch_size_mark_ = MarkOf(*e);
+    }
     if (const Entry* e = Find(entries, "drop_remainder")) batch->drop_remainder = ReadBool(*e);
   }
 
@@ -993,6 +996,7 @@ class Loader {
   }
 
   std::string file_;
+  std::optional<YAML::Mark> batch_size_mark_;  // batch.size's value, when given (CheckBatchSize)
 };
 
 }  // namespace

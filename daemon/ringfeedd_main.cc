@@ -12,8 +12,11 @@ int main(int argc, char** argv) {
       "them, and serves ready batches to trainer processes through a shared-memory ring.\n"
       "Trainers attach with the client library (client/client.h, client/ringfeed.h); watch it with "
       "`ringfeedctl status JOB`. Stop it with SIGTERM, SIGINT (Ctrl-C) or SIGHUP.\n"
-      "Exit status: 0 stopped cleanly (or done, with --exit-when-done), 1 runtime failure, 2 bad config or a "
-      "start-up error a restart would not fix (a ring larger than /dev/shm, a permissions.group the user is not in).",
+      "Exit status: 0 stopped cleanly (or done, with --exit-when-done), 1 runtime failure (also --exit-when-done "
+      "after an on_error: fail failure, too little free /dev/shm, a stop blocked on storage), 2 usage or config "
+      "error, or a start-up error a restart would not fix (--start-epoch not below epochs, a ring larger than "
+      "/dev/shm, a permissions.group that does not exist or the user is not in, the memory budget, the open-file "
+      "limit).",
       "ringfeedd");
   app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
       ->required()
@@ -21,7 +24,8 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", options.log_level, "Overrides the config's log_level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   app.add_option("--runtime-dir", options.runtime_dir,
-                 "Directory for the control socket and lock file (default: $RINGFEED_RUNTIME_DIR, else "
+                 "Runtime directory: the control socket and lock file; it also names the /dev/shm segment, so "
+                 "daemons with different ones never collide (default: $RINGFEED_RUNTIME_DIR, else "
                  "$RUNTIME_DIRECTORY, else /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else "
                  "/tmp/ringfeed-<uid>)");
   app.add_flag("--exit-when-done", options.exit_when_done,
@@ -31,7 +35,8 @@ int main(int argc, char** argv) {
   app.add_option("--start-epoch", options.start_epoch,
                  "Start at this epoch (0-based, as the batches' epoch field) instead of 0, e.g. to resume training "
                  "from a checkpoint: its batches are the same as when the epochs before it ran (each epoch's order "
-                 "comes from the seed and the epoch number only); less than the config's epochs (default: 0)")
+                 "comes from the seed and the epoch number only); less than the config's epochs unless epochs is 0 (else exit "
+                 "status 2; default: 0)")
       ->transform(CLI::Validator(
           [](std::string& text) {
             // Decimal only: CLI11 would read "010" (a zero-padded checkpoint name) as octal 8.

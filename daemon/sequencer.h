@@ -92,7 +92,7 @@ class Sequencer {
   void SetLookahead(size_t files) { lookahead_.store(files < 1 ? 1 : files, std::memory_order_relaxed); }
 
   const std::string& failure() const { return failure_; }
-  // After Run returned kEndOfData before its last epoch: why ("epoch N delivered no records
+  // After Run returned kEndOfData before its last epoch: why ("epoch N delivered no batch
   // ..."); empty when every epoch ran. Read after Run.
   const std::string& ended_early() const { return ended_early_; }
   // The files this shard reads (indices into options.files).

@@ -598,7 +598,7 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"a batch too large to address",
        "job: t\nsource:\n  files: [a.tfrecord]\nfeatures:\n  x: {dtype: bytes, shape: [1099511627776], default: \"\"}\n"
        "batch:\n  size: 16777216\n",
-       7, 3, "batch.size", {"a batch of 16777216 rows of feature 'x'", "would exceed 2^40"}},
+       7, 9, "batch.size", {"a batch of 16777216 rows of feature 'x'", "would exceed 2^40"}},
       {"a shape too large for the default batch of 32 rows",
        "job: t\nsource:\n  files: [a.tfrecord]\nfeatures:\n  x: {dtype: int64, shape: [1048576, 1048576], default: 0}\n",
        5, 3, "features.x.shape", {"a batch of 32 (the default batch.size) rows of feature 'x'", "would exceed 2^40"}},
