@@ -338,6 +338,40 @@ std::vector<uint64_t> Client::ready_per_rank() const {
   return ready;
 }
 
+std::string Client::timeout_reason() const {
+  const std::vector<uint32_t> missing = ranks_without_consumer();
+  const std::vector<uint64_t> ready = ready_per_rank();
+  if (ready.empty()) return "";  // shared mode
+  const std::string n = std::to_string(attachment_->schema.queue_count);
+  const std::string status = "ringfeedctl status " + attachment_->job;
+  if (!missing.empty()) {
+    std::string ranks;
+    for (uint32_t r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+    return (missing.size() == 1 ? "rank " : "ranks ") + ranks + " of " + n +
+           (missing.size() == 1 ? " has" : " have") +
+           " no consumer attached; ranks mode gives batch k of an epoch to rank k mod " + n +
+           ", so the daemon stops producing at its prefetch depth while a rank does not take its batches: start "
+           "every rank (docs/config.md, consumers; " + status + ")";
+  }
+  // An attached rank whose trainer does not take its batches (stopped, stuck, far slower) holds
+  // this one up only while this one has nothing ready.
+  const size_t own = static_cast<size_t>(rank());
+  if (own >= ready.size() || ready[own] > 0) return "";
+  std::string ranks;
+  size_t behind = 0;
+  for (size_t r = 0; r < ready.size(); ++r) {
+    if (ready[r] == 0) continue;
+    ++behind;
+    ranks += (ranks.empty() ? "rank " : ", rank ") + std::to_string(r) + " has " + std::to_string(ready[r]) +
+             (ready[r] == 1 ? " ready batch" : " ready batches");
+  }
+  if (ranks.empty()) return "";
+  return ranks + (behind == 1 ? " that its trainer has not taken" : " that their trainers have not taken") +
+         "; ranks mode gives batch k of an epoch to rank k mod " + n +
+         " and stops producing at its prefetch depth, so every rank waits for a trainer that is stopped, stuck or "
+         "far slower than its peers (docs/operations.md, Status and troubleshooting; " + status + ")";
+}
+
 uint32_t Client::slots_held() const {
   const detail::Attachment& a = *attachment_;
   uint32_t held = 0;

@@ -118,6 +118,15 @@ class Client {
   // rank whose trainer is attached but does not take its batches (stopped, stuck, far slower)
   // stalls the job the same way. For messages.
   std::vector<uint64_t> ready_per_rank() const;
+  // consumers.mode ranks: why a Next may have timed out, from ranks_without_consumer() and
+  // ready_per_rank() now: "rank 2 of 3 has no consumer attached; ..." (the ranks nobody
+  // attached as), else, when this client's rank has nothing ready, "rank 1 has 4 ready batches
+  // that its trainer has not taken; ..." (the attached ranks that hold it up), each with what
+  // to do and where to read more. Without a leading ": " or the job's name: a caller says what
+  // timed out and for how long, then adds this. "" when neither applies (shared mode, every
+  // rank attached and none behind): the ranks explain nothing, look elsewhere (slots held,
+  // slow data). Thread-safe like its neighbours (reads the segment's words only).
+  std::string timeout_reason() const;
 
  private:
   explicit Client(std::shared_ptr<detail::Attachment> attachment);

@@ -1,14 +1,18 @@
 #include "client/control_connection.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "client/client_error.h"
+#include "shm/names.h"
 #include "shm/protocol.h"
 
 namespace ringfeed::detail {
@@ -45,7 +49,21 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
                  "runtime_dir= in Python) to it";
       throw DaemonNotRunningError(message);
     } else if (err == EACCES) {
-      message += "; run this process as the daemon's user or as a member of the job's permissions.group (id -Gn)";
+      // Denied on the way to the socket (the runtime directory's mode), not by the socket's
+      // own mode: another user or group would not help when this one owns the directory.
+      const std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
+      if (!dir.empty() && ::faccessat(AT_FDCWD, dir.c_str(), X_OK, AT_EACCESS) != 0 && errno == EACCES) {
+        const std::string permissions = shm::RuntimeDirPermissions(dir);
+        message += "; this process cannot enter the runtime directory " + dir +
+                   (permissions.empty() ? "" : " (" + permissions + ")");
+      } else if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && st.st_uid == ::geteuid()) {
+        char mode[8];
+        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+        message += std::string("; the socket is this user's but its mode is ") + mode +
+                   " (ringfeedd makes it 0600, 0660 with permissions.group): something changed it; restart the job";
+      } else {
+        message += "; run this process as the daemon's user or as a member of the job's permissions.group (id -Gn)";
+      }
     }
     throw ClientError(message);
   }

@@ -145,19 +145,40 @@ std::vector<int> ConsumerRegistry::RanksWithoutConsumer() const {
   return missing;
 }
 
-void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
-  if (ranks_ == 0) return;
-  const auto now = std::chrono::steady_clock::now();
-  std::lock_guard lock(mutex_);
+std::vector<const ConsumerRegistry::Entry*> ConsumerRegistry::ConsumerOfRankLocked() const {
   std::vector<const Entry*> consumer_of(ranks_, nullptr);
   for (const Entry& e : entries_) {
     if (e.attached && e.rank >= 0 && static_cast<uint32_t>(e.rank) < ranks_) {
       consumer_of[static_cast<size_t>(e.rank)] = &e;
     }
   }
+  return consumer_of;
+}
+
+// An attached rank that leaves its ready batches untaken while another attached rank has none
+// ready (its trainer waits) holds up every rank: ranks mode stops producing at the prefetch
+// depth. Ranks that all have batches ready are slow together (long steps, an evaluation), not
+// held up by one of them. Once production ended nobody is held up: a rank with nothing ready
+// gets the end of the data (or the daemon's failure) instead of waiting, whatever the others
+// have left untaken.
+std::vector<bool> ConsumerRegistry::HoldsUpLocked(const std::vector<const Entry*>& consumer_of,
+                                                  const std::vector<uint32_t>& ready_per_rank) const {
+  std::vector<bool> holds_up(ranks_, false);
+  if (production_ended_.load(std::memory_order_acquire)) return holds_up;
   const auto ready = [&](uint32_t r) { return r < ready_per_rank.size() ? ready_per_rank[r] : 0u; };
   bool some_rank_starves = false;  // an attached rank with nothing ready
   for (uint32_t r = 0; r < ranks_; ++r) some_rank_starves |= consumer_of[r] != nullptr && ready(r) == 0;
+  for (uint32_t r = 0; r < ranks_; ++r) holds_up[r] = some_rank_starves && consumer_of[r] != nullptr && ready(r) > 0;
+  return holds_up;
+}
+
+void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
+  if (ranks_ == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard lock(mutex_);
+  const std::vector<const Entry*> consumer_of = ConsumerOfRankLocked();
+  const std::vector<bool> holds_up = HoldsUpLocked(consumer_of, ready_per_rank);
+  const auto ready = [&](uint32_t r) { return r < ready_per_rank.size() ? ready_per_rank[r] : 0u; };
   for (uint32_t r = 0; r < ranks_; ++r) {
     RankProgress& p = rank_progress_[r];
     // `taken` is written by consumers: only compared with its last value here, never trusted.
@@ -173,8 +194,7 @@ void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
       p.since = consumer->since;  // a trainer attached as the rank since: count from its attach
     }
     p.seconds_since = std::chrono::duration<double>(now - p.since).count();
-    if (!p.warned && consumer != nullptr && ready(r) > 0 && some_rank_starves && now - p.since >= kRankStallWarning &&
-        !production_ended_.load(std::memory_order_acquire)) {
+    if (!p.warned && holds_up[r] && now - p.since >= kRankStallWarning) {
       p.warned = true;
       spdlog::warn("rank {} (consumer {}, pid {}) has not taken any of its {} ready batches for {:.0f} s while other "
                    "ranks wait: ranks mode gives batch k of an epoch to rank k mod {} and stops producing at the "
@@ -186,10 +206,11 @@ void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
   }
 }
 
-std::vector<double> ConsumerRegistry::SecondsSinceTake() const {
+std::vector<ConsumerRegistry::RankState> ConsumerRegistry::RankStates(const std::vector<uint32_t>& ready_per_rank) const {
   std::lock_guard lock(mutex_);
-  std::vector<double> out;
-  for (const RankProgress& p : rank_progress_) out.push_back(p.seconds_since);
+  const std::vector<bool> holds_up = HoldsUpLocked(ConsumerOfRankLocked(), ready_per_rank);
+  std::vector<RankState> out;
+  for (uint32_t r = 0; r < ranks_; ++r) out.push_back({rank_progress_[r].seconds_since, holds_up[r]});
   return out;
 }
 

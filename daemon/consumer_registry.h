@@ -66,10 +66,17 @@ class ConsumerRegistry {
   // trainer waits: ranks mode stops producing at the prefetch depth, so one stopped, stuck or
   // much slower trainer holds up all of them). Shared mode: does nothing.
   void WatchRanks(const std::vector<uint32_t>& ready_per_rank);
-  // Ranks mode: per rank, seconds since its queue last advanced (since the daemon started, or
-  // the rank's consumer attached, when it never did), as of the last WatchRanks; empty in
-  // shared mode.
-  std::vector<double> SecondsSinceTake() const;
+  // Ranks mode, per rank, for `status`'s `ranks` (empty in shared mode):
+  //   seconds_since_take: since its queue last advanced (since the daemon started, or the
+  //     rank's consumer attached, when it never did), as of the last WatchRanks;
+  //   holds_up: with `ready_per_rank` (now), whether this rank holds every rank up: attached,
+  //     batches ready, another attached rank with none ready, production not ended. The same
+  //     decision as WatchRanks's warning; `ringfeedctl status` prints its line from it.
+  struct RankState {
+    double seconds_since_take = 0;
+    bool holds_up = false;
+  };
+  std::vector<RankState> RankStates(const std::vector<uint32_t>& ready_per_rank) const;
   static constexpr std::chrono::seconds kRankStallWarning{10};
   // Production ended (ringfeedd's Pipeline end): no more "rank R has no consumer" warnings; and
   // when it ended with the end of the data (every epoch produced), consumers that go away from
@@ -98,6 +105,11 @@ class ConsumerRegistry {
   };
   uint32_t DetachLocked(uint32_t id, pid_t pid);
   uint32_t AttachedLocked() const;  // consumers attached now
+  // Ranks mode: per rank, its attached consumer or nullptr.
+  std::vector<const Entry*> ConsumerOfRankLocked() const;
+  // Ranks mode: per rank, whether it holds every rank up (RankState::holds_up).
+  std::vector<bool> HoldsUpLocked(const std::vector<const Entry*>& consumer_of,
+                                  const std::vector<uint32_t>& ready_per_rank) const;
 
   const shm::Ring ring_;
   uint32_t ranks_;

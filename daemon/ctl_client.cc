@@ -167,6 +167,12 @@ class ReplyFields {
     }
     return v->get<uint64_t>();
   }
+  bool Bool(const char* key, bool fallback = false) const {
+    const nlohmann::json* v = Find(key);
+    if (!v) return fallback;
+    if (!v->is_boolean()) throw BadReplyField{Path(key), "true or false"};
+    return v->get<bool>();
+  }
   std::string String(const char* key, const std::string& fallback = "") const {
     const nlohmann::json* v = Find(key);
     if (!v) return fallback;
@@ -274,6 +280,22 @@ bool Accepts(const std::string& path) {
   return ok;
 }
 
+// A runtime directory that exists but cannot be read (its mode, or a parent's): an error that
+// says so, never "no jobs".
+std::runtime_error UnreadableRuntimeDir(const std::string& dir, const std::error_code& ec) {
+  const std::string permissions = shm::RuntimeDirPermissions(dir);
+  return std::runtime_error("cannot read the runtime directory " + dir + ": " + ec.message() +
+                            (permissions.empty() ? "" : " (" + permissions + ")"));
+}
+
+// Why `dir` cannot be listed; none when it can, or when it does not exist (no jobs run there).
+std::error_code ListingError(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec == std::errc::no_such_file_or_directory) ec.clear();
+  return ec;
+}
+
 // The sockets in the runtime directory, then those in its subdirectories.
 std::vector<JobSocket> JobSockets(const std::string& runtime_dir) {
   std::vector<JobSocket> jobs = SocketsIn(runtime_dir);
@@ -320,13 +342,17 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
   const std::string path = shm::SocketPath(JobRuntimeDir(runtime_dir, job), job);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
+    // Not "not running": the socket may be there, behind a directory this user cannot enter.
+    if (ec) throw UnreadableRuntimeDir(std::filesystem::path(path).parent_path().string(), ec);
     std::string jobs;
     for (const JobSocket& j : JobSockets(runtime_dir)) {
       jobs += (jobs.empty() ? "" : ", ") + j.job + (j.runtime_dir == runtime_dir ? "" : " (in " + j.runtime_dir + ")");
     }
+    const std::error_code unlisted = ListingError(runtime_dir);
     throw std::runtime_error("job '" + job + "' is not running in " + runtime_dir + " (no " + path + "); " +
-                             (jobs.empty() ? std::string("no jobs run there")
-                                           : "jobs there: " + jobs) +
+                             (unlisted     ? "the jobs there cannot be listed (" + unlisted.message() + ")"
+                              : jobs.empty() ? std::string("no jobs run there")
+                                             : "jobs there: " + jobs) +
                              ". Use --runtime-dir or RINGFEED_RUNTIME_DIR to look elsewhere");
   }
   detail::ControlConnection connection;
@@ -372,6 +398,7 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
 }
 
 int ListJobs(const std::string& runtime_dir, std::ostream& out) {
+  if (const std::error_code ec = ListingError(runtime_dir)) throw UnreadableRuntimeDir(runtime_dir, ec);
   const std::vector<JobSocket> jobs = JobSockets(runtime_dir);
   if (jobs.empty()) {
     out << "no ringfeed jobs in " << runtime_dir
@@ -582,20 +609,15 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                                : ": its batches wait in the ring; once they take up the prefetch depth (workers + "
                                  "prefetch), production waits for a consumer of that rank\n");
   }
-  // Ranks mode: an attached rank that leaves its ready batches untaken while another attached
-  // rank has none ready (its trainer waits) holds up every rank. Ranks that all have batches
-  // ready are slow together (long steps, an evaluation), not held up by one of them.
-  const std::vector<ReplyFields> rank_queues = s.Objects("ranks");
-  const auto attached = [&](int64_t rank) { return std::find(missing.begin(), missing.end(), rank) == missing.end(); };
-  bool some_rank_starves = false;
-  for (const ReplyFields& r : rank_queues) some_rank_starves |= attached(r.Integer("rank")) && r.Count("ready") == 0;
-  for (const ReplyFields& r : rank_queues) {
+  // Ranks mode: the daemon says which rank holds every rank up (`holds_up`: attached, batches
+  // ready while another attached rank has none, production not ended); named once it has
+  // taken nothing for 5 s (the log warns after 10 s). Once production ended no rank holds
+  // others up: a rank with nothing ready gets the end of the data instead of waiting, so a
+  // rank that leaves its last batches untaken then gets no line here.
+  for (const ReplyFields& r : s.Objects("ranks")) {
     const int64_t rank = r.Integer("rank");
     const double since = r.Number("seconds_since_take");
-    if ((state != "running" && state != "end_of_data") || !some_rank_starves || r.Count("ready") == 0 || since < 5 ||
-        !attached(rank)) {
-      continue;
-    }
+    if (!r.Bool("holds_up") || since < 5) continue;
     std::string trainer;
     for (const ReplyFields& c : consumers) {
       if (c.Has("rank") && c.Integer("rank") == rank) {
@@ -668,34 +690,11 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
       break;
     }
     if (status == Client::Status::kTimeout) {
-      // In ranks mode a rank nobody attached as stalls every rank: its batches are never taken,
-      // so production stops at the prefetch depth. Named as example_trainer and the Python
-      // binding name them.
-      const std::vector<uint32_t> missing = client->ranks_without_consumer();
-      std::string why = " (is the ring held by other consumers, or the data slow?)";
-      if (!missing.empty()) {
-        std::string ranks;
-        for (uint32_t r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-        const std::string n = std::to_string(client->schema().queue_count);
-        why = std::string(": ") + (missing.size() == 1 ? "rank " : "ranks ") + ranks + " of " + n +
-              (missing.size() == 1 ? " has" : " have") +
-              " no consumer attached; in ranks mode every rank must take its batches: batch k of an epoch goes to "
-              "rank k mod " + n + ", so the daemon stops producing at its prefetch depth while a rank does not take "
-              "its batches. Start every rank (docs/config.md, consumers)";
-      } else if (!client->ready_per_rank().empty()) {
-        // ... or an attached rank whose trainer does not take its batches (stopped, stuck).
-        const std::vector<uint64_t> ready = client->ready_per_rank();
-        std::string ranks;
-        for (uint32_t r = 0; r < ready.size(); ++r) {
-          if (ready[r] > 0 && static_cast<int>(r) != client->rank()) {
-            ranks += (ranks.empty() ? "rank " : ", rank ") + std::to_string(r) + " has " + std::to_string(ready[r]);
-          }
-        }
-        if (!ranks.empty()) {
-          why = ": " + ranks + " ready batches that its trainer has not taken; the daemon stops producing at its "
-                "prefetch depth while a rank does not take its batches (is that trainer stopped or stuck?)";
-        }
-      }
+      // In ranks mode a rank nobody attached as, or one whose trainer does not take its
+      // batches, stalls every rank: the client library names it.
+      const std::string reason = client->timeout_reason();
+      const std::string why =
+          reason.empty() ? " (is the ring held by other consumers, or the data slow?)" : ": " + reason;
       throw std::runtime_error("job '" + options.job + "': no batch within " + Seconds(options.timeout_seconds) + why);
     }
     nlohmann::ordered_json line;

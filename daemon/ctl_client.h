@@ -27,14 +27,16 @@ std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job
 
 // Sends one control request ({"type":"status"}, ...) to the job's daemon (its socket found by
 // JobRuntimeDir) and returns the reply, a JSON object. Throws std::runtime_error when the job is
-// not running, the daemon does not answer or refuses, its welcome names another job, or a
+// not running, the runtime directory cannot be entered, the daemon does not answer or refuses, its welcome names another job, or a
 // message is not a JSON object ("ringfeedd at SOCKET sent a reply ringfeedctl cannot read").
 nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request);
 
 // `ringfeedctl list`: one line per job socket in the runtime directory and in its immediate
 // subdirectories (those name their directory); a job whose daemon does not answer is
 // "unreachable", one that answers with what ringfeedctl cannot read "bad reply", each with the
-// reason. Returns the number of running jobs.
+// reason. Returns the number of running jobs. Throws std::runtime_error when the runtime
+// directory exists but cannot be read ("cannot read the runtime directory DIR: Permission
+// denied (owned by uid U, mode M; ...)"); one that does not exist lists no jobs.
 int ListJobs(const std::string& runtime_dir, std::ostream& out);
 
 // `ringfeedctl status`: asks the job's daemon for its status (as QueryDaemon) and prints it as a

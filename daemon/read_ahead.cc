@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "daemon/budget.h"
 #include "daemon/thread_clock.h"
 #include "daemon/thread_name.h"
@@ -297,6 +299,20 @@ FileStream::CloseCall::~CloseCall() {
   if (owner != nullptr) owner->EndIo(id);
 }
 
+void ReadAhead::NoteUnqueued(const std::string& path, const std::string& why, size_t reads) {
+  const uint64_t files = unqueued_files_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // Once per minute, as Pipeline::NoteSkipped limits its lines: io_uring that fails for one file
+  // (out of descriptors or locked memory) tends to fail for the next ones too.
+  const int64_t now = MonotonicNs();
+  int64_t next = unqueued_warning_next_ns_.load(std::memory_order_relaxed);
+  if (now < next || !unqueued_warning_next_ns_.compare_exchange_strong(next, now + kUnqueuedWarningEveryNs)) return;
+  spdlog::warn("{}: its io_uring queue could not be set up ({}), so it is read one read at a time instead of {} in "
+               "flight (slow on storage with a round trip per read); the open-file limit (LimitNOFILE) or locked "
+               "memory (LimitMEMLOCK, before Linux 5.12) may be used up [{} file(s) so far; at most one such "
+               "line a minute]",
+               path, why, reads, files);
+}
+
 std::shared_ptr<FileStream> ReadAhead::PickLocked(size_t* index) {
   for (size_t i = 0; i < streams_.size(); ++i) {
     const auto& s = streams_[i];
@@ -403,6 +419,13 @@ void ReadAhead::Run(size_t id) {
       finished = true;
     }
 
+    // The reader sets its queue up in its first read and in SetReadsInFlight (above).
+    if (stream->reader_.queued_reads_unavailable().empty()) {
+      stream->unqueued_noted_ = false;
+    } else if (!stream->unqueued_noted_) {
+      stream->unqueued_noted_ = true;
+      NoteUnqueued(stream->path_, stream->reader_.queued_reads_unavailable(), reads_per_file);
+    }
     if (finished) stream->chunk_.Retire();  // no more records: only they keep it alive now
     cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
     busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wall_start), std::memory_order_relaxed);

@@ -200,6 +200,9 @@ class FileStream {
   std::string path_;
   TFRecordReader reader_;  // used by one I/O thread at a time (`busy_`)
   size_t reads_per_file_;  // what reader_ was last set to; as reader_
+  // reader_.queued_reads_unavailable() was counted (and maybe logged) since it was last empty;
+  // as reader_.
+  bool unqueued_noted_ = false;
   ChunkCursor chunk_;      // as reader_
   std::vector<StreamItem> spare_;  // the next turn's item vector (capacity kept); as reader_
   // The consumer's side: items taken from items_ in one go (one lock per turn, not per
@@ -303,6 +306,11 @@ class ReadAhead {
   uint64_t busy_ns() const { return busy_ns_.load(std::memory_order_relaxed); }
   uint64_t cpu_ns() const { return cpu_ns_.load(std::memory_order_relaxed); }
   uint64_t consumer_wait_ns() const { return consumer_wait_ns_.load(std::memory_order_relaxed); }
+  // Files that were to be read with several reads in flight but went one read at a time, their
+  // io_uring queue not set up (TFRecordReader::queued_reads_unavailable): counted once per
+  // file, each logged as a warning unless another was within kUnqueuedWarningEveryNs.
+  uint64_t unqueued_files() const { return unqueued_files_.load(std::memory_order_relaxed); }
+  static constexpr int64_t kUnqueuedWarningEveryNs = 60'000'000'000;
 
  private:
   friend class FileStream;
@@ -342,6 +350,10 @@ class ReadAhead {
   uint64_t records_read_ = 0;
   uint64_t bytes_read_ = 0;
   std::atomic<uint64_t> busy_ns_{0}, cpu_ns_{0}, consumer_wait_ns_{0};
+  // A file its queue failed for: counts it, and warns at most once per kUnqueuedWarningEveryNs.
+  void NoteUnqueued(const std::string& path, const std::string& why, size_t reads);
+  std::atomic<uint64_t> unqueued_files_{0};
+  std::atomic<int64_t> unqueued_warning_next_ns_{0};
 };
 
 }  // namespace ringfeed

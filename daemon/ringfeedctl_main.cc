@@ -323,11 +323,17 @@ Command AddListCommand(CLI::App& parent) {
       "subdirectory ends with \"(in DIR)\"; a socket whose daemon is gone or does not answer shows as\n"
       "unreachable, one whose daemon answers with what ringfeedctl cannot read as bad reply, each\n"
       "with the reason.\n"
-      "Exit status 0.");
+      "Exit status 0: listed (none when the runtime directory does not exist), 1: the runtime directory\n"
+      "cannot be read (its permissions; nothing is listed then).");
   AddRuntimeDirOption(cmd, dir.get());
   auto run = [dir]() {
-    ringfeed::ListJobs(RuntimeDirOr(*dir), std::cout);
-    return ringfeed::kExitOk;
+    try {
+      ringfeed::ListJobs(RuntimeDirOr(*dir), std::cout);
+      return ringfeed::kExitOk;
+    } catch (const std::exception& e) {
+      std::cerr << "ringfeedctl list: " << e.what() << "\n";
+      return ringfeed::kExitDataProblems;
+    }
   };
   return {cmd, run};
 }

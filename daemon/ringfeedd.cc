@@ -233,13 +233,16 @@ std::string_view EndName(PipelineEnd end) {
 // {"type":"files","first":F} (F default 0): the job's sorted file list from index F, as many
 // paths as fit in one reply under shm::kMaxMessageBytes (at least one: a path is < 4 KiB), and
 // the total: {"type":"files","total":N,"first":F,"files":[...]}. The client pages through it.
-// Ranks mode's per-rank part of `status`: ready batches and seconds since the rank last took one.
-nlohmann::json RanksJson(const std::vector<uint32_t>& ready, const std::vector<double>& seconds_since_take) {
+// Ranks mode's per-rank part of `status`: ready batches, seconds since the rank last took one,
+// and whether it holds every rank up (ConsumerRegistry::RankStates).
+nlohmann::json RanksJson(const std::vector<uint32_t>& ready, const std::vector<ConsumerRegistry::RankState>& states) {
   nlohmann::json out = nlohmann::json::array();
   for (size_t r = 0; r < ready.size(); ++r) {
+    const ConsumerRegistry::RankState state = r < states.size() ? states[r] : ConsumerRegistry::RankState{};
     out.push_back({{"rank", r},
                    {"ready", ready[r]},
-                   {"seconds_since_take", r < seconds_since_take.size() ? seconds_since_take[r] : 0.0}});
+                   {"seconds_since_take", state.seconds_since_take},
+                   {"holds_up", state.holds_up}});
   }
   return out;
 }
@@ -574,7 +577,7 @@ int RunDaemon(const DaemonOptions& options) {
             {"held", s.slots_held}}},
           {"consumers", consumers_json},
           {"ranks_without_consumer", ranks ? nlohmann::json(consumers.RanksWithoutConsumer()) : nlohmann::json(nullptr)},
-          {"ranks", ranks ? RanksJson(s.ready_per_queue, consumers.SecondsSinceTake()) : nlohmann::json(nullptr)},
+          {"ranks", ranks ? RanksJson(s.ready_per_queue, consumers.RankStates(s.ready_per_queue)) : nlohmann::json(nullptr)},
           {"batches_reclaimed", consumers.batches_reclaimed()},
           {"ring_repairs", s.ring_repairs},
           {"pipeline",

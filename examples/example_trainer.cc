@@ -93,20 +93,10 @@ int main(int argc, char** argv) {
                      "%llu\n",
                      timeout_seconds, static_cast<unsigned long long>(total_examples),
                      static_cast<unsigned long long>(epoch_batches), static_cast<unsigned long long>(epoch));
-        // In ranks mode a rank nobody attached as stalls every rank (its batches are never taken).
-        const std::vector<uint32_t> missing = client->ranks_without_consumer();
-        for (uint32_t rank : missing) {
-          std::fprintf(stderr, "example_trainer: rank %u of %u has no consumer attached: start it\n", rank,
-                       client->schema().queue_count);
-        }
-        // ... and an attached rank that does not take its batches (stopped, stuck, slower) too.
-        const std::vector<uint64_t> ready = client->ready_per_rank();
-        for (uint32_t rank = 0; missing.empty() && rank < ready.size(); ++rank) {
-          if (ready[rank] > 0 && static_cast<int>(rank) != client->rank()) {
-            std::fprintf(stderr, "example_trainer: rank %u has %llu ready batches its trainer has not taken: is it "
-                         "stopped or stuck?\n", rank, static_cast<unsigned long long>(ready[rank]));
-          }
-        }
+        // In ranks mode a rank nobody attached as, or one whose trainer does not take its
+        // batches, stalls every rank.
+        const std::string reason = client->timeout_reason();
+        if (!reason.empty()) std::fprintf(stderr, "example_trainer: %s\n", reason.c_str());
         return 1;
       }
       if (batch.epoch() != epoch) {

@@ -94,9 +94,10 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
     retired_queue_ = std::move(queue_);
   }
   queue_.reset();
+  queued_reads_unavailable_.clear();
   if (reads > 1) {
     queue_ = ReadQueue::Create(fd_, plain_file_offset_, plain_file_size_, options_.read_block_bytes, reads + 1,
-                               nullptr);
+                               &queued_reads_unavailable_);
   }
   if (!queue_) ::lseek(fd_, static_cast<off_t>(plain_file_offset_), SEEK_SET);
   // The window is sized for how the file is read now: read() fills all of it, while with a
@@ -209,8 +210,9 @@ bool TFRecordReader::Open(ReadError* error) {
   // first anyway.
   bool have_head = false;
   if (queued && (compression_ == Compression::kAuto || compression_ == Compression::kNone)) {
-    // Without io_uring (nullptr) the file is read with read() as usual.
-    queue_ = ReadQueue::Create(fd_, 0, regular_size, options_.read_block_bytes, options_.reads_in_flight + 1, nullptr);
+    // Without io_uring (nullptr) the file is read with read() as usual; the caller is told why.
+    queue_ = ReadQueue::Create(fd_, 0, regular_size, options_.read_block_bytes, options_.reads_in_flight + 1,
+                               &queued_reads_unavailable_);
   }
   if (compression_ == Compression::kAuto && queue_) {
     const uint8_t* data = nullptr;
@@ -238,6 +240,7 @@ bool TFRecordReader::Open(ReadError* error) {
   }
   if (compression_ != Compression::kNone) {
     queue_.reset();  // `auto` found a compressed file: the inflater reads it from the start
+    queued_reads_unavailable_.clear();
     inflate_ = std::make_unique<InflateStream>(fd_, compression_, options_.inflate, options_.buffer_bytes);
   } else {
     plain_file_size_ = regular_size;

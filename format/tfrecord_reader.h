@@ -173,6 +173,12 @@ class TFRecordReader {
   // by the new one, so change it seldom. Records and offsets are the same whatever the setting,
   // and the record the last Next() returned stays valid until the next call, as always.
   void SetReadsInFlight(size_t reads);
+  // Why this plain file is read with read(), one read at a time, although reads_in_flight > 1:
+  // the ReadQueue for it could not be set up ("io_uring_queue_init: Too many open files", or
+  // "... Cannot allocate memory": io_uring works in this process, but not for one more queue
+  // now). "" when it is read as asked (or is compressed: no queue is meant for it). Set by the
+  // first Next() and by SetReadsInFlight; the reader has no logger, its caller says it.
+  const std::string& queued_reads_unavailable() const { return queued_reads_unavailable_; }
 
  private:
   Status Read(RecordAllocator* allocator, Record* record, ReadError* error);
@@ -218,6 +224,7 @@ class TFRecordReader {
   // A queue SetReadsInFlight replaced while the window showed one of its blocks: the record
   // Next() returned last may lie in that block, so it goes at the next call, not before.
   std::unique_ptr<class ReadQueue> retired_queue_;
+  std::string queued_reads_unavailable_;  // see queued_reads_unavailable()
   // The same for a window SetReadsInFlight resized.
   std::unique_ptr<uint8_t[]> retired_buf_;
   // Window: bytes [begin_, end_) of window() are read but unconsumed. window() is buf_, or a

@@ -68,4 +68,19 @@ std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
   return name;
 }
 
+std::string RuntimeDirPermissions(std::string_view runtime_dir) {
+  const std::string dir(runtime_dir);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return "";
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  const bool mine = st.st_uid == ::geteuid();
+  // ringfeedd makes it with create_directories (0777 less the umask) and changes nothing after;
+  // permissions.group applies to the socket and the segment, not to the directory.
+  return "owned by uid " + std::to_string(st.st_uid) + (mine ? " (this user)" : "") + ", mode " + mode +
+         "; ringfeedd creates it with mode 0777 less its umask (0755 with the usual umask 022), "
+         "ringfeed@.service with RuntimeDirectoryMode=0755; " +
+         (mine ? "give it back: chmod 0755 " + dir : "ask its owner to let this user in (chmod 0755 " + dir + ")");
+}
+
 }  // namespace ringfeed::shm

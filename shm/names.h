@@ -16,6 +16,10 @@
 //                       every restart, and a restarted daemon must find (and replace) the segment
 //                       a crashed one left. Only ringfeedd computes it (clients get the name from
 //                       its hello); the directory should exist by then.
+//   RuntimeDirPermissions(d)
+//                       for a message about a runtime directory this process may not read or
+//                       enter: "owned by uid U, mode 0000; ringfeedd creates it ...; <the fix>";
+//                       "" when d cannot be stat'ed (a parent directory denies that too).
 //
 // FNV-1a: http://www.isthe.com/chongo/tech/comp/fnv/ (64-bit offset basis 0xcbf29ce484222325,
 // prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).
@@ -30,6 +34,7 @@ namespace ringfeed::shm {
 std::string RuntimeDir();
 std::string SocketPath(std::string_view runtime_dir, std::string_view job);
 std::string SegmentName(std::string_view runtime_dir, std::string_view job);
+std::string RuntimeDirPermissions(std::string_view runtime_dir);
 
 uint64_t Fnv1a64(std::string_view bytes);
 

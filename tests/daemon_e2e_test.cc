@@ -166,6 +166,11 @@ TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {
   RINGFEED_REQUIRE_STARTED(daemon);
   auto rank1 = Client::Attach(daemon.client_options(1));
   CHECK(rank1->ranks_without_consumer() == std::vector<uint32_t>{0, 2});
+  CHECK_THAT(rank1->timeout_reason(),
+             Catch::StartsWith("ranks 0, 2 of 3 have no consumer attached; ranks mode gives batch k of an epoch to "
+                               "rank k mod 3, so the daemon stops producing at its prefetch depth while a rank does "
+                               "not take its batches: start every rank (docs/config.md, consumers; ringfeedctl status "
+                               "missing-ranks)"));
   {
     auto rank0 = Client::Attach(daemon.client_options(0));
     CHECK(rank1->ranks_without_consumer() == std::vector<uint32_t>{2});
@@ -179,6 +184,7 @@ TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {
   DaemonProcess shared(dir.path(), "shared-ranks", IdJobConfig("shared-ranks", dir.file("data.tfrecord")));
   RINGFEED_REQUIRE_STARTED(shared);
   CHECK(Client::Attach(shared.client_options())->ranks_without_consumer().empty());
+  CHECK(Client::Attach(shared.client_options())->timeout_reason().empty());
   CHECK(shared.Stop().ToString() == "exit 0");
 }
 
@@ -203,6 +209,12 @@ TEST_CASE("ranks mode: a rank that does not take its batches is named by the cli
   CHECK(ready[0] == 0);
   CHECK(ready[1] >= 2);
   CHECK(rank0->ranks_without_consumer().empty());
+  CHECK(rank0->timeout_reason() ==
+        "rank 1 has " + std::to_string(ready[1]) + " ready batches that its trainer has not taken; ranks mode gives "
+        "batch k of an epoch to rank k mod 2 and stops producing at its prefetch depth, so every rank waits for a "
+        "trainer that is stopped, stuck or far slower than its peers (docs/operations.md, Status and "
+        "troubleshooting; ringfeedctl status stalled-rank)");
+  CHECK(rank1->timeout_reason().empty());  // its own batches are ready: nothing holds it up
   // The daemon's status: rank 1 holds ready batches and has not taken one for a while.
   REQUIRE(WaitUntil([&] {
     const nlohmann::json s = daemon.Status();
@@ -211,6 +223,9 @@ TEST_CASE("ranks mode: a rank that does not take its batches is named by the cli
   const nlohmann::json s = daemon.Status();
   CHECK(s["ranks"][0]["ready"] == 0);
   CHECK(s["ranks"][0]["rank"] == 0);
+  // The daemon decides who holds the others up: rank 1 (its batches wait, rank 0 has none).
+  CHECK(s["ranks"][0]["holds_up"] == false);
+  CHECK(s["ranks"][1]["holds_up"] == true);
   // The table names the rank and its trainer once it has held them up for 5 s.
   const std::string pid = std::to_string(::getpid());
   std::string table;
@@ -245,12 +260,48 @@ TEST_CASE("ranks mode: a rank that does not take its batches is named by the cli
              st["ranks"][0]["seconds_since_take"].get<double>() >= 5.5 &&
              st["ranks"][1]["seconds_since_take"].get<double>() >= 5.5;
     }, std::chrono::seconds(15)));
+    const nlohmann::json st = slow.Status();
+    CHECK(st["ranks"][0]["holds_up"] == false);
+    CHECK(st["ranks"][1]["holds_up"] == false);
     const std::string slow_table =
         RunCommand({CtlBinary(), "status", "slow-ranks", "--runtime-dir", slow.runtime_dir()}).out;
     INFO(slow_table);
     CHECK(slow_table.find("has not taken any of its") == std::string::npos);
   }
   CHECK(slow.Stop().ToString() == "exit 0");
+
+  // After the end of the data nobody waits for a rank that leaves its last batches untaken:
+  // the other rank gets the end of the data, so holds_up is false and the table says nothing.
+  TempDir small;
+  WriteIdFile(small.file("data.tfrecord"), 0, 8);  // 4 batches of 2: 2 per rank, within the prefetch depth
+  DaemonProcess ended(small.path(), "ended-ranks",
+                      IdJobConfig("ended-ranks", small.file("data.tfrecord"),
+                                  "consumers: {mode: ranks, count: 2}\nepochs: 1\nbatch: {size: 2}\n"
+                                  "pipeline: {workers: 1, prefetch: 4}\n"));
+  RINGFEED_REQUIRE_STARTED(ended);
+  {
+    auto ended0 = Client::Attach(ended.client_options(0));
+    auto ended1 = Client::Attach(ended.client_options(1));  // attached, never takes a batch
+    uint64_t taken0 = 0;
+    Client::Status status;
+    while ((status = ended0->Next(std::chrono::seconds(5), &batch)) == Client::Status::kBatch) ++taken0;
+    batch.Release();
+    CHECK(status == Client::Status::kEndOfData);
+    CHECK(taken0 == 2);
+    REQUIRE(WaitUntil([&] {
+      const nlohmann::json st = ended.Status();
+      return st["state"] == "end_of_data" && st["ranks"][1]["ready"].get<uint64_t>() == 2 &&
+             st["ranks"][1]["seconds_since_take"].get<double>() >= 5.5;
+    }, std::chrono::seconds(15)));
+    const nlohmann::json st = ended.Status();
+    CHECK(st["ranks"][0]["holds_up"] == false);
+    CHECK(st["ranks"][1]["holds_up"] == false);
+    const std::string ended_table =
+        RunCommand({CtlBinary(), "status", "ended-ranks", "--runtime-dir", ended.runtime_dir()}).out;
+    INFO(ended_table);
+    CHECK(ended_table.find("has not taken any of its") == std::string::npos);
+  }
+  CHECK(ended.Stop().ToString() == "exit 0");
 
   DaemonProcess shared(dir.path(), "shared-ready", IdJobConfig("shared-ready", dir.file("data.tfrecord")));
   RINGFEED_REQUIRE_STARTED(shared);

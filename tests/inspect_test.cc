@@ -520,7 +520,7 @@ TEST_CASE("BytesJson: text where the bytes are valid UTF-8 (RFC 3629), base64 wh
   const auto base64 = [](const std::string& s) {
     return nlohmann::ordered_json{{"base64", Base64Encode({reinterpret_cast<const uint8_t*>(s.data()), s.size()})}};
   };
-  for (const std::string bad : {std::string("\x00\xff\xfe", 3), std::string("\xc0\xaf"),  // overlong '/'
+  for (const std::string& bad : {std::string("\x00\xff\xfe", 3), std::string("\xc0\xaf"),  // overlong '/'
                                 std::string("\xe0\x80\xaf"), std::string("\xed\xa0\x80"),   // overlong, surrogate
                                 std::string("\xf4\x90\x80\x80"), std::string("\xf5\x80\x80"),  // > U+10FFFF, F5 lead
                                 std::string("\xff"), std::string("\xc3"), std::string("ab\x80")}) {  // cut, stray

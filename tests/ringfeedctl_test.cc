@@ -2,7 +2,9 @@
 //   * against a fake ringfeedd (a forked child answering on a Unix socket in a temporary runtime
 //     directory) that sends well-formed JSON of other types, or a welcome naming another job:
 //     one clear error naming the field (or the job), no nlohmann text, no half-printed table;
-//   * dump's timeout in consumers.mode ranks names the ranks without a consumer (a real daemon);
+//   * dump's timeout in consumers.mode ranks names the ranks without a consumer, or those whose
+//     batches wait untaken (a real daemon);
+//   * status names the rank that holds the others up from the daemon's `holds_up`;
 //   * the --help texts say what the code does (docs/ringfeedctl.md, Exit status).
 // The happy paths against a real daemon are in tests/daemon_e2e_test.cc.
 #include <sys/socket.h>
@@ -138,6 +140,8 @@ TEST_CASE("status and list: a reply of other JSON types is one clear error namin
        "autotune.fixed[0]: expected a string", ""},
       {R"({"type":"status","job":"fake","state":"running","ranks_without_consumer":["1"]})",
        "ranks_without_consumer[0]: expected an integer", ""},
+      {R"({"type":"status","job":"fake","state":"running","ranks":[{"rank":1,"ready":2,"holds_up":1}]})",
+       "ranks[0].holds_up: expected true or false", ""},
       {R"({"type":5})", "type: expected a string", "type: expected a string"},
       {R"(["status"])", R"(not a JSON object: "[\"status\"]")", R"(not a JSON object: "[\"status\"]")"},
       {"HTTP/1.0 400 Bad Request", R"(not a JSON object: "HTTP/1.0 400 Bad Request")",
@@ -186,6 +190,34 @@ TEST_CASE("status --json prints the daemon's object as it came; the table reads 
                             Catch::Contains("(no budget set)") && Catch::Contains("consumers  0 attached\n"));
 }
 
+TEST_CASE("status names a rank that holds the others up from the daemon's holds_up, after 5 s") {
+  // The daemon decides (ConsumerRegistry::RankStates); the table only waits 5 s. A rank whose
+  // batches wait while another attached rank has none ready is not named without holds_up:
+  // after the end of the data, say, the other ranks get the end instead of waiting for it.
+  const auto table = [](const std::string& state, const std::string& rank1) {
+    TempDir dir;
+    Fake fake(dir, Welcome(kJob),
+              R"({"type":"status","job":"fake","state":")" + state +
+                  R"(","consumers":[{"id":1,"pid":10,"rank":0},{"id":2,"pid":11,"rank":1}],)"
+                  R"("ranks_without_consumer":[],"ranks":[{"rank":0,"ready":0,"seconds_since_take":0,"holds_up":false},)" +
+                  rank1 + "]}");
+    const CommandResult r = fake.Ctl({"status", kJob});
+    INFO(r.out << r.err);
+    CHECK(r.status.ToString() == "exit 0");
+    return r.out;
+  };
+  const std::string line = "rank 1 (consumer 2, pid 11) has not taken any of its 3 ready batches for 7 s";
+  CHECK_THAT(table("running", R"({"rank":1,"ready":3,"seconds_since_take":7,"holds_up":true})"),
+             Catch::Contains(line + ": once they take up the prefetch depth, production (and every other rank) waits "
+                                    "for it; is that trainer stopped, stuck or far slower than its peers?\n"));
+  CHECK_THAT(table("running", R"({"rank":1,"ready":3,"seconds_since_take":4,"holds_up":true})"),
+             !Catch::Contains("has not taken any"));
+  CHECK_THAT(table("end_of_data", R"({"rank":1,"ready":3,"seconds_since_take":7,"holds_up":false})"),
+             !Catch::Contains("has not taken any"));
+  // From a daemon that does not send holds_up: no line rather than a guess.
+  CHECK_THAT(table("running", R"({"rank":1,"ready":3,"seconds_since_take":7})"), !Catch::Contains("has not taken any"));
+}
+
 TEST_CASE("status, list and dump refuse a welcome that names another job") {
   TempDir dir;
   Fake fake(dir, Welcome("other"), R"({"type":"status","job":"other","state":"running"})");
@@ -215,6 +247,71 @@ TEST_CASE("status, list and dump refuse a welcome that names another job") {
   CHECK_THAT(dump.err, Catch::StartsWith("ringfeedctl dump: ") && Catch::Contains(why));
 }
 
+TEST_CASE("a runtime directory this user cannot read: list, status and dump name its permissions, not the job") {
+  // Permissions do not hold root back: as root, ringfeedctl runs as nobody (setpriv), in a
+  // runtime directory nobody owns, as the daemon's user would.
+  std::vector<std::string> as_user;
+  if (::geteuid() == 0) {
+    as_user = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+    std::vector<std::string> probe = as_user;
+    probe.insert(probe.end(), {CtlBinary(), "--version"});
+    if (RunCommand(probe).status.ToString() != "exit 0") {
+      SkipOrFail("runs as root, and cannot run ringfeedctl as nobody (setpriv, or the build directory is closed to "
+                 "other users): root is not held back by a directory's mode");
+      return;
+    }
+  }
+  TempDir dir;
+  Fake fake(dir, Welcome(kJob), R"({"type":"status","job":"fake","state":"running"})");
+  if (!as_user.empty()) {
+    std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all | std::filesystem::perms::group_exec |
+                                                 std::filesystem::perms::others_exec);
+    REQUIRE(::chown(fake.runtime_dir.c_str(), 65534, 65534) == 0);
+  }
+  const auto ctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), CtlBinary());
+    args.insert(args.begin(), as_user.begin(), as_user.end());
+    args.insert(args.end(), {"--runtime-dir", fake.runtime_dir});
+    return RunCommand(args);
+  };
+  std::filesystem::permissions(fake.runtime_dir, std::filesystem::perms::none);
+  struct Restore {
+    std::string dir;
+    ~Restore() { std::filesystem::permissions(dir, std::filesystem::perms::owner_all); }
+  } restore{fake.runtime_dir};
+  const std::string uid = as_user.empty() ? std::to_string(::geteuid()) : "65534";
+  const std::string permissions = "(owned by uid " + uid + " (this user), mode 0000; ringfeedd creates it with mode "
+                                  "0777 less its umask (0755 with the usual umask 022), ringfeed@.service with "
+                                  "RuntimeDirectoryMode=0755; give it back: chmod 0755 " + fake.runtime_dir + ")";
+
+  const CommandResult list = ctl({"list"});
+  INFO("list:\n" << list.out << list.err);
+  CHECK(list.status.ToString() == "exit 1");
+  CHECK(list.out.empty());
+  CHECK(list.err == "ringfeedctl list: cannot read the runtime directory " + fake.runtime_dir +
+                        ": Permission denied " + permissions + "\n");
+
+  const CommandResult status = ctl({"status", kJob});
+  INFO("status:\n" << status.out << status.err);
+  CHECK(status.status.ToString() == "exit 1");
+  CHECK(status.err == "ringfeedctl status: cannot read the runtime directory " + fake.runtime_dir +
+                          ": Permission denied " + permissions + "\n");
+
+  // dump attaches as a trainer does (the client library): its connect is what is denied.
+  const CommandResult dump = ctl({"dump", kJob, "--timeout", "1"});
+  INFO("dump:\n" << dump.out << dump.err);
+  CHECK(dump.status.ToString() == "exit 1");
+  CHECK_THAT(dump.err, Catch::Contains("cannot connect to ringfeedd for job fake at " + fake.socket +
+                                       ": Permission denied; this process cannot enter the runtime directory " +
+                                       fake.runtime_dir + " " + permissions));
+  CHECK_THAT(dump.err, !Catch::Contains("is not running") && !Catch::Contains("run this process as the daemon's user"));
+
+  // A runtime directory that does not exist still lists no jobs (exit 0).
+  const CommandResult none = RunCommand({CtlBinary(), "list", "--runtime-dir", dir.file("absent")});
+  CHECK(none.status.ToString() == "exit 0");
+  CHECK_THAT(none.out, Catch::StartsWith("no ringfeed jobs in " + dir.file("absent")));
+}
+
 TEST_CASE("status: a welcome of another type, or a refusal, is said as such") {
   TempDir dir;
   {
@@ -231,7 +328,7 @@ TEST_CASE("status: a welcome of another type, or a refusal, is said as such") {
   CHECK(status.err == "ringfeedctl status: job 'fake': ringfeedd refused: too many control connections\n");
 }
 
-TEST_CASE("dump's timeout in ranks mode names the ranks without a consumer") {
+TEST_CASE("dump's timeout in ranks mode names the ranks without a consumer, then those that take nothing") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 30);
   // epochs: 0, so the data never ends: rank 0's dump waits for its next batch while ranks 1
@@ -248,19 +345,31 @@ TEST_CASE("dump's timeout in ranks mode names the ranks without a consumer") {
   INFO("dump:\n" << both.out << both.err);
   CHECK(both.status.ToString() == "exit 1");
   CHECK(both.err ==
-        "ringfeedctl dump: job 'ranks-dump': no batch within 1.0 s: ranks 1, 2 of 3 have no consumer attached; in "
-        "ranks mode every rank must take its batches: batch k of an epoch goes to rank k mod 3, so the daemon stops "
-        "producing at its prefetch depth while a rank does not take its batches. Start every rank (docs/config.md, "
-        "consumers)\n");
+        "ringfeedctl dump: job 'ranks-dump': no batch within 1.0 s: ranks 1, 2 of 3 have no consumer attached; "
+        "ranks mode gives batch k of an epoch to rank k mod 3, so the daemon stops producing at its prefetch depth "
+        "while a rank does not take its batches: start every rank (docs/config.md, consumers; ringfeedctl status "
+        "ranks-dump)\n");
 
   // Rank 1 attached (taking nothing): only rank 2 is named.
   auto rank1 = Client::Attach(daemon.client_options(1));
   const CommandResult one = dump();
   INFO("dump:\n" << one.out << one.err);
   CHECK(one.status.ToString() == "exit 1");
-  CHECK_THAT(one.err, Catch::Contains("no batch within 1.0 s: rank 2 of 3 has no consumer attached; in ranks mode "
-                                      "every rank must take its batches"));
+  CHECK_THAT(one.err, Catch::Contains("no batch within 1.0 s: rank 2 of 3 has no consumer attached; ranks mode "
+                                      "gives batch k of an epoch to rank k mod 3"));
+
+  // Every rank attached, ranks 1 and 2 taking nothing: they are named with their ready batches.
+  auto rank2 = Client::Attach(daemon.client_options(2));
+  const CommandResult behind = dump();
+  INFO("dump:\n" << behind.out << behind.err);
+  CHECK(behind.status.ToString() == "exit 1");
+  CHECK_THAT(behind.err, Catch::Contains("no batch within 1.0 s: rank 1 has ") &&
+                             Catch::Contains(" that their trainers have not taken; ranks mode gives batch k of an "
+                                             "epoch to rank k mod 3") &&
+                             Catch::EndsWith("(docs/operations.md, Status and troubleshooting; ringfeedctl status "
+                                             "ranks-dump)\n"));
   rank1.reset();
+  rank2.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 

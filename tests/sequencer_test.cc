@@ -1,16 +1,25 @@
 // Sequencer + ReadAhead: the order of records and batches (daemon/sequencer.h) on real
 // TFRecord files, independent of read-ahead threads and buffer sizes.
+#include <fcntl.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "daemon/read_ahead.h"
 #include "daemon/sequencer.h"
+#include "format/read_queue.h"
 #include "format/tfrecord_writer.h"
 #include "shm/ring_layout.h"
 #include "tests/test_support.h"
@@ -560,4 +569,61 @@ TEST_CASE("an epoch that delivers no records ends the data early and says why") 
   Sequencer complete(full, &read_ahead, nullptr);
   CHECK(complete.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
   CHECK(complete.ended_early().empty());
+}
+
+TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one read at a time, with a warning a minute") {
+  std::string why;
+  if (!ReadQueue::Available(&why)) {
+    std::cout << "RINGFEED_SKIP: io_uring is not available here (" << why << "): no queue to fail" << std::endl;
+    return;
+  }
+  TempDir dir;
+  const std::vector<std::string> files = WriteFiles(dir, {300, 200});
+  std::ostringstream log;
+  struct Capture {
+    std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+    ~Capture() { spdlog::set_default_logger(previous); }
+  } capture;
+  spdlog::set_default_logger(
+      std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(log)));
+  ReaderOptions options;
+  options.reads_in_flight = 4;
+  ReadAhead read_ahead(options, 1, 1 << 20);
+  // Each file opens within the open-file limit, but its io_uring ring would be one descriptor
+  // too many (EMFILE): io_uring works, but not for one more ring now.
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const auto read_file = [&](uint32_t index) {
+    const int lowest = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    REQUIRE(lowest >= 0);
+    ::close(lowest);
+    rlimit tight = saved;
+    tight.rlim_cur = static_cast<rlim_t>(lowest) + 1;
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+    std::vector<std::string> got;
+    {
+      auto stream = read_ahead.Open(index, files[index]);
+      for (StreamItem item = stream->Next(); item.kind != StreamItem::Kind::kEnd; item = stream->Next()) {
+        REQUIRE(item.kind == StreamItem::Kind::kRecord);
+        got.emplace_back(item.record.bytes().begin(), item.record.bytes().end());
+      }
+    }
+    // The file is closed (its descriptor free for the next one) once no thread holds it.
+    for (int i = 0; i < 200 && (read_ahead.open_streams() > 0 || !read_ahead.IoInProgress().empty()); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+    return got;
+  };
+  CHECK(read_file(0).size() == 300);
+  INFO("log after the first file: " << log.str());
+  CHECK(read_ahead.unqueued_files() == 1);
+  CHECK(log.str().find(files[0] + ": its io_uring queue could not be set up (io_uring_queue_init: " +
+                       std::strerror(EMFILE) + "), so it is read one read at a time instead of 4 in flight") !=
+        std::string::npos);
+  CHECK(log.str().find("[1 file(s) so far; at most one such line a minute]") != std::string::npos);
+  // The next file within the minute is counted, not logged again.
+  CHECK(read_file(1).size() == 200);
+  CHECK(read_ahead.unqueued_files() == 2);
+  CHECK(log.str().find(files[1]) == std::string::npos);
 }

@@ -2,6 +2,7 @@
 // tiny buffers, and the reader/decompression cases of ../shared/reference/bad-inputs.md.
 #include <fcntl.h>
 #include <malloc.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -9,7 +10,9 @@
 #include <algorithm>
 #include <fstream>
 #include <catch2/catch.hpp>
+#include <cerrno>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -1095,6 +1098,90 @@ TEST_CASE("reads_in_flight: plain files give the same records, offsets and error
   TFRecordReader gz(dir.file("g.tfrecord.gz"), queued);
   REQUIRE(gz.Next(&record, &error) == TFRecordReader::Status::kRecord);
   CHECK(gz.reads_in_flight() == 1);
+}
+
+TEST_CASE("reads_in_flight: a file whose io_uring queue cannot be set up is read with read(), and says why") {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 300; ++i) records.push_back(std::string(static_cast<size_t>(i * 7), static_cast<char>(i)));
+  WriteFile(dir.file("p.tfrecord"), FrameRecords(records));
+  std::string why;
+  const bool io_uring = ReadQueue::Available(&why);
+  ReaderOptions queued;
+  queued.reads_in_flight = 4;
+  queued.read_block_bytes = 4096;
+  {
+    TFRecordReader reader(dir.file("p.tfrecord"), queued);
+    Record record;
+    ReadError error;
+    REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
+    CHECK(reader.queued_reads_unavailable() == (io_uring ? "" : why));
+  }
+  // Out of descriptors after the file's own (RLIMIT_NOFILE at the lowest free one + 1): the
+  // file opens, its queue's io_uring_queue_init fails with EMFILE, as where io_uring works but
+  // not for one more ring.
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const int lowest = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(lowest >= 0);
+  ::close(lowest);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(lowest) + 1;
+  TFRecordReader reader(dir.file("p.tfrecord"), queued);
+  Record record;
+  ReadError error;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  const TFRecordReader::Status first = reader.Next(&record, &error);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  INFO(error.message);
+  REQUIRE(first == TFRecordReader::Status::kRecord);
+  CHECK(reader.reads_in_flight() == 1);
+  CHECK(reader.queued_reads_unavailable() ==
+        (io_uring ? std::string("io_uring_queue_init: ") + std::strerror(EMFILE) : why));
+  // Every record still comes, read with read().
+  std::vector<std::string> got = {std::string(record.data.begin(), record.data.end())};
+  while (reader.Next(&record, &error) == TFRecordReader::Status::kRecord) {
+    got.emplace_back(record.data.begin(), record.data.end());
+  }
+  CHECK(got == records);
+}
+
+TEST_CASE("reads_in_flight: SetReadsInFlight says why its new queue could not be set up, and forgets it once one is") {
+  std::string why;
+  if (!ReadQueue::Available(&why)) {
+    std::cout << "RINGFEED_SKIP: io_uring is not available here (" << why << ")" << std::endl;
+    return;
+  }
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 2000; ++i) records.push_back(std::string(100, static_cast<char>(i)));
+  WriteFile(dir.file("p.tfrecord"), FrameRecords(records));
+  ReaderOptions one;
+  one.read_block_bytes = 4096;
+  one.buffer_bytes = 4096;
+  TFRecordReader reader(dir.file("p.tfrecord"), one);
+  Record record;
+  ReadError error;
+  REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
+  CHECK(reader.queued_reads_unavailable().empty());
+  rlimit saved{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
+  const int lowest = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  REQUIRE(lowest >= 0);
+  ::close(lowest);
+  rlimit tight = saved;
+  tight.rlim_cur = static_cast<rlim_t>(lowest);  // no descriptor left at all
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+  reader.SetReadsInFlight(4);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  CHECK(reader.reads_in_flight() == 1);
+  CHECK(reader.queued_reads_unavailable() == std::string("io_uring_queue_init: ") + std::strerror(EMFILE));
+  reader.SetReadsInFlight(8);
+  CHECK(reader.reads_in_flight() == 8);
+  CHECK(reader.queued_reads_unavailable().empty());
+  size_t n = 1;
+  while (reader.Next(&record, &error) == TFRecordReader::Status::kRecord) ++n;
+  CHECK(n == records.size());
 }
 
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)  // their allocators keep no mallinfo

@@ -32,26 +32,6 @@ std::chrono::milliseconds Millis(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::ceil(seconds * 1000.0)));
 }
 
-// Ranks mode: "rank 1 has 9 ready batches it has not taken ..." when this client's rank has
-// nothing ready and another rank's queue holds batches (its trainer is stopped, stuck or
-// slower: the daemon stops producing at the prefetch depth); "" otherwise.
-std::string RanksBehind(const Client& client) {
-  const std::vector<uint64_t> ready = client.ready_per_rank();
-  const size_t own = static_cast<size_t>(client.rank());
-  if (ready.empty() || own >= ready.size() || ready[own] > 0) return "";
-  std::string ranks;
-  for (size_t r = 0; r < ready.size(); ++r) {
-    if (ready[r] == 0) continue;
-    ranks += (ranks.empty() ? "rank " : ", rank ") + std::to_string(r) + " has " + std::to_string(ready[r]) +
-             (ready[r] == 1 ? " ready batch" : " ready batches");
-  }
-  if (ranks.empty()) return "";
-  const std::string n = std::to_string(client.schema().queue_count);
-  return ranks + " that its trainer has not taken; ranks mode gives batch k of an epoch to rank k mod " + n +
-         " and stops producing at its prefetch depth, so every rank waits for a trainer that is stopped, stuck or "
-         "far slower than its peers";
-}
-
 }  // namespace
 
 ClientObject::ClientObject(const std::string& job, int rank, const std::string& runtime_dir,
@@ -174,22 +154,10 @@ nb::object ClientObject::Next(double timeout_s) {
                              "previous batch while it waits needs a slot of its own (ring.slots above the number "
                              "of consumers; see ringfeedctl status " + job() + ")");
       }
-      const std::vector<uint32_t> missing = client->ranks_without_consumer();
-      if (!missing.empty()) {
-        std::string ranks;
-        for (uint32_t r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-        const std::string n = std::to_string(client->schema().queue_count);
-        throw TimeoutReached("no batch of job " + job() + " within " + seconds + " s: " +
-                             (missing.size() == 1 ? "rank " : "ranks ") + ranks + " of " + n + " " +
-                             (missing.size() == 1 ? "has" : "have") +
-                             " no consumer attached; ranks mode gives batch k of an epoch to rank k mod " + n +
-                             ", so the daemon stops producing at its prefetch depth while a rank does not take its "
-                             "batches: start every rank (see ringfeedctl status " + job() + ")");
-      }
-      const std::string behind = RanksBehind(*client);
-      if (!behind.empty()) {
-        throw TimeoutReached("no batch of job " + job() + " within " + seconds + " s: " + behind +
-                             " (see ringfeedctl status " + job() + ")");
+      // Ranks mode: a rank without a consumer, or one whose trainer does not take its batches.
+      const std::string reason = client->timeout_reason();
+      if (!reason.empty()) {
+        throw TimeoutReached("no batch of job " + job() + " within " + seconds + " s: " + reason);
       }
       throw TimeoutReached("no batch of job " + job() + " within " + seconds +
                            " s (the daemon is running but has produced nothing new; see ringfeedctl status " +
