@@ -26,6 +26,7 @@
 
 using namespace ringfeed;
 using ringfeed::testing::TempDir;
+using ringfeed::testing::TightFileLimit;
 
 namespace {
 
@@ -591,15 +592,8 @@ TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one r
   ReadAhead read_ahead(options, 1, 1 << 20);
   // Each file opens within the open-file limit, but its io_uring ring would be one descriptor
   // too many (EMFILE): io_uring works, but not for one more ring now.
-  rlimit saved{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
   const auto read_file = [&](uint32_t index) {
-    const int lowest = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-    REQUIRE(lowest >= 0);
-    ::close(lowest);
-    rlimit tight = saved;
-    tight.rlim_cur = static_cast<rlim_t>(lowest) + 1;
-    REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
+    TightFileLimit tight(1);
     std::vector<std::string> got;
     {
       auto stream = read_ahead.Open(index, files[index]);
@@ -612,7 +606,6 @@ TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one r
     for (int i = 0; i < 200 && (read_ahead.open_streams() > 0 || !read_ahead.IoInProgress().empty()); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
     return got;
   };
   CHECK(read_file(0).size() == 300);

@@ -1,5 +1,7 @@
 #include "tests/test_support.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -7,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <stdexcept>
@@ -82,6 +85,24 @@ std::string GzipBytes(const std::string& plain, const GzipOptions& o) {
 
 std::string ZlibBytes(const std::string& plain, int level) {
   return Deflate(plain, MAX_WBITS, level, Z_DEFAULT_STRATEGY, nullptr);
+}
+
+TightFileLimit::TightFileLimit(int spare) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) throw std::runtime_error(std::string("getrlimit: ") + std::strerror(errno));
+  saved_soft_ = limit.rlim_cur;
+  const int lowest = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (lowest < 0) throw std::runtime_error(std::string("open /dev/null: ") + std::strerror(errno));
+  ::close(lowest);
+  limit.rlim_cur = static_cast<rlim_t>(lowest + spare);
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) throw std::runtime_error(std::string("setrlimit: ") + std::strerror(errno));
+}
+
+TightFileLimit::~TightFileLimit() {
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = static_cast<rlim_t>(saved_soft_);
+  ::setrlimit(RLIMIT_NOFILE, &limit);
 }
 
 std::string Base64Decode(const std::string& in) {

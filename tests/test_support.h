@@ -43,6 +43,21 @@ std::string ZlibBytes(const std::string& plain, int level = 6);
 // Throws std::runtime_error on a character outside the alphabet.
 std::string Base64Decode(const std::string& in);
 
+// Lowers this process's soft open-file limit (RLIMIT_NOFILE) so that `spare` more descriptors
+// can be opened (the lowest free one + spare), and restores it on destruction, also when a
+// REQUIRE between fails. Tests use it to make io_uring set-up fail with EMFILE while io_uring
+// works. Throws std::runtime_error when the limit cannot be read or set.
+class TightFileLimit {
+ public:
+  explicit TightFileLimit(int spare);
+  ~TightFileLimit();
+  TightFileLimit(const TightFileLimit&) = delete;
+  TightFileLimit& operator=(const TightFileLimit&) = delete;
+
+ private:
+  uint64_t saved_soft_ = 0;
+};
+
 // The directory of the real TensorFlow-written files (../shared/data/tfx), or "" when absent.
 // When absent: with CI=true the calling test fails; otherwise it prints "RINGFEED_SKIP: <why>"
 // (CTest shows the test as skipped) and the caller should return.

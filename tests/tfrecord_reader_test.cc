@@ -1120,19 +1120,14 @@ TEST_CASE("reads_in_flight: a file whose io_uring queue cannot be set up is read
   // Out of descriptors after the file's own (RLIMIT_NOFILE at the lowest free one + 1): the
   // file opens, its queue's io_uring_queue_init fails with EMFILE, as where io_uring works but
   // not for one more ring.
-  rlimit saved{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-  const int lowest = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  REQUIRE(lowest >= 0);
-  ::close(lowest);
-  rlimit tight = saved;
-  tight.rlim_cur = static_cast<rlim_t>(lowest) + 1;
   TFRecordReader reader(dir.file("p.tfrecord"), queued);
   Record record;
   ReadError error;
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
-  const TFRecordReader::Status first = reader.Next(&record, &error);
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  TFRecordReader::Status first;
+  {
+    TightFileLimit tight(1);
+    first = reader.Next(&record, &error);
+  }
   INFO(error.message);
   REQUIRE(first == TFRecordReader::Status::kRecord);
   CHECK(reader.reads_in_flight() == 1);
@@ -1164,16 +1159,10 @@ TEST_CASE("reads_in_flight: SetReadsInFlight says why its new queue could not be
   ReadError error;
   REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
   CHECK(reader.queued_reads_unavailable().empty());
-  rlimit saved{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &saved) == 0);
-  const int lowest = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  REQUIRE(lowest >= 0);
-  ::close(lowest);
-  rlimit tight = saved;
-  tight.rlim_cur = static_cast<rlim_t>(lowest);  // no descriptor left at all
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &tight) == 0);
-  reader.SetReadsInFlight(4);
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &saved) == 0);
+  {
+    TightFileLimit tight(0);  // no descriptor left at all
+    reader.SetReadsInFlight(4);
+  }
   CHECK(reader.reads_in_flight() == 1);
   CHECK(reader.queued_reads_unavailable() == std::string("io_uring_queue_init: ") + std::strerror(EMFILE));
   reader.SetReadsInFlight(8);
