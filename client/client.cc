@@ -339,37 +339,57 @@ std::vector<uint64_t> Client::ready_per_rank() const {
 }
 
 std::string Client::timeout_reason() const {
-  const std::vector<uint32_t> missing = ranks_without_consumer();
   const std::vector<uint64_t> ready = ready_per_rank();
   if (ready.empty()) return "";  // shared mode
+  const std::vector<uint32_t> missing = ranks_without_consumer();
   const std::string n = std::to_string(attachment_->schema.queue_count);
   const std::string status = "ringfeedctl status " + attachment_->job;
-  if (!missing.empty()) {
-    std::string ranks;
-    for (uint32_t r : missing) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-    return (missing.size() == 1 ? "rank " : "ranks ") + ranks + " of " + n +
-           (missing.size() == 1 ? " has" : " have") +
-           " no consumer attached; ranks mode gives batch k of an epoch to rank k mod " + n +
+  // Attached ranks whose trainers leave their batches untaken hold this one up only while this
+  // one has nothing ready.
+  const size_t own = static_cast<size_t>(rank());
+  std::string behind;
+  size_t behind_count = 0;
+  if (own < ready.size() && ready[own] == 0) {
+    for (size_t r = 0; r < ready.size(); ++r) {
+      if (ready[r] == 0 || std::find(missing.begin(), missing.end(), r) != missing.end()) continue;
+      ++behind_count;
+      behind += (behind.empty() ? "rank " : ", rank ") + std::to_string(r) + " has " + std::to_string(ready[r]) +
+                (ready[r] == 1 ? " ready batch" : " ready batches");
+    }
+  }
+  // Ranks nobody attached as: all of them, unless an attached rank is behind; then only those
+  // whose batches wait (after a cascade of timeouts the ranks that gave up hold nothing, and
+  // naming them would hide the rank that does).
+  std::vector<uint32_t> named;
+  for (uint32_t r : missing) {
+    if (behind_count == 0 || (r < ready.size() && ready[r] > 0)) named.push_back(r);
+  }
+  std::string without;
+  for (uint32_t r : named) without += (without.empty() ? "" : ", ") + std::to_string(r);
+  if (!without.empty()) {
+    without = (named.size() == 1 ? "rank " : "ranks ") + without + " of " + n +
+              (named.size() == 1 ? " has" : " have") + " no consumer attached";
+  }
+  if (!behind.empty()) {
+    behind += behind_count == 1 ? " that its trainer has not taken" : " that their trainers have not taken";
+  }
+  if (!without.empty() && behind.empty()) {
+    return without + "; ranks mode gives batch k of an epoch to rank k mod " + n +
            ", so the daemon stops producing at its prefetch depth while a rank does not take its batches: start "
            "every rank (docs/config.md, consumers; " + status + ")";
   }
-  // An attached rank whose trainer does not take its batches (stopped, stuck, far slower) holds
-  // this one up only while this one has nothing ready.
-  const size_t own = static_cast<size_t>(rank());
-  if (own >= ready.size() || ready[own] > 0) return "";
-  std::string ranks;
-  size_t behind = 0;
-  for (size_t r = 0; r < ready.size(); ++r) {
-    if (ready[r] == 0) continue;
-    ++behind;
-    ranks += (ranks.empty() ? "rank " : ", rank ") + std::to_string(r) + " has " + std::to_string(ready[r]) +
-             (ready[r] == 1 ? " ready batch" : " ready batches");
+  if (without.empty() && !behind.empty()) {
+    return behind + "; ranks mode gives batch k of an epoch to rank k mod " + n +
+           " and stops producing at its prefetch depth, so every rank waits for a trainer that is stopped, stuck or "
+           "far slower than its peers (docs/operations.md, Status and troubleshooting; " + status + ")";
   }
-  if (ranks.empty()) return "";
-  return ranks + (behind == 1 ? " that its trainer has not taken" : " that their trainers have not taken") +
-         "; ranks mode gives batch k of an epoch to rank k mod " + n +
-         " and stops producing at its prefetch depth, so every rank waits for a trainer that is stopped, stuck or "
-         "far slower than its peers (docs/operations.md, Status and troubleshooting; " + status + ")";
+  if (!without.empty()) {
+    return without + "; " + behind + "; ranks mode gives batch k of an epoch to rank k mod " + n +
+           " and stops producing at its prefetch depth while a rank does not take its batches: start every rank, "
+           "and look for a trainer that is stopped, stuck or far slower than its peers (docs/config.md, consumers; "
+           "docs/operations.md, Status and troubleshooting; " + status + ")";
+  }
+  return "";
 }
 
 uint32_t Client::slots_held() const {

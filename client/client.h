@@ -119,13 +119,15 @@ class Client {
   // stalls the job the same way. For messages.
   std::vector<uint64_t> ready_per_rank() const;
   // consumers.mode ranks: why a Next may have timed out, from ranks_without_consumer() and
-  // ready_per_rank() now: "rank 2 of 3 has no consumer attached; ..." (the ranks nobody
-  // attached as), else, when this client's rank has nothing ready, "rank 1 has 4 ready batches
-  // that its trainer has not taken; ..." (the attached ranks that hold it up), each with what
-  // to do and where to read more. Without a leading ": " or the job's name: a caller says what
-  // timed out and for how long, then adds this. "" when neither applies (shared mode, every
-  // rank attached and none behind): the ranks explain nothing, look elsewhere (slots held,
-  // slow data). Thread-safe like its neighbours (reads the segment's words only).
+  // ready_per_rank() now, naming the ranks that hold this one up: when this client's rank has
+  // nothing ready, the attached ranks with ready batches ("rank 1 has 4 ready batches that its
+  // trainer has not taken"), and the ranks nobody attached as ("rank 2 of 3 has no consumer
+  // attached"; while an attached rank is behind, only those of them whose batches wait: after a
+  // cascade of timeouts the ranks that gave up hold nothing up), with what to do and where to
+  // read more. Without a leading ": " or the job's name: a caller says what timed out and for
+  // how long, then adds this. "" when nothing applies (shared mode, every rank attached and
+  // none behind): the ranks explain nothing, look elsewhere (slots held, slow data).
+  // Thread-safe like its neighbours (reads the segment's words only).
   std::string timeout_reason() const;
 
  private:

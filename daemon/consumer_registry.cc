@@ -156,9 +156,11 @@ std::vector<const ConsumerRegistry::Entry*> ConsumerRegistry::ConsumerOfRankLock
 }
 
 // An attached rank that leaves its ready batches untaken while another attached rank has none
-// ready (its trainer waits) holds up every rank: ranks mode stops producing at the prefetch
-// depth. Ranks that all have batches ready are slow together (long steps, an evaluation), not
-// held up by one of them. Once production ended nobody is held up: a rank with nothing ready
+// ready and its trainer waits for one (in Next for at least half of the last watch interval)
+// holds up every rank: ranks mode stops producing at the prefetch depth. Ranks that all have
+// batches ready are slow together (long steps, an evaluation), not held up by one of them; and
+// a rank with nothing ready whose trainer is busy with its own step waits for nobody (trainers
+// in lockstep with steps of many seconds). Once production ended nobody is held up: a rank with nothing ready
 // gets the end of the data (or the daemon's failure) instead of waiting, whatever the others
 // have left untaken.
 std::vector<bool> ConsumerRegistry::HoldsUpLocked(const std::vector<const Entry*>& consumer_of,
@@ -166,8 +168,10 @@ std::vector<bool> ConsumerRegistry::HoldsUpLocked(const std::vector<const Entry*
   std::vector<bool> holds_up(ranks_, false);
   if (production_ended_.load(std::memory_order_acquire)) return holds_up;
   const auto ready = [&](uint32_t r) { return r < ready_per_rank.size() ? ready_per_rank[r] : 0u; };
-  bool some_rank_starves = false;  // an attached rank with nothing ready
-  for (uint32_t r = 0; r < ranks_; ++r) some_rank_starves |= consumer_of[r] != nullptr && ready(r) == 0;
+  bool some_rank_starves = false;  // an attached rank with nothing ready whose trainer waits
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    some_rank_starves |= consumer_of[r] != nullptr && ready(r) == 0 && rank_progress_[r].waiting;
+  }
   for (uint32_t r = 0; r < ranks_; ++r) holds_up[r] = some_rank_starves && consumer_of[r] != nullptr && ready(r) > 0;
   return holds_up;
 }
@@ -177,6 +181,21 @@ void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
   const auto now = std::chrono::steady_clock::now();
   std::lock_guard lock(mutex_);
   const std::vector<const Entry*> consumer_of = ConsumerOfRankLocked();
+  // Whose trainer waits now: its consumer's wait (written by the client while it waits in Next,
+  // every 100 ms; only compared with its last value here, never trusted) grew by at least half
+  // of the time since the last watch.
+  const double interval_ns =
+      last_watch_ ? std::chrono::duration<double, std::nano>(now - *last_watch_).count() : 0.0;
+  last_watch_ = now;
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    RankProgress& p = rank_progress_[r];
+    const Entry* consumer = consumer_of[r];
+    const uint64_t wait_ns =
+        consumer ? ring_.sb->consumers[consumer - entries_.data()].wait_ns.load(std::memory_order_relaxed) : 0;
+    p.waiting = consumer != nullptr && interval_ns > 0 && wait_ns > p.consumer_wait_ns &&
+                static_cast<double>(wait_ns - p.consumer_wait_ns) >= 0.5 * interval_ns;
+    p.consumer_wait_ns = wait_ns;
+  }
   const std::vector<bool> holds_up = HoldsUpLocked(consumer_of, ready_per_rank);
   const auto ready = [&](uint32_t r) { return r < ready_per_rank.size() ? ready_per_rank[r] : 0u; };
   for (uint32_t r = 0; r < ranks_; ++r) {

@@ -61,16 +61,18 @@ class ConsumerRegistry {
   std::vector<int> RanksWithoutConsumer() const;
   // Ranks mode, called once a second (ringfeedd's reap timer) with the ready batches per rank
   // (PipelineStats::ready_per_queue): notes which ranks took a batch since the last call (their
-  // delivery queue's `taken` moved), and warns once per stall about an attached rank that has
-  // left its ready batches untaken for kRankStallWarning while another rank has none ready (its
-  // trainer waits: ranks mode stops producing at the prefetch depth, so one stopped, stuck or
-  // much slower trainer holds up all of them). Shared mode: does nothing.
+  // delivery queue's `taken` moved) and whose trainers waited in Next for at least half of the
+  // time since (their consumer's wait grew), and warns once per stall about an attached rank
+  // that has left its ready batches untaken for kRankStallWarning while another rank has none
+  // ready and its trainer waits (ranks mode stops producing at the prefetch depth, so one
+  // stopped, stuck or much slower trainer holds up all of them). Shared mode: does nothing.
   void WatchRanks(const std::vector<uint32_t>& ready_per_rank);
   // Ranks mode, per rank, for `status`'s `ranks` (empty in shared mode):
   //   seconds_since_take: since its queue last advanced (since the daemon started, or the
   //     rank's consumer attached, when it never did), as of the last WatchRanks;
   //   holds_up: with `ready_per_rank` (now), whether this rank holds every rank up: attached,
-  //     batches ready, another attached rank with none ready, production not ended. The same
+  //     batches ready, another attached rank with none ready whose trainer waited at the last
+  //     WatchRanks, production not ended. The same
   //     decision as WatchRanks's warning; `ringfeedctl status` prints its line from it.
   struct RankState {
     double seconds_since_take = 0;
@@ -125,7 +127,10 @@ class ConsumerRegistry {
     std::chrono::steady_clock::time_point since = std::chrono::steady_clock::now();
     double seconds_since = 0;
     bool warned = false;
+    uint64_t consumer_wait_ns = 0;  // its consumer's wait_ns at the last WatchRanks
+    bool waiting = false;           // its trainer waited in Next for most of the last interval
   };
+  std::optional<std::chrono::steady_clock::time_point> last_watch_;  // the last WatchRanks
   std::vector<RankProgress> rank_progress_ = std::vector<RankProgress>(ranks_);
   std::atomic<bool> end_of_data_{false};
   std::atomic<bool> production_ended_{false};

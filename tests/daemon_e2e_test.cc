@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -19,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -188,6 +190,40 @@ TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {
   CHECK(shared.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("ranks mode: after a cascade of timeouts the rank that holds batches is named, not the ranks that left") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 60);
+  DaemonProcess daemon(dir.path(), "cascade",
+                       IdJobConfig("cascade", dir.file("data.tfrecord"),
+                                   "consumers: {mode: ranks, count: 3}\nepochs: 0\nbatch: {size: 2}\n"
+                                   "pipeline: {workers: 1, prefetch: 4}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto rank0 = Client::Attach(daemon.client_options(0));
+  auto rank2 = Client::Attach(daemon.client_options(2));  // attached, never takes a batch
+  Batch batch;
+  {
+    auto rank1 = Client::Attach(daemon.client_options(1));
+    // Ranks 0 and 1 take what comes until production stops at rank 2's untaken batches.
+    for (Client* c : {rank0.get(), rank1.get(), rank0.get(), rank1.get()}) {
+      while (c->Next(std::chrono::milliseconds(300), &batch) == Client::Status::kBatch) batch.Release();
+    }
+    batch.Release();
+  }  // rank 1's trainer gives up and leaves, holding nothing
+  REQUIRE(WaitUntil([&] { return rank0->ranks_without_consumer() == std::vector<uint32_t>{1}; }));
+  const std::vector<uint64_t> ready = rank0->ready_per_rank();
+  REQUIRE(ready.size() == 3);
+  CHECK(ready[0] == 0);
+  CHECK(ready[1] == 0);
+  REQUIRE(ready[2] >= 1);
+  INFO(rank0->timeout_reason());
+  CHECK_THAT(rank0->timeout_reason(),
+             Catch::StartsWith("rank 2 has " + std::to_string(ready[2]) + " ready batch") &&
+                 Catch::Contains("that its trainer has not taken") && !Catch::Contains("rank 1"));
+  rank0.reset();
+  rank2.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("ranks mode: a rank that does not take its batches is named by the client and by status") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 40);
@@ -215,6 +251,15 @@ TEST_CASE("ranks mode: a rank that does not take its batches is named by the cli
         "trainer that is stopped, stuck or far slower than its peers (docs/operations.md, Status and "
         "troubleshooting; ringfeedctl status stalled-rank)");
   CHECK(rank1->timeout_reason().empty());  // its own batches are ready: nothing holds it up
+  // Rank 0's trainer waits for its next batch (a trainer that is busy with its step instead
+  // waits for nobody: the lockstep test below).
+  std::atomic<bool> stop_waiting{false};
+  std::thread waiter([&] {
+    Batch b;
+    while (!stop_waiting.load()) {
+      if (rank0->Next(std::chrono::milliseconds(200), &b) == Client::Status::kBatch) b.Release();
+    }
+  });
   // The daemon's status: rank 1 holds ready batches and has not taken one for a while.
   REQUIRE(WaitUntil([&] {
     const nlohmann::json s = daemon.Status();
@@ -240,6 +285,8 @@ TEST_CASE("ranks mode: a rank that does not take its batches is named by the cli
   batch.Release();
   CHECK(WaitUntil([&] { return daemon.Status()["ranks"][1]["seconds_since_take"].get<double>() < 1.5; },
                   std::chrono::seconds(5)));
+  stop_waiting = true;
+  waiter.join();
   rank0.reset();
   rank1.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
@@ -269,6 +316,49 @@ TEST_CASE("ranks mode: a rank that does not take its batches is named by the cli
     CHECK(slow_table.find("has not taken any of its") == std::string::npos);
   }
   CHECK(slow.Stop().ToString() == "exit 0");
+
+  // Trainers in lockstep with long steps: a rank that took its batch and has none ready is busy
+  // with its step, not waiting, so the ranks whose batches wait for their trainers' next step
+  // hold nobody up. Prefetch 1 keeps at most 2 batches ready, so one rank always has none.
+  DaemonProcess lockstep(dir.path(), "lockstep-ranks",
+                         IdJobConfig("lockstep-ranks", dir.file("data.tfrecord"),
+                                     "consumers: {mode: ranks, count: 3}\nepochs: 0\nbatch: {size: 2}\n"
+                                     "pipeline: {workers: 1, prefetch: 1}\n"));
+  RINGFEED_REQUIRE_STARTED(lockstep);
+  {
+    std::vector<std::unique_ptr<Client>> trainers;
+    for (int r = 0; r < 3; ++r) trainers.push_back(Client::Attach(lockstep.client_options(r)));
+    std::atomic<bool> done{false};
+    std::vector<std::thread> steps;
+    for (int r = 0; r < 3; ++r) {
+      steps.emplace_back([&, r] {
+        Batch b;
+        while (!done.load()) {
+          if (trainers[r]->Next(std::chrono::seconds(5), &b) == Client::Status::kBatch) b.Release();
+          for (int i = 0; i < 30 && !done.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      });
+    }
+    int samples = 0, held_up = 0, some_rank_empty = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+    while (std::chrono::steady_clock::now() < until) {
+      const nlohmann::json st = lockstep.Status();
+      ++samples;
+      bool empty = false;
+      for (const auto& r : st["ranks"]) {
+        held_up += r["holds_up"].get<bool>() ? 1 : 0;
+        empty |= r["ready"].get<uint64_t>() == 0;
+      }
+      some_rank_empty += empty ? 1 : 0;
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    done = true;
+    for (std::thread& t : steps) t.join();
+    INFO(samples << " samples, " << some_rank_empty << " with a rank that had nothing ready");
+    CHECK(some_rank_empty > samples / 2);  // the situation the old rule called "held up"
+    CHECK(held_up == 0);
+  }
+  CHECK(lockstep.Stop().ToString() == "exit 0");
 
   // After the end of the data nobody waits for a rank that leaves its last batches untaken:
   // the other rank gets the end of the data, so holds_up is false and the table says nothing.
