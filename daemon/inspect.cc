@@ -94,7 +94,10 @@ std::string TextForJson(const std::string& bytes) {
   std::string out;
   for (size_t i = 0; i < bytes.size();) {
     const size_t n = Utf8SequenceLength(bytes, i);
-    if (n == 0) {
+    // A backslash that starts "\x" is escaped too, so that the text of a byte (0xFF: \xFF) and
+    // the same four characters in a name (\x5CxFF) differ: the mapping stays one-to-one.
+    const bool starts_escape = bytes[i] == '\\' && i + 1 < bytes.size() && bytes[i + 1] == 'x';
+    if (n == 0 || starts_escape) {
       char escaped[8];
       std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(bytes[i]));
       out += escaped;
@@ -510,7 +513,7 @@ size_t PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
   for (const auto& [name, s] : schema.features) {
     Line line{YamlKey(name) + ":", "", ""};
     if (name.empty()) line.why = "left out: a job config does not accept an empty feature name";
-    else if (TextForJson(name) != name) {
+    else if (!IsUtf8(name)) {
       line.key = DisplayName(name) + ":";
       line.why = "left out: the name is not valid UTF-8, which a YAML config cannot hold";
     } else if (name.find('\0') != std::string::npos) {

@@ -1022,27 +1022,37 @@ TEST_CASE("keys that are not plain text stay distinct in JSON and cannot break t
   TempDir dir;
   const std::string path = dir.file("keys.tfrecord");
   const std::string newline_key = "line\nevil: 1\n#";
-  WriteRecords(path, {Example({Int64Entry("a\xff", {1}), Int64Entry("a\xfe", {2}), Int64Entry(newline_key, {3})})});
+  // "a\\xFF" is the four characters a, \, x, F, F: valid UTF-8 that reads like the byte's text.
+  WriteRecords(path, {Example({Int64Entry("a\xff", {1}), Int64Entry("a\xfe", {2}), Int64Entry(newline_key, {3}),
+                               Int64Entry("a\\xFF", {4}), Int64Entry("b\\y", {5})})});
 
   CtlResult r = Ctl({"inspect", path});
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains(R"("a\\xFE":{"kind":"int64","values":[2]})") &&
                         Catch::Contains(R"("a\\xFF":{"kind":"int64","values":[1]})") &&
+                        Catch::Contains(R"("a\\x5CxFF":{"kind":"int64","values":[4]})") &&
+                        Catch::Contains(R"("b\\y":{"kind":"int64","values":[5]})") &&
                         Catch::Contains(R"("line\nevil: 1\n#":{"kind":"int64","values":[3]})"));
 
   r = Ctl({"inspect", "--schema", path});
   REQUIRE(r.status == 0);
   CHECK_THAT(r.out, Catch::Contains("# \"a\\\\xFF\"") && Catch::Contains("not valid UTF-8"));
-  // The block is valid YAML, keeps the newline key, and parses the record.
+  // The block is valid YAML, keeps the newline key and the valid one spelled like an escape,
+  // and parses the record.
   const JobConfig config = LoadJobConfigFromString("job: t\nsource: {files: [x]}\n" + r.out);
-  REQUIRE(config.features.size() == 1);
-  CHECK(config.features[0].name == newline_key);
+  REQUIRE(config.features.size() == 3);
+  std::set<std::string> names;
+  for (const FeatureSpec& f : config.features) names.insert(f.name);
+  CHECK(names == std::set<std::string>{newline_key, "a\\xFF", "b\\y"});
   ExampleParser parser(config.features);
   ExampleBatch batch(parser.specs(), 1);
   ParseError error;
-  const std::string record = Example({Int64Entry(newline_key, {3})});
+  const std::string record = Example({Int64Entry(newline_key, {3}), Int64Entry("a\\xFF", {4}), Int64Entry("b\\y", {5})});
   CHECK(parser.Parse({reinterpret_cast<const uint8_t*>(record.data()), record.size()}, batch, &error));
-  CHECK(batch.column(0).as<int64_t>()[0] == 3);
+  for (size_t i = 0; i < config.features.size(); ++i) {
+    const std::string& name = config.features[i].name;
+    CHECK(batch.column(i).as<int64_t>()[0] == (name == newline_key ? 3 : name == "b\\y" ? 5 : 4));
+  }
 }
 
 }  // namespace
