@@ -280,11 +280,13 @@ bool Accepts(const std::string& path) {
   return ok;
 }
 
-// A runtime directory that exists but cannot be read (its mode, or a parent's): an error that
-// says so, never "no jobs".
-std::runtime_error UnreadableRuntimeDir(const std::string& dir, const std::error_code& ec) {
-  const std::string permissions = shm::RuntimeDirPermissions(dir);
-  return std::runtime_error("cannot read the runtime directory " + dir + ": " + ec.message() +
+// A runtime directory that exists but cannot be listed (`what` "read") or entered ("enter"):
+// an error that says so, never "no jobs"; for a permission error, whose permissions deny it
+// (its own, or a directory's above it) and the fix.
+std::runtime_error UnreadableRuntimeDir(const std::string& dir, const std::error_code& ec, const char* what = "read") {
+  const std::string permissions =
+      ec == std::errc::permission_denied ? shm::RuntimeDirPermissions(dir) : std::string();
+  return std::runtime_error(std::string("cannot ") + what + " the runtime directory " + dir + ": " + ec.message() +
                             (permissions.empty() ? "" : " (" + permissions + ")"));
 }
 
@@ -294,6 +296,16 @@ std::error_code ListingError(const std::string& dir) {
   std::filesystem::directory_iterator it(dir, ec);
   if (ec == std::errc::no_such_file_or_directory) ec.clear();
   return ec;
+}
+
+// The runtime directory's subdirectories that cannot be listed (systemd's per-instance
+// directories, made unreadable), with why: their jobs are not "not running".
+std::vector<std::pair<std::string, std::error_code>> UnlistedSubdirectories(const std::string& runtime_dir) {
+  std::vector<std::pair<std::string, std::error_code>> out;
+  for (const std::string& dir : Subdirectories(runtime_dir)) {
+    if (const std::error_code ec = ListingError(dir)) out.emplace_back(dir, ec);
+  }
+  return out;
 }
 
 // The sockets in the runtime directory, then those in its subdirectories.
@@ -343,16 +355,21 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     // Not "not running": the socket may be there, behind a directory this user cannot enter.
-    if (ec) throw UnreadableRuntimeDir(std::filesystem::path(path).parent_path().string(), ec);
+    if (ec) throw UnreadableRuntimeDir(std::filesystem::path(path).parent_path().string(), ec, "enter");
     std::string jobs;
     for (const JobSocket& j : JobSockets(runtime_dir)) {
       jobs += (jobs.empty() ? "" : ", ") + j.job + (j.runtime_dir == runtime_dir ? "" : " (in " + j.runtime_dir + ")");
     }
     const std::error_code unlisted = ListingError(runtime_dir);
+    std::string hidden;  // subdirectories whose jobs cannot be seen
+    for (const auto& [dir, why] : UnlistedSubdirectories(runtime_dir)) {
+      hidden += (hidden.empty() ? "" : ", ") + dir + " (" + why.message() + ")";
+    }
     throw std::runtime_error("job '" + job + "' is not running in " + runtime_dir + " (no " + path + "); " +
                              (unlisted     ? "the jobs there cannot be listed (" + unlisted.message() + ")"
                               : jobs.empty() ? std::string("no jobs run there")
                                              : "jobs there: " + jobs) +
+                             (hidden.empty() ? "" : "; the jobs of " + hidden + " cannot be seen: `ringfeedctl list` says why") +
                              ". Use --runtime-dir or RINGFEED_RUNTIME_DIR to look elsewhere");
   }
   detail::ControlConnection connection;
@@ -400,7 +417,8 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
 int ListJobs(const std::string& runtime_dir, std::ostream& out) {
   if (const std::error_code ec = ListingError(runtime_dir)) throw UnreadableRuntimeDir(runtime_dir, ec);
   const std::vector<JobSocket> jobs = JobSockets(runtime_dir);
-  if (jobs.empty()) {
+  const auto unlisted = UnlistedSubdirectories(runtime_dir);
+  if (jobs.empty() && unlisted.empty()) {
     out << "no ringfeed jobs in " << runtime_dir
         << " or its subdirectories (set RINGFEED_RUNTIME_DIR or --runtime-dir to look elsewhere)\n";
     return 0;
@@ -430,6 +448,11 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
       std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(), answered ? "bad reply" : "unreachable");
       out << line << " " << e.what() << "\n";
     }
+  }
+  // A subdirectory that cannot be listed may hold running jobs: said, not skipped.
+  for (const auto& [dir, ec] : unlisted) {
+    std::snprintf(line, sizeof line, "%-24s %-12s", "?", "unreadable");
+    out << line << " " << UnreadableRuntimeDir(dir, ec).what() << "\n";
   }
   return running;
 }

@@ -579,6 +579,7 @@ PipelineStats Pipeline::Snapshot() const {
   s.stream_buffer_bytes = read_ahead_->stream_buffer_bytes();
   s.reads_per_file = read_ahead_->reads_per_file();
   s.open_files = read_ahead_->open_streams();
+  s.files_without_queued_reads = read_ahead_->unqueued_files();
   s.read_busy_ns = read_ahead_->busy_ns();
   s.read_cpu_ns = read_ahead_->cpu_ns();
   s.read_wait_ns = read_ahead_->consumer_wait_ns();

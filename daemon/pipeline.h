@@ -74,6 +74,9 @@ struct PipelineStats {
   uint64_t stream_buffer_bytes = 0;
   size_t reads_per_file = 1;
   size_t open_files = 0;
+  // Files read one read at a time though reads_per_file asked for more: their io_uring queue
+  // could not be set up (ReadAhead::unqueued_files).
+  uint64_t files_without_queued_reads = 0;
   // Time counters for the autotuner (nanoseconds, cumulative; see ReadAhead for the read ones).
   uint64_t read_busy_ns = 0, read_cpu_ns = 0, read_wait_ns = 0;
   uint64_t parse_busy_ns = 0;  // summed over workers: wall time spent parsing batches

@@ -1,6 +1,7 @@
 #include "daemon/read_ahead.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -306,11 +307,19 @@ void ReadAhead::NoteUnqueued(const std::string& path, const std::string& why, si
   const int64_t now = MonotonicNs();
   int64_t next = unqueued_warning_next_ns_.load(std::memory_order_relaxed);
   if (now < next || !unqueued_warning_next_ns_.compare_exchange_strong(next, now + kUnqueuedWarningEveryNs)) return;
+  // What to look at depends on why: descriptors, locked memory, or io_uring not permitted.
+  const auto has = [&](int err) { return why.find(std::strerror(err)) != std::string::npos; };
+  const std::string hint =
+      has(EMFILE) || has(ENFILE) ? "the open-file limit is used up (LimitNOFILE; docs/operations.md, Open-file limit)"
+      : has(ENOMEM)              ? "locked memory (LimitMEMLOCK, before Linux 5.12) or memory is used up"
+      : has(EPERM) || has(EACCES)
+          ? "io_uring is not permitted for this process now (sysctl kernel.io_uring_disabled, a seccomp profile or "
+            "a container policy)"
+          : "see the reason";
   spdlog::warn("{}: its io_uring queue could not be set up ({}), so it is read one read at a time instead of {} in "
-               "flight (slow on storage with a round trip per read); the open-file limit (LimitNOFILE) or locked "
-               "memory (LimitMEMLOCK, before Linux 5.12) may be used up [{} file(s) so far; at most one such "
-               "line a minute]",
-               path, why, reads, files);
+               "flight (slow on storage with a round trip per read): {} [{} file(s) so far, status "
+               "pipeline.files_without_queued_reads; at most one such line a minute]",
+               path, why, reads, hint, files);
 }
 
 std::shared_ptr<FileStream> ReadAhead::PickLocked(size_t* index) {

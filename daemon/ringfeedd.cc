@@ -311,7 +311,23 @@ void CheckOpenFileLimit(const TuningPlan& plan) {
     }
   }
   if (limit.rlim_cur == RLIM_INFINITY) return;
-  const std::string problem = OpenFileLimitProblem(plan.file_descriptors, limit.rlim_cur, limit.rlim_max);
+  // Descriptors open already beyond the plan's allowance for the daemon's own (a parent that
+  // leaked hundreds into it) count too.
+  FileDescriptorPlan fds = plan.file_descriptors;
+  std::error_code ec;
+  uint64_t open_now = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec)) {
+    ++open_now;
+  }
+  if (open_now > 0) --open_now;  // the iterator's own
+  if (open_now > kOtherFileDescriptors) {
+    const uint64_t inherited = open_now - kOtherFileDescriptors;
+    fds.needed += inherited;
+    fds.arithmetic += ", + " + std::to_string(inherited) + " more already open at start (inherited) = " +
+                      std::to_string(fds.needed);
+  }
+  const std::string problem = OpenFileLimitProblem(fds, limit.rlim_cur, limit.rlim_max);
   if (!problem.empty()) throw StartupError(problem, 2);
 }
 
@@ -588,6 +604,7 @@ int RunDaemon(const DaemonOptions& options) {
             {"workers", s.workers},
             {"prefetch", s.prefetch},
             {"open_files", s.open_files},
+            {"files_without_queued_reads", s.files_without_queued_reads},
             {"read_ahead_bytes", s.read_ahead_bytes}}},
           {"autotune", autotune ? autotune->StatusJson() : nlohmann::json(nullptr)},
           {"memory",

@@ -1,11 +1,14 @@
 #include "shm/names.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <iterator>
 #include <string>
 
 namespace ringfeed::shm {
@@ -69,18 +72,38 @@ std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
 }
 
 std::string RuntimeDirPermissions(std::string_view runtime_dir) {
-  const std::string dir(runtime_dir);
+  const auto describe = [](const struct stat& st) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    return "owned by uid " + std::to_string(st.st_uid) + (st.st_uid == ::geteuid() ? " (this user)" : "") +
+           ", mode " + mode;
+  };
+  // A directory above it that this process may not enter (no x for it) hides the runtime
+  // directory whatever that one's own mode: name the first such one.
+  const std::filesystem::path dir = std::filesystem::path(std::string(runtime_dir)).lexically_normal();
+  std::filesystem::path above;
+  for (auto part = dir.begin(); part != dir.end(); ++part) {
+    if (std::next(part) == dir.end()) break;  // the runtime directory itself: below
+    above /= *part;
+    if (above.empty() || ::faccessat(AT_FDCWD, above.c_str(), X_OK, AT_EACCESS) == 0 || errno != EACCES) continue;
+    struct stat st {};
+    const std::string path = above.string();
+    if (::stat(path.c_str(), &st) != 0) return "the directory " + path + " above it does not let this user in";
+    const bool mine = st.st_uid == ::geteuid();
+    return "the directory " + path + " above it does not let this user in (" + describe(st) + "); " +
+           (mine ? "give it search permission: chmod u+x " + path
+                 : "ask its owner to let this user through (chmod o+x " + path + ")");
+  }
+  const std::string path = dir.string();
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) return "";
-  char mode[8];
-  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  if (::stat(path.c_str(), &st) != 0) return "";
   const bool mine = st.st_uid == ::geteuid();
   // ringfeedd makes it with create_directories (0777 less the umask) and changes nothing after;
   // permissions.group applies to the socket and the segment, not to the directory.
-  return "owned by uid " + std::to_string(st.st_uid) + (mine ? " (this user)" : "") + ", mode " + mode +
+  return describe(st) +
          "; ringfeedd creates it with mode 0777 less its umask (0755 with the usual umask 022), "
          "ringfeed@.service with RuntimeDirectoryMode=0755; " +
-         (mine ? "give it back: chmod 0755 " + dir : "ask its owner to let this user in (chmod 0755 " + dir + ")");
+         (mine ? "give it back: chmod 0755 " + path : "ask its owner to let this user in (chmod 0755 " + path + ")");
 }
 
 }  // namespace ringfeed::shm

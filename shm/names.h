@@ -18,8 +18,10 @@
 //                       its hello); the directory should exist by then.
 //   RuntimeDirPermissions(d)
 //                       for a message about a runtime directory this process may not read or
-//                       enter: "owned by uid U, mode 0000; ringfeedd creates it ...; <the fix>";
-//                       "" when d cannot be stat'ed (a parent directory denies that too).
+//                       enter (EACCES): "the directory P above it does not let this user in
+//                       (owned by uid U, mode M); <the fix>" when a directory above d denies
+//                       search (x), else "owned by uid U, mode 0000; ringfeedd creates it ...;
+//                       <the fix>"; "" when d cannot be stat'ed.
 //
 // FNV-1a: http://www.isthe.com/chongo/tech/comp/fnv/ (64-bit offset basis 0xcbf29ce484222325,
 // prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).

@@ -294,7 +294,7 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
   const CommandResult status = ctl({"status", kJob});
   INFO("status:\n" << status.out << status.err);
   CHECK(status.status.ToString() == "exit 1");
-  CHECK(status.err == "ringfeedctl status: cannot read the runtime directory " + fake.runtime_dir +
+  CHECK(status.err == "ringfeedctl status: cannot enter the runtime directory " + fake.runtime_dir +
                           ": Permission denied " + permissions + "\n");
 
   // dump attaches as a trainer does (the client library): its connect is what is denied.
@@ -305,6 +305,56 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
                                        ": Permission denied; this process cannot enter the runtime directory " +
                                        fake.runtime_dir + " " + permissions));
   CHECK_THAT(dump.err, !Catch::Contains("is not running") && !Catch::Contains("run this process as the daemon's user"));
+
+  // A subdirectory (systemd's per-instance one) that cannot be read is a row of `list`, and
+  // `status` of a job not found says its jobs cannot be seen: not "no jobs".
+  const std::string top = dir.file("top");
+  const std::string instance = top + "/inst";
+  std::filesystem::create_directories(instance);
+  if (!as_user.empty()) REQUIRE(::chown(instance.c_str(), 65534, 65534) == 0);
+  std::filesystem::permissions(instance, std::filesystem::perms::none);
+  Restore restore_instance{instance};
+  const auto ctl_in = [&](const std::string& runtime_dir, std::vector<std::string> args) {
+    args.insert(args.begin(), CtlBinary());
+    args.insert(args.begin(), as_user.begin(), as_user.end());
+    args.insert(args.end(), {"--runtime-dir", runtime_dir});
+    return RunCommand(args);
+  };
+  const CommandResult sub = ctl_in(top, {"list"});
+  INFO("list with an unreadable subdirectory:\n" << sub.out << sub.err);
+  CHECK(sub.status.ToString() == "exit 0");
+  CHECK_THAT(sub.out, Catch::Contains("unreadable   cannot read the runtime directory " + instance +
+                                      ": Permission denied (owned by uid " + uid + " (this user), mode 0000;"));
+  const CommandResult sub_status = ctl_in(top, {"status", "absent-job"});
+  CHECK(sub_status.status.ToString() == "exit 1");
+  CHECK_THAT(sub_status.err, Catch::Contains("the jobs of " + instance + " (Permission denied) cannot be seen"));
+
+  // Something else than a directory: no advice about permissions.
+  const std::string file = dir.file("a-file");
+  WriteFile(file, "x");
+  const CommandResult not_dir = ctl_in(file, {"list"});
+  CHECK(not_dir.status.ToString() == "exit 1");
+  CHECK(not_dir.err == "ringfeedctl list: cannot read the runtime directory " + file + ": Not a directory\n");
+
+  // A directory above the runtime directory that does not let this user through is named
+  // (as root, the test's own directory closed to nobody).
+  if (!as_user.empty()) {
+    std::filesystem::permissions(fake.runtime_dir, std::filesystem::perms::owner_all |
+                                                       std::filesystem::perms::group_read |
+                                                       std::filesystem::perms::group_exec |
+                                                       std::filesystem::perms::others_read |
+                                                       std::filesystem::perms::others_exec);
+    std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all);
+    const CommandResult above = ctl({"list"});
+    std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all | std::filesystem::perms::group_exec |
+                                                 std::filesystem::perms::others_exec);
+    INFO("list below a closed directory:\n" << above.out << above.err);
+    CHECK(above.status.ToString() == "exit 1");
+    CHECK(above.err == "ringfeedctl list: cannot read the runtime directory " + fake.runtime_dir +
+                           ": Permission denied (the directory " + dir.path().string() +
+                           " above it does not let this user in (owned by uid 0, mode 0700); ask its owner to let "
+                           "this user through (chmod o+x " + dir.path().string() + "))\n");
+  }
 
   // A runtime directory that does not exist still lists no jobs (exit 0).
   const CommandResult none = RunCommand({CtlBinary(), "list", "--runtime-dir", dir.file("absent")});
@@ -350,13 +400,17 @@ TEST_CASE("dump's timeout in ranks mode names the ranks without a consumer, then
         "while a rank does not take its batches: start every rank (docs/config.md, consumers; ringfeedctl status "
         "ranks-dump)\n");
 
-  // Rank 1 attached (taking nothing): only rank 2 is named.
+  // Rank 1 attached (taking nothing): rank 2 is named as without a consumer, rank 1 with its
+  // untaken batches.
   auto rank1 = Client::Attach(daemon.client_options(1));
   const CommandResult one = dump();
   INFO("dump:\n" << one.out << one.err);
   CHECK(one.status.ToString() == "exit 1");
-  CHECK_THAT(one.err, Catch::Contains("no batch within 1.0 s: rank 2 of 3 has no consumer attached; ranks mode "
-                                      "gives batch k of an epoch to rank k mod 3"));
+  CHECK_THAT(one.err, Catch::Contains("no batch within 1.0 s: rank 2 of 3 has no consumer attached; rank 1 has ") &&
+                          Catch::Contains(" that its trainer has not taken; ranks mode gives batch k of an epoch to "
+                                          "rank k mod 3 and stops producing at its prefetch depth while a rank does "
+                                          "not take its batches: start every rank, and look for a trainer that is "
+                                          "stopped, stuck or far slower than its peers"));
 
   // Every rank attached, ranks 1 and 2 taking nothing: they are named with their ready batches.
   auto rank2 = Client::Attach(daemon.client_options(2));

@@ -614,7 +614,9 @@ TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one r
   CHECK(log.str().find(files[0] + ": its io_uring queue could not be set up (io_uring_queue_init: " +
                        std::strerror(EMFILE) + "), so it is read one read at a time instead of 4 in flight") !=
         std::string::npos);
-  CHECK(log.str().find("[1 file(s) so far; at most one such line a minute]") != std::string::npos);
+  CHECK(log.str().find("in flight (slow on storage with a round trip per read): the open-file limit is used up "
+                       "(LimitNOFILE; docs/operations.md, Open-file limit) [1 file(s) so far, status "
+                       "pipeline.files_without_queued_reads; at most one such line a minute]") != std::string::npos);
   // The next file within the minute is counted, not logged again.
   CHECK(read_file(1).size() == 200);
   CHECK(read_ahead.unqueued_files() == 2);
