@@ -567,7 +567,7 @@ class Loader {
 
     const Entry* batch = Find(top, "batch");
     if (batch != nullptr) ReadBatch(*batch, &config->batch);
-    CheckBatchSize(batch_size_mark_ ? *batch_size_mark_ : MarkOf(*features), batch_size_mark_.has_value(), *config);
+    CheckBatchSize(*config);
     if (const Entry* e = Find(top, "shuffle")) ReadShuffle(*e, &config->shuffle);
     if (const Entry* e = Find(top, "epochs")) {
       config->epochs = ReadInt(*e, 0, std::numeric_limits<int64_t>::max());
@@ -585,9 +585,10 @@ class Loader {
 
   // One batch of a FixedLen feature must stay addressable: batch.size x prod(shape) values
   // and bytes both at most 2^40 (the pipeline's memory budget will bound it further).
-  // `mark` is batch.size's value when the config gives one (the error names batch.size), else
-  // the features section's (it names the feature's shape: batch.size is the default).
-  void CheckBatchSize(const YAML::Mark& mark, bool batch_given, const JobConfig& config) {
+  // The error points at batch.size's value when the config gives one (and names batch.size),
+  // else at the feature's name (and names its shape: batch.size is the default).
+  void CheckBatchSize(const JobConfig& config) {
+    const bool batch_given = batch_size_mark_.has_value();
     constexpr uint64_t kMaxBatchValues = uint64_t{1} << 40;
     for (const FeatureSpec& f : config.features) {
       if (f.type != FeatureType::kFixedLen) continue;
@@ -595,7 +596,7 @@ class Loader {
       const uint64_t rows = static_cast<uint64_t>(config.batch.size);
       const uint64_t size = std::max<uint64_t>(DTypeSize(f.dtype), 1);
       if (n != 0 && rows > kMaxBatchValues / n / size) {
-        Fail(mark, batch_given ? "batch.size" : "features." + f.name + ".shape",
+        Fail(batch_given ? *batch_size_mark_ : feature_marks_.at(f.name), batch_given ? "batch.size" : "features." + f.name + ".shape",
              "a batch of " + std::to_string(rows) + (batch_given ? "" : " (the default batch.size)") +
                  " rows of feature '" + f.name + "' (" + std::to_string(n) +
                  " values per row) would exceed 2^40 values or bytes; lower batch.size or the shape");
@@ -677,6 +678,7 @@ class Loader {
                std::to_string(kMaxFeatureCount) + " (the ring's schema holds that many)");
     }
     for (const Entry& e : ReadPairs(section.value, "features")) {
+      feature_marks_[e.key] = e.key_node.Mark();
       if (e.key.empty()) Fail(e.key_node.Mark(), e.path, "a feature name must not be empty");
       // The ring stores names NUL-terminated, and status, dump and the Python client show them
       // as text: "a\0x" would become "a", and bytes that are not UTF-8 would not read back.
@@ -997,6 +999,7 @@ class Loader {
 
   std::string file_;
   std::optional<YAML::Mark> batch_size_mark_;  // batch.size's value, when given (CheckBatchSize)
+  std::map<std::string, YAML::Mark> feature_marks_;  // each feature's name (CheckBatchSize)
 };
 
 }  // namespace

@@ -602,6 +602,10 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"a shape too large for the default batch of 32 rows",
        "job: t\nsource:\n  files: [a.tfrecord]\nfeatures:\n  x: {dtype: int64, shape: [1048576, 1048576], default: 0}\n",
        5, 3, "features.x.shape", {"a batch of 32 (the default batch.size) rows of feature 'x'", "would exceed 2^40"}},
+      {"... pointing at that feature, not the first one",
+       "job: t\nsource:\n  files: [a.tfrecord]\nfeatures:\n  a: {dtype: int64}\n"
+       "  x: {dtype: int64, shape: [1048576, 1048576], default: 0}\n",
+       6, 3, "features.x.shape", {"a batch of 32 (the default batch.size) rows of feature 'x'", "would exceed 2^40"}},
       {"boolean spelled yes", kHead + "shuffle:\n  files: yes\n", 7, 10, "shuffle.files",
        {"expected true or false, got 'yes'"}},
       {"bad compression word", "job: t\nsource:\n  files: [a]\n  compression: bzip2\n"
