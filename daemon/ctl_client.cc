@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <filesystem>
 #include <iomanip>
 #include <sstream>
@@ -483,12 +484,12 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   // The CPU the daemon used over the tuner's last interval; none before its first one ends.
   if (measured) {
     std::snprintf(buf, sizeof buf,
-                  "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); %lld of %lld %s not using CPU (waiting for "
-                  "storage or for room to read ahead)\n",
+                  "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); of %lld %s, the CPU of %lld on average, "
+                  "the rest waiting (for storage or for room to read ahead)\n",
                   running ? "" : " (the tuner's last interval, before production ended)", a.Number("cpu_cores"),
                   limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),
-                  static_cast<long long>(a.Integer("blocked_io_threads")), static_cast<long long>(readers),
-                  readers == 1 ? "reader" : "readers");
+                  static_cast<long long>(readers), readers == 1 ? "reader" : "readers",
+                  static_cast<long long>(std::max<int64_t>(0, readers - a.Integer("blocked_io_threads"))));
   } else {
     std::snprintf(buf, sizeof buf, "           CPU: not measured %s; cpu_budget %.3g cores (%s)\n",
                   running ? "yet (the tuner's first interval has not ended)"
@@ -512,7 +513,8 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   if (measured) {
     std::snprintf(buf, sizeof buf,
                   "           %s %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
-                  "sequencer waited %.0f%% for records and %.0f%% for slots, workers %.0f%% busy, %.1f batches ready\n",
+                  "sequencer waited %.0f%% for records and %.0f%% for a slot (ring full or prefetch depth reached), "
+                  "workers %.0f%% busy, %.1f batches ready\n",
                   running ? "last" : "the tuner's last interval before production ended,", m.Number("interval_seconds"),
                   m.Number("records_per_second"), 100 * m.Number("consumer_wait_fraction"),
                   100 * m.Number("read_busy_fraction"), 100 * m.Number("read_cpu_fraction"),
@@ -614,11 +616,21 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
     out << ", " << s.Count("ring_repairs") << " ring words repaired (written by a process that maps the segment)";
   }
   out << "\n";
+  // Ranks mode: each rank's batches ready in the ring, beside its consumer (who is behind).
+  std::map<int64_t, uint64_t> ready_of_rank;
+  for (const ReplyFields& r : s.Objects("ranks")) ready_of_rank[r.Integer("rank")] = r.Count("ready");
   for (const ReplyFields& c : consumers) {
-    std::snprintf(buf, sizeof buf, "           id %lld pid %lld%s: %llu batches taken, waited %.1f s, attached %s\n",
-                  static_cast<long long>(c.Integer("id")), static_cast<long long>(c.Integer("pid")),
-                  c.Has("rank") ? (" rank " + std::to_string(c.Integer("rank"))).c_str() : "",
-                  static_cast<unsigned long long>(c.Count("batches_taken")), c.Number("wait_seconds"),
+    const uint64_t taken = c.Count("batches_taken");
+    std::string rank;
+    if (c.Has("rank")) {
+      rank = " rank " + std::to_string(c.Integer("rank"));
+      if (const auto it = ready_of_rank.find(c.Integer("rank")); it != ready_of_rank.end()) {
+        rank += " (" + std::to_string(it->second) + " ready)";
+      }
+    }
+    std::snprintf(buf, sizeof buf, "           id %lld pid %lld%s: %llu %s taken, waited %.1f s, attached %s\n",
+                  static_cast<long long>(c.Integer("id")), static_cast<long long>(c.Integer("pid")), rank.c_str(),
+                  static_cast<unsigned long long>(taken), taken == 1 ? "batch" : "batches", c.Number("wait_seconds"),
                   Seconds(c.Number("attached_seconds")).c_str());
     out << buf;
   }
@@ -648,9 +660,9 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
       }
     }
     std::snprintf(buf, sizeof buf,
-                  "           rank %lld%s has not taken any of its %llu ready batches for %.0f s: once they take up the "
-                  "prefetch depth, production (and every other rank) waits for it; is that trainer stopped, stuck "
-                  "or far slower than its peers?\n",
+                  "           rank %lld%s has not taken any of its %llu ready batches for %.0f s while another rank "
+                  "waits: production stops at the prefetch depth, so every rank waits for it; is that trainer "
+                  "stopped, stuck or far slower than its peers?\n",
                   static_cast<long long>(rank), trainer.c_str(), static_cast<unsigned long long>(r.Count("ready")),
                   since);
     out << buf;

@@ -208,8 +208,10 @@ TEST_CASE("status names a rank that holds the others up from the daemon's holds_
   };
   const std::string line = "rank 1 (consumer 2, pid 11) has not taken any of its 3 ready batches for 7 s";
   CHECK_THAT(table("running", R"({"rank":1,"ready":3,"seconds_since_take":7,"holds_up":true})"),
-             Catch::Contains(line + ": once they take up the prefetch depth, production (and every other rank) waits "
-                                    "for it; is that trainer stopped, stuck or far slower than its peers?\n"));
+             Catch::Contains(line + " while another rank waits: production stops at the prefetch depth, so every "
+                                    "rank waits for it; is that trainer stopped, stuck or far slower than its "
+                                    "peers?\n") &&
+                 Catch::Contains("id 2 pid 11 rank 1 (3 ready): 0 batches taken"));
   CHECK_THAT(table("running", R"({"rank":1,"ready":3,"seconds_since_take":4,"holds_up":true})"),
              !Catch::Contains("has not taken any"));
   CHECK_THAT(table("end_of_data", R"({"rank":1,"ready":3,"seconds_since_take":7,"holds_up":false})"),
