@@ -581,6 +581,18 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                 records_per_second.Number("last_10s"), mb_per_second.Number("last_10s"),
                 records_per_second.Number("overall"), mb_per_second.Number("overall"));
   out << buf;
+  // A ring the trainers do not empty (or none attached yet) caps these rates: say so, so that
+  // they are not read as the loader's speed.
+  const ReplyFields measured = s.Object("autotune").Object("measured");
+  if (state == "running" && measured.Number("interval_seconds") > 0 &&
+      measured.Number("sequencer_slot_wait_fraction") >= 0.5 && measured.Number("consumer_wait_fraction") < 0.5) {
+    std::snprintf(buf, sizeof buf,
+                  "           production waited %.0f%% of the last %.2f s for the trainers to take batches (%s): these "
+                  "rates do not show the loader's speed\n",
+                  100 * measured.Number("sequencer_slot_wait_fraction"), measured.Number("interval_seconds"),
+                  measured.Integer("consumers") == 0 ? "none attached" : "ring full or prefetch depth reached");
+    out << buf;
+  }
   const int64_t slots = ring.Integer("slots"), held = ring.Integer("held");
   std::snprintf(buf, sizeof buf, "ring       %lld slots x %s: %lld free, %lld filling, %lld ready, %lld held\n",
                 static_cast<long long>(slots), Bytes(ring.Number("slot_bytes")).c_str(),

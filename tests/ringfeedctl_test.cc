@@ -190,6 +190,27 @@ TEST_CASE("status --json prints the daemon's object as it came; the table reads 
                             Catch::Contains("(no budget set)") && Catch::Contains("consumers  0 attached\n"));
 }
 
+TEST_CASE("status says when its rates are the trainers' pace: production waited for a slot most of the interval") {
+  const auto table = [](double slot_wait, double consumer_wait, int consumers) {
+    TempDir dir;
+    Fake fake(dir, Welcome(kJob),
+              R"({"type":"status","job":"fake","state":"running","autotune":{"measured":{"interval_seconds":1.0,)"
+              R"("sequencer_slot_wait_fraction":)" + std::to_string(slot_wait) +
+                  R"(,"consumer_wait_fraction":)" + std::to_string(consumer_wait) +
+                  R"(,"consumers":)" + std::to_string(consumers) + "}}}");
+    const CommandResult r = fake.Ctl({"status", kJob});
+    INFO(r.out << r.err);
+    CHECK(r.status.ToString() == "exit 0");
+    return r.out;
+  };
+  CHECK_THAT(table(0.9, 0.0, 0),
+             Catch::Contains("\n           production waited 90% of the last 1.00 s for the trainers to take batches "
+                             "(none attached): these rates do not show the loader's speed\n"));
+  CHECK_THAT(table(0.9, 0.0, 2), Catch::Contains("(ring full or prefetch depth reached)"));
+  CHECK_THAT(table(0.2, 0.0, 2), !Catch::Contains("production waited"));
+  CHECK_THAT(table(0.9, 0.8, 2), !Catch::Contains("production waited"));  // trainers wait too: not their pace
+}
+
 TEST_CASE("status names a rank that holds the others up from the daemon's holds_up, after 5 s") {
   // The daemon decides (ConsumerRegistry::RankStates); the table only waits 5 s. A rank whose
   // batches wait while another attached rank has none ready is not named without holds_up:
