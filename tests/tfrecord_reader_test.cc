@@ -1144,7 +1144,7 @@ TEST_CASE("reads_in_flight: a file whose io_uring queue cannot be set up is read
 TEST_CASE("reads_in_flight: SetReadsInFlight says why its new queue could not be set up, and forgets it once one is") {
   std::string why;
   if (!ReadQueue::Available(&why)) {
-    std::cout << "RINGFEED_SKIP: io_uring is not available here (" << why << ")" << std::endl;
+    std::cout << "tfrecord_reader_test: io_uring is not available here (" << why << ")" << std::endl;
     return;
   }
   TempDir dir;
