@@ -32,6 +32,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "format/utf8.h"
+
 namespace ringfeed {
 namespace {
 
@@ -47,34 +49,6 @@ constexpr int64_t kMinRingSlots = 2;                   // one being filled while
 constexpr int64_t kMaxRingSlots = 256;                 // shm::kMaxSlots
 constexpr size_t kMaxFeatureCount = 256;               // shm::kMaxFeatures: the superblock's schema
 constexpr size_t kMaxFeatureNameBytes = 127;           // shm::kMaxNameBytes - 1 (NUL-terminated)
-
-// The offset of the first byte of `s` that is not part of well-formed UTF-8 (RFC 3629: no
-// overlong forms, no surrogates, nothing above U+10FFFF), or npos.
-size_t InvalidUtf8At(const std::string& s) {
-  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  for (size_t i = 0; i < n;) {
-    const unsigned c = b[i];
-    size_t len = 0;
-    unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c == 0xE0) len = 3, lo = 0xA0;
-    else if (c == 0xED) len = 3, hi = 0x9F;
-    else if (c >= 0xE1 && c <= 0xEF) len = 3;
-    else if (c == 0xF0) len = 4, lo = 0x90;
-    else if (c >= 0xF1 && c <= 0xF3) len = 4;
-    else if (c == 0xF4) len = 4, hi = 0x8F;
-    else return i;
-    if (i + len > n) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const unsigned d = b[i + k];
-      if (k == 1 ? (d < lo || d > hi) : (d < 0x80 || d > 0xBF)) return i;
-    }
-    i += len;
-  }
-  return std::string::npos;
-}
 
 // `s` with bytes that are not printable ASCII as \xHH, for messages.
 std::string Printable(const std::string& s) {

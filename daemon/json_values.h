@@ -9,8 +9,6 @@
 //   BytesJson(v, f) one bytes value as `--bytes` asks: base64 (the default: every value a
 //                   string, whatever its bytes) or text (a value that is valid UTF-8 as that
 //                   string, any other as {"base64": "..."}, so that no byte is lost or guessed).
-//   Utf8SequenceLength(s, i)  the length of the valid UTF-8 sequence at s[i] (1-4), or 0
-//                   (RFC 3629: no overlong forms, no UTF-16 surrogates, nothing past U+10FFFF).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -23,6 +21,8 @@
 #include <string_view>
 
 #include <nlohmann/json.hpp>
+
+#include "format/utf8.h"
 
 namespace ringfeed {
 
@@ -59,32 +59,6 @@ inline std::string Base64Encode(std::span<const uint8_t> bytes) {
     out += '=';
   }
   return out;
-}
-
-inline size_t Utf8SequenceLength(std::string_view s, size_t i) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  if (c < 0x80) return 1;
-  const size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
-  if (n == 0 || i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xc0) != 0x80) return 0;
-  }
-  // Overlong 3/4-byte forms, UTF-16 surrogates and code points past U+10FFFF.
-  if ((c == 0xe0 && b(i + 1) < 0xa0) || (c == 0xed && b(i + 1) >= 0xa0) || (c == 0xf0 && b(i + 1) < 0x90) ||
-      (c == 0xf4 && b(i + 1) >= 0x90)) {
-    return 0;
-  }
-  return n;
-}
-
-inline bool IsUtf8(std::string_view s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t n = Utf8SequenceLength(s, i);
-    if (n == 0) return false;
-    i += n;
-  }
-  return true;
 }
 
 enum class BytesFormat { kBase64, kText };

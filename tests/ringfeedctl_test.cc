@@ -101,6 +101,16 @@ struct Fake {
   std::unique_ptr<ChildProcess> child;
 };
 
+// `ringfeedctl status`'s table for a daemon whose status reply is `reply` (it must succeed).
+std::string StatusTable(const std::string& reply) {
+  TempDir dir;
+  Fake fake(dir, Welcome(kJob), reply);
+  const CommandResult r = fake.Ctl({"status", kJob});
+  INFO(r.out << r.err);
+  CHECK(r.status.ToString() == "exit 0");
+  return r.out;
+}
+
 // The start of `list`'s line for `job` in `state`, columns as ListJobs pads them.
 std::string ListLine(const std::string& job, const std::string& state) {
   return job + std::string(24 - job.size(), ' ') + " " + state + std::string(12 - state.size(), ' ') + " ";
@@ -192,16 +202,11 @@ TEST_CASE("status --json prints the daemon's object as it came; the table reads 
 
 TEST_CASE("status says when its rates are the trainers' pace: production waited for a slot most of the interval") {
   const auto table = [](double slot_wait, double consumer_wait, int consumers) {
-    TempDir dir;
-    Fake fake(dir, Welcome(kJob),
-              R"({"type":"status","job":"fake","state":"running","autotune":{"measured":{"interval_seconds":1.0,)"
-              R"("sequencer_slot_wait_fraction":)" + std::to_string(slot_wait) +
-                  R"(,"consumer_wait_fraction":)" + std::to_string(consumer_wait) +
-                  R"(,"consumers":)" + std::to_string(consumers) + "}}}");
-    const CommandResult r = fake.Ctl({"status", kJob});
-    INFO(r.out << r.err);
-    CHECK(r.status.ToString() == "exit 0");
-    return r.out;
+    return StatusTable(
+        R"({"type":"status","job":"fake","state":"running","autotune":{"measured":{"interval_seconds":1.0,)"
+        R"("sequencer_slot_wait_fraction":)" + std::to_string(slot_wait) +
+        R"(,"consumer_wait_fraction":)" + std::to_string(consumer_wait) + R"(,"consumers":)" +
+        std::to_string(consumers) + "}}}");
   };
   CHECK_THAT(table(0.9, 0.0, 0),
              Catch::Contains("\n           production waited 90% of the last 1.00 s for the trainers to take batches "
@@ -216,16 +221,10 @@ TEST_CASE("status names a rank that holds the others up from the daemon's holds_
   // batches wait while another attached rank has none ready is not named without holds_up:
   // after the end of the data, say, the other ranks get the end instead of waiting for it.
   const auto table = [](const std::string& state, const std::string& rank1) {
-    TempDir dir;
-    Fake fake(dir, Welcome(kJob),
-              R"({"type":"status","job":"fake","state":")" + state +
-                  R"(","consumers":[{"id":1,"pid":10,"rank":0},{"id":2,"pid":11,"rank":1}],)"
-                  R"("ranks_without_consumer":[],"ranks":[{"rank":0,"ready":0,"seconds_since_take":0,"holds_up":false},)" +
-                  rank1 + "]}");
-    const CommandResult r = fake.Ctl({"status", kJob});
-    INFO(r.out << r.err);
-    CHECK(r.status.ToString() == "exit 0");
-    return r.out;
+    return StatusTable(R"({"type":"status","job":"fake","state":")" + state +
+                       R"(","consumers":[{"id":1,"pid":10,"rank":0},{"id":2,"pid":11,"rank":1}],)"
+                       R"("ranks_without_consumer":[],"ranks":[{"rank":0,"ready":0,"seconds_since_take":0,"holds_up":false},)" +
+                       rank1 + "]}");
   };
   const std::string line = "rank 1 (consumer 2, pid 11) has not taken any of its 3 ready batches for 7 s";
   CHECK_THAT(table("running", R"({"rank":1,"ready":3,"seconds_since_take":7,"holds_up":true})"),

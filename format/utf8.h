@@ -1,0 +1,46 @@
+// UTF-8 validity (RFC 3629): no overlong forms, no UTF-16 surrogates (U+D800..U+DFFF), nothing
+// past U+10FFFF. One definition for every place that must tell text from bytes: config feature
+// names, ringfeedctl's JSON output.
+//
+//   Utf8SequenceLength(s, i)  the length (1-4) of the valid UTF-8 sequence at s[i], or 0 when
+//                             the bytes there are not one (i < s.size()).
+//   InvalidUtf8At(s)          the offset of the first byte that is not valid UTF-8, or npos.
+//   IsUtf8(s)                 InvalidUtf8At(s) == npos.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstddef>
+#include <string_view>
+
+namespace ringfeed {
+
+inline size_t Utf8SequenceLength(std::string_view s, size_t i) {
+  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char c = b(i);
+  if (c < 0x80) return 1;
+  const size_t n = c >= 0xf0 && c <= 0xf4 ? 4 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xc2 && c < 0xe0 ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (size_t k = 1; k < n; ++k) {
+    if ((b(i + k) & 0xc0) != 0x80) return 0;
+  }
+  // Overlong 3/4-byte forms, UTF-16 surrogates and code points past U+10FFFF.
+  if ((c == 0xe0 && b(i + 1) < 0xa0) || (c == 0xed && b(i + 1) >= 0xa0) || (c == 0xf0 && b(i + 1) < 0x90) ||
+      (c == 0xf4 && b(i + 1) >= 0x90)) {
+    return 0;
+  }
+  return n;
+}
+
+inline size_t InvalidUtf8At(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t n = Utf8SequenceLength(s, i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+inline bool IsUtf8(std::string_view s) { return InvalidUtf8At(s) == std::string_view::npos; }
+
+}  // namespace ringfeed
