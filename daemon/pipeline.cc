@@ -304,7 +304,6 @@ void Pipeline::RunWorker(size_t id) {
       }
       work = std::move(work_.front());
       work_.pop_front();
-      ++busy_workers_;
     }
     const int64_t parse_start = MonotonicNs();
     const int64_t parse_cpu_start = ThreadCpuNs();
@@ -323,7 +322,6 @@ void Pipeline::RunWorker(size_t id) {
       bool fail_now = true;
       {
         std::lock_guard lock(mutex_);
-        --busy_workers_;
         --in_flight_;
         AbandonSlotLocked(work.slot);
         if (options_.deterministic) {
@@ -339,13 +337,15 @@ void Pipeline::RunWorker(size_t id) {
       continue;  // more work until the failure stops the pipeline (batches before it may need a worker)
     }
     Complete(work.job.seq, Done{work.slot, work.job.queue, result.rows, result.record_bytes});
-    std::lock_guard lock(mutex_);
-    --busy_workers_;
   }
 }
 
 void Pipeline::Complete(uint64_t seq, const Done& done) {
   std::string failure;  // a worker's failure whose turn came with this batch
+  // Queues published to (bit q: queue q): their consumers are woken once mutex_ is let go,
+  // so that the sequencer is not kept waiting for mutex_ while a wake's system call runs.
+  uint64_t published_to = 0;
+  static_assert(shm::kMaxQueues <= 64);
   {
     std::lock_guard lock(mutex_);
     --in_flight_;
@@ -355,16 +355,21 @@ void Pipeline::Complete(uint64_t seq, const Done& done) {
     }
     if (!options_.deterministic) {
       PublishLocked(done);
+      published_to |= uint64_t{1} << done.queue;
     } else {
       completed_.emplace(seq, done);
       // Publish every batch whose predecessors are all published.
       for (auto it = completed_.begin(); it != completed_.end() && it->first == next_publish_;
            it = completed_.erase(it)) {
         PublishLocked(it->second);
+        published_to |= uint64_t{1} << it->second.queue;
         ++next_publish_;
       }
       if (next_publish_ == failed_seq_) failure = failed_error_;
     }
+  }
+  for (uint32_t q = 0; published_to != 0; ++q, published_to >>= 1) {
+    if (published_to & 1) shm::WakePublishWaiters(ring_, q);
   }
   if (!failure.empty()) Fail(failure);
   work_done_.notify_all();
@@ -382,7 +387,7 @@ void Pipeline::AbandonSlotLocked(uint32_t slot) {
 
 void Pipeline::PublishLocked(const Done& done) {
   const uint64_t seq = published_[done.queue]++;
-  shm::Publish(ring_, done.slot, done.queue, seq);
+  shm::PublishWithoutWake(ring_, done.slot, done.queue, seq);
   slot_use_[done.slot] = SlotUse::kPublished;
   slot_published_[done.slot] = {done.queue, seq};
   // Counted when published: a batch parsed but never published (the job failed or stopped

@@ -153,7 +153,8 @@ class Pipeline {
     uint64_t record_bytes = 0;
   };
   // Publishes `done.slot` to `done.queue` as its next batch (the daemon's count) and counts
-  // it in records_, record_bytes_ and batches_. Under mutex_.
+  // it in records_, record_bytes_ and batches_. Under mutex_; the caller wakes the queue's
+  // consumers after letting go of it (shm::WakePublishWaiters).
   void PublishLocked(const Done& done);
   // A slot whose batch will never be published (production failed or stopped): free again, so
   // that status does not count it as filling. Under mutex_.
@@ -186,7 +187,6 @@ class Pipeline {
   std::vector<std::thread> workers_;  // ids >= wanted_workers_ are parked (SetWorkers)
   size_t wanted_workers_ = 0;
   bool workers_exit_ = false;  // Join: parked workers end too
-  size_t busy_workers_ = 0;
   std::vector<SlotUse> slot_use_;
   size_t prefetch_ = 1;
   uint64_t next_publish_ = 0;                 // deterministic: next sequence number to publish

@@ -132,7 +132,11 @@ StreamItem FileStream::Next() {
     for (const StreamItem& item : local_) bytes += item.record.size;  // 0 for kEnd and read errors
     buffered_bytes_ -= bytes;
     owner_->buffered_bytes_ -= bytes;
-    if (!finished_ && !busy_) owner_->work_.notify_one();  // room again: read on
+    const bool read_on = !finished_ && !busy_;  // room again
+    lock.unlock();
+    // After the unlock: a reader woken while the lock is held would only wait for it again
+    // (a second wake-up, which costs ~25 us of CPU on some virtual machines).
+    if (read_on) owner_->work_.notify_one();
   }
   StreamItem item = std::move(local_[local_next_++]);
   if (item.kind == StreamItem::Kind::kEnd) ended_ = true;
@@ -442,7 +446,8 @@ void ReadAhead::Run(size_t id) {
     stream->busy_ = false;
     EndIo(io);
     stream->finished_ = finished;
-    if (!stream->closed_) {
+    const bool delivered = !stream->closed_;
+    if (delivered) {
       if (stream->items_.empty()) {
         stream->items_.swap(items);  // the common case: the consumer took everything before
       } else {
@@ -454,12 +459,13 @@ void ReadAhead::Run(size_t id) {
       buffered_bytes_ += bytes;
       records_read_ += records;
       bytes_read_ += payload;
-      stream->ready_.notify_all();
     }
     if (finished || stream->closed_) std::erase(streams_, stream);
+    lock.unlock();
+    // The sequencer is woken after the unlock (as in FileStream::Next); `stream` keeps ready_ alive.
+    if (delivered) stream->ready_.notify_all();
     // This may be the last reference (the consumer closed the stream): closing the file can
     // wait (its queued reads, close() on a network mount), so not under the lock.
-    lock.unlock();
     stream.reset();
     threads_in_turn_.fetch_sub(1, std::memory_order_acq_rel);
     lock.lock();

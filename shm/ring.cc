@@ -25,9 +25,15 @@ uint32_t LoadSlotOf(QueueHeader& q, uint64_t seq) {
 // for sleepers. Both sequentially consistent, pairing with CountedWait: if this load misses a
 // sleeper's increment, the increment (and the sleeper's FUTEX_WAIT after it) comes after the
 // bump, so FUTEX_WAIT finds the word changed and does not sleep.
-void BumpAndWake(std::atomic<uint32_t>& futex, std::atomic<uint32_t>& waiters) {
-  futex.fetch_add(1, std::memory_order_seq_cst);
+// The two halves may be apart (PublishWithoutWake, WakePublishWaiters): the argument holds for
+// any delay, as long as the load comes after the bump.
+void Bump(std::atomic<uint32_t>& futex) { futex.fetch_add(1, std::memory_order_seq_cst); }
+void WakeWaiters(std::atomic<uint32_t>& futex, std::atomic<uint32_t>& waiters) {
   if (waiters.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&futex);
+}
+void BumpAndWake(std::atomic<uint32_t>& futex, std::atomic<uint32_t>& waiters) {
+  Bump(futex);
+  WakeWaiters(futex, waiters);
 }
 
 void CountedWait(std::atomic<uint32_t>& futex, std::atomic<uint32_t>& waiters, uint32_t seen,
@@ -66,11 +72,21 @@ bool BeginFill(const Ring& ring, uint32_t slot) {
 }
 
 void Publish(const Ring& ring, uint32_t slot, uint32_t queue, uint64_t seq) {
+  PublishWithoutWake(ring, slot, queue, seq);
+  WakePublishWaiters(ring, queue);
+}
+
+void PublishWithoutWake(const Ring& ring, uint32_t slot, uint32_t queue, uint64_t seq) {
   QueueHeader& q = ring.queue(queue);
   std::atomic_ref<uint32_t>(q.slot_of[seq % kMaxSlots]).store(slot, std::memory_order_relaxed);
   ring.header(slot)->word.store(ReadyWord(queue, seq), std::memory_order_release);
   q.published.store(seq + 1, std::memory_order_release);
-  BumpAndWake(q.publish_futex, q.publish_waiters);
+  Bump(q.publish_futex);
+}
+
+void WakePublishWaiters(const Ring& ring, uint32_t queue) {
+  QueueHeader& q = ring.queue(queue);
+  WakeWaiters(q.publish_futex, q.publish_waiters);
 }
 
 void CloseQueue(const Ring& ring, uint32_t queue) {

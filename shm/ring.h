@@ -74,6 +74,13 @@ bool BeginFill(const Ring& ring, uint32_t slot);
 // process that maps the segment may write), and wakes the queue's waiters. The slot's header
 // and data must be complete: the word's release store publishes them.
 void Publish(const Ring& ring, uint32_t slot, uint32_t queue, uint64_t seq);
+// Publish in two halves, for a caller that holds a lock when it publishes: the first does all
+// of Publish but the wake, the second wakes the queue's waiters, if any (a FUTEX_WAKE system
+// call, which on a virtual machine can cost 15 us when the waiter sleeps on another core:
+// bench/e2e/wake_cost_bench), after the caller let go of its lock. Between the two, a consumer
+// that looks finds the batch; one asleep since before it is woken by the second half.
+void PublishWithoutWake(const Ring& ring, uint32_t slot, uint32_t queue, uint64_t seq);
+void WakePublishWaiters(const Ring& ring, uint32_t queue);
 
 // No more batches for `queue`; wakes its waiters. Consumers drain what was published, then
 // wait for the state to say how the run ended (the client reports kEndOfData only in state

@@ -527,5 +527,45 @@ TEST_CASE("futex: a wake in one process ends a wait in another; timeouts return"
   CHECK(WEXITSTATUS(status) == 0);
 }
 
+TEST_CASE("publish in two halves: the batch is there after the first, a sleeper wakes at the second") {
+  // ringfeedd publishes under its pipeline mutex and wakes after letting go of it
+  // (Pipeline::Complete): between the halves a consumer that looks finds the batch, and one
+  // asleep since before it sleeps on until the wake.
+  TempDir dir;
+  RingTestProducer producer(Options(dir, "halves"));
+  const shm::Ring& ring = producer.ring();
+  shm::QueueHeader& q = ring.queue(0);
+  std::atomic<bool> returned{false};
+  std::thread sleeper([&] {
+    const uint32_t seen = q.publish_futex.load();
+    while (q.published.load() == 0) shm::WaitForPublish(ring, 0, seen, std::chrono::seconds(20));
+    returned = true;
+  });
+  // Asleep: counted in publish_waiters (and a moment more to be inside FUTEX_WAIT).
+  for (int i = 0; i < 2000 && q.publish_waiters.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE(q.publish_waiters.load() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+
+  REQUIRE(shm::BeginFill(ring, 0));
+  shm::PublishWithoutWake(ring, 0, 0, 0);
+  CHECK(q.published.load() == 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  CHECK_FALSE(returned.load());  // no wake yet: still asleep
+  CHECK(q.publish_waiters.load() == 1);
+
+  const auto woken = std::chrono::steady_clock::now();
+  shm::WakePublishWaiters(ring, 0);
+  sleeper.join();
+  CHECK(returned.load());
+  CHECK(std::chrono::steady_clock::now() - woken < std::chrono::seconds(5));
+  // Nobody asleep: the second half makes no wake call, and a looker finds the batch.
+  shm::WakePublishWaiters(ring, 0);
+  uint32_t slot = 99;
+  uint64_t seq = 99;
+  CHECK(shm::TryClaim(ring, 0, 1, &slot, &seq) == shm::ClaimResult::kClaimed);
+  CHECK(slot == 0);
+  CHECK(seq == 0);
+}
+
 }  // namespace
 }  // namespace ringfeed

@@ -57,7 +57,7 @@ if [[ -z "$JSON" ]]; then
     echo "run_e2e_bench: $BUILD is a '$build_type' build; use a Release build dir (RINGFEED_BENCH_BUILD)" >&2
     exit 1
   fi
-  ninja -C "$BUILD" -j2 ringfeedd consume_bench client_overhead_bench parse_alone_bench make_bench_data
+  ninja -C "$BUILD" -j2 ringfeedd consume_bench client_overhead_bench parse_alone_bench wake_cost_bench make_bench_data
   "$BUILD/bench/make_bench_data" --out "$DATA" --taxi "$TAXI"
 
   PY=""
@@ -180,6 +180,18 @@ EOF
     fi
   }
 
+  # ---- what a wake-up costs here: the price of each hand-off that finds the other side asleep ----
+  # (wake_cost_bench: on a virtual machine one that crosses cores can cost 10x bare metal's)
+  read -r -a CORES <<<"$(taskset -c "$CPUS" python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
+  for pair in "${CORES[0]},${CORES[1]:-${CORES[0]}}" "${CORES[0]},${CORES[0]}"; do
+    if out=$("${PIN[@]}" "$BUILD/bench/wake_cost_bench" --cores "$pair" 2>"$WORK/err"); then
+      echo "{\"set\":\"machine\",\"contender\":\"wake_cost_$pair\",\"rep\":1,\"result\":$out}" >> "$RUNS"
+      echo "  futex wake, cores $pair: $out"
+    else
+      echo "  wake_cost_bench --cores $pair: FAILED: $(tail -3 "$WORK/err")" >&2
+    fi
+  done
+
   echo
   echo "cores $CPUS${NICE:+, nice $NICE}, $REPS repetitions; load $LOAD_START"
   for rep in $(seq 1 "$REPS"); do
@@ -297,6 +309,14 @@ print()
 print(f"Commit {doc['commit']}; {doc['machine']}; TensorFlow {doc['tf_version'] or 'n/a'}; every contender pinned to"
       f" cores {doc['cpus']}{', nice ' + doc['nice'] if doc['nice'] else ''}; medians of {doc['reps']} repetitions;"
       f" load average {doc['load_start']} at the start, {doc['load_end']} at the end.")
+wake = {c.split("_", 2)[2]: xs[0] for (s, c), xs in by.items() if c.startswith("wake_cost_")}
+if wake:
+    print()
+    print("Waking a thread asleep on a futex (`wake_cost_bench`, the price of each hand-off in the daemon that finds"
+          " the other side asleep: a consumer waiting for a batch, a worker for work, a thread on a contended mutex): " +
+          "; ".join(f"cores {pair}: the waker's call {w['waker_call_us']:.1f} us, the sleeper's CPU {w['sleeper_cpu_per_wake_us']:.1f} us"
+                    for pair, w in sorted(wake.items(), key=lambda i: i[0].split(",")[0] == i[0].split(",")[1])) +
+          ".")
 print()
 print("### Throughput (examples/s; in brackets examples per CPU-second, all threads and processes of the contender)")
 print()
