@@ -597,6 +597,15 @@ std::string MemoryPlan::Describe() const {
   return text;
 }
 
+std::string MemoryPlan::Summary() const {
+  return "memory budget " + FormatBytes(budget_bytes) +
+         (budget_source.empty() ? std::string() : " (" + budget_source + ")") + ": " + FormatBytes(fixed_bytes) +
+         " fixed (ring " + FormatBytes(ring_bytes) + ", open files " + FormatBytes(open_files_bytes) +
+         ", other buffers, threads and a safety margin); the read-ahead may use up to the other " +
+         FormatBytes(read_ahead_memory_bytes) +
+         ", as far as it helps (ringfeedctl status shows what it uses; the whole plan at --log-level debug)";
+}
+
 // ---- Process memory -----------------------------------------------------------------------------
 
 ProcessMemory ReadProcessMemory(pid_t pid, const SystemPaths& paths) {

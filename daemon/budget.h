@@ -207,6 +207,13 @@ struct MemoryPlan {
   //       bytes (at most 15.1 MiB per open file x 8) + 224 B of bookkeeping per record (1.3 KiB
   //       records assumed: 2/3 of the mean) = 140.4 MiB
   std::string Describe() const;
+  // One line of it, what ringfeedd logs at info level (Describe at debug): the budget, the
+  // fixed parts' sum and the most the read-ahead may use, e.g.
+  //   memory budget 256.0 MiB (pipeline.memory_budget): 115.6 MiB fixed (ring 40.1 MiB, open
+  //   files 25.1 MiB, other buffers, threads and a safety margin); the read-ahead may use up to
+  //   the other 140.4 MiB, as far as it helps (ringfeedctl status shows what it uses; the
+  //   whole plan at --log-level debug)
+  std::string Summary() const;
 };
 
 // Throws BudgetError when the read-ahead left is below min_read_ahead_bytes (or nothing is

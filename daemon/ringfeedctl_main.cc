@@ -67,8 +67,8 @@ const CLI::Validator kTimeoutValidator(
     "SECONDS");
 
 // inspect and dump --bytes: how bytes values are printed (daemon/json_values.h, BytesJson).
-void AddBytesOption(CLI::App* cmd, std::string* format) {
-  cmd->add_option("--bytes", *format,
+CLI::Option* AddBytesOption(CLI::App* cmd, std::string* format) {
+  return cmd->add_option("--bytes", *format,
                   "How bytes values are printed: base64 (every value; the default) or text (the value itself "
                   "where it is valid UTF-8, {\"base64\": ...} where not)")
       ->check(CLI::IsMember({"base64", "text"}))
@@ -152,7 +152,8 @@ Command AddInspectCommand(CLI::App& parent) {
                   "Records with a larger length field are reported as too large (default 256MiB)")
       ->check(kSizeValidator)
       ->option_text("SIZE");
-  AddBytesOption(cmd, &flags->bytes);
+  // --count, --verify and --schema print no values: --bytes there would be silently ignored.
+  AddBytesOption(cmd, &flags->bytes)->excludes(count)->excludes(verify)->excludes(schema);
   cmd->add_option("--limit", o.limit, "Read only the first N records of each file")
       ->check(kCountValidator)
       ->option_text("N");

@@ -449,7 +449,10 @@ int RunDaemon(const DaemonOptions& options) {
     const uint32_t slot_count = plan.slot_count;
     const uint64_t slot_bytes = plan.slot_bytes;
     const shm::Geometry geometry = plan.geometry;
-    spdlog::info("{}", plan.memory.Describe());
+    // One line at info: the whole plan's caps ("16 readers", gigabytes of read-ahead) read as
+    // alarming for a small job, though the tuner spends them only where they help.
+    spdlog::info("{}", plan.memory.Summary());
+    spdlog::debug("{}", plan.memory.Describe());
     spdlog::info("cpu_budget {:.3g} cores ({}): the CPU the daemon's threads may use together",
                  plan.autotune.cpu_budget_cores, plan.autotune.cpu_budget_source);
 

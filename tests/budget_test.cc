@@ -517,6 +517,11 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
   CHECK(text.find("  read-ahead: what is left, for records read ahead of their turn: 120.6 MiB of record bytes (at "
                   "most 15.1 MiB per open file x 8) + 224 B of bookkeeping per record (1.3 KiB records assumed: 2/3 "
                   "of the mean) = 140.4 MiB\n") != std::string::npos);
+  // The one line logged at info level: the sum of the fixed lines above and the read-ahead's.
+  CHECK(plan.Summary() ==
+        "memory budget 256.0 MiB (pipeline.memory_budget): 115.6 MiB fixed (ring 40.1 MiB, open files 16.8 MiB, "
+        "other buffers, threads and a safety margin); the read-ahead may use up to the other 140.4 MiB, as far as "
+        "it helps (ringfeedctl status shows what it uses; the whole plan at --log-level debug)");
   // No shuffling: the line says so instead of "1 record".
   MemoryInputs unshuffled = ExampleInputs(256 * MiB);
   unshuffled.shuffle_buffer = 0;

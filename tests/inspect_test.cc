@@ -972,6 +972,9 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
       {{"inspect"}, "FILE is required"},
       {{"inspect", "--bogus", "x"}, "--bogus"},
       {{"inspect", "--count", "--verify", "x"}, "--count excludes --verify"},
+      // Modes that print no values take no --bytes (it would be ignored without a word).
+      {{"inspect", "--count", "--bytes", "text", "x"}, "--count excludes --bytes"},
+      {{"inspect", "--schema", "--bytes", "base64", "x"}, "--schema excludes --bytes"},
       {{"inspect", "--compression", "bzip2", "x"}, "bzip2"},
       {{"inspect", "--max-record-bytes", "1.5GiB", "x"}, "'1.5GiB' is not a size"},
       {{"inspect", "--limit", "0", "x"}, "'0' is not a positive integer"},
