@@ -598,12 +598,19 @@ std::string MemoryPlan::Describe() const {
 }
 
 std::string MemoryPlan::Summary() const {
+  // The fixed parts (every line but the last, the read-ahead), largest first.
+  std::vector<MemoryPlanLine> fixed(lines.begin(), lines.end() - (lines.empty() ? 0 : 1));
+  std::stable_sort(fixed.begin(), fixed.end(),
+                   [](const MemoryPlanLine& a, const MemoryPlanLine& b) { return a.bytes > b.bytes; });
+  std::string largest;
+  for (size_t i = 0; i < fixed.size() && i < 3; ++i) {
+    largest += (i > 0 ? ", " : "") + fixed[i].part + " " + FormatBytes(fixed[i].bytes);
+  }
   return "memory budget " + FormatBytes(budget_bytes) +
          (budget_source.empty() ? std::string() : " (" + budget_source + ")") + ": " + FormatBytes(fixed_bytes) +
-         " fixed (ring " + FormatBytes(ring_bytes) + ", open files " + FormatBytes(open_files_bytes) +
-         ", other buffers, threads and a safety margin); the read-ahead may use up to the other " +
-         FormatBytes(read_ahead_memory_bytes) +
-         ", as far as it helps (ringfeedctl status shows what it uses; the whole plan at --log-level debug)";
+         " fixed (the largest: " + largest + "; the whole plan at --log-level debug); the read-ahead may use the " +
+         "other " + FormatBytes(read_ahead_memory_bytes) + ", as far as it helps: " + FormatBytes(read_ahead_bytes) +
+         " of record bytes (ringfeedctl status: pipeline.read_ahead_bytes) and their bookkeeping";
 }
 
 // ---- Process memory -----------------------------------------------------------------------------

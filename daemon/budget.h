@@ -199,7 +199,7 @@ struct MemoryPlan {
   uint64_t max_stream_buffer_bytes() const {
     return open_files > 0 ? read_ahead_bytes / static_cast<uint64_t>(open_files) : read_ahead_bytes;
   }
-  // The table for the start-up log, one part a line:
+  // The whole plan, one part a line (ringfeedd's log at debug level, `ringfeedctl check`):
   //   memory budget 256.0 MiB (pipeline.memory_budget):
   //     ring: 10 slots x 4.0 MiB + 64.0 KiB superblock = 40.1 MiB
   //     ...
@@ -207,12 +207,12 @@ struct MemoryPlan {
   //       bytes (at most 15.1 MiB per open file x 8) + 224 B of bookkeeping per record (1.3 KiB
   //       records assumed: 2/3 of the mean) = 140.4 MiB
   std::string Describe() const;
-  // One line of it, what ringfeedd logs at info level (Describe at debug): the budget, the
-  // fixed parts' sum and the most the read-ahead may use, e.g.
-  //   memory budget 256.0 MiB (pipeline.memory_budget): 115.6 MiB fixed (ring 40.1 MiB, open
-  //   files 25.1 MiB, other buffers, threads and a safety margin); the read-ahead may use up to
-  //   the other 140.4 MiB, as far as it helps (ringfeedctl status shows what it uses; the
-  //   whole plan at --log-level debug)
+  // One line of it, ringfeedd's start-up log at info level: the budget, the fixed parts' sum
+  // and its three largest parts, and the most the read-ahead may use, e.g. (the plan above)
+  //   memory budget 256.0 MiB (pipeline.memory_budget): 115.6 MiB fixed (the largest: ring
+  //   40.1 MiB, shuffle buffer 30.1 MiB, open files 16.8 MiB; the whole plan at --log-level
+  //   debug); the read-ahead may use the other 140.4 MiB, as far as it helps: 120.6 MiB of
+  //   record bytes (ringfeedctl status: pipeline.read_ahead_bytes) and their bookkeeping
   std::string Summary() const;
 };
 

@@ -68,9 +68,10 @@ const CLI::Validator kTimeoutValidator(
 
 // inspect and dump --bytes: how bytes values are printed (daemon/json_values.h, BytesJson).
 CLI::Option* AddBytesOption(CLI::App* cmd, std::string* format) {
-  return cmd->add_option("--bytes", *format,
-                  "How bytes values are printed: base64 (every value; the default) or text (the value itself "
-                  "where it is valid UTF-8, {\"base64\": ...} where not)")
+  return cmd
+      ->add_option("--bytes", *format,
+                   "How bytes values are printed: base64 (every value; the default) or text (the value itself "
+                   "where it is valid UTF-8, {\"base64\": ...} where not)")
       ->check(CLI::IsMember({"base64", "text"}))
       ->option_text("base64|text (default: base64)");
 }

@@ -20,9 +20,10 @@
 // FutexWait (which is woken by its timeout only).
 //
 // Thread-safety: every function may be called concurrently from any thread of any process,
-// except that Publish/CloseQueue for one queue, BeginFill and SetState belong to the daemon's
-// single producer of that queue/slot (the daemon keeps its own count of what it published and
-// writes `published` from it).
+// except that Publish/PublishWithoutWake/CloseQueue for one queue, BeginFill and SetState
+// belong to the daemon's single producer of that queue/slot (the daemon keeps its own count of
+// what it published and writes `published` from it; ringfeedd publishes under its pipeline
+// mutex). WakePublishWaiters may be called from any thread, at any time.
 //
 // Trust: a Ring holds the geometry copied once (by the daemon from its own values, by a client
 // right after CheckSuperblock), so later writes to the superblock's geometry by a buggy or

@@ -519,9 +519,10 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
                   "of the mean) = 140.4 MiB\n") != std::string::npos);
   // The one line logged at info level: the sum of the fixed lines above and the read-ahead's.
   CHECK(plan.Summary() ==
-        "memory budget 256.0 MiB (pipeline.memory_budget): 115.6 MiB fixed (ring 40.1 MiB, open files 16.8 MiB, "
-        "other buffers, threads and a safety margin); the read-ahead may use up to the other 140.4 MiB, as far as "
-        "it helps (ringfeedctl status shows what it uses; the whole plan at --log-level debug)");
+        "memory budget 256.0 MiB (pipeline.memory_budget): 115.6 MiB fixed (the largest: ring 40.1 MiB, shuffle "
+        "buffer 30.1 MiB, open files 16.8 MiB; the whole plan at --log-level debug); the read-ahead may use the "
+        "other 140.4 MiB, as far as it helps: 120.6 MiB of record bytes (ringfeedctl status: "
+        "pipeline.read_ahead_bytes) and their bookkeeping");
   // No shuffling: the line says so instead of "1 record".
   MemoryInputs unshuffled = ExampleInputs(256 * MiB);
   unshuffled.shuffle_buffer = 0;

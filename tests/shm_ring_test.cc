@@ -541,7 +541,9 @@ TEST_CASE("publish in two halves: the batch is there after the first, a sleeper 
     while (q.published.load() == 0) shm::WaitForPublish(ring, 0, seen, std::chrono::seconds(20));
     returned = true;
   });
-  // Asleep: counted in publish_waiters (and a moment more to be inside FUTEX_WAIT).
+  // Asleep: counted in publish_waiters, and 50 ms more to be inside FUTEX_WAIT (a sleeper not
+  // yet there would see the bump below and return at once: on a machine so loaded that 50 ms
+  // is not enough, the CHECK_FALSE below fails).
   for (int i = 0; i < 2000 && q.publish_waiters.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   REQUIRE(q.publish_waiters.load() == 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -181,7 +181,7 @@ EOF
   }
 
   # ---- what a wake-up costs here: the price of each hand-off that finds the other side asleep ----
-  # (wake_cost_bench: on a virtual machine one that crosses cores can cost 10x bare metal's)
+  # (wake_cost_bench; session 26's virtual machine: 8x across cores what it costs on one core)
   read -r -a CORES <<<"$(taskset -c "$CPUS" python3 -c 'import os; print(*sorted(os.sched_getaffinity(0)))')"
   for pair in "${CORES[0]},${CORES[1]:-${CORES[0]}}" "${CORES[0]},${CORES[0]}"; do
     if out=$("${PIN[@]}" "$BUILD/bench/wake_cost_bench" --cores "$pair" 2>"$WORK/err"); then
@@ -312,9 +312,11 @@ print(f"Commit {doc['commit']}; {doc['machine']}; TensorFlow {doc['tf_version'] 
 wake = {c.split("_", 2)[2]: xs[0] for (s, c), xs in by.items() if c.startswith("wake_cost_")}
 if wake:
     print()
-    print("Waking a thread asleep on a futex (`wake_cost_bench`, the price of each hand-off in the daemon that finds"
-          " the other side asleep: a consumer waiting for a batch, a worker for work, a thread on a contended mutex): " +
+    print("Waking a thread asleep on a futex (`wake_cost_bench`, the price of a hand-off in the daemon that finds"
+          " the other side asleep: a consumer waiting for a batch, a worker for work, a thread on a contended mutex;"
+          " across cores with the other core idle, the worst case): " +
           "; ".join(f"cores {pair}: the waker's call {w['waker_call_us']:.1f} us, the sleeper's CPU {w['sleeper_cpu_per_wake_us']:.1f} us"
+                    f" ({w['sleeper_returns']} returns from its wait for {w['wakes']} wakes)"
                     for pair, w in sorted(wake.items(), key=lambda i: i[0].split(",")[0] == i[0].split(",")[1])) +
           ".")
 print()

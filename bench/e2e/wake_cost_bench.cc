@@ -1,17 +1,18 @@
-// wake_cost_bench: what waking a sleeping thread costs on this machine, the price of every
-// hand-off in ringfeedd's data path that finds the other side asleep (a consumer waiting for a
-// batch, the sequencer waiting for a slot or for records, a worker waiting for work, a thread
-// blocked on a contended mutex). The end-to-end benchmark prints it beside the ring's cost:
-// on a virtual machine a wake-up that crosses cores can cost ten times what it costs on bare
-// metal (the waker's system call sends an inter-processor interrupt, which the hypervisor
-// handles), and that, not ringfeed's code, is what moved the ring's cost between machines.
+// wake_cost_bench: what waking a sleeping thread costs on this machine, the price of a hand-off
+// in ringfeedd's data path that finds the other side asleep (a consumer waiting for a batch, the
+// sequencer waiting for a slot or for records, a worker waiting for work, a thread blocked on a
+// contended mutex). The end-to-end benchmark prints it beside the ring's cost, since machines
+// differ here: on session 26's virtual machine a wake across cores cost 8x a wake on one core.
 //
 // One thread sleeps in FUTEX_WAIT on a shared word (shm::FutexWait, as the ring's waits do);
 // the other works for --gap-us microseconds (a spin on the clock: a batch being parsed), bumps
 // the word and wakes it (shm::FutexWakeAll, as a publish does), --wakes times. Measured: the
 // wake call's wall time on the waker, and the sleeper's CPU time per wake (its return from the
-// wait and going back to sleep). Run with both threads on different cores (--cores 0,1) and on
-// the same core (--cores 0,0) for reference.
+// wait and going back to sleep). Run with both threads on different cores (--cores 0,1): the
+// worst case, the sleeper's core idle (on a virtual machine a halted vCPU, woken by an
+// inter-processor interrupt); and on one core (--cores 0,0), a reference with no such
+// interrupt, where the woken thread may also preempt the waker inside the timed call. The word
+// is a shared futex (as the ring's) in this process's memory, not in a shared mapping.
 //
 // Prints one JSON line: {"cores", "gap_us", "wakes", "waker_call_us" (median of the wake
 // calls), "waker_call_mean_us", "sleeper_cpu_per_wake_us", "sleeper_returns" (its returns from
@@ -19,7 +20,7 @@
 //
 //   wake_cost_bench --cores 0,1 [--gap-us 100] [--wakes 5000]
 //
-// Exit status: 0 ok, 2 bad arguments or a core this process may not use.
+// Exit status: 0 ok, 2 a core this process may not use; bad arguments: CLI11's codes (105-109).
 #include <CLI/CLI.hpp>
 #include <pthread.h>
 #include <sched.h>
