@@ -509,7 +509,7 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
                              SatMul(static_cast<uint64_t>(threads), kThreadBytes));
   }
   const uint64_t fixed_without_margin = plan.fixed_bytes;
-  plan.margin_bytes = add("safety margin", "max(5% of the budget, " + FormatBytes(kSafetyMarginMinBytes) + ")",
+  plan.margin_bytes = add(kSafetyMarginPart, "max(5% of the budget, " + FormatBytes(kSafetyMarginMinBytes) + ")",
                           MarginFor(in.budget_bytes));
 
   // The elastic rest: the read-ahead.
@@ -598,8 +598,11 @@ std::string MemoryPlan::Describe() const {
 }
 
 std::string MemoryPlan::Summary() const {
-  // The fixed parts (every line but the last, the read-ahead), largest first.
-  std::vector<MemoryPlanLine> fixed(lines.begin(), lines.end() - (lines.empty() ? 0 : 1));
+  // The fixed parts (every line but the safety margin and the last, the read-ahead), largest first.
+  std::vector<MemoryPlanLine> fixed;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    if (lines[i].part != kSafetyMarginPart) fixed.push_back(lines[i]);
+  }
   std::stable_sort(fixed.begin(), fixed.end(),
                    [](const MemoryPlanLine& a, const MemoryPlanLine& b) { return a.bytes > b.bytes; });
   std::string largest;
@@ -607,10 +610,12 @@ std::string MemoryPlan::Summary() const {
     largest += (i > 0 ? ", " : "") + fixed[i].part + " " + FormatBytes(fixed[i].bytes);
   }
   return "memory budget " + FormatBytes(budget_bytes) +
-         (budget_source.empty() ? std::string() : " (" + budget_source + ")") + ": " + FormatBytes(fixed_bytes) +
-         " fixed (the largest: " + largest + "; the whole plan at --log-level debug); the read-ahead may use the " +
-         "other " + FormatBytes(read_ahead_memory_bytes) + ", as far as it helps: " + FormatBytes(read_ahead_bytes) +
-         " of record bytes (ringfeedctl status: pipeline.read_ahead_bytes) and their bookkeeping";
+         (budget_source.empty() ? std::string() : " (" + budget_source + ")") + ": " +
+         FormatBytes(fixed_bytes - margin_bytes) + " for the ring, buffers and threads (the largest: " + largest +
+         "), " + FormatBytes(margin_bytes) + " kept as a safety margin; the read-ahead may use up to the other " +
+         FormatBytes(read_ahead_memory_bytes) + " (" + FormatBytes(read_ahead_bytes) +
+         " of record bytes, the rest their bookkeeping), as far as it helps: ringfeedctl status shows what it "
+         "uses (pipeline.read_ahead_bytes); the whole plan at --log-level debug";
 }
 
 // ---- Process memory -----------------------------------------------------------------------------

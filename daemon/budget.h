@@ -119,6 +119,7 @@ constexpr uint64_t kReadAheadOwnAllocationBytes = 16u << 10;
 constexpr uint64_t kThreadBytes = 256u << 10;             // resident stack + per-thread malloc state
 constexpr int64_t kDaemonFixedThreads = 4;                // main/control socket, sequencer, heartbeat, tuner
 constexpr uint64_t kSafetyMarginMinBytes = 8u << 20;      // margin = max(budget / 20, 8 MiB)
+inline constexpr const char* kSafetyMarginPart = "safety margin";  // its MemoryPlanLine::part
 constexpr uint64_t kSafetyMarginDivisor = 20;
 constexpr uint64_t kRecordHeaderFooterBytes = 16;         // TFRecord length + 2 CRCs, in the window
 // Records of a sampled mean of 0 (nothing sampled) are planned as this size.
@@ -208,11 +209,13 @@ struct MemoryPlan {
   //       records assumed: 2/3 of the mean) = 140.4 MiB
   std::string Describe() const;
   // One line of it, ringfeedd's start-up log at info level: the budget, the fixed parts' sum
-  // and its three largest parts, and the most the read-ahead may use, e.g. (the plan above)
-  //   memory budget 256.0 MiB (pipeline.memory_budget): 115.6 MiB fixed (the largest: ring
-  //   40.1 MiB, shuffle buffer 30.1 MiB, open files 16.8 MiB; the whole plan at --log-level
-  //   debug); the read-ahead may use the other 140.4 MiB, as far as it helps: 120.6 MiB of
-  //   record bytes (ringfeedctl status: pipeline.read_ahead_bytes) and their bookkeeping
+  // (without the safety margin) and its three largest parts, the margin, and the most the
+  // read-ahead may use, e.g. (the plan above)
+  //   memory budget 256.0 MiB (pipeline.memory_budget): 102.8 MiB for the ring, buffers and
+  //   threads (the largest: ring 40.1 MiB, shuffle buffer 30.1 MiB, open files 16.8 MiB), 12.8
+  //   MiB kept as a safety margin; the read-ahead may use up to the other 140.4 MiB (120.6 MiB
+  //   of record bytes, the rest their bookkeeping), as far as it helps: ringfeedctl status shows
+  //   what it uses (pipeline.read_ahead_bytes); the whole plan at --log-level debug
   std::string Summary() const;
 };
 

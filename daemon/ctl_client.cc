@@ -484,7 +484,7 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   // The CPU the daemon used over the tuner's last interval; none before its first one ends.
   if (measured) {
     std::snprintf(buf, sizeof buf,
-                  "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); of %lld %s, the CPU of %lld on average, "
+                  "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); of %lld %s, %lld on the CPU on average, "
                   "the rest waiting (for storage or for room to read ahead)\n",
                   running ? "" : " (the tuner's last interval, before production ended)", a.Number("cpu_cores"),
                   limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),

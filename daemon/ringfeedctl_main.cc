@@ -153,14 +153,24 @@ Command AddInspectCommand(CLI::App& parent) {
                   "Records with a larger length field are reported as too large (default 256MiB)")
       ->check(kSizeValidator)
       ->option_text("SIZE");
-  // --count, --verify and --schema print no values: --bytes there would be silently ignored.
-  AddBytesOption(cmd, &flags->bytes)->excludes(count)->excludes(verify)->excludes(schema);
+  CLI::Option* bytes = AddBytesOption(cmd, &flags->bytes);
   cmd->add_option("--limit", o.limit, "Read only the first N records of each file")
       ->check(kCountValidator)
       ->option_text("N");
   cmd->add_option("FILE", o.files, "TFRecord files (named in the output as given here)")
       ->required()
       ->option_text("...");
+
+  // --count, --verify and --schema print no values: --bytes there would be silently ignored.
+  cmd->callback([count, verify, schema, bytes] {
+    for (const CLI::Option* mode : {count, verify, schema}) {
+      if (mode->count() > 0 && bytes->count() > 0) {
+        throw CLI::ValidationError(mode->get_name() + " excludes --bytes",
+                                   "--bytes sets how record values are printed, and " + mode->get_name() +
+                                       " prints none: drop --bytes");
+      }
+    }
+  });
 
   auto run = [flags]() {
     ringfeed::InspectOptions options = flags->options;

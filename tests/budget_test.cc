@@ -517,12 +517,13 @@ TEST_CASE("PlanMemory: every part, hand-computed", "[plan]") {
   CHECK(text.find("  read-ahead: what is left, for records read ahead of their turn: 120.6 MiB of record bytes (at "
                   "most 15.1 MiB per open file x 8) + 224 B of bookkeeping per record (1.3 KiB records assumed: 2/3 "
                   "of the mean) = 140.4 MiB\n") != std::string::npos);
-  // The one line logged at info level: the sum of the fixed lines above and the read-ahead's.
+  // The one line logged at info level: the fixed lines above but the margin, the margin, the read-ahead.
   CHECK(plan.Summary() ==
-        "memory budget 256.0 MiB (pipeline.memory_budget): 115.6 MiB fixed (the largest: ring 40.1 MiB, shuffle "
-        "buffer 30.1 MiB, open files 16.8 MiB; the whole plan at --log-level debug); the read-ahead may use the "
-        "other 140.4 MiB, as far as it helps: 120.6 MiB of record bytes (ringfeedctl status: "
-        "pipeline.read_ahead_bytes) and their bookkeeping");
+        "memory budget 256.0 MiB (pipeline.memory_budget): 102.8 MiB for the ring, buffers and threads (the "
+        "largest: ring 40.1 MiB, shuffle buffer 30.1 MiB, open files 16.8 MiB), 12.8 MiB kept as a safety margin; "
+        "the read-ahead may use up to the other 140.4 MiB (120.6 MiB of record bytes, the rest their bookkeeping), "
+        "as far as it helps: ringfeedctl status shows what it uses (pipeline.read_ahead_bytes); the whole plan at "
+        "--log-level debug");
   // No shuffling: the line says so instead of "1 record".
   MemoryInputs unshuffled = ExampleInputs(256 * MiB);
   unshuffled.shuffle_buffer = 0;
