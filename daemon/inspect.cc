@@ -259,7 +259,9 @@ int RunCount(const InspectOptions& options, std::ostream& out, std::ostream& err
     for (size_t i = 0; i < per_file.size(); ++i) {
       files.push_back({{"file", TextForJson(options.files[i])}, {"records", per_file[i].records}, {"problems", per_file[i].problems}});
     }
-    out << Dump({{"files", std::move(files)}, {"records", total.records}, {"problems", total.problems}}) << '\n';
+    Json doc = {{"files", std::move(files)}, {"records", total.records}, {"problems", total.problems}};
+    if (options.limit != 0) doc["limit"] = options.limit;  // the counts stop there: say so
+    out << Dump(doc) << '\n';
     return ExitFor(total.problems);
   }
   const int width = std::max<int>(7, static_cast<int>(std::to_string(total.records).size()));
@@ -271,7 +273,11 @@ int RunCount(const InspectOptions& options, std::ostream& out, std::ostream& err
   };
   out << std::string(static_cast<size_t>(width) - 7, ' ') << "records  file\n";
   for (size_t i = 0; i < per_file.size(); ++i) row(per_file[i].records, options.files[i], per_file[i].problems);
-  row(total.records, "total (" + Plural(per_file.size(), "file") + ")", total.problems);
+  row(total.records,
+      "total (" + Plural(per_file.size(), "file") +
+          (options.limit != 0 ? "; --limit " + std::to_string(options.limit) + ": at most that many of each file" : "") +
+          ")",
+      total.problems);
   return ExitFor(total.problems);
 }
 

@@ -145,7 +145,7 @@ Command AddInspectCommand(CLI::App& parent) {
   CLI::Option* schema = cmd->add_flag("--schema", flags->schema, "Summarize features and print a features: block for the job config");
   count->excludes(verify)->excludes(schema);
   verify->excludes(schema);
-  cmd->add_flag("--json", o.json, "With --count, --verify or --schema: one JSON object instead of the report");
+  CLI::Option* json = cmd->add_flag("--json", o.json, "With --count, --verify or --schema: one JSON object instead of the report");
   cmd->add_option("--compression", flags->compression, "Compression of every file; auto detects it")
       ->check(CLI::IsMember({"auto", "none", "gzip", "zlib"}))
       ->option_text("auto|none|gzip|zlib (default: auto)");
@@ -161,14 +161,21 @@ Command AddInspectCommand(CLI::App& parent) {
       ->required()
       ->option_text("...");
 
-  // --count, --verify and --schema print no values: --bytes there would be silently ignored.
-  cmd->callback([count, verify, schema, bytes] {
+  // An option the chosen mode does not use is refused, not silently ignored: --count, --verify
+  // and --schema print no values (--bytes), and records mode prints JSON lines anyway (--json).
+  cmd->callback([count, verify, schema, bytes, json] {
+    bool report = false;
     for (const CLI::Option* mode : {count, verify, schema}) {
+      report = report || mode->count() > 0;
       if (mode->count() > 0 && bytes->count() > 0) {
         throw CLI::ValidationError(mode->get_name() + " excludes --bytes",
                                    "--bytes sets how record values are printed, and " + mode->get_name() +
                                        " prints none: drop --bytes");
       }
+    }
+    if (!report && json->count() > 0) {
+      throw CLI::ValidationError("--json needs --count, --verify or --schema",
+                                 "printing records, inspect writes one JSON line per record already: drop --json");
     }
   });
 

@@ -659,6 +659,15 @@ TEST_CASE("inspect --count on the real files") {
   CtlResult p = Ctl({"inspect", "--count", penguin});
   CHECK(p.status == 0);
   CHECK(p.out == "records  file\n    234  " + penguin + "\n    234  total (1 file)\n");
+
+  // --limit stops the count: the total says so (a limited count is not the dataset's size).
+  CtlResult limited = Ctl({"inspect", "--count", "--limit", "5", penguin});
+  CHECK(limited.status == 0);
+  CHECK(limited.out == "records  file\n      5  " + penguin + "\n      5  total (1 file; --limit 5: at most that many of each file)\n");
+  CtlResult limited_json = Ctl({"inspect", "--count", "--json", "--limit", "5", penguin});
+  CHECK(Json::parse(limited_json.out)["limit"] == 5);
+  CHECK(Json::parse(limited_json.out)["records"] == 5);
+  CHECK_FALSE(json.contains("limit"));
 }
 
 TEST_CASE("inspect --count counts good records and flags files with problems") {
@@ -975,6 +984,7 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
       // Modes that print no values take no --bytes (it would be ignored without a word).
       {{"inspect", "--count", "--bytes", "text", "x"}, "--count excludes --bytes"},
       {{"inspect", "--schema", "--bytes", "base64", "x"}, "--schema excludes --bytes"},
+      {{"inspect", "--json", "x"}, "--json needs --count, --verify or --schema"},
       {{"inspect", "--compression", "bzip2", "x"}, "bzip2"},
       {{"inspect", "--max-record-bytes", "1.5GiB", "x"}, "'1.5GiB' is not a size"},
       {{"inspect", "--limit", "0", "x"}, "'0' is not a positive integer"},
