@@ -29,7 +29,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -37,6 +36,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "daemon/thread_clock.h"
 #include "shm/futex.h"
 
 namespace {
@@ -46,12 +46,6 @@ bool Pin(int core) {
   CPU_ZERO(&set);
   CPU_SET(core, &set);
   return pthread_setaffinity_np(pthread_self(), sizeof set, &set) == 0;
-}
-
-double ThreadCpuSeconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 }  // namespace
@@ -75,14 +69,14 @@ int main(int argc, char** argv) {
   double sleeper_cpu = 0;
   std::thread sleeper([&] {
     if (!Pin(cores[1])) pinned = false;
-    const double start = ThreadCpuSeconds();
+    const int64_t start = ringfeed::ThreadCpuNs();
     uint32_t seen = word.load();
     while (!done.load()) {
       ringfeed::shm::FutexWait(&word, seen, std::chrono::seconds(1));
       seen = word.load();
       sleeps.fetch_add(1, std::memory_order_relaxed);
     }
-    sleeper_cpu = ThreadCpuSeconds() - start;
+    sleeper_cpu = static_cast<double>(ringfeed::ThreadCpuNs() - start) * 1e-9;
   });
   if (!Pin(cores[0])) pinned = false;
   std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the sleeper is asleep
