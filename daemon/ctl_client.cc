@@ -603,10 +603,17 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
     out << "           every slot is held by a consumer: no batch can be made until one is released (consumers "
            "that keep a batch while they wait for the next need more ring.slots than consumers)\n";
   }
+  // A cycle_length above the files to read interleaves them all: say so rather than show a
+  // figure no epoch reaches.
+  const int64_t cycle_length = pipeline.Integer("cycle_length");
+  const int64_t in_shard = s.Object("files").Integer("in_shard");
+  const std::string cycle =
+      std::to_string(cycle_length) +
+      (in_shard > 0 && in_shard < cycle_length ? " (all " + std::to_string(in_shard) + " files at once)" : "");
   std::snprintf(buf, sizeof buf,
-                "pipeline   cycle_length %lld, readers %lld (read-ahead %s per file, %lld files open, %s buffered), "
+                "pipeline   cycle_length %s, readers %lld (read-ahead %s per file, %lld files open, %s buffered), "
                 "workers %lld, prefetch %lld\n",
-                static_cast<long long>(pipeline.Integer("cycle_length")),
+                cycle.c_str(),
                 static_cast<long long>(pipeline.Integer("readers")),
                 Bytes(pipeline.Number("read_ahead_per_file_bytes")).c_str(),
                 static_cast<long long>(pipeline.Integer("open_files")),

@@ -216,6 +216,17 @@ TEST_CASE("status says when its rates are the trainers' pace: production waited 
   CHECK_THAT(table(0.9, 0.8, 2), !Catch::Contains("production waited"));  // trainers wait too: not their pace
 }
 
+TEST_CASE("status: a cycle_length above the shard's files says that all of them are interleaved") {
+  const auto table = [](int cycle_length, int in_shard) {
+    return StatusTable(R"({"type":"status","job":"fake","state":"running","files":{"total":9,"in_shard":)" +
+                       std::to_string(in_shard) + R"(},"pipeline":{"cycle_length":)" + std::to_string(cycle_length) +
+                       "}}");
+  };
+  CHECK_THAT(table(8, 4), Catch::Contains("pipeline   cycle_length 8 (all 4 files at once), readers"));
+  CHECK_THAT(table(4, 4), Catch::Contains("pipeline   cycle_length 4, readers"));
+  CHECK_THAT(table(4, 9), Catch::Contains("pipeline   cycle_length 4, readers"));
+}
+
 TEST_CASE("status names a rank that holds the others up from the daemon's holds_up, after 5 s") {
   // The daemon decides (ConsumerRegistry::RankStates); the table only waits 5 s. A rank whose
   // batches wait while another attached rank has none ready is not named without holds_up:
