@@ -409,6 +409,18 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
   connection.Close();
   return reply;
 }
+
+// When production waited for the trainers most of the tuner's last interval (the ring full, or
+// no trainer attached yet), a status's rates are the trainers' pace, not the loader's speed:
+// how to say why, or empty when they are the loader's.
+std::string TrainersPace(const ReplyFields& s) {
+  const ReplyFields measured = s.Object("autotune").Object("measured");
+  if (s.String("state") != "running" || measured.Number("interval_seconds") <= 0 ||
+      measured.Number("sequencer_slot_wait_fraction") < 0.5 || measured.Number("consumer_wait_fraction") >= 0.5) {
+    return "";
+  }
+  return measured.Integer("consumers") == 0 ? "none attached" : "ring full or prefetch depth reached";
+}
 }  // namespace
 
 nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request) {
@@ -430,11 +442,13 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
   out << line;
   int running = 0;
   for (const JobSocket& j : jobs) {
-    const std::string where = j.runtime_dir == runtime_dir ? "" : "   (in " + j.runtime_dir + ")";
+    std::string where = j.runtime_dir == runtime_dir ? "" : "   (in " + j.runtime_dir + ")";
     try {
       const Reply reply = Ask(j.runtime_dir, j.job, {{"type", "status"}});
       ReadingReply(reply.socket, [&] {
         const ReplyFields s(reply.json);
+        const std::string pace = TrainersPace(s);
+        if (!pace.empty()) where = "   (the trainers' pace: " + pace + ")" + where;
         std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu", j.job.c_str(),
                       s.String("state", "?").c_str(), static_cast<long long>(s.Integer("pid")),
                       Seconds(s.Number("uptime_seconds")).c_str(),
@@ -584,13 +598,12 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   // A ring the trainers do not empty (or none attached yet) caps these rates: say so, so that
   // they are not read as the loader's speed.
   const ReplyFields measured = s.Object("autotune").Object("measured");
-  if (state == "running" && measured.Number("interval_seconds") > 0 &&
-      measured.Number("sequencer_slot_wait_fraction") >= 0.5 && measured.Number("consumer_wait_fraction") < 0.5) {
+  if (const std::string pace = TrainersPace(s); !pace.empty()) {
     std::snprintf(buf, sizeof buf,
                   "           production waited %.0f%% of the last %.2f s for the trainers to take batches (%s): these "
                   "rates do not show the loader's speed\n",
                   100 * measured.Number("sequencer_slot_wait_fraction"), measured.Number("interval_seconds"),
-                  measured.Integer("consumers") == 0 ? "none attached" : "ring full or prefetch depth reached");
+                  pace.c_str());
     out << buf;
   }
   const int64_t slots = ring.Integer("slots"), held = ring.Integer("held");

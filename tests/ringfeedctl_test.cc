@@ -214,6 +214,24 @@ TEST_CASE("status says when its rates are the trainers' pace: production waited 
   CHECK_THAT(table(0.9, 0.0, 2), Catch::Contains("(ring full or prefetch depth reached)"));
   CHECK_THAT(table(0.2, 0.0, 2), !Catch::Contains("production waited"));
   CHECK_THAT(table(0.9, 0.8, 2), !Catch::Contains("production waited"));  // trainers wait too: not their pace
+
+  // `list` says it after the job's line, the same rule.
+  const auto list = [](double slot_wait, double consumer_wait, int consumers) {
+    TempDir dir;
+    Fake fake(dir, Welcome(kJob),
+              R"({"type":"status","job":"fake","state":"running","autotune":{"measured":{"interval_seconds":1.0,)"
+              R"("sequencer_slot_wait_fraction":)" + std::to_string(slot_wait) +
+                  R"(,"consumer_wait_fraction":)" + std::to_string(consumer_wait) + R"(,"consumers":)" +
+                  std::to_string(consumers) + "}}}");
+    const CommandResult r = fake.Ctl({"list"});
+    INFO(r.out << r.err);
+    CHECK(r.status.ToString() == "exit 0");
+    return r.out;
+  };
+  CHECK_THAT(list(0.9, 0.0, 2), Catch::Contains(ListLine(kJob, "running")) &&
+                                    Catch::EndsWith("   (the trainers' pace: ring full or prefetch depth reached)\n"));
+  CHECK_THAT(list(0.9, 0.0, 0), Catch::EndsWith("   (the trainers' pace: none attached)\n"));
+  CHECK_THAT(list(0.2, 0.0, 2), !Catch::Contains("pace"));
 }
 
 TEST_CASE("status: a cycle_length above the shard's files says that all of them are interleaved") {
