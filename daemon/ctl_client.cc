@@ -419,7 +419,9 @@ std::string TrainersPace(const ReplyFields& s) {
       measured.Number("sequencer_slot_wait_fraction") < 0.5 || measured.Number("consumer_wait_fraction") >= 0.5) {
     return "";
   }
-  return measured.Integer("consumers") == 0 ? "none attached" : "ring full or prefetch depth reached";
+  if (measured.Integer("consumers") > 0) return "ring full or prefetch depth reached";
+  // The interval is the tuner's last one: a trainer may have attached since.
+  return s.Objects("consumers").empty() ? "none attached" : "none attached during that interval";
 }
 }  // namespace
 

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 
 #include "daemon/budget.h"
 #include "daemon/file_list.h"
@@ -13,55 +12,11 @@
 #include "daemon/tuning_plan.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
-#include "format/example_wire.h"
 #include "format/read_queue.h"
 #include "format/tfrecord_reader.h"
 
 namespace ringfeed {
 namespace {
-
-// Records whose keys are collected to spot spec features that the data does not have.
-constexpr uint64_t kKeySampleRecords = 1000;
-
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = row[j];
-      row[j] = next;
-    }
-  }
-  return row[b.size()];
-}
-
-// "feature 'tip' is in none of the first N records read; did you mean 'tips'?"
-std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
-                                        uint64_t sampled) {
-  std::vector<std::string> absent;
-  for (const FeatureSpec& spec : specs) {
-    if (keys.count(spec.name)) continue;
-    const bool fails = spec.type == FeatureType::kFixedLen && !spec.has_default && spec.NumElements() != 0;
-    std::string line = "feature '" + spec.name + "' is in none of the " + std::to_string(sampled) +
-                       (sampled == 1 ? " record read" : " records read") +
-                       (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
-                        : spec.type != FeatureType::kFixedLen ? " (every row gets an empty list)"
-                        : spec.NumElements() == 0             ? " (its shape has no elements: every row is empty)"
-                                                              : " (every row gets its default)");
-    std::string best;
-    size_t best_distance = 3;
-    for (const std::string& key : keys) {
-      const size_t d = EditDistance(spec.name, key);
-      if (d < best_distance) best_distance = d, best = key;
-    }
-    if (!best.empty()) line += "; did you mean '" + best + "'?";
-    absent.push_back(line);
-  }
-  return absent;
-}
 
 // ringfeedd's start-up plan: the same sample, slot size and memory plan (PlanTuning).
 void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
@@ -71,6 +26,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     const bool ranks = config.consumers.mode == DeliveryMode::kRanks;
     const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
+    result->absent_features = sample.absent_features;  // what ringfeedd logs at start
     std::string ignored;
     const TuningPlan plan = PlanTuning(config, sample, static_cast<int64_t>(shard_files.size()), queues,
                                        baseline_private_rss, ReadQueue::Available(&ignored));
@@ -108,8 +64,6 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   ReaderOptions options;
   options.compression = config.source.compression;
   options.max_record_bytes = config.source.max_record_bytes;
-  std::set<std::string> keys_seen;
-  uint64_t sampled = 0;
   uint64_t largest_record_bytes = 0;
   // The ring slot each batch needs, sized as ringfeedd's BatchWriter sizes it: ExampleParser::
   // Measure (an upper bound) summed over the batch's records: under on_error: skip the good ones
@@ -173,16 +127,6 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         result.largest_record = file + " record " + std::to_string(record.index) + " at byte " +
                                 std::to_string(record.offset) + ", " + std::to_string(record.data.size()) + " bytes";
       }
-      if (sampled < kKeySampleRecords) {
-        std::string ignored;
-        wire::ForEachFeature(
-            record.data,
-            [&](const uint8_t* key, size_t size, const wire::FeatureRef&) {
-              keys_seen.emplace(reinterpret_cast<const char*>(key), size);
-            },
-            &ignored);
-        ++sampled;
-      }
       if (!parsed) {
         ++result.parse_errors;
         problem(file + ": record " + std::to_string(record.index) + " at byte " + std::to_string(record.offset) +
@@ -221,7 +165,6 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   if (problem_count > kMaxProblemsShown) {
     problems << "... and " << problem_count - kMaxProblemsShown << " more problems (not shown)\n";
   }
-  if (sampled > 0) result.absent_features = AbsentFeatures(parser.specs(), keys_seen, sampled);
   return result;
 }
 

@@ -281,7 +281,7 @@ void Pipeline::RunSequencer() {
   if (outcome == Sequencer::Outcome::kFailed) {
     Fail(sequencer_->failure() + (options_.sequencer.skip_errors ? "" : " (on_error: fail)"));
   } else {
-    Finish(PipelineEnd::kEndOfData, sequencer_->ended_early());
+    Finish(PipelineEnd::kEndOfData, sequencer_->empty_epoch());
   }
 }
 
@@ -560,6 +560,7 @@ void Pipeline::Finish(PipelineEnd end, const std::string& message) {
     if (finished_) return;
     finished_ = true;
     end_ = end;
+    end_message_ = message;
   }
   // SetState writes the message, then the state, then closes every queue.
   const shm::DaemonState state = end == PipelineEnd::kEndOfData ? shm::DaemonState::kEndOfData
@@ -613,6 +614,7 @@ PipelineStats Pipeline::Snapshot() const {
   s.prefetch = prefetch_;
   s.last_error = last_error_;
   s.end = end_;
+  s.end_message = end_message_;
   return s;
 }
 

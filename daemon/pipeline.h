@@ -89,6 +89,7 @@ struct PipelineStats {
   std::vector<uint32_t> ready_per_queue;
   std::string last_error;
   PipelineEnd end = PipelineEnd::kRunning;
+  std::string end_message;  // why it ended (a failure, an epoch that delivered no batch); may be empty
 };
 
 class Pipeline {
@@ -208,6 +209,7 @@ class Pipeline {
   bool stopping_ = false;
   bool finished_ = false;
   PipelineEnd end_ = PipelineEnd::kRunning;
+  std::string end_message_;
   std::string last_error_;
   std::string stop_reason_ = "ringfeedd stopped";
 

@@ -420,6 +420,8 @@ int RunDaemon(const DaemonOptions& options) {
     const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
     const std::vector<uint32_t> shard_files = shard.Files(files.size());
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
+    // As ringfeedctl check says them: a misspelt VarLen name otherwise gives empty rows, silently.
+    for (const std::string& absent : sample.absent_features) spdlog::warn("{}", absent);
     std::string no_io_uring;
     const bool queued_reads = ReadQueue::Available(&no_io_uring);
     if (!queued_reads) {
@@ -628,7 +630,11 @@ int RunDaemon(const DaemonOptions& options) {
       if (id && pipeline) {
         // The trainer will get no batch (its client says so too, but a C++ loop may not look).
         const PipelineStats s = pipeline->Snapshot();
-        if (s.end == PipelineEnd::kEndOfData && s.slots_ready == 0) {
+        if (s.end == PipelineEnd::kEndOfData && s.slots_ready == 0 && s.batches == 0) {
+          spdlog::warn("consumer {} (pid {}) attached after the end of the data, and the job produced no batch at "
+                       "all ({} records and {} read errors skipped){}{}", *id, pid, s.parse_errors_skipped,
+                       s.read_errors_skipped, s.end_message.empty() ? "" : ": ", s.end_message);
+        } else if (s.end == PipelineEnd::kEndOfData && s.slots_ready == 0) {
           spdlog::warn("consumer {} (pid {}) attached after the end of the data: every epoch was produced and taken, "
                        "so it gets no batch; restart ringfeedd for another pass, or give the job epochs: 0 "
                        "(endless)", *id, pid);
@@ -658,7 +664,7 @@ int RunDaemon(const DaemonOptions& options) {
       consumers.SetProductionEnded(end == PipelineEnd::kEndOfData);
       if (end == PipelineEnd::kEndOfData) {
         if (message.empty()) spdlog::info("all epochs produced (end of data)");
-        else spdlog::warn("end of data before the last epoch: {}", message);
+        else spdlog::warn("end of data: {}", message);
       }
       if (end == PipelineEnd::kFailed) {
         spdlog::error("stopped producing: {}", message);

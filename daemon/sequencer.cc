@@ -28,19 +28,20 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
     if (!RunEpoch(e, emit, &delivered) || stop_.load()) {
       return failure_.empty() ? Outcome::kStopped : Outcome::kFailed;
     }
-    // An epoch that delivers nothing would loop forever with epochs: 0.
+    // An epoch that delivers nothing would loop forever with epochs: 0; the last one's trainers
+    // get nothing either. Both say why.
     if (delivered == 0) {
-      if (options_.epochs == 0 || e + 1 < static_cast<uint64_t>(options_.epochs)) {
-        ended_early_ = "epoch " + std::to_string(e) + " delivered no batch (every file of this shard empty or "
-                       "gone, every record skipped under on_error: skip (a features block that no record matches "
-                       "skips them all: see the skipped-record lines above), or fewer records than a batch under "
-                       "drop_remainder" +
-                       (options_.queues > 1 ? ", or fewer batches than the " + std::to_string(options_.queues) +
-                                                  " ranks of consumers.count: ranks mode delivers whole rounds only"
-                                            : std::string()) +
-                       "): ended there, since the epochs after it would deliver none either; restart "
-                       "the job once the cause is fixed";
-      }
+      const bool more = options_.epochs == 0 || e + 1 < static_cast<uint64_t>(options_.epochs);
+      empty_epoch_ = "epoch " + std::to_string(e) + " delivered no batch (every file of this shard empty or "
+                     "gone, every record skipped under on_error: skip (a features block that no record matches "
+                     "skips them all: see the skipped-record lines above), or fewer records than a batch under "
+                     "drop_remainder" +
+                     (options_.queues > 1 ? ", or fewer batches than the " + std::to_string(options_.queues) +
+                                                " ranks of consumers.count: ranks mode delivers whole rounds only"
+                                          : std::string()) +
+                     (more ? "): ended there, before the last epoch, since the epochs after it would deliver none "
+                             "either; restart the job once the cause is fixed"
+                           : "), the last epoch; restart the job once the cause is fixed");
       return Outcome::kEndOfData;
     }
   }

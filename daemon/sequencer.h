@@ -92,9 +92,10 @@ class Sequencer {
   void SetLookahead(size_t files) { lookahead_.store(files < 1 ? 1 : files, std::memory_order_relaxed); }
 
   const std::string& failure() const { return failure_; }
-  // After Run returned kEndOfData before its last epoch: why ("epoch N delivered no batch
-  // ..."); empty when every epoch ran. Read after Run.
-  const std::string& ended_early() const { return ended_early_; }
+  // After Run returned kEndOfData: why an epoch delivered no batch, which ended the data there
+  // ("epoch N delivered no batch ..."; the last epoch's too); empty when every epoch delivered
+  // batches. Read after Run.
+  const std::string& empty_epoch() const { return empty_epoch_; }
   // The files this shard reads (indices into options.files).
   const std::vector<uint32_t>& shard_files() const { return shard_files_; }
   // Which files and records this shard reads: a copy, usable after the Sequencer is gone
@@ -118,7 +119,7 @@ class Sequencer {
   Shard shard_;
   uint64_t next_seq_ = 0;
   std::string failure_;
-  std::string ended_early_;
+  std::string empty_epoch_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> lookahead_;
   std::atomic<uint64_t> epoch_{0};

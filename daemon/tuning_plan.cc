@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <set>
 
 #include "daemon/shard.h"
 #include "format/compression.h"
+#include "format/example_wire.h"
 #include "format/tfrecord_reader.h"
 
 namespace ringfeed {
@@ -44,6 +46,60 @@ uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSiz
   return shm::SlotHeaderBytes(specs.size(), rows) + ColumnRegionsBytes(caps, shm::kColumnAlign);
 }
 
+namespace {
+constexpr size_t kAbsentKeysShown = 12;
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
+      diagonal = row[j];
+      row[j] = next;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
+                                        uint64_t sampled) {
+  std::vector<std::string> absent;
+  for (const FeatureSpec& spec : specs) {
+    if (keys.count(spec.name)) continue;
+    const bool fails = spec.type == FeatureType::kFixedLen && !spec.has_default && spec.NumElements() != 0;
+    std::string line = "feature '" + spec.name + "' is in none of the " + std::to_string(sampled) +
+                       (sampled == 1 ? " record read" : " records read") +
+                       (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
+                        : spec.type != FeatureType::kFixedLen ? " (every row gets an empty list)"
+                        : spec.NumElements() == 0             ? " (its shape has no elements: every row is empty)"
+                                                              : " (every row gets its default)");
+    std::string best;
+    size_t best_distance = 3;
+    for (const std::string& key : keys) {
+      const size_t d = EditDistance(spec.name, key);
+      if (d < best_distance) best_distance = d, best = key;
+    }
+    if (!best.empty()) {
+      line += "; did you mean '" + best + "'?";
+    } else if (!keys.empty()) {
+      // No near name: what the records do have, so that a name far off is seen.
+      line += "; the records read have ";
+      size_t shown = 0;
+      for (const std::string& key : keys) {
+        if (shown == kAbsentKeysShown) break;
+        line += (shown++ == 0 ? "'" : ", '") + key + "'";
+      }
+      if (keys.size() > shown) line += ", ... (" + std::to_string(keys.size()) + " features)";
+    }
+    absent.push_back(line);
+  }
+  return absent;
+}
+
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                            const std::vector<uint32_t>& shard_files) {
   RecordSample sample;
@@ -51,6 +107,7 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   ColumnSizes total;
   std::vector<ColumnSize> largest(specs.size());
   uint64_t records = 0, bytes = 0;
+  std::set<std::string> keys;  // of every sampled record, for AbsentFeatures
   ReaderOptions options;
   options.compression = config.source.compression;
   options.max_record_bytes = config.source.max_record_bytes;
@@ -65,6 +122,13 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
         if (!error.recoverable) break;
         continue;
       }
+      std::string ignored;
+      wire::ForEachFeature(
+          record.data,
+          [&](const uint8_t* key, size_t size, const wire::FeatureRef&) {
+            keys.emplace(reinterpret_cast<const char*>(key), size);
+          },
+          &ignored);
       ColumnSizes one;
       parser.Measure(record.data, &one);
       parser.Measure(record.data, &total);
@@ -95,6 +159,7 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   const uint64_t needed = SlotBytesNeeded(specs, static_cast<size_t>(rows), estimate);
   sample.records = records;
   sample.bytes = bytes;
+  if (records > 0) sample.absent_features = AbsentFeatures(specs, keys, records);
   sample.slot_bytes = (needed + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes;
   return sample;
 }

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,9 @@ struct RecordSample {
   // of one-byte varints takes 8x its serialized bytes): what ExampleParser::Check's scratch holds.
   uint64_t largest_row_bytes = 0;
   uint64_t slot_bytes = 0;     // what ring.slot_bytes: auto would be for these records
+  // Features of the spec that no sampled record has (AbsentFeatures): a misspelt name, most
+  // often. ringfeedd logs them as warnings; ringfeedctl check prints them.
+  std::vector<std::string> absent_features;
 };
 
 // Reads the first records of the shard's files (up to kSampleRecords records or kSampleBytes
@@ -49,6 +53,14 @@ struct RecordSample {
 // batch.size plus the largest sampled row, so one outlier fits. Throws what TFRecordReader's
 // constructor throws for a file that cannot be opened.
 inline constexpr uint64_t kSampleRecords = 1000;
+
+// One warning per feature of `specs` whose name is not among `keys` (the feature names seen in
+// `sampled` records), saying what its rows get then:
+// "feature 'tip' is in none of the 1000 records read (every row gets its default); did you mean
+// 'tips'?" (a name within edit distance 2), or without a near name the first keys seen
+// ("; the records read have 'fare', 'tips', ... (18 features)").
+std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
+                                        uint64_t sampled);
 inline constexpr uint64_t kSampleBytes = 64ull << 20;
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                            const std::vector<uint32_t>& shard_files);

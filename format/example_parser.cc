@@ -621,8 +621,9 @@ bool ExampleParser::ParseTwoPass(std::span<const uint8_t> example, ExampleBatch&
     if (!fixed) return true;  // VarLen: a row of length 0
     if (!spec.has_default) {
       return fail("required feature is missing (FixedLenFeature " + std::string(DTypeName(spec.dtype)) + " " +
-                  ShapeString(spec.shape) + " without a default: give the feature a default: value, or make it "
-                  "type: varlen if records may lack it)");
+                  ShapeString(spec.shape) + " without a default: check its name against the record's features "
+                  "(ringfeedctl inspect --schema FILE); if the name is right, give the feature a default: value, "
+                  "or make it type: varlen if records may lack it)");
     }
     if (spec.dtype == DType::kBytes) {
       const size_t count = static_cast<size_t>(spec.NumElements());

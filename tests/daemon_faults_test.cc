@@ -745,7 +745,7 @@ TEST_CASE("on_error: skip with records that do not match the spec: taken out bef
   }
 }
 
-TEST_CASE("on_error: skip over records that are all bad, epochs: 0: no empty batches, the data ends") {
+TEST_CASE("on_error: skip over records that are all bad, epochs: 0 or 1: no empty batches, the data ends, the log says why") {
   TempDir dir;
   std::vector<std::string> records;
   for (int64_t id = 0; id < 10; ++id) {
@@ -754,20 +754,56 @@ TEST_CASE("on_error: skip over records that are all bad, epochs: 0: no empty bat
     records.push_back(b.Serialize());
   }
   WriteFile(dir.file("data.tfrecord"), FrameRecords(records));
-  DaemonProcess daemon(dir.path(), "all-bad",
-                       "job: all-bad\n"
-                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"], on_error: skip}\n"
-                       "features:\n" + IdFeaturesYaml() +
-                       "batch: {size: 8}\n"
-                       "epochs: 0\n");
+  for (const int epochs : {0, 1}) {
+    const std::string job = "all-bad-" + std::to_string(epochs);
+    DaemonProcess daemon(dir.path(), job,
+                         "job: " + job + "\n"
+                         "source: {files: [\"" + dir.file("data.tfrecord") + "\"], on_error: skip}\n"
+                         "features:\n" + IdFeaturesYaml() +
+                         "batch: {size: 8}\n"
+                         "epochs: " + std::to_string(epochs) + "\n");
+    RINGFEED_REQUIRE_STARTED(daemon);
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("epochs " << epochs << ", consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
+    CHECK(report.end == "end");
+    CHECK(report.batches.empty());
+    CHECK(daemon.Status()["errors"]["parse_errors_skipped"] == 10);
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("end of data: epoch 0 delivered no batch (every file of this shard "
+                                                "empty or gone, every record skipped under on_error: skip"));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains(epochs == 0 ? "ended there, before the last epoch"
+                                                            : "drop_remainder), the last epoch; restart the job"));
+    // A trainer that comes later is told that nothing was produced, and why, not to run
+    // another pass.
+    CHECK(ConsumeInProcess(spec).end == "end");
+    CHECK(WaitUntil([&] { return daemon.Stderr().find("produced no batch at all") != std::string::npos; }));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("attached after the end of the data, and the job produced no batch at "
+                                                "all (10 records and 0 read errors skipped): epoch 0 delivered no "
+                                                "batch ("));
+    CHECK_THAT(daemon.Stderr(), !Catch::Contains("another pass"));
+    CHECK(daemon.Stop().ToString() == "exit 0");
+  }
+}
+
+TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start, as check does, and serves the job") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 20);
+  DaemonProcess daemon(dir.path(), "misspelt",
+                       "job: misspelt\n"
+                       "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
+                       "features:\n"
+                       "  id: {type: fixed, dtype: int64}\n"
+                       "  tagg: {type: varlen, dtype: bytes}\n"
+                       "batch: {size: 5}\n");
   RINGFEED_REQUIRE_STARTED(daemon);
-  ConsumerSpec spec;
-  spec.client = daemon.client_options();
-  const ConsumerReport report = ConsumeInProcess(spec);
-  INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("feature 'tagg' is in none of the 20 records read (every row gets an "
+                                              "empty list); did you mean 'tag'?"));
+  CHECK_THAT(daemon.Stderr(), !Catch::Contains("feature 'id' is in none"));
+  const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
   CHECK(report.end == "end");
-  CHECK(report.batches.empty());
-  CHECK(daemon.Status()["errors"]["parse_errors_skipped"] == 10);
+  CHECK(report.batches.size() == 4);
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 

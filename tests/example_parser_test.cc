@@ -780,7 +780,8 @@ TEST_CASE("bad input 10: a missing key without a default is an error naming the 
       Example({Entry("label", IntF({1})), Entry("weights", FloatF({1, 2, 3, 4})), Entry("name", BytesF({"n"}))})));
   ExpectError(
       h, Example({Entry("present", IntF({1})), Entry("weights", FloatF({1, 2, 3, 4})), Entry("name", BytesF({"n"}))}),
-      "label", {"missing", "int64", "give the feature a default: value, or make it type: varlen"});
+      "label", {"missing", "int64", "check its name against the record's features (ringfeedctl inspect --schema FILE)",
+                "give the feature a default: value, or make it type: varlen"});
   ExpectError(h, Example({Entry("label", IntF({1})), Entry("name", BytesF({"n"}))}), "weights",
               {"missing", "float32", "[2, 2]"});
   ExpectError(h, Example({Entry("label", IntF({1})), Entry("weights", FloatF({1, 2, 3, 4})), Entry("name", "")}),

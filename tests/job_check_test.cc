@@ -212,6 +212,14 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
   CHECK_THAT(fixed.absent_features[0],
              Catch::Contains("feature 'idd' is in none of the 3 records read (a FixedLen feature without a default: "
                              "every record without it is a parse error); did you mean 'id'?"));
+  // A name far from every key: the keys the records have, so that the right one can be seen.
+  const JobCheckResult far = RunJobCheck(
+      LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("*.tfrecord") +
+                              "\"]}\nfeatures:\n  ride_total: {type: varlen, dtype: float32}\n  x: {dtype: float32}\n"),
+      log, log);
+  REQUIRE(far.absent_features.size() == 1);
+  CHECK(far.absent_features[0] == "feature 'ride_total' is in none of the 3 records read (every row gets an empty "
+                                  "list); the records read have 'id', 'x'");
 }
 
 TEST_CASE("only the first problems are printed, all are counted") {

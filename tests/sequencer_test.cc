@@ -547,7 +547,7 @@ TEST_CASE("a sequencer waiting for records that never come ends on Stop (ReadAhe
   runner.join();
   CHECK(emitted.load() == 0);
   CHECK(outcome.load() == Sequencer::Outcome::kStopped);  // not a clean end of data
-  CHECK(sequencer.ended_early().empty());
+  CHECK(sequencer.empty_epoch().empty());
   CHECK(sequencer.files_done_in_epoch() == 0);
 }
 
@@ -560,16 +560,28 @@ TEST_CASE("an epoch that delivers no records ends the data early and says why") 
   ReadAhead read_ahead({}, 1, 1 << 20);
   Sequencer sequencer(o, &read_ahead, nullptr);
   CHECK(sequencer.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK_THAT(sequencer.ended_early(), Catch::StartsWith("epoch 0 delivered no batch (every file of this shard "
+  CHECK_THAT(sequencer.empty_epoch(), Catch::StartsWith("epoch 0 delivered no batch (every file of this shard "
                                                          "empty or gone, every record skipped under on_error: skip "
-                                                         "(a features block that no record matches skips them all"));
+                                                         "(a features block that no record matches skips them all") &&
+                                          Catch::EndsWith("): ended there, before the last epoch, since the epochs "
+                                                          "after it would deliver none either; restart the job once "
+                                                          "the cause is fixed"));
+
+  // The last epoch says it too: its trainers get no batch either.
+  SequencerOptions last = o;
+  last.epochs = 1;
+  Sequencer one(last, &read_ahead, nullptr);
+  CHECK(one.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+  CHECK_THAT(one.empty_epoch(), Catch::StartsWith("epoch 0 delivered no batch (every file of this shard ") &&
+                                    Catch::EndsWith("drop_remainder), the last epoch; restart the job once the cause "
+                                                    "is fixed"));
 
   SequencerOptions full = o;
   full.files = WriteFiles(dir, {3});
   full.epochs = 2;
   Sequencer complete(full, &read_ahead, nullptr);
   CHECK(complete.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK(complete.ended_early().empty());
+  CHECK(complete.empty_epoch().empty());
 }
 
 TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one read at a time, with a warning a minute") {
