@@ -46,12 +46,14 @@
 
 namespace ringfeed {
 
+// Every member has an initializer (`{}` included), so that a designated initializer that leaves
+// some out (`Client::Attach({.job = "train"})`) compiles without -Wmissing-field-initializers.
 struct ClientOptions {
-  std::string job;
+  std::string job{};
   // consumers.mode ranks: this trainer's rank (0..ranks-1), whose queue it takes from.
   // Shared mode: -1 (the daemon refuses a rank there).
   int rank = -1;
-  std::string runtime_dir;  // empty = shm::RuntimeDir() (RINGFEED_RUNTIME_DIR, ...)
+  std::string runtime_dir{};  // empty = shm::RuntimeDir() (RINGFEED_RUNTIME_DIR, ...)
   // How long the daemon's heartbeat may stand still before Next reports it frozen. The wait
   // for the daemon's answer to the hello is the larger of this and 1 s. 1 ms to ~24.8 days
   // (2^31 - 1 ms); values outside are clamped.

@@ -86,7 +86,7 @@ struct UploaderOptions {
   int device = 0;
   // The driver library; empty = $RINGFEED_LIBCUDA if set, else "libcuda.so.1". (For tests,
   // which point it at a shim.)
-  std::string libcuda_path;
+  std::string libcuda_path{};  // `{}`: designated initializers may leave it out (-Wextra)
   // Ask cuMemHostRegister for a read-only registration (CU_MEMHOSTREGISTER_READ_ONLY, the GPU
   // only reads the ring); when the driver refuses it, register without.
   bool read_only = true;
