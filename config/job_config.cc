@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -994,27 +995,62 @@ ConfigError::ConfigError(std::string file, int line, int column, std::string key
       column_(column),
       key_(std::move(key)) {}
 
+namespace {
+
+ConfigError TooLarge(const std::string& path) {
+  return ConfigError(path, 0, 0, "",
+                     "config file is larger than " + std::to_string(kMaxConfigBytes >> 10) +
+                         " KiB; a job config is a few lines of YAML (is this the right file?)");
+}
+
+// A FIFO (`-c <(make_config)`): read until its writer closes it, all within kFifoWaitMs. One
+// that nothing writes to, or whose writer never closes it, would otherwise block without a word.
+// Non-blocking, so that the wait is on poll with the time left: a writer that has already gone
+// leaves its bytes in the pipe, and read returns them, then 0.
+std::string ReadFifo(const std::string& path, int fd) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFifoWaitMs);
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd, POLLIN, 0};
+    const int ready = left.count() > 0 ? ::poll(&p, 1, static_cast<int>(left.count())) : 0;
+    if (ready == 0) {
+      ::close(fd);
+      throw ConfigError(path, 0, 0, "",
+                        "the config is a FIFO and " +
+                            (text.empty() ? std::string("nothing wrote to it")
+                                          : "its writer did not close it (" + std::to_string(text.size()) +
+                                                " bytes read)") +
+                            " within " + std::to_string(kFifoWaitMs / 1000) + " s; give a regular file");
+    }
+    if (ready < 0 && errno == EINTR) continue;
+    const ssize_t n = ready < 0 ? -1 : ::read(fd, buf, sizeof buf);
+    if (n == 0) break;  // the writer closed it
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      const int err = errno;
+      ::close(fd);
+      throw ConfigError(path, 0, 0, "", std::string("cannot read config file: ") + std::strerror(err));
+    }
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > kMaxConfigBytes) {
+      ::close(fd);
+      throw TooLarge(path);
+    }
+  }
+  ::close(fd);
+  return text;
+}
+
+}  // namespace
+
 JobConfig LoadJobConfig(const std::string& path) {
-  // A FIFO (`-c <(make_config)`) is read once something writes to it; one nothing writes to
-  // would block fopen forever without a word.
-  // The same descriptor is read then: closing it would drop what a writer that has already
-  // gone left in the pipe.
   std::FILE* f = nullptr;
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && S_ISFIFO(st.st_mode)) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd >= 0) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, kFifoWaitMs) <= 0) {
-        ::close(fd);
-        throw ConfigError(path, 0, 0, "",
-                          "the config is a FIFO and nothing wrote to it within " +
-                              std::to_string(kFifoWaitMs / 1000) + " s; give a regular file");
-      }
-      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-      f = ::fdopen(fd, "rb");
-      if (f == nullptr) ::close(fd);
-    }
+    if (fd >= 0) return Loader(path).Load(ReadFifo(path, fd));
   } else {
     f = std::fopen(path.c_str(), "rb");
   }
@@ -1030,9 +1066,7 @@ JobConfig LoadJobConfig(const std::string& path) {
     text.append(buf, n);
     if (text.size() > kMaxConfigBytes) {  // also ends reading /dev/zero or a pipe that never ends
       std::fclose(f);
-      throw ConfigError(path, 0, 0, "",
-                        "config file is larger than " + std::to_string(kMaxConfigBytes >> 10) +
-                            " KiB; a job config is a few lines of YAML (is this the right file?)");
+      throw TooLarge(path);
     }
   }
   if (std::ferror(f)) {

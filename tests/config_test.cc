@@ -14,6 +14,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -858,6 +859,20 @@ TEST_CASE("config files: read errors and positions name the file", "[config][fil
     CHECK_THROWS_WITH(LoadJobConfig(fifo), Catch::StartsWith(fifo + ": ") &&
                                                Catch::Contains("the config is a FIFO and nothing wrote to it within 10 s"));
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(20));
+    // A writer that writes and then keeps the FIFO open: the same limit, not a wait for ever.
+    std::atomic<bool> loaded{false};
+    std::thread holder([&] {
+      std::ofstream out(fifo);
+      out << kMinimal << std::flush;
+      while (!loaded) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    });
+    const auto held = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(LoadJobConfig(fifo),
+                      Catch::Contains("the config is a FIFO and its writer did not close it (" +
+                                      std::to_string(std::string(kMinimal).size()) + " bytes read) within 10 s"));
+    CHECK(std::chrono::steady_clock::now() - held < std::chrono::seconds(20));
+    loaded = true;
+    holder.join();
     std::remove(fifo.c_str());
     rmdir(dir);
   }
