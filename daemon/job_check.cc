@@ -35,6 +35,8 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     result->cpu_budget_cores = plan.autotune.cpu_budget_cores;
     result->cpu_budget_source = plan.autotune.cpu_budget_source;
     result->memory_plan = plan.memory.Describe();
+    result->record_limit_bytes = plan.record_limit_bytes;
+    result->record_limit_why = plan.record_limit_why;
     // The open-file limit as ringfeedd started from here would have it: raised to the hard one.
     rlimit limit{};
     if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_max != RLIM_INFINITY) {
@@ -161,6 +163,12 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   if (slot_rows > 0 && !config.batch.drop_remainder) slot_batch_done();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
+  // Below source.max_record_bytes (which this check's reader applied), the limit is the budget's.
+  if (!result.record_limit_why.empty() && largest_record_bytes > result.record_limit_bytes) {
+    result.record_over_limit = result.largest_record +
+                               ": ringfeedd would refuse it as too large (on_error applies): it exceeds " +
+                               result.record_limit_why;
+  }
   const uint64_t problem_count = result.read_errors + result.parse_errors;
   if (problem_count > kMaxProblemsShown) {
     problems << "... and " << problem_count - kMaxProblemsShown << " more problems (not shown)\n";

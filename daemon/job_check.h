@@ -47,6 +47,11 @@ struct JobCheckResult {
   uint64_t largest_batch_bytes = 0;
   uint64_t largest_batch_index = 0;
   std::string largest_record;
+  // Its plan's largest record (TuningPlan::record_limit_bytes, _why): the largest record read is
+  // above it when record_over_limit is set ("ringfeedd would refuse it as too large: ...").
+  uint64_t record_limit_bytes = 0;
+  std::string record_limit_why;
+  std::string record_over_limit;
   bool SlotTooSmall() const { return plan_error.empty() && largest_batch_bytes > slot_bytes; }
 };
 

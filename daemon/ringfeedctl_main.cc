@@ -319,6 +319,10 @@ Command AddCheckCommand(CLI::App& parent) {
                 << (r.largest_batch_bytes + 1023) / 1024 << "KiB (the largest record: " << r.largest_record << ")\n";
       return ringfeed::kExitDataProblems;
     }
+    if (!r.record_over_limit.empty()) {
+      std::cerr << "error: " << r.record_over_limit << "\n";
+      return ringfeed::kExitDataProblems;
+    }
     return r.read_errors + r.parse_errors > 0 ? ringfeed::kExitDataProblems : ringfeed::kExitOk;
   };
   return {cmd, run};

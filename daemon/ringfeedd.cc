@@ -448,12 +448,16 @@ int RunDaemon(const DaemonOptions& options) {
     po.prefetch = static_cast<size_t>(start.prefetch);
     po.stream_buffer_bytes = start.stream_buffer_bytes;
     po.reader.reads_in_flight = static_cast<size_t>(start.reads_per_file);
+    // A record past the start-up sample that the budget cannot hold is a too-large record.
+    po.reader.max_record_bytes = plan.record_limit_bytes;
+    po.reader.max_record_bytes_why = plan.record_limit_why;
     const uint32_t slot_count = plan.slot_count;
     const uint64_t slot_bytes = plan.slot_bytes;
     const shm::Geometry geometry = plan.geometry;
     // One line at info: the whole plan's caps ("16 readers", gigabytes of read-ahead) read as
     // alarming for a small job, though the tuner spends them only where they help.
     spdlog::info("{}", plan.memory.Summary());
+    if (!plan.record_limit_why.empty()) spdlog::info("records are read up to {}", plan.record_limit_why);
     spdlog::debug("{}", plan.memory.Describe());
     spdlog::info("cpu_budget {:.3g} cores ({}): the CPU the daemon's threads may use together",
                  plan.autotune.cpu_budget_cores, plan.autotune.cpu_budget_source);

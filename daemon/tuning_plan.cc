@@ -316,6 +316,19 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
                 at.fixed.reads_per_file);
   plan.file_descriptors =
       PlanFileDescriptors(plan.memory.open_files, limits.max_reads_per_file > 1, kMaxControlConnections);
+
+  // The largest record the budget holds (TuningPlan::record_limit_bytes).
+  const uint64_t copies = mi.compressed ? 2 : 1;
+  const uint64_t record_limit = sample.largest_bytes + plan.memory.margin_bytes / 2 / copies;
+  plan.record_limit_bytes = std::min(config.source.max_record_bytes, record_limit);
+  if (record_limit < config.source.max_record_bytes) {
+    plan.record_limit_why =
+        "the " + std::to_string(record_limit) + " bytes (" + FormatBytes(record_limit) + ") that " + mi.budget_source +
+        " " + FormatBytes(mi.budget_bytes) + " holds for one record: the largest of the " +
+        std::to_string(sample.records) + " records sampled at start (" + std::to_string(sample.largest_bytes) +
+        " bytes) and " + (copies == 2 ? "a quarter" : "half") + " of its " + FormatBytes(plan.memory.margin_bytes) +
+        " safety margin (raise the budget if records this large are genuine)";
+  }
   return plan;
 }
 

@@ -90,6 +90,14 @@ struct TuningPlan {
   // reads_per_file can go above 1), for the start-up check against RLIMIT_NOFILE.
   FileDescriptorPlan file_descriptors;
   bool tune = false;          // at least one knob is auto
+  // The largest record the memory budget holds, for the readers' ReaderOptions::
+  // max_record_bytes: the plan counts the largest sampled record, and a record past the sample
+  // may be larger by half the safety margin (a compressed file's by a quarter: inflated into
+  // the window, then copied out of it); at most source.max_record_bytes. A larger record is a
+  // too-large record (on_error applies), so the budget holds. record_limit_why says so in its
+  // error (ReaderOptions::max_record_bytes_why); empty when the limit is source.max_record_bytes.
+  uint64_t record_limit_bytes = 0;
+  std::string record_limit_why;
 };
 
 // `shard_files`: files this daemon reads; `queues`: consumers.count in ranks mode, else 1;

@@ -520,14 +520,16 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
     const uint64_t after_header = offset_ + kRecordHeaderBytes;
     const uint64_t left = plain_file_size_ > after_header ? plain_file_size_ - after_header : 0;
     const bool beyond_file = plain_file_size_ > 0 && SaturatingAdd(length, kRecordFooterBytes) > left;
+    const std::string limit = options_.max_record_bytes_why.empty()
+                                  ? "max_record_bytes " + std::to_string(options_.max_record_bytes)
+                                  : options_.max_record_bytes_why;
     const std::string hint =
         beyond_file ? " (the file has only " + std::to_string(left) +
                           " bytes after this header: the length is corrupt, or the file was cut short)"
-                    : " (raise max_record_bytes if the record is genuine)";
+                    : options_.max_record_bytes_why.empty() ? " (raise max_record_bytes if the record is genuine)"
+                                                             : "";
     Status s = MakeError(ReadErrorKind::kRecordTooLarge,
-                         "length " + std::to_string(length) + " bytes exceeds max_record_bytes " +
-                             std::to_string(options_.max_record_bytes) + hint,
-                         error);
+                         "length " + std::to_string(length) + " bytes exceeds " + limit + hint, error);
     if (beyond_file) {
       // Nothing can follow it: skipping would only run into the end of the file and report the
       // same bad length a second time (as a truncated record). The file ends here.

@@ -55,6 +55,11 @@ struct ReaderOptions {
   Compression compression = Compression::kAuto;
   // Records whose length field exceeds this are rejected before any allocation.
   uint64_t max_record_bytes = kDefaultMaxRecordBytes;
+  // Where max_record_bytes comes from when it is not the config's key of that name (ringfeedd
+  // lowers it to what its memory budget holds): the too-large error then reads "length L bytes
+  // exceeds <this>" instead of "exceeds max_record_bytes N (raise max_record_bytes if the record
+  // is genuine)".
+  std::string max_record_bytes_why;
   bool verify_crc = true;
   // Granularity of read() calls and of the window buffer, in bytes (min 64). Records larger
   // than this still work; tests set it tiny to split records across reads.
