@@ -204,7 +204,10 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // 0: auto. (A plain number rather than std::optional: GCC 12 warns -Wmaybe-uninitialized on
   // its value_or here.)
   const int64_t fixed_reads_per_file = pc.reads_per_file ? (queued_reads ? *pc.reads_per_file : 1) : 0;
-  limits.max_readers = pc.readers.value_or(kMaxAutoReaders);
+  // A file is read by one reader at a time and open files are at most the shard's files, so
+  // auto readers stop there: more would idle, and the memory plan counts each (a thread; under
+  // on_error: skip its record check).
+  limits.max_readers = pc.readers.value_or(std::min<int64_t>(kMaxAutoReaders, std::max<int64_t>(1, shard_files)));
   // Workers count against the CPU budget by the CPU they use (daemon/tuner.h), so on a few
   // cores shared with the sequencer, the readers and the consumers, more workers than cores
   // can pay (each parses while the others wait). Twice the cores, at least 2 and at most 16,

@@ -222,6 +222,21 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
                                   "list); the records read have 'id', 'x'");
 }
 
+TEST_CASE("the plan counts no more auto readers than the shard has files") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 3);
+  std::ostringstream log;
+  const JobCheckResult one = RunJobCheck(Config(dir, "skip", ""), log, log);
+  INFO(one.memory_plan);
+  CHECK_THAT(one.memory_plan, Catch::Contains("threads: (at most 1 reader + "));
+  for (int i = 1; i < 20; ++i) WriteShard(dir.file("f" + std::to_string(i) + ".tfrecord"), 3 * i, 3);
+  const JobCheckResult many = RunJobCheck(Config(dir, "skip", ""), log, log);
+  INFO(many.memory_plan);
+  CHECK_THAT(many.memory_plan, Catch::Contains("threads: (at most 16 readers + "));
+  const JobCheckResult fixed = RunJobCheck(Config(dir, "skip", "pipeline: {readers: 24}\n"), log, log);
+  CHECK_THAT(fixed.memory_plan, Catch::Contains("threads: (at most 24 readers + "));  // a fixed number stays
+}
+
 TEST_CASE("only the first problems are printed, all are counted") {
   TempDir dir;
   std::string bytes;
