@@ -581,16 +581,8 @@ class Loader {
 
   std::string ReadJobName(const Entry& e) {
     std::string name = ScalarText(e, "a job name");
-    // Not starting with '.': ".", ".." and ".x" would name hidden files (".x.sock"); nor with
-    // '-': "ringfeedctl status -x" would read it as an option.
-    bool ok = !name.empty() && name.size() <= kMaxJobNameLength && name[0] != '.' && name[0] != '-' &&
-              std::all_of(name.begin(), name.end(), IsJobNameChar);
-    if (!ok) {
-      Fail(MarkOf(e), e.path,
-           "invalid job name " + Quote(name) + "; expected 1 to 64 characters from "
-           "A-Z a-z 0-9 _ . -, not starting with '.' or '-' (it names the job's socket and shared memory, "
-           "and ringfeedctl takes it as an argument)");
-    }
+    const std::string problem = JobNameProblem(name);
+    if (!problem.empty()) Fail(MarkOf(e), e.path, problem);
     return name;
   }
 
@@ -1044,6 +1036,17 @@ std::string ReadFifo(const std::string& path, int fd) {
 }
 
 }  // namespace
+
+std::string JobNameProblem(const std::string& name) {
+  // Not starting with '.': ".", ".." and ".x" would name hidden files (".x.sock"); nor with
+  // '-': "ringfeedctl status -x" would read it as an option.
+  const bool ok = !name.empty() && name.size() <= kMaxJobNameLength && name[0] != '.' && name[0] != '-' &&
+                  std::all_of(name.begin(), name.end(), IsJobNameChar);
+  if (ok) return "";
+  return "invalid job name " + Quote(name) +
+         "; expected 1 to 64 characters from A-Z a-z 0-9 _ . -, not starting with '.' or '-' (it names the job's "
+         "socket and shared memory, and ringfeedctl takes it as an argument)";
+}
 
 JobConfig LoadJobConfig(const std::string& path) {
   std::FILE* f = nullptr;

@@ -147,6 +147,9 @@ class ConfigError : public std::runtime_error {
 // endless file (a wrong path, /dev/zero) is refused before it is parsed.
 inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 
+// Why `name` cannot be a job name ("invalid job name 'x/y'; expected ..."), or "" when it can.
+std::string JobNameProblem(const std::string& name);
+
 // Loads and validates a job config file. Throws ConfigError (also for an unreadable file, one
 // larger than kMaxConfigBytes, or YAML syntax errors, with their position).
 JobConfig LoadJobConfig(const std::string& path);

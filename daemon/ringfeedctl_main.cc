@@ -328,12 +328,22 @@ Command AddCheckCommand(CLI::App& parent) {
   return {cmd, run};
 }
 
+// A JOB argument that no config could name (a path, "..") is a usage error, not a socket looked for.
+CLI::Validator JobNameValidator() {
+  return CLI::Validator([](const std::string& job) { return ringfeed::JobNameProblem(job); }, "JOB");
+}
+
 // --runtime-dir, shared by the commands that talk to a running daemon.
 void AddRuntimeDirOption(CLI::App* cmd, std::string* dir) {
   cmd->add_option("--runtime-dir", *dir,
                   "Where the daemons' sockets are, looked for there and one directory down (systemd's "
                   "/run/ringfeed/<instance>) (default: $RINGFEED_RUNTIME_DIR, else $RUNTIME_DIRECTORY, else "
-                  "/run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else /tmp/ringfeed-<uid>)");
+                  "/run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else /tmp/ringfeed-<uid>)")
+      ->check(CLI::Validator(
+          [](const std::string& dir) {
+            return dir.empty() ? std::string("an empty directory; leave --runtime-dir out for the default") : "";
+          },
+          "DIR"));
 }
 
 std::string RuntimeDirOr(const std::string& dir) { return dir.empty() ? ringfeed::shm::RuntimeDir() : dir; }
@@ -378,7 +388,7 @@ Command AddStatusCommand(CLI::App& parent) {
       "\n"
       "Example:\n"
       "  ringfeedctl status taxi-train --json | jq .throughput");
-  cmd->add_option("JOB", flags->job, "Job name (the config's job:)")->required();
+  cmd->add_option("JOB", flags->job, "Job name (the config's job:)")->required()->check(JobNameValidator());
   cmd->add_flag("--json", flags->json, "Print the status object as JSON");
   AddRuntimeDirOption(cmd, &flags->dir);
   auto run = [flags]() {
@@ -412,7 +422,7 @@ Command AddDumpCommand(CLI::App& parent) {
       "\n"
       "Example:\n"
       "  ringfeedctl dump taxi-train --batches 1 | jq '.features.fare.values[:4]'");
-  cmd->add_option("JOB", options->job, "Job name (the config's job:)")->required();
+  cmd->add_option("JOB", options->job, "Job name (the config's job:)")->required()->check(JobNameValidator());
   cmd->add_option("--batches", *batches, "Print this many batches (default: all until the end of the data)")
       ->check(kCountValidator)
       ->option_text("N");

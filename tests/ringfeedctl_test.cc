@@ -508,6 +508,24 @@ TEST_CASE("dump's timeout in shared mode keeps its question") {
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("an empty --runtime-dir or a JOB no config could name is a usage error") {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{CtlBinary(), "list", "--runtime-dir", ""},
+                                               {CtlBinary(), "status", "job", "--runtime-dir", ""},
+                                               {DaemonBinary(), "--config", "/dev/null", "--runtime-dir", ""}}) {
+    const CommandResult r = RunCommand(args);
+    INFO(args[0] << " " << args[1] << ": " << r.out << r.err);
+    CHECK(r.status.ToString() == "exit 2");
+    CHECK_THAT(r.err, Catch::Contains("--runtime-dir: an empty directory; leave --runtime-dir out for the default"));
+  }
+  // So is a JOB no config could name: a path is not looked for as a socket.
+  for (const std::string& command : {"status", "dump"}) {
+    const CommandResult r = RunCommand({CtlBinary(), command, "../../etc/passwd"});
+    INFO(command << ": " << r.out << r.err);
+    CHECK(r.status.ToString() == "exit 2");
+    CHECK_THAT(r.err, Catch::StartsWith("JOB: invalid job name '../../etc/passwd'; expected 1 to 64 characters"));
+  }
+}
+
 TEST_CASE("--help: exit statuses and where problems go, as docs/ringfeedctl.md says") {
   const auto help = [](const std::string& command) {
     const CommandResult r = RunCommand({CtlBinary(), command, "--help"});
