@@ -440,8 +440,12 @@ Command AddDumpCommand(CLI::App& parent) {
       const ringfeed::DumpResult r = ringfeed::DumpBatches(o, std::cout);
       if (r.end_of_data && (r.printed == 0 || (o.batches && r.printed < *o.batches))) {
         std::cout.flush();
-        std::cerr << "ringfeedctl dump: job '" << o.job << "' is at the end of its data (every epoch produced and "
-                  << "taken): " << r.printed << " batch(es) dumped\n";
+        // In ranks mode the end is this rank's: other ranks' batches may still wait.
+        std::cerr << "ringfeedctl dump: job '" << o.job << "' is at the end of its data"
+                  << (o.rank >= 0 ? " for rank " + std::to_string(o.rank) + " (every epoch produced and this rank's "
+                                                                               "batches taken)"
+                                  : std::string(" (every epoch produced and taken)"))
+                  << ": " << r.printed << " batch(es) dumped\n";
       }
       return ringfeed::kExitOk;
     } catch (const std::exception& e) {
