@@ -328,9 +328,15 @@ InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t*
     in_pos_ = static_cast<size_t>(in - in_buf_.get());
     if (result == Decoder::Result::kError || result == Decoder::Result::kTrailerError) {
       // A trailer mismatch is found where the step stopped, past the data it checks: name that end.
+      // Other damage lies in what this step read: from where it began (a whole input buffer
+      // before, in a large file) to where the decoder stopped, at or shortly after the damage
+      // (it reads ahead a few bytes).
+      const uint64_t after = compressed_offset();
       Fail(Status::kDataError, result == Decoder::Result::kTrailerError
-                                   ? why + ", at the trailer near compressed byte " + std::to_string(compressed_offset())
-                                   : why + " near compressed byte " + std::to_string(before));
+                                   ? why + ", at the trailer near compressed byte " + std::to_string(after)
+                               : after > before ? why + " between compressed bytes " + std::to_string(before) +
+                                                      " and " + std::to_string(after)
+                                                : why + " near compressed byte " + std::to_string(before));
       // What this step inflated before the error is handed out first (the error comes with the
       // next call): up to a whole buffer of good records ahead of the damage. The records'
       // own CRCs judge it; an error found only at the member's end (its CRC-32) has all of it.

@@ -577,6 +577,16 @@ TEST_CASE("an inflate error mid-stream (an invalid block) comes after every reco
       REQUIRE(out.errors.size() == 1);
       CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
       CHECK(out.errors[0].record_index == 1800);
+      // The message gives the compressed bytes the damage is in.
+      const std::string& message = out.errors[0].message;
+      INFO(message << " (damage at " << boundary << ")");
+      const size_t between = message.find(" between compressed bytes ");
+      REQUIRE(between != std::string::npos);
+      uint64_t from = 0, to = 0;
+      REQUIRE(std::sscanf(message.c_str() + between, " between compressed bytes %lu and %lu", &from, &to) == 2);
+      CHECK(from <= boundary);
+      CHECK(boundary <= to);
+      CHECK(to - boundary <= 64);
     }
   }
 }
