@@ -59,7 +59,7 @@ struct ReaderOptions {
   // lowers it to what its memory budget holds): the too-large error then reads "length L bytes
   // exceeds <this>" instead of "exceeds max_record_bytes N (raise max_record_bytes if the record
   // is genuine)".
-  std::string max_record_bytes_why;
+  std::string max_record_bytes_why{};
   bool verify_crc = true;
   // Granularity of read() calls and of the window buffer, in bytes (min 64). Records larger
   // than this still work; tests set it tiny to split records across reads.

@@ -518,7 +518,7 @@ TEST_CASE("an empty --runtime-dir or a JOB no config could name is a usage error
     CHECK_THAT(r.err, Catch::Contains("--runtime-dir: an empty directory; leave --runtime-dir out for the default"));
   }
   // So is a JOB no config could name: a path is not looked for as a socket.
-  for (const std::string& command : {"status", "dump"}) {
+  for (const char* command : {"status", "dump"}) {
     const CommandResult r = RunCommand({CtlBinary(), command, "../../etc/passwd"});
     INFO(command << ": " << r.out << r.err);
     CHECK(r.status.ToString() == "exit 2");
