@@ -13,7 +13,8 @@
 //     throughput did not fall by 5%). Otherwise the knobs go back and the knob is held off
 //     (a raise: 5 s the first time, then 120 s, doubling; a step down: 120 s, doubling). A
 //     kept raise leaves a floor: steps down never go back to that level, and ends the other
-//     knobs' raise hold-offs.
+//     knobs' raise hold-offs. A single raise of readers or workers taken back while the other
+//     stage saturated in its place leaves a pair hint: they go up together next (TryPair).
 //  4. A shift (throughput +-20%, consumer wait +-20 points, consumer count) against the level
 //     after the last change: intervals short again, hold-offs and floors cleared, a raise in
 //     trial without a gain taken back.
@@ -21,7 +22,8 @@
 //     changed (their "stretch", the trial's before-throughput; before the first change, in the
 //     first kStartupRampSeconds with consumers, an interval > kRaiseGain over it restarts it:
 //     the start-up ramp), at most one change (one trial), so that its effect can be judged alone:
-//     consumers wait -> raise the stage that limits (see TryRaise), or trade CPU from the stage
+//     consumers wait -> readers and workers together after a pair hint (TryPair), else raise
+//     the stage that limits (see TryRaise), or trade CPU from the stage
 //     with slack to it; when no stage limits, or the reads limit but readers are held off, or
 //     the ring runs dry in bursts with prefetch at its maximum: one more worker (the stages take
 //     turns); when nothing can be raised, step down idle workers as below (must not lose
@@ -377,6 +379,11 @@ bool Tuner::Shifted(const Signals& s) const {
 
 void Tuner::ClearHolds() {
   for (Hold& h : hold_) h = Hold{};
+  pair_hint_.reset();
+}
+
+bool Tuner::ReadsLimit(const Signals& s) {
+  return s.read_busy >= kSaturatedBusy || (s.read_wait >= kReadStarved && s.read_busy >= kReadStarvedBusy);
 }
 
 void Tuner::StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs) {
@@ -477,6 +484,7 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
       for (int k = 0; k < kKnobCount; ++k) {
         if (std::find(t.knobs.begin(), t.knobs.end(), static_cast<Knob>(k)) == t.knobs.end()) hold_[k].raise_until = 0;
       }
+      pair_hint_.reset();
     }
     SetReference(s.throughput, s.wait, s.o.consumers);
     return false;
@@ -491,6 +499,14 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     (t.raise ? h.raise_until : h.lower_until) = now_seconds_ + seconds;
     hold_seconds = std::max(hold_seconds, seconds);
     seconds = NextHoldOff(seconds);
+  }
+  // Readers alone (workers alone) that left the other stage saturated in their place moved
+  // the bottleneck rather than removed it: the two together are tried next (TryPair).
+  if (t.raise && t.knobs.size() == 1 && (t.knobs[0] == kReaders || t.knobs[0] == kWorkers)) {
+    const bool readers = t.knobs[0] == kReaders;
+    if (readers ? s.parse_busy >= kSaturatedBusy : ReadsLimit(s)) {
+      pair_hint_ = PairHint{t.knobs[0], KnobOf(knobs_, t.knobs[0]), s.read_busy, s.parse_busy, s.read_wait};
+    }
   }
   std::string reason;
   if (t.raise) {
@@ -539,12 +555,49 @@ bool Tuner::TryTrade(Knob give, Knob take, const Signals& s, std::vector<TunerCh
   return true;
 }
 
+bool Tuner::TryPair(const Signals& s, std::vector<TunerChange>* changes) {
+  if (!pair_hint_) return false;
+  const PairHint hint = *pair_hint_;
+  // The hint lasts while the knob raised alone is held off: after that, it is tried alone again.
+  if (now_seconds_ >= hold_[hint.failed].raise_until) {
+    pair_hint_.reset();
+    return false;
+  }
+  // Both stages must still be busy: one mostly idle gives the other nothing to hand over.
+  if (fixed_.readers || fixed_.workers || s.read_busy < kShedWhileWaitingBusy ||
+      s.parse_busy < kShedWhileWaitingBusy) {
+    return false;
+  }
+  const int64_t r = knobs_.readers, w = knobs_.workers;
+  if (w >= limits_.max_workers || r >= limits_.max_readers) return false;
+  // Not held off by either knob's hold-off (the pair is a step of its own), but within the
+  // maxima and both budgets, as any raise.
+  const int64_t readers_to = std::min({IoBound() ? 2 * r : r + 1, limits_.max_readers, MaxReadersForMemory()});
+  if (readers_to <= r || !WithinCpuBudget(w + 1, readers_to)) return false;
+  pair_hint_.reset();
+  const std::string moved =
+      hint.failed == kReaders
+          ? Format("the workers were %.0f%% busy in their place", Pct(hint.parse_busy))
+          : Format("the reads limited in their place (readers %.0f%% busy, the sequencer waited for records %.0f%%)",
+                   Pct(hint.read_busy), Pct(hint.read_wait));
+  const std::string reason =
+      Format("consumers waited %.0f%% of %.2f s, readers %.0f%% and workers %.0f%% busy: %s %lld alone gained under "
+             "%.0f%% while %s, the bottleneck moved; both go up together, %s",
+             Pct(s.wait), s.interval, Pct(s.read_busy), Pct(s.parse_busy), Name(hint.failed), LL(hint.tried),
+             Pct(kRaiseGain), moved.c_str(), CpuUse().c_str());
+  const TunerKnobs before = knobs_;
+  Set(kReaders, readers_to, reason, changes);
+  Set(kWorkers, w + 1, reason, changes);
+  StartTrial(true, s, before, {kReaders, kWorkers});
+  return true;
+}
+
 bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
+  if (TryPair(s, changes)) return true;
   // The sequencer starved of records counts only while the readers are mostly busy: idle
   // readers the sequencer still waits for are short of CPU (a loaded machine), not of
   // parallelism, and more of them would not help.
-  const bool read_saturated =
-      s.read_busy >= kSaturatedBusy || (s.read_wait >= kReadStarved && s.read_busy >= kReadStarvedBusy);
+  const bool read_saturated = ReadsLimit(s);
   const bool parse_saturated = s.parse_busy >= kSaturatedBusy;
   const std::string waited = Format("consumers waited %.0f%% of %.2f s", Pct(s.wait), s.interval);
   const std::string cpu = CpuUse();
@@ -694,8 +747,7 @@ std::string Tuner::WhyNoRaise(const Signals& s) const {
     }
     return "";
   };
-  const bool read_saturated =
-      s.read_busy >= kSaturatedBusy || (s.read_wait >= kReadStarved && s.read_busy >= kReadStarvedBusy);
+  const bool read_saturated = ReadsLimit(s);
   if (read_saturated) {
     const std::string why = stuck(kReaders, knobs_.readers, std::min(limits_.max_readers, MaxReadersForMemory()));
     if (!why.empty()) {
@@ -751,9 +803,7 @@ bool Tuner::TryLower(const Signals& s, std::vector<TunerChange>* changes) {
     // saturation go: a step to near 85% busy leaves "neither stage saturated", where the
     // stages-take-turns rule raises the worker again (in a 5-minute soak on 2 noisy cores the
     // workers cycled 1 -> 2 -> 1 every 20-30 s, each cycle leaving RSS a little higher).
-    const bool reads_limit =
-        s.read_busy >= kSaturatedBusy || (s.read_wait >= kReadStarved && s.read_busy >= kReadStarvedBusy);
-    const double target = s.waiting && !reads_limit ? kShedWhileWaitingBusy : kLowerTargetBusy;
+    const double target = s.waiting && !ReadsLimit(s) ? kShedWhileWaitingBusy : kLowerTargetBusy;
     if (to > hold_[kWorkers].floor && predicted <= target) {
       Set(kWorkers, to,
           Format("%s, workers %.0f%% busy, with %lld they would be %.0f%%", waited.c_str(), Pct(s.parse_busy), LL(to),

@@ -880,6 +880,125 @@ TEST_CASE("reads limit but readers are held off: one more worker is tried, and a
   CHECK(ToString(d.changes[0]).rfind("readers 1 -> 2: ", 0) == 0);
 }
 
+TEST_CASE("a second reader that only moves the bottleneck to the worker: readers and workers go up together") {
+  // As on a 2 ms mount on 2 cores (bench/autotune, session 27): 1 CPU-bound reader 80% busy,
+  // the sequencer waiting 50% for records, 1 worker 75% busy, 1.3 of 2 cores used. A second
+  // reader alone leaves the worker 86% busy and gains nothing; a second worker alone would leave
+  // the reads limiting. The grid: r1 w1 1.80M, r2 w1 1.85M, r1 w2 1.95M, r2 w2 2.14M records/s.
+  TunerLimits limits = Limits(2, 64 * MiB);
+  limits.machine_cores = 2;
+  const TunerKnobs start{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 8};
+  auto obs = [](double per_second, double interval, double read_busy, double read_wait, double parse_busy) {
+    TunerObservation o = Obs(static_cast<uint64_t>(per_second * interval), 0.85, read_busy, read_wait, parse_busy, 0,
+                             interval, 1.3);
+    o.read_cpu_fraction = 1.0;
+    o.parse_cpu_fraction = 0.7;
+    o.ready_slots_mean = 0.4;
+    return o;
+  };
+  auto read_limited = [&](double per_second, double interval) { return obs(per_second, interval, 0.80, 0.50, 0.75); };
+  // Readers 2 with 1 worker: readers 40% busy, the worker 86%.
+  auto worker_limited = [&](double per_second, double interval) { return obs(per_second, interval, 0.40, 0.10, 0.86); };
+
+  Tuner tuner(limits, start, {});
+  Measure(tuner, read_limited(1.80e6, 0.25));
+  TunerDecision d = tuner.Observe(read_limited(1.80e6, 0.25));
+  REQUIRE(d.changes.size() >= 1);
+  CHECK(ToString(d.changes[0]).rfind("readers 1 -> 2: ", 0) == 0);
+  REQUIRE(tuner.Observe(worker_limited(1.85e6, 0.5)).changes.empty());  // the new reader's ramp
+  d = tuner.Observe(worker_limited(1.79e6, 1.0));                        // no gain: back, held off 5 s
+  REQUIRE(d.knobs.readers == 1);
+  CHECK(d.changes[0].reason.find("not raised again for 5 s") != std::string::npos);
+
+  SECTION("together as one trial, kept on its gain, within 5 s of the start") {
+    d = tuner.Observe(read_limited(1.80e6, d.next_interval_seconds));
+    // (the knobs just went back: measured for 1 s before the next trial)
+    double interval = d.next_interval_seconds;
+    int rounds = 0;
+    while (d.changes.empty() && rounds++ < 10) {
+      d = tuner.Observe(read_limited(1.80e6, interval));
+      interval = d.next_interval_seconds;
+    }
+    REQUIRE(d.changes.size() >= 2);
+    const std::string reason = ToString(d.changes[0]);
+    CHECK(reason.rfind("readers 1 -> 2: consumers waited 85% of ", 0) == 0);
+    CHECK(reason.find(" s, readers 80% and workers 75% busy: readers 2 alone gained under 5% while the workers were "
+                      "86% busy in their place, the bottleneck moved; both go up together, 1.30 of 2 cores used") !=
+          std::string::npos);
+    CHECK(ToString(d.changes.back()).rfind("workers 1 -> 2: " + d.changes[0].reason, 0) == 0);
+    CHECK(d.knobs.readers == 2);
+    CHECK(d.knobs.workers == 2);
+    REQUIRE(tuner.Observe(obs(2.1e6, 0.5, 0.6, 0.3, 0.6)).changes.empty());  // the readers' ramp
+    d = tuner.Observe(obs(2.14e6, 1.0, 0.6, 0.3, 0.6));                       // +19%: kept
+    CHECK(d.knobs.readers == 2);
+    CHECK(d.knobs.workers >= 2);  // kept (a third worker may be tried next, from the same interval)
+    for (const TunerChange& c : d.changes) CHECK(c.reason.rfind("taken back", 0) != 0);
+  }
+  SECTION("taken back together without a gain; then a worker alone, not the pair again") {
+    double interval = d.next_interval_seconds;
+    for (int rounds = 0; rounds < 10; ++rounds) {
+      d = tuner.Observe(read_limited(1.80e6, interval));
+      interval = d.next_interval_seconds;
+      if (!d.changes.empty()) break;
+    }
+    REQUIRE(d.knobs.readers == 2);
+    REQUIRE(d.knobs.workers == 2);
+    REQUIRE(tuner.Observe(obs(1.8e6, 0.5, 0.6, 0.3, 0.6)).changes.empty());
+    d = tuner.Observe(obs(1.81e6, 1.0, 0.6, 0.3, 0.6));  // +0.6%, under 5%: judged once more
+    REQUIRE(d.changes.empty());
+    d = tuner.Observe(obs(1.80e6, 1.0, 0.6, 0.3, 0.6));
+    REQUIRE(d.knobs.readers == 1);
+    REQUIRE(d.knobs.workers == 1);
+    CHECK(d.changes[0].reason.rfind("taken back: readers 2, workers 2 gave ", 0) == 0);
+    CHECK(d.changes[0].reason.find("not raised again for 120 s") != std::string::npos);  // readers: the second failure
+    // After the workers' 5 s: one worker alone (the readers held off), never the pair again.
+    bool worker_alone = false;
+    interval = d.next_interval_seconds;
+    for (int rounds = 0; rounds < 60 && !worker_alone; ++rounds) {
+      d = tuner.Observe(read_limited(1.80e6, interval));
+      interval = d.next_interval_seconds;
+      for (const TunerChange& c : d.changes) {
+        REQUIRE(c.knob != "readers");
+        if (c.knob == "workers" && c.to == 2) worker_alone = true;
+      }
+    }
+    CHECK(worker_alone);
+  }
+}
+
+TEST_CASE("a second worker that only moves the bottleneck to the reads: readers and workers go up together") {
+  // The other order, as on local files on 2 cores (session 28): the worker 86% busy gets a
+  // second one, which leaves the sequencer waiting 80% for the one reader; taken back, the two
+  // go up together.
+  TunerLimits limits = Limits(2, 64 * MiB);
+  limits.machine_cores = 2;
+  Tuner tuner(limits, TunerKnobs{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 1, .prefetch = 8}, {});
+  auto obs = [](double per_second, double interval, double read_busy, double read_wait, double parse_busy) {
+    TunerObservation o = Obs(static_cast<uint64_t>(per_second * interval), 0.8, read_busy, read_wait, parse_busy, 0,
+                             interval, 1.6);
+    o.read_cpu_fraction = 1.0;
+    o.ready_slots_mean = 0.4;
+    return o;
+  };
+  Measure(tuner, obs(2.4e6, 0.25, 0.70, 0.20, 0.86));
+  TunerDecision d = tuner.Observe(obs(2.4e6, 0.25, 0.70, 0.20, 0.86));
+  REQUIRE(d.changes.size() == 1);
+  CHECK(ToString(d.changes[0]).rfind("workers 1 -> 2: ", 0) == 0);
+  d = tuner.Observe(obs(2.38e6, 1.0, 0.78, 0.80, 0.45));  // a loss: back at once, held off 5 s
+  REQUIRE(d.knobs.workers == 1);
+  double interval = d.next_interval_seconds;
+  for (int rounds = 0; rounds < 10 && (d.knobs.readers == 1); ++rounds) {
+    d = tuner.Observe(obs(2.4e6, interval, 0.70, 0.20, 0.86));
+    interval = d.next_interval_seconds;
+  }
+  REQUIRE(d.changes.size() >= 2);
+  CHECK(d.changes[0].reason.find("workers 2 alone gained under 5% while the reads limited in their place (readers 78% "
+                                 "busy, the sequencer waited for records 80%), the bottleneck moved; both go up "
+                                 "together") != std::string::npos);
+  CHECK(d.knobs.readers == 2);
+  CHECK(d.knobs.workers == 2);
+}
+
 TEST_CASE("a ring that runs dry in bursts with prefetch at its maximum gets one more worker instead") {
   // ringfeedd starts prefetch at its maximum (max_prefetch): the bursty-output rule has nothing
   // to raise there, and the workers, 70% busy, may still overlap the stages.
