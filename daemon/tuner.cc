@@ -14,7 +14,8 @@
 //     (a raise: 5 s the first time, then 120 s, doubling; a step down: 120 s, doubling). A
 //     kept raise leaves a floor: steps down never go back to that level, and ends the other
 //     knobs' raise hold-offs. A single raise of readers or workers taken back while the other
-//     stage saturated in its place leaves a pair hint: they go up together next (TryPair).
+//     stage saturated in its place leaves a pair hint for kPairHintSeconds: they go up
+//     together next (TryPair). A pair taken back holds further hints off (120 s, doubling).
 //  4. A shift (throughput +-20%, consumer wait +-20 points, consumer count) against the level
 //     after the last change: intervals short again, hold-offs and floors cleared, a raise in
 //     trial without a gain taken back.
@@ -216,10 +217,12 @@ int64_t Tuner::MaxReadersForMemory() const {
   return std::min(readers, limits_.max_readers);
 }
 
-int64_t Tuner::ReadersRaiseTarget(int64_t workers, bool* cpu_blocked) const {
+int64_t Tuner::ReadersRaiseTarget(int64_t workers, bool* cpu_blocked, bool ignore_hold) const {
   *cpu_blocked = false;
   const int64_t r = knobs_.readers;
-  if (fixed_.readers || now_seconds_ < hold_[kReaders].raise_until || r >= limits_.max_readers) return r;
+  if (fixed_.readers || (!ignore_hold && now_seconds_ < hold_[kReaders].raise_until) || r >= limits_.max_readers) {
+    return r;
+  }
   int64_t to = std::min(IoBound() ? 2 * r : r + 1, limits_.max_readers);
   to = std::min(to, MaxReadersForMemory());
   if (to <= r) return r;
@@ -380,6 +383,8 @@ bool Tuner::Shifted(const Signals& s) const {
 void Tuner::ClearHolds() {
   for (Hold& h : hold_) h = Hold{};
   pair_hint_.reset();
+  pair_raise_until_ = 0;
+  pair_raise_seconds_ = kHoldOffSeconds;
 }
 
 bool Tuner::ReadsLimit(const Signals& s) {
@@ -485,6 +490,7 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
         if (std::find(t.knobs.begin(), t.knobs.end(), static_cast<Knob>(k)) == t.knobs.end()) hold_[k].raise_until = 0;
       }
       pair_hint_.reset();
+      if (t.pair) pair_raise_seconds_ = kHoldOffSeconds;
     }
     SetReference(s.throughput, s.wait, s.o.consumers);
     return false;
@@ -501,11 +507,18 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     seconds = NextHoldOff(seconds);
   }
   // Readers alone (workers alone) that left the other stage saturated in their place moved
-  // the bottleneck rather than removed it: the two together are tried next (TryPair).
-  if (t.raise && t.knobs.size() == 1 && (t.knobs[0] == kReaders || t.knobs[0] == kWorkers)) {
+  // the bottleneck rather than removed it: the two together are tried next (TryPair; item 6 of
+  // "What looks wrong in the tuner" in docs/benchmarks.md, built in session 28). A pair that
+  // did not pay holds further pairs off: 120 s, then twice as long each time.
+  if (t.pair) {
+    pair_raise_until_ = now_seconds_ + pair_raise_seconds_;
+    pair_raise_seconds_ = std::min(2 * pair_raise_seconds_, kMaxHoldOffSeconds);
+  } else if (t.raise && t.knobs.size() == 1 && (t.knobs[0] == kReaders || t.knobs[0] == kWorkers) &&
+             now_seconds_ >= pair_raise_until_) {
     const bool readers = t.knobs[0] == kReaders;
     if (readers ? s.parse_busy >= kSaturatedBusy : ReadsLimit(s)) {
-      pair_hint_ = PairHint{t.knobs[0], KnobOf(knobs_, t.knobs[0]), s.read_busy, s.parse_busy, s.read_wait};
+      pair_hint_ = PairHint{t.knobs[0], KnobOf(knobs_, t.knobs[0]), s.read_busy, s.parse_busy, s.read_wait,
+                            now_seconds_ + kPairHintSeconds};
     }
   }
   std::string reason;
@@ -558,22 +571,25 @@ bool Tuner::TryTrade(Knob give, Knob take, const Signals& s, std::vector<TunerCh
 bool Tuner::TryPair(const Signals& s, std::vector<TunerChange>* changes) {
   if (!pair_hint_) return false;
   const PairHint hint = *pair_hint_;
-  // The hint lasts while the knob raised alone is held off: after that, it is tried alone again.
-  if (now_seconds_ >= hold_[hint.failed].raise_until) {
+  // A hint is the last trial's evidence: it is used in the next rounds (the knobs are measured
+  // for 1 s first) or not at all.
+  if (now_seconds_ >= hint.until) {
     pair_hint_.reset();
     return false;
   }
-  // Both stages must still be busy: one mostly idle gives the other nothing to hand over.
-  if (fixed_.readers || fixed_.workers || s.read_busy < kShedWhileWaitingBusy ||
-      s.parse_busy < kShedWhileWaitingBusy) {
+  // Both stages must still be busy (one mostly idle has nothing to hand over), and the readers
+  // CPU-bound: I/O-blocked ones get more reads in flight first, and the pairs measured were of
+  // CPU-bound readers.
+  if (fixed_.readers || fixed_.workers || IoBound() || s.read_busy < kPairBusy || s.parse_busy < kPairBusy) {
     return false;
   }
   const int64_t r = knobs_.readers, w = knobs_.workers;
-  if (w >= limits_.max_workers || r >= limits_.max_readers) return false;
-  // Not held off by either knob's hold-off (the pair is a step of its own), but within the
-  // maxima and both budgets, as any raise.
-  const int64_t readers_to = std::min({IoBound() ? 2 * r : r + 1, limits_.max_readers, MaxReadersForMemory()});
-  if (readers_to <= r || !WithinCpuBudget(w + 1, readers_to)) return false;
+  if (w >= limits_.max_workers) return false;
+  // Past both knobs' hold-offs (the pair is a step of its own), within the maxima and both
+  // budgets, as any raise.
+  bool cpu_blocked = false;
+  const int64_t readers_to = ReadersRaiseTarget(w + 1, &cpu_blocked, /*ignore_hold=*/true);
+  if (readers_to <= r) return false;
   pair_hint_.reset();
   const std::string moved =
       hint.failed == kReaders
@@ -589,6 +605,7 @@ bool Tuner::TryPair(const Signals& s, std::vector<TunerChange>* changes) {
   Set(kReaders, readers_to, reason, changes);
   Set(kWorkers, w + 1, reason, changes);
   StartTrial(true, s, before, {kReaders, kWorkers});
+  trial_->pair = true;
   return true;
 }
 
@@ -974,6 +991,7 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   EnforceBudgets(s, &changes);
   if (!changes.empty()) {
     trial_.reset();
+    pair_hint_.reset();
     has_reference_ = false;
     return Finish(std::move(changes), true);
   }
@@ -997,6 +1015,7 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   if (off && (++shift_streak_ >= 2 || o.consumers != reference_consumers_)) {
     shifted = true;
     shift_streak_ = 0;
+    pair_hint_.reset();  // the evidence was the old regime's
     // Hold-offs and floors were learnt in the old regime. They go when the regime really
     // changed: consumers came or went, the loader stopped or started being the bottleneck, or
     // throughput moved by more than half. A smaller swing while consumers keep waiting is

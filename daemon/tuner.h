@@ -47,10 +47,11 @@
 // or until a raise of another knob is kept (that stage may have been limiting too);
 // both stages saturated within 5 points of each other are raised together (one trial); and a
 // raise of readers alone (workers alone) taken back while the workers were saturated in its
-// place (the reads limited) moved the bottleneck instead of removing it: while that knob is
-// held off and both stages stay >= 60% busy, readers and workers are raised together next, as
-// one trial, once (on a 2 ms mount on 2 cores each alone gained 0-5%, where the two together
-// gained 15-19%: r1 w1 1.80M, r2 w1 1.85M, r1 w2 1.95M, r2 w2 2.14M records/s);
+// place (the reads limited) moved the bottleneck instead of removing it: within 5 s, while
+// the readers are CPU-bound and both stages stay >= 60% busy, readers and workers are raised
+// together, as one trial, past both knobs' hold-offs; a pair taken back is not tried again for
+// 120 s (doubling) (on a 2 ms mount on 2 cores the grid gave r1 w1 1.80M, r2 w1 1.85M (+3%),
+// r1 w2 1.95M (+8%), r2 w2 2.14M (+19%) records/s, and single trials measured -7% to +5%);
 // a step down is taken only if the stage would stay <= 85% busy with one step less, and never
 // back to a level a kept raise left; a shift of throughput by > 20% or of consumer wait by > 20
 // points, lasting two intervals (one is noise on a shared machine), or of the consumer count,
@@ -229,6 +230,8 @@ class Tuner {
   static constexpr double kRaiseGain = 0.05;              // a raise must gain this much throughput
   static constexpr double kLowerTargetBusy = 0.85;        // a step down must leave the stage at most this busy
   static constexpr double kShedWhileWaitingBusy = 0.6;    // ... workers shed while consumers wait and reads do not limit
+  static constexpr double kPairBusy = 0.6;                // readers and workers raised together: both at least this busy
+  static constexpr double kPairHintSeconds = 5;           // ... within this long of the single raise taken back
   static constexpr double kIoBoundCpuFraction = 0.5;      // readers below it are I/O-blocked (x2 steps)
   static constexpr double kCpuTolerance = 0.05;           // measured CPU this far over the budget lowers knobs
   static constexpr int64_t kPrefetchQuietIntervals = 3;   // intervals with >= 2 ready batches before lowering
@@ -292,6 +295,7 @@ class Tuner {
     int64_t consumers = 0;
     int settle_intervals = 0;        // intervals still to let pass before judging (see kReaderSettleIntervals)
     bool extended = false;           // judged once more: a gain under kRaiseGain (see EvaluateTrial)
+    bool pair = false;               // readers and workers raised together after a pair hint (TryPair)
   };
   struct Hold {
     double raise_until = 0;          // tuner time (s) before which the knob is not raised
@@ -306,6 +310,7 @@ class Tuner {
     Knob failed = kReaders;          // the knob raised alone
     int64_t tried = 0;               // ... to this value
     double read_busy = 0, parse_busy = 0, read_wait = 0;  // in that trial's last interval
+    double until = 0;                // tuner time the hint expires (kPairHintSeconds after it)
   };
   struct Signals;                    // one observation, digested (tuner.cc)
 
@@ -335,7 +340,7 @@ class Tuner {
   int64_t ReadsPerFileRaiseTarget() const;
   // Readers a raise would go to with `workers` workers (== readers: none; *cpu_blocked when
   // only the CPU budget stops it).
-  int64_t ReadersRaiseTarget(int64_t workers, bool* cpu_blocked) const;
+  int64_t ReadersRaiseTarget(int64_t workers, bool* cpu_blocked, bool ignore_hold = false) const;
   bool CanRaiseWorkers(int64_t readers, bool* cpu_blocked) const;
   std::string CpuUse() const;        // "1.45 of 2 cores (...)" for reasons
   // Why consumers wait and no raise was possible (TunerDecision::holding).
@@ -388,8 +393,10 @@ class Tuner {
   std::string note_;                  // TunerDecision::note of the decision being made
   std::string holding_;               // TunerDecision::holding of the decision being made
   Hold hold_[kKnobCount];
-  std::optional<PairHint> pair_hint_;  // until used, a kept raise, cleared hold-offs, or the
-                                       // failed knob's hold-off ends
+  std::optional<PairHint> pair_hint_;  // until used or expired; cleared by a kept raise, a
+                                       // shift, a budget cut
+  double pair_raise_until_ = 0;        // no pair hint before this (a pair taken back)
+  double pair_raise_seconds_ = kHoldOffSeconds;  // the next such hold-off (120 s, doubling)
   // The level a regime shift is measured against (set after every change, once confirmed).
   bool has_reference_ = false;
   double reference_throughput_ = 0;

@@ -934,6 +934,49 @@ TEST_CASE("a second reader that only moves the bottleneck to the worker: readers
     CHECK(d.knobs.workers >= 2);  // kept (a third worker may be tried next, from the same interval)
     for (const TunerChange& c : d.changes) CHECK(c.reason.rfind("taken back", 0) != 0);
   }
+  // Whether a decision raised readers and workers together.
+  auto pair = [](const TunerDecision& decision) {
+    bool readers = false, workers = false;
+    for (const TunerChange& c : decision.changes) {
+      readers = readers || (c.knob == "readers" && c.to > c.from);
+      workers = workers || (c.knob == "workers" && c.to > c.from);
+    }
+    return readers && workers;
+  };
+  SECTION("not while the workers are under 60% busy, nor for I/O-blocked readers") {
+    const bool io_blocked = GENERATE(false, true);
+    double interval = d.next_interval_seconds;
+    for (int rounds = 0; rounds < 40; ++rounds) {
+      TunerObservation o = read_limited(1.80e6, interval);
+      if (io_blocked) {
+        o.read_cpu_fraction = 0.2;
+      } else {
+        o.parse_busy_fraction = 0.55;
+      }
+      d = tuner.Observe(o);
+      interval = d.next_interval_seconds;
+      INFO("round " << rounds << (d.changes.empty() ? std::string() : ": " + ToString(d.changes[0])));
+      REQUIRE(!pair(d));
+    }
+  }
+  SECTION("a hint lasts 5 s: consumers that stop waiting (a shift) clear it, and readers come alone") {
+    double interval = d.next_interval_seconds;
+    for (double seconds = 0; seconds < 6; seconds += interval) {
+      TunerObservation o = read_limited(1.80e6, interval);
+      o.consumer_wait_fraction = 0;
+      d = tuner.Observe(o);
+      interval = d.next_interval_seconds;
+      REQUIRE(!pair(d));
+    }
+    bool readers_alone = false;
+    for (int rounds = 0; rounds < 40 && !readers_alone; ++rounds) {
+      d = tuner.Observe(read_limited(1.80e6, interval));
+      interval = d.next_interval_seconds;
+      REQUIRE(!pair(d));
+      readers_alone = !d.changes.empty() && ToString(d.changes[0]).rfind("readers 1 -> 2: ", 0) == 0;
+    }
+    CHECK(readers_alone);
+  }
   SECTION("taken back together without a gain; then a worker alone, not the pair again") {
     double interval = d.next_interval_seconds;
     for (int rounds = 0; rounds < 10; ++rounds) {
@@ -951,18 +994,26 @@ TEST_CASE("a second reader that only moves the bottleneck to the worker: readers
     REQUIRE(d.knobs.workers == 1);
     CHECK(d.changes[0].reason.rfind("taken back: readers 2, workers 2 gave ", 0) == 0);
     CHECK(d.changes[0].reason.find("not raised again for 120 s") != std::string::npos);  // readers: the second failure
-    // After the workers' 5 s: one worker alone (the readers held off), never the pair again.
-    bool worker_alone = false;
+    // After the workers' 5 s: one worker alone (the readers held off), and when it is taken
+    // back with the reads limiting, still no pair: a pair that did not pay holds the next one
+    // off for 120 s, and no readers change before the readers' own 120 s are over.
+    double now = 0;
+    bool worker_alone = false, worker_back = false;
     interval = d.next_interval_seconds;
-    for (int rounds = 0; rounds < 60 && !worker_alone; ++rounds) {
-      d = tuner.Observe(read_limited(1.80e6, interval));
+    for (int rounds = 0; now < 110; ++rounds) {
+      REQUIRE(rounds < 400);
+      d = tuner.Observe(worker_alone && !worker_back ? read_limited(1.79e6, interval) : read_limited(1.80e6, interval));
+      now += interval;
       interval = d.next_interval_seconds;
       for (const TunerChange& c : d.changes) {
+        INFO("at " << now << " s: " << ToString(c));
         REQUIRE(c.knob != "readers");
         if (c.knob == "workers" && c.to == 2) worker_alone = true;
+        if (c.knob == "workers" && c.to == 1) worker_back = true;
       }
     }
     CHECK(worker_alone);
+    CHECK(worker_back);
   }
 }
 
