@@ -141,22 +141,24 @@ void Autotune::Run() {
                                                             static_cast<double>(parse_busy), 0.0, 1.0);
     o.cpu_cores = cpu_delta / 1e9 / elapsed;
     o.sequencer_slot_wait_fraction = Fraction(s.slot_wait_ns - prev.slot_wait_ns, elapsed);
+    o.sequencer_prefetch_wait_fraction = Fraction(s.prefetch_wait_ns - prev.prefetch_wait_ns, elapsed);
     o.ready_slots_mean = ready_samples > 0 ? ready_sum / static_cast<double>(ready_samples) : 0;
     o.ready_slots_min = ready_samples > 0 ? ready_min : 0;
     o.read_ahead_bytes = s.read_ahead_bytes;
 
     const TunerKnobs before = tuner_.knobs();
     const TunerDecision decision = tuner_.Observe(o);
+    // The knobs measured in this interval (the decision's follow on their own lines).
     spdlog::debug(
         "autotune: {:.2f} s, {} records ({:.0f}/s), {} consumers waited {:.0f}%, read busy {:.0f}% (cpu {:.0f}%), "
-        "sequencer waited for reads {:.0f}% / slots {:.0f}%, parse busy {:.0f}% (cpu {:.0f}%), ready {:.1f} (min {}), "
-        "{:.2f} cores; readers {} read_ahead {} reads_per_file {} workers {} prefetch {}, {} blocked-I/O readers",
+        "sequencer waited for reads {:.0f}% / slots {:.0f}% (at the prefetch depth {:.0f}%), parse busy {:.0f}% "
+        "(cpu {:.0f}%), ready {:.1f} (min {}), {:.2f} cores; measured with readers {} read_ahead {} reads_per_file {} "
+        "workers {} prefetch {}, {} blocked-I/O readers",
         elapsed, o.records, static_cast<double>(o.records) / elapsed, o.consumers, 100 * o.consumer_wait_fraction,
         100 * o.read_busy_fraction, 100 * o.read_cpu_fraction, 100 * o.sequencer_read_wait_fraction,
-        100 * o.sequencer_slot_wait_fraction, 100 * o.parse_busy_fraction, 100 * o.parse_cpu_fraction,
-        o.ready_slots_mean, o.ready_slots_min, o.cpu_cores, decision.knobs.readers,
-        shm::HumanBytes(decision.knobs.stream_buffer_bytes), decision.knobs.reads_per_file, decision.knobs.workers,
-        decision.knobs.prefetch,
+        100 * o.sequencer_slot_wait_fraction, 100 * o.sequencer_prefetch_wait_fraction, 100 * o.parse_busy_fraction,
+        100 * o.parse_cpu_fraction, o.ready_slots_mean, o.ready_slots_min, o.cpu_cores, before.readers,
+        shm::HumanBytes(before.stream_buffer_bytes), before.reads_per_file, before.workers, before.prefetch,
         decision.blocked_io_threads);
     for (const TunerChange& c : decision.changes) {
       spdlog::debug("autotune: {} {} -> {}: {}", c.knob, c.from, c.to, c.reason);
@@ -235,6 +237,7 @@ nlohmann::json Autotune::StatusJson() const {
             {"parse_busy_fraction", m.parse_busy_fraction},
             {"parse_cpu_fraction", m.parse_cpu_fraction},
             {"sequencer_slot_wait_fraction", m.sequencer_slot_wait_fraction},
+            {"sequencer_prefetch_wait_fraction", m.sequencer_prefetch_wait_fraction},
             {"ready_batches_mean", m.ready_slots_mean},
             {"ready_batches_min", m.ready_slots_min},
             {"read_ahead_bytes", m.read_ahead_bytes}}},

@@ -38,6 +38,7 @@ struct JobCheckResult {
   // ringfeedd's start-up plan for this config, from its own sample of the first records.
   std::string plan_error;        // non-empty: ringfeedd would refuse to start (the arithmetic)
   std::string memory_plan;       // the whole memory plan (MemoryPlan::Describe; ringfeedd logs it at debug level)
+  std::string knob_caps;         // TuningPlan::knob_caps: auto readers/workers the budget caps; empty: none
   uint64_t slot_bytes = 0;       // its ring slot size (ring.slot_bytes, or auto from the sample)
   uint64_t sample_records = 0;   // records in that sample
   double cpu_budget_cores = 0;   // its cpu_budget, and where that comes from

@@ -79,9 +79,12 @@ struct PipelineStats {
   uint64_t files_without_queued_reads = 0;
   // Time counters for the autotuner (nanoseconds, cumulative; see ReadAhead for the read ones).
   uint64_t read_busy_ns = 0, read_cpu_ns = 0, read_wait_ns = 0;
-  uint64_t parse_busy_ns = 0;  // summed over workers: wall time spent parsing batches
+  uint64_t parse_busy_ns = 0;  // summed over workers: wall time not waiting for work (parsing
+                               // batches, publishing them, waking their consumers)
   uint64_t parse_cpu_ns = 0;   // ... and the CPU time of it (less than busy when waiting for a core)
   uint64_t slot_wait_ns = 0;   // the sequencer waiting for a slot (ring full or prefetch reached)
+  uint64_t prefetch_wait_ns = 0;  // ... the part with prefetch reached: the loader's own batches
+                                  // (queued for the workers, or ready) at workers + prefetch
   uint64_t ring_repairs = 0;   // words of the ring put back by RepairRing
   uint32_t slots_free = 0, slots_filling = 0, slots_ready = 0, slots_held = 0;
   // Ready slots by delivery queue (the rank in ranks mode; one entry in shared mode), from the
@@ -215,7 +218,7 @@ class Pipeline {
 
   std::atomic<uint64_t> records_{0}, batches_{0}, record_bytes_{0}, parse_errors_skipped_{0};
   std::atomic<uint64_t> read_errors_skipped_{0};
-  std::atomic<uint64_t> parse_busy_ns_{0}, parse_cpu_ns_{0}, slot_wait_ns_{0};
+  std::atomic<uint64_t> parse_busy_ns_{0}, parse_cpu_ns_{0}, slot_wait_ns_{0}, prefetch_wait_ns_{0};
   std::atomic<int64_t> slot_wait_since_{0};  // MonotonicNs when a wait for a slot began; 0: none
   // Rate limit for skip logs: the first kLogBurst, then one per second with a count.
   std::atomic<uint64_t> skip_logged_{0};

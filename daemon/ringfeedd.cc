@@ -458,6 +458,7 @@ int RunDaemon(const DaemonOptions& options) {
     // alarming for a small job, though the tuner spends them only where they help.
     spdlog::info("{}", plan.memory.Summary());
     if (!plan.record_limit_why.empty()) spdlog::info("records are read up to {}", plan.record_limit_why);
+    if (!plan.knob_caps.empty()) spdlog::info("{}", plan.knob_caps);
     spdlog::debug("{}", plan.memory.Describe());
     spdlog::info("cpu_budget {:.3g} cores ({}): the CPU the daemon's threads may use together",
                  plan.autotune.cpu_budget_cores, plan.autotune.cpu_budget_source);

@@ -83,6 +83,7 @@ struct Tuner::Signals {
   double wait = 0;        // consumer wait fraction
   bool waiting = false;   // wait >= kConsumerWaitThreshold
   double read_busy = 0, parse_busy = 0, read_wait = 0, slot_wait = 0;
+  double prefetch_wait = 0;  // the part of slot_wait at the prefetch depth (<= slot_wait)
 };
 
 namespace {
@@ -744,17 +745,7 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
 
 std::string Tuner::WhyNoRaise(const Signals& s) const {
   const std::string waited = Format("consumers waited %.0f%%", Pct(s.wait));
-  if (s.slot_wait >= 0.5) {
-    // The ring is full although the consumers wait: its batches are ready for consumers that do
-    // not take them (ranks mode: another rank's) or held by consumers that do not release them.
-    return Format("%s, but production waited for a free ring slot %.0f%% of the time: the ring holds batches that "
-                  "no trainer takes or releases (in ranks mode another rank's; see the consumers lines), so more "
-                  "threads would not help",
-                  waited.c_str(), Pct(s.slot_wait));
-  }
-  if (cpu_cores_ * (1 + kRaiseGain) > limits_.cpu_cores) {
-    return Format("%s, but the CPU budget leaves no room for another thread (%s)", waited.c_str(), CpuUse().c_str());
-  }
+  const bool cpu_full = cpu_cores_ * (1 + kRaiseGain) > limits_.cpu_cores;
   // A knob that cannot go up: why.
   const auto stuck = [&](Knob k, int64_t value, int64_t max) -> std::string {
     if (Fixed(k)) return Format("fixed by the config at %lld", LL(value));
@@ -764,6 +755,30 @@ std::string Tuner::WhyNoRaise(const Signals& s) const {
     }
     return "";
   };
+  if (s.slot_wait >= 0.5) {
+    if (s.o.ready_slots_mean < kBurstyReadyMean && s.prefetch_wait >= 0.5 * s.slot_wait) {
+      // The loader's own batches filled the prefetch depth while the ring stayed nearly empty:
+      // they were queued for the parse workers (session 28: this used to be reported as a ring
+      // full of batches no trainer takes, with `ring: 10 free, 0 ready, 0 held` beside it).
+      std::string why = stuck(kWorkers, knobs_.workers, limits_.max_workers);
+      if (why.empty() && cpu_full) why = "at the CPU budget (" + CpuUse() + ")";
+      if (why.empty()) {
+        why = Format("under the %.0f%% busy at which they are raised", Pct(kSaturatedBusy));
+      }
+      return Format("%s, production waited for room %.0f%% of the time with %.1f batches ready on average: its "
+                    "batches waited for the parse workers (%.0f%% busy), but the workers are %s",
+                    waited.c_str(), Pct(s.slot_wait), s.o.ready_slots_mean, Pct(s.parse_busy), why.c_str());
+    }
+    // The ring is full although the consumers wait: its batches are ready for consumers that do
+    // not take them (ranks mode: another rank's) or held by consumers that do not release them.
+    return Format("%s, but production waited for a free ring slot %.0f%% of the time: the ring holds batches that "
+                  "no trainer takes or releases (in ranks mode another rank's; see the consumers lines), so more "
+                  "threads would not help",
+                  waited.c_str(), Pct(s.slot_wait));
+  }
+  if (cpu_full) {
+    return Format("%s, but the CPU budget leaves no room for another thread (%s)", waited.c_str(), CpuUse().c_str());
+  }
   const bool read_saturated = ReadsLimit(s);
   if (read_saturated) {
     const std::string why = stuck(kReaders, knobs_.readers, std::min(limits_.max_readers, MaxReadersForMemory()));
@@ -967,6 +982,7 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   s.parse_busy = Clamp01(o.parse_busy_fraction);
   s.read_wait = Clamp01(o.sequencer_read_wait_fraction);
   s.slot_wait = Clamp01(o.sequencer_slot_wait_fraction);
+  s.prefetch_wait = std::min(Clamp01(o.sequencer_prefetch_wait_fraction), s.slot_wait);
 
   // Still ramping up at start: the stretch so far is no baseline for the first trial (a
   // raise judged against it showed gains it did not have: +14% kept, +3.5% in the next run).

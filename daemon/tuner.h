@@ -183,10 +183,14 @@ struct TunerObservation {
   double read_cpu_fraction = 0;         // CPU time of I/O threads / their busy time (1: CPU-bound)
   double sequencer_read_wait_fraction = 0;  // sequencer waiting for a record from a stream
   // Parse stage.
-  double parse_busy_fraction = 0;       // mean over workers of the time spent parsing
+  double parse_busy_fraction = 0;       // mean over workers of the time not waiting for work (parsing,
+                                        // publishing, waking consumers)
   double parse_cpu_fraction = 1;        // CPU time of workers / their busy time (< 1: waiting for a core)
   // Hand-off.
   double sequencer_slot_wait_fraction = 0;  // sequencer waiting for a free slot (ring full)
+  // ... the part of it with the loader's own batches (queued for the workers, or ready in the
+  // ring) at workers + prefetch; the rest had no free slot at all (the trainers hold them).
+  double sequencer_prefetch_wait_fraction = 0;
   double ready_slots_mean = 0;          // batches ready in the ring, time-averaged
   int64_t ready_slots_min = 0;          // fewest ready batches seen in the interval
   uint64_t read_ahead_bytes = 0;        // bytes buffered by the read-ahead (end of interval)

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <optional>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "daemon/shard.h"
 #include "format/compression.h"
@@ -215,6 +217,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   const double cores = std::clamp(at.cpu_budget_cores, 1.0, static_cast<double>(kMaxAutoWorkers));
   limits.max_workers =
       pc.workers.value_or(std::min<int64_t>(kMaxAutoWorkers, static_cast<int64_t>(std::floor(2 * cores))));  // >= 2
+  const int64_t auto_max_readers = limits.max_readers, auto_max_workers = limits.max_workers;
 
   // Ring: room for the most workers, the most prefetch and one batch held per queue. With
   // auto prefetch, prefetch is capped so that the ring takes at most half of the budget, and
@@ -270,8 +273,37 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
       break;
     } catch (const BudgetError&) {
-      if (!auto_ring || max_prefetch <= kMinAutoPrefetch) throw;
-      --max_prefetch;
+      // What an auto knob may reach gives way before the job is refused: prefetch slots, then
+      // the most readers the tuner may start (each an open file's buffers and a thread), then
+      // the most workers. A budget that holds 1 reader and 1 worker starts, with the tuner
+      // capped there (session 28: `memory_budget: 24MiB` was refused for the plan of 16 auto
+      // readers, although the job used 21 MiB with the 2-3 the tuner chose). The error, when
+      // it comes, is the arithmetic of the smallest plan, so its advice is a budget that fits.
+      if (auto_ring && max_prefetch > kMinAutoPrefetch) {
+        --max_prefetch;
+      } else if (!pc.readers && limits.max_readers > 1) {
+        --limits.max_readers;
+      } else if (!pc.workers && limits.max_workers > 1) {
+        --limits.max_workers;
+      } else {
+        throw;
+      }
+    }
+  }
+  {
+    std::vector<std::string> caps;
+    if (!pc.readers && limits.max_readers < auto_max_readers) {
+      caps.push_back("at most " + std::to_string(limits.max_readers) + (limits.max_readers == 1 ? " reader" : " readers") + " (of " +
+                     std::to_string(auto_max_readers) + ")");
+    }
+    if (!pc.workers && limits.max_workers < auto_max_workers) {
+      caps.push_back("at most " + std::to_string(limits.max_workers) + (limits.max_workers == 1 ? " worker" : " workers") + " (of " +
+                     std::to_string(auto_max_workers) + ")");
+    }
+    if (!caps.empty()) {
+      plan.knob_caps = mi.budget_source + " " + FormatBytes(at.memory_budget_bytes) + " holds " + caps[0] +
+                       (caps.size() > 1 ? " and " + caps[1] : "") +
+                       ": the autotuner stays within that; a larger budget lets it go further";
     }
   }
   limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;

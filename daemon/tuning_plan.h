@@ -98,6 +98,10 @@ struct TuningPlan {
   // error (ReaderOptions::max_record_bytes_why); empty when the limit is source.max_record_bytes.
   uint64_t record_limit_bytes = 0;
   std::string record_limit_why;
+  // Auto readers or workers capped below their usual most because the memory budget holds no
+  // more ("pipeline.memory_budget 24.0 MiB holds at most 3 readers (of 16): ..."); empty when
+  // none is. ringfeedd logs it at start; `ringfeedctl check` prints it.
+  std::string knob_caps;
 };
 
 // `shard_files`: files this daemon reads; `queues`: consumers.count in ranks mode, else 1;

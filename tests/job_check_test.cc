@@ -237,6 +237,41 @@ TEST_CASE("the plan counts no more auto readers than the shard has files") {
   CHECK_THAT(fixed.memory_plan, Catch::Contains("threads: (at most 24 readers + "));  // a fixed number stays
 }
 
+TEST_CASE("a memory budget too small for the most auto readers caps them instead of refusing the job") {
+  TempDir dir;
+  for (int i = 0; i < 20; ++i) WriteShard(dir.file("f" + std::to_string(i) + ".tfrecord"), 3 * i, 3);
+  std::ostringstream log;
+  // The budget a plan needs, from its error's advice ("raise pipeline.memory_budget to at least 53MiB").
+  auto needed_mib = [&](const std::string& knobs) {
+    const JobCheckResult r = RunJobCheck(Config(dir, "skip", "pipeline: {" + knobs + "memory_budget: 1MiB}\n"), log, log);
+    const std::string key = "raise pipeline.memory_budget to at least ";
+    const size_t at = r.plan_error.find(key);
+    REQUIRE(at != std::string::npos);
+    return std::stoll(r.plan_error.substr(at + key.size()));
+  };
+  const int64_t all = needed_mib("readers: 16, ");             // the plan of 16 readers
+  const int64_t least = needed_mib("readers: 1, workers: 1, ");  // the smallest plan
+  REQUIRE(least + 2 < all);
+  const std::string between = "memory_budget: " + std::to_string((least + all) / 2) + "MiB}\n";
+  const JobCheckResult capped = RunJobCheck(Config(dir, "skip", "pipeline: {" + between), log, log);
+  INFO(capped.plan_error << capped.memory_plan);
+  CHECK(capped.plan_error.empty());
+  CHECK_THAT(capped.knob_caps, Catch::Matches("pipeline.memory_budget [0-9.]+ MiB holds at most [0-9]+ readers? \\(of "
+                                              "16\\).*: the autotuner stays within that; a larger budget lets it go "
+                                              "further"));
+  CHECK_THAT(capped.memory_plan, !Catch::Contains("at most 16 readers"));
+  // A fixed number is not capped: the same budget refuses 16 readers, and below the smallest
+  // plan the job is refused with that plan's arithmetic.
+  const JobCheckResult fixed = RunJobCheck(Config(dir, "skip", "pipeline: {readers: 16, " + between), log, log);
+  CHECK_THAT(fixed.plan_error, Catch::Contains("is too small for this job"));
+  const JobCheckResult under =
+      RunJobCheck(Config(dir, "skip", "pipeline: {memory_budget: " + std::to_string(least - 2) + "MiB}\n"), log, log);
+  CHECK_THAT(under.plan_error, Catch::Contains("threads: (at most 1 reader + 1 worker + "));
+  // With room for all: no caps.
+  const JobCheckResult roomy = RunJobCheck(Config(dir, "skip", "pipeline: {memory_budget: 1GiB}\n"), log, log);
+  CHECK(roomy.knob_caps.empty());
+}
+
 TEST_CASE("only the first problems are printed, all are counted") {
   TempDir dir;
   std::string bytes;

@@ -776,6 +776,27 @@ TEST_CASE("consumers wait and nothing can be raised: the decision says why (stat
                        "holds batches that no trainer takes or releases (in ranks mode another rank's; see the "
                        "consumers lines), so more threads would not help");
   }
+  SECTION("the loader's own batches at the prefetch depth, the ring nearly empty: they wait for the workers") {
+    // As an operator saw it (session 28): workers fixed at 1, the sequencer waiting 80% for a
+    // slot while the ring line showed 10 free, 0 ready, 0 held. Not a ring nobody empties.
+    Tuner tuner(Limits(2, 64 * MiB), one, TunerFixed{.workers = true});
+    TunerObservation o = Obs(250, 0.90, 0.40, 0.05, 0.80, 0, 0.25, 1.3);
+    o.ready_slots_mean = 0.1;
+    o.sequencer_slot_wait_fraction = 0.8;
+    o.sequencer_prefetch_wait_fraction = 0.78;
+    Measure(tuner, o);
+    const TunerDecision d = tuner.Observe(o);
+    CHECK(d.changes.empty());
+    CHECK(d.holding == "consumers waited 90%, production waited for room 80% of the time with 0.1 batches ready on "
+                       "average: its batches waited for the parse workers (80% busy), but the workers are fixed by "
+                       "the config at 1");
+    // The same wait with the ring full of ready batches (another rank's): the old reason.
+    Tuner ranks(Limits(2, 64 * MiB), one, TunerFixed{.workers = true});
+    o.ready_slots_mean = 3;
+    o.ready_slots_min = 3;
+    Measure(ranks, o);
+    CHECK(ranks.Observe(o).holding.rfind("consumers waited 90%, but production waited for a free ring slot 80%", 0) == 0);
+  }
   SECTION("consumers that do not wait: nothing to say") {
     Tuner tuner(Limits(2, 64 * MiB), one, {});
     TunerObservation o = Obs(250, 0.01, 0.60, 0.10, 0.40, 1, 0.25, 1.16);

@@ -269,9 +269,10 @@ def test_a_wait_without_timeout_on_a_ring_it_holds_warns_after_10s(daemon_factor
     with d.client(timeout=None) as client:
         views = [client.next()["id"] for _ in range(2)]  # the whole ring
         # Another thread frees one slot after 10.5 s: the wait must warn first, then go on.
+        # (started before the timer: the pop comes 10.5 s after timer.start(), so after it.)
+        started = time.monotonic()
         timer = threading.Timer(10.5, views.pop)
         timer.start()
-        started = time.monotonic()
         with pytest.warns(RuntimeWarning, match=r"waiting 10 s \(timeout=None\) for a batch of job .*"
                                                 r"this client holds all 2 slots") as warned:
             batch = client.next()
