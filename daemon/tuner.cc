@@ -756,18 +756,28 @@ std::string Tuner::WhyNoRaise(const Signals& s) const {
     return "";
   };
   if (s.slot_wait >= 0.5) {
-    if (s.o.ready_slots_mean < kBurstyReadyMean && s.prefetch_wait >= 0.5 * s.slot_wait) {
-      // The loader's own batches filled the prefetch depth while the ring stayed nearly empty:
-      // they were queued for the parse workers (session 28: this used to be reported as a ring
-      // full of batches no trainer takes, with `ring: 10 free, 0 ready, 0 held` beside it).
-      std::string why = stuck(kWorkers, knobs_.workers, limits_.max_workers);
-      if (why.empty() && cpu_full) why = "at the CPU budget (" + CpuUse() + ")";
-      if (why.empty()) {
-        why = Format("under the %.0f%% busy at which they are raised", Pct(kSaturatedBusy));
+    const int64_t loader_slots = knobs_.workers + knobs_.prefetch;
+    if (s.prefetch_wait >= 0.5 * s.slot_wait && s.o.ready_slots_mean < 0.5 * static_cast<double>(loader_slots)) {
+      // The loader's own batches filled the prefetch depth, most of them not ready: they were
+      // with the parse workers (queued, or parsed and waiting for their turn). Session 28: this
+      // was reported as a ring full of batches no trainer takes, with `ring: 10 free, 0 ready,
+      // 0 held` beside it.
+      std::string why;
+      if (const std::string knob = stuck(kWorkers, knobs_.workers, limits_.max_workers); !knob.empty()) {
+        why = "the workers are " + knob;
+      } else if (cpu_full) {
+        why = "the CPU budget leaves no room for another (" + CpuUse() + ")";
+      } else if (s.o.parse_cpu_fraction < 0.8) {
+        why = Format("the workers got a core for only %.0f%% of their busy time (%s): the cores are full, and more "
+                     "threads would not get more of them",
+                     Pct(s.o.parse_cpu_fraction), CpuUse().c_str());
+      } else {
+        why = Format("they are under the %.0f%% busy at which they are raised", Pct(kSaturatedBusy));
       }
-      return Format("%s, production waited for room %.0f%% of the time with %.1f batches ready on average: its "
-                    "batches waited for the parse workers (%.0f%% busy), but the workers are %s",
-                    waited.c_str(), Pct(s.slot_wait), s.o.ready_slots_mean, Pct(s.parse_busy), why.c_str());
+      return Format("%s, production waited for room %.0f%% of the time with %.1f of its %lld batches ready on "
+                    "average: the others were with the parse workers (%.0f%% busy), but %s",
+                    waited.c_str(), Pct(s.slot_wait), s.o.ready_slots_mean, LL(loader_slots), Pct(s.parse_busy),
+                    why.c_str());
     }
     // The ring is full although the consumers wait: its batches are ready for consumers that do
     // not take them (ranks mode: another rank's) or held by consumers that do not release them.

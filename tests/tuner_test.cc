@@ -787,9 +787,25 @@ TEST_CASE("consumers wait and nothing can be raised: the decision says why (stat
     Measure(tuner, o);
     const TunerDecision d = tuner.Observe(o);
     CHECK(d.changes.empty());
-    CHECK(d.holding == "consumers waited 90%, production waited for room 80% of the time with 0.1 batches ready on "
-                       "average: its batches waited for the parse workers (80% busy), but the workers are fixed by "
-                       "the config at 1");
+    CHECK(d.holding == "consumers waited 90%, production waited for room 80% of the time with 0.1 of its 3 batches "
+                       "ready on average: the others were with the parse workers (80% busy), but the workers are "
+                       "fixed by the config at 1");
+    // Workers auto, 2 of them 52% busy and on a core 62% of it, 1 batch ready of 2 + 16: the
+    // cores are full (an operator's run on 2 cores, session 28).
+    Tuner full(Limits(2, 64 * MiB), TunerKnobs{.readers = 2, .stream_buffer_bytes = 11182080, .workers = 2,
+                                               .prefetch = 16}, TunerFixed{.readers = true});
+    TunerObservation busy = Obs(250, 0.93, 0.58, 0.33, 0.52, 0, 0.25, 1.74);
+    busy.read_cpu_fraction = 1.0;
+    busy.parse_cpu_fraction = 0.62;
+    busy.sequencer_slot_wait_fraction = 0.53;
+    busy.sequencer_prefetch_wait_fraction = 0.53;
+    Measure(full, busy);
+    const TunerDecision f = full.Observe(busy);
+    CHECK(f.changes.empty());
+    CHECK_THAT(f.holding, Catch::StartsWith("consumers waited 93%, production waited for room 53% of the time with 1.0 "
+                                            "of its 18 batches ready on average: the others were with the parse "
+                                            "workers (52% busy), but the workers got a core for only 62% of their "
+                                            "busy time"));
     // The same wait with the ring full of ready batches (another rank's): the old reason.
     Tuner ranks(Limits(2, 64 * MiB), one, TunerFixed{.workers = true});
     o.ready_slots_mean = 3;
