@@ -171,7 +171,8 @@ bool Tuner::WithinCpuBudget(int64_t workers, int64_t readers) const {
 }
 
 std::string Tuner::CpuUse() const {
-  return Format("%.2f of %.3g cores used (%.2f per worker, %.2f per reader)", cpu_cores_, limits_.cpu_cores,
+  return Format("%.2f of %.3g %s used (%.2f per worker, %.2f per reader)", cpu_cores_, limits_.cpu_cores,
+                limits_.cpu_cores == 1 ? "core" : "cores",
                 worker_cores_, read_cpu_share_);
 }
 
@@ -473,6 +474,15 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     keep = s.throughput >= t.throughput * (1 - kRaiseGain);
   }
   if (keep) {
+    // Said in the debug log (TunerDecision::note): without it a kept raise showed only as the
+    // absence of a take-back.
+    if (t.raise) {
+      note_ = Format("kept: %s gave %.0f records/s, %+.1f%% over %.0f records/s with %s", Describe(knobs_, t.knobs).c_str(),
+                     after, Pct(after / t.throughput - 1), t.throughput, Describe(t.before, t.knobs).c_str());
+    } else {
+      note_ = Format("kept: %s (from %s), consumers waited %.0f%%", Describe(knobs_, t.knobs).c_str(),
+                     Describe(t.before, t.knobs).c_str(), Pct(s.wait));
+    }
     for (Knob k : t.knobs) {
       Hold& h = hold_[k];
       if (t.raise) {

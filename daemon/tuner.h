@@ -209,8 +209,9 @@ struct TunerChange {
 struct TunerDecision {
   TunerKnobs knobs;                     // to apply now
   std::vector<TunerChange> changes;     // empty when nothing changed
-  std::string note;                     // a decision that changes nothing, for the debug log
-                                        // (a trial judged once more), else empty
+  std::string note;                     // a line for the debug log beside the changes: a trial
+                                        // judged once more, or kept ("kept: readers 2 gave ..."),
+                                        // else empty
   std::string holding;                  // consumers waited and the tuner could try nothing:
                                         // why ("no stage is saturated ..."), for status and
                                         // the debug log; empty otherwise
