@@ -477,8 +477,9 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
     // Said in the debug log (TunerDecision::note): without it a kept raise showed only as the
     // absence of a take-back.
     if (t.raise) {
-      note_ = Format("kept: %s gave %.0f records/s, %+.1f%% over %.0f records/s with %s", Describe(knobs_, t.knobs).c_str(),
-                     after, Pct(after / t.throughput - 1), t.throughput, Describe(t.before, t.knobs).c_str());
+      note_ = Format("kept: %s gave %.0f records/s, %+.1f%% over %.0f records/s with %s",
+                     Describe(knobs_, t.knobs).c_str(), after, Pct(after / t.throughput - 1), t.throughput,
+                     Describe(t.before, t.knobs).c_str());
     } else {
       note_ = Format("kept: %s (from %s), consumers waited %.0f%%", Describe(knobs_, t.knobs).c_str(),
                      Describe(t.before, t.knobs).c_str(), Pct(s.wait));

@@ -292,13 +292,14 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   }
   {
     std::vector<std::string> caps;
+    auto cap = [](int64_t most, int64_t of, const char* one, const char* many) {
+      return "at most " + std::to_string(most) + " " + (most == 1 ? one : many) + " (of " + std::to_string(of) + ")";
+    };
     if (!pc.readers && limits.max_readers < auto_max_readers) {
-      caps.push_back("at most " + std::to_string(limits.max_readers) + (limits.max_readers == 1 ? " reader" : " readers") + " (of " +
-                     std::to_string(auto_max_readers) + ")");
+      caps.push_back(cap(limits.max_readers, auto_max_readers, "reader", "readers"));
     }
     if (!pc.workers && limits.max_workers < auto_max_workers) {
-      caps.push_back("at most " + std::to_string(limits.max_workers) + (limits.max_workers == 1 ? " worker" : " workers") + " (of " +
-                     std::to_string(auto_max_workers) + ")");
+      caps.push_back(cap(limits.max_workers, auto_max_workers, "worker", "workers"));
     }
     if (!caps.empty()) {
       plan.knob_caps = mi.budget_source + " " + FormatBytes(at.memory_budget_bytes) + " holds " + caps[0] +
