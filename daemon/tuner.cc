@@ -15,7 +15,8 @@
 //     kept raise leaves a floor: steps down never go back to that level, and ends the other
 //     knobs' raise hold-offs. A single raise of readers or workers taken back while the other
 //     stage saturated in its place leaves a pair hint for kPairHintSeconds: they go up
-//     together next (TryPair). A pair taken back holds further hints off (120 s, doubling).
+//     together next (TryPair). A pair taken back holds further hints off (5 s, then 120 s,
+//     doubling).
 //  4. A shift (throughput +-20%, consumer wait +-20 points, consumer count) against the level
 //     after the last change: intervals short again, hold-offs and floors cleared, a raise in
 //     trial without a gain taken back.
@@ -386,7 +387,7 @@ void Tuner::ClearHolds() {
   for (Hold& h : hold_) h = Hold{};
   pair_hint_.reset();
   pair_raise_until_ = 0;
-  pair_raise_seconds_ = kHoldOffSeconds;
+  pair_raise_seconds_ = kFirstHoldOffSeconds;
 }
 
 bool Tuner::ReadsLimit(const Signals& s) {
@@ -502,7 +503,7 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
         if (std::find(t.knobs.begin(), t.knobs.end(), static_cast<Knob>(k)) == t.knobs.end()) hold_[k].raise_until = 0;
       }
       pair_hint_.reset();
-      if (t.pair) pair_raise_seconds_ = kHoldOffSeconds;
+      if (t.pair) pair_raise_seconds_ = kFirstHoldOffSeconds;
     }
     SetReference(s.throughput, s.wait, s.o.consumers);
     return false;
@@ -521,10 +522,12 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
   // Readers alone (workers alone) that left the other stage saturated in their place moved
   // the bottleneck rather than removed it: the two together are tried next (TryPair; item 6 of
   // "What looks wrong in the tuner" in docs/benchmarks.md, built in session 28). A pair that
-  // did not pay holds further pairs off: 120 s, then twice as long each time.
+  // did not pay holds further pairs off as a single raise is held off: 5 s the first time (one
+  // noisy interval measured a pair worth +18% at -19% and left the tuner at 1 reader and 1
+  // worker for 120 s), then 120 s, doubling.
   if (t.pair) {
     pair_raise_until_ = now_seconds_ + pair_raise_seconds_;
-    pair_raise_seconds_ = std::min(2 * pair_raise_seconds_, kMaxHoldOffSeconds);
+    pair_raise_seconds_ = NextHoldOff(pair_raise_seconds_);
   } else if (t.raise && t.knobs.size() == 1 && (t.knobs[0] == kReaders || t.knobs[0] == kWorkers) &&
              now_seconds_ >= pair_raise_until_) {
     const bool readers = t.knobs[0] == kReaders;

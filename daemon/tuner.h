@@ -49,8 +49,8 @@
 // raise of readers alone (workers alone) taken back while the workers were saturated in its
 // place (the reads limited) moved the bottleneck instead of removing it: within 5 s, while
 // the readers are CPU-bound and both stages stay >= 60% busy, readers and workers are raised
-// together, as one trial, past both knobs' hold-offs; a pair taken back is not tried again for
-// 120 s (doubling) (on a 2 ms mount on 2 cores the grid gave r1 w1 1.80M, r2 w1 1.85M (+3%),
+// together, as one trial, past both knobs' hold-offs; a pair taken back is held off as a
+// single raise is (5 s, then 120 s, doubling) (on a 2 ms mount on 2 cores the grid gave r1 w1 1.80M, r2 w1 1.85M (+3%),
 // r1 w2 1.95M (+8%), r2 w2 2.14M (+19%) records/s, and single trials measured -7% to +5%);
 // a step down is taken only if the stage would stay <= 85% busy with one step less, and never
 // back to a level a kept raise left; a shift of throughput by > 20% or of consumer wait by > 20
@@ -401,7 +401,7 @@ class Tuner {
   std::optional<PairHint> pair_hint_;  // until used or expired; cleared by a kept raise, a
                                        // shift, a budget cut
   double pair_raise_until_ = 0;        // no pair hint before this (a pair taken back)
-  double pair_raise_seconds_ = kHoldOffSeconds;  // the next such hold-off (120 s, doubling)
+  double pair_raise_seconds_ = kFirstHoldOffSeconds;  // the next such hold-off (5 s, then 120 s, doubling)
   // The level a regime shift is measured against (set after every change, once confirmed).
   bool has_reference_ = false;
   double reference_throughput_ = 0;
