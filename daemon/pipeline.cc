@@ -330,6 +330,7 @@ void Pipeline::RunWorker(size_t id) {
     for (const std::string& skipped : result.skipped) NoteSkipped(skipped, true);
     if (!result.error.empty()) {
       bool fail_now = true;
+      std::string error = result.error;
       {
         std::lock_guard lock(mutex_);
         --in_flight_;
@@ -340,9 +341,13 @@ void Pipeline::RunWorker(size_t id) {
             failed_error_ = result.error;
           }
           fail_now = next_publish_ == failed_seq_;  // else when the batches before it are published
+          // The earliest batch's failure, not this one's: a later batch failing after it (its
+          // turn already come) reported its own record, and the first Fail won (session 28,
+          // TSan: `record 11` where the batch before it held the bad `record 4`).
+          error = failed_error_;
         }
       }
-      if (fail_now) Fail(result.error);
+      if (fail_now) Fail(error);
       work_done_.notify_all();
       count_busy();
       continue;  // more work until the failure stops the pipeline (batches before it may need a worker)
