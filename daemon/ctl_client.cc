@@ -489,11 +489,15 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   const bool measured = m.Number("interval_seconds") > 0;
   const int64_t readers = knobs.Integer("readers"), workers = knobs.Integer("workers");
   const int64_t reads_per_file = knobs.Integer("reads_per_file", 1);
+  // Per file: the reads in flight (one read() into the reader's window, or a queue of blocks,
+  // which then hold what is read ahead) and the records buffered beside them for the interleave.
+  const std::string reads =
+      reads_per_file == 1 ? std::string("1 read at a time")
+                          : std::to_string(reads_per_file) + " queued reads of " +
+                                Bytes(limits.Number("read_block_bytes")) + " in flight";
   std::snprintf(buf, sizeof buf,
-                "autotune   readers %lld, read-ahead %s per file, %lld %s in flight per file, workers %lld, "
-                "prefetch %lld%s\n",
-                static_cast<long long>(readers), Bytes(knobs.Number("read_ahead_bytes")).c_str(),
-                static_cast<long long>(reads_per_file), reads_per_file == 1 ? "read" : "reads",
+                "autotune   readers %lld, per file %s and %s of records read ahead, workers %lld, prefetch %lld%s\n",
+                static_cast<long long>(readers), reads.c_str(), Bytes(knobs.Number("read_ahead_bytes")).c_str(),
                 static_cast<long long>(workers), static_cast<long long>(knobs.Integer("prefetch")),
                 fixed.empty() ? "" : (" (fixed by the config: " + fixed + ")").c_str());
   out << buf;

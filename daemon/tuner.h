@@ -169,6 +169,13 @@ struct TunerLimits {
   uint64_t read_bytes = 1u << 20;       // size of a reader's read() calls (ReaderOptions::buffer_bytes)
   int64_t max_reads_per_file = 16;
   uint64_t read_block_bytes = 256u << 10;  // one queued read (ReaderOptions::read_block_bytes)
+  // Read-ahead per open file while reads are queued (reads_per_file > 1), at most: the queue's
+  // blocks already hold what is read ahead of the records taken, so the stream buffer only
+  // hands records over to the interleave (a 20 ms mount, 4 readers, 16 queued reads per file:
+  // the same throughput at 128 KiB as at 256 KiB, 2.3 MiB less private RSS; docs/benchmarks.md,
+  // session 30). The memory limits on readers and queued reads still count
+  // min_stream_buffer_bytes per file.
+  uint64_t queued_stream_buffer_bytes = 128u << 10;
 };
 
 // What the pipeline did during one interval. Fractions are in [0, 1] of the interval's wall time.
@@ -277,7 +284,7 @@ class Tuner {
   // clamped up to the minimum: a budget below it is the start-up check's error): the budget's
   // share.
   // With reads_per_file > 1, each file's queued reads (reads_per_file x read_block_bytes) come
-  // out of its share first.
+  // out of its share first, and the rest is at most queued_stream_buffer_bytes.
   static uint64_t StreamBufferBytesFor(const TunerLimits& limits, int64_t readers, int64_t reads_per_file = 1);
   // Files open at once with `readers` readers: open_files_base + readers, at most
   // max_open_files (when set), at least 1.
@@ -343,8 +350,12 @@ class Tuner {
   int64_t QueuedReadsLikeOne() const;
   // Reads per file a raise would go to (== reads_per_file: none).
   int64_t ReadsPerFileRaiseTarget() const;
+  // The files the interleave reads from at once: cycle_length (open_files_base), at most the
+  // files there are.
+  int64_t InterleavedFiles() const;
   // Readers a raise would go to with `workers` workers (== readers: none; *cpu_blocked when
-  // only the CPU budget stops it).
+  // only the CPU budget stops it). With queued reads (reads_per_file > 1), at most one per
+  // interleaved file.
   int64_t ReadersRaiseTarget(int64_t workers, bool* cpu_blocked, bool ignore_hold = false) const;
   bool CanRaiseWorkers(int64_t readers, bool* cpu_blocked) const;
   std::string CpuUse() const;        // "1.45 of 2 cores (...)" for reasons

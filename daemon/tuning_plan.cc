@@ -36,6 +36,7 @@ constexpr uint64_t kMaxStreamBufferBytes = 1u << 20;
 // 1 worker on 100 KB records made 44-45k examples/s at 256 KiB, 50-51k at 768 KiB and 51-53k at
 // 1 MiB (bytes100k_plain, docs/benchmarks.md, "End to end", session 11).
 constexpr uint64_t kStartRecordsAhead = 10;
+constexpr uint64_t kQueuedStreamBufferBytes = TunerLimits{}.queued_stream_buffer_bytes;
 constexpr uint64_t kReadAheadStepBytes = 64u << 10;
 }  // namespace
 
@@ -322,6 +323,10 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       (kStartRecordsAhead * mi.mean_record_bytes + kReadAheadStepBytes - 1) / kReadAheadStepBytes * kReadAheadStepBytes;
   limits.start_stream_buffer_bytes =
       std::clamp(records_ahead, limits.min_stream_buffer_bytes, limits.max_stream_buffer_bytes);
+  // With queued reads, their blocks are the read-ahead: the stream buffer holds a hand-over's
+  // worth (TunerLimits::queued_stream_buffer_bytes), still kStartRecordsAhead large records.
+  limits.queued_stream_buffer_bytes = std::clamp(records_ahead, kQueuedStreamBufferBytes,
+                                                 std::max(kQueuedStreamBufferBytes, limits.max_stream_buffer_bytes));
   limits.read_bytes = ReaderOptions{}.buffer_bytes;  // the daemon's readers use the default
   limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
   // Queued reads are for plain files (a GZIP/ZLIB file is inflated from one read at a time):

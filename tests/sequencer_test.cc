@@ -313,7 +313,8 @@ TEST_CASE("ReadAhead's record check: failures become errors in file order, and c
   auto stream = read_ahead.Open(0, files[0]);
   // Nothing taken yet: the stream stops at its 16 KiB however many records fail (each counts at
   // least 512 bytes; 5000 records of 7-8 bytes would all be read if failures counted nothing).
-  for (int i = 0; i < 100 && read_ahead.buffered_bytes() < (16 << 10); ++i) {
+  // (Up to 10 s: under a loaded ctest -j2 the reader thread may wait long for a core.)
+  for (int i = 0; i < 2000 && read_ahead.buffered_bytes() < (16 << 10); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -622,8 +623,9 @@ TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one r
         got.emplace_back(item.record.bytes().begin(), item.record.bytes().end());
       }
     }
-    // The file is closed (its descriptor free for the next one) once no thread holds it.
-    for (int i = 0; i < 200 && (read_ahead.open_streams() > 0 || !read_ahead.IoInProgress().empty()); ++i) {
+    // The file is closed (its descriptor free for the next one) once no thread holds it (up to
+    // 10 s: a loaded machine).
+    for (int i = 0; i < 2000 && (read_ahead.open_streams() > 0 || !read_ahead.IoInProgress().empty()); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
     return got;
