@@ -236,7 +236,7 @@ int64_t Tuner::ReadersRaiseTarget(int64_t workers, bool* cpu_blocked, bool ignor
   to = std::min(to, MaxReadersForMemory());
   // Queued reads keep the interleave's files read ahead; a reader past one per file only reads
   // files ahead of their turn, one read at a time, each open file holding its window and
-  // read-ahead (a 20 ms mount, 16 queued reads per file over 4 files: 8 readers gave 1-3% more
+  // read-ahead (a 20 ms mount, 16 queued reads per file over 4 files: 8 readers gave 0.5-3% more
   // than 4, under the trial's bar, for 2.5 MiB more private RSS while tried).
   if (knobs_.reads_per_file > 1) to = std::min(to, std::max(r, InterleavedFiles()));
   if (to <= r) return r;

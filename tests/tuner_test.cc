@@ -1682,7 +1682,7 @@ TEST_CASE("beside queued reads the read-ahead per file is a hand-over's worth") 
 TEST_CASE("with queued reads, readers stop at one per interleaved file") {
   // Readers past cycle_length only read files ahead of their turn, one read at a time, while
   // queued reads keep the interleave's own files read ahead (a 20 ms mount, 16 reads per file
-  // over 4 files: 8 readers gave 1-3% more than 4, for 2.5 MiB more RSS while tried).
+  // over 4 files: 8 readers gave 0.5-3% more than 4, for 2.5 MiB more RSS while tried).
   for (int64_t reads : {int64_t{1}, int64_t{16}}) {
     INFO("reads_per_file " << reads);
     TunerLimits l = Limits(2, 64 * MiB);
