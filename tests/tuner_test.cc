@@ -1063,7 +1063,6 @@ TEST_CASE("a second reader that only moves the bottleneck to the worker: readers
     }
     CHECK(pairs == 1);
   }
-
 }
 
 TEST_CASE("a second worker that only moves the bottleneck to the reads: readers and workers go up together") {
