@@ -471,7 +471,12 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
             (in.shuffle_buffer <= 1 ? "none (shuffle.buffer " + std::to_string(in.shuffle_buffer) +
                                           "), the one record passing through: "
                                     : std::string()) +
-                Plural(records, "record", "records") + " x " + record_text + " + " +
+                Plural(records, "record", "records") +
+                (in.shuffle_buffer_configured > in.shuffle_buffer
+                     ? " (every record of this shard's epoch, counted at start: fewer than shuffle.buffer " +
+                           std::to_string(in.shuffle_buffer_configured) + ")"
+                     : std::string()) +
+                " x " + record_text + " + " +
                 FormatBytes(in.largest_record_bytes) + " largest",
             SatAdd(SatMul(static_cast<uint64_t>(records), planned_record), in.largest_record_bytes));
   }

@@ -151,7 +151,10 @@ struct MemoryInputs {
   // Records, from the start-up sample.
   uint64_t mean_record_bytes = 0;
   uint64_t largest_record_bytes = 0;
-  int64_t shuffle_buffer = 0;          // shuffle.buffer (records)
+  int64_t shuffle_buffer = 0;          // the shuffle buffer's records (TuningPlan::shuffle_buffer)
+  // shuffle.buffer when shuffle_buffer is less (the records the shard reads per epoch, counted
+  // at start), for the arithmetic's text; 0 otherwise.
+  int64_t shuffle_buffer_configured = 0;
   int64_t batch_size = 32;             // batch.size
   int64_t queues = 1;                  // consumers.count in ranks mode, else 1
   // Threads the tuner may start (TunerLimits::max_readers / max_workers, or the fixed numbers).

@@ -394,7 +394,6 @@ int RunDaemon(const DaemonOptions& options) {
     po.sequencer.batch_size = config.batch.size;
     po.sequencer.drop_remainder = config.batch.drop_remainder;
     po.sequencer.shuffle_files = config.shuffle.files;
-    po.sequencer.shuffle_buffer = config.shuffle.buffer;
     po.sequencer.seed = config.shuffle.seed;
     po.sequencer.epochs = config.epochs;
     po.sequencer.first_epoch = options.start_epoch;
@@ -459,6 +458,8 @@ int RunDaemon(const DaemonOptions& options) {
     spdlog::info("{}", plan.memory.Summary());
     if (!plan.record_limit_why.empty()) spdlog::info("records are read up to {}", plan.record_limit_why);
     if (!plan.knob_caps.empty()) spdlog::info("{}", plan.knob_caps);
+    if (!plan.shuffle_buffer_note.empty()) spdlog::info("{}", plan.shuffle_buffer_note);
+    po.sequencer.shuffle_buffer = plan.shuffle_buffer;  // shuffle.buffer, or the whole epoch where it is less
     spdlog::debug("{}", plan.memory.Describe());
     spdlog::info("cpu_budget {:.3g} cores ({}): the CPU the daemon's threads may use together",
                  plan.autotune.cpu_budget_cores, plan.autotune.cpu_budget_source);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <optional>
 #include <set>
 #include <string>
@@ -42,6 +43,12 @@ constexpr uint64_t kReadAheadStepBytes = 64u << 10;
 
 std::vector<uint32_t> ShardFiles(const JobConfig& config, size_t file_count) {
   return Shard::For(file_count, config.shard.count, config.shard.index).Files(file_count);
+}
+
+int64_t ShuffleBufferRecords(const JobConfig& config, const RecordSample& sample) {
+  const int64_t buffer = config.shuffle.buffer;
+  if (buffer <= 1 || !sample.shard_records || *sample.shard_records >= static_cast<uint64_t>(buffer)) return buffer;
+  return std::max<int64_t>(2, static_cast<int64_t>(*sample.shard_records));
 }
 
 uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSizes& sizes) {
@@ -103,6 +110,22 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
   return absent;
 }
 
+namespace {
+// Whether files[i] for i in `indices` hold at most `limit` bytes together (false when one
+// cannot be stat()ed: it is then not read at start beyond the sample).
+bool FileBytesAtMost(const std::vector<std::string>& files, const std::vector<uint32_t>& indices, uint64_t limit) {
+  uint64_t total = 0;
+  for (uint32_t i : indices) {
+    std::error_code error;
+    const uintmax_t size = std::filesystem::file_size(files[i], error);
+    if (error) return false;
+    total += static_cast<uint64_t>(size);
+    if (total > limit) return false;
+  }
+  return true;
+}
+}  // namespace
+
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                            const std::vector<uint32_t>& shard_files) {
   RecordSample sample;
@@ -114,17 +137,28 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   ReaderOptions options;
   options.compression = config.source.compression;
   options.max_record_bytes = config.source.max_record_bytes;
+  // Counting the shard's records bounds a shuffle buffer larger than the dataset: only where
+  // it can matter and the files are small enough to read whole at start.
+  const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
+  const uint64_t buffer = static_cast<uint64_t>(std::max<int64_t>(config.shuffle.buffer, 0));
+  bool counting = buffer > 1 && FileBytesAtMost(files, shard_files, kCountFileBytes);
+  uint64_t kept = 0;  // records of the shard counted so far
+  const auto sampling = [&] { return records < kSampleRecords && bytes < kSampleBytes; };
   for (uint32_t f : shard_files) {
+    if (!sampling() && !counting) break;
     TFRecordReader reader(files[f], options);
     Record record;
     ReadError error;
-    while (records < kSampleRecords && bytes < kSampleBytes) {
+    while (sampling() || counting) {
       const auto status = reader.Next(&record, &error);
       if (status == TFRecordReader::Status::kEnd) break;
       if (status == TFRecordReader::Status::kError) {
         if (!error.recoverable) break;
         continue;
       }
+      // At shuffle.buffer records the buffer fills as configured: nothing to bound.
+      if (counting && shard.OwnsRecord(record.index) && ++kept >= buffer) counting = false;
+      if (!sampling()) continue;
       std::string ignored;
       wire::ForEachFeature(
           record.data,
@@ -146,8 +180,8 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
       bytes += record.data.size();
       sample.largest_bytes = std::max<uint64_t>(sample.largest_bytes, record.data.size());
     }
-    if (records >= kSampleRecords || bytes >= kSampleBytes) break;
   }
+  if (counting) sample.shard_records = kept;
   const uint64_t rows = static_cast<uint64_t>(config.batch.size);
   ColumnSizes estimate;
   estimate.features.resize(specs.size());
@@ -227,6 +261,14 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // smaller one fits (the ring's half grows in whole slots), and the error's advice, made
   // with the fewest slots, is a budget that fits.
   plan.slot_bytes = config.ring.slot_bytes.value_or(sample.slot_bytes);
+  plan.shuffle_buffer = ShuffleBufferRecords(config, sample);
+  if (plan.shuffle_buffer < config.shuffle.buffer) {
+    plan.shuffle_buffer_note = "shuffle.buffer " + std::to_string(config.shuffle.buffer) + " is more than the " +
+                               std::to_string(*sample.shard_records) +
+                               " records this shard reads per epoch (counted at start): the buffer holds the whole "
+                               "epoch, and the memory plan counts " +
+                               std::to_string(plan.shuffle_buffer) + " records";
+  }
   const int64_t held = static_cast<int64_t>(queues);
   const bool auto_ring = !pc.prefetch && !config.ring.slots;
   int64_t max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
@@ -262,7 +304,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.read_block_bytes = ReaderOptions{}.read_block_bytes;
     mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
     mi.largest_record_bytes = sample.largest_bytes;
-    mi.shuffle_buffer = config.shuffle.buffer;
+    mi.shuffle_buffer = plan.shuffle_buffer;
+    if (plan.shuffle_buffer < config.shuffle.buffer) mi.shuffle_buffer_configured = config.shuffle.buffer;
     mi.batch_size = config.batch.size;
     mi.queues = queues;
     mi.max_readers = limits.max_readers;

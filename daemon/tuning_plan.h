@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -45,14 +46,12 @@ struct RecordSample {
   // Features of the spec that no sampled record has (AbsentFeatures): a misspelt name, most
   // often. ringfeedd logs them as warnings; ringfeedctl check prints them.
   std::vector<std::string> absent_features;
+  // The records this shard reads per epoch (after record sharding), counted at start where
+  // they are fewer than shuffle.buffer and the shard's files hold at most kCountFileBytes
+  // together (see SampleRecords); nullopt otherwise. Records that fail to read are not counted;
+  // records an Example check would reject are (an upper bound).
+  std::optional<uint64_t> shard_records;
 };
-
-// Reads the first records of the shard's files (up to kSampleRecords records or kSampleBytes
-// bytes; records that fail to read are passed over) and sizes ring.slot_bytes: auto from them:
-// exact for FixedLen numeric columns; for the others the sampled mean per row x 1.5 x
-// batch.size plus the largest sampled row, so one outlier fits. Throws what TFRecordReader's
-// constructor throws for a file that cannot be opened.
-inline constexpr uint64_t kSampleRecords = 1000;
 
 // One warning per feature of `specs` whose name is not among `keys` (the feature names seen in
 // `sampled` records), saying what its rows get then:
@@ -61,9 +60,30 @@ inline constexpr uint64_t kSampleRecords = 1000;
 // ("; the records read have 'fare', 'tips', ... (18 features)").
 std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
                                         uint64_t sampled);
+
+// Reads the first records of the shard's files (up to kSampleRecords records or kSampleBytes
+// bytes; records that fail to read are passed over) and sizes ring.slot_bytes: auto from them:
+// exact for FixedLen numeric columns; for the others the sampled mean per row x 1.5 x
+// batch.size plus the largest sampled row, so one outlier fits. With a shuffle buffer
+// (shuffle.buffer > 1) it reads on and counts the shard's records (RecordSample::
+// shard_records) when its files hold at most kCountFileBytes together, as stored (a
+// compressed file counts its compressed size), stopping at shuffle.buffer records: a larger
+// dataset is not read twice at start, and its shuffle buffer is planned at shuffle.buffer
+// records. Throws what TFRecordReader's constructor throws for a file that cannot be opened.
+inline constexpr uint64_t kSampleRecords = 1000;
 inline constexpr uint64_t kSampleBytes = 64ull << 20;
+inline constexpr uint64_t kCountFileBytes = 64ull << 20;
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                            const std::vector<uint32_t>& shard_files);
+
+// The records the sequencer's shuffle buffer holds at most: shuffle.buffer, or where the start-up
+// sample counted fewer records in the shard's epoch (RecordSample::shard_records), that count
+// (at least 2, so that it still shuffles). A buffer at least as large as an epoch holds the
+// whole epoch either way, and ShuffleBuffer's output does not depend on its capacity while it
+// is not full (daemon/shuffle.h), so the batches are the same; the memory plan counts only
+// the records it can hold. (Records a file gains after the start are shuffled through the
+// counted buffer: still deterministic, though not what the configured buffer would give.)
+int64_t ShuffleBufferRecords(const JobConfig& config, const RecordSample& sample);
 
 // Bytes a ring slot needs for a batch of `rows` rows whose record-dependent columns measured
 // `sizes` (ExampleParser::Measure sums; empty = the minimum): shm::SlotHeaderBytes plus the
@@ -83,6 +103,10 @@ struct AutotuneOptions {
 struct TuningPlan {
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;
+  int64_t shuffle_buffer = 0;  // ShuffleBufferRecords: what the sequencer is given
+  // "shuffle.buffer 1000000 is more than the 9909 records this shard reads per epoch: ..." when
+  // shuffle_buffer is less than shuffle.buffer; empty otherwise. ringfeedd logs it at start.
+  std::string shuffle_buffer_note;
   shm::Geometry geometry;
   MemoryPlan memory;
   AutotuneOptions autotune;   // limits, fixed knobs, starting knobs, budgets and their sources

@@ -195,7 +195,9 @@ TEST_CASE("memory: a job that cannot fit its budget refuses to start and shows t
   INFO(err);
   CHECK(err.find("pipeline.memory_budget 12.0 MiB") != std::string::npos);
   CHECK(err.find("ring:") != std::string::npos);
-  CHECK(err.find("shuffle buffer: 200000 records") != std::string::npos);
+  // A buffer above the 2000 records of the epoch is planned at those (TuningPlan::shuffle_buffer).
+  CHECK(err.find("shuffle buffer: 2000 records (every record of this shard's epoch, counted at start: fewer than "
+                 "shuffle.buffer 200000)") != std::string::npos);
   CHECK(err.find("needed at least") != std::string::npos);
   // `ringfeedctl check` makes the same plan and refuses the same way (exit 2), before any daemon.
   const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
@@ -204,19 +206,19 @@ TEST_CASE("memory: a job that cannot fit its budget refuses to start and shows t
   CHECK(check.out.find("job toosmall: 2000 records") != std::string::npos);
   CHECK(check.err.find("error: ringfeedd would refuse to start this job: ") != std::string::npos);
   CHECK(check.err.find("pipeline.memory_budget 12.0 MiB") != std::string::npos);
-  CHECK(check.err.find("shuffle buffer: 200000 records") != std::string::npos);
+  CHECK(check.err.find("shuffle buffer: 2000 records (every record") != std::string::npos);
 }
 
 TEST_CASE("memory: the budget the error advises is enough, though ring.slots: auto grows with it") {
   TempDir dir;
-  WriteIdFile(dir.file("part-0.tfrecord"), 0, 2000);
+  for (int i = 0; i < 40; ++i) WriteIdFile(dir.file("part-" + std::to_string(i) + ".tfrecord"), 50 * i, 50);
   auto config = [&](const std::string& budget) {
     return "job: advice\n"
            "source: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\n"
            "features:\n" + IdFeaturesYaml() +
            "ring: {slot_bytes: 8MiB}\n"
-           "shuffle: {buffer: 600000}\n"  // memory beside the ring, so that the ring's half grows
-           "pipeline: {memory_budget: " + budget + "}\n";
+           // Memory beside the ring, so that the ring's half grows: 32 open files' windows.
+           "pipeline: {cycle_length: 16, readers: 16, memory_budget: " + budget + "}\n";
   };
   DaemonProcess refused(dir.path(), "advice", config("1MiB"));
   REQUIRE_FALSE(refused.Start());

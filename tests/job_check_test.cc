@@ -1,5 +1,6 @@
 // RunJobCheck (`ringfeedctl check`): glob expansion, batching, on_error policies, and the
 // bundled example configs over the real TensorFlow-written files.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -270,6 +271,50 @@ TEST_CASE("a memory budget too small for the most auto readers caps them instead
   // With room for all: no caps.
   const JobCheckResult roomy = RunJobCheck(Config(dir, "skip", "pipeline: {memory_budget: 1GiB}\n"), log, log);
   CHECK(roomy.knob_caps.empty());
+}
+
+TEST_CASE("a shuffle buffer larger than the shard's epoch is planned at the records counted at start") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 7);
+  WriteShard(dir.file("b.tfrecord"), 7, 5);
+  std::ostringstream log;
+  // 1000000 records would need ~100 MiB; the 12 records of the files fit in 64 MiB.
+  const std::string big = "shuffle: {buffer: 1000000}\npipeline: {memory_budget: 64MiB}\n";
+  const JobCheckResult all = RunJobCheck(Config(dir, "skip", big), log, log);
+  INFO(all.plan_error << all.memory_plan);
+  CHECK(all.plan_error.empty());
+  CHECK_THAT(all.memory_plan, Catch::Contains("shuffle buffer: 12 records (every record of this shard's epoch, "
+                                              "counted at start: fewer than shuffle.buffer 1000000) x "));
+  CHECK(all.shuffle_buffer_note ==
+        "shuffle.buffer 1000000 is more than the 12 records this shard reads per epoch (counted at start): the "
+        "buffer holds the whole epoch, and the memory plan counts 12 records");
+
+  // Fewer files than shards: shard 1 of 3 keeps records 1, 4 of a and 1, 4 of b.
+  const JobCheckResult sharded = RunJobCheck(Config(dir, "skip", big + "shard: {index: 1, count: 3}\n"), log, log);
+  CHECK_THAT(sharded.memory_plan, Catch::Contains("shuffle buffer: 4 records (every record of this shard's epoch"));
+  // Shard 0 of 2 by file: a's 7 records.
+  const JobCheckResult by_file = RunJobCheck(Config(dir, "skip", big + "shard: {index: 0, count: 2}\n"), log, log);
+  CHECK_THAT(by_file.memory_plan, Catch::Contains("shuffle buffer: 7 records (every record of this shard's epoch"));
+
+  // A buffer the epoch fills is planned as configured.
+  const JobCheckResult small = RunJobCheck(Config(dir, "skip", "shuffle: {buffer: 12}\n"), log, log);
+  CHECK_THAT(small.memory_plan, Catch::Contains("shuffle buffer: 12 records x "));
+  CHECK(small.shuffle_buffer_note.empty());
+
+  // Files over kCountFileBytes together are not read whole at start: the buffer as configured
+  // (a sparse file, so the test writes little; its zeros are not records, and the sample passes
+  // over them).
+  {
+    const int fd = ::open(dir.file("c.tfrecord").c_str(), O_CREAT | O_WRONLY, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(kCountFileBytes)) == 0);
+    ::close(fd);
+  }
+  const JobCheckResult large =
+      RunJobCheck(Config(dir, "skip", "shuffle: {buffer: 1000000}\npipeline: {memory_budget: 1GiB}\n"), log, log);
+  INFO(large.plan_error);
+  CHECK_THAT(large.memory_plan, Catch::Contains("shuffle buffer: 1000000 records x "));
+  CHECK(large.shuffle_buffer_note.empty());
 }
 
 TEST_CASE("only the first problems are printed, all are counted") {

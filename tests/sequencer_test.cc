@@ -151,6 +151,27 @@ TEST_CASE("the order is the same whatever the read-ahead threads and buffer size
   CHECK(Flatten(RunAll(o, 1, 1 << 20), 0) != Flatten(reference, 0));
 }
 
+TEST_CASE("a shuffle buffer of the epoch's records gives the batches of any larger one") {
+  // ringfeedd plans shuffle.buffer above the epoch's record count at that count
+  // (ShuffleBufferRecords): the determinism contract needs the same batches.
+  TempDir dir;
+  SequencerOptions o;
+  o.files = WriteFiles(dir, {50, 7, 0, 33, 1, 120, 9, 64});  // 284 records
+  o.cycle_length = 3;
+  o.batch_size = 16;
+  o.shuffle_files = true;
+  o.seed = 99;
+  o.epochs = 2;
+  o.shuffle_buffer = 1000000;
+  const auto reference = RunAll(o, 2, 1 << 20);
+  o.shuffle_buffer = 284;
+  CHECK(RunAll(o, 2, 1 << 20) == reference);
+  o.shuffle_buffer = 285;
+  CHECK(RunAll(o, 2, 1 << 20) == reference);
+  o.shuffle_buffer = 100;  // smaller than the epoch: the buffer fills and exchanges, another order
+  CHECK(Flatten(RunAll(o, 2, 1 << 20), 0) != Flatten(reference, 0));
+}
+
 TEST_CASE("first_epoch: a run started at epoch e gives the batches the full run gives from e on") {
   TempDir dir;
   SequencerOptions o;
