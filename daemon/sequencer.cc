@@ -175,7 +175,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         files_done_.fetch_add(1, std::memory_order_relaxed);
         positions[p] = take_next();
         if (!positions[p]) --live;
-        continue;
+        break;  // as tf.data's interleave: the visit that finds the end moves on, the next file waits a turn
       }
       if (item.kind == StreamItem::Kind::kError) {
         // A bad record of another record shard is that shard's (it counts and reports it); an

@@ -4,11 +4,14 @@
 //   for epoch e = first_epoch (0 unless resuming), first_epoch + 1, ... (epochs, 0 = forever):
 //     1. files: the shard's files (shard below), in sorted order, or Fisher-Yates shuffled with
 //        the RNG for (shuffle.seed, kFileOrder, e) when shuffle.files (daemon/shuffle.h).
-//     2. interleave (tf.data's interleave, block length 1): cycle positions 0..cycle_length-1
-//        start with the first cycle_length files. Visit the positions round-robin, taking one
-//        record from each. When a position's file ends, the next unopened file takes its place
-//        and the same visit reads from it; when no file is left, the position stays empty.
-//        The epoch's input ends when every position is empty. Records skipped under
+//     2. interleave (tf.data's interleave, block length 1, deterministic): cycle positions
+//        0..cycle_length-1 start with the first cycle_length files. Visit the positions
+//        round-robin, taking one record from each. A visit that finds its file ended takes no
+//        record: the next unopened file takes the position and is first read at its next
+//        visit; when no file is left, the position stays empty. The epoch's input ends when
+//        every position is empty. (tf.data's InterleaveDataset opens the next file when it
+//        visits the empty position again, which gives the same order; tests/golden/
+//        interleave_order.json holds orders TensorFlow made.) Records skipped under
 //        on_error: skip (read errors, and Examples that do not match the spec: Pipeline's
 //        record check) take no turn.
 //     3. shard by record (only when there are fewer files than shard.count): keep record r of a

@@ -3,12 +3,15 @@
 // daemon (all 18 features VarLen, shuffled files and records, batches of 100) and taken by a
 // consumer with the client library, equals TensorFlow's parse of that record
 // (tests/golden/taxi.jsonl.gz, found by Batch::source), floats bit for bit; every record
-// comes exactly once. Its own program, so that a skip hides no other test.
+// comes exactly once; and without shuffling, the batches' rows come in the order TensorFlow's
+// interleave gives (tests/golden/interleave_order.json). Its own program, so that a skip hides
+// no other test.
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -199,3 +202,54 @@ TEST_CASE("golden: every taxi value through ringfeedd and the client equals Tens
   CHECK(status->ToString() == "exit 0");
 }
 
+
+TEST_CASE("golden: without shuffling, ringfeedd's batches come in tf.data's interleave order") {
+  // tests/golden/interleave_order.json, "taxi": TensorFlow's interleave(cycle_length,
+  // block_length=1, deterministic=True) over the 12 taxi files, sorted; their 825-826 records
+  // end at different visits, so the order shows how a position passes to the next file.
+  const std::string tfx = TfxDirOrSkip();
+  if (tfx.empty()) return;
+  std::ifstream in(kGoldenDir + "/interleave_order.json");
+  REQUIRE(in);
+  const json golden = json::parse(in);
+  REQUIRE(golden.at("taxi").size() == 2);
+  for (const json& c : golden.at("taxi")) {
+    const int64_t cycle_length = c.at("cycle_length").get<int64_t>();
+    const std::vector<uint32_t> order = c.at("order").get<std::vector<uint32_t>>();
+    REQUIRE(order.size() == 9909);
+    std::vector<std::pair<uint32_t, uint64_t>> expected;
+    std::vector<uint64_t> next(12, 0);
+    for (uint32_t f : order) expected.emplace_back(f, next.at(f)++);
+
+    TempDir dir;
+    const std::string config = "job: order-taxi\n"
+                               "source:\n"
+                               "  files: [\"" + tfx + "/" + c.at("files").get<std::string>() + "\"]\n"
+                               "features:\n  trip_miles: {type: varlen, dtype: float32}\n"
+                               "batch: {size: 128}\n"
+                               "epochs: 1\n"
+                               "pipeline: {cycle_length: " + std::to_string(cycle_length) + "}\n";
+    DaemonProcess daemon(dir.path(), "order-taxi", config);
+    RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+    auto client = Client::Attach(daemon.client_options());
+    std::vector<std::pair<uint32_t, uint64_t>> got;
+    Batch batch;
+    while (client->Next(kEventually, &batch) == Client::Status::kBatch) {
+      for (size_t r = 0; r < batch.rows(); ++r) {
+        got.emplace_back(batch.source(r).file_index, batch.source(r).record_index);
+      }
+    }
+    INFO("cycle_length " << cycle_length << "\nringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE(got.size() == expected.size());
+    size_t first_difference = got.size();
+    for (size_t i = 0; i < got.size() && first_difference == got.size(); ++i) {
+      if (got[i] != expected[i]) first_difference = i;
+    }
+    INFO("first difference at row " << first_difference);
+    CHECK(first_difference == got.size());
+    client.reset();
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    CHECK(status->ToString() == "exit 0");
+  }
+}

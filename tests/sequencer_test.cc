@@ -12,7 +12,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -93,15 +95,41 @@ TEST_CASE("interleave takes one record per file in turn; an ended file's place g
   o.cycle_length = 2;
   o.batch_size = 4;
   const auto batches = RunAll(o, 1, 1 << 20);
-  // Positions start with f0, f1. f1 ends after r4: f2 (empty) then f3 take position 1.
+  // Positions start with f0, f1. The visit that finds f1 ended takes no record; f2 (empty)
+  // takes position 1 and uses up its next visit; f3 follows at the one after.
   const std::vector<std::string> expected = {"f0r0", "f1r0", "f0r1", "f1r1", "f0r2", "f1r2", "f0r3",
-                                             "f1r3", "f0r4", "f1r4", "f0r5", "f3r0", "f0r6", "f3r1"};
+                                             "f1r3", "f0r4", "f1r4", "f0r5", "f0r6", "f3r0", "f3r1"};
   CHECK(Flatten(batches, 0) == expected);
   REQUIRE(batches.size() == 4);
   CHECK(batches[3].records.size() == 2);  // the last, smaller batch is kept
   CHECK(batches[2].flags == 0);
   CHECK(batches[3].flags == (shm::kBatchEndOfEpoch | shm::kBatchEndOfData));
   for (size_t k = 0; k < batches.size(); ++k) CHECK(batches[k].index == k);
+}
+
+TEST_CASE("the interleave order is tf.data's: uneven and empty files, as TensorFlow ordered them") {
+  // tests/golden/interleave_order.json: TensorFlow's interleave(cycle_length, block_length=1,
+  // deterministic=True) over files whose record j of file i is "f<i>r<j>"
+  // (tests/golden/make_interleave_order.py).
+  std::ifstream in(std::string(RINGFEED_SOURCE_DIR) + "/tests/golden/interleave_order.json");
+  REQUIRE(in);
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  REQUIRE(golden["synthetic"].size() >= 10);
+  for (const auto& c : golden["synthetic"]) {
+    const std::vector<int> counts = c["counts"].get<std::vector<int>>();
+    TempDir dir;
+    SequencerOptions o;
+    o.files = WriteFiles(dir, counts);
+    o.cycle_length = c["cycle_length"].get<int64_t>();
+    o.batch_size = 3;
+    std::vector<std::string> expected;
+    std::vector<int> next(counts.size(), 0);
+    for (int f : c["order"].get<std::vector<int>>()) {
+      expected.push_back("f" + std::to_string(f) + "r" + std::to_string(next[static_cast<size_t>(f)]++));
+    }
+    INFO("counts " << c["counts"].dump() << ", cycle_length " << o.cycle_length);
+    CHECK(Flatten(RunAll(o, 2, 1 << 20), 0) == expected);
+  }
 }
 
 TEST_CASE("drop_remainder drops the last smaller batch of each epoch") {
