@@ -21,6 +21,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -130,9 +131,19 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return d[a.size()][b.size()];
 }
 
-// "; did you mean 'x'?" for the closest word within kMaxSuggestionDistance, else "".
+// "; did you mean 'x'?" for the closest word within kMaxSuggestionDistance, else "". A word
+// that differs only in case says so first: TensorFlow's own spellings ("GZIP", "ZLIB") are
+// uppercase.
 template <size_t N>
 std::string Suggestion(std::string_view word, const std::string_view (&words)[N]) {
+  const auto lower = [](std::string_view text) {
+    std::string out(text);
+    for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return out;
+  };
+  for (std::string_view w : words) {
+    if (w != word && lower(w) == lower(word)) return "; did you mean '" + std::string(w) + "'? (lowercase)";
+  }
   size_t best = kMaxSuggestionDistance + 1;
   std::string_view best_word;
   for (std::string_view w : words) {

@@ -151,7 +151,9 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     } else if (file_errors > 0) {
       report << ", " << file_errors << " bad skipped";
     }
-    report << " (" << CompressionName(reader.compression()) << ")\n";
+    // "(none)" after a count read as "no problems": say what it means.
+    const Compression compression = reader.compression();
+    report << " (" << (compression == Compression::kNone ? "not compressed" : CompressionName(compression)) << ")\n";
     if (result.failed) break;
   }
   if (batch.rows() > 0) {

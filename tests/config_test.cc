@@ -612,6 +612,10 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"bad compression word", "job: t\nsource:\n  files: [a]\n  compression: bzip2\n"
        "features: {x: {dtype: int64}}\n", 4, 16, "source.compression",
        {"unknown value 'bzip2'", "allowed values: auto, none, gzip, zlib"}},
+      {"TensorFlow's spelling GZIP: the lowercase word suggested", "job: t\nsource:\n  files: [a]\n  compression: GZIP\n"
+       "features: {x: {dtype: int64}}\n", 4, 16, "source.compression",
+       {"unknown value 'GZIP'", "allowed values: auto, none, gzip, zlib; did you mean 'gzip'? (lowercase)"}},
+      {"a key in another case", kHead + "Batch: {size: 8}\n", 6, 1, "Batch", {"did you mean 'batch'? (lowercase)"}},
       {"bad on_error word with suggestion", "job: t\nsource:\n  files: [a]\n  on_error: skipp\n"
        "features: {x: {dtype: int64}}\n", 4, 13, "source.on_error",
        {"allowed values: fail, skip", "did you mean 'skip'?"}},

@@ -89,7 +89,7 @@ TEST_CASE("on_error: skip counts bad records and goes on; fail stops at the firs
   CHECK(r.parse_errors == 1);
   CHECK_FALSE(r.failed);
   CHECK_THAT(log.str(), Catch::Contains("skipped: ") && Catch::Contains("record 3") && Catch::Contains("record 10"));
-  CHECK_THAT(log.str(), Catch::Contains("bad.tfrecord: 9 records, 2 bad skipped (none)\n"));
+  CHECK_THAT(log.str(), Catch::Contains("bad.tfrecord: 9 records, 2 bad skipped (not compressed)\n"));
 
   std::ostringstream log2;
   r = RunJobCheck(Config(dir, "fail", ""), log2, log2);
@@ -97,7 +97,7 @@ TEST_CASE("on_error: skip counts bad records and goes on; fail stops at the firs
   CHECK(r.records == 3);
   CHECK_THAT(r.first_error, Catch::Contains("bad.tfrecord") && Catch::Contains("record 3"));
   CHECK_THAT(log2.str(), Catch::Contains("bad.tfrecord: 3 records before the bad record (on_error: fail stopped "
-                                         "here) (none)\n"));
+                                         "here) (not compressed)\n"));
 }
 
 TEST_CASE("the start-up sample sizes one parsed row: the record checks' line of the memory plan (on_error: skip)") {
