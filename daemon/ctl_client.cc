@@ -1,5 +1,6 @@
 #include "daemon/ctl_client.h"
 
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -10,8 +11,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
@@ -92,6 +95,11 @@ std::string Bytes(double b) {
 // A daemon answered, but not with what this ringfeedctl uses: a reply it cannot read, or a
 // welcome from another job's daemon. `list` shows such a job as "bad reply", not "unreachable".
 struct ReplyError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// The job's daemon is gone and left its socket (GoneDaemonPid): `list` shows it as "gone".
+struct DaemonGone : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
@@ -344,6 +352,19 @@ std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job
 }
 
 namespace {
+// The pid in the job's lock file (`<dir>/<job>.lock`, written by the ringfeedd that held it)
+// when no process has that pid any more: the daemon is gone and its socket was left behind
+// (SIGKILL, a crash, the OOM killer). nullopt when there is no such file, it names no pid, or
+// the process is there (it may also be another process that got the pid: not said then).
+// Only reads: taking the lock to test it would refuse a ringfeedd starting at that moment.
+std::optional<long> GoneDaemonPid(const std::string& dir, const std::string& job) {
+  std::ifstream in(dir + "/" + job + ".lock");
+  long pid = 0;
+  if (!(in >> pid) || pid <= 0) return std::nullopt;
+  if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return std::nullopt;
+  return pid;
+}
+
 // A reply and the socket it came from (for messages).
 struct Reply {
   nlohmann::json json;
@@ -379,8 +400,14 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
   } catch (const std::exception& e) {
     // A socket nobody listens on (ECONNREFUSED) is what a killed daemon leaves.
     const bool stale = std::string_view(e.what()).find(std::strerror(ECONNREFUSED)) != std::string_view::npos;
+    if (!stale) throw;
+    if (const auto pid = GoneDaemonPid(std::filesystem::path(path).parent_path().string(), job)) {
+      throw DaemonGone("job '" + job + "' is not running: its ringfeedd (pid " + std::to_string(*pid) +
+                       ") is gone and left its socket " + path +
+                       " (killed or crashed: its log says why); starting the job again cleans up");
+    }
     throw std::runtime_error(std::string(e.what()) +
-                             (stale ? "; if ringfeedd was killed, the socket is stale: start the job again" : ""));
+                             "; if ringfeedd was killed, the socket is stale: start the job again");
   }
   connection.SendLine(nlohmann::json{{"type", shm::kMessageHello},
                                      {"protocol", shm::kProtocolVersion},
@@ -462,7 +489,9 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
     } catch (const std::exception& e) {
       // A daemon that answered with what ringfeedctl cannot use is reachable, but not listable.
       const bool answered = dynamic_cast<const ReplyError*>(&e) != nullptr;
-      std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(), answered ? "bad reply" : "unreachable");
+      const bool gone = dynamic_cast<const DaemonGone*>(&e) != nullptr;
+      std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(),
+                    answered ? "bad reply" : gone ? "gone" : "unreachable");
       out << line << " " << e.what() << "\n";
     }
   }

@@ -355,9 +355,9 @@ Command AddListCommand(CLI::App& parent) {
   CLI::App* cmd = parent.add_subcommand("list", "List the ringfeed jobs running on this machine (from their sockets in the runtime directory and its subdirectories)");
   cmd->footer(
       "One line per job: JOB, STATE, PID, UPTIME, RECORDS/S (last 10 s), CONSUMERS; a job found in a\n"
-      "subdirectory ends with \"(in DIR)\"; a socket whose daemon is gone or does not answer shows as\n"
-      "unreachable, one whose daemon answers with what ringfeedctl cannot read as bad reply, each\n"
-      "with the reason.\n"
+      "subdirectory ends with \"(in DIR)\"; a socket left by a daemon that is gone (killed, crashed)\n"
+      "shows as gone, with its pid, one whose daemon does not answer as unreachable, one whose daemon\n"
+      "answers with what ringfeedctl cannot read as bad reply, each with the reason.\n"
       "Exit status 0: listed (none when the runtime directory does not exist), 1: the runtime directory\n"
       "cannot be read (its permissions; nothing is listed then).");
   AddRuntimeDirOption(cmd, dir.get());

@@ -7,6 +7,7 @@
 //   * status names the rank that holds the others up from the daemon's `holds_up`;
 //   * the --help texts say what the code does (docs/ringfeedctl.md, Exit status).
 // The happy paths against a real daemon are in tests/daemon_e2e_test.cc.
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -505,6 +506,30 @@ TEST_CASE("dump's timeout in shared mode keeps its question") {
   first.Release();
   second.Release();
   client.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with its pid, and that a start cleans up") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 30);
+  DaemonProcess daemon(dir.path(), "killed", IdJobConfig("killed", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const pid_t pid = daemon.pid();
+  daemon.Kill(SIGKILL);
+  REQUIRE(daemon.Wait());  // reaped: no process has the pid now
+  const std::string said = "job 'killed' is not running: its ringfeedd (pid " + std::to_string(pid) +
+                           ") is gone and left its socket " + daemon.socket_path() +
+                           " (killed or crashed: its log says why); starting the job again cleans up";
+  const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
+  INFO("list:\n" << list.out << list.err);
+  CHECK_THAT(list.out, Catch::Contains("killed                   gone         " + said + "\n"));
+  const CommandResult status = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
+  CHECK(status.status.ToString() == "exit 1");
+  CHECK(status.err == "ringfeedctl status: " + said + "\n");
+  // The start that cleans up.
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const CommandResult again = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
+  CHECK_THAT(again.out, Catch::Contains("killed                   running"));
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
