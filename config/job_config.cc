@@ -264,6 +264,46 @@ std::optional<double> ParseNumber(std::string_view text) {
   return negative ? -value : value;
 }
 
+// yaml-cpp reports an unclosed '{' or '[' where it gave up looking for the end, often lines
+// after it: "; the '{' at line 7, column 10 is not closed" for the last bracket before `end`
+// (a byte offset) that nothing closes, skipping quoted text and comments; "" when none is found.
+std::string UnclosedBracket(std::string_view text, size_t end) {
+  struct Open {
+    char c;
+    size_t line, column;
+  };
+  std::vector<Open> open;
+  size_t line = 1, column = 1;
+  char quote = 0;
+  bool comment = false;
+  for (size_t i = 0; i < std::min(end, text.size()); ++i) {
+    const char c = text[i];
+    const bool line_start = i == 0 || text[i - 1] == '\n';
+    if (c == '\n') {
+      comment = false;
+      ++line;
+      column = 1;
+      continue;
+    }
+    if (comment) {
+    } else if (quote != 0) {
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#' && (line_start || text[i - 1] == ' ' || text[i - 1] == '\t')) {
+      comment = true;
+    } else if (c == '{' || c == '[') {
+      open.push_back({c, line, column});
+    } else if ((c == '}' || c == ']') && !open.empty()) {
+      open.pop_back();
+    }
+    ++column;
+  }
+  if (open.empty()) return "";
+  return "; the '" + std::string(1, open.back().c) + "' at line " + std::to_string(open.back().line) + ", column " +
+         std::to_string(open.back().column) + " is not closed";
+}
+
 // One key/value pair of a mapping, with the key's dotted path.
 struct Entry {
   std::string key;
@@ -287,7 +327,9 @@ class Loader {
     } catch (const YAML::ParserException& e) {
       // `{size: ${X}}`: in a flow collection '{' and '}' end plain scalars, so ${VAR} needs quotes.
       const bool flow_variable = text.find("${") != std::string::npos;
+      const bool unclosed = e.msg == YAML::ErrorMsg::END_OF_MAP_FLOW || e.msg == YAML::ErrorMsg::END_OF_SEQ_FLOW;
       Fail(e.mark, "", "YAML syntax error: " + e.msg +
+                           (unclosed && e.mark.pos >= 0 ? UnclosedBracket(text, static_cast<size_t>(e.mark.pos)) : "") +
                            (flow_variable ? std::string("; inside { } or [ ], quote a ${VAR}: {size: \"${X}\"}") : ""));
     } catch (const YAML::Exception& e) {
       Fail(e.mark, "", "YAML error: " + e.msg);

@@ -779,6 +779,12 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"YAML syntax error", "job: t\nsource:\n  files: [a]\n  - b\n", 4, 3, "",
        {"YAML syntax error: end of map not found"}},
       {"YAML tab indentation", "job: t\n\tsource: x\n", 2, 1, "", {"YAML syntax error"}},
+      {"an unclosed '{': yaml-cpp notices lines later, the message names where it opened",
+       "job: t\nsource:\n  files: [a]  # a comment with a { in it\nfeatures: {x: {dtype: int64}\n\nbatch: {size: '{'}\n"
+       "epochs: 1\n",
+       6, 1, "", {"YAML syntax error: end of map flow not found; the '{' at line 4, column 11 is not closed"}},
+      {"an unclosed '['", "job: t\nsource:\n  files: [a, \"b]\"\nfeatures: {x: {dtype: int64}}\n", 4, 1, "",
+       {"YAML syntax error: end of sequence flow not found; the '[' at line 3, column 10 is not closed"}},
       {"YAML nested 3000 deep", kHead + "batch: " + std::string(3000, '[') + std::string(3000, ']') + "\n", 6, 6008, "",
        {"YAML nested too deep here (yaml-cpp stops at ", "no job config needs that many"}},
       {"two documents", std::string(kMinimal) + "---\njob: u\n", 7, 1, "",
