@@ -1,11 +1,15 @@
 #include "daemon/file_list.h"
 
 #include <glob.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
+#include <utility>
 
 namespace ringfeed {
 namespace {
@@ -65,11 +69,46 @@ std::string Variables(const std::string& written, const std::string& pattern) {
   return out.empty() ? "" : "; it is written '" + written + "':" + out;
 }
 
+// The first directory glob(3) could not open or read while expanding one item (its errfunc
+// takes no context: one expansion at a time per thread).
+struct GlobError {
+  std::string path;
+  int error = 0;
+};
+thread_local GlobError t_glob_error;
+int OnGlobError(const char* path, int error) {
+  if (t_glob_error.error == 0) t_glob_error = {path, error};
+  return 0;  // go on: other directories may match
+}
+
+// Why a path without wildcards was not found, when it is not simply missing: "Permission
+// denied" for a directory on the way that may not be searched, "File name too long", ...
+std::string WhyNotFound(const std::string& item) {
+  struct stat st {};
+  std::string path = item;
+  if (!path.empty() && path[0] == '~') {  // as glob's GLOB_TILDE expands it, for the common case
+    if (const char* home = std::getenv("HOME"); home != nullptr && (path.size() == 1 || path[1] == '/')) {
+      path = home + path.substr(1);
+    }
+  }
+  if (::stat(path.c_str(), &st) == 0 || errno == ENOENT) return "";
+  return std::strerror(errno);
+}
+
 [[noreturn]] void NoMatch(const std::string& origin, const std::string& pattern, const std::string& item,
                           const std::string& written) {
   std::string message = origin.empty() ? "source.files: " : origin;
-  message += HasWildcard(item) ? "pattern '" + item + "' matches no file" : "no such file '" + item + "'";
+  if (HasWildcard(item)) {
+    message += "pattern '" + item + "' matches no file";
+  } else if (const std::string why = WhyNotFound(item); !why.empty()) {
+    message += "cannot open '" + item + "': " + why;
+  } else {
+    message += "no such file '" + item + "'";
+  }
   if (item != pattern) message += " (from '" + pattern + "')";
+  if (t_glob_error.error != 0) {
+    message += "; directory '" + t_glob_error.path + "' could not be read: " + std::strerror(t_glob_error.error);
+  }
   if (!item.empty() && item[0] != '/' && item[0] != '~') {
     std::error_code ec;
     message += "; relative paths are resolved against the current directory " +
@@ -102,7 +141,8 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, c
     }
     for (const std::string& item : items) {
       glob_t g{};
-      const int rc = ::glob(item.c_str(), GLOB_TILDE, nullptr, &g);
+      t_glob_error = {};
+      const int rc = ::glob(item.c_str(), GLOB_TILDE, OnGlobError, &g);
       if (rc != 0) {
         globfree(&g);
         NoMatch(origin, pattern, item, i < as_written.size() ? as_written[i] : "");
@@ -112,13 +152,17 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, c
     }
   }
   std::sort(files.begin(), files.end());
-  // One file named twice (a/./b and a/b, or two overlapping globs) is read once.
-  std::set<std::string> seen;
+  // One file named twice (a/./b and a/b, two overlapping globs, a symbolic or hard link to it) is
+  // read once, under its first path in sorted order: the same device and inode. A path that
+  // can't be stat'ed here keeps its own entry (opening it names the error later).
+  std::set<std::pair<dev_t, ino_t>> seen_files;
+  std::set<std::string> seen_paths;
   std::vector<std::string> unique;
   for (std::string& f : files) {
-    std::error_code ec;
-    std::string canonical = std::filesystem::weakly_canonical(f, ec).string();
-    if (seen.insert(ec ? f : canonical).second) unique.push_back(std::move(f));
+    struct stat st {};
+    const bool first = ::stat(f.c_str(), &st) == 0 ? seen_files.emplace(st.st_dev, st.st_ino).second
+                                                   : seen_paths.insert(f).second;
+    if (first) unique.push_back(std::move(f));
   }
   return unique;
 }

@@ -1,6 +1,7 @@
 // RunJobCheck (`ringfeedctl check`): glob expansion, batching, on_error policies, and the
 // bundled example configs over the real TensorFlow-written files.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -144,8 +145,31 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
   // A missing shard inside braces is not silently dropped.
   CHECK_THROWS_WITH(ExpandFiles({dir.path().string() + "/g{1,9}.tfrecord"}),
                     Catch::Contains("no such file '" + dir.file("g9.tfrecord") + "'"));
-  // The same file named twice is read once.
+  // The same file named twice is read once: under another spelling, a symbolic link or a hard
+  // link (the same inode), by its first path in sorted order.
   CHECK(ExpandFiles({dir.file("g1.tfrecord"), dir.path().string() + "/./g1.tfrecord"}).size() == 1);
+  REQUIRE(::symlink(dir.file("g1.tfrecord").c_str(), dir.file("g2.tfrecord").c_str()) == 0);
+  REQUIRE(::link(dir.file("g1.tfrecord").c_str(), dir.file("g0.tfrecord").c_str()) == 0);
+  CHECK(ExpandFiles({dir.file("g*.tfrecord")}) == std::vector<std::string>{dir.file("g0.tfrecord")});
+  WriteShard(dir.file("g3.tfrecord"), 2, 2);  // another file with the same bytes is another file
+  CHECK(ExpandFiles({dir.file("g*.tfrecord")}) ==
+        std::vector<std::string>{dir.file("g0.tfrecord"), dir.file("g3.tfrecord")});
+  // A path that can't be looked up for another reason than a missing file says that reason.
+  CHECK_THROWS_WITH(ExpandFiles({dir.file("g3.tfrecord") + "/x.tfrecord"}),
+                    Catch::Contains("cannot open '" + dir.file("g3.tfrecord") + "/x.tfrecord': Not a directory"));
+  CHECK_THROWS_WITH(ExpandFiles({dir.path().string() + "/" + std::string(5000, 'a')}),
+                    Catch::Contains("': File name too long"));
+  if (::geteuid() != 0) {  // root may search any directory
+    const std::string locked = dir.file("locked");
+    REQUIRE(::mkdir(locked.c_str(), 0700) == 0);
+    WriteShard(locked + "/a.tfrecord", 0, 1);
+    REQUIRE(::chmod(locked.c_str(), 0) == 0);
+    CHECK_THROWS_WITH(ExpandFiles({locked + "/a.tfrecord"}),
+                      Catch::Contains("cannot open '" + locked + "/a.tfrecord': Permission denied"));
+    CHECK_THROWS_WITH(ExpandFiles({locked + "/*.tfrecord"}),
+                      Catch::Contains("matches no file; directory '" + locked + "' could not be read: Permission denied"));
+    ::chmod(locked.c_str(), 0700);
+  }
   // 26 groups of two would be 67 M paths (gigabytes, before the first is looked at): refused.
   std::string many = dir.path().string() + "/";
   for (int g = 0; g < 26; ++g) many += "{a,b}";
