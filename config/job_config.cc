@@ -157,7 +157,22 @@ std::string Suggestion(std::string_view word, const std::string_view (&words)[N]
   return "; did you mean '" + std::string(best_word) + "'?";
 }
 
-std::string Quote(std::string_view s) { return "'" + std::string(s) + "'"; }
+// `s` in quotes, control characters (a NUL from "\0" in a quoted scalar, a tab) as \xHH so that
+// a message is never cut short or garbled by them; UTF-8 is kept as written.
+std::string Quote(std::string_view s) {
+  std::string out = "'";
+  for (const char c : s) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7F) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02X", byte);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
 
 std::string FormatMessage(const std::string& file, int line, int column, const std::string& key,
                           const std::string& problem) {
@@ -317,6 +332,7 @@ class Loader {
   explicit Loader(std::string file) : file_(std::move(file)) {}
 
   JobConfig Load(const std::string& text) {
+    RefuseControlCharacters(text);
     std::vector<YAML::Node> docs;
     try {
       docs = YAML::LoadAll(text);
@@ -353,6 +369,31 @@ class Loader {
   std::string Where(const YAML::Mark& mark, const std::string& key) const {
     const int line = mark.line >= 0 ? mark.line + 1 : 0;
     return FormatMessage(file_, line, line > 0 && mark.column >= 0 ? mark.column + 1 : 0, key, "");
+  }
+
+  // YAML allows no control characters but tab, LF and CR in a file (YAML 1.2 §5.1, c-printable);
+  // yaml-cpp reads a NUL as the start of UTF-16 or UTF-32 text and reports garbled values.
+  // Escaped ones ("\0" in a double-quoted scalar) are fine here and quoted in messages.
+  void RefuseControlCharacters(std::string_view text) {
+    const size_t at = std::find_if(text.begin(), text.end(),
+                                   [](char c) {
+                                     const auto byte = static_cast<unsigned char>(c);
+                                     return (byte < 0x20 && c != '\t' && c != '\n' && c != '\r') || byte == 0x7F;
+                                   }) -
+                      text.begin();
+    if (at == text.size()) return;
+    YAML::Mark mark;
+    mark.pos = static_cast<int>(at);
+    const size_t newline = text.rfind('\n', at);  // text[at] is no newline
+    mark.line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+    mark.column = static_cast<int>(newline == std::string_view::npos ? at : at - newline - 1);
+    char hex[5];
+    std::snprintf(hex, sizeof hex, "%02X", static_cast<unsigned char>(text[at]));
+    // UTF-16 or UTF-32 text: a byte-order mark, or ASCII with NULs from the start.
+    const bool wide = text.starts_with("\xFF\xFE") || text.starts_with("\xFE\xFF") || (text[at] == '\0' && at < 2);
+    Fail(mark, "", std::string("control character \\x") + hex + " in the file: YAML allows none but tab, LF and CR" +
+                       (wide ? " (the file looks UTF-16 or UTF-32: save it as UTF-8)" : "") +
+                       "; write one in a double-quoted string as an escape (\"\\t\", \"\\x01\")");
   }
 
   [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key,
