@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ const CLI::Validator kCountValidator(
     [](std::string& text) -> std::string {
       uint64_t n = 0;
       const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+      if (ec == std::errc::result_out_of_range) {
+        return "'" + text + "' is out of range; at most " + std::to_string(std::numeric_limits<uint64_t>::max());
+      }
       if (ec != std::errc() || end != text.data() + text.size() || n == 0) return "'" + text + "' is not a positive integer";
       return "";
     },

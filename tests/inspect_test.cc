@@ -988,6 +988,8 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
       {{"inspect", "--compression", "bzip2", "x"}, "bzip2"},
       {{"inspect", "--max-record-bytes", "1.5GiB", "x"}, "'1.5GiB' is not a size"},
       {{"inspect", "--limit", "0", "x"}, "'0' is not a positive integer"},
+      {{"inspect", "--limit", "99999999999999999999", "x"},
+       "'99999999999999999999' is out of range; at most 18446744073709551615"},
   };
   for (const Case& c : cases) {
     CtlResult r = Ctl(c.args);
