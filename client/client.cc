@@ -113,6 +113,11 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
   if (options.job.empty()) {
     throw ClientError("ClientOptions::job is empty: set it to the job's name (the job: key of its config)");
   }
+  if (!shm::IsValidJobName(options.job)) {  // it becomes a path: "../x" must not leave the runtime directory
+    throw ClientError("ClientOptions::job '" + options.job + "' is not a job name: 1 to " +
+                      std::to_string(shm::kMaxJobNameBytes) +
+                      " characters from A-Z a-z 0-9 _ . -, not starting with '.' or '-' (the job: key of its config)");
+  }
   if (options.rank < -1) {
     throw ClientError("ClientOptions::rank " + std::to_string(options.rank) +
                       ": a rank is 0 or more (consumers.mode: ranks), or -1 for shared mode");
@@ -452,8 +457,9 @@ void Client::CheckHeartbeat() {
 }
 
 Client::Status Client::Next(std::chrono::milliseconds timeout, Batch* out) {
-  out->Release();
   detail::Attachment& a = *attachment_;
+  if (out == nullptr) throw ClientError("Client::Next of job " + a.job + ": the batch to fill (out) is null");
+  out->Release();
   if (a.Forked()) {
     throw ClientError("this Client of job " + a.job + " was attached by the parent of this forked process (pid " +
                       std::to_string(getpid()) + "): attach a new Client in the child (after fork)");

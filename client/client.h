@@ -87,7 +87,7 @@ class Client {
 
   // Takes the next batch into *out (releasing what *out held first), waiting at most
   // `timeout` (0 = just look; std::chrono::milliseconds::max() = no limit). kTimeout and
-  // kEndOfData leave *out empty.
+  // kEndOfData leave *out empty. A null `out` throws ClientError.
   Status Next(std::chrono::milliseconds timeout, Batch* out);
 
   const Schema& schema() const;

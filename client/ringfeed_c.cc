@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "shm/names.h"
 
 struct rf_client {
   std::unique_ptr<ringfeed::Client> client;
@@ -97,7 +98,15 @@ int rf_attach(const rf_attach_options* options, rf_client** client, char* err, s
       return Fail("rf_attach: options->job is empty: set it to the job's name", err, err_len);
     }
     o.job = options->job;
+    if (!ringfeed::shm::IsValidJobName(o.job)) {
+      return Fail("rf_attach: options->job '" + o.job + "' is not a job name: 1 to 64 characters from A-Z a-z 0-9 "
+                  "_ . -, not starting with '.' or '-' (the job: key of its config)", err, err_len);
+    }
     if (Covers(options, offsetof(rf_attach_options, rank), sizeof options->rank)) o.rank = options->rank;
+    if (o.rank < -1) {
+      return Fail("rf_attach: options->rank " + std::to_string(o.rank) +
+                  ": a rank is 0 or more (consumers.mode: ranks), or -1 for shared mode", err, err_len);
+    }
     if (Covers(options, offsetof(rf_attach_options, runtime_dir), sizeof options->runtime_dir) &&
         options->runtime_dir != nullptr) {
       o.runtime_dir = options->runtime_dir;

@@ -35,6 +35,7 @@
 #include <utility>
 
 #include "format/utf8.h"
+#include "shm/names.h"
 
 namespace ringfeed {
 namespace {
@@ -46,7 +47,6 @@ constexpr uint64_t kMinRecordBytes = 16;                  // the TFRecord frame 
 constexpr uint64_t kMaxRecordBytes = uint64_t{1} << 40;
 constexpr int64_t kMaxParallelism = 65536;  // cycle_length, readers, workers, prefetch
 constexpr int64_t kMaxFeatureElements = int64_t{1} << 40;  // prod(shape) of one fixed feature
-constexpr size_t kMaxJobNameLength = 64;
 constexpr int64_t kMinRingSlots = 2;                   // one being filled while one is read
 constexpr int64_t kMaxRingSlots = 256;                 // shm::kMaxSlots
 constexpr size_t kMaxFeatureCount = 256;               // shm::kMaxFeatures: the superblock's schema
@@ -191,10 +191,6 @@ bool IsVarNameStart(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_';
 }
 bool IsVarNameChar(char c) { return IsVarNameStart(c) || (c >= '0' && c <= '9'); }
-
-bool IsJobNameChar(char c) {
-  return IsVarNameChar(c) || c == '.' || c == '-';
-}
 
 // A group name as systemd and shadow-utils accept it: a letter or '_', then letters, digits,
 // '_', '-' or '.', optionally ending in '$' (Samba machine accounts); at most 32 characters. A
@@ -1134,9 +1130,7 @@ std::string ReadFifo(const std::string& path, int fd) {
 std::string JobNameProblem(const std::string& name) {
   // Not starting with '.': ".", ".." and ".x" would name hidden files (".x.sock"); nor with
   // '-': "ringfeedctl status -x" would read it as an option.
-  const bool ok = !name.empty() && name.size() <= kMaxJobNameLength && name[0] != '.' && name[0] != '-' &&
-                  std::all_of(name.begin(), name.end(), IsJobNameChar);
-  if (ok) return "";
+  if (shm::IsValidJobName(name)) return "";
   return "invalid job name " + Quote(name) +
          "; expected 1 to 64 characters from A-Z a-z 0-9 _ . -, not starting with '.' or '-' (it names the job's "
          "socket and shared memory, and ringfeedctl takes it as an argument)";

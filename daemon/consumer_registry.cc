@@ -31,6 +31,13 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     for (const Entry& e : entries_) {
       if (e.attached && e.rank == *rank) {
         *error = "rank " + std::to_string(*rank) + " is already attached by pid " + std::to_string(e.pid);
+        if (e.pid == pid) {
+          // A closed client whose batches (or NumPy views, tensors of them) are still alive keeps
+          // its attachment, and so its rank, until the last one is released.
+          *error += " (this process: a client closed while batches it took are still held keeps the rank until "
+                    "they are released; release them, or drop the arrays or tensors made from them, before attaching "
+                    "again)";
+        }
         return std::nullopt;
       }
     }

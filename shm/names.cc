@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +40,15 @@ std::string RuntimeDir() {
   if (geteuid() == 0) return "/run/ringfeed";
   if (auto xdg = Env("XDG_RUNTIME_DIR"); !xdg.empty()) return std::string(xdg) + "/ringfeed";
   return "/tmp/ringfeed-" + std::to_string(geteuid());
+}
+
+bool IsValidJobName(std::string_view job) {
+  const auto allowed = [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+           c == '-';
+  };
+  return !job.empty() && job.size() <= kMaxJobNameBytes && job[0] != '.' && job[0] != '-' &&
+         std::all_of(job.begin(), job.end(), allowed);
 }
 
 std::string SocketPath(std::string_view runtime_dir, std::string_view job) {

@@ -5,6 +5,10 @@
 //                       RuntimeDirectory=; the first of several ':'-separated paths), else
 //                       /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else
 //                       /tmp/ringfeed-<uid>. Empty variables count as unset.
+//   IsValidJobName(job) 1 to kMaxJobNameBytes (64) characters from A-Z a-z 0-9 _ . -, not starting
+//                       with '.' (".", ".." and ".x" would name hidden or parent files) or '-'
+//                       (ringfeedctl would read it as an option): the rule of the config's
+//                       job: key, checked again by the client before a path is made of it.
 //   SocketPath(d, job)  d + "/" + job + ".sock"
 //   SegmentName(d, job) "/ringfeed." + job + "." + 16 lower-case hex digits of FNV-1a-64 of the
 //                       directory's identity: its canonical path (symbolic links and a relative
@@ -27,12 +31,15 @@
 // prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
 namespace ringfeed::shm {
 
+inline constexpr size_t kMaxJobNameBytes = 64;
+bool IsValidJobName(std::string_view job);
 std::string RuntimeDir();
 std::string SocketPath(std::string_view runtime_dir, std::string_view job);
 std::string SegmentName(std::string_view runtime_dir, std::string_view job);

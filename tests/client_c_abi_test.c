@@ -36,6 +36,14 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
     EXPECT(rf_attach(&nodaemon, &client, err, 16) == RF_ERROR);
     EXPECT(strlen(err) == 15); /* truncated to err_len, NUL-terminated */
     EXPECT(strstr(rf_last_error(), "is ringfeedd running for job nojob") != NULL);
+    nodaemon.rank = -5; /* the C names in the message */
+    EXPECT(rf_attach(&nodaemon, &client, err, sizeof err) == RF_ERROR);
+    EXPECT(strstr(err, "rf_attach: options->rank -5: a rank is 0 or more") != NULL);
+    nodaemon.rank = -1;
+    nodaemon.job = "../../etc/passwd"; /* a job name becomes a path: never one outside the runtime directory */
+    EXPECT(rf_attach(&nodaemon, &client, err, sizeof err) == RF_ERROR);
+    EXPECT(strstr(err, "rf_attach: options->job '../../etc/passwd' is not a job name") != NULL);
+    nodaemon.job = "nojob";
     nodaemon.attach_timeout_ms = 300; /* waits, then names the wait */
     EXPECT(rf_attach(&nodaemon, &client, err, sizeof err) == RF_ERROR);
     EXPECT(strstr(err, "(tried for 0.3 s: attach_timeout)") != NULL);

@@ -392,6 +392,8 @@ TEST_CASE("client: refusals carry the daemon's message; no daemon names the fix"
   CHECK_THROWS_AS(Client::Attach(Attach(dir, "nojob")), DaemonNotRunningError);
   ClientOptions empty;
   CHECK_THROWS_WITH(Client::Attach(empty), Catch::Contains("job is empty"));
+  CHECK_THROWS_WITH(Client::Attach(Attach(dir, "../nojob")),
+                    Catch::StartsWith("ClientOptions::job '../nojob' is not a job name: 1 to 64 characters"));
   ClientOptions negative = Attach(dir, "nojob", -7);  // refused before any connection is tried
   CHECK_THROWS_WITH(Client::Attach(negative),
                     "ClientOptions::rank -7: a rank is 0 or more (consumers.mode: ranks), or -1 for shared mode");
@@ -497,6 +499,7 @@ TEST_CASE("client: a batch outlives its client") {
   {
     auto client = Client::Attach(Attach(dir));
     REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+    CHECK_THROWS_WITH(client->Next(10s, nullptr), Catch::Contains("the batch to fill (out) is null"));
   }
   CheckTestBatch(batch, 4, 0);
   Batch moved = std::move(batch);

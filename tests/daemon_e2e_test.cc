@@ -190,6 +190,35 @@ TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {
   CHECK(shared.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("ranks mode: a rank held by this process's closed client is refused saying so, and free once released") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(dir.path(), "held-rank",
+                       IdJobConfig("held-rank", dir.file("data.tfrecord"), "consumers: {mode: ranks, count: 2}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  Batch batch;
+  {
+    auto client = Client::Attach(daemon.client_options(0));
+    REQUIRE(client->Next(std::chrono::seconds(10), &batch) == Client::Status::kBatch);
+  }  // the batch outlives its client, and keeps the attachment
+  CHECK_THROWS_WITH(Client::Attach(daemon.client_options(0)),
+                    Catch::Contains("rank 0 is already attached by pid " + std::to_string(::getpid()) +
+                                    " (this process: a client closed while batches it took are still held keeps the "
+                                    "rank until they are released;"));
+  batch.Release();
+  std::string last_error;
+  CHECK(WaitUntil([&] {
+    try {
+      return Client::Attach(daemon.client_options(0)) != nullptr;
+    } catch (const ClientError& e) {
+      last_error = e.what();
+      return false;
+    }
+  }));
+  INFO(last_error);
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("ranks mode: after a cascade of timeouts the rank that holds batches is named, not the ranks that left") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 60);
@@ -435,6 +464,7 @@ TEST_CASE("consumers.mode ranks: batch k only at rank k % 2, same counts, the in
     FAIL("a second consumer for rank 1 was accepted");
   } catch (const ClientError& e) {
     CHECK_THAT(e.what(), Catch::Contains("rank 1 is already attached by pid " + std::to_string(ranks[1]->pid())));
+    CHECK_THAT(e.what(), !Catch::Contains("this process"));
   }
   try {
     Client::Attach(daemon.client_options(5));
