@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -396,6 +397,13 @@ class Loader {
                          const std::string& problem) const {
     int line = mark.line >= 0 ? mark.line + 1 : 0;
     int column = mark.column >= 0 && line > 0 ? mark.column + 1 : 0;
+    // A value made by ${VAR} substitution: the message shows the result, so say what was written
+    // (which variable a launcher set wrong), unless the message quotes it already.
+    if (const auto it = substituted_.find(mark.pos);
+        !mark.is_null() && it != substituted_.end() && problem.find(it->second) == std::string::npos) {
+      throw ConfigError(file_, line, column, key,
+                        problem + " (the value is " + Quote(it->second) + " with its variables substituted)");
+    }
     throw ConfigError(file_, line, column, key, problem);
   }
 
@@ -528,6 +536,7 @@ class Loader {
       }
       pos = end + 1;
     }
+    if (out != text) substituted_[mark.pos] = text;
     return out;
   }
 
@@ -1055,6 +1064,7 @@ class Loader {
   }
 
   std::string file_;
+  std::map<int, std::string> substituted_;  // the values Substitute changed, as written, by mark.pos
   std::optional<YAML::Mark> batch_size_mark_;  // batch.size's value, when given (CheckBatchSize)
   std::map<std::string, YAML::Mark> feature_marks_;  // each feature's name (CheckBatchSize)
 };

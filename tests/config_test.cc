@@ -268,8 +268,18 @@ TEST_CASE("daemon keys: shard from the launcher's environment, ring, consumers, 
       CHECK(e.column() == 10);
       CHECK(e.key() == "shard.index");
       CHECK_THAT(e.what(), Catch::Contains("shard.index is 6 but shard.count is 6") &&
-                               Catch::Contains("0 to 5"));
+                               Catch::Contains("0 to 5") &&
+                               Catch::EndsWith("(the value is '${RINGFEED_TEST_RANK}' with its variables substituted)"));
     }
+    // A value a launcher set wrong names the variable it came from, not only the value.
+    ScopedEnv spaced("RINGFEED_TEST_RANK", " 1");
+    CHECK_THROWS_WITH(load("shard:\n  index: ${RINGFEED_TEST_RANK}\n  count: 4\n"),
+                      "test.yaml:7:10: shard.index: expected an integer from 0 to 2^63 - 1, got ' 1' (the value is "
+                      "'${RINGFEED_TEST_RANK}' with its variables substituted)");
+    // A message that quotes the written value already says nothing more.
+    ScopedEnv empty("RINGFEED_TEST_RANK", "");
+    CHECK_THROWS_WITH(load("shard:\n  index: ${RINGFEED_TEST_RANK}\n  count: 4\n"),
+                      !Catch::Contains("with its variables substituted"));
   }
 
   SECTION("ring: auto and numbers, every size unit") {
