@@ -330,6 +330,7 @@ MemoryBudgetDefault DefaultMemoryBudget(const SystemPaths& paths) {
     limit_source = total.source;
     note = cgroup ? "; " + cgroup->source + " is not lower" : "; no cgroup memory limit";
   }
+  result.limit_source = limit_source;
   const uint64_t quarter = result.limit_bytes / kMemoryBudgetDivisor;
   const std::string quarter_text = "1/4 of " + limit_source + " = " + FormatBytes(quarter);
   if (quarter > kMemoryBudgetCap) {

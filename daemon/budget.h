@@ -97,6 +97,7 @@ constexpr uint64_t kMemoryBudgetDivisor = 4;              // default = limit / 4
 struct MemoryBudgetDefault {
   uint64_t bytes = 0;        // min(kMemoryBudgetCap, limit_bytes / 4)
   uint64_t limit_bytes = 0;  // min(cgroup limit, MemTotal)
+  std::string limit_source;  // where limit_bytes comes from: "MemTotal 23.5 GiB", a cgroup file
   // e.g. "1/4 of cgroup v1 memory.limit_in_bytes 4.0 GiB at /sys/fs/cgroup/memory/job = 1.0 GiB"
   std::string source;
 };

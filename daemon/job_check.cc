@@ -37,6 +37,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     result->memory_plan = plan.memory.Describe();
     result->knob_caps = plan.knob_caps;
     result->shuffle_buffer_note = plan.shuffle_buffer_note;
+    result->memory_budget_warning = plan.memory_budget_warning;
     result->record_limit_bytes = plan.record_limit_bytes;
     result->record_limit_why = plan.record_limit_why;
     // The open-file limit as ringfeedd started from here would have it: raised to the hard one.

@@ -304,6 +304,7 @@ Command AddCheckCommand(CLI::App& parent) {
     std::cout << r.memory_plan;
     if (!r.knob_caps.empty()) std::cout << "autotune: " << r.knob_caps << "\n";
     if (!r.shuffle_buffer_note.empty()) std::cout << "shuffle: " << r.shuffle_buffer_note << "\n";
+    if (!r.memory_budget_warning.empty()) std::cerr << "warning: " << r.memory_budget_warning << "\n";
     char cores[32];
     std::snprintf(cores, sizeof cores, "%.10g", r.cpu_budget_cores);
     std::cout << "cpu: ringfeedd's cpu_budget would be " << cores << " cores (" << r.cpu_budget_source << ")\n";

@@ -216,11 +216,19 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     at.cpu_budget_cores = machine.cores;
     at.cpu_budget_source = machine.source;
   }
+  const MemoryBudgetDefault mem = DefaultMemoryBudget();
   if (pc.memory_budget) {
     at.memory_budget_bytes = *pc.memory_budget;
     at.memory_budget_source = "pipeline.memory_budget";
+    if (mem.limit_bytes > 0 && *pc.memory_budget > mem.limit_bytes) {
+      // Allowed (a budget is a cap, not a reservation), but it protects nothing: the kernel's
+      // OOM killer or the cgroup limit acts before the budget is reached.
+      plan.memory_budget_warning = "pipeline.memory_budget " + FormatBytes(*pc.memory_budget) +
+                                   " is more than the memory this job may use (" + mem.limit_source +
+                                   "): the budget will not keep it within that; the default is " +
+                                   FormatBytes(mem.bytes) + " (" + mem.source + ")";
+    }
   } else {
-    const MemoryBudgetDefault mem = DefaultMemoryBudget();
     at.memory_budget_bytes = mem.bytes;
     at.memory_budget_source = "default: " + mem.source;
   }

@@ -107,6 +107,9 @@ struct TuningPlan {
   // "shuffle.buffer 1000000 is more than the 9909 records this shard reads per epoch: ..." when
   // shuffle_buffer is less than shuffle.buffer; empty otherwise. ringfeedd logs it at start.
   std::string shuffle_buffer_note;
+  // "pipeline.memory_budget 1.0 TiB is more than the memory this job may use: ..." when the
+  // config's budget is above min(cgroup limit, MemTotal); empty otherwise. ringfeedd warns.
+  std::string memory_budget_warning;
   shm::Geometry geometry;
   MemoryPlan memory;
   AutotuneOptions autotune;   // limits, fixed knobs, starting knobs, budgets and their sources

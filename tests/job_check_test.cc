@@ -297,6 +297,25 @@ TEST_CASE("a memory budget too small for the most auto readers caps them instead
   CHECK(roomy.knob_caps.empty());
 }
 
+TEST_CASE("a memory budget above the memory the job may use is allowed, with a warning") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 3);
+  const MemoryBudgetDefault mem = DefaultMemoryBudget();
+  REQUIRE(mem.limit_bytes > uint64_t{1} << 30);
+  std::ostringstream log;
+  const JobCheckResult big =
+      RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: " + std::to_string(2 * mem.limit_bytes) + "}\n"), log, log);
+  CHECK(big.plan_error.empty());
+  CHECK(big.memory_budget_warning == "pipeline.memory_budget " + FormatBytes(2 * mem.limit_bytes) +
+                                         " is more than the memory this job may use (" + mem.limit_source +
+                                         "): the budget will not keep it within that; the default is " +
+                                         FormatBytes(mem.bytes) + " (" + mem.source + ")");
+  const JobCheckResult within =
+      RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: " + std::to_string(mem.limit_bytes / 2) + "}\n"), log, log);
+  CHECK(within.plan_error.empty());
+  CHECK(within.memory_budget_warning.empty());
+}
+
 TEST_CASE("a shuffle buffer larger than the shard's epoch is planned at the records counted at start") {
   TempDir dir;
   WriteShard(dir.file("a.tfrecord"), 0, 7);
