@@ -324,7 +324,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     try {
       plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
       break;
-    } catch (const BudgetError&) {
+    } catch (const BudgetError& e) {
       // What an auto knob may reach gives way before the job is refused: prefetch slots, then
       // the most readers the tuner may start (each an open file's buffers and a thread), then
       // the most workers. A budget that holds 1 reader and 1 worker starts, with the tuner
@@ -337,6 +337,11 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
         --limits.max_readers;
       } else if (!pc.workers && limits.max_workers > 1) {
         --limits.max_workers;
+      } else if (const uint64_t shm_total = shm::ShmTotalBytes(); plan.geometry.segment_bytes > shm_total) {
+        // A larger budget would not do: the segment could not be created anyway.
+        throw BudgetError(std::string(e.what()) + "; but first lower ring.slots or ring.slot_bytes: the ring alone (" +
+                          FormatBytes(plan.geometry.segment_bytes) + ") is more than all of /dev/shm (" +
+                          FormatBytes(shm_total) + ")");
       } else {
         throw;
       }

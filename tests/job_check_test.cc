@@ -316,6 +316,21 @@ TEST_CASE("a memory budget above the memory the job may use is allowed, with a w
   CHECK(within.memory_budget_warning.empty());
 }
 
+TEST_CASE("a ring larger than all of /dev/shm: the budget error says to lower the ring first") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 3);
+  if (shm::ShmTotalBytes() >= uint64_t{16} << 40) {  // 256 slots of 64 GiB would fit (or /dev/shm is unknown)
+    WARN("/dev/shm holds 16 TiB: nothing to check");
+    return;
+  }
+  std::ostringstream log;
+  const JobCheckResult r = RunJobCheck(Config(dir, "fail", "ring: {slots: 256, slot_bytes: 64GiB}\n"), log, log);
+  CHECK_THAT(r.plan_error, Catch::Contains("raise pipeline.memory_budget to at least") &&
+                               Catch::EndsWith("; but first lower ring.slots or ring.slot_bytes: the ring alone (16.0 "
+                                               "TiB) is more than all of /dev/shm (" +
+                                               FormatBytes(shm::ShmTotalBytes()) + ")"));
+}
+
 TEST_CASE("a shuffle buffer larger than the shard's epoch is planned at the records counted at start") {
   TempDir dir;
   WriteShard(dir.file("a.tfrecord"), 0, 7);
