@@ -630,8 +630,10 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                 Bytes(s.Number("record_bytes")).c_str());
   out << buf;
   const ReplyFields records_per_second = tp.Object("records_per_second"), mb_per_second = tp.Object("mb_per_second");
-  std::snprintf(buf, sizeof buf, "throughput %.0f records/s, %.1f MB/s (last 10 s); %.0f records/s, %.1f MB/s overall\n",
-                records_per_second.Number("last_10s"), mb_per_second.Number("last_10s"),
+  // The window is the last 10 s, or the whole uptime while that is shorter.
+  const std::string window = Seconds(std::min(10.0, s.Number("uptime_seconds")));
+  std::snprintf(buf, sizeof buf, "throughput %.0f records/s, %.1f MB/s (last %s); %.0f records/s, %.1f MB/s overall\n",
+                records_per_second.Number("last_10s"), mb_per_second.Number("last_10s"), window.c_str(),
                 records_per_second.Number("overall"), mb_per_second.Number("overall"));
   out << buf;
   // A ring the trainers do not empty (or none attached yet) caps these rates: say so, so that

@@ -197,8 +197,14 @@ TEST_CASE("status --json prints the daemon's object as it came; the table reads 
   INFO(table.out << table.err);
   CHECK(table.status.ToString() == "exit 0");
   CHECK_THAT(table.out, Catch::StartsWith("job        fake   (pid 7, config )\nstate      running, up 0.0 s\n"));
-  CHECK_THAT(table.out, Catch::Contains("throughput 0 records/s, 0.0 MB/s (last 10 s)") &&
+  // Up 0 s (missing): the window is the uptime, not 10 s.
+  CHECK_THAT(table.out, Catch::Contains("throughput 0 records/s, 0.0 MB/s (last 0.0 s)") &&
                             Catch::Contains("(no budget set)") && Catch::Contains("consumers  0 attached\n"));
+  for (const auto& [uptime, window] : {std::pair{"3.25", "(last 3.2 s)"}, std::pair{"25", "(last 10.0 s)"}}) {
+    TempDir other;
+    Fake up(other, Welcome(kJob), std::string(R"({"type":"status","job":"fake","uptime_seconds":)") + uptime + "}");
+    CHECK_THAT(up.Ctl({"status", kJob}).out, Catch::Contains(window));
+  }
 }
 
 TEST_CASE("status says when its rates are the trainers' pace: production waited for a slot most of the interval") {
