@@ -763,6 +763,33 @@ void PrintStatus(const std::string& runtime_dir, const std::string& job, bool js
   out << table.str();
 }
 
+void PrintFiles(const std::string& runtime_dir, const std::string& job, bool json, std::ostream& out) {
+  // Paged as the client pages it (Client::files): one request per reply's worth of paths.
+  std::vector<std::string> files;
+  for (uint64_t total = 1; files.size() < total;) {
+    const Reply reply = Ask(runtime_dir, job, {{"type", "files"}, {"first", files.size()}});
+    const nlohmann::json& page = reply.json;
+    if (page.value("type", "") != "files" || !page.contains("total") || !page["total"].is_number_unsigned() ||
+        !page.contains("files") || !page["files"].is_array()) {
+      throw UnreadableReply(reply.socket, "not a file list");
+    }
+    total = page["total"].get<uint64_t>();
+    if (files.size() < total && page["files"].empty()) throw UnreadableReply(reply.socket, "an empty page");
+    for (const nlohmann::json& f : page["files"]) {
+      if (!f.is_string()) throw UnreadableReply(reply.socket, "a file name that is not a string");
+      files.push_back(f.get<std::string>());
+    }
+    if (total == 0) break;
+  }
+  if (json) {
+    out << nlohmann::json{{"total", files.size()}, {"files", files}}.dump(-1, ' ', false,
+                                                                           nlohmann::json::error_handler_t::replace)
+        << "\n";
+    return;
+  }
+  for (size_t i = 0; i < files.size(); ++i) out << i << '\t' << files[i] << '\n';
+}
+
 DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
   // A reader that goes away (`| head`) makes writes fail with EPIPE instead of killing us, so
   // the batch in hand is released and the daemon sees a clean detach, not a dead consumer.

@@ -45,6 +45,11 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out);
 // type ("ringfeedd at SOCKET sent a reply ringfeedctl cannot read (FIELD: expected TYPE); ...").
 void PrintStatus(const std::string& runtime_dir, const std::string& job, bool json, std::ostream& out);
 
+// `ringfeedctl status --files`: the job's sorted file list, all shards' (the file_index of a row's
+// source, in dump's "sources" and the client's Batch::source), one "INDEX<TAB>PATH" line per
+// file, or with `json` one object {"total":N,"files":[PATH, ...]}. Throws as QueryDaemon.
+void PrintFiles(const std::string& runtime_dir, const std::string& job, bool json, std::ostream& out);
+
 struct DumpOptions {
   std::string job;
   std::string runtime_dir;          // where to look (JobRuntimeDir); empty: the client's default

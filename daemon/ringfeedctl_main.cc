@@ -382,6 +382,7 @@ Command AddStatusCommand(CLI::App& parent) {
   struct Flags {
     std::string job, dir;
     bool json = false;
+    bool files = false;
   };
   auto flags = std::make_shared<Flags>();
   CLI::App* cmd = parent.add_subcommand("status", "Show what a running ringfeedd is doing");
@@ -393,13 +394,24 @@ Command AddStatusCommand(CLI::App& parent) {
       "Exit status 0: shown, 1: the daemon is not running, did not answer, serves another job or sent\n"
       "a reply ringfeedctl cannot read (another ringfeed version?); nothing is shown then.\n"
       "\n"
-      "Example:\n"
-      "  ringfeedctl status taxi-train --json | jq .throughput");
+      "--files prints the job's sorted file list instead, all shards', one 'INDEX<TAB>PATH' line each:\n"
+      "INDEX is the file index of a row's source (dump's \"sources\": [[file_index, record_index]]).\n"
+      "\n"
+      "Examples:\n"
+      "  ringfeedctl status taxi-train --json | jq .throughput\n"
+      "  ringfeedctl status taxi-train --files | sed -n 3p      # the file of file_index 2");
   cmd->add_option("JOB", flags->job, "Job name (the config's job:)")->required()->check(JobNameValidator());
   cmd->add_flag("--json", flags->json, "Print the status object as JSON");
+  cmd->add_flag("--files", flags->files,
+                "Print the job's sorted file list (the file_index of a row's source) instead; with --json as "
+                "{\"total\": N, \"files\": [...]}");
   AddRuntimeDirOption(cmd, &flags->dir);
   auto run = [flags]() {
     try {
+      if (flags->files) {
+        ringfeed::PrintFiles(RuntimeDirOr(flags->dir), flags->job, flags->json, std::cout);
+        return ringfeed::kExitOk;
+      }
       ringfeed::PrintStatus(RuntimeDirOr(flags->dir), flags->job, flags->json, std::cout);
       return ringfeed::kExitOk;
     } catch (const std::exception& e) {

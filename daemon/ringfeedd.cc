@@ -200,39 +200,6 @@ std::string_view EndName(PipelineEnd end) {
   return "?";
 }
 
-// glibc malloc settings for the daemon's heap, which churns in blocks of 0.1-1 MiB: records of
-// large-record files and read-ahead chunks (64 KiB), allocated on I/O threads and freed on
-// parse workers, and the readers' 1 MiB windows as files open and close. With glibc's dynamic
-// defaults, a block over the mmap threshold (128 KiB at first) is mmapped and munmapped, and a
-// free that leaves more than twice that threshold unused at the top of a heap gives it back to
-// the kernel (trim); either way the memory returns as fresh zero-filled pages, a page fault per
-// 4 KiB. On 100 KB records that was 6-10% of the daemon's profile; with these settings (and
-// records read straight into their allocation) the daemon's page faults halved, 32k -> 16k
-// (docs/benchmarks.md, "End to end", session 4; its CPU moved within the noise). So: keep freed
-// memory for reuse, and mmap only blocks of 1 MiB and more when the heap has no free block for
-// them: the readers' windows (and a compressed file's input buffer), one per opened file, and
-// records that large (a file of records over 1 MiB pays the mmap and its page faults per
-// record again: not measured yet). In the heap,
-// the windows came and went among the chunks and batches at every file's start and end and
-// left holes the next window did not fit: private RSS crept up by 100-400 KiB/min in 5-minute
-// soaks at 256 KiB of read-ahead per file; mmapped, it was flat within 60 KiB/min, for a few
-// thousand more page faults (taxi, 30 epochs of 9 files: 2.8k -> 6.7-9.5k, throughput within
-// the noise; docs/benchmarks.md, "Autotuning", session 9). Private RSS stays at the heap's high-water mark instead of following it down; the
-// memory plan (daemon/budget.h) already bounds the peak, not the average.
-//
-// Arenas: glibc gives each thread that meets contention its own arena, and memory freed into
-// one arena serves only the threads on it. Without a shuffle buffer (ReadAhead::UsesChunks),
-// records travel in
-// read-ahead chunks (one allocation per 64 KiB of records), and with 8 readers (a 20 ms mount) the
-// readers' 8 arenas held 30 MiB of freed chunks: private RSS 63-65 MiB, 33-34 MiB with one arena
-// at the same throughput (docs/benchmarks.md, "Autotuning", session 5). With a shuffle buffer
-// every record is its own allocation (a malloc on a reader and a free on a worker per record),
-// and one arena cost 8-18% of throughput there (lock contention), so those jobs keep glibc's
-// default. Called before any thread starts. A glibc.malloc setting in GLIBC_TUNABLES wins, so
-// an operator can still choose.
-// {"type":"files","first":F} (F default 0): the job's sorted file list from index F, as many
-// paths as fit in one reply under shm::kMaxMessageBytes (at least one: a path is < 4 KiB), and
-// the total: {"type":"files","total":N,"first":F,"files":[...]}. The client pages through it.
 // Ranks mode's per-rank part of `status`: ready batches, seconds since the rank last took one,
 // and whether it holds every rank up (ConsumerRegistry::RankStates).
 nlohmann::json RanksJson(const std::vector<uint32_t>& ready, const std::vector<ConsumerRegistry::RankState>& states) {
@@ -247,6 +214,9 @@ nlohmann::json RanksJson(const std::vector<uint32_t>& ready, const std::vector<C
   return out;
 }
 
+// {"type":"files","first":F} (F default 0): the job's sorted file list from index F, as many
+// paths as fit in one reply under shm::kMaxMessageBytes (at least one: a path is < 4 KiB), and
+// the total: {"type":"files","total":N,"first":F,"files":[...]}. The client pages through it.
 nlohmann::json FilesPage(const std::vector<std::string>& files, const nlohmann::json& request) {
   uint64_t first = 0;
   if (request.contains("first")) {
@@ -283,6 +253,36 @@ bool InGroup(gid_t gid) {
   return got > 0 && std::find(groups.begin(), groups.begin() + got, gid) != groups.begin() + got;
 }
 
+// glibc malloc settings for the daemon's heap, which churns in blocks of 0.1-1 MiB: records of
+// large-record files and read-ahead chunks (64 KiB), allocated on I/O threads and freed on
+// parse workers, and the readers' 1 MiB windows as files open and close. With glibc's dynamic
+// defaults, a block over the mmap threshold (128 KiB at first) is mmapped and munmapped, and a
+// free that leaves more than twice that threshold unused at the top of a heap gives it back to
+// the kernel (trim); either way the memory returns as fresh zero-filled pages, a page fault per
+// 4 KiB. On 100 KB records that was 6-10% of the daemon's profile; with these settings (and
+// records read straight into their allocation) the daemon's page faults halved, 32k -> 16k
+// (docs/benchmarks.md, "End to end", session 4; its CPU moved within the noise). So: keep freed
+// memory for reuse, and mmap only blocks of 1 MiB and more when the heap has no free block for
+// them: the readers' windows (and a compressed file's input buffer), one per opened file, and
+// records that large (a file of records over 1 MiB pays the mmap and its page faults per
+// record again: not measured yet). In the heap,
+// the windows came and went among the chunks and batches at every file's start and end and
+// left holes the next window did not fit: private RSS crept up by 100-400 KiB/min in 5-minute
+// soaks at 256 KiB of read-ahead per file; mmapped, it was flat within 60 KiB/min, for a few
+// thousand more page faults (taxi, 30 epochs of 9 files: 2.8k -> 6.7-9.5k, throughput within
+// the noise; docs/benchmarks.md, "Autotuning", session 9). Private RSS stays at the heap's high-water mark instead of following it down; the
+// memory plan (daemon/budget.h) already bounds the peak, not the average.
+//
+// Arenas: glibc gives each thread that meets contention its own arena, and memory freed into
+// one arena serves only the threads on it. Without a shuffle buffer (ReadAhead::UsesChunks),
+// records travel in
+// read-ahead chunks (one allocation per 64 KiB of records), and with 8 readers (a 20 ms mount) the
+// readers' 8 arenas held 30 MiB of freed chunks: private RSS 63-65 MiB, 33-34 MiB with one arena
+// at the same throughput (docs/benchmarks.md, "Autotuning", session 5). With a shuffle buffer
+// every record is its own allocation (a malloc on a reader and a free on a worker per record),
+// and one arena cost 8-18% of throughput there (lock contention), so those jobs keep glibc's
+// default. Called before any thread starts. A glibc.malloc setting in GLIBC_TUNABLES wins, so
+// an operator can still choose.
 constexpr int kMmapThresholdBytes = 1 << 20;
 constexpr int kTrimThresholdBytes = 256 << 20;
 

@@ -797,6 +797,18 @@ TEST_CASE("the job's file list: Client::files in pages, the C ABI, and row sourc
   }
   batch.Release();
 
+  // ringfeedctl status --files: the same list, paged the same way, as lines and as JSON.
+  const CommandResult lines = RunCommand({CtlBinary(), "status", "file-list", "--files", "--runtime-dir",
+                                          daemon.runtime_dir()});
+  REQUIRE(lines.status.ToString() == "exit 0");
+  std::string want;
+  for (size_t i = 0; i < expected.size(); ++i) want += std::to_string(i) + "\t" + expected[i] + "\n";
+  CHECK(lines.out == want);
+  const CommandResult as_json = RunCommand({CtlBinary(), "status", "file-list", "--files", "--json", "--runtime-dir",
+                                            daemon.runtime_dir()});
+  REQUIRE(as_json.status.ToString() == "exit 0");
+  CHECK(json::parse(as_json.out) == json{{"total", 300}, {"files", expected}});
+
   // The C ABI over the same daemon.
   rf_attach_options options = {};
   options.struct_size = sizeof options;
