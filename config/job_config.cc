@@ -879,14 +879,19 @@ class Loader {
   void ReadDefault(const Entry& e, FeatureSpec* spec) {
     std::vector<std::pair<YAML::Node, YAML::Mark>> items;
     std::vector<std::string> paths;
+    std::string shape = "[";
+    for (size_t i = 0; i < spec->shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(spec->shape[i]);
+    shape += "]";
+    if (spec->NumElements() == 0) {
+      // TensorFlow takes a default of no elements as none: a record without the feature is an
+      // error there. Refused here rather than read differently.
+      Fail(MarkOf(e), e.path,
+           "shape " + shape + " holds no values, so a default has nothing to fill (TensorFlow treats it as no "
+           "default: a record without the feature is an error); remove default");
+    }
     if (e.value.IsSequence()) {
       int64_t want = spec->NumElements();
       if (static_cast<int64_t>(e.value.size()) != want) {
-        std::string shape = "[";
-        for (size_t i = 0; i < spec->shape.size(); ++i) {
-          shape += (i ? ", " : "") + std::to_string(spec->shape[i]);
-        }
-        shape += "]";
         Fail(MarkOf(e), e.path,
              "default has " + std::to_string(e.value.size()) +
                  (e.value.size() == 1 ? " value" : " values") + " but shape " + shape +
@@ -915,14 +920,15 @@ class Loader {
           std::string text = ScalarText(node, mark, path, "a number");
           std::optional<double> v = ParseNumber(text);
           if (!v) Fail(mark, path, "expected a number for dtype float32, got " + Quote(text));
-          float value = static_cast<float>(*v);  // NaN and infinities as they are
-          if (std::isfinite(*v)) {
-            // Rounded from the text straight to float32 (as NumPy's float32(...) and TensorFlow
-            // do), not through double: 3.4028235e38, what dump prints for the largest float32,
-            // rounds to it; only a value that rounds to infinity is out of range.
-            value = std::strtof(text.c_str(), nullptr);
-            if (std::isinf(value)) Fail(mark, path, "value " + text + " is out of range of float32");
-          }
+          // Rounded to double, then to float32, as TensorFlow takes a default (a Python float
+          // given to FixedLenFeature's default_value) and NumPy's float32("...") does: text with
+          // 18 or more digits near a float32 halfway point rounds differently straight to float32
+          // (1.000000059604644775390625000001: 1.0 here and in TF, 1.0000001 by strtof).
+          // 3.4028235e38, what dump prints for the largest float32, rounds to it; a finite value
+          // that rounds to infinity is out of range (TF would take it as inf). NaN and
+          // infinities as they are.
+          const float value = static_cast<float>(*v);
+          if (std::isfinite(*v) && std::isinf(value)) Fail(mark, path, "value " + text + " is out of range of float32");
           spec->default_float.push_back(value);
           break;
         }

@@ -354,7 +354,8 @@ features:
   CHECK(c.features[2].NumElements() == 0);
 }
 
-TEST_CASE("float32 defaults round from the text to float32: the largest float32 as dump prints it is accepted",
+TEST_CASE("float32 defaults round as TensorFlow takes them (to double, then float32); the largest float32 as dump "
+          "prints it is accepted",
           "[config]") {
   // 3.4028235e+38 is the shortest decimal of FLT_MAX (what dump prints). The midpoint between
   // FLT_MAX and 2^128 is 3.4028235677973366e38: below it rounds to FLT_MAX, above it to inf.
@@ -370,6 +371,15 @@ features:
   CHECK(c.features[0].default_float == std::vector<float>{max, -max, max, max, 0.0f, 0.1f});
   CHECK_THROWS_WITH(Load("job: t\nsource: {files: [a]}\nfeatures:\n  f: {dtype: float32, default: 3.4028236e38}\n"),
                     Catch::Contains("value 3.4028236e38 is out of range of float32"));
+  // Double rounding, as TensorFlow 2.21 and NumPy do it (FixedLenFeature's default_value
+  // np.float32(float(text)), measured): 1.0, where rounding straight to float32 gives the next
+  // float up; and just below the FLT_MAX/2^128 midpoint, the double is the midpoint and the
+  // float32 infinity (TF's value), out of range here.
+  c = Load("job: t\nsource: {files: [a]}\nfeatures:\n  f: {dtype: float32, default: 1.000000059604644775390625000001}\n");
+  CHECK(c.features[0].default_float == std::vector<float>{1.0f});
+  CHECK_THROWS_WITH(
+      Load("job: t\nsource: {files: [a]}\nfeatures:\n  f: {dtype: float32, default: 3.40282356779733661e38}\n"),
+      Catch::Contains("value 3.40282356779733661e38 is out of range of float32"));
 }
 
 TEST_CASE("${VAR} substitution", "[config][env]") {
@@ -652,6 +662,14 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"default count mismatch", "job: t\nsource: {files: [a]}\nfeatures:\n  img:\n"
        "    dtype: float32\n    shape: [2, 2]\n    default: [1, 2, 3]\n", 7, 14,
        "features.img.default", {"default has 3 values but shape [2, 2] needs 4"}},
+      // TensorFlow 2.21 (measured): FixedLenFeature([2, 0], default_value=zeros([2, 0])) is
+      // "required but could not be found" for a record without it.
+      {"default for a shape of no elements", "job: t\nsource: {files: [a]}\nfeatures:\n  z:\n"
+       "    dtype: int64\n    shape: [2, 0]\n    default: []\n", 7, 14,
+       "features.z.default", {"shape [2, 0] holds no values, so a default has nothing to fill (TensorFlow treats "
+                              "it as no default"}},
+      {"scalar default for shape [0]", "job: t\nsource: {files: [a]}\nfeatures: {z: {dtype: bytes, shape: [0], "
+       "default: x}}\n", 3, 51, "features.z.default", {"shape [0] holds no values"}},
       {"default of the wrong type", "job: t\nsource: {files: [a]}\nfeatures:\n  n:\n"
        "    dtype: int64\n    shape: [2]\n    default: [1, two]\n", 7, 18,
        "features.n.default[1]", {"expected an integer", "got 'two'"}},
