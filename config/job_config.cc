@@ -527,10 +527,11 @@ class Loader {
       } else if (value == nullptr && path.starts_with("shard.")) {
         // A default here would make every node whose launcher did not set it read the same
         // shard without a word (docs/config.md, shard): no default is suggested.
-        Fail(mark, path, "environment variable " + name_str + " is not set (referenced in " + Quote(text) +
-                             "); the job script or launcher sets it on each node (the node's rank and the number of nodes: "
-                             "NODE_RANK / NNODES, SLURM_NODEID / SLURM_NNODES under Slurm); a default would make every "
-                             "node without it read the same shard");
+        Fail(mark, path,
+             "environment variable " + name_str + " is not set (referenced in " + Quote(text) +
+                 "); the job script or launcher sets it on each node (the node's rank and the number of "
+                 "nodes: NODE_RANK / NNODES, SLURM_NODEID / SLURM_NNODES under Slurm); a default would make "
+                 "every node without it read the same shard");
       } else if (value == nullptr) {
         Fail(mark, path, "environment variable " + name_str + " is not set (referenced in " +
                              Quote(text) + "); set it or write ${" + name_str + ":-default}");

@@ -607,8 +607,8 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   // Counted from 1 for people, with the batches' 0-based epoch beside it: that is the number
   // --start-epoch and checkpoints use.
   std::snprintf(buf, sizeof buf,
-                "progress   epoch %lld of %s (0-based %lld, as in batches and --start-epoch%s), %llu of %llu files of this "
-                "epoch done\n",
+                "progress   epoch %lld of %s (0-based %lld, as in batches and --start-epoch%s), %llu of %llu "
+                "files of this epoch done\n",
                 static_cast<long long>(s.Integer("epoch")) + 1,
                 epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(), static_cast<long long>(s.Integer("epoch")),
                 start_epoch > 0 ? ("; started at --start-epoch " + std::to_string(start_epoch)).c_str() : "",

@@ -269,7 +269,8 @@ TEST_CASE("daemon keys: shard from the launcher's environment, ring, consumers, 
       CHECK(e.key() == "shard.index");
       CHECK_THAT(e.what(), Catch::Contains("shard.index is 6 but shard.count is 6") &&
                                Catch::Contains("0 to 5") &&
-                               Catch::EndsWith("(the value is '${RINGFEED_TEST_RANK}' with its variables substituted)"));
+                               Catch::EndsWith(
+                                   "(the value is '${RINGFEED_TEST_RANK}' with its variables substituted)"));
     }
     // A value a launcher set wrong names the variable it came from, not only the value.
     ScopedEnv spaced("RINGFEED_TEST_RANK", " 1");
@@ -375,7 +376,8 @@ features:
   // np.float32(float(text)), measured): 1.0, where rounding straight to float32 gives the next
   // float up; and just below the FLT_MAX/2^128 midpoint, the double is the midpoint and the
   // float32 infinity (TF's value), out of range here.
-  c = Load("job: t\nsource: {files: [a]}\nfeatures:\n  f: {dtype: float32, default: 1.000000059604644775390625000001}\n");
+  c = Load("job: t\nsource: {files: [a]}\nfeatures:\n"
+           "  f: {dtype: float32, default: 1.000000059604644775390625000001}\n");
   CHECK(c.features[0].default_float == std::vector<float>{1.0f});
   CHECK_THROWS_WITH(
       Load("job: t\nsource: {files: [a]}\nfeatures:\n  f: {dtype: float32, default: 3.40282356779733661e38}\n"),

@@ -167,7 +167,8 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
     CHECK_THROWS_WITH(ExpandFiles({locked + "/a.tfrecord"}),
                       Catch::Contains("cannot open '" + locked + "/a.tfrecord': Permission denied"));
     CHECK_THROWS_WITH(ExpandFiles({locked + "/*.tfrecord"}),
-                      Catch::Contains("matches no file; directory '" + locked + "' could not be read: Permission denied"));
+                      Catch::Contains("matches no file; directory '" + locked +
+                                      "' could not be read: Permission denied"));
     ::chmod(locked.c_str(), 0700);
   }
   // 26 groups of two would be 67 M paths (gigabytes, before the first is looked at): refused.
@@ -304,14 +305,16 @@ TEST_CASE("a memory budget above the memory the job may use is allowed, with a w
   REQUIRE(mem.limit_bytes > uint64_t{1} << 30);
   std::ostringstream log;
   const JobCheckResult big =
-      RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: " + std::to_string(2 * mem.limit_bytes) + "}\n"), log, log);
+      RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: " + std::to_string(2 * mem.limit_bytes) + "}\n"),
+                  log, log);
   CHECK(big.plan_error.empty());
   CHECK(big.memory_budget_warning == "pipeline.memory_budget " + FormatBytes(2 * mem.limit_bytes) +
                                          " is more than the memory this job may use (" + mem.limit_source +
                                          "): the budget will not keep it within that; the default is " +
                                          FormatBytes(mem.bytes) + " (" + mem.source + ")");
   const JobCheckResult within =
-      RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: " + std::to_string(mem.limit_bytes / 2) + "}\n"), log, log);
+      RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: " + std::to_string(mem.limit_bytes / 2) + "}\n"),
+                  log, log);
   CHECK(within.plan_error.empty());
   CHECK(within.memory_budget_warning.empty());
 }
