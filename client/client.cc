@@ -114,9 +114,8 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
     throw ClientError("ClientOptions::job is empty: set it to the job's name (the job: key of its config)");
   }
   if (!shm::IsValidJobName(options.job)) {  // it becomes a path: "../x" must not leave the runtime directory
-    throw ClientError("ClientOptions::job '" + options.job + "' is not a job name: 1 to " +
-                      std::to_string(shm::kMaxJobNameBytes) +
-                      " characters from A-Z a-z 0-9 _ . -, not starting with '.' or '-' (the job: key of its config)");
+    throw ClientError("ClientOptions::job '" + options.job + "' is not a job name: " + shm::kJobNameRule +
+                      " (the job: key of its config)");
   }
   if (options.rank < -1) {
     throw ClientError("ClientOptions::rank " + std::to_string(options.rank) +

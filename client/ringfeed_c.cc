@@ -99,8 +99,8 @@ int rf_attach(const rf_attach_options* options, rf_client** client, char* err, s
     }
     o.job = options->job;
     if (!ringfeed::shm::IsValidJobName(o.job)) {
-      return Fail("rf_attach: options->job '" + o.job + "' is not a job name: 1 to 64 characters from A-Z a-z 0-9 "
-                  "_ . -, not starting with '.' or '-' (the job: key of its config)", err, err_len);
+      return Fail("rf_attach: options->job '" + o.job + "' is not a job name: " +
+                  ringfeed::shm::kJobNameRule + " (the job: key of its config)", err, err_len);
     }
     if (Covers(options, offsetof(rf_attach_options, rank), sizeof options->rank)) o.rank = options->rank;
     if (o.rank < -1) {

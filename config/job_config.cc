@@ -53,20 +53,25 @@ constexpr int64_t kMaxRingSlots = 256;                 // shm::kMaxSlots
 constexpr size_t kMaxFeatureCount = 256;               // shm::kMaxFeatures: the superblock's schema
 constexpr size_t kMaxFeatureNameBytes = 127;           // shm::kMaxNameBytes - 1 (NUL-terminated)
 
-// `s` with bytes that are not printable ASCII as \xHH, for messages.
-std::string Printable(const std::string& s) {
+// `s` for messages: control characters (a NUL from "\0" in a quoted scalar, a tab) as \xHH, so
+// that a message is never cut short or garbled by them, and with `ascii_only` every byte above
+// 0x7E too (else UTF-8 is kept as written).
+std::string Escaped(std::string_view s, bool ascii_only) {
   std::string out;
-  for (const unsigned char c : s) {
-    if (c >= 0x20 && c < 0x7F) {
-      out += static_cast<char>(c);
-    } else {
+  for (const char c : s) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7F || (ascii_only && byte > 0x7F)) {
       char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02X", c);
+      std::snprintf(hex, sizeof hex, "\\x%02X", byte);
       out += hex;
+    } else {
+      out += c;
     }
   }
   return out;
 }
+// Bytes that are not printable ASCII as \xHH.
+std::string Printable(const std::string& s) { return Escaped(s, /*ascii_only=*/true); }
 constexpr size_t kMaxShapeRank = 8;                    // shm::kMaxRank
 constexpr uint64_t kMinSlotBytes = uint64_t{4} << 10;  // one page
 constexpr uint64_t kMaxSlotBytes = uint64_t{64} << 30;
@@ -158,22 +163,8 @@ std::string Suggestion(std::string_view word, const std::string_view (&words)[N]
   return "; did you mean '" + std::string(best_word) + "'?";
 }
 
-// `s` in quotes, control characters (a NUL from "\0" in a quoted scalar, a tab) as \xHH so that
-// a message is never cut short or garbled by them; UTF-8 is kept as written.
-std::string Quote(std::string_view s) {
-  std::string out = "'";
-  for (const char c : s) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7F) {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02X", byte);
-      out += hex;
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
+// `s` in quotes, control characters as \xHH, UTF-8 as written.
+std::string Quote(std::string_view s) { return "'" + Escaped(s, /*ascii_only=*/false) + "'"; }
 
 std::string FormatMessage(const std::string& file, int line, int column, const std::string& key,
                           const std::string& problem) {
@@ -384,13 +375,13 @@ class Loader {
     const size_t newline = text.rfind('\n', at);  // text[at] is no newline
     mark.line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
     mark.column = static_cast<int>(newline == std::string_view::npos ? at : at - newline - 1);
-    char hex[5];
-    std::snprintf(hex, sizeof hex, "%02X", static_cast<unsigned char>(text[at]));
     // UTF-16 or UTF-32 text: a byte-order mark, or ASCII with NULs from the start.
     const bool wide = text.starts_with("\xFF\xFE") || text.starts_with("\xFE\xFF") || (text[at] == '\0' && at < 2);
-    Fail(mark, "", std::string("control character \\x") + hex + " in the file: YAML allows none but tab, LF and CR" +
-                       (wide ? " (the file looks UTF-16 or UTF-32: save it as UTF-8)" : "") +
-                       "; write one in a double-quoted string as an escape (\"\\t\", \"\\x01\")");
+    Fail(mark, "",
+         "control character " + Escaped(text.substr(at, 1), /*ascii_only=*/false) +
+             " in the file: YAML allows none but tab, LF and CR" +
+             (wide ? " (the file looks UTF-16 or UTF-32: save it as UTF-8)" : "") +
+             "; write one in a double-quoted string as an escape (\"\\t\", \"\\x01\")");
   }
 
   [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key,
@@ -1152,11 +1143,9 @@ std::string ReadFifo(const std::string& path, int fd) {
 }  // namespace
 
 std::string JobNameProblem(const std::string& name) {
-  // Not starting with '.': ".", ".." and ".x" would name hidden files (".x.sock"); nor with
-  // '-': "ringfeedctl status -x" would read it as an option.
-  if (shm::IsValidJobName(name)) return "";
+  if (shm::IsValidJobName(name)) return "";  // the rule and its reasons: shm/names.h
   return "invalid job name " + Quote(name) +
-         "; expected 1 to 64 characters from A-Z a-z 0-9 _ . -, not starting with '.' or '-' (it names the job's "
+         "; expected " + shm::kJobNameRule + " (it names the job's "
          "socket and shared memory, and ringfeedctl takes it as an argument)";
 }
 

@@ -39,6 +39,9 @@
 namespace ringfeed::shm {
 
 inline constexpr size_t kMaxJobNameBytes = 64;
+// IsValidJobName's rule in words, for messages.
+inline constexpr const char* kJobNameRule =
+    "1 to 64 characters from A-Z a-z 0-9 _ . -, not starting with '.' or '-'";
 bool IsValidJobName(std::string_view job);
 std::string RuntimeDir();
 std::string SocketPath(std::string_view runtime_dir, std::string_view job);
