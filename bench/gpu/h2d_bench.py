@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""Host-to-device GB/s for ringfeed batches on a machine with an NVIDIA GPU, three ways:
+"""Host-to-device GB/s for ringfeed batches on a machine with an NVIDIA GPU, five ways:
 
-  ring       the uploader: cuMemcpyHtoDAsync from the ring's registered (page-locked) slots
-             straight into device tensors (client/cuda_uploader.h through the Python binding)
+  ring_held  the uploader: cuMemcpyHtoDAsync from the ring's registered (page-locked) slots
+             straight into device tensors (client/cuda_uploader.h through the Python binding),
+             for batches taken from the ring before the clock starts
+  ring_live  next() + upload() batch after batch: the slower of the daemon and the copies
   pageable   the same batches copied out of the ring into ordinary (pageable) torch tensors,
              then tensor.to(device) — what a loader without pinned memory does
   dataloader torch.utils.data.DataLoader(pin_memory=True) over those pageable tensors, then
              .to(device, non_blocking=True) — PyTorch's usual pinned path (a host copy into
              pinned memory by the pin thread, then the DMA)
+  pinned     those tensors in PyTorch's pinned memory already, then .to(device, non_blocking=True)
 
 and checks that what arrived on the device equals the batch (ring) / the source (others).
+First run on a GPU: session 33, NVIDIA H200 (bench/gpu/README.md, docs/benchmarks.md).
 
-UNTESTED WITHOUT A GPU (no GPU machine was lent while it was written). The uploader's Python
-binding it uses (python/src/cuda_uploader_object.h; its calls are tested against a libcuda
-stand-in in python/tests/test_cuda_upload.py):
+The uploader's Python binding (python/src/cuda_uploader_object.h):
 
     up = ringfeed._core._CudaUploader(client._core, device)   # registers the ring once
     up.upload(batch, stream, dst) -> int                       # bytes enqueued
@@ -21,11 +23,11 @@ stand-in in python/tests/test_cuda_upload.py):
         stream  int, a CUstream (torch.cuda.current_stream().cuda_stream)
         dst     list of (feature name, part, device address, capacity in bytes); part is
                 "values", "row_splits" or "value_offsets"
-    up.poll() -> int; up.synchronize() -> int; up.pending -> int
+    up.poll() -> int; up.synchronize() -> int; up.pending -> int; up.registered -> bool
 
 Needs: an NVIDIA driver, torch with CUDA (pip install torch), the ringfeed package
 (pip install ./python), and a running ringfeedd for the job with enough data (epochs: 0 runs
-forever). See bench/gpu/README.md.
+forever) and a prefetch of at least --hold. See bench/gpu/README.md.
 """
 
 import argparse
@@ -64,8 +66,13 @@ def gbps(nbytes, seconds):
     return nbytes / seconds / 1e9 if seconds > 0 else float("nan")
 
 
-def bench_ring(client, schema, device, batches, check, depth):
-    """The uploader: copies from the registered ring on one stream, `depth` buffer sets in flight."""
+def bench_ring(client, schema, device, batches, check, depth, hold):
+    """The uploader, two ways, on one stream with `depth` device buffer sets used in turn:
+    held: rounds of `hold` batches taken from the ring first (untimed: the daemon's production
+    rate does not count), then uploaded (timed: each upload call and the copies, until the
+    stream is idle) — the host-to-device rate from the registered ring;
+    live: next() + upload() for `batches` batches in a row — bounded by whichever is slower,
+    the daemon's production or the copies."""
     up = make_uploader(client, device.index or 0)
     stream = torch.cuda.Stream(device)
     # Device buffers sized for a full batch, reused round-robin: with one stream, copy i+depth
@@ -78,12 +85,6 @@ def bench_ring(client, schema, device, batches, check, depth):
             for _ in range(depth)]
 
     dsts = [[(name, part, buf.data_ptr(), buf.numel()) for (name, part), buf in bufs.items()] for bufs in sets]
-
-    def upload(i):
-        batch = client.next()
-        nbytes = up.upload(batch, stream.cuda_stream, dsts[i % depth])  # the uploader checks the sizes
-        batch.close()  # the uploader's hold keeps the slot until the copy completed
-        return nbytes
 
     # Untimed: the values on the device equal the batch's, byte for byte.
     for i in range(check):
@@ -100,15 +101,31 @@ def bench_ring(client, schema, device, batches, check, depth):
         batch.close()
     up.synchronize()
 
-    total = 0
+    held_bytes = 0
+    held_s = 0.0
+    done = 0
+    while done < batches:
+        taken = [client.next() for _ in range(min(hold, batches - done))]  # waits for the daemon
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for i, batch in enumerate(taken):
+            held_bytes += up.upload(batch, stream.cuda_stream, dsts[(done + i) % depth])
+        up.synchronize()
+        held_s += time.perf_counter() - t0
+        done += len(taken)
+        del taken
+
+    live_bytes = 0
     torch.cuda.synchronize(device)
     t0 = time.perf_counter()
     for i in range(batches):
-        total += upload(i)
+        batch = client.next()
+        live_bytes += up.upload(batch, stream.cuda_stream, dsts[i % depth])  # the uploader checks the sizes
+        batch.close()  # the uploader's hold keeps the slot until the copy completed
     up.synchronize()
     torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - t0
-    return total, seconds, check
+    live_s = time.perf_counter() - t0
+    return (held_bytes, held_s), (live_bytes, live_s), check, up.registered
 
 
 def collect_pageable(client, schema, batches):
@@ -147,6 +164,24 @@ class _ListDataset(torch.utils.data.Dataset):
         return self.items[i]
 
 
+def bench_pinned(host_batches, device):
+    """The same arrays copied into page-locked host memory first (untimed), then
+    .to(device, non_blocking=True): the host-to-device limit through PyTorch's own pinned memory."""
+    pinned = [[t.pin_memory() for t in b] for b in host_batches]
+    total = sum(t.numel() * t.element_size() for b in pinned for t in b)
+    torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    last = None
+    for b in pinned:
+        last = [t.to(device, non_blocking=True) for t in b]
+    torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    for src, dev in zip(pinned[-1], last):
+        if not torch.equal(src, dev.cpu()):
+            sys.exit("h2d_bench: pinned: device tensor differs from the source")
+    return total, seconds
+
+
 def bench_dataloader(host_batches, device):
     total = sum(t.numel() * t.element_size() for b in host_batches for t in b)
     loader = torch.utils.data.DataLoader(_ListDataset(host_batches), batch_size=None, shuffle=False,
@@ -171,6 +206,8 @@ def main():
     ap.add_argument("--batches", type=int, default=500, help="batches per method (default 500)")
     ap.add_argument("--check", type=int, default=20, help="ring: first compare N batches on the device, untimed (default 20)")
     ap.add_argument("--depth", type=int, default=4, help="ring: device buffer sets in flight (default 4)")
+    ap.add_argument("--hold", type=int, default=8,
+                    help="ring (held): batches taken before each timed round; at most the job's prefetch (default 8)")
     ap.add_argument("--device", default="cuda:0")
     args = ap.parse_args()
 
@@ -185,15 +222,18 @@ def main():
         kwargs["runtime_dir"] = args.runtime_dir
     with ringfeed.Client(args.job, **kwargs) as client:
         schema = client.schema
-        ring_bytes, ring_s, checked = bench_ring(client, schema, device, args.batches, args.check, args.depth)
+        held, live, checked, registered = bench_ring(client, schema, device, args.batches, args.check, args.depth,
+                                                     args.hold)
         host = collect_pageable(client, schema, args.batches)
     page_bytes, page_s = bench_pageable(host, device)
     dl_bytes, dl_s = bench_dataloader(host, device)
+    pin_bytes, pin_s = bench_pinned(host, device)
 
-    print(f"job {args.job}, {args.batches} batches per method, device {torch.cuda.get_device_name(device)}")
+    print(f"job {args.job}, {args.batches} batches per method, device {torch.cuda.get_device_name(device)}, "
+          f"ring {'registered by the uploader' if registered else 'registered before (not by the uploader)'}")
     print(f"{'method':<12} {'MB/batch':>9} {'seconds':>8} {'GB/s':>7}")
-    for name, nbytes, seconds in (("ring", ring_bytes, ring_s), ("pageable", page_bytes, page_s),
-                                  ("dataloader", dl_bytes, dl_s)):
+    for name, (nbytes, seconds) in (("ring_held", held), ("ring_live", live), ("pageable", (page_bytes, page_s)),
+                                    ("dataloader", (dl_bytes, dl_s)), ("pinned", (pin_bytes, pin_s))):
         print(f"{name:<12} {nbytes / args.batches / 1e6:>9.3f} {seconds:>8.3f} {gbps(nbytes, seconds):>7.2f}")
     print(f"values checked on the device: ring {checked} batches, pageable and dataloader the last batch: equal")
 
