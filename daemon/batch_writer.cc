@@ -42,8 +42,14 @@ std::vector<ColumnCapacity> BatchWriter::PlanFromHistory(size_t rows, uint64_t s
   return caps;
 }
 
-BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool skip_errors,
-                                       const std::vector<std::string>& files) {
+std::string JobFiles::Place(const OwnedRecord& record) const {
+  const std::string path = record.file_index < paths.size() ? paths[record.file_index]
+                                                            : "file #" + std::to_string(record.file_index);
+  return RecordPlace(path, record.record_index, record.offset,
+                     compression ? compression(record.file_index) : Compression::kNone);
+}
+
+BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool skip_errors, const JobFiles& files) {
   const FeatureSpecs& specs = parser_.specs();
   const uint64_t slot_bytes = ring_.slot_bytes;
   const size_t n = job.records.size();
@@ -94,10 +100,8 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
                    "); set ring.slot_bytes to at least " + std::to_string(kib) + "KiB (the largest column is '" +
                    (specs.empty() ? std::string() : specs[largest].name) + "' with " +
                    std::to_string(largest_bytes) + " bytes; the largest record of the batch: " +
-                   (big != nullptr && big->file_index < files.size()
-                        ? files[big->file_index] + " record " + std::to_string(big->record_index) + " at byte " +
-                              std::to_string(big->offset) + ", " + std::to_string(big->size) + " bytes"
-                        : std::string("none")) +
+                   (big != nullptr ? files.Place(*big) + ", " + std::to_string(big->size) + " bytes"
+                                   : std::string("none")) +
                    "). A capacity error: on_error does not apply";
     return result;
   }
@@ -109,7 +113,7 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
 }
 
 BatchWriter::Result BatchWriter::Fill(const BatchJob& job, uint32_t slot, const std::vector<ColumnCapacity>& caps,
-                                      bool skip_errors, const std::vector<std::string>& files, bool* no_room) {
+                                      bool skip_errors, const JobFiles& files, bool* no_room) {
   Result result;
   const FeatureSpecs& specs = parser_.specs();
   uint8_t* const base = ring_.slot(slot);
@@ -131,8 +135,7 @@ BatchWriter::Result BatchWriter::Fill(const BatchJob& job, uint32_t slot, const 
         *no_room = true;
         return result;
       }
-      std::string message = files[r.file_index] + ": record " + std::to_string(r.record_index) + " at byte " +
-                            std::to_string(r.offset) + ": " + error.message;
+      std::string message = files.Place(r) + ": " + error.message;
       if (!skip_errors) {
         result.error = std::move(message) + " (on_error: fail)";
         return result;

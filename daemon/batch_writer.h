@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,21 @@
 #include "shm/ring.h"
 
 namespace ringfeed {
+
+// The job's files as messages name them: the paths (FileList order: OwnedRecord::file_index)
+// and, where known, each file's compression as read, so that a record's byte offset in a
+// GZIP/ZLIB file is said to be one of the uncompressed stream (RecordPlace).
+struct JobFiles {
+  // Implicit: a plain list of paths names every record's offset as in a plain file.
+  JobFiles(const std::vector<std::string>& paths,  // NOLINT(google-explicit-constructor)
+           std::function<Compression(uint32_t file_index)> compression = {})
+      : paths(paths), compression(std::move(compression)) {}
+  // "PATH: record N at byte B[ of the uncompressed stream (gzip)]".
+  std::string Place(const OwnedRecord& record) const;
+
+  const std::vector<std::string>& paths;
+  std::function<Compression(uint32_t)> compression;  // empty: not known (named as plain)
+};
 
 class BatchWriter {
  public:
@@ -42,7 +58,7 @@ class BatchWriter {
   };
   // Fills slot `slot` (which the caller owns: its word is kFree or kFilling) with `job`.
   // `files` is the job's file list, for messages.
-  Result Write(const BatchJob& job, uint32_t slot, bool skip_errors, const std::vector<std::string>& files);
+  Result Write(const BatchJob& job, uint32_t slot, bool skip_errors, const JobFiles& files);
 
   // Batches that did not fit the planned layout and were measured and parsed again.
   uint64_t remeasured() const { return remeasured_; }
@@ -58,7 +74,7 @@ class BatchWriter {
   // Lays out `caps`, parses the batch into the slot and writes its header. *no_room: a record
   // did not fit (the result is then incomplete).
   Result Fill(const BatchJob& job, uint32_t slot, const std::vector<ColumnCapacity>& caps, bool skip_errors,
-              const std::vector<std::string>& files, bool* no_room);
+              const JobFiles& files, bool* no_room);
 
   const ExampleParser& parser_;
   shm::Ring ring_;

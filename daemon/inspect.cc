@@ -120,11 +120,6 @@ std::string Dump(const Json& json) {
 // ---------------------------------------------------------------------------------------------
 // Reading files
 
-// "FILE: record N at byte B", the prefix of every problem about one record (as in ReadError).
-std::string RecordPlace(const std::string& file, uint64_t index, uint64_t offset) {
-  return file + ": record " + std::to_string(index) + " at byte " + std::to_string(offset);
-}
-
 // The reader's message, with its fixes spelled as this tool's flags: the reader names the job
 // config's keys (max_record_bytes, compression:), which are --max-record-bytes and --compression
 // here.
@@ -147,10 +142,11 @@ struct FileTotals {
   uint64_t problems = 0;  // read errors (and, counted by the caller, parse errors)
 };
 
-// Reads records 0 .. limit-1 of `file` (all when limit is 0): on_record for each good record,
-// on_error for each read error; goes on after recoverable errors.
+// Reads records 0 .. limit-1 of `file` (all when limit is 0): on_record for each good record
+// (with the file's compression as read, for RecordPlace), on_error for each read error; goes on
+// after recoverable errors.
 FileTotals ReadRecords(const std::string& file, const InspectOptions& options,
-                       const std::function<void(const Record&)>& on_record,
+                       const std::function<void(const Record&, Compression)>& on_record,
                        const std::function<void(const ReadError&)>& on_error) {
   ReaderOptions reader_options = options.reader;
   reader_options.verify_crc = true;
@@ -164,7 +160,7 @@ FileTotals ReadRecords(const std::string& file, const InspectOptions& options,
       case TFRecordReader::Status::kEnd: return totals;
       case TFRecordReader::Status::kRecord:
         ++totals.records;
-        on_record(record);
+        on_record(record, reader.compression());
         index = record.index;
         break;
       case TFRecordReader::Status::kError:
@@ -180,10 +176,11 @@ FileTotals ReadRecords(const std::string& file, const InspectOptions& options,
 void ReportReadError(const ReadError& error, std::ostream& err) { err << ProblemMessage(error) << '\n'; }
 
 // Decodes a record, or reports why it is not a valid Example (returns false).
-bool DecodeRecord(const std::string& file, const Record& record, ExampleFeatures* features, std::ostream& err) {
+bool DecodeRecord(const std::string& file, const Record& record, Compression compression, ExampleFeatures* features,
+                  std::ostream& err) {
   std::string why;
   if (DecodeExample(record.data, features, &why)) return true;
-  err << RecordPlace(file, record.index, record.offset) << ": " << why << '\n';
+  err << RecordPlace(file, record.index, record.offset, compression) << ": " << why << '\n';
   return false;
 }
 
@@ -229,8 +226,8 @@ int RunRecords(const InspectOptions& options, std::ostream& out, std::ostream& e
   uint64_t problems = 0;
   ExampleFeatures features;
   for (const std::string& file : options.files) {
-    auto on_record = [&](const Record& record) {
-      if (!DecodeRecord(file, record, &features, err)) {
+    auto on_record = [&](const Record& record, Compression compression) {
+      if (!DecodeRecord(file, record, compression, &features, err)) {
         ++problems;
         return;
       }
@@ -249,7 +246,8 @@ int RunCount(const InspectOptions& options, std::ostream& out, std::ostream& err
   std::vector<FileTotals> per_file;
   FileTotals total;
   for (const std::string& file : options.files) {
-    FileTotals t = ReadRecords(file, options, [](const Record&) {}, [&](const ReadError& e) { ReportReadError(e, err); });
+    FileTotals t = ReadRecords(file, options, [](const Record&, Compression) {},
+                               [&](const ReadError& e) { ReportReadError(e, err); });
     per_file.push_back(t);
     total.records += t.records;
     total.problems += t.problems;
@@ -298,7 +296,7 @@ int RunVerify(const InspectOptions& options, std::ostream& out) {
   uint64_t records = 0;
   uint64_t files_with_problems = 0;
   for (const std::string& file : options.files) {
-    FileTotals t = ReadRecords(file, options, [](const Record&) {}, [&](const ReadError& e) {
+    FileTotals t = ReadRecords(file, options, [](const Record&, Compression) {}, [&](const ReadError& e) {
       problems.push_back(e);
       if (!options.json) out << VerifyLine(e) << '\n';
     });
@@ -595,8 +593,8 @@ int RunSchema(const InspectOptions& options, std::ostream& out, std::ostream& er
   ExampleFeatures features;
   uint64_t with_feature_lists = 0;
   for (const std::string& file : options.files) {
-    auto on_record = [&](const Record& record) {
-      if (DecodeRecord(file, record, &features, err)) AddToSchema(file, record, features, &schema);
+    auto on_record = [&](const Record& record, Compression compression) {
+      if (DecodeRecord(file, record, compression, &features, err)) AddToSchema(file, record, features, &schema);
       else ++schema.problems;
       with_feature_lists += HasFeatureLists(record.data);
     };

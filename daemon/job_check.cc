@@ -129,13 +129,12 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       result.bytes += record.data.size();
       if (record.data.size() > largest_record_bytes) {
         largest_record_bytes = record.data.size();
-        result.largest_record = file + " record " + std::to_string(record.index) + " at byte " +
-                                std::to_string(record.offset) + ", " + std::to_string(record.data.size()) + " bytes";
+        result.largest_record = RecordPlace(file, record.index, record.offset, reader.compression()) + ", " +
+                                std::to_string(record.data.size()) + " bytes";
       }
       if (!parsed) {
         ++result.parse_errors;
-        problem(file + ": record " + std::to_string(record.index) + " at byte " + std::to_string(record.offset) +
-                ": " + parse_error.message);
+        problem(RecordPlace(file, record.index, record.offset, reader.compression()) + ": " + parse_error.message);
         continue;
       }
       ++file_records;

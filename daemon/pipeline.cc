@@ -292,6 +292,8 @@ void Pipeline::RunSequencer() {
 void Pipeline::RunWorker(size_t id) {
   NameThread("rf-parse", id);
   BatchWriter writer(parser_, ring_);
+  const JobFiles files(options_.sequencer.files,
+                       [this](uint32_t file_index) { return read_ahead_->CompressionOf(file_index); });
   for (;;) {
     Work work;
     {
@@ -321,7 +323,7 @@ void Pipeline::RunWorker(size_t id) {
     };
     BatchWriter::Result result;
     try {
-      result = writer.Write(work.job, work.slot, options_.sequencer.skip_errors, options_.sequencer.files);
+      result = writer.Write(work.job, work.slot, options_.sequencer.skip_errors, files);
     } catch (const std::bad_alloc& e) {  // its parse scratch
       result.error = "parse worker " + std::to_string(id) + ": " + OutOfMemory(e);
     } catch (const std::exception& e) {

@@ -58,7 +58,8 @@ class TurnAllocator final : public RecordAllocator {
 // kInvalidRecordChargeBytes for the error and its message): a file of nothing but bad records
 // must not be read ahead without limit.
 constexpr uint64_t kInvalidRecordChargeBytes = 512;
-StreamItem InvalidRecord(const std::string& path, const OwnedRecord& record, const std::string& why) {
+StreamItem InvalidRecord(const std::string& path, Compression compression, const OwnedRecord& record,
+                         const std::string& why) {
   StreamItem item;
   item.kind = StreamItem::Kind::kError;
   item.record.size = std::max(record.size, kInvalidRecordChargeBytes);
@@ -69,8 +70,7 @@ StreamItem InvalidRecord(const std::string& path, const OwnedRecord& record, con
   error.record_index = record.record_index;
   error.offset = record.offset;
   error.recoverable = true;
-  error.message = path + ": record " + std::to_string(record.record_index) + " at byte " +
-                  std::to_string(record.offset) + ": " + why;
+  error.message = RecordPlace(path, record.record_index, record.offset, compression) + ": " + why;
   return item;
 }
 }  // namespace
@@ -270,6 +270,12 @@ size_t ReadAhead::open_streams() const {
   return streams_.size();
 }
 
+Compression ReadAhead::CompressionOf(uint32_t file_index) const {
+  std::lock_guard lock(mutex_);
+  const auto it = compressed_files_.find(file_index);
+  return it == compressed_files_.end() ? Compression::kNone : it->second;
+}
+
 std::vector<std::string> ReadAhead::IoInProgress() const {
   const int64_t now = MonotonicNs();
   std::vector<std::string> calls;
@@ -404,7 +410,7 @@ void ReadAhead::Run(size_t id) {
         ++records;
         payload += size;
         if (check_ && !check_(item.record, &why)) {
-          StreamItem invalid = InvalidRecord(stream->path_, item.record, why);
+          StreamItem invalid = InvalidRecord(stream->path_, stream->reader_.compression(), item.record, why);
           bytes += invalid.record.size;
           items.push_back(std::move(invalid));
           continue;
@@ -423,8 +429,8 @@ void ReadAhead::Run(size_t id) {
       oom.file = stream->path_;
       oom.record_index = stream->reader_.records_read();
       oom.offset = stream->reader_.offset();
-      oom.message = stream->path_ + ": record " + std::to_string(oom.record_index) + " at byte " +
-                    std::to_string(oom.offset) + ": reading it ahead: " + OutOfMemory(e);
+      oom.message = RecordPlace(stream->path_, oom.record_index, oom.offset, stream->reader_.compression()) +
+                    ": reading it ahead: " + OutOfMemory(e);
       items.push_back(std::move(failed));
       StreamItem end;
       end.kind = StreamItem::Kind::kEnd;
@@ -442,8 +448,13 @@ void ReadAhead::Run(size_t id) {
     if (finished) stream->chunk_.Retire();  // no more records: only they keep it alive now
     cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
     busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wall_start), std::memory_order_relaxed);
+    const Compression compression = stream->reader_.compression();
     lock.lock();
     stream->busy_ = false;
+    if (!stream->compression_noted_ && (compression == Compression::kGzip || compression == Compression::kZlib)) {
+      compressed_files_[stream->file_index_] = compression;
+      stream->compression_noted_ = true;
+    }
     EndIo(io);
     stream->finished_ = finished;
     const bool delivered = !stream->closed_;

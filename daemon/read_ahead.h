@@ -40,6 +40,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -203,6 +204,7 @@ class FileStream {
   // reader_.queued_reads_unavailable() was counted (and maybe logged) since it was last empty;
   // as reader_.
   bool unqueued_noted_ = false;
+  bool compression_noted_ = false;  // a compressed file's compression is in compressed_files_; as reader_
   ChunkCursor chunk_;      // as reader_
   std::vector<StreamItem> spare_;  // the next turn's item vector (capacity kept); as reader_
   // The consumer's side: items taken from items_ in one go (one lock per turn, not per
@@ -288,6 +290,10 @@ class ReadAhead {
   uint64_t bytes_read() const;
   // Streams currently open (being read or buffered).
   size_t open_streams() const;
+  // The compression file `file_index` was read with (TFRecordReader::compression(): the
+  // config's, or what `auto` detected): kGzip or kZlib once a turn of that file has run, else
+  // kNone. For messages about its records (JobFiles); it takes the lock.
+  Compression CompressionOf(uint32_t file_index) const;
   // The file system calls under way now, oldest first, as "a read of PATH (for 1.2 s)",
   // "opening PATH (...)" or "closing PATH (...)": an I/O thread's read-ahead turn, Open()
   // opening a file, a stream's last reference closing it (waiting for its queued reads).
@@ -343,6 +349,7 @@ class ReadAhead {
   mutable std::mutex mutex_;
   std::condition_variable work_;
   std::vector<std::shared_ptr<FileStream>> streams_;  // in Open order
+  std::unordered_map<uint32_t, Compression> compressed_files_;  // file_index -> kGzip/kZlib; guarded by mutex_
   std::vector<std::thread> threads_;
   size_t wanted_threads_ = 0;
   bool stopping_ = false;

@@ -126,6 +126,12 @@ void TFRecordReader::EndFile() {
   queue_.reset();  // the file is over: no more reads ahead
 }
 
+std::string RecordPlace(const std::string& path, uint64_t record_index, uint64_t offset, Compression compression) {
+  const bool compressed = compression == Compression::kGzip || compression == Compression::kZlib;
+  return path + ": record " + std::to_string(record_index) + " at byte " + std::to_string(offset) +
+         (compressed ? " of the uncompressed stream (" + std::string(CompressionName(compression)) + ")" : "");
+}
+
 TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string detail, ReadError* error) {
   const bool recoverable = kind == ReadErrorKind::kCorruptedData || kind == ReadErrorKind::kRecordTooLarge;
   if (!recoverable) EndFile();
@@ -146,10 +152,8 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
     error->message = path_ + ": " + std::string(ReadErrorKindName(kind)) + ": " + detail;
     return Status::kError;
   }
-  const bool compressed = compression_ == Compression::kGzip || compression_ == Compression::kZlib;
-  error->message = path_ + ": record " + std::to_string(index_) + " at byte " + std::to_string(offset_) +
-                   (compressed ? " of the uncompressed stream (" + std::string(CompressionName(compression_)) + ")" : "") +
-                   ": " + std::string(ReadErrorKindName(kind)) + ": " + detail;
+  error->message = RecordPlace(path_, index_, offset_, compression_) + ": " + std::string(ReadErrorKindName(kind)) +
+                   ": " + detail;
   return Status::kError;
 }
 

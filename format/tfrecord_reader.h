@@ -99,6 +99,11 @@ enum class ReadErrorKind {
   kInvalidExample,
 };
 std::string_view ReadErrorKindName(ReadErrorKind kind);  // "truncated record", ...
+// "PATH: record N at byte B", and for a GZIP/ZLIB file " of the uncompressed stream (gzip)"
+// after it: the prefix of every message about one record (ReadError::message, parse errors).
+// `compression` is the file's as read (TFRecordReader::compression(); kAuto: not known yet,
+// named like kNone).
+std::string RecordPlace(const std::string& path, uint64_t record_index, uint64_t offset, Compression compression);
 // Whether `kind` is a limit of the machine rather than a fault of the file (out of file
 // descriptors, out of memory): a caller that skips bad files (on_error: skip) must stop instead,
 // or the records it could not read would be lost without a word.

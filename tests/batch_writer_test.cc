@@ -142,7 +142,8 @@ TEST_CASE("a batch larger than a slot is an error naming the bytes needed and ri
   ExampleParser parser(specs);
   Ring ring(64 << 10, specs);
   BatchWriter writer(parser, ring.view);
-  auto r = writer.Write(Job(7, {40, 50}, 4000), 0, false, {"a", "b", "c", "d"});
+  const std::vector<std::string> four_files = {"a", "b", "c", "d"};
+  auto r = writer.Write(Job(7, {40, 50}, 4000), 0, false, four_files);
   CHECK(r.rows == 0);
   CHECK_THAT(r.error, Catch::Contains("batch 7 of epoch 0 needs") && Catch::Contains("ring.slot_bytes") &&
                           Catch::Contains("'words'"));
@@ -169,4 +170,13 @@ TEST_CASE("on_error: skip drops a bad record from its batch and names it; fail s
 
   auto failed = writer.Write(job, 1, false, files);
   CHECK_THAT(failed.error, Catch::StartsWith("part-3: record 2 at byte 200: key 'ids'"));
+
+  // A GZIP file's offsets are in its uncompressed stream, and the message says so (as the
+  // reader's own errors do); files not read compressed keep the plain form.
+  const JobFiles gzip_part3(files, [](uint32_t i) { return i == 3 ? Compression::kGzip : Compression::kNone; });
+  auto failed_gzip = writer.Write(job, 1, false, gzip_part3);
+  CHECK_THAT(failed_gzip.error,
+             Catch::StartsWith("part-3: record 2 at byte 200 of the uncompressed stream (gzip): key 'ids'"));
+  const JobFiles gzip_other(files, [](uint32_t i) { return i == 0 ? Compression::kZlib : Compression::kNone; });
+  CHECK_THAT(writer.Write(job, 1, false, gzip_other).error, Catch::StartsWith("part-3: record 2 at byte 200: key"));
 }

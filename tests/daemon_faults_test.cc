@@ -566,7 +566,7 @@ TEST_CASE("a record past the start-up sample that the memory budget cannot hold 
   const CommandResult check = RunCommand({CtlBinary(), "check", config_only.config_path()});
   INFO("check stdout:\n" << check.out << "\nstderr:\n" << check.err);
   CHECK(check.status.ToString() == "exit 1");
-  CHECK_THAT(check.err, Catch::Contains("error: " + dir.file("data.tfrecord") + " record 1050 at byte " +
+  CHECK_THAT(check.err, Catch::Contains("error: " + dir.file("data.tfrecord") + ": record 1050 at byte " +
                                         std::to_string(big_offset) + ", " + std::to_string(records[1050].size()) +
                                         " bytes: ringfeedd would refuse it as too large (on_error applies): it "
                                         "exceeds the "));
@@ -785,6 +785,47 @@ TEST_CASE("on_error: skip with records that do not match the spec: taken out bef
     CHECK(status["batches"] == 1);
     CHECK(status["records"] == 4);
     CHECK(daemon.Stop().ToString() == "exit 1");
+  }
+  SECTION("GZIP: the byte offsets are said to be in the uncompressed stream, under skip and under fail") {
+    const std::string gz = dir.file("data.tfrecord.gz");
+    {
+      WriterOptions gzip;
+      gzip.compression = Compression::kGzip;
+      TFRecordWriter writer(gz, gzip);
+      for (const std::string& r : records) writer.Write(r);
+      writer.Close();
+    }
+    size_t offset_4 = 0;  // in the uncompressed stream: the frames of records 0-3
+    for (size_t i = 0; i < 4; ++i) offset_4 += FrameRecord(records[i]).size();
+    const std::string place_4 =
+        gz + ": record 4 at byte " + std::to_string(offset_4) + " of the uncompressed stream (gzip): ";
+    std::string skip_config;
+    for (const std::string on_error : {"skip", "fail"}) {
+      const std::string job = "gzip-" + on_error;
+      DaemonProcess daemon(dir.path(), job,
+                           "job: " + job + "\nsource: {files: [\"" + gz + "\"], on_error: " + on_error + "}\n"
+                           "features:\n" + IdFeaturesYaml() + "batch: {size: 4}\npipeline: {cycle_length: 1}\n");
+      RINGFEED_REQUIRE_STARTED(daemon);
+      if (on_error == "skip") skip_config = daemon.config_path();
+      ConsumerSpec spec;
+      spec.client = daemon.client_options();
+      const ConsumerReport report = ConsumeInProcess(spec);
+      INFO("on_error: " << on_error << "; consumer error: " << report.error << "\nringfeedd stderr:\n"
+                        << daemon.Stderr());
+      if (on_error == "skip") {
+        CHECK(report.end == "end");
+        CHECK(ids_in_order(report.batches) == good);
+        CHECK_THAT(daemon.Stderr(), Catch::Contains(place_4));  // the reader's record check
+      } else {
+        CHECK(report.end == "error");
+        CHECK_THAT(report.error, Catch::Contains(place_4) && Catch::Contains("key 'id'"));  // the batch writer
+      }
+      daemon.Stop();
+    }
+    // ringfeedctl check reads the file itself and says the same.
+    const CommandResult check = RunCommand({CtlBinary(), "check", skip_config});
+    INFO("ringfeedctl check:\n" << check.out << check.err);
+    CHECK_THAT(check.out + check.err, Catch::Contains(place_4));
   }
   SECTION("record-level sharding (1 file, 2 shards): each shard counts and reports only its own bad record") {
     for (int shard = 0; shard < 2; ++shard) {
@@ -1386,7 +1427,8 @@ TEST_CASE("a batch larger than a ring slot: names the record, advises enough, an
   const std::string err = first.Stderr();
   INFO("ringfeedd stderr:\n" << err);
   CHECK_THAT(err, Catch::Contains("stopped producing: batch 34 of epoch 0 needs ") &&
-                      Catch::Contains("the largest record of the batch: " + dir.file("data.tfrecord") + " record 1100") &&
+                      Catch::Contains("the largest record of the batch: " + dir.file("data.tfrecord") +
+                                      ": record 1100") &&
                       Catch::Contains("A capacity error: on_error does not apply"));
   const std::string key = "set ring.slot_bytes to at least ";
   const size_t at = err.find(key);
@@ -1400,7 +1442,7 @@ TEST_CASE("a batch larger than a ring slot: names the record, advises enough, an
   CHECK(check.status.ToString() == "exit 1");
   CHECK_THAT(check.err, Catch::Contains("error: batch 34 (in file order) needs ") &&
                             Catch::Contains("set ring.slot_bytes to at least " + advice + " (the largest record: " +
-                                            dir.file("data.tfrecord") + " record 1100"));
+                                            dir.file("data.tfrecord") + ": record 1100"));
 
   // The advised size is enough: every record, the big one included, arrives.
   DaemonProcess second(dir.path(), "big-record", config("ring: {slot_bytes: " + advice + "}\n"), "advised.yaml");
