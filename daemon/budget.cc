@@ -7,12 +7,16 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <sstream>
 
 namespace ringfeed {
@@ -680,6 +684,64 @@ std::string OpenFileLimitProblem(const FileDescriptorPlan& fds, uint64_t limit, 
          "), more than the open-file limit " + std::to_string(limit) + " (RLIMIT_NOFILE, hard limit " +
          std::to_string(hard) + "): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit) or lower "
          "pipeline.cycle_length";
+}
+
+namespace {
+constexpr size_t kOomReserveBlocks = 32;
+constexpr size_t kOomReserveBlockBytes = 16u << 10;  // below every mmap threshold: freed into the heap
+std::atomic<void**> oom_reserve{nullptr};
+char oom_message[512] = "ringfeedd: out of memory, and again in its handler; stopping without cleanup (exit 1)";
+}  // namespace
+
+void ArmOomReserve() {
+  if (oom_reserve.load() != nullptr) return;
+  auto** blocks = static_cast<void**>(std::calloc(kOomReserveBlocks, sizeof(void*)));
+  if (blocks == nullptr) return;
+  for (size_t i = 0; i < kOomReserveBlocks; ++i) {
+    blocks[i] = std::malloc(kOomReserveBlockBytes);
+    if (blocks[i] != nullptr) std::memset(blocks[i], 0, kOomReserveBlockBytes);  // resident, not just reserved
+  }
+  const std::string message = "ringfeedd: " + OutOfMemory(std::bad_alloc()) +
+                              " where it could not be reported; stopping without cleanup (exit 1)";
+  std::snprintf(oom_message, sizeof oom_message, "%s", message.c_str());
+  oom_reserve.store(blocks);
+  std::set_terminate([] {
+    if (const std::exception_ptr uncaught = std::current_exception()) {
+      try {
+        std::rethrow_exception(uncaught);
+      } catch (const std::bad_alloc&) {
+        DieOutOfMemory("a thread, on its way to or past its handler");
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "ringfeedd: internal error: uncaught exception: %s\n", e.what());
+      } catch (...) {
+        std::fprintf(stderr, "ringfeedd: internal error: uncaught exception of an unknown type\n");
+      }
+    }
+    std::abort();
+  });
+}
+
+void ReleaseOomReserve() {
+  void** blocks = oom_reserve.exchange(nullptr);
+  if (blocks == nullptr) return;
+  for (size_t i = 0; i < kOomReserveBlocks; ++i) std::free(blocks[i]);
+  std::free(static_cast<void*>(blocks));
+}
+
+void DieOutOfMemory(const char* where) {
+  auto write_all = [](const char* text) {
+    for (size_t left = std::strlen(text); left > 0;) {
+      const ssize_t n = ::write(STDERR_FILENO, text, left);
+      if (n <= 0) return;
+      text += n;
+      left -= static_cast<size_t>(n);
+    }
+  };
+  write_all(oom_message);
+  write_all(" [in ");
+  write_all(where);
+  write_all("]\n");
+  ::_exit(1);
 }
 
 std::string OutOfMemory(const std::exception& error) {

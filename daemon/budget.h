@@ -272,6 +272,27 @@ std::string ThreadStartFailure(const std::system_error& error);
 // or without a limit "... the system, its overcommit policy or the cgroup's memory.max ran out".
 std::string OutOfMemory(const std::exception& error);
 
+// Out of memory inside an out-of-memory handler. A handler builds its message (OutOfMemory, a
+// ReadError) with the heap that just failed; where that allocation fails again the exception
+// leaves the catch block and std::terminate aborts the daemon with no word of why (seen with
+// `ulimit -v` and a shuffle buffer: each reader's malloc arena wants a 64 MiB heap of address
+// space). So:
+//   - ArmOomReserve() (ringfeedd, at start, before its threads) sets 512 KiB of heap aside in
+//     blocks below the mmap threshold, writes the last-resort message while memory is there,
+//     and installs a std::terminate handler that turns a std::bad_alloc no handler caught (an
+//     allocation on a thread's way to its handler, or past it) into DieOutOfMemory; any other
+//     uncaught exception is named on stderr before the usual abort;
+//   - every std::bad_alloc handler calls ReleaseOomReserve() first: the blocks go back to the
+//     heap, for the handler's message and for the daemon's orderly stop (the job fails; a limit
+//     of the machine is never skipped). Only the first call frees anything;
+//   - a handler that still fails calls DieOutOfMemory(where): the prepared message and `where`
+//     to stderr with write(2), then _exit(1) (no cleanup: the next start replaces the segment
+//     and socket a dead daemon left; consumers see the daemon gone within 2 s).
+// Thread-safety: ReleaseOomReserve and DieOutOfMemory may be called from any thread.
+void ArmOomReserve();
+void ReleaseOomReserve();
+[[noreturn]] void DieOutOfMemory(const char* where);
+
 // ---- Process memory ---------------------------------------------------------------------------
 
 struct ProcessMemory {

@@ -91,7 +91,12 @@ void Pipeline::Start() {
     try {
       RunSequencer();
     } catch (const std::bad_alloc& e) {  // the batches it forms, the shuffle buffer
-      Fail("the sequencer: " + OutOfMemory(e));
+      ReleaseOomReserve();  // the message and the stop need memory too (budget.h)
+      try {
+        Fail("the sequencer: " + OutOfMemory(e));
+      } catch (const std::bad_alloc&) {
+        DieOutOfMemory("the sequencer, reporting it");
+      }
     } catch (const std::exception& e) {
       Fail(std::string("the sequencer: ") + e.what());
     }
@@ -325,7 +330,12 @@ void Pipeline::RunWorker(size_t id) {
     try {
       result = writer.Write(work.job, work.slot, options_.sequencer.skip_errors, files);
     } catch (const std::bad_alloc& e) {  // its parse scratch
-      result.error = "parse worker " + std::to_string(id) + ": " + OutOfMemory(e);
+      ReleaseOomReserve();  // the message and the stop need memory too (budget.h)
+      try {
+        result.error = "parse worker " + std::to_string(id) + ": " + OutOfMemory(e);
+      } catch (const std::bad_alloc&) {
+        DieOutOfMemory("a parse worker, reporting it");
+      }
     } catch (const std::exception& e) {
       result.error = "parse worker " + std::to_string(id) + ": " + e.what();
     }

@@ -421,20 +421,25 @@ void ReadAhead::Run(size_t id) {
     } catch (const std::bad_alloc& e) {
       // A chunk, a large record's own allocation, the turn's items: the machine's limit, not
       // the file's, so the stream ends with an error that on_error: skip does not pass over.
-      StreamItem failed;
-      failed.kind = StreamItem::Kind::kError;
-      failed.error = std::make_unique<ReadError>();
-      ReadError& oom = *failed.error;
-      oom.kind = ReadErrorKind::kOutOfMemory;
-      oom.file = stream->path_;
-      oom.record_index = stream->reader_.records_read();
-      oom.offset = stream->reader_.offset();
-      oom.message = RecordPlace(stream->path_, oom.record_index, oom.offset, stream->reader_.compression()) +
-                    ": reading it ahead: " + OutOfMemory(e);
-      items.push_back(std::move(failed));
-      StreamItem end;
-      end.kind = StreamItem::Kind::kEnd;
-      items.push_back(std::move(end));
+      ReleaseOomReserve();  // the error item below needs memory too (budget.h)
+      try {
+        StreamItem failed;
+        failed.kind = StreamItem::Kind::kError;
+        failed.error = std::make_unique<ReadError>();
+        ReadError& oom = *failed.error;
+        oom.kind = ReadErrorKind::kOutOfMemory;
+        oom.file = stream->path_;
+        oom.record_index = stream->reader_.records_read();
+        oom.offset = stream->reader_.offset();
+        oom.message = RecordPlace(stream->path_, oom.record_index, oom.offset, stream->reader_.compression()) +
+                      ": reading it ahead: " + OutOfMemory(e);
+        items.push_back(std::move(failed));
+        StreamItem end;
+        end.kind = StreamItem::Kind::kEnd;
+        items.push_back(std::move(end));
+      } catch (const std::bad_alloc&) {
+        DieOutOfMemory("a reader, reporting it");
+      }
       finished = true;
     }
 

@@ -281,8 +281,12 @@ bool InGroup(gid_t gid) {
 // at the same throughput (docs/benchmarks.md, "Autotuning", session 5). With a shuffle buffer
 // every record is its own allocation (a malloc on a reader and a free on a worker per record),
 // and one arena cost 8-18% of throughput there (lock contention), so those jobs keep glibc's
-// default. Called before any thread starts. A glibc.malloc setting in GLIBC_TUNABLES wins, so
-// an operator can still choose.
+// default — unless the address space is limited (ulimit -v): each further arena reserves a
+// 64 MiB heap of it, a thread whose arena could not be made has no heap to fall back on (its
+// allocations fail while the main heap has room, also the handler's that reports them; see
+// ArmOomReserve), and the mnist example needed 100-120 MB of address space with them, 80-90 MB
+// with one. Called before any thread starts. A glibc.malloc setting in GLIBC_TUNABLES wins,
+// so an operator can still choose.
 constexpr int kMmapThresholdBytes = 1 << 20;
 constexpr int kTrimThresholdBytes = 256 << 20;
 
@@ -291,7 +295,11 @@ void TuneMalloc(const JobConfig& config) {
   auto tuned = [&](const char* name) { return tunables != nullptr && std::strstr(tunables, name) != nullptr; };
   if (!tuned("glibc.malloc.mmap_threshold")) ::mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
   if (!tuned("glibc.malloc.trim_threshold")) ::mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
-  if (!tuned("glibc.malloc.arena_max") && ReadAhead::UsesChunks(config.shuffle.buffer)) ::mallopt(M_ARENA_MAX, 1);
+  rlimit address_space{};
+  const bool limited = ::getrlimit(RLIMIT_AS, &address_space) == 0 && address_space.rlim_cur != RLIM_INFINITY;
+  if (!tuned("glibc.malloc.arena_max") && (ReadAhead::UsesChunks(config.shuffle.buffer) || limited)) {
+    ::mallopt(M_ARENA_MAX, 1);
+  }
 }
 
 // Raises the soft open-file limit to the hard one (systemd starts services at 1024 soft; the
@@ -351,6 +359,7 @@ int RunDaemon(const DaemonOptions& options) {
     return 2;
   }
   TuneMalloc(config);
+  ArmOomReserve();  // after TuneMalloc: the reserve's blocks come from the heap it configured
   spdlog::set_level(SpdLevel(config.log_level));
   if (!options.log_level.empty()) spdlog::set_level(spdlog::level::from_str(options.log_level));
   if (config.epochs != 0 && options.start_epoch >= static_cast<uint64_t>(config.epochs)) {
