@@ -147,7 +147,22 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, c
         globfree(&g);
         NoMatch(origin, pattern, item, i < as_written.size() ? as_written[i] : "");
       }
-      for (size_t k = 0; k < g.gl_pathc; ++k) files.emplace_back(g.gl_pathv[k]);
+      for (size_t k = 0; k < g.gl_pathc; ++k) {
+        files.emplace_back(g.gl_pathv[k]);
+        // A directory would fail only once the daemon reads it ("not a regular file"), after
+        // the start-up looked fine: name it now, with the pattern that reads its files.
+        struct stat st {};
+        if (::stat(g.gl_pathv[k], &st) == 0 && S_ISDIR(st.st_mode)) {
+          const std::string dir = g.gl_pathv[k];
+          const std::string base = dir.back() == '/' ? dir : dir + "/";
+          globfree(&g);
+          throw std::runtime_error(
+              where + (HasWildcard(item) ? "pattern '" + item + "' matches the directory '" + dir + "'"
+                                         : "'" + item + "' is a directory") +
+              ": TFRecord files are listed one by one; for the files in it write '" + base + "*' (or a narrower '" +
+              base + "*.tfrecord*')" + (HasWildcard(item) ? ", or narrow the pattern to files" : ""));
+        }
+      }
       globfree(&g);
     }
   }

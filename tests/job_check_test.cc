@@ -154,6 +154,18 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
   WriteShard(dir.file("g3.tfrecord"), 2, 2);  // another file with the same bytes is another file
   CHECK(ExpandFiles({dir.file("g*.tfrecord")}) ==
         std::vector<std::string>{dir.file("g0.tfrecord"), dir.file("g3.tfrecord")});
+  // A directory is named at start, with the pattern that reads its files (it used to fail only
+  // once read, after a start-up that looked fine).
+  const std::string sub_dir = dir.file("split");
+  REQUIRE(::mkdir(sub_dir.c_str(), 0700) == 0);
+  CHECK_THROWS_WITH(ExpandFiles({sub_dir + "/"}),
+                    Catch::Contains("'" + sub_dir + "/' is a directory: TFRecord files are listed one by one; for the "
+                                    "files in it write '" + sub_dir + "/*'"));
+  CHECK_THROWS_WITH(ExpandFiles({dir.path().string() + "/*"}),
+                    Catch::Contains("matches the directory '" + sub_dir + "'") &&
+                        Catch::Contains("or narrow the pattern to files"));
+  CHECK(ExpandFiles({dir.path().string() + "/*.tfrecord"}).size() == 2);  // g0 (= g1, g2) and g3
+  REQUIRE(::rmdir(sub_dir.c_str()) == 0);
   // A path that can't be looked up for another reason than a missing file says that reason.
   CHECK_THROWS_WITH(ExpandFiles({dir.file("g3.tfrecord") + "/x.tfrecord"}),
                     Catch::Contains("cannot open '" + dir.file("g3.tfrecord") + "/x.tfrecord': Not a directory"));
