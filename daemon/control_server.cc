@@ -28,6 +28,44 @@ using stream_protocol = asio::local::stream_protocol;
 
 namespace {
 constexpr size_t kMaxRequestBytes = 64 * 1024;  // a hello or a request is tiny
+// Requests are flat objects: a deeper one is refused before it is parsed. nlohmann::json copies,
+// dumps and compares values recursively, and one 64 KiB line of 32,000 nested '[' took 4-5 MiB
+// of stack to copy: a SIGSEGV under a 4 MiB stack limit (this session's breaker).
+constexpr int kMaxRequestDepth = 16;
+// Untrusted values are quoted in replies and logs at most this long.
+constexpr size_t kMaxQuotedBytes = 64;
+constexpr auto kRefusalWarningEvery = std::chrono::seconds(10);  // the warning while connections are refused
+
+// The deepest nesting of objects and arrays in `line` (a JSON text), counted outside strings;
+// stops counting once over `limit`.
+int JsonDepth(const std::string& line, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : line) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// `value` as JSON text for a message, cut to kMaxQuotedBytes.
+std::string Quoted(const nlohmann::json& value) {
+  std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() > kMaxQuotedBytes) {
+    text = text.substr(0, kMaxQuotedBytes) + "... (" + std::to_string(text.size()) + " bytes)";
+  }
+  return text;
+}
 // A connection must say hello within this time.
 constexpr auto kHelloTimeout = std::chrono::seconds(5);
 // A control connection (ringfeedctl, a monitoring script) that sends no request for this long
@@ -81,7 +119,14 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
   void Read() {
     auto self = shared_from_this();
     asio::async_read_until(socket_, input_, '\n', [this, self](const boost::system::error_code& ec, size_t) {
-      if (ec || !*alive_) {  // closed (EOF), too long, or server gone: the destructor detaches
+      if (ec == asio::error::not_found && *alive_) {  // kMaxRequestBytes without a newline
+        hello_timer_.cancel();
+        idle_timer_.cancel();
+        Fail("request longer than " + std::to_string(kMaxRequestBytes) + " bytes without a newline (one JSON object "
+             "per line; requests are small)");
+        return;
+      }
+      if (ec || !*alive_) {  // closed (EOF), or server gone: the destructor detaches
         hello_timer_.cancel();  // its handler holds this connection alive
         idle_timer_.cancel();
         return;
@@ -106,23 +151,34 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
 
   // Returns false when the connection should close after the reply.
   bool Handle(const std::string& line) {
-    nlohmann::json request = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (JsonDepth(line, kMaxRequestDepth) > kMaxRequestDepth) {
+      return Fail("malformed request: nested deeper than " + std::to_string(kMaxRequestDepth) +
+                  " levels (requests are flat JSON objects)");
+    }
+    nlohmann::json request;
+    try {
+      request = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {  // its what(): the byte and why
+      std::string why = e.what();
+      if (why.size() > 200) why = why.substr(0, 200) + "...";
+      return Fail("malformed request: not JSON (" + why + ")");
+    }
     if (!request.is_object() || !request.contains("type") || !request["type"].is_string()) {
-      return Fail("malformed request: expected one JSON object per line with a \"type\"");
+      return Fail("malformed request: expected one JSON object per line with a \"type\" string, got " +
+                  Quoted(request));
     }
     const std::string type = request["type"];
     if (!said_hello_) {
       if (type != "hello") return Fail("the first message must be a hello");
       const auto protocol = request.value("protocol", nlohmann::json());
       if (!protocol.is_number_integer() || protocol.get<int64_t>() != shm::kProtocolVersion) {
-        return Fail("protocol version " + protocol.dump() + " not supported: this ringfeedd speaks version " +
+        return Fail("protocol version " + Quoted(protocol) + " not supported: this ringfeedd speaks version " +
                     std::to_string(shm::kProtocolVersion) + "; use a client of the same ringfeed version");
       }
       said_hello_ = true;
       hello_timer_.cancel();
-      if (request.contains("role") && !request["role"].is_string()) {
-        return Fail("\"role\" must be a string (consumer or control)");
-      }
+      if (!request.contains("role")) return Fail("hello: \"role\" is missing (consumer or control)");
+      if (!request["role"].is_string()) return Fail("\"role\" must be a string (consumer or control)");
       const std::string role = request.value("role", "");
       nlohmann::json welcome = {{"type", "welcome"},
                                 {"protocol", shm::kProtocolVersion},
@@ -136,7 +192,7 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
           const nlohmann::json& r = request["rank"];
           if (!r.is_number_integer() || (r.is_number_unsigned() ? r.get<uint64_t>() > INT32_MAX
                                                                  : r.get<int64_t>() < INT32_MIN || r.get<int64_t>() > INT32_MAX)) {
-            return Fail("\"rank\" must be an integer (a rank of consumers.count) or null, not " + r.dump());
+            return Fail("\"rank\" must be an integer (a rank of consumers.count) or null, not " + Quoted(r));
           }
           rank = r.get<int>();
         }
@@ -146,7 +202,7 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
         consumer_id_ = *id;
         welcome["consumer_id"] = *id;
       } else if (role != "control") {
-        return Fail("unknown role '" + role + "' (consumer or control)");
+        return Fail("unknown role " + Quoted(role) + " (consumer or control)");
       }
       Write(welcome, false);
       if (consumer_id_ == 0) ArmIdleTimer();
@@ -292,6 +348,13 @@ void ControlServer::Accept() {
       socket.non_blocking(true, ignored);
       socket.write_some(asio::buffer(message), ignored);
       socket.close(ignored);
+      ++refused_connections_;
+      if (const auto now = std::chrono::steady_clock::now(); now >= next_refusal_warning_) {
+        next_refusal_warning_ = now + kRefusalWarningEvery;
+        spdlog::warn("refused a connection: {} control connections are open already (trainers attaching now are "
+                     "refused too; ringfeedctl list / ss -xp shows who holds them) [{} refused so far]",
+                     kMaxControlConnections, refused_connections_);
+      }
     } else {
       std::make_shared<Connection>(this, std::move(socket))->Start();
     }

@@ -79,6 +79,8 @@ class ControlServer {
   boost::asio::local::stream_protocol::acceptor acceptor_;
   boost::asio::steady_timer backoff_;  // after a failed accept
   std::chrono::steady_clock::time_point next_accept_warning_{};  // rate limit of its warning
+  std::chrono::steady_clock::time_point next_refusal_warning_{};  // ... and of refused connections
+  uint64_t refused_connections_ = 0;
   size_t connections_ = 0;
   std::shared_ptr<bool> alive_;  // connections outliving the server see false
 };

@@ -1037,8 +1037,16 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
     std::string reply_has;
   };
   const std::vector<Case> cases = {
-      {{"not json"}, "malformed request"},
-      {{"{\"type\":5}"}, "malformed request"},
+      {{"not json"}, "malformed request: not JSON ("},
+      {{"{\"type\":5}"}, "with a \"type\" string, got {\"type\":5}"},
+      {{"{\"type\":\"hello\",\"x\":\"\xff\"}"}, "malformed request: not JSON ("},  // invalid UTF-8: says so
+      {{hello + "}"}, "\"role\" is missing"},
+      // 20,000 nested arrays took 4-5 MiB of stack to copy and dump (a SIGSEGV under ulimit -s 4096):
+      // refused before parsing, and an untrusted value is quoted short.
+      {{hello + ",\"role\":\"consumer\",\"rank\":" + std::string(20000, '[') + std::string(20000, ']') + "}"},
+       "nested deeper than 16 levels"},
+      {{"{\"type\":\"hello\",\"protocol\":\"" + std::string(1000, 'v') + "\",\"role\":\"control\"}"},
+       "... (1002 bytes) not supported"},
       {{hello + ",\"role\":5}"}, "\"role\" must be a string"},
       {{hello + ",\"role\":[\"consumer\"]}"}, "\"role\" must be a string"},
       {{hello + ",\"role\":\"consumer\",\"rank\":99999999999}"}, "\"rank\" must be an integer"},
@@ -1059,6 +1067,14 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
     CHECK(r["type"] == "error");
     CHECK_THAT(r["message"].get<std::string>(), Catch::Contains(c.reply_has));
     REQUIRE(daemon.running());
+  }
+  // A line longer than 64 KiB: an error reply saying so, not a reset.
+  {
+    detail::ControlConnection connection;
+    connection.Connect(daemon.socket_path(), "badctl");
+    connection.SendLine(hello + ",\"role\":\"control\",\"pad\":\"" + std::string(70000, 'x') + "\"}");
+    const nlohmann::json r = nlohmann::json::parse(connection.ReadLine(std::chrono::seconds(5)));
+    CHECK_THAT(r["message"].get<std::string>(), Catch::Contains("request longer than 65536 bytes without a newline"));
   }
   // Still serving: a status, and a consumer gets its batches.
   CHECK(daemon.Status()["state"] == "running");
