@@ -828,8 +828,14 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
       // In ranks mode a rank nobody attached as, or one whose trainer does not take its
       // batches, stalls every rank: the client library names it.
       const std::string reason = client->timeout_reason();
+      const uint32_t slots = client->slot_count();
       const std::string why =
-          reason.empty() ? " (is the ring held by other consumers, or the data slow?)" : ": " + reason;
+          !reason.empty() ? ": " + reason
+          : client->slots_held_by_all() == slots
+              ? ": all " + std::to_string(slots) + " slots of the ring are held by other consumers, so the daemon has "
+                "nowhere to put the next batch (ringfeedctl status " + options.job + " shows them)"
+              : " (the ring has free slots: the data is slow, or the daemon stopped producing; ringfeedctl status " +
+                    options.job + ")";
       throw std::runtime_error("job '" + options.job + "': no batch within " + Seconds(options.timeout_seconds) + why);
     }
     nlohmann::ordered_json line;
@@ -850,7 +856,10 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
     line["sources"] = std::move(sources);
     out << line.dump() << "\n";
     out.flush();
-    if (!out) break;  // the reader went away (e.g. `| head`): detach cleanly
+    if (!out) {  // the reader went away (`| head`: EPIPE), or the output failed (a full disk): detach cleanly
+      result.write_errno = errno != 0 ? errno : EIO;
+      break;
+    }
     ++printed;
   }
   out.flush();

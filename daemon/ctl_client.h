@@ -68,6 +68,7 @@ struct DumpOptions {
 struct DumpResult {
   uint64_t printed = 0;
   bool end_of_data = false;
+  int write_errno = 0;  // writing `out` failed with this (EPIPE: the reader went away); 0: it did not
 };
 DumpResult DumpBatches(const DumpOptions& options, std::ostream& out);
 

@@ -7,9 +7,11 @@
 // and append it to the list in main(). Exit statuses (ringfeed::ExitStatus): 0 ok, 1 data
 // problems found, 2 usage error (CLI11 prints what was wrong; --help exits 0).
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -457,6 +459,17 @@ Command AddDumpCommand(CLI::App& parent) {
     if (*batches > 0) o.batches = *batches;
     try {
       const ringfeed::DumpResult r = ringfeed::DumpBatches(o, std::cout);
+      if (r.write_errno == EPIPE) {  // the reader went away (`| head`): the documented clean end
+        std::cout.clear();
+        return ringfeed::kExitOk;
+      }
+      if (r.write_errno != 0) {
+        std::cerr << "ringfeedctl dump: writing standard output failed: " << std::strerror(r.write_errno) << " after "
+                  << r.printed << " batch(es); the batch being written was taken from the job (other consumers "
+                  << "will not get it)\n";
+        std::cout.clear();
+        return ringfeed::kExitDataProblems;
+      }
       if (r.end_of_data && (r.printed == 0 || (o.batches && r.printed < *o.batches))) {
         std::cout.flush();
         // In ranks mode the end is this rank's: other ranks' batches may still wait.
@@ -508,7 +521,19 @@ int main(int argc, char** argv) {
     return status == 0 ? ringfeed::kExitOk : ringfeed::kExitUsage;
   }
   for (const Command& command : commands) {
-    if (command.app->parsed()) return command.run();
+    if (!command.app->parsed()) continue;
+    errno = 0;
+    const int status = command.run();
+    // Output that did not reach its file (a full disk, an I/O error) is a failure, not a quiet
+    // exit 0. A closed pipe (`| head`) ends the process by SIGPIPE before this, except in dump,
+    // which ignores it and handles it itself.
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "ringfeedctl: writing standard output failed" << (errno != 0 ? ": " : "")
+                << (errno != 0 ? std::strerror(errno) : "") << "\n";
+      return status == ringfeed::kExitOk ? ringfeed::kExitDataProblems : status;
+    }
+    return status;
   }
   return ringfeed::kExitUsage;  // unreachable: require_subcommand(1)
 }

@@ -491,7 +491,7 @@ TEST_CASE("dump's timeout in ranks mode names the ranks without a consumer, then
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
-TEST_CASE("dump's timeout in shared mode keeps its question") {
+TEST_CASE("dump's timeout in shared mode says the ring is held by other consumers") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 30);
   DaemonProcess daemon(
@@ -507,9 +507,21 @@ TEST_CASE("dump's timeout in shared mode keeps its question") {
       RunCommand({CtlBinary(), "dump", "held-dump", "--timeout", "0.5", "--runtime-dir", daemon.runtime_dir()});
   INFO("dump:\n" << dump.out << dump.err);
   CHECK(dump.status.ToString() == "exit 1");
-  CHECK(dump.err == "ringfeedctl dump: job 'held-dump': no batch within 0.5 s (is the ring held by other consumers, "
-                    "or the data slow?)\n");
+  CHECK(dump.err == "ringfeedctl dump: job 'held-dump': no batch within 0.5 s: all 2 slots of the ring are held by "
+                    "other consumers, so the daemon has nowhere to put the next batch (ringfeedctl status held-dump "
+                    "shows them)\n");
+  // Output that cannot be written (a full disk) is an error naming it, not a quiet exit 0; the
+  // batch dump had taken is gone, and it says so.
   first.Release();
+  const CommandResult full = RunCommand({"/bin/bash", "-c", "exec \"$0\" dump held-dump --batches 1 --runtime-dir \"$1\" "
+                                         "> /dev/full", CtlBinary(), daemon.runtime_dir()});
+  CHECK(full.status.ToString() == "exit 1");
+  CHECK_THAT(full.err, Catch::StartsWith("ringfeedctl dump: writing standard output failed: No space left on device "
+                                         "after 0 batch(es)"));
+  const CommandResult status = RunCommand({"/bin/bash", "-c", "exec \"$0\" status held-dump --runtime-dir \"$1\" "
+                                           "> /dev/full", CtlBinary(), daemon.runtime_dir()});
+  CHECK(status.status.ToString() == "exit 1");
+  CHECK(status.err == "ringfeedctl: writing standard output failed: No space left on device\n");
   second.Release();
   client.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
