@@ -41,6 +41,14 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     close(fd_);
     fd_ = -1;
     std::string message = "cannot connect to ringfeedd for job " + job + " at " + path + ": " + std::strerror(err);
+    struct stat st {};
+    if (err == ECONNREFUSED && ::lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+      // connect() says "refused" for any path that is not a listening socket.
+      message += std::string("; ") + path + " is " +
+                 (S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file" : "not a socket") +
+                 ", not a socket: no ringfeedd made it (remove it, or use another runtime directory)";
+      throw DaemonNotRunningError(message);
+    }
     if (err == ENOENT || err == ECONNREFUSED) {
       message += "; is ringfeedd running for job " + job +
                  " (ringfeedctl list; under systemd: systemctl status 'ringfeed@*', the instance named after the config "

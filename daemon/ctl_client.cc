@@ -257,7 +257,10 @@ std::vector<JobSocket> SocketsIn(const std::string& dir) {
   std::vector<JobSocket> jobs;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
-    if (entry.path().extension() == ".sock") jobs.push_back({entry.path().stem().string(), dir});
+    // A name no job may have (shm::IsValidJobName: a space, an escape sequence) is no
+    // ringfeedd's socket: not listed (its name printed raw could drive the terminal).
+    const std::string job = entry.path().stem().string();
+    if (entry.path().extension() == ".sock" && shm::IsValidJobName(job)) jobs.push_back({job, dir});
   }
   std::sort(jobs.begin(), jobs.end(), [](const JobSocket& a, const JobSocket& b) { return a.job < b.job; });
   return jobs;
@@ -361,8 +364,16 @@ std::optional<long> GoneDaemonPid(const std::string& dir, const std::string& job
   std::ifstream in(dir + "/" + job + ".lock");
   long pid = 0;
   if (!(in >> pid) || pid <= 0) return std::nullopt;
-  if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) return std::nullopt;
-  return pid;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH ? std::optional<long>(pid) : std::nullopt;
+  // A process that exited but that its parent has not reaped yet (a zombie: a parent that
+  // never waits keeps it so) still has its pid: gone all the same.
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (std::getline(stat, line)) {
+    const size_t name_end = line.rfind(')');  // "PID (COMM) STATE ...": COMM may hold spaces and ')'
+    if (name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'Z') return pid;
+  }
+  return std::nullopt;
 }
 
 // A reply and the socket it came from (for messages).
@@ -399,7 +410,9 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
     connection.Connect(path, job);
   } catch (const std::exception& e) {
     // A socket nobody listens on (ECONNREFUSED) is what a killed daemon leaves.
-    const bool stale = std::string_view(e.what()).find(std::strerror(ECONNREFUSED)) != std::string_view::npos;
+    const std::string_view what = e.what();
+    const bool stale = what.find(std::strerror(ECONNREFUSED)) != std::string_view::npos &&
+                       what.find(", not a socket") == std::string_view::npos;
     if (!stale) throw;
     if (const auto pid = GoneDaemonPid(std::filesystem::path(path).parent_path().string(), job)) {
       throw DaemonGone("job '" + job + "' is not running: its ringfeedd (pid " + std::to_string(*pid) +
@@ -787,7 +800,23 @@ void PrintFiles(const std::string& runtime_dir, const std::string& job, bool jso
         << "\n";
     return;
   }
-  for (size_t i = 0; i < files.size(); ++i) out << i << '\t' << files[i] << '\n';
+  // One INDEX<TAB>PATH line per file, also for names with a newline, a tab or an escape
+  // sequence in them: control characters as \xNN (as inspect writes bytes that are not text).
+  for (size_t i = 0; i < files.size(); ++i) {
+    std::string line;
+    for (size_t k = 0; k < files[i].size(); ++k) {
+      const auto c = static_cast<unsigned char>(files[i][k]);
+      const bool starts_escape = c == '\\' && k + 1 < files[i].size() && files[i][k + 1] == 'x';
+      if (c < 0x20 || c == 0x7F || starts_escape) {
+        char escaped[8];
+        std::snprintf(escaped, sizeof escaped, "\\x%02X", c);
+        line += escaped;
+      } else {
+        line += static_cast<char>(c);
+      }
+    }
+    out << i << '\t' << line << '\n';
+  }
 }
 
 DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {

@@ -9,12 +9,14 @@
 // The happy paths against a real daemon are in tests/daemon_e2e_test.cc.
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -534,6 +536,14 @@ TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with it
   RINGFEED_REQUIRE_STARTED(daemon);
   const pid_t pid = daemon.pid();
   daemon.Kill(SIGKILL);
+  // Dead but not reaped yet (a zombie; a parent that never waits keeps it so): gone already.
+  WaitUntil([&] {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    return std::getline(stat, line) && line.find(") Z ") != std::string::npos;
+  });
+  const CommandResult zombie = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
+  CHECK_THAT(zombie.out, Catch::Contains("killed                   gone "));
   REQUIRE(daemon.Wait());  // reaped: no process has the pid now
   const std::string said = "job 'killed' is not running: its ringfeedd (pid " + std::to_string(pid) +
                            ") is gone and left its socket " + daemon.socket_path() +
@@ -549,6 +559,21 @@ TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with it
   const CommandResult again = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
   CHECK_THAT(again.out, Catch::Contains("killed                   running"));
   CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("a JOB.sock that is not a socket is said to be one; a .sock no job could be named by is not listed") {
+  TempDir dir;
+  { std::ofstream(dir.file("file.sock")) << "x"; }
+  REQUIRE(::mkdir(dir.file("dir.sock").c_str(), 0700) == 0);
+  { std::ofstream(dir.file("bad name\x1b[31m.sock")) << "x"; }
+  const CommandResult status = RunCommand({CtlBinary(), "status", "file", "--runtime-dir", dir.path().string()});
+  CHECK(status.status.ToString() == "exit 1");
+  CHECK_THAT(status.err, Catch::Contains(dir.file("file.sock") + " is a regular file, not a socket: no ringfeedd made "
+                                         "it (remove it, or use another runtime directory)") &&
+                             !Catch::Contains("stale"));
+  const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", dir.path().string()});
+  CHECK_THAT(list.out, Catch::Contains(dir.file("dir.sock") + " is a directory, not a socket"));
+  CHECK_THAT(list.out, !Catch::Contains("bad name") && !Catch::Contains("\x1b"));
 }
 
 TEST_CASE("an empty --runtime-dir or a JOB no config could name is a usage error") {
