@@ -96,6 +96,11 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     if (!skip) result.failed = true;
   };
 
+  // The start-up plan first, as ringfeedd makes it: a feature that no sampled record has (a
+  // misspelt key) is said before the problems it causes, which may be every record's.
+  PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
+  for (const std::string& warning : result.absent_features) problems << "warning: " << warning << "\n";
+
   const auto start = std::chrono::steady_clock::now();
   // The files and records of this shard only, as ringfeedd's Sequencer reads them.
   const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
@@ -166,7 +171,6 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   }
   if (slot_rows > 0 && !config.batch.drop_remainder) slot_batch_done();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
   // Below source.max_record_bytes (which this check's reader applied), the limit is the budget's.
   if (!result.record_limit_why.empty() && largest_record_bytes > result.record_limit_bytes) {
     result.record_over_limit = result.largest_record +

@@ -244,7 +244,6 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cerr << "ringfeedctl check: " << e.what() << "\n";
       return ringfeed::kExitUsage;
     }
-    for (const std::string& warning : r.absent_features) std::cerr << "warning: " << warning << "\n";
     const double mb = static_cast<double>(r.bytes) / 1e6;
     std::cout << "job " << config.job << ": " << r.records << " records from " << r.files_read << " of "
               << r.files_in_shard << " file(s)";

@@ -398,8 +398,11 @@ TEST_CASE("only the first problems are printed, all are counted") {
   std::ostringstream report, problems;
   const JobCheckResult r = RunJobCheck(Config(dir, "skip", ""), report, problems);
   CHECK(r.parse_errors == 50);
+  // The spec's features that no record has come first (a misspelt key explains every skip).
   const std::string text = problems.str();
-  CHECK(static_cast<uint64_t>(std::count(text.begin(), text.end(), '\n')) == kMaxProblemsShown + 1);
+  CHECK_THAT(text, Catch::StartsWith("warning: feature '"));
+  const std::string after = text.substr(text.find("skipped: "));
+  CHECK(static_cast<uint64_t>(std::count(after.begin(), after.end(), '\n')) == kMaxProblemsShown + 1);
   CHECK_THAT(text, Catch::EndsWith("... and 30 more problems (not shown)\n"));
 }
 
