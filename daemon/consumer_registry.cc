@@ -119,8 +119,12 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
                  "them alive when its process ended); their slots are reclaimed", id, e.pid, reclaimed);
   } else if (reclaimed > 0) {
     batches_reclaimed_ += reclaimed;
-    spdlog::warn("consumer {} (pid {}) went away holding {} batch(es); their slots are reclaimed and those batches "
-                 "are not delivered again", id, e.pid, reclaimed);
+    // A warning: records of this epoch that no trainer trained on. Not necessarily a crash: a
+    // process that exits with a batch still in use (a PyTorch DataLoader left by `break`, its
+    // workers shut down) ends its connection the same way.
+    spdlog::warn("consumer {} (pid {}) went away holding {} batch(es) (its process ended without releasing them: "
+                 "killed, crashed, or exited with them still in use, e.g. a DataLoader left by break); their slots "
+                 "are reclaimed and those batches are not delivered again", id, e.pid, reclaimed);
   } else {
     spdlog::info("consumer {} (pid {}) detached", id, e.pid);
   }

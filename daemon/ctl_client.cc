@@ -696,7 +696,7 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   const std::vector<ReplyFields> consumers = s.Objects("consumers");
   out << "consumers  " << consumers.size() << " attached";
   if (s.Count("batches_reclaimed") > 0) {
-    out << ", " << s.Count("batches_reclaimed") << " batches reclaimed from dead consumers";
+    out << ", " << s.Count("batches_reclaimed") << " batches reclaimed from consumers that went away holding them";
   }
   if (s.Count("ring_repairs") > 0) {
     out << ", " << s.Count("ring_repairs") << " ring words repaired (written by a process that maps the segment)";
