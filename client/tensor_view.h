@@ -54,8 +54,8 @@ class TensorView {
   template <typename T>
   std::span<const T> values() const {
     if (!Matches<T>(dtype_)) {
-      throw ClientError("feature '" + std::string(name_) + "' has dtype " +
-                        std::string(shm::DTypeName(dtype_)) + "; values<T>() was called with another type");
+      throw ClientError("feature '" + std::string(name_) + "' has dtype " + std::string(shm::DTypeName(dtype_)) +
+                        "; values<T>() was called with another type: use values<" + CppTypeName(dtype_) + ">()");
     }
     return {static_cast<const T*>(data_), bytes_ / sizeof(T)};
   }
@@ -87,6 +87,22 @@ class TensorView {
  private:
   friend class Batch;
 
+  // The C++ type values<T>() takes for `d`.
+  static std::string CppTypeName(shm::DType d) {
+    switch (d) {
+      case shm::DType::kInt64: return "int64_t";
+      case shm::DType::kFloat32: return "float";
+      case shm::DType::kFloat64: return "double";
+      case shm::DType::kBytes: return "char";
+      case shm::DType::kUInt8: return "uint8_t";
+      case shm::DType::kInt8: return "int8_t";
+      case shm::DType::kUInt16: return "uint16_t";
+      case shm::DType::kInt16: return "int16_t";
+      case shm::DType::kInt32: return "int32_t";
+      case shm::DType::kUInt32: return "uint32_t";
+    }
+    return "?";
+  }
   template <typename T>
   static constexpr bool Matches(shm::DType d) {
     using shm::DType;
