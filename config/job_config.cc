@@ -307,6 +307,24 @@ std::string UnclosedBracket(std::string_view text, size_t end) {
          std::to_string(open.back().column) + " is not closed";
 }
 
+// "; line N indents with a tab: YAML indents with spaces only", for the first line whose
+// indentation holds a tab (yaml-cpp's message for it names no tab: "illegal map value"); "" if
+// none does.
+std::string TabIndentation(const std::string& text) {
+  size_t line = 1;
+  for (size_t start = 0; start < text.size(); ++line) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const size_t first = text.find_first_not_of(" \t", start);
+    if (first != std::string::npos && first > start && first < end &&
+        text.find('\t', start) < first) {
+      return "; line " + std::to_string(line) + " indents with a tab: YAML indents with spaces only";
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
 // One key/value pair of a mapping, with the key's dotted path.
 struct Entry {
   std::string key;
@@ -334,7 +352,8 @@ class Loader {
       const bool unclosed = e.msg == YAML::ErrorMsg::END_OF_MAP_FLOW || e.msg == YAML::ErrorMsg::END_OF_SEQ_FLOW;
       Fail(e.mark, "", "YAML syntax error: " + e.msg +
                            (unclosed && e.mark.pos >= 0 ? UnclosedBracket(text, static_cast<size_t>(e.mark.pos)) : "") +
-                           (flow_variable ? std::string("; inside { } or [ ], quote a ${VAR}: {size: \"${X}\"}") : ""));
+                           (flow_variable ? std::string("; inside { } or [ ], quote a ${VAR}: {size: \"${X}\"}") : "") +
+                           TabIndentation(text));
     } catch (const YAML::Exception& e) {
       Fail(e.mark, "", "YAML error: " + e.msg);
     }

@@ -809,7 +809,11 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        {"unknown value 'critical'"}},
       {"YAML syntax error", "job: t\nsource:\n  files: [a]\n  - b\n", 4, 3, "",
        {"YAML syntax error: end of map not found"}},
-      {"YAML tab indentation", "job: t\n\tsource: x\n", 2, 1, "", {"YAML syntax error"}},
+      {"YAML tab indentation: yaml-cpp's message names no tab; the line that has one is named",
+       "job: t\n\tsource: x\n", 2, 1, "",
+       {"YAML syntax error", "; line 2 indents with a tab: YAML indents with spaces only"}},
+      {"a tab indenting a nested key", "job: t\nsource:\n\tfiles: [a]\n", 3, 7, "",
+       {"; line 3 indents with a tab"}},
       {"an unclosed '{': yaml-cpp notices lines later, the message names where it opened",
        "job: t\nsource:\n  files: [a]  # a comment with a { in it\nfeatures: {x: {dtype: int64}\n\nbatch: {size: '{'}\n"
        "epochs: 1\n",
