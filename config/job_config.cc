@@ -1084,6 +1084,7 @@ class Loader {
              "groupadd accepts");
       }
       permissions->group = std::move(name);
+      permissions->group_origin = Where(MarkOf(*e), e->path);
     }
   }
 
@@ -1160,6 +1161,13 @@ std::string ReadFifo(const std::string& path, int fd) {
 }
 
 }  // namespace
+
+std::string MissingGroupMessage(const PermissionsConfig& permissions) {
+  return (permissions.group_origin.empty() ? "permissions.group: " : permissions.group_origin) + "no group named '" +
+         permissions.group + "' on this machine (getent group lists them): create it (groupadd " + permissions.group +
+         "; then usermod -aG " + permissions.group + " USER for the daemon's user and each trainer's) or name "
+         "an existing one";
+}
 
 std::string JobNameProblem(const std::string& name) {
   if (shm::IsValidJobName(name)) return "";  // the rule and its reasons: shm/names.h

@@ -95,6 +95,9 @@ struct PermissionsConfig {
   // Group given read-write access (socket and segment mode 0660, group-owned); empty = none
   // (owner-only). A name, not yet resolved: the daemon looks it up at start.
   std::string group;
+  // Where `group` was written, "job.yaml:30:11: permissions.group: ", so that a group the
+  // machine does not have is reported like a config error. Empty for hand-built configs.
+  std::string group_origin;
 };
 
 // `log_level`: the daemon's log threshold (spdlog's level names).
@@ -149,6 +152,10 @@ inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 
 // Why `name` cannot be a job name ("invalid job name 'x/y'; expected ..."), or "" when it can.
 std::string JobNameProblem(const std::string& name);
+
+// "job.yaml:30:11: permissions.group: no group named 'trainerz' on this machine; create it ...":
+// for a permissions.group that getgrnam() does not find (ringfeedd and ringfeedctl check).
+std::string MissingGroupMessage(const PermissionsConfig& permissions);
 
 // Loads and validates a job config file. Throws ConfigError (also for an unreadable file, one
 // larger than kMaxConfigBytes, or YAML syntax errors, with their position).

@@ -51,7 +51,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
   // Resolved at start, as ringfeedd does (whether its user is a member, check cannot know).
   if (result->plan_error.empty() && !config.permissions.group.empty() &&
       ::getgrnam(config.permissions.group.c_str()) == nullptr) {
-    result->plan_error = "permissions.group: no group named '" + config.permissions.group + "' on this machine";
+    result->plan_error = MissingGroupMessage(config.permissions);
   }
 }
 

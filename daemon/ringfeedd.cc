@@ -479,7 +479,7 @@ int RunDaemon(const DaemonOptions& options) {
     mode_t mode = 0600;
     if (!config.permissions.group.empty()) {
       const struct group* g = ::getgrnam(config.permissions.group.c_str());
-      if (!g) throw StartupError("permissions.group: no group named '" + config.permissions.group + "' on this machine", 2);
+      if (!g) throw StartupError(MissingGroupMessage(config.permissions), 2);
       group = g->gr_gid;
       // Only root, or a member, may give the segment and socket to the group (chown).
       if (::geteuid() != 0 && !InGroup(*group)) {

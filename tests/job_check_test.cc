@@ -131,7 +131,10 @@ TEST_CASE("an unknown permissions.group: check says ringfeedd would refuse to st
   WriteShard(dir.file("a.tfrecord"), 0, 3);
   std::ostringstream log;
   JobCheckResult r = RunJobCheck(Config(dir, "fail", "permissions: {group: no_such_group_rf}\n"), log, log);
-  CHECK(r.plan_error == "permissions.group: no group named 'no_such_group_rf' on this machine");
+  CHECK_THAT(r.plan_error, Catch::EndsWith(":8:22: permissions.group: no group named 'no_such_group_rf' on this "
+                                           "machine (getent group lists them): create it (groupadd no_such_group_rf; "
+                                           "then usermod -aG no_such_group_rf USER for the daemon's user and each "
+                                           "trainer's) or name an existing one"));
   r = RunJobCheck(Config(dir, "fail", "permissions: {group: root}\n"), log, log);
   CHECK(r.plan_error.empty());
   CHECK(r.records == 3);
