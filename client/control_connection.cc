@@ -1,5 +1,6 @@
 #include "client/control_connection.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -7,15 +8,42 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "client/client_error.h"
 #include "shm/names.h"
 #include "shm/protocol.h"
 
 namespace ringfeed::detail {
+namespace {
+
+// "; jobs there: a, b" for the job sockets in `dir` (at most 8 named), "; no jobs run there",
+// or "" when the directory cannot be read.
+std::string JobsIn(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return "";
+  std::vector<std::string> jobs;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, ".sock") == 0) {
+      const std::string job = name.substr(0, name.size() - 5);
+      if (shm::IsValidJobName(job)) jobs.push_back(job);
+    }
+  }
+  ::closedir(d);
+  if (jobs.empty()) return "; no jobs run there";
+  std::sort(jobs.begin(), jobs.end());
+  std::string list;
+  for (size_t i = 0; i < jobs.size() && i < 8; ++i) list += (i == 0 ? "" : ", ") + jobs[i];
+  if (jobs.size() > 8) list += ", ... (" + std::to_string(jobs.size()) + " in all)";
+  return "; jobs there: " + list;
+}
+
+}  // namespace
 
 ControlConnection::~ControlConnection() { Close(); }
 
@@ -50,6 +78,8 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
       throw DaemonNotRunningError(message);
     }
     if (err == ENOENT || err == ECONNREFUSED) {
+      const size_t slash = path.find_last_of('/');
+      if (err == ENOENT && slash != std::string::npos) message += JobsIn(path.substr(0, slash));
       message += "; is ringfeedd running for job " + job +
                  " (ringfeedctl list; under systemd: systemctl status 'ringfeed@*', the instance named after the config "
                  "file)? If it uses another runtime directory, "

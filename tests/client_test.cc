@@ -391,6 +391,12 @@ TEST_CASE("client: refusals carry the daemon's message; no daemon names the fix"
                         Catch::Contains("is ringfeedd running for job nojob") &&
                         Catch::Contains("To wait for a daemon that is starting, set attach_timeout"));
   CHECK_THROWS_AS(Client::Attach(Attach(dir, "nojob")), DaemonNotRunningError);
+  // A job name that is not there: the jobs that are (a typo shows).
+  {
+    auto producer = ForkProducer(Options(dir), [](RingTestProducer&) {});
+    CHECK_THROWS_WITH(Client::Attach(Attach(dir, "trian")),
+                      Catch::Contains("No such file or directory; jobs there: train;"));
+  }
   ClientOptions empty;
   CHECK_THROWS_WITH(Client::Attach(empty), Catch::Contains("job is empty"));
   CHECK_THROWS_WITH(Client::Attach(Attach(dir, "../nojob")),
