@@ -515,8 +515,9 @@ TEST_CASE("dump's timeout in shared mode says the ring is held by other consumer
   // Output that cannot be written (a full disk) is an error naming it, not a quiet exit 0; the
   // batch dump had taken is gone, and it says so.
   first.Release();
-  const CommandResult full = RunCommand({"/bin/bash", "-c", "exec \"$0\" dump held-dump --batches 1 --runtime-dir \"$1\" "
-                                         "> /dev/full", CtlBinary(), daemon.runtime_dir()});
+  const CommandResult full =
+      RunCommand({"/bin/bash", "-c", "exec \"$0\" dump held-dump --batches 1 --runtime-dir \"$1\" > /dev/full",
+                  CtlBinary(), daemon.runtime_dir()});
   CHECK(full.status.ToString() == "exit 1");
   CHECK_THAT(full.err, Catch::StartsWith("ringfeedctl dump: writing standard output failed: No space left on device "
                                          "after 0 batch(es)"));
