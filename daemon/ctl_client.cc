@@ -637,9 +637,10 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                   by_record ? "record (fewer files than shards: every node reads every file)" : "file");
     out << buf;
   }
-  std::snprintf(buf, sizeof buf, "produced   %llu records in %llu batches, %s\n",
-                static_cast<unsigned long long>(s.Count("records")),
-                static_cast<unsigned long long>(s.Count("batches")),
+  const uint64_t records = s.Count("records"), batches = s.Count("batches");
+  std::snprintf(buf, sizeof buf, "produced   %llu record%s in %llu batch%s, %s\n",
+                static_cast<unsigned long long>(records), records == 1 ? "" : "s",
+                static_cast<unsigned long long>(batches), batches == 1 ? "" : "es",
                 Bytes(s.Number("record_bytes")).c_str());
   out << buf;
   const ReplyFields records_per_second = tp.Object("records_per_second"), mb_per_second = tp.Object("mb_per_second");

@@ -555,8 +555,9 @@ int RunDaemon(const DaemonOptions& options) {
     // the segment, which another process may already have mapped): what RepairRing puts back.
     auto superblock_image = std::make_shared<shm::Superblock>();
     WriteSuperblock(setup, parser.specs(), superblock_image.get());
-    spdlog::info("job '{}': {} files ({} in this shard), {} features, batch.size {}, ring {} slots x {} = {} ({})",
-                 config.job, files.size(), shard_files.size(), parser.specs().size(), config.batch.size, slot_count,
+    spdlog::info("job '{}': {} file{} ({} in this shard), {} feature{}, batch.size {}, ring {} slots x {} = {} ({})",
+                 config.job, files.size(), files.size() == 1 ? "" : "s", shard_files.size(), parser.specs().size(),
+                 parser.specs().size() == 1 ? "" : "s", config.batch.size, slot_count,
                  shm::HumanBytes(slot_bytes), shm::HumanBytes(geometry.segment_bytes), segment_name);
     if (shard.count > 1) spdlog::info("{}", shard.Describe(files.size()));
 
