@@ -278,7 +278,7 @@ std::string OutOfMemory(const std::exception& error);
 // `ulimit -v` and a shuffle buffer: each reader's malloc arena wants a 64 MiB heap of address
 // space). So:
 //   - ArmOomReserve() (ringfeedd, at start, before its threads) sets 512 KiB of heap aside in
-//     blocks below the mmap threshold, writes the last-resort message while memory is there,
+//     blocks below the mmap threshold (address space, not resident memory), writes the last-resort message while memory is there,
 //     and installs a std::terminate handler that turns a std::bad_alloc no handler caught (an
 //     allocation on a thread's way to its handler, or past it) into DieOutOfMemory; any other
 //     uncaught exception is named on stderr before the usual abort;
