@@ -34,7 +34,16 @@ constexpr size_t kMaxRequestBytes = 64 * 1024;  // a hello or a request is tiny
 constexpr int kMaxRequestDepth = 16;
 // Untrusted values are quoted in replies and logs at most this long.
 constexpr size_t kMaxQuotedBytes = 64;
-constexpr auto kRefusalWarningEvery = std::chrono::seconds(10);  // the warning while connections are refused
+// A connection must say hello within this time.
+constexpr auto kHelloTimeout = std::chrono::seconds(5);
+// A control connection (ringfeedctl, a monitoring script) that sends no request for this long
+// is closed: idle ones held open could use up kMaxControlConnections and lock trainers out. Consumers'
+// connections stay open as long as they live.
+constexpr auto kControlIdleTimeout = std::chrono::seconds(60);
+// After accept() fails (e.g. EMFILE), wait before trying again instead of spinning.
+constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
+constexpr auto kAcceptWarningEvery = std::chrono::seconds(10);  // the warning while accept fails
+constexpr auto kRefusalWarningEvery = std::chrono::seconds(10);  // ... and while connections are refused
 
 // The deepest nesting of objects and arrays in `line` (a JSON text), counted outside strings;
 // stops counting once over `limit`.
@@ -66,15 +75,6 @@ std::string Quoted(const nlohmann::json& value) {
   }
   return text;
 }
-// A connection must say hello within this time.
-constexpr auto kHelloTimeout = std::chrono::seconds(5);
-// A control connection (ringfeedctl, a monitoring script) that sends no request for this long
-// is closed: idle ones held open could use up kMaxControlConnections and lock trainers out. Consumers'
-// connections stay open as long as they live.
-constexpr auto kControlIdleTimeout = std::chrono::seconds(60);
-// After accept() fails (e.g. EMFILE), wait before trying again instead of spinning.
-constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
-constexpr auto kAcceptWarningEvery = std::chrono::seconds(10);  // the warning while accept fails
 
 std::string Hex16(uint64_t v) {
   char buf[17];
