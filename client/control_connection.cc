@@ -31,7 +31,11 @@ std::string JobsIn(const std::string& dir) {
     const std::string name = entry->d_name;
     if (name.size() > 5 && name.compare(name.size() - 5, 5, ".sock") == 0) {
       const std::string job = name.substr(0, name.size() - 5);
-      if (shm::IsValidJobName(job)) jobs.push_back(job);
+      struct stat st {};
+      const bool socket = entry->d_type == DT_SOCK ||
+                          (entry->d_type == DT_UNKNOWN && ::lstat((dir + "/" + name).c_str(), &st) == 0 &&
+                           S_ISSOCK(st.st_mode));
+      if (socket && shm::IsValidJobName(job)) jobs.push_back(job);  // files named like one are not jobs
     }
   }
   ::closedir(d);
@@ -73,7 +77,11 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     if (err == ECONNREFUSED && ::lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
       // connect() says "refused" for any path that is not a listening socket.
       message += std::string("; ") + path + " is " +
-                 (S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file" : "not a socket") +
+                 (S_ISDIR(st.st_mode)    ? "a directory"
+                  : S_ISREG(st.st_mode)  ? "a regular file"
+                  : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                  : S_ISLNK(st.st_mode)  ? "a symbolic link to what is no socket"
+                                         : "another kind of file") +
                  ", not a socket: no ringfeedd made it (remove it, or use another runtime directory)";
       throw DaemonNotRunningError(message);
     }

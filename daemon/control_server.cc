@@ -122,8 +122,8 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
       if (ec == asio::error::not_found && *alive_) {  // kMaxRequestBytes without a newline
         hello_timer_.cancel();
         idle_timer_.cancel();
-        Fail("request longer than " + std::to_string(kMaxRequestBytes) + " bytes without a newline (one JSON object "
-             "per line; requests are small)");
+        Fail("request line longer than " + std::to_string(kMaxRequestBytes - 1) + " bytes (one JSON object per line, "
+             "ended by a newline; requests are small)");
         return;
       }
       if (ec || !*alive_) {  // closed (EOF), or server gone: the destructor detaches
@@ -158,7 +158,7 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
     nlohmann::json request;
     try {
       request = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {  // its what(): the byte and why
+    } catch (const nlohmann::json::exception& e) {  // parse_error (the byte and why), out_of_range (a number)
       std::string why = e.what();
       if (why.size() > 200) why = why.substr(0, 200) + "...";
       return Fail("malformed request: not JSON (" + why + ")");

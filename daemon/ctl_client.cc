@@ -808,7 +808,14 @@ void PrintFiles(const std::string& runtime_dir, const std::string& job, bool jso
     for (size_t k = 0; k < files[i].size(); ++k) {
       const auto c = static_cast<unsigned char>(files[i][k]);
       const bool starts_escape = c == '\\' && k + 1 < files[i].size() && files[i][k + 1] == 'x';
-      if (c < 0x20 || c == 0x7F || starts_escape) {
+      // U+0080..U+009F (C1 controls, UTF-8 C2 80..C2 9F): CSI (U+009B) drives some terminals too.
+      const bool c1 = c == 0xC2 && k + 1 < files[i].size() && static_cast<unsigned char>(files[i][k + 1]) >= 0x80 &&
+                      static_cast<unsigned char>(files[i][k + 1]) <= 0x9F;
+      if (c1) {
+        char escaped[16];
+        std::snprintf(escaped, sizeof escaped, "\\xC2\\x%02X", static_cast<unsigned char>(files[i][++k]));
+        line += escaped;
+      } else if (c < 0x20 || c == 0x7F || starts_escape) {
         char escaped[8];
         std::snprintf(escaped, sizeof escaped, "\\x%02X", c);
         line += escaped;

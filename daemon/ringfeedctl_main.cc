@@ -6,7 +6,10 @@
 // daemon/ctl_client.h). To add a subcommand, write its Add function
 // and append it to the list in main(). Exit statuses (ringfeed::ExitStatus): 0 ok, 1 data
 // problems found, 2 usage error (CLI11 prints what was wrong; --help exits 0).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cmath>
@@ -25,6 +28,7 @@
 #include "daemon/inspect.h"
 #include "daemon/job_check.h"
 #include "daemon/shard.h"
+#include "daemon/standard_fds.h"
 #include "format/compression.h"
 #include "shm/names.h"
 #include "shm/segment.h"
@@ -491,6 +495,14 @@ Command AddDumpCommand(CLI::App& parent) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A closed stdout (`>&-`) is an error for every command (they all print), said before a socket
+  // to the daemon can take its descriptor; a closed stdin or stderr becomes /dev/null.
+  const std::vector<int> closed = ringfeed::OccupyClosedStandardFds();
+  if (std::find(closed.begin(), closed.end(), STDOUT_FILENO) != closed.end()) {
+    std::cerr << "ringfeedctl: standard output is closed (>&-): nothing can be printed; redirect it to a file or "
+                 "/dev/null instead\n";
+    return ringfeed::kExitDataProblems;
+  }
   std::ios::sync_with_stdio(false);  // std::cerr stays tied to std::cout: messages keep their place
   CLI::App app("ringfeedctl: ringfeed's command-line tool", "ringfeedctl");
   app.require_subcommand(1);

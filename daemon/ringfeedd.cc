@@ -673,7 +673,11 @@ int RunDaemon(const DaemonOptions& options) {
       const std::string type = request.value("type", "");
       if (type == "status") return status_json();
       if (type == "files") return FilesPage(files, request);
-      return {{"type", "error"}, {"message", "unknown request '" + type + "' (status, files)"}};
+      // Quoted as JSON and cut: the type is the client's text (control characters, any length).
+      const std::string quoted = nlohmann::json(type.substr(0, 64)).dump(-1, ' ', false,
+                                                                          nlohmann::json::error_handler_t::replace);
+      return {{"type", "error"},
+              {"message", "unknown request " + quoted + (type.size() > 64 ? "..." : "") + " (status, files)"}};
     };
     ControlServer server(io, socket_path, mode, group,
                          {config.job, segment_name, instance_id}, std::move(handlers));

@@ -4,8 +4,10 @@
 #include <iostream>
 
 #include "daemon/ringfeedd.h"
+#include "daemon/standard_fds.h"
 
 int main(int argc, char** argv) {
+  ringfeed::OccupyClosedStandardFds();  // the log to /dev/null rather than into the socket or segment
   ringfeed::DaemonOptions options;
   CLI::App app(
       "ringfeedd: reads the TFRecord files of one job, parses tf.train.Example records, shuffles and batches "

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -391,8 +392,10 @@ TEST_CASE("client: refusals carry the daemon's message; no daemon names the fix"
                         Catch::Contains("is ringfeedd running for job nojob") &&
                         Catch::Contains("To wait for a daemon that is starting, set attach_timeout"));
   CHECK_THROWS_AS(Client::Attach(Attach(dir, "nojob")), DaemonNotRunningError);
-  // A job name that is not there: the jobs that are (a typo shows).
+  // A job name that is not there: the jobs that are (a typo shows); a file named like a socket
+  // is no job.
   {
+    { std::ofstream(dir.file("aaa.sock")) << "x"; }
     auto producer = ForkProducer(Options(dir), [](RingTestProducer&) {});
     CHECK_THROWS_WITH(Client::Attach(Attach(dir, "trian")),
                       Catch::Contains("No such file or directory; jobs there: train;"));

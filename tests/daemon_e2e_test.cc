@@ -835,14 +835,15 @@ TEST_CASE("the job's file list: Client::files in pages, the C ABI, and row sourc
 
 TEST_CASE("status --files: one INDEX<TAB>PATH line per file, control characters in names as \\xNN") {
   TempDir dir;
-  const std::string odd = dir.file("a\nb\tc\x1b[31m.tfrecord");  // a newline, a tab, an escape sequence
+  // A newline, a tab, an escape sequence, a C1 CSI (U+009B).
+  const std::string odd = dir.file("a\nb\tc\x1b[31m\xC2\x9B.tfrecord");
   WriteIdFile(odd, 0, 1);
   DaemonProcess daemon(dir.path(), "odd-names", IdJobConfig("odd-names", dir.file("*.tfrecord"), "epochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
   const CommandResult lines = RunCommand({CtlBinary(), "status", "odd-names", "--files", "--runtime-dir",
                                           daemon.runtime_dir()});
   REQUIRE(lines.status.ToString() == "exit 0");
-  CHECK(lines.out == "0\t" + dir.file("a\\x0Ab\\x09c\\x1B[31m.tfrecord") + "\n");
+  CHECK(lines.out == "0\t" + dir.file("a\\x0Ab\\x09c\\x1B[31m\\xC2\\x9B.tfrecord") + "\n");
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 

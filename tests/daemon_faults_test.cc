@@ -1052,7 +1052,14 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
       {{hello + ",\"role\":\"consumer\",\"rank\":99999999999}"}, "\"rank\" must be an integer"},
       {{hello + ",\"role\":\"consumer\",\"rank\":\"0\"}"}, "\"rank\" must be an integer"},
       {{"{\"type\":\"hello\",\"protocol\":\"1\",\"role\":\"control\"}"}, "protocol version \"1\" not supported"},
-      {{hello + ",\"role\":\"control\"}", "{\"type\":\"statuz\"}"}, "unknown request 'statuz'"},
+      {{hello + ",\"role\":\"control\"}", "{\"type\":\"statuz\"}"}, "unknown request \"statuz\" (status, files)"},
+      // The client's text comes back JSON-quoted and cut (control characters escaped, not raw).
+      {{hello + ",\"role\":\"control\"}", "{\"type\":\"\\u001b[31m\"}"}, "unknown request \"\\u001b[31m\" (status"},
+      {{hello + ",\"role\":\"control\"}", "{\"type\":\"" + std::string(5000, 'A') + "\"}"},
+       "unknown request \"" + std::string(64, 'A') + "\"... (status, files)"},
+      // A number nlohmann cannot hold is "not JSON" too (it threw out_of_range, echoed whole).
+      {{hello + ",\"role\":\"control\"}", "{\"type\":\"status\",\"x\":1" + std::string(400, '0') + "}"},
+       "malformed request: not JSON ("},
   };
   for (const Case& c : cases) {
     INFO("sent: " << c.lines.back());
@@ -1074,7 +1081,7 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
     connection.Connect(daemon.socket_path(), "badctl");
     connection.SendLine(hello + ",\"role\":\"control\",\"pad\":\"" + std::string(70000, 'x') + "\"}");
     const nlohmann::json r = nlohmann::json::parse(connection.ReadLine(std::chrono::seconds(5)));
-    CHECK_THAT(r["message"].get<std::string>(), Catch::Contains("request longer than 65536 bytes without a newline"));
+    CHECK_THAT(r["message"].get<std::string>(), Catch::Contains("request line longer than 65535 bytes"));
   }
   // Still serving: a status, and a consumer gets its batches.
   CHECK(daemon.Status()["state"] == "running");

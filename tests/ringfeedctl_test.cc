@@ -525,6 +525,13 @@ TEST_CASE("dump's timeout in shared mode says the ring is held by other consumer
                                            "> /dev/full", CtlBinary(), daemon.runtime_dir()});
   CHECK(status.status.ToString() == "exit 1");
   CHECK(status.err == "ringfeedctl: writing standard output failed: No space left on device\n");
+  // A closed stdout: said at once, no batch taken (dump's socket once got descriptor 1 and the
+  // batch's JSON went into its own connection to the daemon).
+  const CommandResult closed =
+      RunCommand({"/bin/bash", "-c", "exec \"$0\" dump held-dump --batches 1 --runtime-dir \"$1\" >&-",
+                  CtlBinary(), daemon.runtime_dir()});
+  CHECK(closed.status.ToString() == "exit 1");
+  CHECK_THAT(closed.err, Catch::StartsWith("ringfeedctl: standard output is closed (>&-)"));
   second.Release();
   client.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
