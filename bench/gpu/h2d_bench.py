@@ -138,19 +138,26 @@ def collect_pageable(client, schema, batches):
     return out
 
 
-def bench_pageable(host_batches, device):
+def time_copies(name, host_batches, batches, device, non_blocking):
+    """Seconds to copy every tensor of `batches` (an iterable yielding the lists of
+    `host_batches`, or their pinned copies) to `device` with .to(); the last batch is then
+    compared with its source. Returns (bytes, seconds)."""
     total = sum(t.numel() * t.element_size() for b in host_batches for t in b)
     torch.cuda.synchronize(device)
     t0 = time.perf_counter()
     last = None
-    for b in host_batches:
-        last = [t.to(device) for t in b]
+    for b in batches:
+        last = [t.to(device, non_blocking=non_blocking) for t in b]
     torch.cuda.synchronize(device)
     seconds = time.perf_counter() - t0
     for src, dev in zip(host_batches[-1], last):
         if not torch.equal(src, dev.cpu()):
-            sys.exit("h2d_bench: pageable: device tensor differs from the source")
+            sys.exit(f"h2d_bench: {name}: device tensor differs from the source")
     return total, seconds
+
+
+def bench_pageable(host_batches, device):
+    return time_copies("pageable", host_batches, host_batches, device, non_blocking=False)
 
 
 class _ListDataset(torch.utils.data.Dataset):
@@ -168,35 +175,13 @@ def bench_pinned(host_batches, device):
     """The same arrays copied into page-locked host memory first (untimed), then
     .to(device, non_blocking=True): the host-to-device limit through PyTorch's own pinned memory."""
     pinned = [[t.pin_memory() for t in b] for b in host_batches]
-    total = sum(t.numel() * t.element_size() for b in pinned for t in b)
-    torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    last = None
-    for b in pinned:
-        last = [t.to(device, non_blocking=True) for t in b]
-    torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - t0
-    for src, dev in zip(pinned[-1], last):
-        if not torch.equal(src, dev.cpu()):
-            sys.exit("h2d_bench: pinned: device tensor differs from the source")
-    return total, seconds
+    return time_copies("pinned", pinned, pinned, device, non_blocking=True)
 
 
 def bench_dataloader(host_batches, device):
-    total = sum(t.numel() * t.element_size() for b in host_batches for t in b)
     loader = torch.utils.data.DataLoader(_ListDataset(host_batches), batch_size=None, shuffle=False,
                                          num_workers=0, pin_memory=True)
-    torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    last = None
-    for b in loader:
-        last = [t.to(device, non_blocking=True) for t in b]
-    torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - t0
-    for src, dev in zip(host_batches[-1], last):
-        if not torch.equal(src, dev.cpu()):
-            sys.exit("h2d_bench: dataloader: device tensor differs from the source")
-    return total, seconds
+    return time_copies("dataloader", host_batches, loader, device, non_blocking=True)
 
 
 def main():
