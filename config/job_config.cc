@@ -1127,7 +1127,7 @@ ConfigError TooLarge(const std::string& path) {
 std::string ReadFifo(const std::string& path, int fd) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kFifoWaitMs);
   std::string text;
-  char buf[1 << 16];
+  char buf[4096];  // not 64 KiB: the stack may be small (ulimit -s), and configs are a few KiB
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     pollfd p{fd, POLLIN, 0};
@@ -1191,7 +1191,7 @@ JobConfig LoadJobConfig(const std::string& path) {
                                           std::strerror(err));
   }
   std::string text;
-  char buf[1 << 16];
+  char buf[4096];  // not 64 KiB: the stack may be small (ulimit -s), and configs are a few KiB
   size_t n;
   while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) {
     text.append(buf, n);

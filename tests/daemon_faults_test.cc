@@ -688,6 +688,38 @@ TEST_CASE("a small address space (ulimit -v): a clear error naming the limit, ne
     if (memory == 0) WARN("no limit ran out of memory while reading ahead on this build");
   }
 }
+
+TEST_CASE("a small stack (ulimit -s 64): the config is read and the job served to its end") {
+  // Reading the config once took a 64 KiB buffer on the stack: a SIGSEGV at 80 KiB and under.
+  TempDir dir;
+  WriteIdFile(dir.file("part-0.tfrecord"), 0, 1000);
+  DaemonProcess daemon(dir.path(), "small-stack",
+                       IdJobConfig("small-stack", dir.file("*.tfrecord"), "batch: {size: 100}\n"));
+  const std::vector<std::string> small_stack = {"/bin/bash", "-c", "ulimit -s 64 && exec \"$@\"", "bash"};
+  std::vector<std::string> check = small_stack;
+  check.insert(check.end(), {CtlBinary(), "check", daemon.config_path()});
+  const CommandResult checked = RunCommand(check);
+  INFO("ringfeedctl check: " << checked.out << checked.err);
+  CHECK(checked.status.ToString() == "exit 0");
+
+  DaemonStart start = WithArgs({"--exit-when-done"});
+  start.wrapper = small_stack;
+  RINGFEED_REQUIRE_STARTED(daemon, start);
+  ConsumerSpec spec;
+  spec.client = daemon.client_options();
+  const ConsumerReport report = ConsumeInProcess(spec);
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(status->ToString() == "exit 0");
+  CHECK(report.end == "end");
+  std::vector<int64_t> ids;
+  for (const BatchInfo& b : report.batches) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+  std::sort(ids.begin(), ids.end());
+  std::vector<int64_t> expected(1000);
+  std::iota(expected.begin(), expected.end(), 0);
+  CHECK(ids == expected);
+}
 #endif
 
 TEST_CASE("on_error: skip with records that do not match the spec: taken out before batching, every batch full") {
