@@ -500,9 +500,10 @@ int RunDaemon(const DaemonOptions& options) {
     // while the ring is reserved (`systemctl stop` during the start of a large ring) then
     // stops cleanly once start-up is done and the segment is removed, where the default action
     // left it in /dev/shm. Before this point nothing needs cleaning up, and a stop during a
-    // slow file listing or sampling ends the process at once. Threads started in between
-    // inherit the mask, so the signals reach this thread, which unblocks them once asio's
-    // signal_set listens. (Not restored on a start-up error: ringfeedd exits then.)
+    // slow file listing or sampling ends the process at once. Every thread started from here
+    // inherits the mask, so the signals reach this thread alone, which unblocks them once
+    // asio's signal_set listens and start-up is done. (Not restored on a start-up error:
+    // ringfeedd exits then.)
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM}) sigaddset(&stop_signals, s);
@@ -778,7 +779,14 @@ int RunDaemon(const DaemonOptions& options) {
       });
     };
     ignore_next();
-    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);  // a stop requested during start-up arrives now
+    // Destroyed before the signal_sets (declared after them), on every way out: the stop
+    // signals are blocked again before asio gives them back their default action, which would
+    // end the process mid-cleanup with the segment left in /dev/shm (a SIGTERM while a failed
+    // start unwinds, or during the stop).
+    struct StopSignalsBlockedAgain {
+      const sigset_t& set;
+      ~StopSignalsBlockedAgain() { pthread_sigmask(SIG_BLOCK, &set, nullptr); }
+    } stop_signals_blocked_again{stop_signals};
     // --exit-when-done: poll for "produced everything and every batch was released".
     asio::steady_timer done_timer(io);
     std::function<void()> check_done = [&] {
@@ -834,6 +842,10 @@ int RunDaemon(const DaemonOptions& options) {
     notifier.Ready();
     spdlog::info("ready: socket {}, mode {:04o} ({})", server.socket_path(), mode,
                  group ? "the daemon's user and group " + config.permissions.group : std::string("the daemon's user only"));
+    // Only now, after every thread of the pipeline and the tuner has started (they inherit the
+    // blocked mask, as do the threads they start later): the stop signals reach this thread
+    // alone, and a stop requested during start-up arrives now.
+    pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
     io.run();
 
     // Stop: consumers see kStopped with the reason (unless production already ended).
