@@ -48,6 +48,7 @@
 #include "bench/e2e/e2e_common.h"
 #include "client/client.h"
 #include "daemon/ctl_client.h"
+#include "shm/names.h"
 
 namespace {
 
@@ -111,7 +112,7 @@ int main(int argc, char** argv) {
         options, std::chrono::milliseconds(static_cast<int64_t>(attach_timeout * 1000)));
     const auto attached = Clock::now();
     const int daemon_pid = client->daemon_pid();
-    const std::string runtime_dir = options.runtime_dir.empty() ? std::string() : options.runtime_dir;
+    const std::string runtime_dir = options.runtime_dir.empty() ? ringfeed::shm::RuntimeDir() : options.runtime_dir;
     nlohmann::json status = ringfeed::QueryDaemon(runtime_dir, options.job, {{"type", "status"}});
 
     std::atomic<bool> sampling{true};
