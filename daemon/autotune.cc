@@ -134,6 +134,7 @@ void Autotune::Run() {
     const double read_not_queued = static_cast<double>(read_busy) - read_cpu * run_delay_per_cpu;
     o.read_cpu_fraction = read_busy == 0 ? 0 : read_not_queued <= read_cpu ? 1.0 : std::clamp(read_cpu / read_not_queued, 0.0, 1.0);
     o.sequencer_read_wait_fraction = Fraction(s.read_wait_ns - prev.read_wait_ns, elapsed);
+    o.sequencer_cpu_fraction = Fraction(s.sequencer_cpu_ns - prev.sequencer_cpu_ns, elapsed);
     o.parse_busy_fraction = Fraction(s.parse_busy_ns - prev.parse_busy_ns, elapsed * workers);
     const uint64_t parse_busy = s.parse_busy_ns - prev.parse_busy_ns;
     o.parse_cpu_fraction = parse_busy == 0 ? 1.0
@@ -151,11 +152,12 @@ void Autotune::Run() {
     // The knobs measured in this interval (the decision's follow on their own lines).
     spdlog::debug(
         "autotune: {:.2f} s, {} records ({:.0f}/s), {} consumers waited {:.0f}%, read busy {:.0f}% (cpu {:.0f}%), "
-        "sequencer waited for reads {:.0f}% / slots {:.0f}% (at the prefetch depth {:.0f}%), parse busy {:.0f}% "
+        "sequencer cpu {:.0f}%, waited for reads {:.0f}% / slots {:.0f}% (at the prefetch depth {:.0f}%), parse busy {:.0f}% "
         "(cpu {:.0f}%), ready {:.1f} (min {}), {:.2f} cores; measured with readers {} read_ahead {} reads_per_file {} "
         "workers {} prefetch {}, {} blocked-I/O readers",
         elapsed, o.records, static_cast<double>(o.records) / elapsed, o.consumers, 100 * o.consumer_wait_fraction,
-        100 * o.read_busy_fraction, 100 * o.read_cpu_fraction, 100 * o.sequencer_read_wait_fraction,
+        100 * o.read_busy_fraction, 100 * o.read_cpu_fraction, 100 * o.sequencer_cpu_fraction,
+        100 * o.sequencer_read_wait_fraction,
         100 * o.sequencer_slot_wait_fraction, 100 * o.sequencer_prefetch_wait_fraction, 100 * o.parse_busy_fraction,
         100 * o.parse_cpu_fraction, o.ready_slots_mean, o.ready_slots_min, o.cpu_cores, before.readers,
         shm::HumanBytes(before.stream_buffer_bytes), before.reads_per_file, before.workers, before.prefetch,
@@ -234,6 +236,7 @@ nlohmann::json Autotune::StatusJson() const {
             {"read_busy_fraction", m.read_busy_fraction},
             {"read_cpu_fraction", m.read_cpu_fraction},
             {"sequencer_read_wait_fraction", m.sequencer_read_wait_fraction},
+            {"sequencer_cpu_fraction", m.sequencer_cpu_fraction},
             {"parse_busy_fraction", m.parse_busy_fraction},
             {"parse_cpu_fraction", m.parse_cpu_fraction},
             {"sequencer_slot_wait_fraction", m.sequencer_slot_wait_fraction},

@@ -575,12 +575,13 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   if (measured) {
     std::snprintf(buf, sizeof buf,
                   "           %s %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
-                  "sequencer waited %.0f%% for records and %.0f%% for a slot (%.0f%% at the prefetch depth, %.0f%% with "
-                  "the ring full), workers %.0f%% busy, %.1f batches ready\n",
+                  "sequencer %.0f%% CPU, waited %.0f%% for records and %.0f%% for a slot (%.0f%% at the prefetch depth, "
+                  "%.0f%% with the ring full), workers %.0f%% busy, %.1f batches ready\n",
                   running ? "last" : "the tuner's last interval before production ended,", m.Number("interval_seconds"),
                   m.Number("records_per_second"), 100 * m.Number("consumer_wait_fraction"),
                   100 * m.Number("read_busy_fraction"), 100 * m.Number("read_cpu_fraction"),
-                  100 * m.Number("sequencer_read_wait_fraction"), 100 * m.Number("sequencer_slot_wait_fraction"),
+                  100 * m.Number("sequencer_cpu_fraction"), 100 * m.Number("sequencer_read_wait_fraction"),
+                  100 * m.Number("sequencer_slot_wait_fraction"),
                   100 * m.Number("sequencer_prefetch_wait_fraction"),
                   100 * std::max(0.0, m.Number("sequencer_slot_wait_fraction") -
                                           m.Number("sequencer_prefetch_wait_fraction")),

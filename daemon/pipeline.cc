@@ -262,7 +262,12 @@ bool Pipeline::AcquireSlot(uint32_t* slot) {
 
 void Pipeline::RunSequencer() {
   NameThread("rf-sequencer");
-  const Sequencer::Outcome outcome = sequencer_->Run([this](BatchJob&& job) {
+  const int64_t cpu_start = ThreadCpuNs();
+  const auto count_cpu = [&] {
+    sequencer_cpu_ns_.store(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
+  };
+  const Sequencer::Outcome outcome = sequencer_->Run([&](BatchJob&& job) {
+    count_cpu();  // per batch: the clock is a system call (thread_clock.h)
     uint32_t slot;
     if (!AcquireSlot(&slot)) return false;
     {
@@ -277,6 +282,7 @@ void Pipeline::RunSequencer() {
     work_ready_.notify_one();
     return true;
   });
+  count_cpu();
   if (outcome == Sequencer::Outcome::kStopped) return;
   // End of data, or a read error under on_error: fail: first every batch handed out is
   // published (consumers get the batches before the error, then the error).
@@ -621,6 +627,7 @@ PipelineStats Pipeline::Snapshot() const {
   s.parse_busy_ns = parse_busy_ns_.load(std::memory_order_relaxed);
   s.parse_cpu_ns = parse_cpu_ns_.load(std::memory_order_relaxed);
   s.prefetch_wait_ns = prefetch_wait_ns_.load(std::memory_order_relaxed);
+  s.sequencer_cpu_ns = sequencer_cpu_ns_.load(std::memory_order_relaxed);
   // A wait in progress counts up to now: one that spans the tuner's interval (a ring full of
   // batches nobody takes) would otherwise count as no wait at all until it ends.
   const int64_t waiting_since = slot_wait_since_.load(std::memory_order_relaxed);

@@ -189,6 +189,8 @@ struct TunerObservation {
   double read_busy_fraction = 0;        // mean over I/O threads of the time spent reading
   double read_cpu_fraction = 0;         // CPU time of I/O threads / their busy time (1: CPU-bound)
   double sequencer_read_wait_fraction = 0;  // sequencer waiting for a record from a stream
+  double sequencer_cpu_fraction = 0;    // the sequencer thread's CPU time / wall time (interleave,
+                                        // shuffle, batch assembly; 1: it takes a core of its own)
   // Parse stage.
   double parse_busy_fraction = 0;       // mean over workers of the time not waiting for work (parsing,
                                         // publishing, waking consumers)

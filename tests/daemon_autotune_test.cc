@@ -360,6 +360,10 @@ TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs
     CHECK(budget >= 1);
     CHECK(s["autotune"]["measured"]["cpu_cores"].get<double>() > 0);
     CHECK(s["autotune"]["measured"]["cpu_cores"].get<double>() <= budget * 1.05);
+    // The sequencer's own thread (interleave, batch assembly): some of it, within the whole.
+    const double sequencer_cpu = s["autotune"]["measured"]["sequencer_cpu_fraction"].get<double>();
+    CHECK(sequencer_cpu > 0.005);
+    CHECK(sequencer_cpu <= s["autotune"]["measured"]["cpu_cores"].get<double>());
     CHECK(s["autotune"]["runnable_threads"].get<int64_t>() == std::llround(s["autotune"]["cpu_cores"].get<double>()));
     CHECK(s["records"].get<uint64_t>() > 0);
     daemon.Stop();
