@@ -155,8 +155,15 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
       return Fail("malformed request: nested deeper than " + std::to_string(kMaxRequestDepth) +
                   " levels (requests are flat JSON objects)");
     }
+    // nlohmann's lexer takes a NUL byte for the end of its input, so `{"type":"status"}\0junk` parsed
+    // as a status request. JSON text has no raw NUL (a string writes it \u0000): such a line is refused.
+    if (const size_t nul = line.find('\0'); nul != std::string::npos) {
+      return Fail("malformed request: not JSON (a NUL byte at column " + std::to_string(nul + 1) +
+                  "; JSON text has none: a string writes it \\u0000)");
+    }
     nlohmann::json request;
     try {
+      // parse() is strict: anything but whitespace after the value is a parse_error.
       request = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {  // parse_error (the byte and why), out_of_range (a number)
       std::string why = e.what();

@@ -1093,6 +1093,14 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
       // A number nlohmann cannot hold is "not JSON" too (it threw out_of_range, echoed whole).
       {{hello + ",\"role\":\"control\"}", "{\"type\":\"status\",\"x\":1" + std::string(400, '0') + "}"},
        "malformed request: not JSON ("},
+      // A NUL byte ended the line for the parser: the status before it was answered, the hello
+      // before it welcomed. Refused, as is anything else after the object.
+      {{hello + ",\"role\":\"control\"}", std::string("{\"type\":\"status\"}\0junk", 22)},
+       "malformed request: not JSON (a NUL byte at column 18; JSON text has none: a string writes it \\u0000)"},
+      {{hello + ",\"role\":\"control\"}" + std::string(1, '\0')},
+       "malformed request: not JSON (a NUL byte at column " + std::to_string(hello.size() + 19) + ";"},
+      {{hello + ",\"role\":\"control\"}", "{\"type\":\"status\"} junk"},
+       "syntax error while parsing value - invalid literal; last read: '\"status\"} j'; expected end of input)"},
   };
   for (const Case& c : cases) {
     INFO("sent: " << c.lines.back());
