@@ -20,6 +20,7 @@
 #include <spdlog/spdlog.h>
 
 #include "daemon/budget.h"
+#include "format/utf8.h"
 #include "shm/protocol.h"
 
 namespace ringfeed {
@@ -67,11 +68,12 @@ int JsonDepth(const std::string& line, int limit) {
   return deepest;
 }
 
-// `value` as JSON text for a message, cut to kMaxQuotedBytes.
+// `value` as JSON text for a message, cut to at most kMaxQuotedBytes at a character boundary: a
+// character cut in two would be invalid UTF-8, which the reply's dump turns into U+FFFD.
 std::string Quoted(const nlohmann::json& value) {
   std::string text = value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (text.size() > kMaxQuotedBytes) {
-    text = text.substr(0, kMaxQuotedBytes) + "... (" + std::to_string(text.size()) + " bytes)";
+    text = text.substr(0, Utf8Prefix(text, kMaxQuotedBytes)) + "... (" + std::to_string(text.size()) + " bytes)";
   }
   return text;
 }

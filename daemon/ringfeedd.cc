@@ -53,6 +53,7 @@
 #include "format/example_parser.h"
 #include "format/read_queue.h"
 #include "format/tfrecord_reader.h"
+#include "format/utf8.h"
 #include "shm/file_id.h"
 #include "shm/futex.h"
 #include "shm/names.h"
@@ -674,9 +675,10 @@ int RunDaemon(const DaemonOptions& options) {
       const std::string type = request.value("type", "");
       if (type == "status") return status_json();
       if (type == "files") return FilesPage(files, request);
-      // Quoted as JSON and cut: the type is the client's text (control characters, any length).
-      const std::string quoted = nlohmann::json(type.substr(0, 64)).dump(-1, ' ', false,
-                                                                          nlohmann::json::error_handler_t::replace);
+      // Quoted as JSON and cut: the type is the client's text (control characters, any length);
+      // cut at a character boundary, or the dump would turn the part of a character into U+FFFD.
+      const std::string quoted = nlohmann::json(type.substr(0, Utf8Prefix(type, 64)))
+                                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       return {{"type", "error"},
               {"message", "unknown request " + quoted + (type.size() > 64 ? "..." : "") + " (status, files)"}};
     };

@@ -6,6 +6,9 @@
 //                             the bytes there are not one (i < s.size()).
 //   InvalidUtf8At(s)          the offset of the first byte that is not valid UTF-8, or npos.
 //   IsUtf8(s)                 InvalidUtf8At(s) == npos.
+//   Utf8Prefix(s, max)        the length of the longest prefix of s of at most max bytes that ends
+//                             at a character boundary (a byte that is not valid UTF-8 counts as
+//                             one character): where to cut text so that no character is split.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -42,5 +45,16 @@ inline size_t InvalidUtf8At(std::string_view s) {
 }
 
 inline bool IsUtf8(std::string_view s) { return InvalidUtf8At(s) == std::string_view::npos; }
+
+inline size_t Utf8Prefix(std::string_view s, size_t max) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t n = Utf8SequenceLength(s, i);
+    const size_t step = n == 0 ? 1 : n;
+    if (i + step > max) break;
+    i += step;
+  }
+  return i;
+}
 
 }  // namespace ringfeed

@@ -1132,6 +1132,46 @@ TEST_CASE("malformed control messages: an error reply to that connection, the da
   CHECK(batch.rows() > 0);
 }
 
+TEST_CASE("an untrusted value cut short for an error message ends at a whole character, never inside one") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "cutctl", IdJobConfig("cutctl", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const std::string hello = "{\"type\":\"hello\",\"protocol\":" + std::to_string(shm::kProtocolVersion);
+  // The reply to `lines`' last one; its raw line has no U+FFFD (what a character cut in two became).
+  const auto reply_to = [&](const std::vector<std::string>& lines) {
+    detail::ControlConnection connection;
+    connection.Connect(daemon.socket_path(), "cutctl");
+    std::string line;
+    for (const std::string& l : lines) {
+      connection.SendLine(l);
+      line = connection.ReadLine(std::chrono::seconds(5));
+    }
+    CHECK_THAT(line, !Catch::Contains("\xEF\xBF\xBD"));
+    const json r = json::parse(line);
+    CHECK(r["type"] == "error");
+    return r["message"].get<std::string>();
+  };
+  // A role quoted at most 64 bytes: '"' and 62 or 61 ASCII letters, then a 2-, 3- or 4-byte character
+  // that byte 64 falls inside. The quote ends before that character.
+  struct Cut {
+    size_t letters;
+    std::string character;
+  };
+  for (const Cut& c : {Cut{62, "\xC3\xA9"}, Cut{61, "\xE2\x82\xAC"}, Cut{62, "\xE2\x82\xAC"},
+                       Cut{61, "\xF0\x9F\x98\x80"}, Cut{60, "\xF0\x9F\x98\x80"}}) {
+    INFO(c.letters << " letters, then a " << c.character.size() << "-byte character");
+    const std::string role = std::string(c.letters, 'r') + c.character + "zzz";
+    CHECK(reply_to({hello + ",\"role\":\"" + role + "\"}"}) ==
+          "unknown role \"" + std::string(c.letters, 'r') + "... (" + std::to_string(role.size() + 2) +
+              " bytes) (consumer or control)");
+  }
+  // An unknown request's type, cut at 64 bytes: 63 letters, then a 2-byte character.
+  CHECK(reply_to({hello + ",\"role\":\"control\"}", "{\"type\":\"" + std::string(63, 't') + "\xC3\xA9zzz\"}"}) ==
+        "unknown request \"" + std::string(63, 't') + "\"... (status, files)");
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("256 control connections held open: a trainer gets the daemon's reason, not a broken pipe") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
