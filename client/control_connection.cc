@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -10,7 +11,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -49,6 +52,36 @@ std::string JobsIn(const std::string& dir) {
 
 }  // namespace
 
+std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job) {
+  const size_t slash = socket_path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : socket_path.substr(0, slash);
+  // Read with plain POSIX calls, as the rest of this file: the client library stays small.
+  const auto read_file = [](const std::string& path) {
+    std::string text;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return text;
+    char chunk[512];
+    for (ssize_t n; (n = ::read(fd, chunk, sizeof chunk)) != 0 && text.size() < 4096;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) break;
+      text.append(chunk, static_cast<size_t>(n));
+    }
+    ::close(fd);
+    return text;
+  };
+  const std::string lock = read_file(dir + "/" + job + ".lock");
+  char* end = nullptr;
+  const long pid = std::strtol(lock.c_str(), &end, 10);
+  if (end == lock.c_str() || pid <= 0 || pid > INT32_MAX) return std::nullopt;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH ? std::optional<long>(pid) : std::nullopt;
+  // A process that exited but that its parent has not reaped yet (a zombie: a parent that
+  // never waits keeps it so) still has its pid: gone all the same.
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  const size_t name_end = stat.rfind(')');  // "PID (COMM) STATE ...": COMM may hold spaces and ')'
+  if (name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'Z') return pid;
+  return std::nullopt;
+}
+
 ControlConnection::~ControlConnection() { Close(); }
 
 void ControlConnection::Connect(const std::string& path, const std::string& job) {
@@ -84,6 +117,12 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
                                          : "another kind of file") +
                  ", not a socket: no ringfeedd made it (remove it, or use another runtime directory)";
       throw DaemonNotRunningError(message);
+    }
+    // Refused because the daemon that made the socket is gone: said so, as ringfeedctl status says it.
+    if (const auto pid = err == ECONNREFUSED ? GoneDaemonPid(path, job) : std::nullopt) {
+      throw DaemonGoneError("job '" + job + "' is not running: its ringfeedd (pid " + std::to_string(*pid) +
+                            ") is gone and left its socket " + path +
+                            " (killed or crashed: its log says why); starting the job again cleans up");
     }
     if (err == ENOENT || err == ECONNREFUSED) {
       const size_t slash = path.find_last_of('/');

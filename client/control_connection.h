@@ -8,9 +8,27 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 
+#include "client/client_error.h"
+
 namespace ringfeed::detail {
+
+// What Connect throws when the daemon that left the socket is gone (GoneDaemonPid): ringfeedctl
+// list shows such a job as "gone", not "unreachable".
+class DaemonGoneError : public DaemonNotRunningError {
+ public:
+  using DaemonNotRunningError::DaemonNotRunningError;
+};
+
+// The pid in the job's lock file beside the socket at `socket_path` (`<dir>/<job>.lock`, written
+// by the ringfeedd that held it) when no process has that pid any more, or its process exited
+// and is not reaped yet (a zombie): the daemon is gone and its socket was left behind (SIGKILL, a
+// crash, the OOM killer). nullopt when there is no such file, it names no pid, or the process
+// is there (it may also be another process that got the pid: not said then). Only reads:
+// taking the lock to test it would refuse a ringfeedd starting at that moment.
+std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job);
 
 class ControlConnection {
  public:
@@ -19,7 +37,9 @@ class ControlConnection {
   ControlConnection(const ControlConnection&) = delete;
   ControlConnection& operator=(const ControlConnection&) = delete;
 
-  // Connects to the Unix socket at `path`; `job` is for messages. Throws ClientError.
+  // Connects to the Unix socket at `path`; `job` is for messages and names the lock file beside
+  // it. Throws ClientError: DaemonNotRunningError when nothing listens there, DaemonGoneError
+  // when that is because the daemon that made the socket is gone.
   void Connect(const std::string& path, const std::string& job);
   // Writes `line` + '\n' completely. Throws ClientError; not when the daemon closed the
   // connection after writing a line (its refusal): ReadLine returns that line next.

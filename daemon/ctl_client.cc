@@ -12,7 +12,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <iomanip>
@@ -98,7 +97,7 @@ struct ReplyError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// The job's daemon is gone and left its socket (GoneDaemonPid): `list` shows it as "gone".
+// The job's daemon is gone and left its socket (detail::GoneDaemonPid): `list` shows it as "gone".
 struct DaemonGone : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -355,27 +354,6 @@ std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job
 }
 
 namespace {
-// The pid in the job's lock file (`<dir>/<job>.lock`, written by the ringfeedd that held it)
-// when no process has that pid any more: the daemon is gone and its socket was left behind
-// (SIGKILL, a crash, the OOM killer). nullopt when there is no such file, it names no pid, or
-// the process is there (it may also be another process that got the pid: not said then).
-// Only reads: taking the lock to test it would refuse a ringfeedd starting at that moment.
-std::optional<long> GoneDaemonPid(const std::string& dir, const std::string& job) {
-  std::ifstream in(dir + "/" + job + ".lock");
-  long pid = 0;
-  if (!(in >> pid) || pid <= 0) return std::nullopt;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH ? std::optional<long>(pid) : std::nullopt;
-  // A process that exited but that its parent has not reaped yet (a zombie: a parent that
-  // never waits keeps it so) still has its pid: gone all the same.
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (std::getline(stat, line)) {
-    const size_t name_end = line.rfind(')');  // "PID (COMM) STATE ...": COMM may hold spaces and ')'
-    if (name_end != std::string::npos && name_end + 2 < line.size() && line[name_end + 2] == 'Z') return pid;
-  }
-  return std::nullopt;
-}
-
 // A reply and the socket it came from (for messages).
 struct Reply {
   nlohmann::json json;
@@ -408,17 +386,14 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
   detail::ControlConnection connection;
   try {
     connection.Connect(path, job);
+  } catch (const detail::DaemonGoneError& e) {
+    throw DaemonGone(e.what());
   } catch (const std::exception& e) {
     // A socket nobody listens on (ECONNREFUSED) is what a killed daemon leaves.
     const std::string_view what = e.what();
     const bool stale = what.find(std::strerror(ECONNREFUSED)) != std::string_view::npos &&
                        what.find(", not a socket") == std::string_view::npos;
     if (!stale) throw;
-    if (const auto pid = GoneDaemonPid(std::filesystem::path(path).parent_path().string(), job)) {
-      throw DaemonGone("job '" + job + "' is not running: its ringfeedd (pid " + std::to_string(*pid) +
-                       ") is gone and left its socket " + path +
-                       " (killed or crashed: its log says why); starting the job again cleans up");
-    }
     throw std::runtime_error(std::string(e.what()) +
                              "; if ringfeedd was killed, the socket is stale: start the job again");
   }

@@ -569,6 +569,52 @@ TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with it
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("a daemon killed and not reaped yet (a zombie): dump and the client library say it is gone, as status does") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 30);
+  DaemonProcess daemon(dir.path(), "undead", IdJobConfig("undead", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const pid_t pid = daemon.pid();
+  daemon.Kill(SIGKILL);
+  // This process is its parent and does not wait for it yet: a zombie, its socket left behind.
+  WaitUntil([&] {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    return std::getline(stat, line) && line.find(") Z ") != std::string::npos;
+  });
+  const std::string said = "job 'undead' is not running: its ringfeedd (pid " + std::to_string(pid) +
+                           ") is gone and left its socket " + daemon.socket_path() +
+                           " (killed or crashed: its log says why); starting the job again cleans up";
+  const auto check_said = [&] {
+    const CommandResult status = RunCommand({CtlBinary(), "status", "undead", "--runtime-dir", daemon.runtime_dir()});
+    CHECK(status.status.ToString() == "exit 1");
+    CHECK(status.err == "ringfeedctl status: " + said + "\n");
+    // dump said "cannot connect ...: Connection refused; is ringfeedd running for job undead ...".
+    const CommandResult dump = RunCommand({CtlBinary(), "dump", "undead", "--runtime-dir", daemon.runtime_dir()});
+    CHECK(dump.status.ToString() == "exit 1");
+    CHECK(dump.out.empty());
+    CHECK(dump.err == "ringfeedctl dump: " + said + "\n");
+    // The client library, as a trainer attaches (its advice on attach_timeout after the reason).
+    try {
+      Client::Attach(daemon.client_options());
+      FAIL("attached to a daemon that is gone");
+    } catch (const DaemonNotRunningError& e) {
+      CHECK(e.reason() == said);
+      CHECK(std::string(e.what()) == said + ". To wait for a daemon that is starting, set attach_timeout "
+                                            "(ClientOptions; attach_timeout= in Python)");
+    }
+  };
+  {
+    INFO("a zombie");
+    check_said();
+  }
+  REQUIRE(daemon.Wait());  // reaped: no process has the pid now
+  {
+    INFO("reaped");
+    check_said();
+  }
+}
+
 TEST_CASE("a JOB.sock that is not a socket is said to be one; a .sock no job could be named by is not listed") {
   TempDir dir;
   { std::ofstream(dir.file("file.sock")) << "x"; }
