@@ -283,7 +283,7 @@ const std::vector<std::string>& Client::files() const {
     const uint64_t total = page["total"].get<uint64_t>();
     for (const json& f : page["files"]) {
       if (!f.is_string()) throw fail("a path that is not a string: " + f.dump().substr(0, 300));
-      files.push_back(f.get<std::string>());
+      files.push_back(shm::FileNameFromWire(f.get<std::string>()));  // bytes that are not UTF-8 came as \xNN
     }
     if (files.size() > total || (page["files"].empty() && files.size() < total)) {
       throw fail("the pages do not add up to " + std::to_string(total) + " files");

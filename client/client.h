@@ -93,9 +93,9 @@ class Client {
   const Schema& schema() const;
   // The job's sorted file list (all shards'): Batch::source(row).file_index indexes it. Asked
   // of the daemon on a control connection of its own on the first call (one round trip per
-  // ~60 KiB of paths), then kept. Paths as the daemon expanded the config's globs; bytes that
-  // are not UTF-8 come as U+FFFD. Thread-safe. Throws ClientError (the daemon gone or
-  // restarted since this client attached).
+  // ~60 KiB of paths), then kept. Paths as the daemon expanded the config's globs, byte for
+  // byte (UTF-8 or not). Thread-safe. Throws ClientError (the daemon gone or restarted since
+  // this client attached).
   const std::vector<std::string>& files() const;
   uint32_t consumer_id() const;  // 1..64, this consumer's entry in the daemon's table
   int rank() const;

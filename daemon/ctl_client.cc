@@ -754,7 +754,8 @@ void PrintStatus(const std::string& runtime_dir, const std::string& job, bool js
 }
 
 void PrintFiles(const std::string& runtime_dir, const std::string& job, bool json, std::ostream& out) {
-  // Paged as the client pages it (Client::files): one request per reply's worth of paths.
+  // Paged as the client pages it (Client::files): one request per reply's worth of paths. Each
+  // path comes as text, bytes that are not UTF-8 as \xNN (shm/protocol.h).
   std::vector<std::string> files;
   for (uint64_t total = 1; files.size() < total;) {
     const Reply reply = Ask(runtime_dir, job, {{"type", "files"}, {"first", files.size()}});
@@ -771,32 +772,37 @@ void PrintFiles(const std::string& runtime_dir, const std::string& job, bool jso
     }
     if (total == 0) break;
   }
-  if (json) {
+  if (json) {  // the text as it came: what `inspect --json` writes for the same file
     out << nlohmann::json{{"total", files.size()}, {"files", files}}.dump(-1, ' ', false,
                                                                            nlohmann::json::error_handler_t::replace)
         << "\n";
     return;
   }
   // One INDEX<TAB>PATH line per file, also for names with a newline, a tab or an escape
-  // sequence in them: control characters as \xNN (as inspect writes bytes that are not text).
+  // sequence in them: control characters, like bytes that are not UTF-8, as \xNN (as inspect
+  // writes bytes that are not text).
   for (size_t i = 0; i < files.size(); ++i) {
+    const std::string name = shm::FileNameFromWire(files[i]);
     std::string line;
-    for (size_t k = 0; k < files[i].size(); ++k) {
-      const auto c = static_cast<unsigned char>(files[i][k]);
-      const bool starts_escape = c == '\\' && k + 1 < files[i].size() && files[i][k + 1] == 'x';
+    for (size_t k = 0; k < name.size();) {
+      const auto c = static_cast<unsigned char>(name[k]);
+      const size_t n = Utf8SequenceLength(name, k);
+      const bool starts_escape = c == '\\' && k + 1 < name.size() && name[k + 1] == 'x';
       // U+0080..U+009F (C1 controls, UTF-8 C2 80..C2 9F): CSI (U+009B) drives some terminals too.
-      const bool c1 = c == 0xC2 && k + 1 < files[i].size() && static_cast<unsigned char>(files[i][k + 1]) >= 0x80 &&
-                      static_cast<unsigned char>(files[i][k + 1]) <= 0x9F;
+      const bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(name[k + 1]) <= 0x9F;
       if (c1) {
         char escaped[16];
-        std::snprintf(escaped, sizeof escaped, "\\xC2\\x%02X", static_cast<unsigned char>(files[i][++k]));
+        std::snprintf(escaped, sizeof escaped, "\\xC2\\x%02X", static_cast<unsigned char>(name[k + 1]));
         line += escaped;
-      } else if (c < 0x20 || c == 0x7F || starts_escape) {
+        k += 2;
+      } else if (n == 0 || c < 0x20 || c == 0x7F || starts_escape) {
         char escaped[8];
         std::snprintf(escaped, sizeof escaped, "\\x%02X", c);
         line += escaped;
+        ++k;
       } else {
-        line += static_cast<char>(c);
+        line.append(name, k, n);
+        k += n;
       }
     }
     out << i << '\t' << line << '\n';

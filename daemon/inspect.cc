@@ -50,6 +50,7 @@
 
 #include "daemon/json_values.h"
 #include "format/example_wire.h"
+#include "format/utf8.h"
 
 namespace ringfeed {
 namespace {
@@ -90,25 +91,7 @@ std::string DecodeFeature(const wire::FeatureRef& ref, FeatureValues* out) {
 
 }  // namespace
 
-std::string TextForJson(const std::string& bytes) {
-  std::string out;
-  for (size_t i = 0; i < bytes.size();) {
-    const size_t n = Utf8SequenceLength(bytes, i);
-    // A backslash that starts "\x" is escaped too, so that the text of a byte (0xFF: \xFF) and
-    // the same four characters in a name (\x5CxFF) differ: the mapping stays one-to-one.
-    const bool starts_escape = bytes[i] == '\\' && i + 1 < bytes.size() && bytes[i + 1] == 'x';
-    if (n == 0 || starts_escape) {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(bytes[i]));
-      out += escaped;
-      ++i;
-    } else {
-      out.append(bytes, i, n);
-      i += n;
-    }
-  }
-  return out;
-}
+std::string TextForJson(const std::string& bytes) { return EscapeNonUtf8(bytes); }
 
 namespace {
 

@@ -68,7 +68,7 @@ using ExampleFeatures = std::map<std::string, FeatureValues>;
 
 // `bytes` as JSON-safe text: valid UTF-8 is kept, every other byte becomes the four characters
 // \xNN (hex), and a backslash followed by 'x' becomes \x5C, so distinct keys stay distinct in
-// the output (one-to-one: \xNN always stands for one byte).
+// the output (one-to-one: \xNN always stands for one byte). format/utf8.h's EscapeNonUtf8.
 std::string TextForJson(const std::string& bytes);
 
 // Decodes every feature of a serialized tf.train.Example with the semantics of ExampleParser

@@ -216,8 +216,10 @@ nlohmann::json RanksJson(const std::vector<uint32_t>& ready, const std::vector<C
 }
 
 // {"type":"files","first":F} (F default 0): the job's sorted file list from index F, as many
-// paths as fit in one reply under shm::kMaxMessageBytes (at least one: a path is < 4 KiB), and
-// the total: {"type":"files","total":N,"first":F,"files":[...]}. The client pages through it.
+// paths as fit in one reply under shm::kMaxMessageBytes (at least one: a path is < 4 KiB, at most
+// 24 KiB as JSON), and the total: {"type":"files","total":N,"first":F,"files":[...]}. The client
+// pages through it. Paths go as text, bytes that are not UTF-8 as \xNN (shm/protocol.h): the
+// JSON's UTF-8 cannot hold them, and replaced by U+FFFD a name could not be told from another.
 nlohmann::json FilesPage(const std::vector<std::string>& files, const nlohmann::json& request) {
   uint64_t first = 0;
   if (request.contains("first")) {
@@ -231,15 +233,16 @@ nlohmann::json FilesPage(const std::vector<std::string>& files, const nlohmann::
                                              std::to_string(files.size()) + " files"}};
     }
   }
-  // Paths as they will be written (escaped; invalid UTF-8 replaced, as ControlServer writes).
+  // Paths as they will be written: as text, then JSON-escaped (a comma after each).
   constexpr size_t kPageBytes = shm::kMaxMessageBytes - 1024;
   nlohmann::json page = nlohmann::json::array();
   size_t bytes = 0;
   for (size_t i = first; i < files.size(); ++i) {
-    const size_t size = nlohmann::json(files[i]).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).size() + 1;
+    std::string text = EscapeNonUtf8(files[i]);
+    const size_t size = nlohmann::json(text).dump().size() + 1;
     if (!page.empty() && bytes + size > kPageBytes) break;
     bytes += size;
-    page.push_back(files[i]);
+    page.push_back(std::move(text));
   }
   return {{"type", "files"}, {"total", files.size()}, {"first", first}, {"files", std::move(page)}};
 }

@@ -9,11 +9,18 @@
 //   Utf8Prefix(s, max)        the length of the longest prefix of s of at most max bytes that ends
 //                             at a character boundary (a byte that is not valid UTF-8 counts as
 //                             one character): where to cut text so that no character is split.
+//   EscapeNonUtf8(bytes)      `bytes` as text: valid UTF-8 is kept, every other byte becomes the
+//                             four characters \xNN (upper-case hex), and a backslash followed by
+//                             'x' becomes \x5C, so the mapping is one-to-one (\xNN always stands
+//                             for one byte; shm::FileNameFromWire inverts it). How names that may
+//                             not be text go into JSON: ringfeedctl inspect's, ringfeedd's file list.
 //
 // Thread-safety: pure functions.
 #pragma once
 
 #include <cstddef>
+#include <cstdio>
+#include <string>
 #include <string_view>
 
 namespace ringfeed {
@@ -45,6 +52,26 @@ inline size_t InvalidUtf8At(std::string_view s) {
 }
 
 inline bool IsUtf8(std::string_view s) { return InvalidUtf8At(s) == std::string_view::npos; }
+
+inline std::string EscapeNonUtf8(std::string_view bytes) {
+  std::string out;
+  for (size_t i = 0; i < bytes.size();) {
+    const size_t n = Utf8SequenceLength(bytes, i);
+    // A backslash that starts "\x" is escaped too, so that the text of a byte (0xFF: \xFF) and
+    // the same four characters in a name (\x5CxFF) differ.
+    const bool starts_escape = bytes[i] == '\\' && i + 1 < bytes.size() && bytes[i + 1] == 'x';
+    if (n == 0 || starts_escape) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02X", static_cast<unsigned char>(bytes[i]));
+      out += escaped;
+      ++i;
+    } else {
+      out.append(bytes, i, n);
+      i += n;
+    }
+  }
+  return out;
+}
 
 inline size_t Utf8Prefix(std::string_view s, size_t max) {
   size_t i = 0;

@@ -13,9 +13,15 @@
 // ReclaimConsumer); the consumer takes the daemon closing it as the daemon's exit.
 // instance_id is Superblock::instance_id in hex, so a consumer can tell that the segment it
 // mapped belongs to the daemon that welcomed it.
+// The paths of a "files" reply are text (JSON strings are UTF-8, paths are bytes): every byte
+// that is not part of valid UTF-8 as the four characters \xNN (upper-case hex), and a backslash
+// that starts "\x" as \x5C (format/utf8.h, EscapeNonUtf8; as ringfeedctl inspect writes names),
+// so that every "\x" in one starts an escape. FileNameFromWire gives the path's bytes back.
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <string_view>
 
 namespace ringfeed::shm {
 
@@ -28,5 +34,20 @@ inline constexpr char kMessageError[] = "error";
 inline constexpr char kMessageBye[] = "bye";
 inline constexpr char kRoleConsumer[] = "consumer";
 inline constexpr char kRoleControl[] = "control";
+
+inline std::string FileNameFromWire(std::string_view text) {
+  const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+  std::string bytes;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '\\' && i + 3 < text.size() && text[i + 1] == 'x' && hex(text[i + 2]) >= 0 &&
+        hex(text[i + 3]) >= 0) {
+      bytes += static_cast<char>(hex(text[i + 2]) * 16 + hex(text[i + 3]));
+      i += 3;
+    } else {
+      bytes += text[i];
+    }
+  }
+  return bytes;
+}
 
 }  // namespace ringfeed::shm

@@ -847,6 +847,59 @@ TEST_CASE("status --files: one INDEX<TAB>PATH line per file, control characters 
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("file names that are not UTF-8: status --files shows their bytes as \\xNN, the client gets them back") {
+  TempDir dir;
+  // A byte that is never UTF-8, and a name with those four characters in it: two files. Each
+  // name beside its text (that byte as \xNN, a backslash before 'x' as \x5C).
+  const std::string bad = dir.file("bad\xFF.tfrecord");
+  const std::string lookalike = dir.file("bad\\xFF.tfrecord");
+  std::vector<std::pair<std::string, std::string>> names = {{bad, dir.file("bad\\xFF.tfrecord")},
+                                                            {lookalike, dir.file("bad\\x5CxFF.tfrecord")}};
+  // 80 names of 200 such bytes: 4 characters each as text (5 in JSON), so more than one reply's
+  // worth: the daemon's paging must count them as it writes them.
+  for (int i = 0; i < 80; ++i) {
+    char prefix[8];
+    std::snprintf(prefix, sizeof prefix, "%03d-", i);
+    std::string text = dir.file(prefix);
+    for (int k = 0; k < 200; ++k) text += "\\xFE";
+    names.emplace_back(dir.file(prefix + std::string(200, '\xFE') + ".tfrecord"), text + ".tfrecord");
+  }
+  std::sort(names.begin(), names.end());  // the daemon's order: by bytes ('0' < 'b', '\\' < 0xFF)
+  std::vector<std::string> expected, expected_text;
+  for (const auto& [name, text] : names) {
+    WriteIdFile(name, static_cast<int64_t>(expected.size()), 1);
+    expected.push_back(name);
+    expected_text.push_back(text);
+  }
+  REQUIRE(expected[80] == lookalike);
+  REQUIRE(expected[81] == bad);
+  DaemonProcess daemon(dir.path(), "bad-names", IdJobConfig("bad-names", dir.file("*.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  const CommandResult lines = RunCommand({CtlBinary(), "status", "bad-names", "--files", "--runtime-dir",
+                                          daemon.runtime_dir()});
+  REQUIRE(lines.status.ToString() == "exit 0");
+  std::string want;
+  for (size_t i = 0; i < expected_text.size(); ++i) want += std::to_string(i) + "\t" + expected_text[i] + "\n";
+  CHECK(lines.out == want);  // no U+FFFD: the bytes were replaced by it
+  // --json: the same text, as inspect --json writes these names.
+  const CommandResult as_json = RunCommand({CtlBinary(), "status", "bad-names", "--files", "--json", "--runtime-dir",
+                                            daemon.runtime_dir()});
+  REQUIRE(as_json.status.ToString() == "exit 0");
+  CHECK(json::parse(as_json.out) == json{{"total", 82}, {"files", expected_text}});
+  const CommandResult inspect = RunCommand({CtlBinary(), "inspect", "--count", "--json", bad, lookalike});
+  REQUIRE(inspect.status.ToString() == "exit 0");
+  const json counted = json::parse(inspect.out);
+  CHECK(counted["files"][0]["file"] == expected_text[81]);  // bad
+  CHECK(counted["files"][1]["file"] == expected_text[80]);  // lookalike
+  // The client library: the paths' bytes, as the daemon opens them.
+  auto client = Client::Attach(daemon.client_options());
+  CHECK(client->files() == expected);
+  CHECK(client->files()[81] == bad);
+  client.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("ringfeedctl dump of a job at the end of its data says so on stderr") {
   TempDir dir;
   WriteIdFile(dir.file("part-0.tfrecord"), 0, 10);

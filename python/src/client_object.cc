@@ -191,10 +191,16 @@ nb::list ClientObject::Features() const {
 
 std::pair<uintptr_t, uint64_t> ClientObject::SlotsRegion() const { return slots_region_; }
 
-std::vector<std::string> ClientObject::Files() const {
-  const std::shared_ptr<Client> client = Get();
-  GilRelease unlocked;
-  return client->files();
+nb::list ClientObject::Files() const {
+  std::vector<std::string> files;
+  {
+    const std::shared_ptr<Client> client = Get();
+    GilRelease unlocked;
+    files = client->files();
+  }
+  nb::list out;
+  for (const std::string& f : files) out.append(nb::bytes(f.data(), f.size()));
+  return out;
 }
 
 }  // namespace ringfeed::python

@@ -57,8 +57,10 @@ class ClientObject {
   const std::string& segment_name() const { return segment_name_; }
   // [(name, dtype name, "fixed"/"varlen", shape tuple)] in schema order.
   nb::list Features() const;
-  // Client::files (a round trip to the daemon the first time; the GIL is released for it).
-  std::vector<std::string> Files() const;
+  // Client::files as bytes objects, the paths' bytes (a round trip to the daemon the first time;
+  // the GIL is released for it). A str would fail on a path that is not UTF-8: ringfeed.Client
+  // decodes them as os.fsdecode does.
+  nb::list Files() const;
   // (address, bytes) of the mapped slot area; every batch's data lies inside.
   std::pair<uintptr_t, uint64_t> SlotsRegion() const;
   // The C++ client (for the CUDA uploader); ClientError when closed.
