@@ -67,6 +67,23 @@ def all_arrays(batch):
         yield from (value if isinstance(value, tuple) else (value,))
 
 
+def test_files_not_utf8_round_trip(daemon_factory, tmp_path):
+    # A name whose bytes are not UTF-8 and one that spells \x itself: both come back as
+    # os.fsdecode gives them, so open() finds the files (the daemon's reply once made U+FFFD).
+    names = [b"bad\xff.tfrecord", b"lit\\xff.tfrecord"]
+    for i, name in enumerate(names):
+        write_id_file(os.fsdecode(os.fsencode(str(tmp_path)) + b"/" + name), range(i * 10, i * 10 + 10))
+    d = daemon_factory(f'source: {{files: ["{tmp_path}/*.tfrecord"]}}\n{ID_FEATURES_YAML}batch: {{size: 5}}\n',
+                       args=("--exit-when-done",))
+    with d.client() as client:
+        expected = sorted(os.fsdecode(os.fsencode(str(tmp_path)) + b"/" + n) for n in names)
+        assert client.files == expected
+        for path in client.files:
+            assert os.path.getsize(path) > 0
+        ids = sorted(i for batch in client for i in batch["id"].tolist())
+    assert ids == list(range(20))
+
+
 # ---- values --------------------------------------------------------------------------------
 
 def test_iteration_schema_and_values(daemon_factory, tmp_path):
