@@ -205,6 +205,7 @@ Command AddInspectCommand(CLI::App& parent) {
 
 Command AddCheckCommand(CLI::App& parent) {
   auto config_path = std::make_shared<std::string>();
+  auto strict = std::make_shared<bool>(false);
   CLI::App* cmd = parent.add_subcommand(
       "check", "Run one epoch of a job config over its files: every CRC checked, every record parsed into batches");
   cmd->footer(
@@ -219,12 +220,17 @@ Command AddCheckCommand(CLI::App& parent) {
       "a batch would not fit a ring slot, 2: usage or config error, a file list that cannot be\n"
       "expanded (a pattern that matches nothing, a missing {a,b} file), a job ringfeedd would refuse\n"
       "to start (a memory budget, the open-file limit, a permissions.group that does not exist) or a\n"
-      "batch too large to build in memory.\n"
+      "batch too large to build in memory. With --strict the warnings (a spec feature that no record\n"
+      "has, no batch at all, a memory budget above the memory limit) exit 1 too.\n"
       "\n"
-      "Example:\n"
-      "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data");
+      "Examples:\n"
+      "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data\n"
+      "  ringfeedctl check --strict job.yaml            # in CI: a misspelt VarLen feature fails it");
   cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required();
-  auto run = [config_path]() {
+  cmd->add_flag("--strict", *strict,
+                "Warnings count as problems (exit 1): a spec feature that no record has (a misspelt VarLen name "
+                "gives empty rows), no batch at all, a memory budget above the memory limit");
+  auto run = [config_path, strict]() {
     ringfeed::JobConfig config;
     try {
       config = ringfeed::LoadJobConfig(*config_path);
@@ -335,7 +341,15 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cerr << "error: " << r.record_over_limit << "\n";
       return ringfeed::kExitDataProblems;
     }
-    return r.read_errors + r.parse_errors > 0 ? ringfeed::kExitDataProblems : ringfeed::kExitOk;
+    if (r.read_errors + r.parse_errors > 0) return ringfeed::kExitDataProblems;
+    const size_t warnings = r.absent_features.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
+                            (r.memory_budget_warning.empty() ? 0 : 1);
+    if (*strict && warnings > 0) {
+      std::cerr << "ringfeedctl check --strict: " << warnings << (warnings == 1 ? " warning" : " warnings")
+                << " above, counted as problems (exit 1)\n";
+      return ringfeed::kExitDataProblems;
+    }
+    return ringfeed::kExitOk;
   };
   return {cmd, run};
 }

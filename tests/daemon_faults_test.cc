@@ -936,7 +936,7 @@ TEST_CASE("on_error: skip over records that are all bad, epochs: 0 or 1: no empt
   }
 }
 
-TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start, as check does, and serves the job") {
+TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start, as check does, and serves the job; check --strict fails") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 20);
   DaemonProcess daemon(dir.path(), "misspelt",
@@ -955,6 +955,17 @@ TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start
   CHECK(report.end == "end");
   CHECK(report.batches.size() == 4);
   CHECK(daemon.Stop().ToString() == "exit 0");
+  // check warns and exits 0 (the job works); with --strict (CI) the warning fails it.
+  const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+  INFO("check: " << check.out << check.err);
+  CHECK(check.status.ToString() == "exit 0");
+  CHECK_THAT(check.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records read"));
+  const CommandResult strict = RunCommand({CtlBinary(), "check", "--strict", daemon.config_path()});
+  INFO("check --strict: " << strict.out << strict.err);
+  CHECK(strict.status.ToString() == "exit 1");
+  CHECK_THAT(strict.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records read (every row gets "
+                                         "an empty list); did you mean 'tag'?\n"));
+  CHECK_THAT(strict.err, Catch::EndsWith("\nringfeedctl check --strict: 1 warning above, counted as problems (exit 1)\n"));
 }
 
 TEST_CASE("a shard with no records: check warns, the daemon ends its data at once, epochs: 0 included") {
