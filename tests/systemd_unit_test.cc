@@ -9,8 +9,10 @@
 
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -277,6 +279,26 @@ TEST_CASE("the installed copy points at the prefix installed to", "[systemd][uni
   const UnitFile source = ParseUnit(ReadFile(kUnitPath));
   CHECK(unit.Value("Service", "RemoveIPC") == source.Value("Service", "RemoveIPC"));
   CHECK(unit.Value("Service", "RuntimeDirectory") == source.Value("Service", "RuntimeDirectory"));
+
+  // The pages installed beside it (the unit's Documentation=): every relative link resolves
+  // there, to another installed page or chart (links into the source tree would be dead).
+  const std::filesystem::path docs = prefix + "/share/doc/ringfeed";
+  const std::regex link(R"(\]\(([^)#\s]+)(#[^)]*)?\))");
+  int pages = 0, links = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(docs)) {
+    if (entry.path().extension() != ".md") continue;
+    ++pages;
+    const std::string page = ReadFile(entry.path().string());
+    for (std::sregex_iterator m(page.begin(), page.end(), link), end; m != end; ++m) {
+      const std::string target = (*m)[1].str();
+      if (target.find("://") != std::string::npos || target.starts_with("mailto:")) continue;
+      ++links;
+      INFO(entry.path().filename().string() << " links to " << target);
+      CHECK(std::filesystem::exists(docs / target));
+    }
+  }
+  CHECK(pages == 7);
+  CHECK(links > 20);
 }
 
 }  // namespace
