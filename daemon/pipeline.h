@@ -83,7 +83,8 @@ struct PipelineStats {
                                // batches, publishing them, waking their consumers)
   uint64_t parse_cpu_ns = 0;   // ... and the CPU time of it (less than busy when waiting for a core)
   uint64_t slot_wait_ns = 0;   // the sequencer waiting for a slot (ring full or prefetch reached)
-  uint64_t sequencer_cpu_ns = 0;  // the sequencer thread's CPU time (updated per batch it hands out)
+  uint64_t sequencer_cpu_ns = 0;  // the sequencer thread's CPU time (updated as it hands out batches, at
+                                  // most once a millisecond)
   uint64_t prefetch_wait_ns = 0;  // ... the part with prefetch reached: the loader's own batches
                                   // (queued for the workers, or ready) at workers + prefetch
   uint64_t ring_repairs = 0;   // words of the ring put back by RepairRing
