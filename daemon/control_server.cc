@@ -168,8 +168,10 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
       // parse() is strict: anything but whitespace after the value is a parse_error.
       request = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception& e) {  // parse_error (the byte and why), out_of_range (a number)
+      // what() quotes the bytes last read (the client's text): cut at a character boundary, as
+      // Quoted cuts, or the reply's dump would turn the part of a character into U+FFFD.
       std::string why = e.what();
-      if (why.size() > 200) why = why.substr(0, 200) + "...";
+      if (why.size() > 200) why = why.substr(0, Utf8Prefix(why, 200)) + "...";
       return Fail("malformed request: not JSON (" + why + ")");
     }
     if (!request.is_object() || !request.contains("type") || !request["type"].is_string()) {

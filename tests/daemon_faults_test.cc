@@ -1180,6 +1180,20 @@ TEST_CASE("an untrusted value cut short for an error message ends at a whole cha
   // An unknown request's type, cut at 64 bytes: 63 letters, then a 2-byte character.
   CHECK(reply_to({hello + ",\"role\":\"control\"}", "{\"type\":\"" + std::string(63, 't') + "\xC3\xA9zzz\"}"}) ==
         "unknown request \"" + std::string(63, 't') + "\"... (status, files)");
+  // A line that is not JSON: the parse error quotes what it read (here 2-byte characters, then a
+  // raw control character, which JSON refuses) and is cut at 200 bytes, at a character boundary
+  // whichever parity the cut falls on.
+  for (size_t letters : {0, 1}) {
+    INFO(letters << " ASCII letters before the 2-byte characters");
+    const std::string message =
+        reply_to({"{\"type\":\"" + std::string(letters, 'a') + [] {
+          std::string s;
+          for (int i = 0; i < 150; ++i) s += "\xC3\xA9";
+          return s;
+        }() + "\x01\"}"});
+    CHECK_THAT(message, Catch::StartsWith("malformed request: not JSON ("));
+    CHECK_THAT(message, Catch::EndsWith("...)"));
+  }
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
