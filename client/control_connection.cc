@@ -58,8 +58,16 @@ std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::str
   // Read with plain POSIX calls, as the rest of this file: the client library stays small.
   const auto read_file = [](const std::string& path) {
     std::string text;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // Non-blocking, and regular files only: a FIFO (or a device) at the lock file's path would
+    // otherwise block this open() or read() for good, and with it every attach (attach_timeout
+    // included) and ringfeedctl status, list and dump.
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return text;
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return text;
+    }
     char chunk[512];
     for (ssize_t n; (n = ::read(fd, chunk, sizeof chunk)) != 0 && text.size() < 4096;) {
       if (n < 0 && errno == EINTR) continue;

@@ -615,6 +615,37 @@ TEST_CASE("a daemon killed and not reaped yet (a zombie): dump and the client li
   }
 }
 
+TEST_CASE("a stale socket whose lock file is a FIFO: status, list, dump and the client library answer, none blocks") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 30);
+  DaemonProcess daemon(dir.path(), "fifolock", IdJobConfig("fifolock", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const std::string lock = daemon.runtime_dir() + "/fifolock.lock";
+  daemon.Kill(SIGKILL);
+  REQUIRE(daemon.Wait());  // gone: its socket left behind
+  // The lock file replaced by a FIFO that nothing writes to: opening it for reading blocked GoneDaemonPid.
+  REQUIRE(std::filesystem::remove(lock));
+  REQUIRE(::mkfifo(lock.c_str(), 0644) == 0);
+  const auto refused = Catch::Contains("Connection refused");
+  for (const char* command : {"status", "dump"}) {
+    INFO(command);
+    const CommandResult r = RunCommand({CtlBinary(), command, "fifolock", "--runtime-dir", daemon.runtime_dir()},
+                                       std::chrono::seconds(20));
+    CHECK(r.status.ToString() == "exit 1");
+    CHECK_THAT(r.err, refused);
+  }
+  const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()},
+                                        std::chrono::seconds(20));
+  CHECK(list.status.ToString() == "exit 0");
+  CHECK_THAT(list.out, Catch::Contains("fifolock"));
+  try {
+    Client::Attach(daemon.client_options());
+    FAIL("attached to a daemon that is gone");
+  } catch (const DaemonNotRunningError& e) {
+    CHECK_THAT(std::string(e.what()), refused);
+  }
+}
+
 TEST_CASE("a JOB.sock that is not a socket is said to be one; a .sock no job could be named by is not listed") {
   TempDir dir;
   { std::ofstream(dir.file("file.sock")) << "x"; }
