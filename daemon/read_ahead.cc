@@ -343,6 +343,26 @@ std::shared_ptr<FileStream> ReadAhead::PickLocked(size_t* index) {
   return nullptr;
 }
 
+// The items that end `stream` on running out of memory: the error (naming the file and the
+// record reached) and the end. Allocates (throws std::bad_alloc): callers free what they can
+// (ReleaseOomReserve) first.
+void ReadAhead::AppendOutOfMemory(const FileStream& stream, const std::bad_alloc& e, std::vector<StreamItem>* items) {
+  StreamItem failed;
+  failed.kind = StreamItem::Kind::kError;
+  failed.error = std::make_unique<ReadError>();
+  ReadError& oom = *failed.error;
+  oom.kind = ReadErrorKind::kOutOfMemory;
+  oom.file = stream.path_;
+  oom.record_index = stream.reader_.records_read();
+  oom.offset = stream.reader_.offset();
+  oom.message = RecordPlace(stream.path_, oom.record_index, oom.offset, stream.reader_.compression()) +
+                ": reading it ahead: " + OutOfMemory(e);
+  items->push_back(std::move(failed));
+  StreamItem end;
+  end.kind = StreamItem::Kind::kEnd;
+  items->push_back(std::move(end));
+}
+
 void ReadAhead::Run(size_t id) {
   NameThread("rf-read", id);
   std::unique_lock lock(mutex_);
@@ -423,20 +443,7 @@ void ReadAhead::Run(size_t id) {
       // the file's, so the stream ends with an error that on_error: skip does not pass over.
       ReleaseOomReserve();  // the error item below needs memory too (budget.h)
       try {
-        StreamItem failed;
-        failed.kind = StreamItem::Kind::kError;
-        failed.error = std::make_unique<ReadError>();
-        ReadError& oom = *failed.error;
-        oom.kind = ReadErrorKind::kOutOfMemory;
-        oom.file = stream->path_;
-        oom.record_index = stream->reader_.records_read();
-        oom.offset = stream->reader_.offset();
-        oom.message = RecordPlace(stream->path_, oom.record_index, oom.offset, stream->reader_.compression()) +
-                      ": reading it ahead: " + OutOfMemory(e);
-        items.push_back(std::move(failed));
-        StreamItem end;
-        end.kind = StreamItem::Kind::kEnd;
-        items.push_back(std::move(end));
+        AppendOutOfMemory(*stream, e, &items);
       } catch (const std::bad_alloc&) {
         DieOutOfMemory("a reader, reporting it");
       }
@@ -456,18 +463,36 @@ void ReadAhead::Run(size_t id) {
     const Compression compression = stream->reader_.compression();
     lock.lock();
     stream->busy_ = false;
-    if (!stream->compression_noted_ && (compression == Compression::kGzip || compression == Compression::kZlib)) {
-      compressed_files_[stream->file_index_] = compression;
-      stream->compression_noted_ = true;
+    const bool delivered = !stream->closed_;
+    // What may allocate under the lock goes first, so that running out of memory here too
+    // ends the stream with the error (a bad_alloc leaving the thread ends the process).
+    try {
+      if (!stream->compression_noted_ && (compression == Compression::kGzip || compression == Compression::kZlib)) {
+        compressed_files_[stream->file_index_] = compression;
+        stream->compression_noted_ = true;
+      }
+      if (delivered && !stream->items_.empty()) stream->items_.reserve(stream->items_.size() + items.size());
+    } catch (const std::bad_alloc& e) {
+      // This turn's records are dropped for the error: the job fails on it (on_error: skip
+      // does not pass over the machine's limit), so nothing after it is delivered anyway.
+      ReleaseOomReserve();
+      items.clear();  // their chunks' memory back first
+      bytes = records = payload = 0;
+      try {
+        AppendOutOfMemory(*stream, e, &items);
+        if (delivered) stream->items_.reserve(stream->items_.size() + items.size());
+      } catch (const std::bad_alloc&) {
+        DieOutOfMemory("a reader, handing its records over");
+      }
+      finished = true;
     }
     EndIo(io);
     stream->finished_ = finished;
-    const bool delivered = !stream->closed_;
     if (delivered) {
       if (stream->items_.empty()) {
         stream->items_.swap(items);  // the common case: the consumer took everything before
       } else {
-        for (StreamItem& item : items) stream->items_.push_back(std::move(item));
+        for (StreamItem& item : items) stream->items_.push_back(std::move(item));  // reserved above
       }
       items.clear();
       stream->spare_ = std::move(items);  // an empty vector with capacity, for the next turn

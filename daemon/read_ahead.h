@@ -323,6 +323,8 @@ class ReadAhead {
   void Run(size_t id);
   // Picks a stream to read, or nullptr. Caller holds mutex_.
   std::shared_ptr<FileStream> PickLocked(size_t* index);  // *index: its place in streams_
+  // The items that end `stream` on running out of memory (read_ahead.cc). Throws std::bad_alloc.
+  static void AppendOutOfMemory(const FileStream& stream, const std::bad_alloc& e, std::vector<StreamItem>* items);
 
   // IoInProgress's list, under a mutex of its own: a call that blocks (a read, an open, the
   // close of a file with reads in flight) never holds it, nor mutex_ while in the call.
