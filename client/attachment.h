@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -30,6 +31,7 @@ struct Attachment {
   int rank = -1;
   uint32_t queue = 0;
   std::chrono::milliseconds liveness_timeout{10000};
+  std::function<bool()> interrupted;  // ClientOptions::interrupted (files() waits with it too)
 
   ControlConnection connection;
   shm::Segment segment;

@@ -134,6 +134,8 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
   const auto attach_timeout = std::clamp(options.attach_timeout, std::chrono::milliseconds(0),
                                          std::chrono::milliseconds(std::numeric_limits<int>::max()));
   const auto attach_deadline = Clock::now() + attach_timeout;
+  a->interrupted = options.interrupted;
+  a->connection.SetInterrupted(options.interrupted);
   for (;;) {
     try {
       a->connection.Connect(a->socket_path, a->job);
@@ -151,6 +153,9 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
         char waited[32];
         std::snprintf(waited, sizeof waited, seconds >= 100 ? "%.0f" : "%.3g", seconds);  // 0.05, 1.5, 600
         throw DaemonNotRunningError(e.reason() + " (tried for " + waited + " s: attach_timeout)", e.reason());
+      }
+      if (options.interrupted && options.interrupted()) {
+        throw ClientInterrupted("attaching to ringfeedd for job " + a->job + " was interrupted");
       }
       std::this_thread::sleep_for(std::min<Clock::duration>(kAttachRetry, attach_deadline - now));
     }
@@ -261,6 +266,7 @@ const std::vector<std::string>& Client::files() const {
     return ClientError("the file list of " + a.DaemonName() + " (" + a.socket_path + "): " + why);
   };
   detail::ControlConnection connection;
+  connection.SetInterrupted(a.interrupted);
   connection.Connect(a.socket_path, a.job);
   connection.SendLine(json{{"type", shm::kMessageHello}, {"protocol", shm::kProtocolVersion},
                            {"role", shm::kRoleControl}, {"pid", static_cast<int64_t>(getpid())}}

@@ -34,6 +34,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -64,6 +65,12 @@ struct ClientOptions {
   // refused rank, a protocol mismatch, permissions) are thrown at once. Values outside 0 ms to
   // ~24.8 days are clamped.
   std::chrono::milliseconds attach_timeout{0};
+  // Asked about every 100 ms while Attach waits (for the socket under attach_timeout, for the
+  // daemon's answer to the hello: up to liveness_timeout) and while files() waits for the
+  // daemon; when it returns true the wait ends with ClientInterrupted. Called on the waiting
+  // thread. Bindings use it so that Ctrl-C ends a wait on a frozen daemon at once (Python:
+  // PyErr_CheckSignals). Empty (the default): the waits run their whole time.
+  std::function<bool()> interrupted{};
 };
 
 namespace detail {

@@ -30,4 +30,11 @@ class DaemonNotRunningError : public ClientError {
   std::string reason_;
 };
 
+// What Attach and files() throw when ClientOptions::interrupted said to stop waiting (a
+// binding's Ctrl-C): the wait was given up, nothing else went wrong.
+class ClientInterrupted : public ClientError {
+ public:
+  using ClientError::ClientError;
+};
+
 }  // namespace ringfeed

@@ -201,8 +201,12 @@ std::string ControlConnection::ReadLine(std::chrono::milliseconds timeout) {
       throw ClientError("ringfeedd did not answer the hello on " + path_ + " within " +
                         std::to_string(timeout.count()) + " ms (stopped or frozen?)");
     }
+    if (interrupted_ && interrupted_()) {
+      throw ClientInterrupted("the wait for ringfeedd's answer on " + path_ + " was interrupted");
+    }
     pollfd pfd{fd_, POLLIN, 0};
-    int rc = poll(&pfd, 1, static_cast<int>(left.count()));
+    const int slice_ms = interrupted_ ? std::min<int>(static_cast<int>(left.count()), 100) : static_cast<int>(left.count());
+    int rc = poll(&pfd, 1, slice_ms);
     if (rc < 0 && errno != EINTR) throw ClientError(std::string("poll on the control socket failed: ") + std::strerror(errno));
     if (rc <= 0) continue;
     char chunk[4096];

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -47,6 +48,8 @@ class ControlConnection {
   // Reads up to and excluding the next '\n', waiting at most `timeout`. Throws ClientError on
   // timeout, EOF or a line longer than shm::kMaxMessageBytes.
   std::string ReadLine(std::chrono::milliseconds timeout);
+  // Asked every 100 ms while ReadLine waits: true ends the wait with ClientInterrupted.
+  void SetInterrupted(std::function<bool()> interrupted) { interrupted_ = std::move(interrupted); }
   // Non-blocking: true once the daemon has closed its end (EOF, hang-up or error). Anything
   // the daemon sends after the welcome is read and dropped.
   bool DaemonClosed();
@@ -58,6 +61,7 @@ class ControlConnection {
   int owner_pid_ = 0;  // the process that connected
   std::string path_;
   std::string buffered_;  // bytes read past the last line
+  std::function<bool()> interrupted_;
 };
 
 }  // namespace ringfeed::detail

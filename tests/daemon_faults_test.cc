@@ -329,6 +329,20 @@ TEST_CASE("the daemon frozen (SIGSTOP): Next throws naming the heartbeat after a
   CHECK_THAT(dump.err, Catch::Contains("did not answer the hello"));
   CHECK(dump_seconds > 1.5);
   CHECK(dump_seconds < 5.0);
+
+  // ClientOptions::interrupted ends the hello's wait (liveness_timeout 30 s here) as soon as it
+  // says so: ClientInterrupted, not the timeout's error.
+  daemon.Kill(SIGSTOP);
+  ClientOptions interruptible = daemon.client_options(0);
+  interruptible.liveness_timeout = std::chrono::seconds(30);
+  const auto attach_start = Clock::now();
+  int asked = 0;
+  interruptible.interrupted = [&] { return ++asked, SecondsSince(attach_start) > 0.3; };
+  CHECK_THROWS_AS(Client::Attach(interruptible), ClientInterrupted);
+  const double attach_seconds = SecondsSince(attach_start);
+  daemon.Kill(SIGCONT);
+  CHECK(attach_seconds < 1.0);
+  CHECK(asked >= 3);  // about every 100 ms
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 

@@ -40,6 +40,13 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
   if (!(attach_timeout_s >= 0)) throw nb::value_error("attach_timeout must be >= 0 seconds");
   ClientOptions options{.job = job, .rank = rank, .runtime_dir = runtime_dir,
                         .liveness_timeout = Millis(std::min(liveness_timeout_s, kMaxLivenessSeconds))};
+  // Ctrl-C ends the waits inside Attach and files() (a frozen daemon's hello: up to
+  // liveness_timeout): the signal's exception (KeyboardInterrupt) is left set for the
+  // ClientInterrupted handlers below to raise.
+  options.interrupted = [] {
+    nb::gil_scoped_acquire gil;
+    return PyErr_CheckSignals() != 0;
+  };
   // attach_timeout in slices, so that Ctrl-C (and other signals) interrupt a long wait.
   const double attach_s = std::min(attach_timeout_s, kMaxLivenessSeconds);
   const auto attach_deadline = Clock::now() + Millis(attach_s);
@@ -50,6 +57,8 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
       GilRelease unlocked;  // the hello may take up to liveness_timeout
       client_ = Client::Attach(options);
       break;
+    } catch (const ClientInterrupted&) {
+      throw nb::python_error();  // what PyErr_CheckSignals set
     } catch (const DaemonNotRunningError& e) {
       if (Clock::now() >= attach_deadline) {
         if (attach_s <= 0) throw;
@@ -193,10 +202,12 @@ std::pair<uintptr_t, uint64_t> ClientObject::SlotsRegion() const { return slots_
 
 nb::list ClientObject::Files() const {
   std::vector<std::string> files;
-  {
+  try {
     const std::shared_ptr<Client> client = Get();
     GilRelease unlocked;
     files = client->files();
+  } catch (const ClientInterrupted&) {
+    throw nb::python_error();  // what PyErr_CheckSignals set
   }
   nb::list out;
   for (const std::string& f : files) out.append(nb::bytes(f.data(), f.size()));

@@ -451,6 +451,22 @@ def test_ctrl_c_while_waiting_raises_keyboard_interrupt(daemon_factory, tmp_path
         del held_batches
 
 
+def test_ctrl_c_while_a_frozen_daemon_does_not_answer_the_hello(daemon_factory, tmp_path, sigint_after):
+    # The hello's wait is up to liveness_timeout (30 s here): Ctrl-C ends it at once, as a
+    # KeyboardInterrupt (it waited the whole time, then raised a ClientError).
+    d = daemon_factory(id_job(tmp_path, count=40))
+    os.kill(d.pid, signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        with sigint_after(0.3), pytest.raises(KeyboardInterrupt):
+            d.client(liveness_timeout=30)
+        assert time.monotonic() - start < 3
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    with d.client() as client:  # the daemon serves on
+        check_batch_values(client.next())
+
+
 def test_attach_errors_name_the_job(tmp_path):
     with pytest.raises(ringfeed.ClientError, match="no-such-job"):
         ringfeed.Client("no-such-job", runtime_dir=str(tmp_path))
