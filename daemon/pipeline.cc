@@ -1,5 +1,8 @@
 #include "daemon/pipeline.h"
 
+#include <pthread.h>
+#include <time.h>
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -262,18 +265,22 @@ bool Pipeline::AcquireSlot(uint32_t* slot) {
 
 void Pipeline::RunSequencer() {
   NameThread("rf-sequencer");
-  // Its CPU time, read at most once a millisecond (the clock is a system call, thread_clock.h;
-  // batches of a few records come every few microseconds).
-  const int64_t cpu_start = ThreadCpuNs();
-  int64_t cpu_read_at = MonotonicNs();
-  const auto count_cpu = [&] {
-    sequencer_cpu_ns_.store(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
-  };
-  const Sequencer::Outcome outcome = sequencer_->Run([&](BatchJob&& job) {
-    if (const int64_t now = MonotonicNs(); now - cpu_read_at >= 1'000'000) {
-      cpu_read_at = now;
-      count_cpu();
+  // Its CPU time is read by Snapshot from this thread's clock while it runs (counted at each
+  // batch it would lag by a batch: a batch of 400,000 records takes longer than the tuner's
+  // interval), and kept here when it returns, on every way out.
+  clockid_t clock{};
+  if (pthread_getcpuclockid(pthread_self(), &clock) == 0) {
+    sequencer_clock_.store(clock, std::memory_order_relaxed);
+    sequencer_clock_live_.store(true, std::memory_order_release);
+  }
+  struct KeepCpu {
+    Pipeline& p;
+    ~KeepCpu() {
+      p.sequencer_cpu_ns_.store(static_cast<uint64_t>(ThreadCpuNs()), std::memory_order_relaxed);
+      p.sequencer_clock_live_.store(false, std::memory_order_release);
     }
+  } keep_cpu{*this};
+  const Sequencer::Outcome outcome = sequencer_->Run([this](BatchJob&& job) {
     uint32_t slot;
     if (!AcquireSlot(&slot)) return false;
     {
@@ -288,7 +295,6 @@ void Pipeline::RunSequencer() {
     work_ready_.notify_one();
     return true;
   });
-  count_cpu();
   if (outcome == Sequencer::Outcome::kStopped) return;
   // End of data, or a read error under on_error: fail: first every batch handed out is
   // published (consumers get the batches before the error, then the error).
@@ -634,6 +640,15 @@ PipelineStats Pipeline::Snapshot() const {
   s.parse_cpu_ns = parse_cpu_ns_.load(std::memory_order_relaxed);
   s.prefetch_wait_ns = prefetch_wait_ns_.load(std::memory_order_relaxed);
   s.sequencer_cpu_ns = sequencer_cpu_ns_.load(std::memory_order_relaxed);
+  if (sequencer_clock_live_.load(std::memory_order_acquire)) {
+    timespec ts{};
+    // Fails (EINVAL) once the thread has ended: then the value it kept, read again.
+    if (::clock_gettime(sequencer_clock_.load(std::memory_order_relaxed), &ts) == 0) {
+      s.sequencer_cpu_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000 + static_cast<uint64_t>(ts.tv_nsec);
+    } else {
+      s.sequencer_cpu_ns = sequencer_cpu_ns_.load(std::memory_order_relaxed);
+    }
+  }
   // A wait in progress counts up to now: one that spans the tuner's interval (a ring full of
   // batches nobody takes) would otherwise count as no wait at all until it ends.
   const int64_t waiting_since = slot_wait_since_.load(std::memory_order_relaxed);

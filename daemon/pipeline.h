@@ -25,6 +25,8 @@
 // any thread.
 #pragma once
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -83,8 +85,7 @@ struct PipelineStats {
                                // batches, publishing them, waking their consumers)
   uint64_t parse_cpu_ns = 0;   // ... and the CPU time of it (less than busy when waiting for a core)
   uint64_t slot_wait_ns = 0;   // the sequencer waiting for a slot (ring full or prefetch reached)
-  uint64_t sequencer_cpu_ns = 0;  // the sequencer thread's CPU time (updated as it hands out batches, at
-                                  // most once a millisecond)
+  uint64_t sequencer_cpu_ns = 0;  // the sequencer thread's CPU time, up to now
   uint64_t prefetch_wait_ns = 0;  // ... the part with prefetch reached: the loader's own batches
                                   // (queued for the workers, or ready) at workers + prefetch
   uint64_t ring_repairs = 0;   // words of the ring put back by RepairRing
@@ -221,7 +222,9 @@ class Pipeline {
   std::atomic<uint64_t> records_{0}, batches_{0}, record_bytes_{0}, parse_errors_skipped_{0};
   std::atomic<uint64_t> read_errors_skipped_{0};
   std::atomic<uint64_t> parse_busy_ns_{0}, parse_cpu_ns_{0}, slot_wait_ns_{0}, prefetch_wait_ns_{0};
-  std::atomic<uint64_t> sequencer_cpu_ns_{0};
+  std::atomic<uint64_t> sequencer_cpu_ns_{0};      // its CPU time when it returned
+  std::atomic<clockid_t> sequencer_clock_{0};       // its thread's CPU clock (pthread_getcpuclockid)
+  std::atomic<bool> sequencer_clock_live_{false};   // ... while RunSequencer runs
   std::atomic<int64_t> slot_wait_since_{0};  // MonotonicNs when a wait for a slot began; 0: none
   // Rate limit for skip logs: the first kLogBurst, then one per second with a count.
   std::atomic<uint64_t> skip_logged_{0};
