@@ -2,6 +2,7 @@
 // docs/operations.md.
 #include <CLI/CLI.hpp>
 #include <iostream>
+#include <string_view>
 
 #include "daemon/ringfeedd.h"
 #include "daemon/standard_fds.h"
@@ -61,6 +62,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A config file given without --config (`ringfeedd job.yaml`): said with the fix.
+    if (options.config_path.empty() && dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      for (int i = 1; i < argc; ++i) {
+        const std::string_view arg = argv[i];
+        if (!arg.starts_with("-") && (arg.ends_with(".yaml") || arg.ends_with(".yml"))) {
+          std::cerr << "ringfeedd: the job config is given with --config: ringfeedd --config " << arg << "\n";
+          return 2;
+        }
+      }
+    }
     // A usage error is a configuration error: exit 2, which the systemd unit does not retry.
     return app.exit(e) == 0 ? 0 : 2;
   }

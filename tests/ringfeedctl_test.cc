@@ -679,6 +679,16 @@ TEST_CASE("an empty --runtime-dir or a JOB no config could name is a usage error
   }
 }
 
+TEST_CASE("ringfeedd JOB.yaml without --config: a usage error that gives the command") {
+  const CommandResult r = RunCommand({DaemonBinary(), "job.yaml"});
+  INFO(r.out << r.err);
+  CHECK(r.status.ToString() == "exit 2");
+  CHECK(r.err == "ringfeedd: the job config is given with --config: ringfeedd --config job.yaml\n");
+  const CommandResult none = RunCommand({DaemonBinary()});
+  CHECK(none.status.ToString() == "exit 2");
+  CHECK_THAT(none.err, Catch::StartsWith("--config is required"));
+}
+
 TEST_CASE("--help: exit statuses and where problems go, as docs/ringfeedctl.md says") {
   const auto help = [](const std::string& command) {
     const CommandResult r = RunCommand({CtlBinary(), command, "--help"});
