@@ -447,11 +447,16 @@ std::string SpecFor(const FeatureStats& s, uint64_t records, std::string* why) {
   }
   std::vector<std::string> reasons;
   const bool same_count = s.present > 0 && s.min_present == s.max_values;
-  if (s.present < records) {
-    // A feature that always has the same number of values when present can also be fixed,
-    // with a default: for the records that lack it (check says how when it is fixed).
-    reasons.push_back("missing or empty in " + std::to_string(records - s.present) + " of " + std::to_string(records) +
-                      " records" + (same_count ? " (or fixed with a default: for them)" : ""));
+  // Missing: no key, or a key with no value list (TFX writes those); a default fills them.
+  // An empty list is not missing: a FixedLen feature rejects it, default or not (as TF does).
+  const uint64_t missing = records - s.with_list, empty = s.with_list - s.present;
+  if (missing + empty > 0) {
+    std::string text = missing > 0 ? "missing in " + std::to_string(missing) : "";
+    if (empty > 0) text += (missing > 0 ? " and " : "") + std::string("an empty list in ") + std::to_string(empty);
+    text += " of " + std::to_string(records) + " records";
+    // Always the same number of values when present: fixed with a default would do too.
+    if (same_count && empty == 0) text += " (or type: fixed with a default:, which fills those)";
+    reasons.push_back(text);
   }
   if (s.present > 0 && !same_count) {
     reasons.push_back(std::to_string(s.min_present) + " to " + std::to_string(s.max_values) + " values when present");

@@ -580,9 +580,13 @@ bool ExampleParser::ParseTwoPass(std::span<const uint8_t> example, ExampleBatch&
     return false;
   };
   auto count_mismatch = [&](uint32_t kind, size_t count) {
+    // An empty list is there, not missing: TF fills only a missing feature with the default.
     return fail("number of " + std::string(ListKindName(static_cast<ListKind>(kind))) +
                 " values != expected: the record has " + std::to_string(count) + ", shape " +
-                ShapeString(spec.shape) + " needs " + std::to_string(spec.NumElements()));
+                ShapeString(spec.shape) + " needs " + std::to_string(spec.NumElements()) +
+                (count == 0 && spec.has_default ? " (an empty list is not a missing feature: the default fills only "
+                                                  "records without it; for lists that may be empty, type: varlen)"
+                                                : ""));
   };
 
   // The fast shapes first (Decode has tried a single value): one list holding one packed run, ...

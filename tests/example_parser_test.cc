@@ -737,7 +737,10 @@ TEST_CASE("bad input 8: shape [3] with 2 or 4 values is an error; an empty list 
   ExpectError(h, Example({Entry("v", IntF({1, 2, 3, 4}))}), "v", {"number of int64 values", "4", "[3]"});
   // TensorFlow 2.21 errors here too (not the default): "Number of int64 values != expected.
   // Values size: 0 but output shape: [3]".
-  ExpectError(h, Example({Entry("v", IntF({}))}), "v", {"number of int64 values", "0", "[3]"});
+  ExpectError(h, Example({Entry("v", IntF({}))}), "v",
+              {"number of int64 values", "0", "[3]",
+               "(an empty list is not a missing feature: the default fills only records without it; for lists "
+               "that may be empty, type: varlen)"});
   // A missing key and a Feature{} take the default.
   REQUIRE(h.Parse(Example({})));
   REQUIRE(h.Parse(Example({Entry("v", "")})));

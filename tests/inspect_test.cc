@@ -861,8 +861,8 @@ TEST_CASE("inspect --schema summarizes features and emits a features: block that
       "  # never: left out: no record has a value list, so its kind is unknown\n"
       "  \"null\":          {type: fixed, dtype: float32, shape: []}\n"
       "  \"odd name: x\":   {type: fixed, dtype: float32, shape: []}\n"
-      "  sometimes:       {type: varlen, dtype: int64}  # missing or empty in 3 of 10 records (or fixed with a default: for them)\n"
-      "  sometimes_empty: {type: varlen, dtype: int64}  # missing or empty in 1 of 10 records (or fixed with a default: for them)\n"
+      "  sometimes:       {type: varlen, dtype: int64}  # missing in 3 of 10 records (or type: fixed with a default:, which fills those)\n"
+      "  sometimes_empty: {type: varlen, dtype: int64}  # an empty list in 1 of 10 records\n"
       "  tags:            {type: varlen, dtype: bytes}  # 1 to 2 values when present\n"
       "  vec:             {type: fixed, dtype: float32, shape: [3]}\n";
   CHECK(r.out == expected);
@@ -944,7 +944,7 @@ TEST_CASE("inspect --schema on the real taxi files round-trips through the job c
   REQUIRE(r.status == 0);
   CHECK(r.out.find("# ringfeedctl inspect --schema: 9909 records in 12 files\n") == 0);
   CHECK(r.out.find("# company                 bytes  6548 (66.1%)      0-1\n") != std::string::npos);
-  CHECK(r.out.find("  company:                {type: varlen, dtype: bytes}    # missing or empty in 3361 of 9909 records (or fixed with a default: for them)\n") !=
+  CHECK(r.out.find("  company:                {type: varlen, dtype: bytes}    # missing in 3361 of 9909 records (or type: fixed with a default:, which fills those)\n") !=
         std::string::npos);
   CHECK(r.out.find("  fare:                   {type: fixed, dtype: float32, shape: []}\n") != std::string::npos);
   CHECK(ParseAllWithSchema(r.out, taxi) == 9909);
