@@ -173,7 +173,7 @@ class RingfeedIterable(_Base):
             names = [f.name for f in client.schema if f.dtype.kind != "S" or self.bytes_features]
         numeric = [n for n in names if schema[n].dtype.kind != "S"]
         strings = [n for n in names if schema[n].dtype.kind == "S"]
-        return numeric, strings
+        return numeric, strings, list(names)
 
     def __iter__(self) -> Iterator[Dict[str, object]]:
         if self.device.type == "cuda" and not torch.cuda.is_available():
@@ -188,7 +188,9 @@ class RingfeedIterable(_Base):
         self.client = client
         uploader = stream = None  # before the try: the finally needs it when _select raises
         try:
-            numeric, strings = self._select(client)
+            numeric, strings, order = self._select(client)
+            if self.metadata:
+                order.append("_batch")
             for batch in client:
                 out = {name: batch.strings(name) for name in strings}
                 if self.metadata:
@@ -213,7 +215,7 @@ class RingfeedIterable(_Base):
                                 t.record_stream(current)
                     out.update(uploaded)
                 del batch
-                yield out
+                yield {name: out[name] for name in order}  # the features' order (the job's, or features=)
         finally:
             if uploader is not None:
                 uploader.synchronize()  # every slot back before the client goes

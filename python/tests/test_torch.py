@@ -44,7 +44,7 @@ def test_iterable_yields_tensors_equal_to_the_data(daemon_factory, tmp_path):
     assert isinstance(dataset, torch.utils.data.IterableDataset)
     seen = []
     for out in dataset:
-        assert set(out) == {"id", "vec", "vals", "tag", "name"}
+        assert list(out) == ["id", "vec", "vals", "tag", "name"]  # the job's feature order
         address, size = dataset.client._slots_region()
         assert address <= out["vec"].data_ptr() < address + size  # zero-copy on the CPU
         values, splits = out["vals"]
