@@ -49,13 +49,17 @@ echo "run-fuzz: fuzzing for ${seconds}s, corpus $corpus ($(ls "$corpus" | wc -l)
 set +e
 # shellcheck disable=SC2086  # RINGFEED_FUZZ_ARGS is a list of flags
 "$fuzzer" "$corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=16384 \
-  -print_final_stats=1 -artifact_prefix="$artifacts/" ${RINGFEED_FUZZ_ARGS:-} 2>&1 | tee "$build/fuzz.log"
-rc=${PIPESTATUS[0]}
+  -print_final_stats=1 -artifact_prefix="$artifacts/" ${RINGFEED_FUZZ_ARGS:-} > "$build/fuzz.log" 2>&1
+rc=$?
 set -e
+# libFuzzer's progress (thousands of lines) stays in the log; its summary comes here, the
+# whole end of the log on a finding.
+grep -E '^(Done|stat::number_of_executed_units|stat::peak_rss_mb)' "$build/fuzz.log" || true
 
 mapfile -t found < <(find "$artifacts" -maxdepth 1 -type f \
   \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | sort)
 if [ "$rc" -ne 0 ] || [ "${#found[@]}" -gt 0 ]; then
+  tail -n 60 "$build/fuzz.log" >&2
   echo "run-fuzz: FAILED (libFuzzer exit status $rc); log: $build/fuzz.log" >&2
   for f in "${found[@]}"; do
     f="$(realpath "$f")"
