@@ -82,7 +82,7 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
     if (keys.count(spec.name)) continue;
     const bool fails = spec.type == FeatureType::kFixedLen && !spec.has_default && spec.NumElements() != 0;
     std::string line = "feature '" + spec.name + "' is in none of the " + std::to_string(sampled) +
-                       (sampled == 1 ? " record read" : " records read") +
+                       (sampled == 1 ? " record sampled at start" : " records sampled at start") +
                        (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
                         : spec.type != FeatureType::kFixedLen ? " (every row gets an empty list)"
                         : spec.NumElements() == 0             ? " (its shape has no elements: every row is empty)"
@@ -97,7 +97,7 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
       line += "; did you mean '" + best + "'?";
     } else if (!keys.empty()) {
       // No near name: what the records do have, so that a name far off is seen.
-      line += "; the records read have ";
+      line += "; the records sampled have ";
       size_t shown = 0;
       for (const std::string& key : keys) {
         if (shown == kAbsentKeysShown) break;

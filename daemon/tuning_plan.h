@@ -55,9 +55,9 @@ struct RecordSample {
 
 // One warning per feature of `specs` whose name is not among `keys` (the feature names seen in
 // `sampled` records), saying what its rows get then:
-// "feature 'tip' is in none of the 1000 records read (every row gets its default); did you mean
+// "feature 'tip' is in none of the 1000 records sampled at start (every row gets its default); did you mean
 // 'tips'?" (a name within edit distance 2), or without a near name the first keys seen
-// ("; the records read have 'fare', 'tips', ... (18 features)").
+// ("; the records sampled have 'fare', 'tips', ... (18 features)").
 std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
                                         uint64_t sampled);
 

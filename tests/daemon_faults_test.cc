@@ -1001,7 +1001,7 @@ TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start
                        "batch: {size: 5}\n");
   RINGFEED_REQUIRE_STARTED(daemon);
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
-  CHECK_THAT(daemon.Stderr(), Catch::Contains("feature 'tagg' is in none of the 20 records read (every row gets an "
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("feature 'tagg' is in none of the 20 records sampled at start (every row gets an "
                                               "empty list); did you mean 'tag'?"));
   CHECK_THAT(daemon.Stderr(), !Catch::Contains("feature 'id' is in none"));
   const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
@@ -1012,11 +1012,11 @@ TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start
   const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
   INFO("check: " << check.out << check.err);
   CHECK(check.status.ToString() == "exit 0");
-  CHECK_THAT(check.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records read"));
+  CHECK_THAT(check.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records sampled at start"));
   const CommandResult strict = RunCommand({CtlBinary(), "check", "--strict", daemon.config_path()});
   INFO("check --strict: " << strict.out << strict.err);
   CHECK(strict.status.ToString() == "exit 1");
-  CHECK_THAT(strict.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records read (every row gets "
+  CHECK_THAT(strict.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records sampled at start (every row gets "
                                          "an empty list); did you mean 'tag'?\n"));
   CHECK_THAT(strict.err, Catch::EndsWith("\nringfeedctl check --strict: 1 warning above, counted as problems (exit 1)\n"));
 }

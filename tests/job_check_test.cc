@@ -239,7 +239,7 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
       log, log);
   CHECK(r.records == 3);
   REQUIRE(r.absent_features.size() == 1);
-  CHECK_THAT(r.absent_features[0], Catch::Contains("feature 'idd' is in none of the 3 records read (every row gets "
+  CHECK_THAT(r.absent_features[0], Catch::Contains("feature 'idd' is in none of the 3 records sampled at start (every row gets "
                                                    "an empty list)") &&
                                        Catch::Contains("did you mean 'id'?"));
   // A FixedLen feature without a default does not get one: every record without it fails.
@@ -251,7 +251,7 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
   CHECK(fixed.parse_errors == 3);
   REQUIRE(fixed.absent_features.size() == 1);
   CHECK_THAT(fixed.absent_features[0],
-             Catch::Contains("feature 'idd' is in none of the 3 records read (a FixedLen feature without a default: "
+             Catch::Contains("feature 'idd' is in none of the 3 records sampled at start (a FixedLen feature without a default: "
                              "every record without it is a parse error); did you mean 'id'?"));
   // A name far from every key: the keys the records have, so that the right one can be seen.
   const JobCheckResult far = RunJobCheck(
@@ -259,8 +259,8 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
                               "\"]}\nfeatures:\n  ride_total: {type: varlen, dtype: float32}\n  x: {dtype: float32}\n"),
       log, log);
   REQUIRE(far.absent_features.size() == 1);
-  CHECK(far.absent_features[0] == "feature 'ride_total' is in none of the 3 records read (every row gets an empty "
-                                  "list); the records read have 'id', 'x'");
+  CHECK(far.absent_features[0] == "feature 'ride_total' is in none of the 3 records sampled at start (every row gets an empty "
+                                  "list); the records sampled have 'id', 'x'");
 }
 
 TEST_CASE("the plan counts no more auto readers than the shard has files") {
