@@ -537,19 +537,26 @@ TEST_CASE("dump's timeout in shared mode says the ring is held by other consumer
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
-TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with its pid, and that a start cleans up") {
-  TempDir dir;
-  WriteIdFile(dir.file("data.tfrecord"), 0, 30);
-  DaemonProcess daemon(dir.path(), "killed", IdJobConfig("killed", dir.file("data.tfrecord"), "epochs: 0\n"));
-  RINGFEED_REQUIRE_STARTED(daemon);
+// SIGKILLs the daemon and waits until it is a zombie (this process, its parent, has not waited
+// for it yet). Returns its pid.
+static pid_t KillToZombie(DaemonProcess& daemon) {
   const pid_t pid = daemon.pid();
   daemon.Kill(SIGKILL);
-  // Dead but not reaped yet (a zombie; a parent that never waits keeps it so): gone already.
   WaitUntil([&] {
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
     std::string line;
     return std::getline(stat, line) && line.find(") Z ") != std::string::npos;
   });
+  return pid;
+}
+
+TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with its pid, and that a start cleans up") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 30);
+  DaemonProcess daemon(dir.path(), "killed", IdJobConfig("killed", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  // Dead but not reaped yet (a zombie; a parent that never waits keeps it so): gone already.
+  const pid_t pid = KillToZombie(daemon);
   const CommandResult zombie = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
   CHECK_THAT(zombie.out, Catch::Contains("killed                   gone "));
   REQUIRE(daemon.Wait());  // reaped: no process has the pid now
@@ -574,14 +581,8 @@ TEST_CASE("a daemon killed and not reaped yet (a zombie): dump and the client li
   WriteIdFile(dir.file("data.tfrecord"), 0, 30);
   DaemonProcess daemon(dir.path(), "undead", IdJobConfig("undead", dir.file("data.tfrecord"), "epochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
-  const pid_t pid = daemon.pid();
-  daemon.Kill(SIGKILL);
   // This process is its parent and does not wait for it yet: a zombie, its socket left behind.
-  WaitUntil([&] {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string line;
-    return std::getline(stat, line) && line.find(") Z ") != std::string::npos;
-  });
+  const pid_t pid = KillToZombie(daemon);
   const std::string said = "job 'undead' is not running: its ringfeedd (pid " + std::to_string(pid) +
                            ") is gone and left its socket " + daemon.socket_path() +
                            " (killed or crashed: its log says why); starting the job again cleans up";
