@@ -645,6 +645,7 @@ TEST_CASE("a stale socket whose lock file is a FIFO: status, list, dump and the 
   } catch (const DaemonNotRunningError& e) {
     CHECK_THAT(std::string(e.what()), refused);
   }
+  std::filesystem::remove(daemon.segment_path());  // the killed daemon's, which no start replaces here
 }
 
 TEST_CASE("a JOB.sock that is not a socket is said to be one; a .sock no job could be named by is not listed") {
