@@ -614,6 +614,7 @@ TEST_CASE("a daemon killed and not reaped yet (a zombie): dump and the client li
     INFO("reaped");
     check_said();
   }
+  std::filesystem::remove(daemon.segment_path());  // the killed daemon's, which no start replaces here
 }
 
 TEST_CASE("a stale socket whose lock file is a FIFO: status, list, dump and the client library answer, none blocks") {
