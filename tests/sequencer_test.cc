@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -634,6 +635,22 @@ TEST_CASE("an epoch that delivers no records ends the data early and says why") 
   CHECK(complete.empty_epoch().empty());
 }
 
+namespace {
+
+// Whether this process has a descriptor open on `path` (/proc/self/fd).
+bool HoldsOpen(const std::string& path) {
+  const std::filesystem::path target = std::filesystem::canonical(path);
+  std::error_code error;
+  for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", error)) {
+    std::error_code gone;  // the iterator's own descriptor, or one closed meanwhile
+    if (std::filesystem::read_symlink(fd.path(), gone) == target) return true;
+  }
+  if (error) throw std::runtime_error("/proc/self/fd: " + error.message());
+  return false;
+}
+
+}  // namespace
+
 TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one read at a time, with a warning a minute") {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // The test leaves the process one spare file descriptor while the reader works; UBSan's type
@@ -663,9 +680,9 @@ TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one r
   // Each file opens within the open-file limit, but its io_uring ring would be one descriptor
   // too many (EMFILE): io_uring works, but not for one more ring now.
   const auto read_file = [&](uint32_t index) {
-    TightFileLimit tight(1);
     std::vector<std::string> got;
     {
+      TightFileLimit tight(1);
       auto stream = read_ahead.Open(index, files[index]);
       for (StreamItem item = stream->Next(); item.kind != StreamItem::Kind::kEnd; item = stream->Next()) {
         REQUIRE(item.kind == StreamItem::Kind::kRecord);
@@ -673,10 +690,12 @@ TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one r
       }
     }
     // The file is closed (its descriptor free for the next one) once no thread holds it (up to
-    // 10 s: a loaded machine).
-    for (int i = 0; i < 2000 && (read_ahead.open_streams() > 0 || !read_ahead.IoInProgress().empty()); ++i) {
+    // 10 s: a loaded machine). The reader that delivered the end may still hold the stream after
+    // it left open_streams() and before its "closing" call begins: the descriptor itself tells.
+    for (int i = 0; i < 2000 && HoldsOpen(files[index]); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
+    REQUIRE_FALSE(HoldsOpen(files[index]));
     return got;
   };
   CHECK(read_file(0).size() == 300);
