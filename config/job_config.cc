@@ -163,6 +163,22 @@ std::string Suggestion(std::string_view word, const std::string_view (&words)[N]
   return "; did you mean '" + std::string(best_word) + "'?";
 }
 
+// Suggestion() for a dtype, knowing TensorFlow's spellings first: "tf.int64" and "tf.string"
+// (tf.io.FixedLenFeature's dtypes), "string", "float", "int", "double".
+std::string DTypeSuggestion(std::string_view word) {
+  std::string_view bare = word;
+  if (bare.starts_with("tf.")) bare.remove_prefix(3);
+  constexpr std::pair<std::string_view, std::string_view> kTensorFlowWords[] = {
+      {"string", "bytes"}, {"str", "bytes"}, {"float", "float32"}, {"double", "float64"}, {"int", "int64"}};
+  for (const auto& [tf, ours] : kTensorFlowWords) {
+    if (bare == tf) return "; did you mean '" + std::string(ours) + "'?";
+  }
+  for (std::string_view w : kDTypeWords) {
+    if (bare == w) return "; did you mean '" + std::string(w) + "'? (without 'tf.')";
+  }
+  return Suggestion(word, kDTypeWords);
+}
+
 // `s` in quotes, control characters as \xHH, UTF-8 as written.
 std::string Quote(std::string_view s) { return "'" + Escaped(s, /*ascii_only=*/false) + "'"; }
 
@@ -821,7 +837,7 @@ class Loader {
       Fail(MarkOf(*dtype), dtype->path,
            "unknown dtype " + Quote(dtype_text) + "; allowed values: int64, float32, bytes "
            "(with decode: raw also uint8, int8, uint16, int16, int32, uint32, float64)" +
-               Suggestion(dtype_text, kDTypeWords));
+               DTypeSuggestion(dtype_text));
     }
     spec.dtype = *parsed;
     if (spec.decode_raw && spec.dtype == DType::kBytes) {

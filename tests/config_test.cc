@@ -694,6 +694,12 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        "  img: {dtype: uint8}\n", 4, 16, "features.img.dtype", {"needs 'decode: raw'"}},
       {"unknown dtype", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: int46}\n", 4,
        14, "features.x.dtype", {"unknown dtype 'int46'", "did you mean 'int64'?"}},
+      {"TensorFlow's dtype spelling", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: tf.float32}\n", 4,
+       14, "features.x.dtype", {"unknown dtype 'tf.float32'", "did you mean 'float32'? (without 'tf.')"}},
+      {"TensorFlow's tf.string", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: tf.string}\n", 4,
+       14, "features.x.dtype", {"unknown dtype 'tf.string'", "did you mean 'bytes'?"}},
+      {"string for bytes", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: string}\n", 4, 14,
+       "features.x.dtype", {"unknown dtype 'string'", "did you mean 'bytes'?"}},
       {"missing dtype", "job: t\nsource: {files: [a]}\nfeatures:\n  x:\n    shape: [2]\n", 5,
        5, "features.x.dtype", {"missing required key 'dtype'"}},
       {"feature spec that is not a mapping", "job: t\nsource: {files: [a]}\nfeatures:\n"

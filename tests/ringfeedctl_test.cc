@@ -538,15 +538,28 @@ TEST_CASE("dump's timeout in shared mode says the ring is held by other consumer
 }
 
 // SIGKILLs the daemon and waits until it is a zombie (this process, its parent, has not waited
-// for it yet). Returns its pid.
+// for it yet) whose socket is closed. Returns its pid.
 static pid_t KillToZombie(DaemonProcess& daemon) {
   const pid_t pid = daemon.pid();
   daemon.Kill(SIGKILL);
-  WaitUntil([&] {
+  // The main thread shows Z while the other threads still exit, and the descriptors (the
+  // listening socket) close with the last of them: a connection then gets ECONNRESET, not
+  // ECONNREFUSED.
+  const auto refused = [&] {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", daemon.socket_path().c_str());
+    const bool is_refused =
+        fd >= 0 && ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 && errno == ECONNREFUSED;
+    if (fd >= 0) ::close(fd);
+    return is_refused;
+  };
+  REQUIRE(WaitUntil([&] {
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
     std::string line;
-    return std::getline(stat, line) && line.find(") Z ") != std::string::npos;
-  });
+    return std::getline(stat, line) && line.find(") Z ") != std::string::npos && refused();
+  }));
   return pid;
 }
 
@@ -569,6 +582,15 @@ TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with it
   const CommandResult status = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
   CHECK(status.status.ToString() == "exit 1");
   CHECK(status.err == "ringfeedctl status: " + said + "\n");
+  // A lock file that does not hold just a pid (another program wrote it) names no process.
+  const std::string lock = ReadFile(daemon.lock_path());
+  for (const std::string& junk : {"  " + std::to_string(pid) + "\n", std::to_string(pid) + " junk\n"}) {
+    WriteFile(daemon.lock_path(), junk);
+    const CommandResult unsure = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
+    CHECK(unsure.status.ToString() == "exit 1");
+    CHECK_THAT(unsure.err, !Catch::Contains("is gone") && Catch::Contains("Connection refused"));
+  }
+  WriteFile(daemon.lock_path(), lock);
   // The start that cleans up.
   RINGFEED_REQUIRE_STARTED(daemon);
   const CommandResult again = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
