@@ -153,8 +153,9 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
       const auto status = reader.Next(&record, &error);
       if (status == TFRecordReader::Status::kEnd) break;
       if (status == TFRecordReader::Status::kError) {
-        if (!error.recoverable) break;
-        continue;
+        if (error.recoverable) continue;
+        counting = false;  // the rest of this file is unread: its records are not known
+        break;
       }
       // At shuffle.buffer records the buffer fills as configured: nothing to bound.
       if (counting && shard.OwnsRecord(record.index) && ++kept >= buffer) counting = false;
@@ -421,10 +422,13 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   if (record_limit < config.source.max_record_bytes) {
     plan.record_limit_why =
         "the " + std::to_string(record_limit) + " bytes (" + FormatBytes(record_limit) + ") that " + mi.budget_source +
-        " " + FormatBytes(mi.budget_bytes) + " holds for one record: the largest of the " +
-        std::to_string(sample.records) + " records sampled at start (" + std::to_string(sample.largest_bytes) +
-        " bytes) and " + (copies == 2 ? "a quarter" : "half") + " of its " + FormatBytes(plan.memory.margin_bytes) +
-        " safety margin (raise the budget if records this large are genuine)";
+        " " + FormatBytes(mi.budget_bytes) + " holds for one record: " +
+        (sample.records == 0 ? std::string()
+                             : "the largest of the " + std::to_string(sample.records) + " records sampled at start (" +
+                                   std::to_string(sample.largest_bytes) + " bytes) and ") +
+        (copies == 2 ? "a quarter" : "half") + " of its " + FormatBytes(plan.memory.margin_bytes) + " safety margin " +
+        (sample.records == 0 ? "(no record could be read at start)"
+                             : "(raise the budget if records this large are genuine)");
   }
   return plan;
 }

@@ -1071,6 +1071,29 @@ TEST_CASE("a shard with no records: check warns, the daemon ends its data at onc
                                           "all)"));
 }
 
+TEST_CASE("GZIP files read as compression: none: the start-up log claims no count or size it could not read") {
+  TempDir dir;
+  std::string plain;
+  for (int64_t id = 0; id < 50; ++id) plain += FrameRecord(IdRecord(id));
+  WriteFile(dir.file("data.tfrecord.gz"), GzipBytes(plain));
+  DaemonProcess daemon(dir.path(), "not-plain",
+                       "job: not-plain\nsource: {files: [\"" + dir.file("data.tfrecord.gz") +
+                           "\"], compression: none}\nfeatures:\n" + IdFeaturesYaml() +
+                           "batch: {size: 4}\nshuffle: {buffer: 1000}\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
+  const std::string err = daemon.Stderr();
+  INFO("ringfeedd stderr:\n" << err);
+  CHECK(report.end == "error");
+  CHECK_THAT(report.error, Catch::Contains("the file looks like gzip: set compression: gzip (or auto)"));
+  // Was "the largest of the 0 records sampled at start (0 bytes)" and "shuffle.buffer 1000 is more
+  // than the 0 records this shard reads per epoch".
+  CHECK_THAT(err, Catch::Contains("holds for one record: half of its ") &&
+                      Catch::Contains("safety margin (no record could be read at start)"));
+  CHECK_THAT(err, !Catch::Contains("0 records sampled") && !Catch::Contains("records this shard reads per epoch"));
+  CHECK(daemon.Stop().ToString() == "exit 1");  // the job failed
+}
+
 TEST_CASE("broken configs: ringfeedd exits 2 with file:line:column: key") {
   ::unsetenv("RINGFEED_TEST_UNSET");
   TempDir dir;
