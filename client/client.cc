@@ -348,6 +348,15 @@ std::vector<uint64_t> Client::ready_per_rank() const {
   return ready;
 }
 
+std::string Client::end_reason() const {
+  const shm::Ring& ring = attachment_->ring;
+  // SetState writes the message before the state (release): an end read here has its message.
+  if (static_cast<shm::DaemonState>(ring.sb->state.load(std::memory_order_acquire)) != shm::DaemonState::kEndOfData) {
+    return "";
+  }
+  return std::string(ring.sb->error, strnlen(ring.sb->error, shm::kErrorBytes));
+}
+
 std::string Client::timeout_reason() const {
   const std::vector<uint64_t> ready = ready_per_rank();
   if (ready.empty()) return "";  // shared mode

@@ -138,6 +138,12 @@ class Client {
   // none behind): the ranks explain nothing, look elsewhere (slots held, slow data).
   // Thread-safe like its neighbours (reads the segment's words only).
   std::string timeout_reason() const;
+  // Why the data ended, once Next has returned kEndOfData: "" after an ordinary end (every
+  // epoch served), else ringfeedd's reason, e.g. "epoch 0 delivered no batch (every file of this
+  // shard empty or gone, every record skipped under on_error: skip ...)". "" while the data has
+  // not ended. At most shm::kErrorBytes bytes, as the daemon wrote them in the segment (UTF-8 from
+  // ringfeedd, not checked). Thread-safe (reads the segment's words only).
+  std::string end_reason() const;
 
  private:
   explicit Client(std::shared_ptr<detail::Attachment> attachment);

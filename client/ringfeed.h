@@ -156,6 +156,11 @@ int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source);
  * range too). Thread-safe. */
 int64_t rf_file_count(rf_client* client);
 int64_t rf_file_path(rf_client* client, size_t index, char* buf, size_t buf_len);
+/* Why the data ended, once rf_next has returned RF_END_OF_DATA (Client::end_reason): copies it
+ * into buf as rf_file_path does and returns its full length in bytes; 0 after an ordinary end
+ * (every epoch served) and while the data has not ended; RF_ERROR for a NULL argument.
+ * Thread-safe. */
+int64_t rf_end_reason(const rf_client* client, char* buf, size_t buf_len);
 /* Hands the slot back to the daemon and frees the handle (NULL is fine): never call it twice
  * on one batch. */
 void rf_batch_release(rf_batch* batch);

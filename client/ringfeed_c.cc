@@ -34,16 +34,23 @@ constexpr size_t kRowSourceV1 = sizeof(rf_row_source);
 
 thread_local std::string last_error;
 
+// Copies `text` into buf (at most buf_len - 1 bytes, NUL-terminated; nothing when buf_len is 0)
+// and returns its full length in bytes: a result >= buf_len means it was cut.
+int64_t CopyOutText(const std::string& text, char* buf, size_t buf_len) {
+  if (buf_len > 0) {
+    const size_t n = std::min(text.size(), buf_len - 1);
+    std::memcpy(buf, text.data(), n);
+    buf[n] = '\0';
+  }
+  return static_cast<int64_t>(text.size());
+}
+
 int Fail(const std::string& message, char* err, size_t err_len) {
   try {
     last_error = message;
   } catch (...) {
   }
-  if (err != nullptr && err_len > 0) {
-    const size_t n = std::min(message.size(), err_len - 1);
-    std::memcpy(err, message.data(), n);
-    err[n] = '\0';
-  }
+  if (err != nullptr) CopyOutText(message, err, err_len);
   return RF_ERROR;
 }
 
@@ -228,13 +235,18 @@ int64_t rf_file_path(rf_client* client, size_t index, char* buf, size_t buf_len)
       return Fail("rf_file_path: file " + std::to_string(index) + " out of range: the job has " +
                   std::to_string(files.size()) + " files");
     }
-    const std::string& path = files[index];
-    if (buf_len > 0) {
-      const size_t n = std::min(path.size(), buf_len - 1);
-      std::memcpy(buf, path.data(), n);
-      buf[n] = '\0';
-    }
-    length = static_cast<int64_t>(path.size());
+    length = CopyOutText(files[index], buf, buf_len);
+    return RF_OK;
+  });
+  return rc == RF_OK ? length : RF_ERROR;
+}
+
+int64_t rf_end_reason(const rf_client* client, char* buf, size_t buf_len) {
+  ClearError(nullptr, 0);
+  if (client == nullptr || (buf == nullptr && buf_len != 0)) return Fail("rf_end_reason: NULL argument");
+  int64_t length = RF_ERROR;
+  const int rc = Guard("rf_end_reason", nullptr, 0, [&] {
+    length = CopyOutText(client->client->end_reason(), buf, buf_len);
     return RF_OK;
   });
   return rc == RF_OK ? length : RF_ERROR;

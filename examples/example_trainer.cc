@@ -111,7 +111,12 @@ int main(int argc, char** argv) {
       ++epoch_batches;
     }
     if (epoch_batches > 0) report();
-    if (total_examples == 0) {
+    const std::string end_reason = client->end_reason();
+    if (total_examples == 0 && !end_reason.empty()) {
+      // The daemon says why: an epoch that delivered no batch.
+      std::fprintf(stderr, "example_trainer: the data ended before this trainer took any batch: %s\n",
+                   end_reason.c_str());
+    } else if (total_examples == 0) {
       // What ringfeed's Python binding warns about: kEndOfData before the first batch.
       std::fprintf(stderr,
                    "example_trainer: the data ended before this trainer took any batch: the daemon (pid %d) served "

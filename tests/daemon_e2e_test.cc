@@ -833,6 +833,51 @@ TEST_CASE("the job's file list: Client::files in pages, the C ABI, and row sourc
   CHECK(client->files() == expected);  // asked once, then kept: the daemon is gone
 }
 
+TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an epoch with no batch (C++ and C ABI)") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 3);
+  for (const bool none : {false, true}) {
+    const std::string job = none ? "no-batch" : "ordinary";
+    // 3 records: one batch of 3, or none under drop_remainder with batch.size 4.
+    DaemonProcess daemon(dir.path(), job,
+                         IdJobConfig(job, dir.file("data.tfrecord"),
+                                     none ? "batch: {size: 4, drop_remainder: true}\n" : "batch: {size: 4}\n"));
+    RINGFEED_REQUIRE_STARTED(daemon);
+    rf_attach_options options = {};
+    options.struct_size = sizeof options;
+    options.job = job.c_str();
+    options.rank = -1;
+    const std::string runtime_dir = daemon.runtime_dir();
+    options.runtime_dir = runtime_dir.c_str();
+    rf_client* c = nullptr;
+    char err[256];
+    REQUIRE(rf_attach(&options, &c, err, sizeof err) == RF_OK);
+    const std::unique_ptr<Client> client = Client::Attach(daemon.client_options());
+    int batches = 0;
+    Batch batch;
+    Client::Status status;
+    while ((status = client->Next(std::chrono::seconds(10), &batch)) == Client::Status::kBatch) ++batches;
+    REQUIRE(status == Client::Status::kEndOfData);
+    CHECK(batches == (none ? 0 : 1));
+    const std::string reason = client->end_reason();
+    INFO("end_reason: " << reason);
+    if (!none) {
+      CHECK(reason.empty());
+      CHECK(rf_end_reason(c, nullptr, 0) == 0);
+    } else {
+      CHECK_THAT(reason, Catch::StartsWith("epoch 0 delivered no batch (every file of this shard empty or gone") &&
+                             Catch::EndsWith("fewer records than a batch under drop_remainder), the last epoch; "
+                                             "restart the job once the cause is fixed"));
+      char cut[16];
+      CHECK(rf_end_reason(c, cut, sizeof cut) == static_cast<int64_t>(reason.size()));
+      CHECK(std::string(cut) == reason.substr(0, sizeof cut - 1));
+    }
+    CHECK(rf_end_reason(nullptr, nullptr, 0) == RF_ERROR);
+    rf_detach(c);
+    CHECK(daemon.Stop().ToString() == "exit 0");
+  }
+}
+
 TEST_CASE("status --files: one INDEX<TAB>PATH line per file, control characters in names as \\xNN") {
   TempDir dir;
   // A newline, a tab, an escape sequence, a C1 CSI (U+009B).

@@ -176,6 +176,12 @@ class Client:
             self._taken += 1
         elif self._taken == 0:
             self._taken = -1  # warn once
+            reason = self._core.end_reason().decode("utf-8", errors="replace")
+            if reason:  # the daemon knows: an epoch that delivered no batch
+                warnings.warn(f"job {self.job}: the data ended before this client took any batch: {reason} "
+                              f"(ringfeedd pid {self.daemon_pid}; its log has the details)",
+                              RuntimeWarning, stacklevel=3)
+                return batch
             warnings.warn(
                 f"job {self.job}: the data ended before this client took any batch. Either the daemon "
                 f"(pid {self.daemon_pid}) has already served all its epochs to earlier consumers (restart "

@@ -200,6 +200,11 @@ nb::list ClientObject::Features() const {
 
 std::pair<uintptr_t, uint64_t> ClientObject::SlotsRegion() const { return slots_region_; }
 
+nb::bytes ClientObject::EndReason() const {
+  const std::string reason = Get()->end_reason();
+  return nb::bytes(reason.data(), reason.size());
+}
+
 nb::list ClientObject::Files() const {
   std::vector<std::string> files;
   try {

@@ -61,6 +61,9 @@ class ClientObject {
   // the GIL is released for it). A str would fail on a path that is not UTF-8: ringfeed.Client
   // decodes them as os.fsdecode does.
   nb::list Files() const;
+  // Client::end_reason as bytes (not checked as UTF-8: the Python side decodes with
+  // errors="replace").
+  nb::bytes EndReason() const;
   // (address, bytes) of the mapped slot area; every batch's data lies inside.
   std::pair<uintptr_t, uint64_t> SlotsRegion() const;
   // The C++ client (for the CUDA uploader); ClientError when closed.

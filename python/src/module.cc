@@ -93,6 +93,7 @@ Thread-safety: like any Python object (the GIL serialises calls).)doc")
       .def_prop_ro("segment_name", &ClientObject::segment_name)
       .def("features", &ClientObject::Features)
       .def("files", &ClientObject::Files)
+      .def("end_reason", &ClientObject::EndReason)
       .def("slots_region", &ClientObject::SlotsRegion);
 
   nb::class_<CudaUploaderObject>(m, "_CudaUploader", R"doc(Batches from the ring straight to GPU memory (client/cuda_uploader.h).

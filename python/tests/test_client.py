@@ -516,3 +516,16 @@ def test_attaching_after_the_data_ended_warns_and_ends(daemon_factory, tmp_path)
         with pytest.warns(RuntimeWarning, match=r"ended before this client took any batch.*earlier consumers.*or the job produces no batch"):
             assert list(late) == []
         assert late.next(timeout=0) is None  # warned once
+
+
+def test_a_job_that_delivers_no_batch_says_why(daemon_factory, tmp_path):
+    write_id_file(tmp_path / "data.tfrecord", range(3))
+    d = daemon_factory(f'source: {{files: ["{tmp_path}/data.tfrecord"]}}\n{ID_FEATURES_YAML}'
+                       "batch: {size: 4, drop_remainder: true}\n")
+    with d.client() as client:
+        # The daemon's own reason, not the guesses of the late-consumer warning above.
+        with pytest.warns(RuntimeWarning, match=r"ended before this client took any batch: epoch 0 delivered no "
+                                                r"batch \(every file .* or fewer records than a batch under "
+                                                r"drop_remainder\), the last epoch") as said:
+            assert list(client) == []
+        assert "earlier consumers" not in str(said[0].message)
