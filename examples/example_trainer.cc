@@ -117,11 +117,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "example_trainer: the data ended before this trainer took any batch: %s\n",
                    end_reason.c_str());
     } else if (total_examples == 0) {
-      // What ringfeed's Python binding warns about: kEndOfData before the first batch.
+      // An ordinary end before the first batch, as ringfeed's Python binding warns: the batches
+      // went to other consumers.
       std::fprintf(stderr,
                    "example_trainer: the data ended before this trainer took any batch: the daemon (pid %d) served "
-                   "all its epochs to earlier consumers (restart it, or set epochs: 0), or its job produces no "
-                   "batch (`ringfeedctl status %s` and its log say why)\n",
+                   "all its epochs to earlier consumers (restart it, or set epochs: 0; `ringfeedctl status %s` "
+                   "shows the batches it produced)\n",
                    static_cast<int>(client->daemon_pid()), client->job().c_str());
     }
     const double s = std::chrono::duration<double>(Clock::now() - start).count();

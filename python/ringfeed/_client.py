@@ -182,13 +182,12 @@ class Client:
                               f"(ringfeedd pid {self.daemon_pid}; its log has the details)",
                               RuntimeWarning, stacklevel=3)
                 return batch
+            # An ordinary end (the daemon gives no reason): the batches went to other consumers.
             warnings.warn(
-                f"job {self.job}: the data ended before this client took any batch. Either the daemon "
+                f"job {self.job}: the data ended before this client took any batch: the daemon "
                 f"(pid {self.daemon_pid}) has already served all its epochs to earlier consumers (restart "
-                f"it, or set epochs: 0 to run until stopped, to train again), or the job produces no batch "
-                f"at all (no records in its files or shard, every record skipped, drop_remainder with "
-                f"fewer records than a batch: `ringfeedctl status {self.job}` then shows 0 batches "
-                f"produced, and its log says why).", RuntimeWarning, stacklevel=3)
+                f"it, or set epochs: 0 to run until stopped, to train again; `ringfeedctl status "
+                f"{self.job}` shows the batches it produced).", RuntimeWarning, stacklevel=3)
         return batch
 
     # -- the job ---------------------------------------------------------------------------
