@@ -341,6 +341,32 @@ std::string TabIndentation(const std::string& text) {
   return "";
 }
 
+// For a syntax error on 0-based line `error_line`: that line or the one before it reads
+// "key:value" (an identifier, a colon, no space: YAML takes it as one word, and the error
+// shows up on the next line). "; line N: 'key:value' needs a space after ':'", else "".
+std::string MissingSpace(const std::string& text, int error_line) {
+  size_t start = 0;
+  for (int line = 0; line <= error_line && start <= text.size(); ++line) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    if (line + 1 >= error_line) {
+      const std::string_view row(text.data() + start, end - start);
+      size_t i = row.find_first_not_of(' ');
+      if (i != std::string_view::npos && row.substr(i).starts_with("- ")) i = row.find_first_not_of(' ', i + 2);
+      const size_t key = i;
+      while (i < row.size() && (std::isalnum(static_cast<unsigned char>(row[i])) || row[i] == '_')) ++i;
+      if (key != std::string_view::npos && i > key && !std::isdigit(static_cast<unsigned char>(row[key])) &&
+          i + 1 < row.size() && row[i] == ':' && row[i + 1] != ' ' && row[i + 1] != ':' && row[i + 1] != '/') {
+        const std::string word(row.substr(key, std::min(row.find(' ', key), row.size()) - key));
+        return "; line " + std::to_string(line + 1) + ": " + Quote(word) + " needs a space after ':' (YAML reads " +
+               "it as one word)";
+      }
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
 // One key/value pair of a mapping, with the key's dotted path.
 struct Entry {
   std::string key;
@@ -369,7 +395,7 @@ class Loader {
       Fail(e.mark, "", "YAML syntax error: " + e.msg +
                            (unclosed && e.mark.pos >= 0 ? UnclosedBracket(text, static_cast<size_t>(e.mark.pos)) : "") +
                            (flow_variable ? std::string("; inside { } or [ ], quote a ${VAR}: {size: \"${X}\"}") : "") +
-                           TabIndentation(text));
+                           MissingSpace(text, e.mark.line) + TabIndentation(text));
     } catch (const YAML::Exception& e) {
       Fail(e.mark, "", "YAML error: " + e.msg);
     }
@@ -457,17 +483,29 @@ class Loader {
                              const std::string& path, const std::string_view (&known)[N]) {
     if (!node.IsMap()) {
       Fail(mark, path, "expected a mapping with keys " + JoinWords(known) + ", got " +
-                           NodeKindName(node));
+                           NodeKindName(node) + (node.IsScalar() ? MissingSpaceHint(node.Scalar(), known) : ""));
     }
     std::vector<Entry> entries = ReadPairs(node, path);
     for (const Entry& e : entries) {
       if (std::find(std::begin(known), std::end(known), e.key) == std::end(known)) {
+        const std::string space = MissingSpaceHint(e.key, known);
         Fail(e.key_node.Mark(), e.path,
              "unknown key " + Quote(e.key) + "; known keys: " + JoinWords(known) +
-                 Suggestion(e.key, known));
+                 (space.empty() ? Suggestion(e.key, known) : space));
       }
     }
     return entries;
+  }
+
+  // "key:value" read as one scalar, where `key` is one of `known`: YAML needs a space after the
+  // colon. "; YAML needs a space after ':' (write 'key: value')", else "".
+  template <size_t N>
+  static std::string MissingSpaceHint(const std::string& text, const std::string_view (&known)[N]) {
+    const size_t colon = text.find(':');
+    if (colon == std::string::npos || colon + 1 >= text.size() || text[colon + 1] == ' ') return "";
+    const std::string key = text.substr(0, colon);
+    if (std::find(std::begin(known), std::end(known), key) == std::end(known)) return "";
+    return "; YAML needs a space after ':' (write " + Quote(key + ": " + text.substr(colon + 1)) + ")";
   }
 
   // The pairs of a mapping with scalar, unique keys (any key names).

@@ -820,6 +820,14 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        {"YAML syntax error", "; line 2 indents with a tab: YAML indents with spaces only"}},
       {"a tab indenting a nested key", "job: t\nsource:\n\tfiles: [a]\n", 3, 7, "",
        {"; line 3 indents with a tab"}},
+      {"no space after a key's ':': yaml-cpp stops on the next line, the line before is named",
+       "job: t\nsource:\n  files: [a]\n  compression:gzip\n  on_error: skip\n", 5, 11, "",
+       {"YAML syntax error: illegal map value; line 4: 'compression:gzip' needs a space after ':' (YAML reads it as "
+        "one word)"}},
+      {"no space after ':' where a mapping should be", kHead + "batch:\n  size:4\n", 7, 3, "batch",
+       {"got a scalar 'size:4'; YAML needs a space after ':' (write 'size: 4')"}},
+      {"no space after ':' read as a key", kHead + "batch: {size: 4}\nepochs:2\n", 7, 1, "epochs:2",
+       {"unknown key 'epochs:2'", "; YAML needs a space after ':' (write 'epochs: 2')"}},
       {"an unclosed '{': yaml-cpp notices lines later, the message names where it opened",
        "job: t\nsource:\n  files: [a]  # a comment with a { in it\nfeatures: {x: {dtype: int64}\n\nbatch: {size: '{'}\n"
        "epochs: 1\n",
