@@ -469,7 +469,8 @@ std::string SpecFor(const FeatureStats& s, uint64_t records, std::string* why) {
 void PrintSchemaTable(const Schema& schema, size_t files, std::ostream& out) {
   out << "# ringfeedctl inspect --schema: " << Plural(schema.records, "record") << " in " << Plural(files, "file") << '\n';
   if (schema.problems != 0) {
-    out << "# " << Plural(schema.problems, "record") << " could not be read or decoded (see stderr); they are not counted\n";
+    out << "# " << Plural(schema.problems, "problem") << " reading or decoding (see stderr): what could not be read "
+        << "is not counted\n";
   }
   size_t width = 7;
   for (const auto& [name, s] : schema.features) width = std::max(width, DisplayName(name).size());

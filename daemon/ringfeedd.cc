@@ -114,7 +114,8 @@ uint64_t PrivateRssBytes() {
 // The job's lock file: held (flock) for the daemon's lifetime; holds its pid.
 class LockFile {
  public:
-  LockFile(const std::string& path, const std::string& job) : path_(path) {
+  LockFile(const std::string& runtime_dir, const std::string& job) : path_(runtime_dir + "/" + job + ".lock") {
+    const std::string& path = path_;
     fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) throw StartupError("cannot open lock file " + path + ": " + std::strerror(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -125,7 +126,8 @@ class LockFile {
       fd_ = -1;
       throw StartupError("ringfeedd for job '" + job + "' is already running (pid " +
                          pid.substr(0, pid.find_first_of("\n")) + ", lock " + path +
-                         "); stop it first (ringfeedctl status " + job + ")");
+                         "); stop it first (ringfeedctl status " + job +
+                         (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir) + ")");
     }
     struct stat st {};
     if (::fstat(fd_, &st) == 0) id_ = shm::FileId::Of(st);
@@ -388,7 +390,7 @@ int RunDaemon(const DaemonOptions& options) {
     std::error_code ec;
     std::filesystem::create_directories(runtime_dir, ec);
     if (ec) throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message());
-    LockFile lock(runtime_dir + "/" + config.job + ".lock", config.job);
+    LockFile lock(runtime_dir, config.job);
 
     // 2. Files, parser, geometry.
     std::vector<std::string> files;

@@ -6,6 +6,7 @@
 //   example_trainer --job mnist [--rank R] [--runtime-dir DIR] [--timeout SECONDS]
 //
 // Exit status: 0 end of data reached, 1 the daemon failed or went away (its message printed).
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -53,10 +54,24 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
+    // A whole number in [low, high], else usage and exit 2.
+    auto number = [&](double low, double high, bool whole) {
+      const std::string text = value();
+      double v = 0;
+      const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), v);
+      if (text.empty() || error != std::errc() || end != text.data() + text.size() || !(v >= low && v <= high) ||
+          (whole && v != static_cast<double>(static_cast<int64_t>(v)))) {
+        std::fprintf(stderr, "example_trainer: %s '%s': expected %s from %g to %g\n", arg.c_str(), text.c_str(),
+                     whole ? "a whole number" : "a number", low, high);
+        Usage();
+        std::exit(2);
+      }
+      return v;
+    };
     if (arg == "--job") options.job = value();
-    else if (arg == "--rank") options.rank = std::atoi(value().c_str());
+    else if (arg == "--rank") options.rank = static_cast<int>(number(0, 1023, true));
     else if (arg == "--runtime-dir") options.runtime_dir = value();
-    else if (arg == "--timeout") timeout_seconds = std::atof(value().c_str());
+    else if (arg == "--timeout") timeout_seconds = number(0.001, 1e6, false);
     else if (arg == "-h" || arg == "--help") { Usage(); return 0; }
     else { Usage(); return 2; }
   }

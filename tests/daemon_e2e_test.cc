@@ -872,9 +872,33 @@ TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an
       CHECK(rf_end_reason(c, cut, sizeof cut) == static_cast<int64_t>(reason.size()));
       CHECK(std::string(cut) == reason.substr(0, sizeof cut - 1));
     }
+    // examples/example_trainer says the same.
+    const CommandResult trainer =
+        RunCommand({ExampleTrainerBinary(), "--job", job, "--runtime-dir", runtime_dir, "--timeout", "10"});
+    INFO("example_trainer:\n" << trainer.out << trainer.err);
+    CHECK(trainer.status.ToString() == "exit 0");
+    CHECK_THAT(trainer.out, Catch::Contains("end of data: 0 examples"));
+    CHECK_THAT(trainer.err, Catch::Contains("example_trainer: the data ended before this trainer took any batch: " +
+                                            (none ? reason + "\n" : std::string("the daemon (pid ") +
+                                                                        std::to_string(daemon.pid()) +
+                                                                        ") served all its epochs to earlier consumers")));
     CHECK(rf_end_reason(nullptr, nullptr, 0) == RF_ERROR);
     rf_detach(c);
     CHECK(daemon.Stop().ToString() == "exit 0");
+  }
+}
+
+TEST_CASE("example_trainer: a value that is not a number, or out of range, is usage and exit 2, not 0 or rank 0") {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--timeout", "abc"}, {"--timeout", "-5"}, {"--timeout", "5s"}, {"--rank", "x"}, {"--rank", "1.5"},
+           {"--rank", "-1"}, {"--timeout"}}) {
+    std::vector<std::string> command = {ExampleTrainerBinary(), "--job", "nobody-runs-this"};
+    command.insert(command.end(), args.begin(), args.end());
+    const CommandResult r = RunCommand(command);
+    INFO(args[0] << (args.size() > 1 ? " " + args[1] : "") << ":\n" << r.out << r.err);
+    CHECK(r.status.ToString() == "exit 2");
+    CHECK_THAT(r.err, Catch::Contains("usage: example_trainer --job JOB"));
+    if (args.size() > 1) CHECK_THAT(r.err, Catch::StartsWith("example_trainer: " + args[0] + " '" + args[1] + "': expected "));
   }
 }
 

@@ -377,6 +377,9 @@ TEST_CASE("a second ringfeedd for the same job refuses to start and names the ru
   CHECK(status->exited);
   CHECK(status->code != 0);
   CHECK_THAT(second.Stderr(), Catch::Contains("already running (pid " + std::to_string(first.pid())));
+  // The command it suggests finds the running one: --runtime-dir, not the default, was given.
+  CHECK_THAT(second.Stderr(), Catch::Contains("stop it first (ringfeedctl status twice-job --runtime-dir " +
+                                              first.runtime_dir() + ")"));
   // The first one is unharmed.
   CHECK(first.running());
   CHECK(first.Status()["pid"] == first.pid());

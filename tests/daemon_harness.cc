@@ -119,6 +119,7 @@ void WriteAll(int fd, const std::string& text) {
 
 std::string DaemonBinary() { return std::string(RINGFEED_BINARY_DIR) + "/daemon/ringfeedd"; }
 std::string CtlBinary() { return std::string(RINGFEED_BINARY_DIR) + "/daemon/ringfeedctl"; }
+std::string ExampleTrainerBinary() { return std::string(RINGFEED_BINARY_DIR) + "/examples/example_trainer"; }
 
 ExitStatus ExitStatus::FromWait(int wait_status) {
   ExitStatus s;

@@ -46,6 +46,7 @@ inline constexpr bool kSanitized = false;
 
 std::string DaemonBinary();  // <build>/daemon/ringfeedd
 std::string CtlBinary();     // <build>/daemon/ringfeedctl
+std::string ExampleTrainerBinary();  // <build>/examples/example_trainer
 
 // How a process ended.
 struct ExitStatus {

@@ -22,4 +22,5 @@ ringfeed_test(ringfeedctl_test SOURCES ringfeedctl_test.cc TIMEOUT 120
 foreach(t daemon_e2e_test daemon_golden_test daemon_faults_test daemon_devshm_test ringfeedctl_test)
   add_dependencies(${t} ringfeedd ringfeedctl)
 endforeach()
+add_dependencies(daemon_e2e_test example_trainer)
 ringfeed_test(batch_writer_test SOURCES batch_writer_test.cc LIBS ringfeed_daemon)

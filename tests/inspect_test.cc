@@ -289,7 +289,8 @@ TEST_CASE("inspect reports read and parse errors on stderr, goes on, and exits 1
       CHECK(seen == std::vector<int64_t>{0, 1, 3, 5});
       CHECK(err.back() == "inspect: 2 problems (see above)");
     } else {
-      CHECK(r.out.find("# ringfeedctl inspect --schema: 4 records in 1 file\n# 2 records could not be read or decoded") == 0);
+      CHECK(r.out.find("# ringfeedctl inspect --schema: 4 records in 1 file\n# 2 problems reading or decoding (see "
+                       "stderr): what could not be read is not counted\n") == 0);
       CHECK(r.out.find("  n: {type: fixed, dtype: int64, shape: []}\n") != std::string::npos);
     }
   }
@@ -297,6 +298,10 @@ TEST_CASE("inspect reports read and parse errors on stderr, goes on, and exits 1
   CtlResult missing = Ctl({"inspect", dir.file("nope.tfrecord")});
   CHECK(missing.status == 1);
   CHECK(missing.err.find(dir.file("nope.tfrecord") + ": I/O error: cannot open") == 0);
+  // A file that cannot be opened is a problem, not "1 record could not be read".
+  CtlResult missing_schema = Ctl({"inspect", "--schema", dir.file("nope.tfrecord")});
+  CHECK(missing_schema.status == 1);
+  CHECK_THAT(missing_schema.out, Catch::Contains("\n# 1 problem reading or decoding (see stderr)"));
 }
 
 // ---------------------------------------------------------------------------------------------
