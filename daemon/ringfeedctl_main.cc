@@ -365,11 +365,12 @@ void AddRuntimeDirOption(CLI::App* cmd, std::string* dir) {
                   "Where the daemons' sockets are, looked for there and one directory down (systemd's "
                   "/run/ringfeed/<instance>) (default: $RINGFEED_RUNTIME_DIR, else $RUNTIME_DIRECTORY, else "
                   "/run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else /tmp/ringfeed-<uid>)")
+      ->type_name("DIR")
       ->check(CLI::Validator(
           [](const std::string& dir) {
             return dir.empty() ? std::string("an empty directory; leave --runtime-dir out for the default") : "";
           },
-          "DIR"));
+          ""));
 }
 
 std::string RuntimeDirOr(const std::string& dir) { return dir.empty() ? ringfeed::shm::RuntimeDir() : dir; }

@@ -562,10 +562,11 @@ int RunDaemon(const DaemonOptions& options) {
     // the segment, which another process may already have mapped): what RepairRing puts back.
     auto superblock_image = std::make_shared<shm::Superblock>();
     WriteSuperblock(setup, parser.specs(), superblock_image.get());
-    spdlog::info("job '{}': {} file{} ({} in this shard), {} feature{}, batch.size {}, ring {} slots x {} = {} ({})",
+    spdlog::info("job '{}': {} file{} ({} in this shard), {} feature{}, batch.size {}, ring {} slots x {} + {} "
+                 "superblock = {} ({})",
                  config.job, files.size(), files.size() == 1 ? "" : "s", shard_files.size(), parser.specs().size(),
-                 parser.specs().size() == 1 ? "" : "s", config.batch.size, slot_count,
-                 shm::HumanBytes(slot_bytes), shm::HumanBytes(geometry.segment_bytes), segment_name);
+                 parser.specs().size() == 1 ? "" : "s", config.batch.size, slot_count, shm::HumanBytes(slot_bytes),
+                 shm::HumanBytes(geometry.slots_offset), shm::HumanBytes(geometry.segment_bytes), segment_name);
     if (shard.count > 1) spdlog::info("{}", shard.Describe(files.size()));
 
     // 4. Control socket, pipeline, heartbeat.

@@ -28,15 +28,16 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", options.log_level, "Overrides the config's log_level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
   app.add_option("--runtime-dir", options.runtime_dir,
-                 "Runtime directory: the control socket and lock file; it also names the /dev/shm segment, so "
-                 "daemons with different ones never collide (default: $RINGFEED_RUNTIME_DIR, else "
-                 "$RUNTIME_DIRECTORY, else /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else "
+                 "Runtime directory (created if missing): the control socket and lock file; it also names the "
+                 "/dev/shm segment, so daemons with different ones never collide (default: $RINGFEED_RUNTIME_DIR, "
+                 "else $RUNTIME_DIRECTORY, else /run/ringfeed for root, else $XDG_RUNTIME_DIR/ringfeed, else "
                  "/tmp/ringfeed-<uid>)")
+      ->type_name("DIR")
       ->check(CLI::Validator(
           [](const std::string& dir) {
             return dir.empty() ? std::string("an empty directory; leave --runtime-dir out for the default") : "";
           },
-          "DIR"));
+          ""));
   app.add_flag("--exit-when-done", options.exit_when_done,
                "Exit once every epoch is produced and every batch has been released by a consumer; "
                "after a failure (on_error: fail), once every batch before it was taken and a "

@@ -14,7 +14,18 @@ export DLPack through NumPy (``torch.from_dlpack(arr)``, ``jax.dlpack.from_dlpac
 Reference: docs/python.md.
 """
 
-from ._core import Batch, ClientError, Timeout
+try:
+    from ._core import Batch, ClientError, Timeout
+except ModuleNotFoundError as e:
+    import os as _os
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    # Python started in the repository's python/ folder finds the source, which has no _core.
+    if e.name == "ringfeed._core" and _os.path.exists(_os.path.join(_here, "..", "pyproject.toml")):
+        raise ModuleNotFoundError(
+            f"ringfeed was imported from its source folder {_here}, which has no compiled _core: run "
+            f"Python outside the repository's python/ folder, where the package that `pip install ./python` "
+            f"installed is found", name=e.name) from None
+    raise
 from ._client import Client, Feature
 
 ClientError.__module__ = "ringfeed"

@@ -21,7 +21,7 @@ import pytest
 
 import ringfeed
 from ringfeed import _core
-from conftest import EVENTUALLY, build_dir
+from conftest import EVENTUALLY, REPO, build_dir
 from test_client import check_batch_values, expected_row, held, id_job
 
 
@@ -708,3 +708,13 @@ def test_ringfeed_torch_with_a_broken_torch_shows_torchs_own_error(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "libcudart.so.12: cannot open shared object file" in result.stdout
     assert "needs PyTorch" not in result.stdout
+
+
+def test_import_from_the_source_folder_says_where_to_run():
+    """Python started in python/ finds the source package, which has no compiled _core."""
+    r = subprocess.run([sys.executable, "-c", "import ringfeed"], cwd=REPO / "python", capture_output=True, text=True)
+    assert r.returncode == 1
+    assert r.stderr.rstrip().splitlines()[-1] == (
+        f"ModuleNotFoundError: ringfeed was imported from its source folder {REPO / 'python' / 'ringfeed'}, which "
+        f"has no compiled _core: run Python outside the repository's python/ folder, where the package that `pip "
+        f"install ./python` installed is found")
