@@ -14,6 +14,9 @@
 namespace ringfeed {
 namespace {
 constexpr auto kSamplePeriod = std::chrono::milliseconds(10);  // ready-batch sampling
+// After an interval that produced no record (no consumer takes batches, or storage stalls):
+// 100 wake-ups a second would be most of an idle daemon's CPU.
+constexpr auto kIdleSamplePeriod = std::chrono::milliseconds(100);
 constexpr size_t kKeptChanges = 20;                          // in StatusJson
 
 int64_t CountReady(const shm::Ring& ring, uint32_t slots) {
@@ -92,9 +95,10 @@ void Autotune::Run() {
   double ready_sum = 0;
   int64_t ready_samples = 0, ready_min = INT64_MAX;
 
+  auto sample_period = kSamplePeriod;
   std::unique_lock lock(stop_mutex_);
   for (;;) {
-    if (stop_cv_.wait_for(lock, kSamplePeriod, [&] { return stop_; })) return;
+    if (stop_cv_.wait_for(lock, sample_period, [&] { return stop_; })) return;
     const int64_t ready = CountReady(ring, slots);
     ready_sum += static_cast<double>(ready);
     ++ready_samples;
@@ -183,6 +187,7 @@ void Autotune::Run() {
     prev_wait = std::move(wait_now);
     interval_start = now;
     interval = std::clamp(decision.next_interval_seconds, 0.05, 10.0);
+    sample_period = o.records == 0 ? kIdleSamplePeriod : kSamplePeriod;
     ready_sum = 0;
     ready_samples = 0;
     ready_min = INT64_MAX;

@@ -13,6 +13,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <catch2/catch.hpp>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -886,6 +889,52 @@ TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an
     rf_detach(c);
     CHECK(daemon.Stop().ToString() == "exit 0");
   }
+}
+
+// Voluntary context switches (wake-ups from sleep) of the daemon's threads, by thread name.
+static std::map<std::string, uint64_t> WakeUps(pid_t pid) {
+  std::map<std::string, uint64_t> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream comm(task.path() / "comm"), status(task.path() / "status");
+    std::string name, line;
+    std::getline(comm, name);
+    while (std::getline(status, line)) {
+      if (line.starts_with("voluntary_ctxt_switches:")) out[name] += std::stoull(line.substr(line.find(':') + 1));
+    }
+  }
+  return out;
+}
+
+TEST_CASE("an idle daemon (no consumer, the ring at its prefetch depth) sleeps: a few dozen wake-ups a second") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 100);
+  DaemonProcess daemon(dir.path(), "idle", IdJobConfig("idle", dir.file("data.tfrecord"),
+                                                        "batch: {size: 4}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  // The ring fills to its prefetch depth; a second after that the daemon counts as idle.
+  uint64_t batches = 0;
+  REQUIRE(WaitUntil([&] {
+    const uint64_t now = daemon.Status()["batches"].get<uint64_t>();
+    const bool still = now > 0 && now == batches;
+    batches = now;
+    return still;
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto before = WakeUps(daemon.pid());
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const auto after = WakeUps(daemon.pid());
+  // Was: the sequencer polled for a claim every 2 ms (~1000 in 2 s) and the tuner sampled every
+  // 10 ms (~200): ~1% of a core for nothing. Now 50 ms and 100 ms; the heartbeat's 10 a second.
+  for (const char* thread : {"rf-sequencer", "rf-tuner"}) {
+    INFO(thread);
+    REQUIRE(before.count(thread));
+    CHECK(after.at(thread) - before.at(thread) < 100);
+  }
+  // A trainer that attaches now gets its batches at once.
+  const std::unique_ptr<Client> client = Client::Attach(daemon.client_options());
+  Batch batch;
+  for (int i = 0; i < 30; ++i) REQUIRE(client->Next(std::chrono::seconds(10), &batch) == Client::Status::kBatch);
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("example_trainer: a value that is not a number, or out of range, is usage and exit 2, not 0 or rank 0") {
