@@ -38,6 +38,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     result->knob_caps = plan.knob_caps;
     result->shuffle_buffer_note = plan.shuffle_buffer_note;
     result->memory_budget_warning = plan.memory_budget_warning;
+    result->slot_bytes_note = plan.slot_bytes_note;
     result->record_limit_bytes = plan.record_limit_bytes;
     result->record_limit_why = plan.record_limit_why;
     // The open-file limit as ringfeedd started from here would have it: raised to the hard one.
@@ -75,6 +76,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   // (ringfeedd's readers take the others out before batches are cut, Pipeline), under fail all
   // read (the first that fails to parse stops the job).
   ColumnSizes slot_sizes;
+  WorstBatch worst(static_cast<size_t>(config.batch.size));  // the largest batch in any order
   size_t slot_rows = 0;
   uint64_t slot_batches = 0;
   auto slot_batch_done = [&] {
@@ -128,6 +130,9 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       ParseError parse_error;
       const bool parsed = parser.Parse(record.data, batch, &parse_error);
       if (parsed || !skip) {
+        ColumnSizes one;
+        parser.Measure(record.data, &one);
+        worst.Add(one);
         parser.Measure(record.data, &slot_sizes);
         if (++slot_rows == static_cast<size_t>(config.batch.size)) slot_batch_done();
       }
@@ -170,6 +175,13 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     }
   }
   if (slot_rows > 0 && !config.batch.drop_remainder) slot_batch_done();
+  if (worst.Sizes().records > 0) {
+    result.any_order_batch_bytes = SlotBytesNeeded(parser.specs(), static_cast<size_t>(config.batch.size), worst.Sizes());
+  }
+  // ringfeedd's batches are cut in another order than this check's where it shuffles, or
+  // interleaves files, or readers may hand records over out of order.
+  result.reordered = config.shuffle.buffer > 1 || config.shuffle.files || !config.deterministic ||
+                     (config.pipeline.cycle_length > 1 && shard_files.size() > 1);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // Below source.max_record_bytes (which this check's reader applied), the limit is the budget's.
   if (!result.record_limit_why.empty() && largest_record_bytes > result.record_limit_bytes) {

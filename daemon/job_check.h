@@ -50,12 +50,23 @@ struct JobCheckResult {
   uint64_t largest_batch_bytes = 0;
   uint64_t largest_batch_index = 0;
   std::string largest_record;
+  // The slot the largest batch in any order of this epoch's records needs (WorstBatch: the
+  // batch.size largest together, per column), and whether ringfeedd's order differs from this
+  // check's file order (shuffle, an interleave of several files, deterministic: false).
+  uint64_t any_order_batch_bytes = 0;
+  bool reordered = false;
+  // TuningPlan::slot_bytes_note: auto slots sized from the mean record, as the budget could not
+  // hold slots for the largest ones; empty otherwise.
+  std::string slot_bytes_note;
   // Its plan's largest record (TuningPlan::record_limit_bytes, _why): the largest record read is
   // above it when record_over_limit is set ("ringfeedd would refuse it as too large: ...").
   uint64_t record_limit_bytes = 0;
   std::string record_limit_why;
   std::string record_over_limit;
   bool SlotTooSmall() const { return plan_error.empty() && largest_batch_bytes > slot_bytes; }
+  // ringfeedd may cut a batch that does not fit in a slot (and stop the job there): in its order,
+  // several large records can come together.
+  bool SlotMayBeTooSmall() const { return plan_error.empty() && reordered && any_order_batch_bytes > slot_bytes; }
 };
 
 // The first kMaxProblemsShown problems are printed; the rest are only counted.

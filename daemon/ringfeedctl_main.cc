@@ -325,16 +325,28 @@ Command AddCheckCommand(CLI::App& parent) {
                    "cgroup and memory; ringfeedd measures its own at start (under systemd: the unit's CPUQuota=, "
                    "AllowedCPUs=, MemoryMax=), which can differ\n";
     }
-    if (config.shuffle.buffer > 1 || config.shuffle.files) {
-      std::cerr << "note: ringfeedd shuffles this job's records (shuffle:), so its batches are not these; with records "
-                   "of very uneven size a shuffled batch can need more than the largest here (and than the slot "
-                   "sized from the first records): set ring.slot_bytes for the worst case\n";
+    if (!r.slot_bytes_note.empty()) std::cerr << "warning: " << r.slot_bytes_note << "\n";
+    if (r.SlotMayBeTooSmall() && !r.SlotTooSmall()) {
+      std::cerr << "warning: ringfeedd's batches are not these (it shuffles, interleaves files or reads out of order), "
+                   "and a batch of the "
+                << config.batch.size << " largest records here together needs " << r.any_order_batch_bytes
+                << " bytes (" << ringfeed::shm::HumanBytes(r.any_order_batch_bytes) << "), more than a ring slot ("
+                << r.slot_bytes << " bytes): ringfeedd stops producing at a batch that does not fit (how likely "
+                   "one comes depends on how rare the large records are); set ring.slot_bytes to "
+                << (r.any_order_batch_bytes + 1023) / 1024 << "KiB to be safe in any order\n";
     }
     if (r.SlotTooSmall()) {
+      // In another order a larger batch can come: the advice is the bound for any order.
+      const uint64_t advice = r.reordered ? std::max(r.any_order_batch_bytes, r.largest_batch_bytes)
+                                          : r.largest_batch_bytes;
       std::cerr << "error: batch " << r.largest_batch_index << " (in file order) needs " << r.largest_batch_bytes
                 << " bytes but a ring slot would hold " << r.slot_bytes
                 << ": ringfeedd would stop producing at such a batch; set ring.slot_bytes to at least "
-                << (r.largest_batch_bytes + 1023) / 1024 << "KiB (the largest record: " << r.largest_record << ")\n";
+                << (advice + 1023) / 1024 << "KiB"
+                << (r.reordered ? " (a batch of the " + std::to_string(config.batch.size) +
+                                      " largest records together: ringfeedd's order is not this file order)"
+                                : std::string())
+                << " (the largest record: " << r.largest_record << ")\n";
       return ringfeed::kExitDataProblems;
     }
     if (!r.record_over_limit.empty()) {
@@ -343,7 +355,8 @@ Command AddCheckCommand(CLI::App& parent) {
     }
     if (r.read_errors + r.parse_errors > 0) return ringfeed::kExitDataProblems;
     const size_t warnings = r.absent_features.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
-                            (r.memory_budget_warning.empty() ? 0 : 1);
+                            (r.memory_budget_warning.empty() ? 0 : 1) + (r.slot_bytes_note.empty() ? 0 : 1) +
+                            (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);
     if (*strict && warnings > 0) {
       std::cerr << "ringfeedctl check --strict: " << warnings << (warnings == 1 ? " warning" : " warnings")
                 << " above, counted as problems (exit 1)\n";

@@ -132,6 +132,7 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   const FeatureSpecs& specs = parser.specs();
   ColumnSizes total;
   std::vector<ColumnSize> largest(specs.size());
+  WorstBatch worst(static_cast<size_t>(config.batch.size));
   uint64_t records = 0, bytes = 0;
   std::set<std::string> keys;  // of every sampled record, for AbsentFeatures
   ReaderOptions options;
@@ -170,6 +171,7 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
       ColumnSizes one;
       parser.Measure(record.data, &one);
       parser.Measure(record.data, &total);
+      worst.Add(one);
       for (size_t i = 0; i < one.features.size(); ++i) {
         largest[i].value_bytes = std::max(largest[i].value_bytes, one.features[i].value_bytes);
         largest[i].strings = std::max(largest[i].strings, one.features[i].strings);
@@ -194,11 +196,14 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
     estimate.features[i].strings =
         static_cast<uint64_t>(std::ceil(mean_strings * 1.5 * static_cast<double>(rows))) + largest[i].strings;
   }
+  const auto pages = [](uint64_t bytes) { return (bytes + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes; };
   const uint64_t needed = SlotBytesNeeded(specs, static_cast<size_t>(rows), estimate);
   sample.records = records;
   sample.bytes = bytes;
   if (records > 0) sample.absent_features = AbsentFeatures(specs, keys, records);
-  sample.slot_bytes = (needed + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes;
+  sample.mean_slot_bytes = pages(needed);
+  sample.slot_bytes = std::max(sample.mean_slot_bytes, pages(SlotBytesNeeded(specs, static_cast<size_t>(rows),
+                                                                             worst.Sizes())));
   return sample;
 }
 
@@ -281,12 +286,14 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   const int64_t held = static_cast<int64_t>(queues);
   const bool auto_ring = !pc.prefetch && !config.ring.slots;
   int64_t max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
-  if (auto_ring) {
+  const auto cap_prefetch = [&] {
+    if (!auto_ring) return;
     const uint64_t stride = shm::ComputeGeometry(1, plan.slot_bytes).slot_stride;
     const int64_t affordable = static_cast<int64_t>(at.memory_budget_bytes / 2 / std::max<uint64_t>(1, stride)) -
                                limits.max_workers - held;
     max_prefetch = std::clamp<int64_t>(affordable, kMinAutoPrefetch, kMaxAutoPrefetch);
-  }
+  };
+  cap_prefetch();
   MemoryInputs mi;
   for (;;) {
     const int64_t wanted_slots = config.ring.slots.value_or(limits.max_workers + max_prefetch + held);
@@ -334,6 +341,17 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       // it comes, is the arithmetic of the smallest plan, so its advice is a budget that fits.
       if (auto_ring && max_prefetch > kMinAutoPrefetch) {
         --max_prefetch;
+      } else if (!config.ring.slot_bytes && plan.slot_bytes > sample.mean_slot_bytes) {
+        // Slots for the sample's largest records all in one batch do not fit: slots sized from
+        // the mean record (a batch of several of the largest can then stop the job; logged).
+        plan.slot_bytes = sample.mean_slot_bytes;
+        plan.slot_bytes_note = "ring.slot_bytes: auto is " + FormatBytes(plan.slot_bytes) +
+                               " from the mean sampled record: slots for a batch of the largest sampled records (" +
+                               FormatBytes(sample.slot_bytes) + " each) do not fit in " + mi.budget_source + " " +
+                               FormatBytes(mi.budget_bytes) + "; a shuffled batch of several large records can "
+                               "then stop the job (raise the budget, or set ring.slot_bytes)";
+        max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
+        cap_prefetch();
       } else if (!pc.readers && limits.max_readers > 1) {
         --limits.max_readers;
       } else if (!pc.workers && limits.max_workers > 1) {

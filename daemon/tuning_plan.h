@@ -42,7 +42,12 @@ struct RecordSample {
   // The largest sampled record as one parsed row (ExampleParser::RowBytes; a VarLen int64 list
   // of one-byte varints takes 8x its serialized bytes): what ExampleParser::Check's scratch holds.
   uint64_t largest_row_bytes = 0;
-  uint64_t slot_bytes = 0;     // what ring.slot_bytes: auto would be for these records
+  // What ring.slot_bytes: auto would be for these records: the slot of the largest batch they
+  // can make in any order (WorstBatch), at least mean_slot_bytes. mean_slot_bytes: from the
+  // mean record (x 1.5) plus the largest, what auto falls back to where the budget cannot hold
+  // a ring of the former.
+  uint64_t slot_bytes = 0;
+  uint64_t mean_slot_bytes = 0;
   // Features of the spec that no sampled record has (AbsentFeatures): a misspelt name, most
   // often. ringfeedd logs them as warnings; ringfeedctl check prints them.
   std::vector<std::string> absent_features;
@@ -63,8 +68,9 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
 
 // Reads the first records of the shard's files (up to kSampleRecords records or kSampleBytes
 // bytes; records that fail to read are passed over) and sizes ring.slot_bytes: auto from them:
-// exact for FixedLen numeric columns; for the others the sampled mean per row x 1.5 x
-// batch.size plus the largest sampled row, so one outlier fits. With a shuffle buffer
+// exact for FixedLen numeric columns; for the others the batch.size largest sampled rows
+// together (per column: a shuffled batch may gather the sample's largest records), at least
+// the sampled mean per row x 1.5 x batch.size plus the largest sampled row. With a shuffle buffer
 // (shuffle.buffer > 1) it reads on and counts the shard's records (RecordSample::
 // shard_records) when its files hold at most kCountFileBytes together, as stored (a
 // compressed file counts its compressed size), stopping at shuffle.buffer records: a larger
@@ -110,6 +116,9 @@ struct TuningPlan {
   // "pipeline.memory_budget 1.0 TiB is more than the memory this job may use: ..." when the
   // config's budget is above min(cgroup limit, MemTotal); empty otherwise. ringfeedd warns.
   std::string memory_budget_warning;
+  // "ring.slot_bytes: auto is ... from the mean sampled record: ..." when the budget could not
+  // hold slots for RecordSample::slot_bytes; empty otherwise. ringfeedd warns.
+  std::string slot_bytes_note;
   shm::Geometry geometry;
   MemoryPlan memory;
   AutotuneOptions autotune;   // limits, fixed knobs, starting knobs, budgets and their sources

@@ -1,5 +1,7 @@
 #include "format/column_sizes.h"
 
+#include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -81,6 +83,41 @@ size_t CarveColumnRegions(std::span<uint8_t> memory, std::span<const ColumnCapac
     r.row_splits = {reinterpret_cast<int64_t*>(base + splits), c.row_splits};
   });
   return need;
+}
+
+void WorstBatch::Add(const ColumnSizes& record) {
+  if (value_bytes_.size() < record.features.size()) {
+    value_bytes_.resize(record.features.size());
+    strings_.resize(record.features.size());
+  }
+  // Keeps the rows_ largest in a min-heap: a value above its smallest replaces it.
+  const auto keep = [this](std::vector<uint64_t>& heap, uint64_t v) {
+    if (rows_ == 0) return;
+    if (heap.size() < rows_) {
+      heap.push_back(v);
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    } else if (v > heap.front()) {
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      heap.back() = v;
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+  };
+  for (size_t i = 0; i < record.features.size(); ++i) {
+    keep(value_bytes_[i], record.features[i].value_bytes);
+    keep(strings_[i], record.features[i].strings);
+  }
+  ++added_;
+}
+
+ColumnSizes WorstBatch::Sizes() const {
+  ColumnSizes out;
+  out.features.resize(value_bytes_.size());
+  for (size_t i = 0; i < value_bytes_.size(); ++i) {
+    for (uint64_t v : value_bytes_[i]) out.features[i].value_bytes += v;
+    for (uint64_t v : strings_[i]) out.features[i].strings += v;
+  }
+  out.records = std::min<uint64_t>(rows_, added_);
+  return out;
 }
 
 }  // namespace ringfeed

@@ -57,4 +57,23 @@ size_t CarveColumnRegions(std::span<uint8_t> memory, std::span<const ColumnCapac
                           std::vector<ColumnRegion>* regions);
 size_t ColumnRegionsBytes(std::span<const ColumnCapacity> capacities, size_t align);
 
+// The sizes of the largest batch of `rows` records that any order of the records added can
+// make (shuffle.buffer, the interleave of cycle_length files): per feature, the sum of the
+// `rows` largest value_bytes and, apart, of the `rows` largest strings among them. An upper
+// bound for the ColumnSizes of every batch of at most `rows` of these records, as the column
+// regions (and so the slot a batch needs) only grow with each sum. Add is O(log rows) per
+// feature; memory 2 x rows x features counts. Not thread-safe.
+class WorstBatch {
+ public:
+  explicit WorstBatch(size_t rows) : rows_(rows) {}
+  void Add(const ColumnSizes& record);  // one record's ExampleParser::Measure
+  ColumnSizes Sizes() const;            // records = min(rows, records added)
+
+ private:
+  size_t rows_;
+  uint64_t added_ = 0;
+  // Per feature, min-heaps of the largest values so far (at most rows_ each).
+  std::vector<std::vector<uint64_t>> value_bytes_, strings_;
+};
+
 }  // namespace ringfeed
