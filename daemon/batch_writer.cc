@@ -102,7 +102,8 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
                    std::to_string(largest_bytes) + " bytes; the largest record of the batch: " +
                    (big != nullptr ? files.Place(*big) + ", " + std::to_string(big->size) + " bytes"
                                    : std::string("none")) +
-                   "). A capacity error: on_error does not apply";
+                   "). A capacity error: on_error does not apply; where batches are shuffled or interleaved, "
+                   "`ringfeedctl check` gives the size that holds a batch of the largest records in any order";
     return result;
   }
   bool no_room = false;

@@ -47,6 +47,85 @@ void ExpandBraces(const std::string& pattern, std::vector<std::string>& out) {
   out.push_back(pattern);
 }
 
+// The first directory glob(3) could not open or read while expanding one item (its errfunc
+// takes no context: one expansion at a time per thread).
+struct GlobError {
+  std::string path;
+  int error = 0;
+};
+thread_local GlobError t_glob_error;
+int OnGlobError(const char* path, int error) {
+  if (t_glob_error.error == 0) t_glob_error = {path, error};
+  return 0;  // go on: other directories may match
+}
+
+// A "**" path component matches any number of directories, none included (Python's glob with
+// recursive=True, bash's globstar): "d/**/*.gz" -> "d/*.gz", "d/a/*.gz", "d/a/b/*.gz", ... for
+// every directory below d, in sorted order. Directories whose names start with '.' are not
+// entered, nor symbolic links to directories (no loops); at most kMaxGlobstarDirs directories.
+// The base before "**" may hold wildcards. Throws std::runtime_error (kept short: the caller
+// names the pattern) for a trailing "**" and for too many directories.
+constexpr size_t kMaxGlobstarDirs = 100000;
+void ExpandGlobstar(const std::string& item, std::vector<std::string>& out) {
+  size_t at = std::string::npos;  // where the "**" component starts
+  for (size_t i = item.find("**"); i != std::string::npos; i = item.find("**", i + 1)) {
+    if ((i == 0 || item[i - 1] == '/') && (i + 2 == item.size() || item[i + 2] == '/')) {
+      at = i;
+      break;
+    }
+  }
+  if (at == std::string::npos) {
+    out.push_back(item);
+    return;
+  }
+  if (at + 2 == item.size()) {
+    throw std::runtime_error("a pattern ending in '**' would list directories: end it with the files, "
+                             "e.g. '**/*.tfrecord'");
+  }
+  const std::string base = item.substr(0, at);  // "" or ending in '/'
+  const std::string rest = item.substr(at + 3);
+  std::vector<std::string> bases;
+  if (base.empty()) {
+    bases.push_back("");
+  } else if (HasWildcard(base)) {
+    glob_t g{};
+    if (::glob(base.c_str(), GLOB_TILDE | GLOB_ONLYDIR | GLOB_MARK, OnGlobError, &g) == 0) {
+      for (size_t k = 0; k < g.gl_pathc; ++k) bases.emplace_back(g.gl_pathv[k]);  // GLOB_MARK: "x/"
+    }
+    globfree(&g);
+  } else {
+    bases.push_back(base);
+  }
+  std::vector<std::string> dirs;
+  for (const std::string& b : bases) {
+    dirs.push_back(b);
+    std::error_code error;
+    const std::filesystem::path root = b.empty() ? "." : b;
+    std::filesystem::recursive_directory_iterator it(root, error), end;
+    if (error && error != std::errc::no_such_file_or_directory && t_glob_error.error == 0) {
+      t_glob_error = {root.string(), error.value()};
+    }
+    std::vector<std::string> found;
+    for (; !error && it != end; it.increment(error)) {
+      const std::string name = it->path().filename().string();
+      std::error_code kind;
+      if (!it->is_directory(kind) || it->is_symlink(kind) || name.starts_with(".")) {
+        if (it->is_directory(kind)) it.disable_recursion_pending();
+        continue;
+      }
+      if (dirs.size() + found.size() >= kMaxGlobstarDirs) {
+        throw std::runtime_error("'**' walks more than " + std::to_string(kMaxGlobstarDirs) + " directories below '" +
+                                 root.string() + "': start it deeper");
+      }
+      found.push_back(b + std::filesystem::relative(it->path(), root).string() + "/");
+    }
+    if (error && t_glob_error.error == 0) t_glob_error = {root.string(), error.value()};
+    std::sort(found.begin(), found.end());
+    dirs.insert(dirs.end(), found.begin(), found.end());
+  }
+  for (const std::string& d : dirs) ExpandGlobstar(d + rest, out);  // rest may hold another "**"
+}
+
 // "; it is written '${DATA:-x}/*.gz': DATA is not set" for an entry that used variables
 // (config/job_config.cc substitutes them), "" for one without.
 std::string Variables(const std::string& written, const std::string& pattern) {
@@ -67,18 +146,6 @@ std::string Variables(const std::string& written, const std::string& pattern) {
     out += value == nullptr ? name + " is not set" : *value == '\0' ? name + " is empty" : name + "='" + value + "'";
   }
   return out.empty() ? "" : "; it is written '" + written + "':" + out;
-}
-
-// The first directory glob(3) could not open or read while expanding one item (its errfunc
-// takes no context: one expansion at a time per thread).
-struct GlobError {
-  std::string path;
-  int error = 0;
-};
-thread_local GlobError t_glob_error;
-int OnGlobError(const char* path, int error) {
-  if (t_glob_error.error == 0) t_glob_error = {path, error};
-  return 0;  // go on: other directories may match
 }
 
 // Why a path without wildcards was not found, when it is not simply missing: "Permission
@@ -118,6 +185,38 @@ std::string WhyNotFound(const std::string& item) {
   throw std::runtime_error(message);
 }
 
+// Appends what glob(3) finds for `one` (a pattern without "**") to `files` and returns glob's
+// result. A directory among them throws, naming `item` (the pattern as expanded from the config),
+// unless `item` holds "**" (which walks into the directories itself): then it is left out.
+int GlobInto(const std::string& one, const std::string& item, const std::string& where,
+             std::vector<std::string>& files) {
+  const bool globstar = one != item;
+  glob_t g{};
+  const int rc = ::glob(one.c_str(), GLOB_TILDE, OnGlobError, &g);
+  for (size_t k = 0; rc == 0 && k < g.gl_pathc; ++k) {
+    files.emplace_back(g.gl_pathv[k]);
+    // A directory would fail only once the daemon reads it ("not a regular file"), after
+    // the start-up looked fine: name it now, with the pattern that reads its files.
+    struct stat st {};
+    if (::stat(g.gl_pathv[k], &st) == 0 && S_ISDIR(st.st_mode)) {
+      if (globstar) {
+        files.pop_back();
+        continue;
+      }
+      const std::string dir = g.gl_pathv[k];
+      const std::string base = dir.back() == '/' ? dir : dir + "/";
+      globfree(&g);
+      throw std::runtime_error(
+          where + (HasWildcard(item) ? "pattern '" + item + "' matches the directory '" + dir + "'"
+                                     : "'" + item + "' is a directory") +
+          ": TFRecord files are listed one by one; for the files in it write '" + base + "*' (or a narrower '" +
+          base + "*.tfrecord*')" + (HasWildcard(item) ? ", or narrow the pattern to files" : ""));
+    }
+  }
+  globfree(&g);
+  return rc;
+}
+
 }  // namespace
 
 std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, const std::vector<std::string>& origins,
@@ -140,30 +239,24 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, c
                                " paths ({a,b} groups multiply): use a wildcard (*, ?, [...]) or fewer groups");
     }
     for (const std::string& item : items) {
-      glob_t g{};
       t_glob_error = {};
-      const int rc = ::glob(item.c_str(), GLOB_TILDE, OnGlobError, &g);
-      if (rc != 0) {
-        globfree(&g);
-        NoMatch(origin, pattern, item, i < as_written.size() ? as_written[i] : "");
+      std::vector<std::string> globs;
+      try {
+        ExpandGlobstar(item, globs);
+      } catch (const std::runtime_error& e) {
+        throw std::runtime_error(where + "pattern '" + item + "': " + e.what());
       }
-      for (size_t k = 0; k < g.gl_pathc; ++k) {
-        files.emplace_back(g.gl_pathv[k]);
-        // A directory would fail only once the daemon reads it ("not a regular file"), after
-        // the start-up looked fine: name it now, with the pattern that reads its files.
-        struct stat st {};
-        if (::stat(g.gl_pathv[k], &st) == 0 && S_ISDIR(st.st_mode)) {
-          const std::string dir = g.gl_pathv[k];
-          const std::string base = dir.back() == '/' ? dir : dir + "/";
-          globfree(&g);
-          throw std::runtime_error(
-              where + (HasWildcard(item) ? "pattern '" + item + "' matches the directory '" + dir + "'"
-                                         : "'" + item + "' is a directory") +
-              ": TFRecord files are listed one by one; for the files in it write '" + base + "*' (or a narrower '" +
-              base + "*.tfrecord*')" + (HasWildcard(item) ? ", or narrow the pattern to files" : ""));
+      size_t matched = 0;
+      for (const std::string& one : globs) {
+        const size_t before = files.size();
+        const int rc = GlobInto(one, item, where, files);
+        // Under "**" a directory without a match is no error: another one may have one.
+        if (rc != 0 && !(rc == GLOB_NOMATCH && globs.size() > 1)) {
+          NoMatch(origin, pattern, item, i < as_written.size() ? as_written[i] : "");
         }
+        matched += files.size() - before;
       }
-      globfree(&g);
+      if (matched == 0) NoMatch(origin, pattern, item, i < as_written.size() ? as_written[i] : "");
     }
   }
   std::sort(files.begin(), files.end());

@@ -229,6 +229,26 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
   ::unsetenv("RINGFEED_TEST_DATA");
 }
 
+TEST_CASE("'**' matches any number of directories, not hidden ones, not through symbolic links") {
+  TempDir dir;
+  const std::string root = dir.path().string();
+  for (const char* sub : {"/a", "/a/b", "/a/.hidden", "/c"}) REQUIRE(::mkdir((root + sub).c_str(), 0700) == 0);
+  for (const char* file : {"/top.tfrecord", "/a/x.tfrecord", "/a/b/y.tfrecord", "/a/.hidden/z.tfrecord", "/c/w.gz"}) {
+    WriteShard(root + file, 0, 1);
+  }
+  REQUIRE(::symlink(root.c_str(), (root + "/a/loop").c_str()) == 0);  // a loop, if it were followed
+  const std::vector<std::string> all = {root + "/a/b/y.tfrecord", root + "/a/x.tfrecord", root + "/top.tfrecord"};
+  // Was: '**' read as '*', so only a/x.tfrecord (breaker helper-86), the rest silently left out.
+  CHECK(ExpandFiles({root + "/**/*.tfrecord"}) == all);
+  CHECK(ExpandFiles({root + "/**/**/*.tfrecord"}) == all);  // each file once
+  CHECK(ExpandFiles({root + "/**/b/*.tfrecord"}) == std::vector<std::string>{root + "/a/b/y.tfrecord"});
+  CHECK(ExpandFiles({root + "/**/*"}).size() == 4);  // directories among '*' are walked, not listed
+  CHECK_THROWS_WITH(ExpandFiles({root + "/**"}), Catch::Contains("pattern '" + root + "/**': a pattern ending in "
+                                                                 "'**' would list directories"));
+  CHECK_THROWS_WITH(ExpandFiles({root + "/**/*.nope"}),
+                    Catch::Contains("pattern '" + root + "/**/*.nope' matches no file"));
+}
+
 TEST_CASE("spec features that no record has are reported with the closest key") {
   TempDir dir;
   WriteShard(dir.file("a.tfrecord"), 0, 3);
