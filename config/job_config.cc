@@ -544,6 +544,12 @@ class Loader {
     if (!node.IsScalar()) {
       Fail(mark, path, "expected " + expected + ", got " + NodeKindName(node));
     }
+    // "?" plain, "!" quoted: no tag written. An explicit one ("!!float 4") would be ignored: the
+    // key's own type decides.
+    if (node.Tag() != "?" && node.Tag() != "!") {
+      Fail(mark, path, "a YAML tag (" + Quote(node.Tag()) + ") is not read: each key has its own type; write the "
+                       "value alone");
+    }
     return Substitute(node.Scalar(), mark, path);
   }
   std::string ScalarText(const Entry& e, const std::string& expected) {
@@ -925,18 +931,21 @@ class Loader {
                std::to_string(kMaxShapeRank) + " (the ring's limit)");
     }
     std::vector<int64_t> shape;
-    int64_t elements = 1;
     for (size_t i = 0; i < e.value.size(); ++i) {
       const YAML::Node item = e.value[i];
       std::string path = e.path + "[" + std::to_string(i) + "]";
       YAML::Mark mark = item.IsNull() ? e.value.Mark() : item.Mark();
-      int64_t dim = ReadIntNode(item, mark, path, 0, kMaxFeatureElements, "");
-      shape.push_back(dim);
-      if (dim != 0 && elements > kMaxFeatureElements / dim) {
-        Fail(MarkOf(e), e.path, "the shape has more than " +
-                                    std::to_string(kMaxFeatureElements) + " elements");
+      shape.push_back(ReadIntNode(item, mark, path, 0, kMaxFeatureElements, ""));
+    }
+    // A dimension of 0 makes no elements, whatever the others are.
+    if (std::find(shape.begin(), shape.end(), 0) == shape.end()) {
+      int64_t elements = 1;
+      for (const int64_t dim : shape) {
+        if (elements > kMaxFeatureElements / dim) {
+          Fail(MarkOf(e), e.path, "the shape has more than " + std::to_string(kMaxFeatureElements) + " elements");
+        }
+        elements *= dim;
       }
-      elements *= dim;
     }
     return shape;
   }
