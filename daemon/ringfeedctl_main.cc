@@ -353,7 +353,13 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cerr << "error: " << r.record_over_limit << "\n";
       return ringfeed::kExitDataProblems;
     }
-    if (r.read_errors + r.parse_errors > 0) return ringfeed::kExitDataProblems;
+    if (r.read_errors + r.parse_errors > 0) {
+      // Last, so that the plan above does not scroll it away.
+      std::cerr << "ringfeedctl check: " << r.read_errors + r.parse_errors << " bad record(s)"
+                << (r.failed ? " (on_error: fail: ringfeedd would stop at the first)" : " (on_error: skip)")
+                << "; the first: " << r.first_error << "\n";
+      return ringfeed::kExitDataProblems;
+    }
     const size_t warnings = r.absent_features.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
                             (r.memory_budget_warning.empty() ? 0 : 1) + (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);

@@ -1095,6 +1095,14 @@ TEST_CASE("GZIP files read as compression: none: the start-up log claims no coun
                       Catch::Contains("safety margin (no record could be read at start)"));
   CHECK_THAT(err, !Catch::Contains("0 records sampled") && !Catch::Contains("records this shard reads per epoch"));
   CHECK(daemon.Stop().ToString() == "exit 1");  // the job failed
+  // check ends with the bad record, after the plan it prints.
+  const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+  INFO("check:\n" << check.out << check.err);
+  CHECK(check.status.ToString() == "exit 1");
+  CHECK_THAT(check.err, Catch::EndsWith("\nringfeedctl check: 1 bad record(s) (on_error: fail: ringfeedd would stop at "
+                                        "the first); the first: " + dir.file("data.tfrecord.gz") + ": record 0 at byte 0: "
+                                        "corrupted record length: length CRC mismatch (length field reads 559903); the "
+                                        "file looks like gzip: set compression: gzip (or auto)\n"));
 }
 
 TEST_CASE("broken configs: ringfeedd exits 2 with file:line:column: key") {
