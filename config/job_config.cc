@@ -341,8 +341,19 @@ std::string TabIndentation(const std::string& text) {
   return "";
 }
 
+// Whether `word` is a key of some section of the config (a feature's name is not: any word).
+template <size_t N>
+bool In(std::string_view word, const std::string_view (&words)[N]) {
+  return std::find(std::begin(words), std::end(words), word) != std::end(words);
+}
+bool IsConfigKey(std::string_view word) {
+  return In(word, kTopKeys) || In(word, kSourceKeys) || In(word, kFeatureKeys) || In(word, kBatchKeys) ||
+         In(word, kShuffleKeys) || In(word, kPipelineKeys) || In(word, kShardKeys) || In(word, kRingKeys) ||
+         In(word, kConsumersKeys) || In(word, kPermissionsKeys);
+}
+
 // For a syntax error on 0-based line `error_line`: that line or the one before it reads
-// "key:value" (an identifier, a colon, no space: YAML takes it as one word, and the error
+// "key:value" (a config key, a colon, no space: YAML takes it as one word, and the error
 // shows up on the next line). "; line N: 'key:value' needs a space after ':'", else "".
 std::string MissingSpace(const std::string& text, int error_line) {
   size_t start = 0;
@@ -355,8 +366,8 @@ std::string MissingSpace(const std::string& text, int error_line) {
       if (i != std::string_view::npos && row.substr(i).starts_with("- ")) i = row.find_first_not_of(' ', i + 2);
       const size_t key = i;
       while (i < row.size() && (std::isalnum(static_cast<unsigned char>(row[i])) || row[i] == '_')) ++i;
-      if (key != std::string_view::npos && i > key && !std::isdigit(static_cast<unsigned char>(row[key])) &&
-          i + 1 < row.size() && row[i] == ':' && row[i + 1] != ' ' && row[i + 1] != ':' && row[i + 1] != '/') {
+      if (key != std::string_view::npos && i > key && IsConfigKey(row.substr(key, i - key)) && i + 1 < row.size() &&
+          row[i] == ':' && row[i + 1] != ' ' && row[i + 1] != ':' && row[i + 1] != '/') {
         const std::string word(row.substr(key, std::min(row.find(' ', key), row.size()) - key));
         return "; line " + std::to_string(line + 1) + ": " + Quote(word) + " needs a space after ':' (YAML reads " +
                "it as one word)";
@@ -937,15 +948,17 @@ class Loader {
       YAML::Mark mark = item.IsNull() ? e.value.Mark() : item.Mark();
       shape.push_back(ReadIntNode(item, mark, path, 0, kMaxFeatureElements, ""));
     }
-    // A dimension of 0 makes no elements, whatever the others are.
-    if (std::find(shape.begin(), shape.end(), 0) == shape.end()) {
-      int64_t elements = 1;
-      for (const int64_t dim : shape) {
-        if (elements > kMaxFeatureElements / dim) {
-          Fail(MarkOf(e), e.path, "the shape has more than " + std::to_string(kMaxFeatureElements) + " elements");
-        }
-        elements *= dim;
+    // The dimensions other than 0 too: the ring's checks multiply them in order, so a 0 after
+    // them does not save a product beyond the limit.
+    int64_t elements = 1;
+    for (const int64_t dim : shape) {
+      if (dim != 0 && elements > kMaxFeatureElements / dim) {
+        Fail(MarkOf(e), e.path,
+             "the shape's dimensions multiply to more than " + std::to_string(kMaxFeatureElements) +
+                 (std::find(shape.begin(), shape.end(), 0) != shape.end() ? " (leaving its 0 out)" : "") +
+                 ", the most elements a feature may have");
       }
+      if (dim != 0) elements *= dim;
     }
     return shape;
   }

@@ -47,7 +47,15 @@ Autotune::Autotune(AutotuneOptions options, Pipeline& pipeline, const shm::Ring&
 Autotune::~Autotune() { Stop(); }
 
 void Autotune::Start() {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    try {
+      Run();
+    } catch (const std::bad_alloc& e) {  // its maps and strings, the schedstat file's buffer
+      pipeline_.FailOutOfMemory("the tuner", e);
+    } catch (const std::exception& e) {  // nothing it calls throws another: an internal error
+      spdlog::error("autotune: {}; the knobs stay as they are", e.what());
+    }
+  });
 }
 
 void Autotune::Stop() {

@@ -2,6 +2,7 @@
 
 #include "shm/segment.h"
 
+#include <execinfo.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -706,11 +707,20 @@ void ArmOomReserve() {
                               " where it could not be reported; stopping without cleanup (exit 1)";
   std::snprintf(oom_message, sizeof oom_message, "%s", message.c_str());
   oom_reserve.store(blocks);
+  void* warm[1];
+  ::backtrace(warm, 1);  // loads libgcc_s now: the terminate handler below must not need memory for it
   std::set_terminate([] {
     if (const std::exception_ptr uncaught = std::current_exception()) {
       try {
         std::rethrow_exception(uncaught);
       } catch (const std::bad_alloc&) {
+        // Where: the stack of the throw (terminate runs before any unwinding when no handler
+        // is found), raw frames to resolve with addr2line -e ringfeedd for a bug report.
+        void* frames[48];
+        static const char kStack[] = "ringfeedd: the thread's stack (for a bug report):\n";
+        if (::write(STDERR_FILENO, kStack, sizeof kStack - 1) > 0) {
+          ::backtrace_symbols_fd(frames, ::backtrace(frames, 48), STDERR_FILENO);
+        }
         DieOutOfMemory("a thread, on its way to or past its handler");
       } catch (const std::exception& e) {
         std::fprintf(stderr, "ringfeedd: internal error: uncaught exception: %s\n", e.what());

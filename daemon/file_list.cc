@@ -59,12 +59,23 @@ int OnGlobError(const char* path, int error) {
   return 0;  // go on: other directories may match
 }
 
+// `path` with glob(3)'s special characters (*, ?, [, \\) escaped: matches itself only.
+std::string EscapeGlob(const std::string& path) {
+  std::string out;
+  for (const char c : path) {
+    if (c == '*' || c == '?' || c == '[' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 // A "**" path component matches any number of directories, none included (Python's glob with
 // recursive=True, bash's globstar): "d/**/*.gz" -> "d/*.gz", "d/a/*.gz", "d/a/b/*.gz", ... for
 // every directory below d, in sorted order. Directories whose names start with '.' are not
-// entered, nor symbolic links to directories (no loops); at most kMaxGlobstarDirs directories.
-// The base before "**" may hold wildcards. Throws std::runtime_error (kept short: the caller
-// names the pattern) for a trailing "**" and for too many directories.
+// entered, nor symbolic links to directories (no loops), nor directories this process may not
+// read; at most kMaxGlobstarDirs directories. The base before "**" may hold wildcards and '~'.
+// Throws std::runtime_error (kept short: the caller names the pattern) for a trailing "**",
+// too many directories, and a directory that cannot be read for another reason.
 constexpr size_t kMaxGlobstarDirs = 100000;
 void ExpandGlobstar(const std::string& item, std::vector<std::string>& out) {
   size_t at = std::string::npos;  // where the "**" component starts
@@ -84,27 +95,32 @@ void ExpandGlobstar(const std::string& item, std::vector<std::string>& out) {
   }
   const std::string base = item.substr(0, at);  // "" or ending in '/'
   const std::string rest = item.substr(at + 3);
-  std::vector<std::string> bases;
+  // The directories to walk, as glob patterns again (escaped: a directory named "run[1]" is
+  // not a character class): the base itself, or what its wildcards or '~' match.
+  std::vector<std::pair<std::filesystem::path, std::string>> bases;  // (directory, its pattern)
   if (base.empty()) {
-    bases.push_back("");
-  } else if (HasWildcard(base)) {
+    bases.emplace_back(".", "");
+  } else if (HasWildcard(base) || base[0] == '~') {
     glob_t g{};
     if (::glob(base.c_str(), GLOB_TILDE | GLOB_ONLYDIR | GLOB_MARK, OnGlobError, &g) == 0) {
-      for (size_t k = 0; k < g.gl_pathc; ++k) bases.emplace_back(g.gl_pathv[k]);  // GLOB_MARK: "x/"
+      for (size_t k = 0; k < g.gl_pathc; ++k) {
+        std::string dir = g.gl_pathv[k];
+        while (dir.ends_with("//")) dir.pop_back();  // "~/" gives HOME + "/", and GLOB_MARK one more
+        if (dir.ends_with('/')) bases.emplace_back(dir, EscapeGlob(dir));  // GLOB_MARK: directories end in '/'
+      }
     }
     globfree(&g);
   } else {
-    bases.push_back(base);
+    bases.emplace_back(base, base);
   }
   std::vector<std::string> dirs;
-  for (const std::string& b : bases) {
-    dirs.push_back(b);
+  for (const auto& [root, pattern] : bases) {
+    dirs.push_back(pattern);
     std::error_code error;
-    const std::filesystem::path root = b.empty() ? "." : b;
-    std::filesystem::recursive_directory_iterator it(root, error), end;
-    if (error && error != std::errc::no_such_file_or_directory && t_glob_error.error == 0) {
-      t_glob_error = {root.string(), error.value()};
-    }
+    // A directory this process may not read is passed over, as by Python's glob and the shell
+    // (its files could not be read either); any other error stops the expansion with its name.
+    std::filesystem::recursive_directory_iterator it(root, std::filesystem::directory_options::skip_permission_denied,
+                                                     error), end;
     std::vector<std::string> found;
     for (; !error && it != end; it.increment(error)) {
       const std::string name = it->path().filename().string();
@@ -117,9 +133,11 @@ void ExpandGlobstar(const std::string& item, std::vector<std::string>& out) {
         throw std::runtime_error("'**' walks more than " + std::to_string(kMaxGlobstarDirs) + " directories below '" +
                                  root.string() + "': start it deeper");
       }
-      found.push_back(b + std::filesystem::relative(it->path(), root).string() + "/");
+      found.push_back(pattern + EscapeGlob(std::filesystem::relative(it->path(), root).string()) + "/");
     }
-    if (error && t_glob_error.error == 0) t_glob_error = {root.string(), error.value()};
+    if (error && error != std::errc::no_such_file_or_directory && error != std::errc::not_a_directory) {
+      throw std::runtime_error("'**' could not read below '" + root.string() + "': " + error.message());
+    }
     std::sort(found.begin(), found.end());
     dirs.insert(dirs.end(), found.begin(), found.end());
   }

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
@@ -99,17 +100,23 @@ void Pipeline::Start() {
     try {
       RunSequencer();
     } catch (const std::bad_alloc& e) {  // the batches it forms, the shuffle buffer
-      ReleaseOomReserve();  // the message and the stop need memory too (budget.h)
-      try {
-        Fail("the sequencer: " + OutOfMemory(e));
-      } catch (const std::bad_alloc&) {
-        DieOutOfMemory("the sequencer, reporting it");
-      }
+      FailOutOfMemory("the sequencer", e);
     } catch (const std::exception& e) {
       Fail(std::string("the sequencer: ") + e.what());
     }
     sequencer_returned_ = true;
   });
+}
+
+void Pipeline::FailOutOfMemory(const char* who, const std::bad_alloc& e) noexcept {
+  ReleaseOomReserve();  // the message and the stop need memory too (budget.h)
+  try {
+    Fail(std::string(who) + ": " + OutOfMemory(e));
+  } catch (...) {
+    char where[128];  // no allocation here
+    std::snprintf(where, sizeof where, "%s, reporting it", who);
+    DieOutOfMemory(where);
+  }
 }
 
 void Pipeline::RequestStop(const std::string& reason) {

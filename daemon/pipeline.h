@@ -36,6 +36,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <vector>
@@ -108,6 +109,11 @@ class Pipeline {
   ~Pipeline();  // RequestStop + Join
 
   void Start();
+  // Ends production as failed with "<who>: out of memory (...)", for a thread of the daemon that
+  // ran out of memory outside the handling of its own work (the sequencer, the tuner, the
+  // heartbeat): the reserve is released first (budget.h); when even that report runs out of
+  // memory, the process ends with DieOutOfMemory. Any thread.
+  void FailOutOfMemory(const char* who, const std::bad_alloc& e) noexcept;
   // Stops production; `reason` becomes the consumers' error text ("ringfeedd stopped by SIGTERM").
   void RequestStop(const std::string& reason = "");
   // After RequestStop: waits up to `timeout` until no thread of the pipeline is in a file

@@ -335,6 +335,16 @@ Command AddCheckCommand(CLI::App& parent) {
                    "one comes depends on how rare the large records are); set ring.slot_bytes to "
                 << (r.any_order_batch_bytes + 1023) / 1024 << "KiB to be safe in any order\n";
     }
+    // With bad records, the last line says how many and the first: the plan above would
+    // otherwise scroll the error away.
+    const auto bad_records = [&] {
+      if (r.read_errors + r.parse_errors > 0) {
+        std::cerr << "ringfeedctl check: " << r.read_errors + r.parse_errors << " bad record(s)"
+                  << (r.failed ? " (on_error: fail: ringfeedd would stop at the first)" : " (on_error: skip)")
+                  << "; the first: " << r.first_error << "\n";
+      }
+      return ringfeed::kExitDataProblems;
+    };
     if (r.SlotTooSmall()) {
       // In another order a larger batch can come: the advice is the bound for any order.
       const uint64_t advice = r.reordered ? std::max(r.any_order_batch_bytes, r.largest_batch_bytes)
@@ -347,19 +357,13 @@ Command AddCheckCommand(CLI::App& parent) {
                                       " largest records together: ringfeedd's order is not this file order)"
                                 : std::string())
                 << " (the largest record: " << r.largest_record << ")\n";
-      return ringfeed::kExitDataProblems;
+      return bad_records();
     }
     if (!r.record_over_limit.empty()) {
       std::cerr << "error: " << r.record_over_limit << "\n";
-      return ringfeed::kExitDataProblems;
+      return bad_records();
     }
-    if (r.read_errors + r.parse_errors > 0) {
-      // Last, so that the plan above does not scroll it away.
-      std::cerr << "ringfeedctl check: " << r.read_errors + r.parse_errors << " bad record(s)"
-                << (r.failed ? " (on_error: fail: ringfeedd would stop at the first)" : " (on_error: skip)")
-                << "; the first: " << r.first_error << "\n";
-      return ringfeed::kExitDataProblems;
-    }
+    if (r.read_errors + r.parse_errors > 0) return bad_records();
     const size_t warnings = r.absent_features.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
                             (r.memory_budget_warning.empty() ? 0 : 1) + (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);

@@ -725,6 +725,7 @@ int RunDaemon(const DaemonOptions& options) {
       auto next_sample = Clock::now();
       Clock::time_point all_held_since{};  // every slot held by consumers since ({}: not now)
       bool all_held_warned = false;
+      bool sample_out_of_memory = false;
       while (!heartbeat_stop.load()) {
         const auto now = Clock::now();
         shm::Heartbeat(ring);
@@ -732,37 +733,47 @@ int RunDaemon(const DaemonOptions& options) {
           notifier.Watchdog();
           next_watchdog = now + *watchdog;
         }
-        if (now >= next_sample) {
-          const PipelineStats s = pipeline->Snapshot();
-          const auto [r, b] = window.Rates(now, s.records, s.record_bytes);
-          window.Add(now, s.records, s.record_bytes);
-          // Every slot held for long: the daemon has nowhere to put a batch. Said once per
-          // episode; trainers that hold batches this long on purpose need no action.
-          if (s.slots_held < slot_count || s.end != PipelineEnd::kRunning) {  // nothing left to make
-            all_held_since = {};
-            all_held_warned = false;
-          } else if (all_held_since == Clock::time_point{}) {
-            all_held_since = now;
-          } else if (now - all_held_since >= kAllHeldWarnAfter && !all_held_warned) {
-            all_held_warned = true;
-            const size_t attached = consumers.List().size();
-            spdlog::warn("all {} ring slots have been held by the {} attached consumer(s) for {} s: no batch can be "
-                         "made until one is released. Consumers that keep their previous batch while they wait for "
-                         "the next (a Python `for batch in client:` loop) need a slot each and one to fill: give this "
-                         "job ring.slots: {} or more",
-                         slot_count, attached, std::chrono::duration_cast<std::chrono::seconds>(kAllHeldWarnAfter).count(),
-                         std::max<size_t>(2 * attached, slot_count + 1));
+        // The heartbeat itself needs no memory; its once-a-second sample does. Out of memory
+        // there fails the job (said once), and the heartbeat goes on: trainers get that reason,
+        // not "frozen".
+        try {
+          if (now >= next_sample) {
+            const PipelineStats s = pipeline->Snapshot();
+            const auto [r, b] = window.Rates(now, s.records, s.record_bytes);
+            window.Add(now, s.records, s.record_bytes);
+            // Every slot held for long: the daemon has nowhere to put a batch. Said once per
+            // episode; trainers that hold batches this long on purpose need no action.
+            if (s.slots_held < slot_count || s.end != PipelineEnd::kRunning) {  // nothing left to make
+              all_held_since = {};
+              all_held_warned = false;
+            } else if (all_held_since == Clock::time_point{}) {
+              all_held_since = now;
+            } else if (now - all_held_since >= kAllHeldWarnAfter && !all_held_warned) {
+              all_held_warned = true;
+              const size_t attached = consumers.List().size();
+              spdlog::warn("all {} ring slots have been held by the {} attached consumer(s) for {} s: no batch can "
+                           "be made until one is released. Consumers that keep their previous batch while they wait "
+                           "for the next (a Python `for batch in client:` loop) need a slot each and one to fill: "
+                           "give this job ring.slots: {} or more",
+                           slot_count, attached,
+                           std::chrono::duration_cast<std::chrono::seconds>(kAllHeldWarnAfter).count(),
+                           std::max<size_t>(2 * attached, slot_count + 1));
+            }
+            if (s.end == PipelineEnd::kFailed) {
+              // `systemctl status` shows why: the unit stays active (trainers that attach get the
+              // same error) until it is stopped, so the reason belongs in its status line.
+              notifier.Status("failed: " + s.last_error);
+            } else {
+              notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch) + ", " +
+                              std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
+                              " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");
+            }
+            next_sample = now + std::chrono::seconds(1);
           }
-          if (s.end == PipelineEnd::kFailed) {
-            // `systemctl status` shows why: the unit stays active (trainers that attach get the
-            // same error) until it is stopped, so the reason belongs in its status line.
-            notifier.Status("failed: " + s.last_error);
-          } else {
-            notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch) + ", " +
-                            std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
-                            " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");
-          }
+        } catch (const std::bad_alloc& e) {
           next_sample = now + std::chrono::seconds(1);
+          if (!sample_out_of_memory) pipeline->FailOutOfMemory("the heartbeat thread", e);
+          sample_out_of_memory = true;
         }
         std::this_thread::sleep_for(kHeartbeatPeriod);
       }

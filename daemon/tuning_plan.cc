@@ -294,6 +294,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     max_prefetch = std::clamp<int64_t>(affordable, kMinAutoPrefetch, kMaxAutoPrefetch);
   };
   cap_prefetch();
+  const int64_t first_max_readers = limits.max_readers, first_max_workers = limits.max_workers;
   MemoryInputs mi;
   for (;;) {
     const int64_t wanted_slots = config.ring.slots.value_or(limits.max_workers + max_prefetch + held);
@@ -339,12 +340,20 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       // capped there (session 28: `memory_budget: 24MiB` was refused for the plan of 16 auto
       // readers, although the job used 21 MiB with the 2-3 the tuner chose). The error, when
       // it comes, is the arithmetic of the smallest plan, so its advice is a budget that fits.
+      // Auto slots sized for the sample's largest records go back to the mean-based size last.
       if (auto_ring && max_prefetch > kMinAutoPrefetch) {
         --max_prefetch;
+      } else if (!pc.readers && limits.max_readers > 1) {
+        --limits.max_readers;
+      } else if (!pc.workers && limits.max_workers > 1) {
+        --limits.max_workers;
       } else if (!config.ring.slot_bytes && plan.slot_bytes > sample.mean_slot_bytes) {
-        // Slots for the sample's largest records all in one batch do not fit: slots sized from
-        // the mean record (a batch of several of the largest can then stop the job; logged).
+        // Even the smallest plan cannot hold slots for the sample's largest records all in one
+        // batch: slots sized from the mean record (a batch of several of the largest can then
+        // stop the job; warned), and the auto knobs may reach as far as before again.
         plan.slot_bytes = sample.mean_slot_bytes;
+        limits.max_readers = first_max_readers;
+        limits.max_workers = first_max_workers;
         plan.slot_bytes_note = "ring.slot_bytes: auto is " + FormatBytes(plan.slot_bytes) +
                                " from the mean sampled record: slots for a batch of the largest sampled records (" +
                                FormatBytes(sample.slot_bytes) + " each) do not fit in " + mi.budget_source + " " +
@@ -352,10 +361,6 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
                                "then stop the job (raise the budget, or set ring.slot_bytes)";
         max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
         cap_prefetch();
-      } else if (!pc.readers && limits.max_readers > 1) {
-        --limits.max_readers;
-      } else if (!pc.workers && limits.max_workers > 1) {
-        --limits.max_workers;
       } else if (const uint64_t shm_total = shm::ShmTotalBytes(); plan.geometry.segment_bytes > shm_total) {
         // A larger budget would not do: the segment could not be created anyway.
         throw BudgetError(std::string(e.what()) + "; but first lower ring.slots or ring.slot_bytes: the ring alone (" +

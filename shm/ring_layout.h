@@ -153,7 +153,7 @@ struct alignas(kPageBytes) Superblock {
   uint32_t reserved1;
   std::atomic<uint64_t> heartbeat_ns;     // CLOCK_MONOTONIC, written by the daemon's heartbeat thread
   uint64_t heartbeat_period_ns;
-  char error[kErrorBytes];                // NUL-terminated; valid once state is kFailed/kStopped
+  char error[kErrorBytes];                // NUL-terminated; valid once state is kFailed/kStopped/kEndOfData
 
   // Geometry.
   uint64_t segment_bytes;

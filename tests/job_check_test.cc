@@ -4,8 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 
@@ -247,6 +248,19 @@ TEST_CASE("'**' matches any number of directories, not hidden ones, not through 
                                                                  "'**' would list directories"));
   CHECK_THROWS_WITH(ExpandFiles({root + "/**/*.nope"}),
                     Catch::Contains("pattern '" + root + "/**/*.nope' matches no file"));
+  // A directory whose name holds glob characters is itself, not a character class (review).
+  REQUIRE(::mkdir((root + "/run[1]").c_str(), 0700) == 0);
+  REQUIRE(::mkdir((root + "/run1").c_str(), 0700) == 0);
+  WriteShard(root + "/run[1]/r.tfrecord", 0, 1);
+  WriteShard(root + "/run1/s.tfrecord", 0, 1);
+  CHECK(ExpandFiles({root + "/**/r*.tfrecord"}) == std::vector<std::string>{root + "/run[1]/r.tfrecord"});
+  // '~' before '**' is the home directory, as without it (was: only its top level was read).
+  const char* home = std::getenv("HOME");
+  const std::string saved = home != nullptr ? home : "";
+  ::setenv("HOME", (root + "/a").c_str(), 1);
+  const std::vector<std::string> from_home = ExpandFiles({"~/**/*.tfrecord"});
+  home != nullptr ? ::setenv("HOME", saved.c_str(), 1) : ::unsetenv("HOME");
+  CHECK(from_home == std::vector<std::string>{root + "/a/b/y.tfrecord", root + "/a/x.tfrecord"});
 }
 
 TEST_CASE("spec features that no record has are reported with the closest key") {
