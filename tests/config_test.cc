@@ -372,6 +372,10 @@ features:
   CHECK(c.features[0].default_float == std::vector<float>{max, -max, max, max, 0.0f, 0.1f});
   CHECK_THROWS_WITH(Load("job: t\nsource: {files: [a]}\nfeatures:\n  f: {dtype: float32, default: 3.4028236e38}\n"),
                     Catch::Contains("value 3.4028236e38 is out of range of float32"));
+  // A list item 'data:v1.tfrecord' before a syntax error is a valid scalar, not a config key
+  // missing its space: no such hint (review).
+  CHECK_THROWS_WITH(Load("job: t\nsource:\n  files:\n    - data:v1.tfrecord\n  - b\n"),
+                    Catch::Contains("YAML syntax error: end of map not found") && !Catch::Contains("needs a space"));
   // Double rounding, as TensorFlow 2.21 and NumPy do it (FixedLenFeature's default_value
   // np.float32(float(text)), measured): 1.0, where rounding straight to float32 gives the next
   // float up; and just below the FLT_MAX/2^128 midpoint, the double is the midpoint and the
