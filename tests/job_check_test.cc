@@ -347,6 +347,50 @@ TEST_CASE("a memory budget too small for the most auto readers caps them instead
   CHECK(roomy.knob_caps.empty());
 }
 
+TEST_CASE("auto slots for a batch of the largest records: kept while readers can give way, the mean's when not") {
+  TempDir dir;
+  {
+    TFRecordWriter w(dir.file("skewed.tfrecord"));
+    const std::string big(200000, 'b');
+    for (int64_t i = 0; i < 1000; ++i) {
+      ExampleBuilder b;
+      w.Write(b.AddInt64("id", {i}).AddBytes("blob", {std::string_view(i % 8 == 0 ? big : "xy")}).Serialize());
+    }
+    w.Close();
+  }
+  std::ostringstream log;
+  const auto check = [&](const std::string& pipeline) {
+    return RunJobCheck(LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("skewed.tfrecord") +
+                                               "\"]}\nfeatures: {id: {dtype: int64}, blob: {dtype: bytes}}\n"
+                                               "batch: {size: 64}\nshuffle: {buffer: 100}\n" + pipeline),
+                       log, log);
+  };
+  const JobCheckResult roomy = check("pipeline: {memory_budget: 2GiB}\n");
+  INFO(roomy.plan_error << roomy.memory_plan);
+  REQUIRE(roomy.plan_error.empty());
+  CHECK(roomy.slot_bytes >= 64 * 200000);  // every row of a batch one of the 200 KB records
+  CHECK(roomy.slot_bytes_note.empty());
+  CHECK_FALSE(roomy.SlotMayBeTooSmall());
+  // A budget that holds a ring of such slots only with fewer readers and workers: they give way.
+  const JobCheckResult capped = check("pipeline: {memory_budget: 110MiB}\n");
+  INFO(capped.plan_error << capped.memory_plan << capped.knob_caps);
+  REQUIRE(capped.plan_error.empty());
+  CHECK(capped.slot_bytes == roomy.slot_bytes);
+  CHECK(capped.slot_bytes_note.empty());
+  CHECK_THAT(capped.knob_caps, Catch::Contains("pipeline.memory_budget 110.0 MiB holds at most"));
+  // One that cannot hold even the smallest such ring: the mean-based slots, with the warning,
+  // and check's any-order warning applies.
+  const JobCheckResult small = check("pipeline: {memory_budget: 60MiB}\n");
+  INFO(small.plan_error << small.memory_plan);
+  REQUIRE(small.plan_error.empty());
+  CHECK(small.slot_bytes < 64 * 200000);
+  CHECK_THAT(small.slot_bytes_note, Catch::Contains("ring.slot_bytes: auto is ") &&
+                                        Catch::Contains("from the mean sampled record: slots for a batch of the "
+                                                        "largest sampled records (") &&
+                                        Catch::Contains("do not fit in pipeline.memory_budget 60.0 MiB"));
+  CHECK(small.SlotMayBeTooSmall());
+}
+
 TEST_CASE("a memory budget above the memory the job may use is allowed, with a warning") {
   TempDir dir;
   WriteShard(dir.file("a.tfrecord"), 0, 3);
