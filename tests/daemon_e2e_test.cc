@@ -772,6 +772,22 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   CHECK_THAT(after.out, Catch::Contains("no ringfeed jobs"));
 }
 
+// A C ABI client of `job` on `daemon` in shared mode (REQUIREs the attach); rf_detach it.
+static rf_client* AttachC(const DaemonProcess& daemon, const std::string& job) {
+  rf_attach_options options = {};
+  options.struct_size = sizeof options;
+  options.job = job.c_str();
+  options.rank = -1;
+  const std::string runtime_dir = daemon.runtime_dir();
+  options.runtime_dir = runtime_dir.c_str();
+  rf_client* c = nullptr;
+  char err[256] = "";
+  const int rc = rf_attach(&options, &c, err, sizeof err);
+  INFO("rf_attach: " << err);
+  REQUIRE(rc == RF_OK);
+  return c;
+}
+
 TEST_CASE("the job's file list: Client::files in pages, the C ABI, and row sources name the right file") {
   TempDir dir;
   // 300 files of one record each (file i holds id i) under long names: more paths than one
@@ -813,15 +829,7 @@ TEST_CASE("the job's file list: Client::files in pages, the C ABI, and row sourc
   CHECK(json::parse(as_json.out) == json{{"total", 300}, {"files", expected}});
 
   // The C ABI over the same daemon.
-  rf_attach_options options = {};
-  options.struct_size = sizeof options;
-  options.job = "file-list";
-  options.rank = -1;
-  const std::string runtime_dir = daemon.runtime_dir();
-  options.runtime_dir = runtime_dir.c_str();
-  rf_client* c = nullptr;
-  char err[256];
-  REQUIRE(rf_attach(&options, &c, err, sizeof err) == RF_OK);
+  rf_client* c = AttachC(daemon, "file-list");
   CHECK(rf_file_count(c) == 300);
   char path[64];
   CHECK(rf_file_path(c, 7, path, sizeof path) == static_cast<int64_t>(expected[7].size()));  // cut: 63 bytes
@@ -846,15 +854,8 @@ TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an
                          IdJobConfig(job, dir.file("data.tfrecord"),
                                      none ? "batch: {size: 4, drop_remainder: true}\n" : "batch: {size: 4}\n"));
     RINGFEED_REQUIRE_STARTED(daemon);
-    rf_attach_options options = {};
-    options.struct_size = sizeof options;
-    options.job = job.c_str();
-    options.rank = -1;
+    rf_client* c = AttachC(daemon, job);
     const std::string runtime_dir = daemon.runtime_dir();
-    options.runtime_dir = runtime_dir.c_str();
-    rf_client* c = nullptr;
-    char err[256];
-    REQUIRE(rf_attach(&options, &c, err, sizeof err) == RF_OK);
     const std::unique_ptr<Client> client = Client::Attach(daemon.client_options());
     int batches = 0;
     Batch batch;
