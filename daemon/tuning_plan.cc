@@ -295,6 +295,21 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   };
   cap_prefetch();
   const int64_t first_max_readers = limits.max_readers, first_max_workers = limits.max_workers;
+  // Auto slots sized for a batch of the sample's largest records that `where` cannot hold:
+  // the mean-based size instead (a batch of several of the largest can then stop the job;
+  // warned), and the auto knobs may reach as far as before again.
+  const auto slots_from_mean = [&](const std::string& where) {
+    plan.slot_bytes_note = "ring.slot_bytes: auto is " + FormatBytes(sample.mean_slot_bytes) +
+                           " from the mean sampled record: a ring of slots for a batch of the largest sampled "
+                           "records (" + FormatBytes(sample.slot_bytes) + " each) does not fit in " + where +
+                           "; a shuffled batch of several large records can then stop the job (raise it, or set "
+                           "ring.slot_bytes)";
+    plan.slot_bytes = sample.mean_slot_bytes;
+    limits.max_readers = first_max_readers;
+    limits.max_workers = first_max_workers;
+    max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
+    cap_prefetch();
+  };
   MemoryInputs mi;
   for (;;) {
     const int64_t wanted_slots = config.ring.slots.value_or(limits.max_workers + max_prefetch + held);
@@ -332,6 +347,19 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     if (config.source.on_error == OnError::kSkip) mi.reader_check_bytes = 2 * sample.largest_row_bytes;
     try {
       plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
+      // /dev/shm (a container's is 64 MiB by default) that cannot hold the ring: fewer auto
+      // prefetch slots, then auto slots of the mean's size. Beyond that, creating the segment
+      // names what is short.
+      if (const uint64_t free = shm::ShmFreeBytes(); plan.geometry.segment_bytes > free) {
+        if (auto_ring && max_prefetch > kMinAutoPrefetch) {
+          --max_prefetch;
+          continue;
+        }
+        if (!config.ring.slot_bytes && plan.slot_bytes > sample.mean_slot_bytes) {
+          slots_from_mean("/dev/shm (" + FormatBytes(free) + " free)");
+          continue;
+        }
+      }
       break;
     } catch (const BudgetError& e) {
       // What an auto knob may reach gives way before the job is refused: prefetch slots, then
@@ -348,19 +376,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       } else if (!pc.workers && limits.max_workers > 1) {
         --limits.max_workers;
       } else if (!config.ring.slot_bytes && plan.slot_bytes > sample.mean_slot_bytes) {
-        // Even the smallest plan cannot hold slots for the sample's largest records all in one
-        // batch: slots sized from the mean record (a batch of several of the largest can then
-        // stop the job; warned), and the auto knobs may reach as far as before again.
-        plan.slot_bytes = sample.mean_slot_bytes;
-        limits.max_readers = first_max_readers;
-        limits.max_workers = first_max_workers;
-        plan.slot_bytes_note = "ring.slot_bytes: auto is " + FormatBytes(plan.slot_bytes) +
-                               " from the mean sampled record: slots for a batch of the largest sampled records (" +
-                               FormatBytes(sample.slot_bytes) + " each) do not fit in " + mi.budget_source + " " +
-                               FormatBytes(mi.budget_bytes) + "; a shuffled batch of several large records can "
-                               "then stop the job (raise the budget, or set ring.slot_bytes)";
-        max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
-        cap_prefetch();
+        // Even the smallest plan cannot hold slots for the sample's largest records all in one batch.
+        slots_from_mean(mi.budget_source + " " + FormatBytes(mi.budget_bytes));
       } else if (const uint64_t shm_total = shm::ShmTotalBytes(); plan.geometry.segment_bytes > shm_total) {
         // A larger budget would not do: the segment could not be created anyway.
         throw BudgetError(std::string(e.what()) + "; but first lower ring.slots or ring.slot_bytes: the ring alone (" +

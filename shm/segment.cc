@@ -31,13 +31,13 @@ std::string JobOfSegment(const std::string& name) {
   return std::string(rest.substr(0, dot));
 }
 
-uint64_t FreeShmBytes() {
+}  // namespace
+
+uint64_t ShmFreeBytes() {
   struct statvfs st {};
   if (statvfs(kShmDir, &st) != 0) return UINT64_MAX;  // can't tell: let posix_fallocate decide
   return uint64_t{st.f_bavail} * st.f_frsize;
 }
-
-}  // namespace
 
 uint64_t ShmTotalBytes() {
   struct statvfs st {};
@@ -138,17 +138,17 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
   }
   if (ftruncate(fd, static_cast<off_t>(segment_bytes)) != 0) {
     const int err = errno;
-    if (err == ENOSPC || err == EFBIG) fail(NoSpaceMessage(segment_bytes, FreeShmBytes()));
+    if (err == ENOSPC || err == EFBIG) fail(NoSpaceMessage(segment_bytes, ShmFreeBytes()));
     fail("shared memory: cannot size segment " + name + " to " + std::to_string(segment_bytes) +
          " bytes: " + std::strerror(err));
   }
   // tmpfs allocates pages on first touch; a full /dev/shm would then kill us with SIGBUS.
   // Reserving every page now turns that into this error.
-  if (uint64_t free_bytes = FreeShmBytes(); segment_bytes > free_bytes) {
+  if (uint64_t free_bytes = ShmFreeBytes(); segment_bytes > free_bytes) {
     fail(NoSpaceMessage(segment_bytes, free_bytes));
   }
   if (int err = posix_fallocate(fd, 0, static_cast<off_t>(segment_bytes)); err != 0) {
-    if (err == ENOSPC) fail(NoSpaceMessage(segment_bytes, FreeShmBytes()));
+    if (err == ENOSPC) fail(NoSpaceMessage(segment_bytes, ShmFreeBytes()));
     fail("shared memory: cannot reserve " + std::to_string(segment_bytes) + " bytes for segment " +
          name + ": " + std::strerror(err));
   }

@@ -44,6 +44,8 @@ std::string HumanBytes(uint64_t bytes);
 // The size of the file system at /dev/shm in bytes (free or not), or UINT64_MAX when it can't
 // be told: a segment larger than this can never be created there.
 uint64_t ShmTotalBytes();
+// Bytes free in /dev/shm now (statvfs: f_bavail); UINT64_MAX when it cannot be told.
+uint64_t ShmFreeBytes();
 
 class Segment {
  public:

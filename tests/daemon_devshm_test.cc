@@ -6,6 +6,8 @@
 #include <catch2/catch.hpp>
 #include <string>
 
+#include "format/example_builder.h"
+#include "format/tfrecord_writer.h"
 #include "tests/daemon_harness.h"
 #include "tests/test_support.h"
 
@@ -38,4 +40,38 @@ TEST_CASE("/dev/shm too small for the ring: a clear start-up error, not SIGBUS")
   CHECK(status->code == 2);  // needs an operator: the systemd unit does not retry it
   CHECK_THAT(err, Catch::Contains("needs") && Catch::Contains("free"));
   CHECK_THAT(err, Catch::Contains("but /dev/shm has 67108864 bytes free"));  // the 64 MiB tmpfs, empty
+}
+
+TEST_CASE("/dev/shm too small for auto slots of the largest records: fewer prefetch slots, then the mean's") {
+  const std::string mount = "mount -t tmpfs -o size=64m tmpfs /dev/shm";
+  const CommandResult probe = RunCommand({"/usr/bin/unshare", "-m", "--map-root-user", "/bin/sh", "-c", mount});
+  if (!probe.status.exited || probe.status.code != 0) {
+    SkipOrFail("cannot mount a private /dev/shm (unshare -m --map-root-user: " + probe.status.ToString() + ": " +
+               probe.err + ")");
+    return;
+  }
+  // Every 8th record 3 MB: a batch of 8 of them needs 24 MB, a ring of those at least 120 MB.
+  TempDir dir;
+  {
+    TFRecordWriter writer(dir.file("data.tfrecord"));
+    const std::string big(3'000'000, 'b');
+    for (int64_t i = 0; i < 64; ++i) {
+      ExampleBuilder b;
+      writer.Write(b.AddInt64("id", {i}).AddBytes("blob", {std::string_view(i % 8 == 0 ? big : "xy")}).Serialize());
+    }
+    writer.Close();
+  }
+  const std::string config = "job: small-shm-auto\n"
+                             "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
+                             "features: {id: {dtype: int64}, blob: {dtype: bytes}}\n"
+                             "batch: {size: 8}\nshuffle: {buffer: 64}\n";
+  DaemonProcess daemon(dir.path(), "small-shm-auto", config);
+  DaemonStart start;
+  start.wrapper = {"unshare", "-m", "--map-root-user", "sh", "-c", mount + " && exec \"$0\" \"$@\""};
+  INFO("stderr:\n" << daemon.Stderr());
+  RINGFEED_REQUIRE_STARTED(daemon, start);
+  CHECK(daemon.WaitForStderr("from the mean sampled record: a ring of slots for a batch of the largest sampled "
+                             "records ("));
+  CHECK(daemon.WaitForStderr("does not fit in /dev/shm (64.0 MiB free)"));
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }

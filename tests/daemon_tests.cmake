@@ -14,7 +14,7 @@ ringfeed_test(daemon_golden_test SOURCES daemon_golden_test.cc TIMEOUT 120
   LIBS ringfeed_daemon_harness ringfeed_client nlohmann_json::nlohmann_json ZLIB::ZLIB)
 ringfeed_test(daemon_faults_test SOURCES daemon_faults_test.cc TIMEOUT 120
   LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format ringfeed_budget nlohmann_json::nlohmann_json)
-ringfeed_test(daemon_devshm_test SOURCES daemon_devshm_test.cc TIMEOUT 60 LIBS ringfeed_daemon_harness)
+ringfeed_test(daemon_devshm_test SOURCES daemon_devshm_test.cc TIMEOUT 60 LIBS ringfeed_daemon_harness ringfeed_format)
 # ringfeedctl list / status / dump against a fake daemon (replies of other types, another job's
 # welcome) and dump's timeout in ranks mode.
 ringfeed_test(ringfeedctl_test SOURCES ringfeedctl_test.cc TIMEOUT 120

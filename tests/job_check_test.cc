@@ -385,9 +385,9 @@ TEST_CASE("auto slots for a batch of the largest records: kept while readers can
   REQUIRE(small.plan_error.empty());
   CHECK(small.slot_bytes < 64 * 200000);
   CHECK_THAT(small.slot_bytes_note, Catch::Contains("ring.slot_bytes: auto is ") &&
-                                        Catch::Contains("from the mean sampled record: slots for a batch of the "
-                                                        "largest sampled records (") &&
-                                        Catch::Contains("do not fit in pipeline.memory_budget 60.0 MiB"));
+                                        Catch::Contains("from the mean sampled record: a ring of slots for a batch "
+                                                        "of the largest sampled records (") &&
+                                        Catch::Contains("does not fit in pipeline.memory_budget 60.0 MiB"));
   CHECK(small.SlotMayBeTooSmall());
 }
 
