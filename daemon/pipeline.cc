@@ -6,9 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <thread>
