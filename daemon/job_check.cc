@@ -133,7 +133,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         ColumnSizes one;
         parser.Measure(record.data, &one);
         worst.Add(one);
-        parser.Measure(record.data, &slot_sizes);
+        slot_sizes.Add(one);
         if (++slot_rows == static_cast<size_t>(config.batch.size)) slot_batch_done();
       }
       result.bytes += record.data.size();
@@ -175,8 +175,8 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     }
   }
   if (slot_rows > 0 && !config.batch.drop_remainder) slot_batch_done();
-  if (worst.Sizes().records > 0) {
-    result.any_order_batch_bytes = SlotBytesNeeded(parser.specs(), static_cast<size_t>(config.batch.size), worst.Sizes());
+  if (const ColumnSizes sizes = worst.Sizes(); sizes.records > 0) {
+    result.any_order_batch_bytes = SlotBytesNeeded(parser.specs(), static_cast<size_t>(config.batch.size), sizes);
   }
   // ringfeedd's batches are cut in another order than this check's where it shuffles, or
   // interleaves files, or readers may hand records over out of order.

@@ -170,7 +170,7 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
           &ignored);
       ColumnSizes one;
       parser.Measure(record.data, &one);
-      parser.Measure(record.data, &total);
+      total.Add(one);
       worst.Add(one);
       for (size_t i = 0; i < one.features.size(); ++i) {
         largest[i].value_bytes = std::max(largest[i].value_bytes, one.features[i].value_bytes);

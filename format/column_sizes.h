@@ -33,6 +33,16 @@ struct ColumnSize {
 struct ColumnSizes {
   std::vector<ColumnSize> features;  // per spec feature (sized by the first Measure)
   uint64_t records = 0;              // records measured
+
+  // Adds another Measure sum (one record's, or a batch's): as if its records were measured here.
+  void Add(const ColumnSizes& other) {
+    if (features.size() < other.features.size()) features.resize(other.features.size());
+    for (size_t i = 0; i < other.features.size(); ++i) {
+      features[i].value_bytes += other.features[i].value_bytes;
+      features[i].strings += other.features[i].strings;
+    }
+    records += other.records;
+  }
 };
 
 // The sizes one column's regions need.

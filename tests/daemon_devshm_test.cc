@@ -5,6 +5,7 @@
 // namespace cannot be made; its own program, so that a skip hides no other test.
 #include <catch2/catch.hpp>
 #include <string>
+#include <vector>
 
 #include "format/example_builder.h"
 #include "format/tfrecord_writer.h"
@@ -14,14 +15,29 @@
 using namespace ringfeed;
 using namespace ringfeed::testing;
 
+namespace {
+
+const std::string kMount = "mount -t tmpfs -o size=64m tmpfs /dev/shm";
+
+// Whether a private mount namespace with a 64 MiB tmpfs over /dev/shm (kMount) can be made
+// here; SkipOrFail with why when not.
+bool PrivateShmWorks() {
+  const CommandResult probe = RunCommand({"/usr/bin/unshare", "-m", "--map-root-user", "/bin/sh", "-c", kMount});
+  if (probe.status.exited && probe.status.code == 0) return true;
+  SkipOrFail("cannot mount a private /dev/shm (unshare -m --map-root-user: " + probe.status.ToString() + ": " +
+             probe.err + ")");
+  return false;
+}
+
+// The wrapper that starts ringfeedd in such a namespace (DaemonStart::wrapper).
+std::vector<std::string> InPrivateShm() {
+  return {"unshare", "-m", "--map-root-user", "sh", "-c", kMount + " && exec \"$0\" \"$@\""};
+}
+
+}  // namespace
+
 TEST_CASE("/dev/shm too small for the ring: a clear start-up error, not SIGBUS") {
-  const std::string mount = "mount -t tmpfs -o size=64m tmpfs /dev/shm";
-  const CommandResult probe = RunCommand({"/usr/bin/unshare", "-m", "--map-root-user", "/bin/sh", "-c", mount});
-  if (!probe.status.exited || probe.status.code != 0) {
-    SkipOrFail("cannot mount a private /dev/shm (unshare -m --map-root-user: " + probe.status.ToString() + ": " +
-               probe.err + ")");
-    return;
-  }
+  if (!PrivateShmWorks()) return;
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
   const std::string config = "job: small-shm\n"
@@ -30,7 +46,7 @@ TEST_CASE("/dev/shm too small for the ring: a clear start-up error, not SIGBUS")
                              "ring: {slots: 4, slot_bytes: 128MiB}\n";
   DaemonProcess daemon(dir.path(), "small-shm", config);
   DaemonStart start;
-  start.wrapper = {"unshare", "-m", "--map-root-user", "sh", "-c", mount + " && exec \"$0\" \"$@\""};
+  start.wrapper = InPrivateShm();
   CHECK_FALSE(daemon.Start(start));
   const auto status = daemon.Wait();
   REQUIRE(status);
@@ -43,13 +59,7 @@ TEST_CASE("/dev/shm too small for the ring: a clear start-up error, not SIGBUS")
 }
 
 TEST_CASE("/dev/shm too small for auto slots of the largest records: fewer prefetch slots, then the mean's") {
-  const std::string mount = "mount -t tmpfs -o size=64m tmpfs /dev/shm";
-  const CommandResult probe = RunCommand({"/usr/bin/unshare", "-m", "--map-root-user", "/bin/sh", "-c", mount});
-  if (!probe.status.exited || probe.status.code != 0) {
-    SkipOrFail("cannot mount a private /dev/shm (unshare -m --map-root-user: " + probe.status.ToString() + ": " +
-               probe.err + ")");
-    return;
-  }
+  if (!PrivateShmWorks()) return;
   // Every 8th record 3 MB: a batch of 8 of them needs 24 MB, a ring of those at least 120 MB.
   TempDir dir;
   {
@@ -67,7 +77,7 @@ TEST_CASE("/dev/shm too small for auto slots of the largest records: fewer prefe
                              "batch: {size: 8}\nshuffle: {buffer: 64}\n";
   DaemonProcess daemon(dir.path(), "small-shm-auto", config);
   DaemonStart start;
-  start.wrapper = {"unshare", "-m", "--map-root-user", "sh", "-c", mount + " && exec \"$0\" \"$@\""};
+  start.wrapper = InPrivateShm();
   INFO("stderr:\n" << daemon.Stderr());
   RINGFEED_REQUIRE_STARTED(daemon, start);
   CHECK(daemon.WaitForStderr("from the mean sampled record: a ring of slots for a batch of the largest sampled "
