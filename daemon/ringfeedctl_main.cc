@@ -150,9 +150,13 @@ Command AddInspectCommand(CLI::App& parent) {
       "  ringfeedctl inspect --schema data/*.gz > features.yaml");
 
   ringfeed::InspectOptions& o = flags->options;
-  CLI::Option* count = cmd->add_flag("--count", flags->count, "Print records per file and the total");
-  CLI::Option* verify = cmd->add_flag("--verify", flags->verify, "Check every CRC and list each corrupt or truncated record");
-  CLI::Option* schema = cmd->add_flag("--schema", flags->schema, "Summarize features and print a features: block for the job config");
+  // option_text: the help says "one at a time" under Modes, not "Excludes: ..." beside each.
+  CLI::Option* count = cmd->add_flag("--count", flags->count, "Print records per file and the total")->option_text(" ");
+  CLI::Option* verify = cmd->add_flag("--verify", flags->verify, "Check every CRC and list each corrupt or truncated record")
+                            ->option_text(" ");
+  CLI::Option* schema =
+      cmd->add_flag("--schema", flags->schema, "Summarize features and print a features: block for the job config")
+          ->option_text(" ");
   count->excludes(verify)->excludes(schema);
   verify->excludes(schema);
   CLI::Option* json = cmd->add_flag("--json", o.json, "With --count, --verify or --schema: one JSON object instead of the report");
@@ -226,7 +230,7 @@ Command AddCheckCommand(CLI::App& parent) {
       "Examples:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data\n"
       "  ringfeedctl check --strict job.yaml            # in CI: a misspelt VarLen feature fails it");
-  cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required();
+  cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required()->option_text("REQUIRED");
   cmd->add_flag("--strict", *strict,
                 "Warnings count as problems (exit 1): a spec feature that no record has (a misspelt VarLen name "
                 "gives empty rows), no batch at all, a memory budget above the memory limit");
@@ -443,7 +447,7 @@ Command AddStatusCommand(CLI::App& parent) {
       "Examples:\n"
       "  ringfeedctl status taxi-train --json | jq .throughput\n"
       "  ringfeedctl status taxi-train --files | sed -n 3p      # the file of file_index 2");
-  cmd->add_option("JOB", flags->job, "Job name (the config's job:)")->required()->check(JobNameValidator());
+  cmd->add_option("JOB", flags->job, "Job name (the config's job:)")->required()->check(JobNameValidator())->option_text("REQUIRED");
   cmd->add_flag("--json", flags->json, "Print the status object as JSON");
   cmd->add_flag("--files", flags->files,
                 "Print the job's sorted file list (the file_index of a row's source) instead; with --json as "
@@ -484,13 +488,16 @@ Command AddDumpCommand(CLI::App& parent) {
       "\n"
       "Example:\n"
       "  ringfeedctl dump taxi-train --batches 1 | jq '.features.fare.values[:4]'");
-  cmd->add_option("JOB", options->job, "Job name (the config's job:)")->required()->check(JobNameValidator());
+  cmd->add_option("JOB", options->job, "Job name (the config's job:)")->required()->check(JobNameValidator())->option_text("REQUIRED");
   cmd->add_option("--batches", *batches, "Print this many batches (default: all until the end of the data)")
       ->check(kCountValidator)
       ->option_text("N");
-  cmd->add_option("--rank", options->rank, "consumers.mode ranks: attach as this rank")->check(CLI::Range(0, 63));
+  cmd->add_option("--rank", options->rank, "consumers.mode ranks: attach as this rank (0-63)")
+      ->check(CLI::Range(0, 63))
+      ->option_text("RANK");
   cmd->add_option("--timeout", options->timeout_seconds, "Give up when no batch comes for this many seconds (default 60)")
-      ->check(kTimeoutValidator);
+      ->check(kTimeoutValidator)
+      ->option_text("SECONDS");
   AddBytesOption(cmd, bytes.get());
   AddRuntimeDirOption(cmd, &options->runtime_dir);
   auto run = [options, batches, bytes]() {

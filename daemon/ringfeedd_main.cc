@@ -24,9 +24,11 @@ int main(int argc, char** argv) {
       "ringfeedd");
   app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
       ->required()
-      ->check(CLI::ExistingFile);
+      ->check(CLI::ExistingFile)
+      ->option_text("FILE REQUIRED");
   app.add_option("--log-level", options.log_level, "Overrides the config's log_level")
-      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))
+      ->option_text("trace|debug|info|warn|error|off");
   app.add_option("--runtime-dir", options.runtime_dir,
                  "Runtime directory (created if missing): the control socket and lock file; it also names the "
                  "/dev/shm segment, so daemons with different ones never collide (default: $RINGFEED_RUNTIME_DIR, "
@@ -58,7 +60,8 @@ int main(int argc, char** argv) {
             text = value;
             return std::string();
           },
-          "EPOCH"));
+          "EPOCH"))
+      ->option_text("EPOCH");
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
   try {
     app.parse(argc, argv);
