@@ -139,8 +139,8 @@ class Client {
   // Thread-safe like its neighbours (reads the segment's words only).
   std::string timeout_reason() const;
   // Why the data ended, once Next has returned kEndOfData: "" after an ordinary end (every
-  // epoch served), else ringfeedd's reason, e.g. "epoch 0 delivered no batch (every file of this
-  // shard empty or gone, every record skipped under on_error: skip ...)". "" while the data has
+  // epoch served), else ringfeedd's reason, e.g. "epoch 0 delivered no batch: all it read was
+  // skipped under on_error: skip (10000 errors; ...); the first: FILE: record 0 ...". "" while the data has
   // not ended. At most shm::kErrorBytes bytes, as the daemon wrote them in the segment (UTF-8 from
   // ringfeedd, not checked). Thread-safe (reads the segment's words only).
   std::string end_reason() const;

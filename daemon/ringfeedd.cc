@@ -657,10 +657,13 @@ int RunDaemon(const DaemonOptions& options) {
         // The trainer will get no batch (its client says so too, but a C++ loop may not look).
         const PipelineStats s = pipeline->Snapshot();
         if (s.end == PipelineEnd::kEndOfData && s.slots_ready == 0) {
-          if (s.batches == 0) {
+          if (s.batches == 0 && !s.end_message.empty()) {  // the epoch's cause (Sequencer::empty_epoch)
             spdlog::warn("consumer {} (pid {}) attached after the end of the data, and the job produced no batch "
-                         "at all ({} records and {} read errors skipped){}{}", *id, pid, s.parse_errors_skipped,
-                         s.read_errors_skipped, s.end_message.empty() ? "" : ": ", s.end_message);
+                         "at all: {}", *id, pid, s.end_message);
+          } else if (s.batches == 0) {
+            spdlog::warn("consumer {} (pid {}) attached after the end of the data, and the job produced no batch "
+                         "at all ({} records and {} read errors skipped)", *id, pid, s.parse_errors_skipped,
+                         s.read_errors_skipped);
           } else {
             spdlog::warn("consumer {} (pid {}) attached after the end of the data: every epoch was produced and "
                          "taken, so it gets no batch; restart ringfeedd for another pass, or give the job epochs: 0 "

@@ -24,31 +24,48 @@ Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
 Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
   for (uint64_t e = options_.first_epoch; options_.epochs == 0 || e < static_cast<uint64_t>(options_.epochs); ++e) {
     epoch_.store(e, std::memory_order_relaxed);
-    uint64_t delivered = 0;
-    if (!RunEpoch(e, emit, &delivered) || stop_.load()) {
+    EpochCounts counts;
+    if (!RunEpoch(e, emit, &counts) || stop_.load()) {
       return failure_.empty() ? Outcome::kStopped : Outcome::kFailed;
     }
     // An epoch that delivers nothing would loop forever with epochs: 0; the last one's trainers
     // get nothing either. Both say why.
-    if (delivered == 0) {
+    if (counts.delivered == 0) {
       const bool more = options_.epochs == 0 || e + 1 < static_cast<uint64_t>(options_.epochs);
-      empty_epoch_ = "epoch " + std::to_string(e) + " delivered no batch (every file of this shard empty or "
-                     "gone, every record skipped under on_error: skip (a features block that no record matches "
-                     "skips them all: see the skipped-record lines above), or fewer records than a batch under "
-                     "drop_remainder" +
-                     (options_.queues > 1 ? ", or fewer batches than the " + std::to_string(options_.queues) +
-                                                " ranks of consumers.count: ranks mode delivers whole rounds only"
-                                          : std::string()) +
-                     (more ? "): ended there, before the last epoch, since the epochs after it would deliver none "
+      empty_epoch_ = "epoch " + std::to_string(e) + " delivered no batch: " + EmptyEpochCause(counts) +
+                     (more ? "; ended there, before the last epoch, since the epochs after it would deliver none "
                              "either; restart the job once the cause is fixed"
-                           : "), the last epoch; restart the job once the cause is fixed");
+                           : "; the last epoch; restart the job once the cause is fixed");
       return Outcome::kEndOfData;
     }
   }
   return Outcome::kEndOfData;
 }
 
-bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, uint64_t* delivered) {
+std::string Sequencer::EmptyEpochCause(const EpochCounts& counts) const {
+  const std::string shard = options_.shard_count > 1 ? " of this shard" : "";
+  const auto plural = [](uint64_t n, const char* one, const char* many) {
+    return std::to_string(n) + " " + (n == 1 ? one : many);
+  };
+  if (counts.records == 0 && counts.skipped == 0) {
+    return shard_files_.empty() ? "this shard has no files (more shards than files)"
+                                : "its " + plural(shard_files_.size(), "file", "files") + shard + " held no record";
+  }
+  if (counts.records == 0) {
+    return "all it read" + shard + " was skipped under on_error: skip (" + plural(counts.skipped, "error", "errors") +
+           "; a features block that no record matches skips every record); the first: " + counts.first_skipped;
+  }
+  std::string skipped;
+  if (counts.skipped != 0) skipped = " (and " + plural(counts.skipped, "error", "errors") + " skipped: on_error)";
+  if (counts.batches == 0) {
+    return "its " + plural(counts.records, "record", "records") + shard + skipped + " are fewer than batch.size " +
+           std::to_string(options_.batch_size) + ", and drop_remainder drops a short batch";
+  }
+  return "its " + plural(counts.batches, "batch", "batches") + skipped + " are fewer than the " +
+         std::to_string(options_.queues) + " ranks of consumers.count: ranks mode delivers whole rounds only";
+}
+
+bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts) {
   files_done_.store(0, std::memory_order_relaxed);
   std::vector<uint32_t> order = shard_files_;
   if (options_.shuffle_files) {
@@ -69,7 +86,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       complete.pop_front();
       job.seq = next_seq_++;
       job.flags = flags;
-      ++*delivered;
+      ++counts->delivered;
       if (stop_.load() || !emit(std::move(job))) return false;
     }
     return true;
@@ -83,6 +100,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     }
     current.records.push_back(std::move(record));
     if (current.records.size() == static_cast<size_t>(options_.batch_size)) {
+      ++counts->batches;
       complete.push_back(std::move(current));
       current = BatchJob{};
       if (complete.size() >= 2 * round) return release(round, 0);
@@ -116,6 +134,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       if (options_.drop_remainder) {
         current = BatchJob{};
       } else {
+        ++counts->batches;
         complete.push_back(std::move(current));
       }
     }
@@ -191,10 +210,12 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
           return false;
         }
         records_skipped_.fetch_add(1, std::memory_order_relaxed);
+        if (counts->skipped++ == 0) counts->first_skipped = item.error->message;
         if (on_skipped_) on_skipped_(*item.error);
         continue;
       }
       if (!shard_.OwnsRecord(item.record.record_index)) continue;
+      ++counts->records;
       if (!push(std::move(item.record))) return false;
       break;  // one record per visit
     }

@@ -96,8 +96,8 @@ class Sequencer {
 
   const std::string& failure() const { return failure_; }
   // After Run returned kEndOfData: why an epoch delivered no batch, which ended the data there
-  // ("epoch N delivered no batch ..."; the last epoch's too); empty when every epoch delivered
-  // batches. Read after Run.
+  // ("epoch N delivered no batch: <the cause, from what the epoch read>; ..."; the last epoch's
+  // too); empty when every epoch delivered batches. Read after Run.
   const std::string& empty_epoch() const { return empty_epoch_; }
   // The files this shard reads (indices into options.files).
   const std::vector<uint32_t>& shard_files() const { return shard_files_; }
@@ -112,8 +112,18 @@ class Sequencer {
   uint64_t batches_dropped() const { return batches_dropped_.load(std::memory_order_relaxed); }
 
  private:
+  // What an epoch read, for the message of one that delivered no batch (EmptyEpochCause).
+  struct EpochCounts {
+    uint64_t delivered = 0;  // batches emitted
+    uint64_t records = 0;    // records of this shard put into batches (or the shuffle buffer)
+    uint64_t skipped = 0;    // error items skipped under on_error: skip
+    uint64_t batches = 0;    // batches formed, the short last one counted unless drop_remainder dropped it
+    std::string first_skipped;  // the first skipped error's message
+  };
   // Runs epoch e; false when it stopped early (failure or stop).
-  bool RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, uint64_t* delivered);
+  bool RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts);
+  // Why an epoch with these counts delivered no batch, e.g. "its 2 files held no record".
+  std::string EmptyEpochCause(const EpochCounts& counts) const;
 
   SequencerOptions options_;
   ReadAhead* read_ahead_;

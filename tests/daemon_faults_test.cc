@@ -976,17 +976,20 @@ TEST_CASE("on_error: skip over records that are all bad, epochs: 0 or 1: no empt
     CHECK(report.end == "end");
     CHECK(report.batches.empty());
     CHECK(daemon.Status()["errors"]["parse_errors_skipped"] == 10);
-    CHECK_THAT(daemon.Stderr(), Catch::Contains("end of data: epoch 0 delivered no batch (every file of this shard "
-                                                "empty or gone, every record skipped under on_error: skip"));
-    CHECK_THAT(daemon.Stderr(), Catch::Contains(epochs == 0 ? "ended there, before the last epoch"
-                                                            : "drop_remainder), the last epoch; restart the job"));
+    // The cause, from what the epoch read: every record skipped, the first one named.
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("end of data: epoch 0 delivered no batch: all it read was skipped "
+                                                "under on_error: skip (10 errors; a features block that no record "
+                                                "matches skips every record); the first: " +
+                                                dir.file("data.tfrecord") + ": record 0 at byte 0: "));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains(epochs == 0 ? "; ended there, before the last epoch"
+                                                            : "; the last epoch; restart the job"));
     // A trainer that comes later is told that nothing was produced, and why, not to run
     // another pass.
     CHECK(ConsumeInProcess(spec).end == "end");
     CHECK(WaitUntil([&] { return daemon.Stderr().find("produced no batch at all") != std::string::npos; }));
     CHECK_THAT(daemon.Stderr(), Catch::Contains("attached after the end of the data, and the job produced no batch at "
-                                                "all (10 records and 0 read errors skipped): epoch 0 delivered no "
-                                                "batch ("));
+                                                "all: epoch 0 delivered no batch: all it read was skipped under "
+                                                "on_error: skip (10 errors"));
     CHECK_THAT(daemon.Stderr(), !Catch::Contains("another pass"));
     CHECK(daemon.Stop().ToString() == "exit 0");
   }

@@ -602,7 +602,7 @@ TEST_CASE("a sequencer waiting for records that never come ends on Stop (ReadAhe
   CHECK(sequencer.files_done_in_epoch() == 0);
 }
 
-TEST_CASE("an epoch that delivers no records ends the data early and says why") {
+TEST_CASE("an epoch that delivers no batch ends the data early and says why, from what it read") {
   TempDir dir;
   SequencerOptions o;
   o.files = WriteFiles(dir, {0, 0});
@@ -611,21 +611,57 @@ TEST_CASE("an epoch that delivers no records ends the data early and says why") 
   ReadAhead read_ahead({}, 1, 1 << 20);
   Sequencer sequencer(o, &read_ahead, nullptr);
   CHECK(sequencer.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK_THAT(sequencer.empty_epoch(), Catch::StartsWith("epoch 0 delivered no batch (every file of this shard "
-                                                         "empty or gone, every record skipped under on_error: skip "
-                                                         "(a features block that no record matches skips them all") &&
-                                          Catch::EndsWith("): ended there, before the last epoch, since the epochs "
-                                                          "after it would deliver none either; restart the job once "
-                                                          "the cause is fixed"));
+  CHECK(sequencer.empty_epoch() ==
+        "epoch 0 delivered no batch: its 2 files held no record; ended there, before the last epoch, since the "
+        "epochs after it would deliver none either; restart the job once the cause is fixed");
 
   // The last epoch says it too: its trainers get no batch either.
   SequencerOptions last = o;
   last.epochs = 1;
   Sequencer one(last, &read_ahead, nullptr);
   CHECK(one.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK_THAT(one.empty_epoch(), Catch::StartsWith("epoch 0 delivered no batch (every file of this shard ") &&
-                                    Catch::EndsWith("drop_remainder), the last epoch; restart the job once the cause "
-                                                    "is fixed"));
+  CHECK(one.empty_epoch() ==
+        "epoch 0 delivered no batch: its 2 files held no record; the last epoch; restart the job once the cause is "
+        "fixed");
+
+  // Fewer records than a batch under drop_remainder; a later epoch (start at epoch 3).
+  SequencerOptions short_batch = last;
+  short_batch.files = WriteFiles(dir, {3});
+  short_batch.batch_size = 4;
+  short_batch.drop_remainder = true;
+  short_batch.first_epoch = 3;
+  short_batch.epochs = 5;
+  Sequencer dropped(short_batch, &read_ahead, nullptr);
+  CHECK(dropped.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+  CHECK_THAT(dropped.empty_epoch(),
+             Catch::StartsWith("epoch 3 delivered no batch: its 3 records are fewer than batch.size 4, and "
+                               "drop_remainder drops a short batch; ended there, before the last epoch"));
+
+  // Ranks mode: 3 batches, 4 ranks.
+  SequencerOptions ranks = last;
+  ranks.files = WriteFiles(dir, {5});
+  ranks.queues = 4;
+  Sequencer rounds(ranks, &read_ahead, nullptr);
+  CHECK(rounds.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+  CHECK_THAT(rounds.empty_epoch(),
+             Catch::StartsWith("epoch 0 delivered no batch: its 3 batches are fewer than the 4 ranks of "
+                               "consumers.count: ranks mode delivers whole rounds only; the last epoch"));
+
+  // Every record skipped under on_error: skip: the first one's error given.
+  ReadAhead rejecting({}, 1, 1 << 20);
+  rejecting.SetRecordCheck([](const OwnedRecord&, std::string* why) {
+    *why = "matches no feature";
+    return false;
+  });
+  SequencerOptions skip = last;
+  skip.files = WriteFiles(dir, {3, 2});
+  skip.skip_errors = true;
+  Sequencer skipping(skip, &rejecting, nullptr);
+  CHECK(skipping.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+  CHECK(skipping.empty_epoch() ==
+        "epoch 0 delivered no batch: all it read was skipped under on_error: skip (5 errors; a features block that "
+        "no record matches skips every record); the first: " + skip.files[0] + ": record 0 at byte 0: matches no "
+        "feature; the last epoch; restart the job once the cause is fixed");
 
   SequencerOptions full = o;
   full.files = WriteFiles(dir, {3});
