@@ -358,6 +358,21 @@ std::string Client::end_reason() const {
 }
 
 std::string Client::timeout_reason() const {
+  // Every slot held: the daemon has nowhere to put a batch, whatever the mode.
+  const shm::Ring& ring = attachment_->ring;
+  const std::vector<uint32_t> held = shm::HeldPerConsumer(ring);
+  uint32_t held_by_all = 0;
+  for (uint32_t h : held) held_by_all += h;
+  if (ring.slot_count > 0 && held_by_all >= ring.slot_count) {
+    const std::string slots = std::to_string(ring.slot_count);
+    if (held[consumer_id()] >= ring.slot_count) {
+      return "this client holds all " + slots + " slots of the ring (batches it has not released), so the daemon "
+             "has nowhere to put the next batch: release the batches it is done with (Batch::Release, or let the "
+             "Batch go; copy what must outlive it)";
+    }
+    return "all " + slots + " slots of the ring are held by its consumers, so the daemon has nowhere to put the "
+           "next batch: " + shm::AllHeldAdvice(ring, consumer_id()) + " (ringfeedctl status " + attachment_->job + ")";
+  }
   const std::vector<uint64_t> ready = ready_per_rank();
   if (ready.empty()) return "";  // shared mode
   const std::vector<uint32_t> missing = ranks_without_consumer();

@@ -127,15 +127,19 @@ class Client {
   // rank whose trainer is attached but does not take its batches (stopped, stuck, far slower)
   // stalls the job the same way. For messages.
   std::vector<uint64_t> ready_per_rank() const;
-  // consumers.mode ranks: why a Next may have timed out, from ranks_without_consumer() and
-  // ready_per_rank() now, naming the ranks that hold this one up: when this client's rank has
+  // Why a Next may have timed out, from the ring's words now. Every slot held (any mode): who
+  // holds them and what to do ("all 8 slots of the ring are held by its consumers, so ...:
+  // consumer 1 (pid 2458) holds 7, this client 1: consumer 1 (pid 2458) keeps 7 batches it has
+  // not released ...", shm::AllHeldAdvice; or "this client holds all 8 slots ..."). Else, in
+  // consumers.mode ranks, from ranks_without_consumer() and
+  // ready_per_rank(), naming the ranks that hold this one up: when this client's rank has
   // nothing ready, the attached ranks with ready batches ("rank 1 has 4 ready batches that its
   // trainer has not taken"), and the ranks nobody attached as ("rank 2 of 3 has no consumer
   // attached"; while an attached rank is behind, only those of them whose batches wait: after a
   // cascade of timeouts the ranks that gave up hold nothing up), with what to do and where to
   // read more. Without a leading ": " or the job's name: a caller says what timed out and for
-  // how long, then adds this. "" when nothing applies (shared mode, every rank attached and
-  // none behind): the ranks explain nothing, look elsewhere (slots held, slow data).
+  // how long, then adds this. "" when nothing applies (a free slot, and shared mode or every rank
+  // attached and none behind): look elsewhere (slow data, a daemon that stopped producing).
   // Thread-safe like its neighbours (reads the segment's words only).
   std::string timeout_reason() const;
   // Why the data ended, once Next has returned kEndOfData: "" after an ordinary end (every

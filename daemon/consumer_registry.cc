@@ -248,12 +248,14 @@ std::vector<ConsumerRegistry::Info> ConsumerRegistry::List() const {
   std::lock_guard lock(mutex_);
   std::vector<Info> out;
   const auto now = std::chrono::steady_clock::now();
+  const std::vector<uint32_t> held = shm::HeldPerConsumer(ring_);
   for (uint32_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     if (!e.attached) continue;
     const shm::ConsumerEntry& c = ring_.sb->consumers[i];
     out.push_back({i + 1, e.pid, e.rank, c.batches_taken.load(std::memory_order_relaxed),
-                   c.wait_ns.load(std::memory_order_relaxed), std::chrono::duration<double>(now - e.since).count()});
+                   c.wait_ns.load(std::memory_order_relaxed), std::chrono::duration<double>(now - e.since).count(),
+                   held[i + 1]});
   }
   return out;
 }

@@ -50,6 +50,7 @@ class ConsumerRegistry {
     uint64_t batches_taken;
     uint64_t wait_ns;
     double attached_seconds;
+    uint32_t slots_held;  // slots whose batch it has not released, now (shm::HeldPerConsumer)
   };
   std::vector<Info> List() const;
   // Whether consumer `id` (1..shm::kMaxConsumers) is attached now.

@@ -644,8 +644,9 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                 static_cast<long long>(ring.Integer("ready")), static_cast<long long>(held));
   out << buf;
   if (slots > 0 && held == slots && state == "running") {
-    out << "           every slot is held by a consumer: no batch can be made until one is released (consumers "
-           "that keep a batch while they wait for the next need more ring.slots than consumers)\n";
+    out << "           every slot is held by a consumer: no batch can be made until one is released";
+    if (const std::string who = ring.String("all_held"); !who.empty()) out << "; " << who;  // and what to do
+    out << "\n";
   }
   // A cycle_length above the files to read interleaves them all: say so rather than show a
   // figure no epoch reaches.
@@ -691,9 +692,12 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
         rank += " (" + std::to_string(it->second) + " ready)";
       }
     }
-    std::snprintf(buf, sizeof buf, "           id %lld pid %lld%s: %llu %s taken, waited %.1f s, attached %s\n",
+    const uint64_t held = c.Count("slots_held");
+    std::snprintf(buf, sizeof buf,
+                  "           id %lld pid %lld%s: %llu %s taken, holds %llu %s, waited %.1f s, attached %s\n",
                   static_cast<long long>(c.Integer("id")), static_cast<long long>(c.Integer("pid")), rank.c_str(),
-                  static_cast<unsigned long long>(taken), taken == 1 ? "batch" : "batches", c.Number("wait_seconds"),
+                  static_cast<unsigned long long>(taken), taken == 1 ? "batch" : "batches",
+                  static_cast<unsigned long long>(held), held == 1 ? "slot" : "slots", c.Number("wait_seconds"),
                   Seconds(c.Number("attached_seconds")).c_str());
     out << buf;
   }
@@ -844,17 +848,13 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
       break;
     }
     if (status == Client::Status::kTimeout) {
-      // In ranks mode a rank nobody attached as, or one whose trainer does not take its
-      // batches, stalls every rank: the client library names it.
+      // Every slot held by consumers (who, and what to do), or in ranks mode a rank nobody
+      // attached as or one whose trainer does not take its batches: the client library says.
       const std::string reason = client->timeout_reason();
-      const uint32_t slots = client->slot_count();
       const std::string why =
           !reason.empty() ? ": " + reason
-          : client->slots_held_by_all() == slots
-              ? ": all " + std::to_string(slots) + " slots of the ring are held by other consumers, so the daemon has "
-                "nowhere to put the next batch (ringfeedctl status " + options.job + " shows them)"
-              : " (the ring has free slots: the data is slow, or the daemon stopped producing; ringfeedctl status " +
-                    options.job + ")";
+                          : " (the ring has free slots: the data is slow, or the daemon stopped producing; "
+                            "ringfeedctl status " + options.job + ")";
       throw std::runtime_error("job '" + options.job + "': no batch within " + Seconds(options.timeout_seconds) + why);
     }
     nlohmann::ordered_json line;

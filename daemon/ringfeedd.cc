@@ -591,6 +591,7 @@ int RunDaemon(const DaemonOptions& options) {
                                   {"pid", c.pid},
                                   {"rank", c.rank < 0 ? nlohmann::json(nullptr) : nlohmann::json(c.rank)},
                                   {"batches_taken", c.batches_taken},
+                                  {"slots_held", c.slots_held},
                                   {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9},
                                   {"attached_seconds", c.attached_seconds}});
       }
@@ -621,7 +622,11 @@ int RunDaemon(const DaemonOptions& options) {
             {"free", s.slots_free},
             {"filling", s.slots_filling},
             {"ready", s.slots_ready},
-            {"held", s.slots_held}}},
+            {"held", s.slots_held},
+            // Every slot held while production runs: who holds them and what to do.
+            {"all_held", s.slots_held >= slot_count && s.end == PipelineEnd::kRunning
+                             ? nlohmann::json(shm::AllHeldAdvice(ring, 0))
+                             : nlohmann::json(nullptr)}}},
           {"consumers", consumers_json},
           {"ranks_without_consumer", ranks ? nlohmann::json(consumers.RanksWithoutConsumer()) : nlohmann::json(nullptr)},
           {"ranks", ranks ? RanksJson(s.ready_per_queue, consumers.RankStates(s.ready_per_queue)) : nlohmann::json(nullptr)},
@@ -753,14 +758,10 @@ int RunDaemon(const DaemonOptions& options) {
               all_held_since = now;
             } else if (now - all_held_since >= kAllHeldWarnAfter && !all_held_warned) {
               all_held_warned = true;
-              const size_t attached = consumers.List().size();
-              spdlog::warn("all {} ring slots have been held by the {} attached consumer(s) for {} s: no batch can "
-                           "be made until one is released. Consumers that keep their previous batch while they wait "
-                           "for the next (a Python `for batch in client:` loop) need a slot each and one to fill: "
-                           "give this job ring.slots: {} or more",
-                           slot_count, attached,
-                           std::chrono::duration_cast<std::chrono::seconds>(kAllHeldWarnAfter).count(),
-                           std::max<size_t>(2 * attached, slot_count + 1));
+              spdlog::warn("all {} ring slots have been held by consumers for {} s: no batch can be made until one "
+                           "is released; {}",
+                           slot_count, std::chrono::duration_cast<std::chrono::seconds>(kAllHeldWarnAfter).count(),
+                           shm::AllHeldAdvice(ring, 0));
             }
             if (s.end == PipelineEnd::kFailed) {
               // `systemctl status` shows why: the unit stays active (trainers that attach get the

@@ -118,6 +118,50 @@ bool IsFree(const Ring& ring, uint32_t slot) {
          SlotState::kFree;
 }
 
+std::vector<uint32_t> HeldPerConsumer(const Ring& ring) {
+  std::vector<uint32_t> held(kMaxConsumers + 1, 0);
+  for (uint32_t i = 0; i < ring.slot_count; ++i) {
+    const SlotWord w = SlotWord::Unpack(ring.header(i)->word.load(std::memory_order_relaxed));
+    if (w.state == SlotState::kHeld) ++held[w.owner >= 1 && w.owner <= kMaxConsumers ? w.owner : 0];
+  }
+  return held;
+}
+
+std::string AllHeldAdvice(const Ring& ring, uint32_t self_id) {
+  const std::vector<uint32_t> held = HeldPerConsumer(ring);
+  std::vector<uint32_t> holders;  // consumer ids, most slots first
+  for (uint32_t id = 1; id <= kMaxConsumers; ++id) {
+    if (held[id] > 0) holders.push_back(id);
+  }
+  std::stable_sort(holders.begin(), holders.end(), [&](uint32_t a, uint32_t b) { return held[a] > held[b]; });
+  const auto name = [&](uint32_t id) {
+    if (id == self_id) return std::string("this client");
+    const ConsumerEntry& c = ring.sb->consumers[id - 1];
+    return "consumer " + std::to_string(id) + " (pid " + std::to_string(c.pid) +
+           (c.rank >= 0 ? ", rank " + std::to_string(c.rank) : std::string()) + ")";
+  };
+  std::string who;
+  for (size_t i = 0; i < holders.size() && i < 4; ++i) {
+    who += (i == 0 ? "" : ", ") + name(holders[i]) + (i == 0 ? " holds " : " ") + std::to_string(held[holders[i]]);
+  }
+  if (holders.size() > 4) who += " and " + std::to_string(holders.size() - 4) + " more";
+  if (holders.empty()) return "no consumer holds a slot now";
+  const uint32_t top = held[holders.front()];
+  if (top >= 2) {
+    const std::string keeper = holders.front() == self_id ? "this client keeps " : name(holders.front()) + " keeps ";
+    return who + ": " + keeper + std::to_string(top) +
+           " batches it has not released (batches a trainer stores, or arrays or tensors of them kept alive); "
+           "it must release those it is done with (a consumer that keeps only its previous batch while it waits "
+           "holds 1)";
+  }
+  size_t consumers = 0;  // attached, holding a slot or not: each needs one
+  for (const ConsumerEntry& c : ring.sb->consumers) consumers += c.attached.load(std::memory_order_relaxed) == 1;
+  consumers = std::max(consumers, holders.size());
+  return who + ": each consumer that keeps its previous batch while it waits for the next (a Python `for batch in "
+               "client:` loop) needs a slot of its own and one to fill: give the job ring.slots: " +
+         std::to_string(std::max<size_t>(2 * consumers, ring.slot_count + 1)) + " or more";
+}
+
 uint32_t ReclaimConsumer(const Ring& ring, uint32_t consumer_id) {
   uint32_t freed = 0;
   for (uint32_t i = 0; i < ring.slot_count; ++i) {

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shm/batch_check.h"
 #include "shm/ring_layout.h"
@@ -98,6 +99,20 @@ void Heartbeat(const Ring& ring);
 
 // True when the slot's word is kFree (released by its consumer, or never used).
 bool IsFree(const Ring& ring, uint32_t slot);
+
+// Slots held now, per consumer: element i counts the slots whose word is kHeld by consumer i
+// (1..kMaxConsumers; element 0 counts held words with an owner outside that range, which a sound
+// ring never has). A snapshot of the slot words (relaxed loads), for status and messages.
+std::vector<uint32_t> HeldPerConsumer(const Ring& ring);
+
+// For messages when every slot of the ring is held: who holds them, largest first (at most four
+// named; `self_id`, the caller's own consumer id or 0, as "this client"), and what to do. A
+// consumer holding 2 or more keeps batches it has not released (it must release those it is done
+// with); else every consumer holds one, and each needs a slot of its own and one to fill
+// (ring.slots: 2 x the consumers attached, at least one more than now). E.g. "consumer 1 (pid 2458) holds 7, consumer 2 (pid 2460) 1:
+// consumer 1 keeps 7 batches it has not released (...)". Reads the slot words and the consumer
+// table (pid, rank) of the superblock.
+std::string AllHeldAdvice(const Ring& ring, uint32_t self_id);
 
 // Frees every slot held by consumer `consumer_id` (CAS from each exact kHeld word it owns) and
 // returns how many; bumps and wakes free_futex when any. Called when that consumer's control

@@ -1900,16 +1900,42 @@ TEST_CASE("more consumers than ring slots, each holding a batch: warned at attac
   CHECK(clients[2]->Next(std::chrono::milliseconds(500), &c) == Client::Status::kTimeout);
   CHECK(clients[2]->slots_held_by_all() == 2);
   CHECK(clients[2]->slots_held() == 0);
+  // Who holds the slots, and what to do: each of three consumers needs one and one to fill.
+  const auto name = [&](int i) {
+    return "consumer " + std::to_string(clients[i]->consumer_id()) + " (pid " + std::to_string(getpid()) + ")";
+  };
+  const std::string advice = name(0) + " holds 1, " + name(1) + " 1: each consumer that keeps its previous batch "
+                             "while it waits for the next (a Python `for batch in client:` loop) needs a slot of its "
+                             "own and one to fill: give the job ring.slots: 6 or more";
+  CHECK(clients[2]->timeout_reason() == "all 2 slots of the ring are held by its consumers, so the daemon has "
+                                        "nowhere to put the next batch: " + advice + " (ringfeedctl status allheld)");
   const CommandResult status = RunCommand({CtlBinary(), "status", "allheld", "--runtime-dir", daemon.runtime_dir()});
   INFO(status.out << status.err);
-  CHECK_THAT(status.out, Catch::Contains("every slot is held by a consumer: no batch can be made until one is released"));
-  CHECK(daemon.WaitForStderr("all 2 ring slots have been held by the 3 attached consumer(s) for 10 s",
-                             std::chrono::seconds(20)));
-  CHECK_THAT(daemon.Stderr(), Catch::Contains("give this job ring.slots: 6 or more"));
+  CHECK_THAT(status.out, Catch::Contains("every slot is held by a consumer: no batch can be made until one is "
+                                         "released; " + advice + "\n"));
+  CHECK_THAT(status.out, Catch::Contains(": 1 batch taken, holds 1 slot, waited ") &&
+                             Catch::Contains(": 0 batches taken, holds 0 slots, waited "));
+  CHECK(daemon.Status()["consumers"][0]["slots_held"] == 1);
+  CHECK(daemon.WaitForStderr("all 2 ring slots have been held by consumers for 10 s: no batch can be made until one "
+                             "is released; " + advice, std::chrono::seconds(20)));
   // One released: the third gets a batch.
   a.Release();
   CHECK(clients[2]->Next(std::chrono::seconds(10), &c) == Client::Status::kBatch);
   clients.push_back(Client::Attach(daemon.client_options()));
   CHECK(daemon.WaitForStderr("4 consumers attached to a ring of 2 slots"));
   CHECK_THAT(daemon.Stderr(), !Catch::Contains("3 consumers attached to a ring"));
+  // One consumer keeping both slots: it is named as the one to release them (more slots would
+  // not help a trainer that keeps every batch).
+  b.Release();
+  c.Release();
+  Batch d;
+  REQUIRE(clients[3]->Next(std::chrono::seconds(10), &c) == Client::Status::kBatch);
+  REQUIRE(clients[3]->Next(std::chrono::seconds(10), &d) == Client::Status::kBatch);
+  CHECK(clients[0]->Next(std::chrono::milliseconds(200), &a) == Client::Status::kTimeout);
+  CHECK(clients[0]->timeout_reason() ==
+        "all 2 slots of the ring are held by its consumers, so the daemon has nowhere to put the next batch: " +
+            name(3) + " holds 2: " + name(3) + " keeps 2 batches it has not released (batches a trainer stores, or "
+            "arrays or tensors of them kept alive); it must release those it is done with (a consumer that keeps "
+            "only its previous batch while it waits holds 1) (ringfeedctl status allheld)");
+  CHECK_THAT(clients[3]->timeout_reason(), Catch::StartsWith("this client holds all 2 slots of the ring"));
 }

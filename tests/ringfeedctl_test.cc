@@ -509,9 +509,14 @@ TEST_CASE("dump's timeout in shared mode says the ring is held by other consumer
       RunCommand({CtlBinary(), "dump", "held-dump", "--timeout", "0.5", "--runtime-dir", daemon.runtime_dir()});
   INFO("dump:\n" << dump.out << dump.err);
   CHECK(dump.status.ToString() == "exit 1");
+  // Who holds them (this process's consumer, named by id and pid) and what to do.
+  const std::string holder =
+      "consumer " + std::to_string(client->consumer_id()) + " (pid " + std::to_string(getpid()) + ")";
   CHECK(dump.err == "ringfeedctl dump: job 'held-dump': no batch within 0.5 s: all 2 slots of the ring are held by "
-                    "other consumers, so the daemon has nowhere to put the next batch (ringfeedctl status held-dump "
-                    "shows them)\n");
+                    "its consumers, so the daemon has nowhere to put the next batch: " + holder + " holds 2: " +
+                    holder + " keeps 2 batches it has not released (batches a trainer stores, or arrays or tensors "
+                    "of them kept alive); it must release those it is done with (a consumer that keeps only its "
+                    "previous batch while it waits holds 1) (ringfeedctl status held-dump)\n");
   // Output that cannot be written (a full disk) is an error naming it, not a quiet exit 0; the
   // batch dump had taken is gone, and it says so.
   first.Release();

@@ -132,10 +132,8 @@ nb::object ClientObject::Next(double timeout_s) {
               " slots of the ring (batches or arrays viewing them still alive): the wait ends only when "
               "another thread of this process releases one";
       } else {
-        why = "all " + std::to_string(slots) + " slots of the ring are held by its consumers (this client holds " +
-              std::to_string(held) +
-              "): the wait ends only when one of them releases a batch; each consumer that keeps its previous "
-              "batch while it waits needs a slot of its own (ring.slots above the number of consumers)";
+        const std::string reason = client->timeout_reason();  // who holds them, what to do
+        if (!reason.empty()) why = reason + "; the wait ends only when one of them releases a batch";
       }
       if (!why.empty()) {
         warned = true;  // once per wait
@@ -155,15 +153,8 @@ nb::object ClientObject::Next(double timeout_s) {
                              "has nowhere to put the next batch; release them (batch.release(), del the arrays, "
                              "copy what must outlive a batch)");
       }
-      if (client->slots_held_by_all() == slots) {
-        throw TimeoutReached("no batch of job " + job() + " within " + seconds + " s: all " + std::to_string(slots) +
-                             " slots of the ring are held by its consumers (this client holds " +
-                             std::to_string(held) +
-                             "), so the daemon has nowhere to put the next batch; each consumer that keeps its "
-                             "previous batch while it waits needs a slot of its own (ring.slots above the number "
-                             "of consumers; see ringfeedctl status " + job() + ")");
-      }
-      // Ranks mode: a rank without a consumer, or one whose trainer does not take its batches.
+      // Every slot held by consumers (who holds them, what to do), or in ranks mode a rank
+      // without a consumer or one whose trainer does not take its batches.
       const std::string reason = client->timeout_reason();
       if (!reason.empty()) {
         throw TimeoutReached("no batch of job " + job() + " within " + seconds + " s: " + reason);

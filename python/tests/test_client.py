@@ -281,6 +281,21 @@ def test_dropped_batches_and_views_free_their_slots(daemon_factory, tmp_path):
         assert held(d) == 0
 
 
+def test_a_timeout_names_the_consumer_that_holds_the_ring(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
+    with d.client() as keeper, d.client() as waiter:
+        views = [keeper.next()["id"] for _ in range(2)]  # the whole ring, kept
+        holder = f"consumer {d.status()['consumers'][0]['id']} \\(pid {os.getpid()}\\)"
+        assert d.status()["consumers"][0]["slots_held"] == 2
+        with pytest.raises(ringfeed.Timeout, match=rf"within 0\.3 s: all 2 slots of the ring are held by its "
+                                                   rf"consumers, so the daemon has nowhere to put the next batch: "
+                                                   rf"{holder} holds 2: {holder} keeps 2 batches it has not released"):
+            waiter.next(timeout=0.3)
+        views.pop()
+        assert waiter.next(timeout=EVENTUALLY) is not None
+        del views
+
+
 def test_a_wait_without_timeout_on_a_ring_it_holds_warns_after_10s(daemon_factory, tmp_path):
     d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
     with d.client(timeout=None) as client:
