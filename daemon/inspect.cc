@@ -562,21 +562,6 @@ Json SchemaJson(const Schema& schema, size_t files) {
   return {{"files", files}, {"records", schema.records}, {"problems", schema.problems}, {"features", std::move(features)}};
 }
 
-// Whether a record has a top-level field 2 of wire type LEN: a tf.train.SequenceExample's
-// feature_lists (its field 1, context, reads as an Example's features). An Example has no
-// field 2, so its parse ignores them.
-bool HasFeatureLists(std::span<const uint8_t> record) {
-  const uint8_t* p = record.data();
-  const uint8_t* const end = p + record.size();
-  while (p < end) {
-    uint32_t field, wire;
-    if (!wire::ReadTag(p, end, &field, &wire)) return false;
-    if (field == 2 && wire == wire::kLen) return true;
-    if (!wire::SkipField(p, end, wire)) return false;
-  }
-  return false;
-}
-
 int RunSchema(const InspectOptions& options, std::ostream& out, std::ostream& err) {
   Schema schema;
   ExampleFeatures features;
@@ -585,7 +570,7 @@ int RunSchema(const InspectOptions& options, std::ostream& out, std::ostream& er
     auto on_record = [&](const Record& record, Compression compression) {
       if (DecodeRecord(file, record, compression, &features, err)) AddToSchema(file, record, features, &schema);
       else ++schema.problems;
-      with_feature_lists += HasFeatureLists(record.data);
+      with_feature_lists += wire::HasFeatureLists(record.data);
     };
     schema.problems += ReadRecords(file, options, on_record, [&](const ReadError& e) { ReportReadError(e, err); }).problems;
   }

@@ -26,7 +26,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     const bool ranks = config.consumers.mode == DeliveryMode::kRanks;
     const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
-    result->absent_features = sample.absent_features;  // what ringfeedd logs at start
+    result->sample_warnings = sample.warnings;  // what ringfeedd logs at start
     std::string ignored;
     const TuningPlan plan = PlanTuning(config, sample, static_cast<int64_t>(shard_files.size()), queues,
                                        baseline_private_rss, ReadQueue::Available(&ignored));
@@ -101,7 +101,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   // The start-up plan first, as ringfeedd makes it: a feature that no sampled record has (a
   // misspelt key) is said before the problems it causes, which may be every record's.
   PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
-  for (const std::string& warning : result.absent_features) problems << "warning: " << warning << "\n";
+  for (const std::string& warning : result.sample_warnings) problems << "warning: " << warning << "\n";
 
   const auto start = std::chrono::steady_clock::now();
   // The files and records of this shard only, as ringfeedd's Sequencer reads them.

@@ -32,8 +32,9 @@ struct JobCheckResult {
   double seconds = 0;
   bool failed = false;           // on_error: fail and an error occurred (the check stopped there)
   std::string first_error;
-  // Spec features that no sampled record contains, each with a hint ("did you mean 'tips'?").
-  std::vector<std::string> absent_features;
+  // What ringfeedd warns of at start from its sample (RecordSample::warnings): spec features that
+  // no sampled record contains, each with a hint ("did you mean 'tips'?"), SequenceExample records.
+  std::vector<std::string> sample_warnings;
 
   // ringfeedd's start-up plan for this config, from its own sample of the first records.
   std::string plan_error;        // non-empty: ringfeedd would refuse to start (the arithmetic)

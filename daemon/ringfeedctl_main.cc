@@ -368,7 +368,7 @@ Command AddCheckCommand(CLI::App& parent) {
       return bad_records();
     }
     if (r.read_errors + r.parse_errors > 0) return bad_records();
-    const size_t warnings = r.absent_features.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
+    const size_t warnings = r.sample_warnings.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
                             (r.memory_budget_warning.empty() ? 0 : 1) + (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);
     if (*strict && warnings > 0) {

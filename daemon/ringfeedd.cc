@@ -435,7 +435,7 @@ int RunDaemon(const DaemonOptions& options) {
     const std::vector<uint32_t> shard_files = shard.Files(files.size());
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
     // As ringfeedctl check says them: a misspelt VarLen name otherwise gives empty rows, silently.
-    for (const std::string& absent : sample.absent_features) spdlog::warn("{}", absent);
+    for (const std::string& warning : sample.warnings) spdlog::warn("{}", warning);
     std::string no_io_uring;
     const bool queued_reads = ReadQueue::Available(&no_io_uring);
     if (!queued_reads) {

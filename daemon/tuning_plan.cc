@@ -135,6 +135,8 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   WorstBatch worst(static_cast<size_t>(config.batch.size));
   uint64_t records = 0, bytes = 0;
   std::set<std::string> keys;  // of every sampled record, for AbsentFeatures
+  uint64_t with_feature_lists = 0;  // SequenceExample records sampled (wire::HasFeatureLists)
+  std::string first_with_feature_lists;  // "FILE record N"
   ReaderOptions options;
   options.compression = config.source.compression;
   options.max_record_bytes = config.source.max_record_bytes;
@@ -168,6 +170,9 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
             keys.emplace(reinterpret_cast<const char*>(key), size);
           },
           &ignored);
+      if (wire::HasFeatureLists(record.data) && with_feature_lists++ == 0) {
+        first_with_feature_lists = files[f] + " record " + std::to_string(record.index);
+      }
       ColumnSizes one;
       parser.Measure(record.data, &one);
       total.Add(one);
@@ -200,7 +205,14 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   const uint64_t needed = SlotBytesNeeded(specs, static_cast<size_t>(rows), estimate);
   sample.records = records;
   sample.bytes = bytes;
-  if (records > 0) sample.absent_features = AbsentFeatures(specs, keys, records);
+  if (records > 0) sample.warnings = AbsentFeatures(specs, keys, records);
+  if (with_feature_lists > 0) {
+    sample.warnings.push_back(
+        std::to_string(with_feature_lists) + " of the " + std::to_string(records) +
+        " records sampled at start hold feature lists (tf.train.SequenceExample records, first: " +
+        first_with_feature_lists + "): ringfeed reads tf.train.Example, so only their context features are read "
+        "and the feature lists are dropped; convert them to Examples (one per step, or flattened) to train on them");
+  }
   sample.mean_slot_bytes = pages(needed);
   sample.slot_bytes = std::max(sample.mean_slot_bytes, pages(SlotBytesNeeded(specs, static_cast<size_t>(rows),
                                                                              worst.Sizes())));

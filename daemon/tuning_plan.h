@@ -48,9 +48,11 @@ struct RecordSample {
   // a ring of the former.
   uint64_t slot_bytes = 0;
   uint64_t mean_slot_bytes = 0;
-  // Features of the spec that no sampled record has (AbsentFeatures): a misspelt name, most
-  // often. ringfeedd logs them as warnings; ringfeedctl check prints them.
-  std::vector<std::string> absent_features;
+  // What the sample shows that the config may not mean, one line each: features of the spec that
+  // no sampled record has (AbsentFeatures: a misspelt name, most often), and records that are
+  // tf.train.SequenceExamples (their feature lists are not read). ringfeedd logs them as
+  // warnings; ringfeedctl check prints them (--strict: problems).
+  std::vector<std::string> warnings;
   // The records this shard reads per epoch (after record sharding), counted at start where
   // they are fewer than shuffle.buffer and the shard's files hold at most kCountFileBytes
   // together (see SampleRecords); nullopt otherwise. Records that fail to read are not counted;

@@ -282,6 +282,22 @@ inline void WritePackedRun(const PackedRun& run, uint8_t* dst) {
   }
 }
 
+// Whether a record has a top-level field 2 of wire type LEN: a tf.train.SequenceExample's
+// feature_lists (tensorflow/core/example/example.proto; its field 1, context, reads as an
+// Example's features). An Example has no field 2, so parsing one as an Example drops them.
+// False for malformed input (the Example parse reports that).
+inline bool HasFeatureLists(std::span<const uint8_t> record) {
+  const uint8_t* p = record.data();
+  const uint8_t* const end = p + record.size();
+  while (p < end) {
+    uint32_t field, wire;
+    if (!ReadTag(p, end, &field, &wire)) return false;
+    if (field == 2 && wire == kLen) return true;
+    if (!SkipField(p, end, wire)) return false;
+  }
+  return false;
+}
+
 // Walks every map entry of every `features` field of an Example, calling
 // on_entry(const uint8_t* key, size_t key_size, const FeatureRef& feature) in record order (a
 // later duplicate key comes later: callers keep the last). A missing key is the empty string; a

@@ -272,8 +272,8 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
                               "\"]}\nfeatures:\n  idd: {type: varlen, dtype: int64}\n  x: {dtype: float32}\n"),
       log, log);
   CHECK(r.records == 3);
-  REQUIRE(r.absent_features.size() == 1);
-  CHECK_THAT(r.absent_features[0], Catch::Contains("feature 'idd' is in none of the 3 records sampled at start (every row gets "
+  REQUIRE(r.sample_warnings.size() == 1);
+  CHECK_THAT(r.sample_warnings[0], Catch::Contains("feature 'idd' is in none of the 3 records sampled at start (every row gets "
                                                    "an empty list)") &&
                                        Catch::Contains("did you mean 'id'?"));
   // A FixedLen feature without a default does not get one: every record without it fails.
@@ -283,8 +283,8 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
       log, log);
   CHECK(fixed.records == 0);
   CHECK(fixed.parse_errors == 3);
-  REQUIRE(fixed.absent_features.size() == 1);
-  CHECK_THAT(fixed.absent_features[0],
+  REQUIRE(fixed.sample_warnings.size() == 1);
+  CHECK_THAT(fixed.sample_warnings[0],
              Catch::Contains("feature 'idd' is in none of the 3 records sampled at start (a FixedLen feature without a default: "
                              "every record without it is a parse error); did you mean 'id'?"));
   // A name far from every key: the keys the records have, so that the right one can be seen.
@@ -292,8 +292,8 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
       LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("*.tfrecord") +
                               "\"]}\nfeatures:\n  ride_total: {type: varlen, dtype: float32}\n  x: {dtype: float32}\n"),
       log, log);
-  REQUIRE(far.absent_features.size() == 1);
-  CHECK(far.absent_features[0] == "feature 'ride_total' is in none of the 3 records sampled at start (every row gets an empty "
+  REQUIRE(far.sample_warnings.size() == 1);
+  CHECK(far.sample_warnings[0] == "feature 'ride_total' is in none of the 3 records sampled at start (every row gets an empty "
                                   "list); the records sampled have 'id', 'x'");
 }
 
@@ -499,4 +499,25 @@ TEST_CASE("the bundled taxi and penguin configs parse every real record") {
   JobCheckResult penguin = RunJobCheck(LoadJobConfig("config/examples/penguin.yaml"), log, log);
   CHECK(penguin.records == 234);
   CHECK(penguin.read_errors + penguin.parse_errors == 0);
+}
+
+TEST_CASE("SequenceExample records: check warns that their feature lists are not read (TensorFlow's files)") {
+  const std::string tfx = TfxDirOrSkip();
+  if (tfx.empty()) return;
+  const std::string file = tfx + "/tfrecord_sequence/Split-train/data_tfrecord_train.gz";
+  std::ostringstream out, err;
+  const JobCheckResult r = RunJobCheck(
+      LoadJobConfigFromString("job: seq\nsource: {files: [\"" + file + "\"]}\nfeatures:\n"
+                              "  f: {type: varlen, dtype: float32}\n"),
+      out, err);
+  CHECK(r.records == 10500);
+  CHECK(r.read_errors + r.parse_errors == 0);
+  REQUIRE(r.sample_warnings.size() == 1);
+  CHECK(r.sample_warnings[0] ==
+        "1000 of the 1000 records sampled at start hold feature lists (tf.train.SequenceExample records, first: " +
+            file + " record 0): ringfeed reads tf.train.Example, so only their context features are read and the "
+            "feature lists are dropped; convert them to Examples (one per step, or flattened) to train on them");
+  // Plain Examples: none.
+  REQUIRE(::chdir(RINGFEED_SOURCE_DIR) == 0);
+  CHECK(RunJobCheck(LoadJobConfig("config/examples/taxi.yaml"), out, err).sample_warnings.empty());
 }
