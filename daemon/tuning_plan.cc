@@ -465,7 +465,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
         " " + FormatBytes(mi.budget_bytes) + " holds for one record: " +
         (sample.records == 0 ? std::string()
                              : "the largest of the " + std::to_string(sample.records) + " records sampled at start (" +
-                                   std::to_string(sample.largest_bytes) + " bytes) and ") +
+                                   std::to_string(sample.largest_bytes) + " bytes) plus ") +
         (copies == 2 ? "a quarter" : "half") + " of its " + FormatBytes(plan.memory.margin_bytes) + " safety margin " +
         (sample.records == 0 ? "(no record could be read at start)"
                              : "(raise the budget if records this large are genuine)");

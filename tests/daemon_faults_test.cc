@@ -558,7 +558,9 @@ TEST_CASE("a record past the start-up sample that the memory budget cannot hold 
     INFO(on_error << ": consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
     CHECK_THAT(daemon.Stderr(), Catch::Contains("records are read up to the ") &&
                                     Catch::Contains("that pipeline.memory_budget " + budget_text +
-                                                    " holds for one record"));
+                                                    " holds for one record: the largest of the 1000 records sampled "
+                                                    "at start (") &&
+                                    Catch::Contains(" bytes) plus a quarter of its "));
     const std::string refusal = dir.file("data.tfrecord") + ": record 1050 at byte " + std::to_string(big_offset) +
                                 ": record too large: length " + std::to_string(records[1050].size()) + " bytes exceeds the ";
     if (on_error == std::string("skip")) {
