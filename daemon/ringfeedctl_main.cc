@@ -404,12 +404,16 @@ std::string RuntimeDirOr(const std::string& dir) { return dir.empty() ? ringfeed
 
 Command AddListCommand(CLI::App& parent) {
   auto dir = std::make_shared<std::string>();
-  CLI::App* cmd = parent.add_subcommand("list", "List the ringfeed jobs running on this machine (from their sockets in the runtime directory and its subdirectories)");
+  CLI::App* cmd = parent.add_subcommand(
+      "list",
+      "List the ringfeed jobs whose sockets are in one runtime directory and its subdirectories (--runtime-dir)");
   cmd->footer(
       "One line per job: JOB, STATE, PID, UPTIME, RECORDS/S (last 10 s), CONSUMERS; a job found in a\n"
       "subdirectory ends with \"(in DIR)\"; a socket left by a daemon that is gone (killed, crashed)\n"
       "shows as gone, with its pid, one whose daemon does not answer as unreachable, one whose daemon\n"
       "answers with what ringfeedctl cannot read as bad reply, each with the reason.\n"
+      "Only that directory is looked in: a daemon started with another runtime directory (its\n"
+      "RINGFEED_RUNTIME_DIR or --runtime-dir, another user's default) is listed with --runtime-dir DIR.\n"
       "Exit status 0: listed (none when the runtime directory does not exist), 1: the runtime directory\n"
       "cannot be read (its permissions; nothing is listed then).");
   AddRuntimeDirOption(cmd, dir.get());
