@@ -342,6 +342,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.queues = queues;
     mi.max_readers = limits.max_readers;
     mi.max_workers = limits.max_workers;
+    mi.readers_fixed = pc.readers.has_value();
+    mi.workers_fixed = pc.workers.has_value();
     // ExampleParser::Check's scratch: one row, its columns grown by doubling (up to 2x); a
     // row is < 2^44 bytes (8x a record, which is < 2^40).
     if (config.source.on_error == OnError::kSkip) mi.reader_check_bytes = 2 * sample.largest_row_bytes;

@@ -427,6 +427,35 @@ TEST_CASE("a ring larger than all of /dev/shm: the budget error says to lower th
                                                FormatBytes(shm::ShmTotalBytes()) + ")"));
 }
 
+TEST_CASE("a budget too small: the advice names fixed readers and workers, never auto ones") {
+  TempDir dir;
+  for (int i = 0; i < 10; ++i) WriteShard(dir.file("f" + std::to_string(i) + ".tfrecord"), 10 * i, 10);
+  std::ostringstream log;
+  const auto check = [&](const std::string& pipeline) {
+    return RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: 16MiB, " + pipeline + "}\n"), log, log);
+  };
+  const JobCheckResult fixed = check("cycle_length: 4, readers: 3, workers: 4");
+  INFO(fixed.plan_error);
+  CHECK_THAT(fixed.plan_error, Catch::Contains("raise pipeline.memory_budget to at least ") &&
+                                   Catch::Contains("MiB or lower pipeline.cycle_length / pipeline.readers (") &&
+                                   Catch::Contains(") or pipeline.workers ("));
+  // With 5 files 4 + 1 opens them all, as 4 + 3 does: the readers save no open file.
+  const JobCheckResult all_files = RunJobCheck(
+      LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("f[0-4].tfrecord") + "\"]}\nfeatures:\n"
+                              "  id: {dtype: int64}\n  x: {dtype: float32}\n"
+                              "pipeline: {memory_budget: 16MiB, cycle_length: 4, readers: 3, workers: 4}\n"),
+      log, log);
+  INFO(all_files.plan_error);
+  CHECK_THAT(all_files.plan_error, Catch::Contains("MiB or lower pipeline.cycle_length (") &&
+                                       !Catch::Contains("pipeline.readers ("));
+  // Auto readers and workers are at 1 in the plan refused: lowering them is no advice.
+  const JobCheckResult automatic = check("cycle_length: 4, readers: auto, workers: auto");
+  INFO(automatic.plan_error);
+  CHECK_THAT(automatic.plan_error, Catch::Contains("raise pipeline.memory_budget to at least ") &&
+                                       Catch::Contains("MiB or lower pipeline.cycle_length (") &&
+                                       !Catch::Contains("pipeline.readers") && !Catch::Contains("pipeline.workers"));
+}
+
 TEST_CASE("a shuffle buffer larger than the shard's epoch is planned at the records counted at start") {
   TempDir dir;
   WriteShard(dir.file("a.tfrecord"), 0, 7);
