@@ -225,7 +225,8 @@ Command AddCheckCommand(CLI::App& parent) {
       "expanded (a pattern that matches nothing, a missing {a,b} file), a job ringfeedd would refuse\n"
       "to start (a memory budget, the open-file limit, a permissions.group that does not exist) or a\n"
       "batch too large to build in memory. With --strict the warnings (a spec feature that no record\n"
-      "has, no batch at all, a memory budget above the memory limit) exit 1 too.\n"
+      "has, no batch at all, a memory budget above the memory limit, ring.slots not more than the\n"
+      "ranks' consumers.count) exit 1 too.\n"
       "\n"
       "Examples:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data\n"
@@ -233,7 +234,8 @@ Command AddCheckCommand(CLI::App& parent) {
   cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required()->option_text("REQUIRED");
   cmd->add_flag("--strict", *strict,
                 "Warnings count as problems (exit 1): a spec feature that no record has (a misspelt VarLen name "
-                "gives empty rows), no batch at all, a memory budget above the memory limit");
+                "gives empty rows), no batch at all, a memory budget above the memory limit, ring.slots not more "
+                "than consumers.count in ranks mode");
   auto run = [config_path, strict]() {
     ringfeed::JobConfig config;
     try {
@@ -320,6 +322,7 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.knob_caps.empty()) std::cout << "autotune: " << r.knob_caps << "\n";
     if (!r.shuffle_buffer_note.empty()) std::cout << "shuffle: " << r.shuffle_buffer_note << "\n";
     if (!r.memory_budget_warning.empty()) std::cerr << "warning: " << r.memory_budget_warning << "\n";
+    if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";
     char cores[32];
     std::snprintf(cores, sizeof cores, "%.10g", r.cpu_budget_cores);
     std::cout << "cpu: ringfeedd's cpu_budget would be " << cores << " cores (" << r.cpu_budget_source << ")\n";
@@ -369,7 +372,8 @@ Command AddCheckCommand(CLI::App& parent) {
     }
     if (r.read_errors + r.parse_errors > 0) return bad_records();
     const size_t warnings = r.absent_features.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
-                            (r.memory_budget_warning.empty() ? 0 : 1) + (r.slot_bytes_note.empty() ? 0 : 1) +
+                            (r.memory_budget_warning.empty() ? 0 : 1) + (r.ring_slots_warning.empty() ? 0 : 1) +
+                            (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);
     if (*strict && warnings > 0) {
       std::cerr << "ringfeedctl check --strict: " << warnings << (warnings == 1 ? " warning" : " warnings")
