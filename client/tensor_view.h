@@ -13,8 +13,9 @@
 //   bytes (VarLen)    as bytes, plus row_splits() counting strings per row;
 //                     shape() = {number of strings}
 // All offsets have been checked against the slot (shm/batch_check.h) before the view exists.
-// The memory is writable (mutable_data) because NumPy/DLPack need writable buffers; writes are
-// seen by nobody else and vanish when the slot is reused.
+// The memory is writable (mutable_data) because NumPy/DLPack need writable buffers; writes land
+// in the shared segment's slot, which only the holder reads until it releases the batch, and the
+// daemon overwrites them when it reuses the slot.
 // Thread-safety: a const view; reading from several threads is fine.
 #pragma once
 

@@ -567,21 +567,36 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     message += "  read-ahead at least: " + std::to_string(plan.open_files) + " open files x " + per_file +
                overhead_text + " = " +
                FormatBytes(min_memory) + " (the budget leaves " + FormatBytes(plan.read_ahead_memory_bytes) + ")\n";
-    // What the user can lower, biggest first.
+    // What the user can lower, biggest first: a count already at 1, an auto one (at 1 here, as
+    // PlanTuning lowers those before it gives up) or one whose least value opens as many files
+    // (all the shard's) is no advice.
     struct Knob {
-      const char* keys;
+      std::string keys;
       uint64_t bytes;
     };
+    std::vector<std::string> file_keys;
+    if (in.cycle_length > 1 && OpenFiles(1, lookahead, in.files) < plan.open_files) {
+      file_keys.push_back("pipeline.cycle_length");
+    }
+    if (in.readers_fixed && in.max_readers > 1 && in.lookahead_files == 0 &&
+        OpenFiles(in.cycle_length, 1, in.files) < plan.open_files) {
+      file_keys.push_back("pipeline.readers");
+    }
     std::vector<Knob> knobs = {{"ring.slots / ring.slot_bytes / batch.size", plan.ring_bytes},
-                               {"shuffle.buffer", plan.shuffle_bytes},
-                               {"pipeline.cycle_length / pipeline.readers", plan.open_files_bytes},
-                               {"pipeline.workers", SatAdd(plan.workers_bytes, plan.threads_bytes)},
-                               {"batch.size / ring.slots", plan.batches_bytes}};
+                               {"shuffle.buffer", plan.shuffle_bytes}};
+    if (!file_keys.empty()) {
+      knobs.push_back({file_keys.size() == 1 ? file_keys[0] : file_keys[0] + " / " + file_keys[1],
+                       plan.open_files_bytes});
+    }
+    if (in.workers_fixed && in.max_workers > 1) {
+      knobs.push_back({"pipeline.workers", SatAdd(plan.workers_bytes, plan.threads_bytes)});
+    }
+    knobs.push_back({"batch.size / ring.slots", plan.batches_bytes});
     std::stable_sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) { return a.bytes > b.bytes; });
     const uint64_t mib = uint64_t{1} << 20;
     if (needed > UINT64_MAX - mib) {  // the sums saturated: no budget (at most 2^64 - 1 bytes) holds it
-      message += "  needed more than any memory budget can be (2^64 bytes or more); lower " +
-                 std::string(knobs[0].keys) + " (" + FormatBytes(knobs[0].bytes) + ")";
+      message += "  needed more than any memory budget can be (2^64 bytes or more); lower " + knobs[0].keys + " (" +
+                 FormatBytes(knobs[0].bytes) + ")";
       throw BudgetError(message);
     }
     message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) +

@@ -161,6 +161,11 @@ struct MemoryInputs {
   // Threads the tuner may start (TunerLimits::max_readers / max_workers, or the fixed numbers).
   int64_t max_readers = 1;
   int64_t max_workers = 1;
+  // Whether the config fixes pipeline.readers / pipeline.workers. Only a fixed count above 1 is
+  // advised lower when the budget does not fit: an auto one is at 1 by then (PlanTuning lowers
+  // auto knobs before it gives up).
+  bool readers_fixed = true;
+  bool workers_fixed = true;
   uint64_t worker_scratch_bytes = 1u << 20;  // heap one parse worker keeps (measure/layout vectors)
   // on_error: skip: heap one reader's record check holds (ExampleParser::Check's one-row batch),
   // estimated as 2 x the largest sampled row, parsed (RecordSample::largest_row_bytes: values,
@@ -232,7 +237,10 @@ struct MemoryPlan {
 //     read-ahead at least: 8 open files x 256.0 KiB min stream buffer + ... = 2.3 MiB (the budget leaves 0 B)
 //     needed at least 113.0 MiB (118456064 bytes); raise pipeline.memory_budget to at least 113MiB or
 //     lower ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (29.9 MiB)
-// The budget named is exact: the smallest that fits (the 5% margin grows with the budget).
+// The budget named is exact: the smallest that fits (the 5% margin grows with the budget). The
+// parts to lower are the two largest of those that can go lower: pipeline.cycle_length above 1,
+// pipeline.readers and pipeline.workers only when fixed above 1 (readers_fixed, workers_fixed),
+// and cycle_length and readers only when their least value opens fewer files.
 // Also throws BudgetError for inputs that make no sense (budget 0, cycle_length < 1, ...).
 MemoryPlan PlanMemory(const MemoryInputs& inputs);
 

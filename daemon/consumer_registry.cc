@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "daemon/tuning_plan.h"
 #include "shm/futex.h"
 #include "shm/ring.h"
 
@@ -56,6 +57,8 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     spdlog::info("consumer {} attached (pid {}{})", i + 1, pid, rank ? ", rank " + std::to_string(*rank) : "");
     const uint32_t attached = AttachedLocked();
     const uint32_t slots = ring_.slot_count;
+    // In ranks mode every rank will attach: the advice counts them all, as the start-up warning
+    // (RingSlotsWarning) does.
     // Once when the count reaches the slots, again at each doubling (not on every attach: 64
     // trainers on a 13-slot ring gave 52 lines); again after it fell below the slots.
     if (attached >= slots && attached >= 2 * crowd_warned_at_) {
@@ -64,7 +67,7 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
                    "they wait for the next (a Python `for batch in client:` loop does) can hold every slot, and then "
                    "no batch comes (a Next with a timeout then times out, saying so in Python; one without waits); "
                    "give this job more ring.slots than consumers (ring.slots: {})",
-                   attached, slots, std::max(2 * attached, slots + 1));
+                   attached, slots, RingSlotsForConsumers(std::max(attached, ranks_), slots));
     }
     return i + 1;
   }

@@ -225,7 +225,8 @@ Command AddCheckCommand(CLI::App& parent) {
       "expanded (a pattern that matches nothing, a missing {a,b} file), a job ringfeedd would refuse\n"
       "to start (a memory budget, the open-file limit, a permissions.group that does not exist) or a\n"
       "batch too large to build in memory. With --strict the warnings (a spec feature that no record\n"
-      "has, no batch at all, a memory budget above the memory limit) exit 1 too.\n"
+      "has, no batch at all, a memory budget above the memory limit, ring.slots not more than the\n"
+      "ranks' consumers.count) exit 1 too.\n"
       "\n"
       "Examples:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data\n"
@@ -233,7 +234,8 @@ Command AddCheckCommand(CLI::App& parent) {
   cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required()->option_text("REQUIRED");
   cmd->add_flag("--strict", *strict,
                 "Warnings count as problems (exit 1): a spec feature that no record has (a misspelt VarLen name "
-                "gives empty rows), no batch at all, a memory budget above the memory limit");
+                "gives empty rows), no batch at all, a memory budget above the memory limit, ring.slots not more "
+                "than consumers.count in ranks mode");
   auto run = [config_path, strict]() {
     ringfeed::JobConfig config;
     try {
@@ -320,6 +322,7 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.knob_caps.empty()) std::cout << "autotune: " << r.knob_caps << "\n";
     if (!r.shuffle_buffer_note.empty()) std::cout << "shuffle: " << r.shuffle_buffer_note << "\n";
     if (!r.memory_budget_warning.empty()) std::cerr << "warning: " << r.memory_budget_warning << "\n";
+    if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";
     char cores[32];
     std::snprintf(cores, sizeof cores, "%.10g", r.cpu_budget_cores);
     std::cout << "cpu: ringfeedd's cpu_budget would be " << cores << " cores (" << r.cpu_budget_source << ")\n";
@@ -369,7 +372,8 @@ Command AddCheckCommand(CLI::App& parent) {
     }
     if (r.read_errors + r.parse_errors > 0) return bad_records();
     const size_t warnings = r.sample_warnings.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
-                            (r.memory_budget_warning.empty() ? 0 : 1) + (r.slot_bytes_note.empty() ? 0 : 1) +
+                            (r.memory_budget_warning.empty() ? 0 : 1) + (r.ring_slots_warning.empty() ? 0 : 1) +
+                            (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);
     if (*strict && warnings > 0) {
       std::cerr << "ringfeedctl check --strict: " << warnings << (warnings == 1 ? " warning" : " warnings")
@@ -404,12 +408,16 @@ std::string RuntimeDirOr(const std::string& dir) { return dir.empty() ? ringfeed
 
 Command AddListCommand(CLI::App& parent) {
   auto dir = std::make_shared<std::string>();
-  CLI::App* cmd = parent.add_subcommand("list", "List the ringfeed jobs running on this machine (from their sockets in the runtime directory and its subdirectories)");
+  CLI::App* cmd = parent.add_subcommand(
+      "list",
+      "List the ringfeed jobs whose sockets are in one runtime directory and its subdirectories (--runtime-dir)");
   cmd->footer(
       "One line per job: JOB, STATE, PID, UPTIME, RECORDS/S (last 10 s), CONSUMERS; a job found in a\n"
       "subdirectory ends with \"(in DIR)\"; a socket left by a daemon that is gone (killed, crashed)\n"
       "shows as gone, with its pid, one whose daemon does not answer as unreachable, one whose daemon\n"
       "answers with what ringfeedctl cannot read as bad reply, each with the reason.\n"
+      "Only that directory is looked in: a daemon started with another runtime directory (its\n"
+      "RINGFEED_RUNTIME_DIR or --runtime-dir, another user's default) is listed with --runtime-dir DIR.\n"
       "Exit status 0: listed (none when the runtime directory does not exist), 1: the runtime directory\n"
       "cannot be read (its permissions; nothing is listed then).");
   AddRuntimeDirOption(cmd, dir.get());

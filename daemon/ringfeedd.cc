@@ -476,6 +476,7 @@ int RunDaemon(const DaemonOptions& options) {
     if (!plan.shuffle_buffer_note.empty()) spdlog::info("{}", plan.shuffle_buffer_note);
     if (!plan.memory_budget_warning.empty()) spdlog::warn("{}", plan.memory_budget_warning);
     if (!plan.slot_bytes_note.empty()) spdlog::warn("{}", plan.slot_bytes_note);
+    if (!plan.ring_slots_warning.empty()) spdlog::warn("{}", plan.ring_slots_warning);
     po.sequencer.shuffle_buffer = plan.shuffle_buffer;  // shuffle.buffer, or the whole epoch where it is less
     spdlog::debug("{}", plan.memory.Describe());
     spdlog::info("cpu_budget {:.3g} cores ({}): the CPU the daemon's threads may use together",

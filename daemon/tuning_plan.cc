@@ -219,11 +219,38 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   return sample;
 }
 
+uint32_t RingSlotsForConsumers(uint32_t consumers, uint32_t slots) {
+  return std::min(std::max(2 * consumers, slots + 1), shm::kMaxSlots);
+}
+
+std::string RingSlotsWarning(const JobConfig& config) {
+  if (config.consumers.mode != DeliveryMode::kRanks || !config.ring.slots ||
+      *config.ring.slots > config.consumers.count) {
+    return {};
+  }
+  const auto slots = static_cast<uint32_t>(*config.ring.slots);
+  const auto count = static_cast<uint32_t>(config.consumers.count);
+  // Batch k goes to rank k mod count: the first `slots` batches fill the ring, and the ranks
+  // after them have none to take.
+  const std::string starved = count - slots == 0   ? std::string()
+                              : count - slots == 1 ? "rank " + std::to_string(slots) + " gets none at all; "
+                              : count - slots == 2 ? "ranks " + std::to_string(slots) + " and " +
+                                                         std::to_string(slots + 1) + " get none at all; "
+                                                   : "ranks " + std::to_string(slots) + " to " +
+                                                         std::to_string(count - 1) + " get none at all; ";
+  return "ring.slots: " + std::to_string(slots) + " is not more than consumers.count: " + std::to_string(count) +
+         ": ranks that keep their previous batch while they wait for the next (a Python `for batch in client:` "
+         "loop does) hold every slot in the first round, and then no batch comes (" + starved +
+         "a Next with a timeout times out, one without waits); give ring.slots at least 2 x count (" +
+         std::to_string(RingSlotsForConsumers(count, slots)) + ") or auto";
+}
+
 TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,
                       uint64_t baseline_private_rss, bool queued_reads) {
   const PipelineConfig& pc = config.pipeline;
   TuningPlan plan;
   AutotuneOptions& at = plan.autotune;
+  plan.ring_slots_warning = RingSlotsWarning(config);
 
   // Budgets.
   const CpuBudget machine = DetectCpuBudget();
@@ -354,6 +381,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.queues = queues;
     mi.max_readers = limits.max_readers;
     mi.max_workers = limits.max_workers;
+    mi.readers_fixed = pc.readers.has_value();
+    mi.workers_fixed = pc.workers.has_value();
     // ExampleParser::Check's scratch: one row, its columns grown by doubling (up to 2x); a
     // row is < 2^44 bytes (8x a record, which is < 2^40).
     if (config.source.on_error == OnError::kSkip) mi.reader_check_bytes = 2 * sample.largest_row_bytes;
@@ -477,7 +506,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
         " " + FormatBytes(mi.budget_bytes) + " holds for one record: " +
         (sample.records == 0 ? std::string()
                              : "the largest of the " + std::to_string(sample.records) + " records sampled at start (" +
-                                   std::to_string(sample.largest_bytes) + " bytes) and ") +
+                                   std::to_string(sample.largest_bytes) + " bytes) plus ") +
         (copies == 2 ? "a quarter" : "half") + " of its " + FormatBytes(plan.memory.margin_bytes) + " safety margin " +
         (sample.records == 0 ? "(no record could be read at start)"
                              : "(raise the budget if records this large are genuine)");

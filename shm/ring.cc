@@ -159,7 +159,7 @@ std::string AllHeldAdvice(const Ring& ring, uint32_t self_id) {
   consumers = std::max(consumers, holders.size());
   return who + ": each consumer that keeps its previous batch while it waits for the next (a Python `for batch in "
                "client:` loop) needs a slot of its own and one to fill: give the job ring.slots: " +
-         std::to_string(std::max<size_t>(2 * consumers, ring.slot_count + 1)) + " or more";
+         std::to_string(std::min<size_t>(std::max<size_t>(2 * consumers, ring.slot_count + 1), kMaxSlots)) + " or more";
 }
 
 uint32_t ReclaimConsumer(const Ring& ring, uint32_t consumer_id) {

@@ -643,6 +643,36 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
   CHECK_THROWS_AS(PlanMemory(ExampleInputs(118'623'231)), BudgetError);
 }
 
+TEST_CASE("PlanMemory: the advice names only the parts that can go lower", "[plan]") {
+  // A small ring and no shuffle buffer: the open files and the workers are the largest parts.
+  MemoryInputs in = ExampleInputs(16 * MiB);
+  in.ring_slots = 2;
+  in.ring_slot_bytes = 64 * KiB;
+  in.ring_segment_bytes = 2 * 64 * KiB + 64 * KiB;
+  in.shuffle_buffer = 0;
+  in.max_workers = 8;
+  const auto advice = [](const MemoryInputs& in) {
+    const std::string message = PlanError(in);
+    return message.substr(message.find("MiB or lower ") + 4);
+  };
+  // Fixed readers (4) and workers (8), cycle_length 4: each can go lower.
+  CHECK(advice(in) == "or lower pipeline.cycle_length / pipeline.readers (17.8 MiB) or pipeline.workers (12.0 MiB)");
+  // The same counts from auto knobs: only the tuner's reach, which PlanTuning lowers itself.
+  in.readers_fixed = in.workers_fixed = false;
+  CHECK(advice(in) == "or lower pipeline.cycle_length (17.8 MiB) or batch.size / ring.slots (591.0 KiB)");
+  // Auto readers and workers at 1 (PlanTuning's last try).
+  in.max_readers = in.max_workers = 1;
+  CHECK(advice(in) == "or lower pipeline.cycle_length (11.1 MiB) or batch.size / ring.slots (591.0 KiB)");
+  // Fixed at 1, and cycle_length 1: nothing of the open files or the workers to lower.
+  in.readers_fixed = in.workers_fixed = true;
+  in.cycle_length = 1;
+  CHECK(advice(in) == "or lower batch.size / ring.slots (591.0 KiB) or ring.slots / ring.slot_bytes / batch.size "
+                      "(192.0 KiB)");
+  // Fixed readers above 1 with cycle_length 1: the readers alone.
+  in.max_readers = 3;
+  CHECK(advice(in) == "or lower pipeline.readers (8.9 MiB) or batch.size / ring.slots (591.0 KiB)");
+}
+
 TEST_CASE("PlanMemory: 'needed at least' is exact also when the 5% margin is the larger", "[plan]") {
   for (int64_t shuffle : {100'000, 1'000'000, 3'000'000}) {
     MemoryInputs in = ExampleInputs(64 * MiB);

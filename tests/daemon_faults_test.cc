@@ -558,7 +558,9 @@ TEST_CASE("a record past the start-up sample that the memory budget cannot hold 
     INFO(on_error << ": consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
     CHECK_THAT(daemon.Stderr(), Catch::Contains("records are read up to the ") &&
                                     Catch::Contains("that pipeline.memory_budget " + budget_text +
-                                                    " holds for one record"));
+                                                    " holds for one record: the largest of the 1000 records sampled "
+                                                    "at start (") &&
+                                    Catch::Contains(" bytes) plus a quarter of its "));
     const std::string refusal = dir.file("data.tfrecord") + ": record 1050 at byte " + std::to_string(big_offset) +
                                 ": record too large: length " + std::to_string(records[1050].size()) + " bytes exceeds the ";
     if (on_error == std::string("skip")) {
@@ -1025,6 +1027,40 @@ TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start
   CHECK_THAT(strict.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records sampled at start (every row gets "
                                          "an empty list); did you mean 'tag'?\n"));
   CHECK_THAT(strict.err, Catch::EndsWith("\nringfeedctl check --strict: 1 warning above, counted as problems (exit 1)\n"));
+}
+
+TEST_CASE("ranks with ring.slots not more than consumers.count: ringfeedd warns at start and at attach with the same "
+          "advice, as check does; check --strict fails") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 200);
+  DaemonProcess daemon(dir.path(), "fewslots",
+                       IdJobConfig("fewslots", dir.file("data.tfrecord"),
+                                   "batch: {size: 5}\nepochs: 0\nring: {slots: 4}\n"
+                                   "consumers: {mode: ranks, count: 6}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const std::string warning =
+      "ring.slots: 4 is not more than consumers.count: 6: ranks that keep their previous batch while they wait for "
+      "the next (a Python `for batch in client:` loop does) hold every slot in the first round, and then no batch "
+      "comes (ranks 4 and 5 get none at all; a Next with a timeout times out, one without waits); give ring.slots "
+      "at least 2 x count (12) or auto";
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("[warning] " + warning + "\n"));
+  // Four ranks attached fill the ring: the attach-time warning advises the same 12 slots.
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int rank = 0; rank < 4; ++rank) clients.push_back(Client::Attach(daemon.client_options(rank)));
+  CHECK(daemon.WaitForStderr("4 consumers attached to a ring of 4 slots"));
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("give this job more ring.slots than consumers (ring.slots: 12)"));
+  clients.clear();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+  const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+  INFO("check: " << check.out << check.err);
+  CHECK(check.status.ToString() == "exit 0");
+  CHECK_THAT(check.err, Catch::Contains("warning: " + warning + "\n"));
+  const CommandResult strict = RunCommand({CtlBinary(), "check", "--strict", daemon.config_path()});
+  INFO("check --strict: " << strict.out << strict.err);
+  CHECK(strict.status.ToString() == "exit 1");
+  CHECK_THAT(strict.err,
+             Catch::EndsWith("\nringfeedctl check --strict: 1 warning above, counted as problems (exit 1)\n"));
 }
 
 TEST_CASE("a shard with no records: check warns, the daemon ends its data at once, epochs: 0 included") {

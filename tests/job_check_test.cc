@@ -412,6 +412,35 @@ TEST_CASE("a memory budget above the memory the job may use is allowed, with a w
   CHECK(within.memory_budget_warning.empty());
 }
 
+TEST_CASE("ranks with ring.slots not more than consumers.count: warned with the numbers and the fix") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 30);
+  std::ostringstream log;
+  const auto check = [&](const std::string& extra) { return RunJobCheck(Config(dir, "fail", extra), log, log); };
+  const JobCheckResult fewer = check("consumers: {mode: ranks, count: 6}\nring: {slots: 4}\n");
+  CHECK(fewer.plan_error.empty());
+  CHECK(fewer.ring_slots_warning ==
+        "ring.slots: 4 is not more than consumers.count: 6: ranks that keep their previous batch while they wait for "
+        "the next (a Python `for batch in client:` loop does) hold every slot in the first round, and then no batch "
+        "comes (ranks 4 and 5 get none at all; a Next with a timeout times out, one without waits); give ring.slots "
+        "at least 2 x count (12) or auto");
+  CHECK_THAT(check("consumers: {mode: ranks, count: 3}\nring: {slots: 2}\n").ring_slots_warning,
+             Catch::Contains("(rank 2 gets none at all; ") && Catch::EndsWith("at least 2 x count (6) or auto"));
+  CHECK_THAT(check("consumers: {mode: ranks, count: 10}\nring: {slots: 3}\n").ring_slots_warning,
+             Catch::Contains("(ranks 3 to 9 get none at all; "));
+  // As many slots as ranks: each rank gets one batch, then every slot is held.
+  CHECK(check("consumers: {mode: ranks, count: 4}\nring: {slots: 4}\n").ring_slots_warning ==
+        "ring.slots: 4 is not more than consumers.count: 4: ranks that keep their previous batch while they wait for "
+        "the next (a Python `for batch in client:` loop does) hold every slot in the first round, and then no batch "
+        "comes (a Next with a timeout times out, one without waits); give ring.slots at least 2 x count (8) or auto");
+  CHECK(check("consumers: {mode: ranks, count: 4}\nring: {slots: 5}\n").ring_slots_warning.empty());
+  CHECK(check("consumers: {mode: ranks, count: 6}\n").ring_slots_warning.empty());  // slots: auto
+  CHECK(check("ring: {slots: 2}\n").ring_slots_warning.empty());                    // shared: no count to compare
+  CHECK(RingSlotsForConsumers(6, 4) == 12);
+  CHECK(RingSlotsForConsumers(2, 7) == 8);
+  CHECK(RingSlotsForConsumers(64, 256) == 256);
+}
+
 TEST_CASE("a ring larger than all of /dev/shm: the budget error says to lower the ring first") {
   TempDir dir;
   WriteShard(dir.file("a.tfrecord"), 0, 3);
@@ -425,6 +454,35 @@ TEST_CASE("a ring larger than all of /dev/shm: the budget error says to lower th
                                Catch::EndsWith("; but first lower ring.slots or ring.slot_bytes: the ring alone (16.0 "
                                                "TiB) is more than all of /dev/shm (" +
                                                FormatBytes(shm::ShmTotalBytes()) + ")"));
+}
+
+TEST_CASE("a budget too small: the advice names fixed readers and workers, never auto ones") {
+  TempDir dir;
+  for (int i = 0; i < 10; ++i) WriteShard(dir.file("f" + std::to_string(i) + ".tfrecord"), 10 * i, 10);
+  std::ostringstream log;
+  const auto check = [&](const std::string& pipeline) {
+    return RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: 16MiB, " + pipeline + "}\n"), log, log);
+  };
+  const JobCheckResult fixed = check("cycle_length: 4, readers: 3, workers: 4");
+  INFO(fixed.plan_error);
+  CHECK_THAT(fixed.plan_error, Catch::Contains("raise pipeline.memory_budget to at least ") &&
+                                   Catch::Contains("MiB or lower pipeline.cycle_length / pipeline.readers (") &&
+                                   Catch::Contains(") or pipeline.workers ("));
+  // With 5 files 4 + 1 opens them all, as 4 + 3 does: the readers save no open file.
+  const JobCheckResult all_files = RunJobCheck(
+      LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("f[0-4].tfrecord") + "\"]}\nfeatures:\n"
+                              "  id: {dtype: int64}\n  x: {dtype: float32}\n"
+                              "pipeline: {memory_budget: 16MiB, cycle_length: 4, readers: 3, workers: 4}\n"),
+      log, log);
+  INFO(all_files.plan_error);
+  CHECK_THAT(all_files.plan_error, Catch::Contains("MiB or lower pipeline.cycle_length (") &&
+                                       !Catch::Contains("pipeline.readers ("));
+  // Auto readers and workers are at 1 in the plan refused: lowering them is no advice.
+  const JobCheckResult automatic = check("cycle_length: 4, readers: auto, workers: auto");
+  INFO(automatic.plan_error);
+  CHECK_THAT(automatic.plan_error, Catch::Contains("raise pipeline.memory_budget to at least ") &&
+                                       Catch::Contains("MiB or lower pipeline.cycle_length (") &&
+                                       !Catch::Contains("pipeline.readers") && !Catch::Contains("pipeline.workers"));
 }
 
 TEST_CASE("a shuffle buffer larger than the shard's epoch is planned at the records counted at start") {
