@@ -3,9 +3,10 @@
 // end of the data, touches every byte of every feature (as a GPU upload would), checks the
 // batch metadata, and prints examples/s per epoch.
 //
-//   example_trainer --job mnist [--rank R] [--runtime-dir DIR] [--timeout SECONDS]
+//   example_trainer --job mnist [--rank R] [--runtime-dir DIR] [--timeout SECONDS] [--epochs N]
 //
-// Exit status: 0 end of data reached, 1 the daemon failed or went away (its message printed).
+// Exit status: 0 end of data reached (or --epochs N taken), 1 the daemon failed or went away
+// (its message printed), or no batch within the timeout.
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -20,8 +21,9 @@ namespace {
 
 void Usage() {
   std::fprintf(stderr,
-               "usage: example_trainer --job JOB [--rank R] [--runtime-dir DIR] [--timeout SECONDS]\n"
-               "Takes every batch of a running ringfeedd job until the end of its data and prints examples/s.\n");
+               "usage: example_trainer --job JOB [--rank R] [--runtime-dir DIR] [--timeout SECONDS] [--epochs N]\n"
+               "Takes every batch of a running ringfeedd job until the end of its data (or, with --epochs N, until\n"
+               "it has taken N epochs' batches: for an endless job, epochs: 0) and prints examples/s per epoch.\n");
 }
 
 // Reads every byte of the batch's features: what a trainer copying it to a GPU would do.
@@ -45,6 +47,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);
   ringfeed::ClientOptions options;
   double timeout_seconds = 60;
+  uint64_t max_epochs = 0;  // 0: until the end of the data
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -72,6 +75,7 @@ int main(int argc, char** argv) {
     else if (arg == "--rank") options.rank = static_cast<int>(number(0, 1023, true));
     else if (arg == "--runtime-dir") options.runtime_dir = value();
     else if (arg == "--timeout") timeout_seconds = number(0.001, 1e6, false);
+    else if (arg == "--epochs") max_epochs = static_cast<uint64_t>(number(1, 1e15, true));
     else if (arg == "-h" || arg == "--help") { Usage(); return 0; }
     else { Usage(); return 2; }
   }
@@ -87,7 +91,7 @@ int main(int argc, char** argv) {
     using Clock = std::chrono::steady_clock;
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
     ringfeed::Batch batch;
-    uint64_t epoch = 0, epoch_examples = 0, epoch_batches = 0, total_examples = 0, checksum = 0;
+    uint64_t epoch = 0, epoch_examples = 0, epoch_batches = 0, total_examples = 0, checksum = 0, epochs_done = 0;
     auto epoch_start = Clock::now();
     const auto start = epoch_start;
     auto report = [&] {
@@ -115,7 +119,10 @@ int main(int argc, char** argv) {
         return 1;
       }
       if (batch.epoch() != epoch) {
-        if (epoch_batches > 0) report();
+        if (epoch_batches > 0) {
+          report();
+          if (++epochs_done == max_epochs) break;  // the batch just taken, of the next epoch, is dropped
+        }
         epoch = batch.epoch();
         epoch_examples = epoch_batches = 0;
         epoch_start = Clock::now();
@@ -124,8 +131,21 @@ int main(int argc, char** argv) {
       epoch_examples += batch.rows();
       total_examples += batch.rows();
       ++epoch_batches;
+      if (batch.end_of_epoch() && max_epochs != 0 && epochs_done + 1 == max_epochs) {
+        report();
+        epoch_batches = 0;
+        ++epochs_done;
+        break;
+      }
     }
     if (epoch_batches > 0) report();
+    if (max_epochs != 0 && epochs_done == max_epochs) {
+      const double s = std::chrono::duration<double>(Clock::now() - start).count();
+      std::printf("%llu epoch(s) taken (--epochs): %llu examples, %.0f examples/s from attach (checksum %llu)\n",
+                  static_cast<unsigned long long>(epochs_done), static_cast<unsigned long long>(total_examples),
+                  s > 0 ? total_examples / s : 0.0, static_cast<unsigned long long>(checksum));
+      return 0;
+    }
     const std::string end_reason = client->end_reason();
     if (total_examples == 0 && !end_reason.empty()) {
       // The daemon says why: an epoch that delivered no batch.

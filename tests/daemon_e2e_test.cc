@@ -937,10 +937,28 @@ TEST_CASE("an idle daemon (no consumer, the ring at its prefetch depth) sleeps: 
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("example_trainer --epochs N stops an endless job's trainer after N epochs' batches, exit 0") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);  // batches of 4: 4, 4, 2 per epoch
+  DaemonProcess daemon(dir.path(), "endless",
+                       IdJobConfig("endless", dir.file("data.tfrecord"), "batch: {size: 4}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const CommandResult r = RunCommand({ExampleTrainerBinary(), "--job", "endless", "--runtime-dir", daemon.runtime_dir(),
+                                      "--epochs", "2", "--timeout", "10"});
+  INFO(r.out << r.err);
+  CHECK(r.status.ToString() == "exit 0");
+  CHECK_THAT(r.out, Catch::Contains("epoch 0: 10 examples in 3 batches") &&
+                        Catch::Contains("epoch 1: 10 examples in 3 batches") &&
+                        Catch::Contains("2 epoch(s) taken (--epochs): 20 examples"));
+  CHECK_THAT(r.out, !Catch::Contains("epoch 2:"));
+  CHECK(WaitUntil([&] { return daemon.Status()["consumers"].empty(); }));  // it detached
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("example_trainer: a value that is not a number, or out of range, is usage and exit 2, not 0 or rank 0") {
   for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
            {"--timeout", "abc"}, {"--timeout", "-5"}, {"--timeout", "5s"}, {"--rank", "x"}, {"--rank", "1.5"},
-           {"--rank", "-1"}, {"--timeout"}}) {
+           {"--rank", "-1"}, {"--timeout"}, {"--epochs", "0"}, {"--epochs", "2.5"}}) {
     std::vector<std::string> command = {ExampleTrainerBinary(), "--job", "nobody-runs-this"};
     command.insert(command.end(), args.begin(), args.end());
     const CommandResult r = RunCommand(command);
