@@ -360,18 +360,26 @@ std::string Client::end_reason() const {
 std::string Client::timeout_reason() const {
   // Every slot held: the daemon has nowhere to put a batch, whatever the mode.
   const shm::Ring& ring = attachment_->ring;
-  const std::vector<uint32_t> held = shm::HeldPerConsumer(ring);
+  const std::vector<uint32_t> held = shm::HeldPerConsumer(ring);  // one snapshot for the test and the text
   uint32_t held_by_all = 0;
   for (uint32_t h : held) held_by_all += h;
   if (ring.slot_count > 0 && held_by_all >= ring.slot_count) {
     const std::string slots = std::to_string(ring.slot_count);
-    if (held[consumer_id()] >= ring.slot_count) {
+    const uint32_t self = consumer_id();
+    if (self < held.size() && held[self] >= ring.slot_count) {
       return "this client holds all " + slots + " slots of the ring (batches it has not released), so the daemon "
              "has nowhere to put the next batch: release the batches it is done with (Batch::Release, or let the "
              "Batch go; copy what must outlive it)";
     }
+    uint32_t consumers = 0;  // attached, as the consumer table says; in ranks mode every rank counts
+    for (const shm::ConsumerEntry& c : ring.sb->consumers) consumers += c.attached.load(std::memory_order_relaxed) == 1;
+    if (attachment_->schema.mode == shm::DeliveryMode::kRanks) consumers = std::max(consumers, ring.queue_count);
+    const auto name = [&](uint32_t id) {
+      return id == self ? std::string("this client") : shm::ConsumerTableName(ring, id);
+    };
     return "all " + slots + " slots of the ring are held by its consumers, so the daemon has nowhere to put the "
-           "next batch: " + shm::AllHeldAdvice(ring, consumer_id()) + " (ringfeedctl status " + attachment_->job + ")";
+           "next batch: " + shm::AllHeldAdvice(held, name, consumers, ring.slot_count) + " (ringfeedctl status " +
+           attachment_->job + ")";
   }
   const std::vector<uint64_t> ready = ready_per_rank();
   if (ready.empty()) return "";  // shared mode

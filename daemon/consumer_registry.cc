@@ -6,7 +6,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/tuning_plan.h"
 #include "shm/futex.h"
 #include "shm/ring.h"
 
@@ -67,7 +66,7 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
                    "they wait for the next (a Python `for batch in client:` loop does) can hold every slot, and then "
                    "no batch comes (a Next with a timeout then times out, saying so in Python; one without waits); "
                    "give this job more ring.slots than consumers (ring.slots: {})",
-                   attached, slots, RingSlotsForConsumers(std::max(attached, ranks_), slots));
+                   attached, slots, shm::RingSlotsForConsumers(std::max(attached, ranks_), slots));
     }
     return i + 1;
   }
@@ -118,8 +117,8 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   const uint32_t reclaimed = shm::ReclaimConsumer(ring, id);
   sb->consumers[id - 1].attached.store(0, std::memory_order_release);
   if (reclaimed > 0 && after_the_data) {
-    spdlog::info("consumer {} (pid {}) detached after the end of the data holding {} batch(es) (arrays or tensors of "
-                 "them alive when its process ended); their slots are reclaimed", id, e.pid, reclaimed);
+    spdlog::info("consumer {} (pid {}) detached after the end of the data holding {} batch(es) (not released "
+                 "when its process exited or was killed); their slots are reclaimed", id, e.pid, reclaimed);
   } else if (reclaimed > 0) {
     batches_reclaimed_ += reclaimed;
     // A warning: records of this epoch that no trainer trained on. Not necessarily a crash: a

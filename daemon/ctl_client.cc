@@ -692,13 +692,15 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
         rank += " (" + std::to_string(it->second) + " ready)";
       }
     }
-    const uint64_t held = c.Count("slots_held");
-    std::snprintf(buf, sizeof buf,
-                  "           id %lld pid %lld%s: %llu %s taken, holds %llu %s, waited %.1f s, attached %s\n",
+    std::string holds;  // (a daemon before slots_held has none)
+    if (c.Has("slots_held")) {
+      const uint64_t held = c.Count("slots_held");
+      holds = ", holds " + std::to_string(held) + (held == 1 ? " slot" : " slots");
+    }
+    std::snprintf(buf, sizeof buf, "           id %lld pid %lld%s: %llu %s taken%s, waited %.1f s, attached %s\n",
                   static_cast<long long>(c.Integer("id")), static_cast<long long>(c.Integer("pid")), rank.c_str(),
-                  static_cast<unsigned long long>(taken), taken == 1 ? "batch" : "batches",
-                  static_cast<unsigned long long>(held), held == 1 ? "slot" : "slots", c.Number("wait_seconds"),
-                  Seconds(c.Number("attached_seconds")).c_str());
+                  static_cast<unsigned long long>(taken), taken == 1 ? "batch" : "batches", holds.c_str(),
+                  c.Number("wait_seconds"), Seconds(c.Number("attached_seconds")).c_str());
     out << buf;
   }
   const std::vector<int64_t> missing = s.Integers("ranks_without_consumer");

@@ -152,8 +152,9 @@ Command AddInspectCommand(CLI::App& parent) {
   ringfeed::InspectOptions& o = flags->options;
   // option_text: the help says "one at a time" under Modes, not "Excludes: ..." beside each.
   CLI::Option* count = cmd->add_flag("--count", flags->count, "Print records per file and the total")->option_text(" ");
-  CLI::Option* verify = cmd->add_flag("--verify", flags->verify, "Check every CRC and list each corrupt or truncated record")
-                            ->option_text(" ");
+  CLI::Option* verify =
+      cmd->add_flag("--verify", flags->verify, "Check every CRC and list each corrupt or truncated record")
+          ->option_text(" ");
   CLI::Option* schema =
       cmd->add_flag("--schema", flags->schema, "Summarize features and print a features: block for the job config")
           ->option_text(" ");
@@ -225,8 +226,8 @@ Command AddCheckCommand(CLI::App& parent) {
       "expanded (a pattern that matches nothing, a missing {a,b} file), a job ringfeedd would refuse\n"
       "to start (a memory budget, the open-file limit, a permissions.group that does not exist) or a\n"
       "batch too large to build in memory. With --strict the warnings (a spec feature that no record\n"
-      "has, no batch at all, a memory budget above the memory limit, ring.slots not more than the\n"
-      "ranks' consumers.count) exit 1 too.\n"
+      "has, SequenceExample records whose feature lists are dropped, no batch at all, a memory budget\n"
+      "above the memory limit, ring.slots not more than the ranks' consumers.count) exit 1 too.\n"
       "\n"
       "Examples:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data\n"
@@ -234,8 +235,8 @@ Command AddCheckCommand(CLI::App& parent) {
   cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required()->option_text("REQUIRED");
   cmd->add_flag("--strict", *strict,
                 "Warnings count as problems (exit 1): a spec feature that no record has (a misspelt VarLen name "
-                "gives empty rows), no batch at all, a memory budget above the memory limit, ring.slots not more "
-                "than consumers.count in ranks mode");
+                "gives empty rows), SequenceExample records (their feature lists are dropped), no batch at all, a "
+                "memory budget above the memory limit, ring.slots not more than consumers.count in ranks mode");
   auto run = [config_path, strict]() {
     ringfeed::JobConfig config;
     try {
@@ -455,7 +456,10 @@ Command AddStatusCommand(CLI::App& parent) {
       "Examples:\n"
       "  ringfeedctl status taxi-train --json | jq .throughput\n"
       "  ringfeedctl status taxi-train --files | sed -n 3p      # the file of file_index 2");
-  cmd->add_option("JOB", flags->job, "Job name (the config's job:)")->required()->check(JobNameValidator())->option_text("REQUIRED");
+  cmd->add_option("JOB", flags->job, "Job name (the config's job:)")
+      ->required()
+      ->check(JobNameValidator())
+      ->option_text("REQUIRED");
   cmd->add_flag("--json", flags->json, "Print the status object as JSON");
   cmd->add_flag("--files", flags->files,
                 "Print the job's sorted file list (the file_index of a row's source) instead; with --json as "
@@ -496,7 +500,10 @@ Command AddDumpCommand(CLI::App& parent) {
       "\n"
       "Example:\n"
       "  ringfeedctl dump taxi-train --batches 1 | jq '.features.fare.values[:4]'");
-  cmd->add_option("JOB", options->job, "Job name (the config's job:)")->required()->check(JobNameValidator())->option_text("REQUIRED");
+  cmd->add_option("JOB", options->job, "Job name (the config's job:)")
+      ->required()
+      ->check(JobNameValidator())
+      ->option_text("REQUIRED");
   cmd->add_option("--batches", *batches, "Print this many batches (default: all until the end of the data)")
       ->check(kCountValidator)
       ->option_text("N");

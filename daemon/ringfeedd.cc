@@ -574,6 +574,22 @@ int RunDaemon(const DaemonOptions& options) {
     // 4. Control socket, pipeline, heartbeat.
     asio::io_context io;
     ConsumerRegistry consumers(ring, ranks ? queues : 0);
+    // When every slot is held: who holds them and what to do (shm::AllHeldAdvice), the consumers
+    // named from the daemon's own records (any process mapping the segment can write its table).
+    const auto all_held_advice = [&] {
+      const std::vector<ConsumerRegistry::Info> attached = consumers.List();
+      const auto name = [&](uint32_t id) {
+        for (const ConsumerRegistry::Info& c : attached) {
+          if (c.id == id) {
+            return "consumer " + std::to_string(id) + " (pid " + std::to_string(c.pid) +
+                   (c.rank >= 0 ? ", rank " + std::to_string(c.rank) : std::string()) + ")";
+          }
+        }
+        return "consumer " + std::to_string(id) + " (not attached)";
+      };
+      const auto needing = static_cast<uint32_t>(std::max<size_t>(attached.size(), ranks ? queues : 0));
+      return shm::AllHeldAdvice(shm::HeldPerConsumer(ring), name, needing, slot_count);
+    };
     const auto started = Clock::now();
     RateWindow window(started);
     std::atomic<bool> done_producing{false};
@@ -626,7 +642,7 @@ int RunDaemon(const DaemonOptions& options) {
             {"held", s.slots_held},
             // Every slot held while production runs: who holds them and what to do.
             {"all_held", s.slots_held >= slot_count && s.end == PipelineEnd::kRunning
-                             ? nlohmann::json(shm::AllHeldAdvice(ring, 0))
+                             ? nlohmann::json(all_held_advice())
                              : nlohmann::json(nullptr)}}},
           {"consumers", consumers_json},
           {"ranks_without_consumer", ranks ? nlohmann::json(consumers.RanksWithoutConsumer()) : nlohmann::json(nullptr)},
@@ -762,7 +778,7 @@ int RunDaemon(const DaemonOptions& options) {
               spdlog::warn("all {} ring slots have been held by consumers for {} s: no batch can be made until one "
                            "is released; {}",
                            slot_count, std::chrono::duration_cast<std::chrono::seconds>(kAllHeldWarnAfter).count(),
-                           shm::AllHeldAdvice(ring, 0));
+                           all_held_advice());
             }
             if (s.end == PipelineEnd::kFailed) {
               // `systemctl status` shows why: the unit stays active (trainers that attach get the

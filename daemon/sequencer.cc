@@ -47,22 +47,36 @@ std::string Sequencer::EmptyEpochCause(const EpochCounts& counts) const {
   const auto plural = [](uint64_t n, const char* one, const char* many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
   };
+  const auto are = [](uint64_t n) { return n == 1 ? " is" : " are"; };
   if (counts.records == 0 && counts.skipped == 0) {
-    return shard_files_.empty() ? "this shard has no files (more shards than files)"
-                                : "its " + plural(shard_files_.size(), "file", "files") + shard + " held no record";
+    if (counts.other_shards > 0) {  // sharding by record: every record read was another shard's
+      return "its " + plural(shard_files_.size(), "file", "files") + (shard_files_.size() == 1 ? " holds " : " hold ") +
+             plural(counts.other_shards, "record", "records") + ", none of them this shard's (" +
+             shard_.Describe(options_.files.size()) + ")";
+    }
+    return "its " + plural(shard_files_.size(), "file", "files") + shard + " held no record";
   }
   if (counts.records == 0) {
     return "all it read" + shard + " was skipped under on_error: skip (" + plural(counts.skipped, "error", "errors") +
-           "; a features block that no record matches skips every record); the first: " + counts.first_skipped;
+           (counts.first_skipped_parse ? "; a features block that no record matches skips every record" : "") +
+           "); the first: " + counts.first_skipped;
   }
   std::string skipped;
   if (counts.skipped != 0) skipped = " (and " + plural(counts.skipped, "error", "errors") + " skipped: on_error)";
-  if (counts.batches == 0) {
-    return "its " + plural(counts.records, "record", "records") + shard + skipped + " are fewer than batch.size " +
-           std::to_string(options_.batch_size) + ", and drop_remainder drops a short batch";
+  const std::string ranks = std::to_string(options_.queues);
+  if (counts.batches == 0 && options_.queues > 1) {
+    return "its " + plural(counts.records, "record", "records") + shard + skipped + are(counts.records) +
+           " fewer than batch.size x the ranks of consumers.count (" + std::to_string(options_.batch_size) + " x " +
+           ranks + "), the least that gives every rank a batch: ranks mode delivers whole rounds only (and "
+           "drop_remainder drops a short batch)";
   }
-  return "its " + plural(counts.batches, "batch", "batches") + skipped + " are fewer than the " +
-         std::to_string(options_.queues) + " ranks of consumers.count: ranks mode delivers whole rounds only";
+  if (counts.batches == 0) {
+    return "its " + plural(counts.records, "record", "records") + shard + skipped + are(counts.records) +
+           " fewer than batch.size " + std::to_string(options_.batch_size) + ", and drop_remainder drops a short batch";
+  }
+  return "its " + plural(counts.batches, "batch", "batches") + skipped + are(counts.batches) + " fewer than the " +
+         ranks + " ranks of consumers.count: ranks mode delivers whole rounds only" +
+         (counts.short_dropped ? " (and drop_remainder dropped a short batch that would have been one more)" : "");
 }
 
 bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts) {
@@ -132,6 +146,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     }
     if (!current.records.empty()) {
       if (options_.drop_remainder) {
+        counts->short_dropped = true;
         current = BatchJob{};
       } else {
         ++counts->batches;
@@ -210,11 +225,17 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
           return false;
         }
         records_skipped_.fetch_add(1, std::memory_order_relaxed);
-        if (counts->skipped++ == 0) counts->first_skipped = item.error->message;
+        if (counts->skipped++ == 0) {
+          counts->first_skipped = item.error->message;
+          counts->first_skipped_parse = item.error->kind == ReadErrorKind::kInvalidExample;
+        }
         if (on_skipped_) on_skipped_(*item.error);
         continue;
       }
-      if (!shard_.OwnsRecord(item.record.record_index)) continue;
+      if (!shard_.OwnsRecord(item.record.record_index)) {
+        ++counts->other_shards;
+        continue;
+      }
       ++counts->records;
       if (!push(std::move(item.record))) return false;
       break;  // one record per visit

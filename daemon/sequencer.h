@@ -118,7 +118,10 @@ class Sequencer {
     uint64_t records = 0;    // records of this shard put into batches (or the shuffle buffer)
     uint64_t skipped = 0;    // error items skipped under on_error: skip
     uint64_t batches = 0;    // batches formed, the short last one counted unless drop_remainder dropped it
-    std::string first_skipped;  // the first skipped error's message
+    bool short_dropped = false;     // drop_remainder dropped a short last batch
+    uint64_t other_shards = 0;      // records read that belong to other shards (sharding by record)
+    std::string first_skipped;      // the first skipped error's message
+    bool first_skipped_parse = false;  // ... a record that failed the features block (kInvalidExample)
   };
   // Runs epoch e; false when it stopped early (failure or stop).
   bool RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts);

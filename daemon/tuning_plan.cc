@@ -12,6 +12,7 @@
 #include "format/compression.h"
 #include "format/example_wire.h"
 #include "format/tfrecord_reader.h"
+#include "shm/ring.h"
 
 namespace ringfeed {
 namespace {
@@ -208,7 +209,8 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   if (records > 0) sample.warnings = AbsentFeatures(specs, keys, records);
   if (with_feature_lists > 0) {
     sample.warnings.push_back(
-        std::to_string(with_feature_lists) + " of the " + std::to_string(records) +
+        (with_feature_lists == records ? "all " + std::to_string(records)
+                                       : std::to_string(with_feature_lists) + " of the " + std::to_string(records)) +
         " records sampled at start hold feature lists (tf.train.SequenceExample records, first: " +
         first_with_feature_lists + "): ringfeed reads tf.train.Example, so only their context features are read "
         "and the feature lists are dropped; convert them to Examples (one per step, or flattened) to train on them");
@@ -217,10 +219,6 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   sample.slot_bytes = std::max(sample.mean_slot_bytes, pages(SlotBytesNeeded(specs, static_cast<size_t>(rows),
                                                                              worst.Sizes())));
   return sample;
-}
-
-uint32_t RingSlotsForConsumers(uint32_t consumers, uint32_t slots) {
-  return std::min(std::max(2 * consumers, slots + 1), shm::kMaxSlots);
 }
 
 std::string RingSlotsWarning(const JobConfig& config) {
@@ -242,7 +240,7 @@ std::string RingSlotsWarning(const JobConfig& config) {
          ": ranks that keep their previous batch while they wait for the next (a Python `for batch in client:` "
          "loop does) hold every slot in the first round, and then no batch comes (" + starved +
          "a Next with a timeout times out, one without waits); give ring.slots at least 2 x count (" +
-         std::to_string(RingSlotsForConsumers(count, slots)) + ") or auto";
+         std::to_string(shm::RingSlotsForConsumers(count, slots)) + ") or auto";
 }
 
 TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64_t shard_files, uint32_t queues,

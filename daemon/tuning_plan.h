@@ -98,13 +98,6 @@ int64_t ShuffleBufferRecords(const JobConfig& config, const RecordSample& sample
 // column regions, as ringfeedd's BatchWriter lays them out.
 uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSizes& sizes);
 
-// The ring.slots to advise for `consumers` trainers on a ring of `slots`: each may keep its
-// previous batch while it waits for the next (a Python `for batch in client:` loop does), so they
-// need a slot each and more to fill: max(2 x consumers, slots + 1), at most shm::kMaxSlots.
-// ringfeedd's warnings at start (TuningPlan::ring_slots_warning), at attach (ConsumerRegistry)
-// and when every slot stays held all advise it.
-uint32_t RingSlotsForConsumers(uint32_t consumers, uint32_t slots);
-
 // "ring.slots: 4 is not more than consumers.count: 6: ..." for a ranks job whose fixed ring.slots
 // is at most its consumers.count: trainers that keep their previous batch while they wait for
 // the next hold every slot in the first round, and no batch comes. Empty otherwise (shared mode,

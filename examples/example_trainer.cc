@@ -6,7 +6,10 @@
 //   example_trainer --job mnist [--rank R] [--runtime-dir DIR] [--timeout SECONDS] [--epochs N]
 //
 // Exit status: 0 end of data reached (or --epochs N taken), 1 the daemon failed or went away
-// (its message printed), or no batch within the timeout.
+// (its message printed), or no batch within the timeout. --epochs counts the epochs this trainer
+// saw batches of (a first one joined midway counts); it stops after the last batch of the Nth,
+// or, when another consumer of a shared-mode job took that one, on the first batch of the next
+// epoch, which it then drops (no other consumer gets it).
 #include <charconv>
 #include <chrono>
 #include <cstdint>

@@ -127,39 +127,72 @@ std::vector<uint32_t> HeldPerConsumer(const Ring& ring) {
   return held;
 }
 
-std::string AllHeldAdvice(const Ring& ring, uint32_t self_id) {
-  const std::vector<uint32_t> held = HeldPerConsumer(ring);
+uint32_t RingSlotsForConsumers(uint32_t consumers, uint32_t slots) {
+  return static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(2ull * consumers, slots + 1ull), kMaxSlots));
+}
+
+std::string AllHeldAdvice(const std::vector<uint32_t>& held, const std::function<std::string(uint32_t)>& name,
+                          uint32_t consumers, uint32_t slot_count) {
   std::vector<uint32_t> holders;  // consumer ids, most slots first
-  for (uint32_t id = 1; id <= kMaxConsumers; ++id) {
-    if (held[id] > 0) holders.push_back(id);
+  uint64_t total = 0;
+  for (uint32_t id = 1; id < held.size(); ++id) {
+    if (held[id] == 0) continue;
+    holders.push_back(id);
+    total += held[id];
   }
   std::stable_sort(holders.begin(), holders.end(), [&](uint32_t a, uint32_t b) { return held[a] > held[b]; });
-  const auto name = [&](uint32_t id) {
-    if (id == self_id) return std::string("this client");
-    const ConsumerEntry& c = ring.sb->consumers[id - 1];
-    return "consumer " + std::to_string(id) + " (pid " + std::to_string(c.pid) +
-           (c.rank >= 0 ? ", rank " + std::to_string(c.rank) : std::string()) + ")";
-  };
   std::string who;
-  for (size_t i = 0; i < holders.size() && i < 4; ++i) {
-    who += (i == 0 ? "" : ", ") + name(holders[i]) + (i == 0 ? " holds " : " ") + std::to_string(held[holders[i]]);
+  size_t unnamed = 0;
+  for (size_t i = 0; i < holders.size(); ++i) {
+    const std::string n = name(holders[i]);
+    if (i >= 4 && n != "this client") {
+      ++unnamed;
+      continue;
+    }
+    who += (who.empty() ? "" : ", ") + n + (who.empty() ? " holds " : " ") + std::to_string(held[holders[i]]);
   }
-  if (holders.size() > 4) who += " and " + std::to_string(holders.size() - 4) + " more";
-  if (holders.empty()) return "no consumer holds a slot now";
-  const uint32_t top = held[holders.front()];
-  if (top >= 2) {
-    const std::string keeper = holders.front() == self_id ? "this client keeps " : name(holders.front()) + " keeps ";
-    return who + ": " + keeper + std::to_string(top) +
-           " batches it has not released (batches a trainer stores, or arrays or tensors of them kept alive); "
-           "it must release those it is done with (a consumer that keeps only its previous batch while it waits "
-           "holds 1)";
+  if (unnamed > 0) who += " and " + std::to_string(unnamed) + " more";
+  // Held words naming no consumer that can attach: only a process writing the ring makes those.
+  std::string forged;
+  if (!held.empty() && held[0] > 0) {
+    forged = "; " + std::to_string(held[0]) + (held[0] == 1 ? " slot names" : " slots name") +
+             " an owner outside consumer ids 1-" + std::to_string(kMaxConsumers) + " (a process wrote the ring)";
   }
-  size_t consumers = 0;  // attached, holding a slot or not: each needs one
-  for (const ConsumerEntry& c : ring.sb->consumers) consumers += c.attached.load(std::memory_order_relaxed) == 1;
-  consumers = std::max(consumers, holders.size());
-  return who + ": each consumer that keeps its previous batch while it waits for the next (a Python `for batch in "
-               "client:` loop) needs a slot of its own and one to fill: give the job ring.slots: " +
-         std::to_string(std::min<size_t>(std::max<size_t>(2 * consumers, ring.slot_count + 1), kMaxSlots)) + " or more";
+  if (holders.empty()) return "no attached consumer holds one" + forged;
+  consumers = std::max<uint32_t>(consumers, static_cast<uint32_t>(holders.size()));
+  std::vector<uint32_t> keepers;
+  for (uint32_t id : holders) {
+    if (held[id] >= 2) keepers.push_back(id);
+  }
+  if (keepers.empty()) {
+    return who + ": each consumer that keeps its previous batch while it waits for the next (a Python `for batch in "
+                 "client:` loop) needs a slot of its own and one to fill: give the job ring.slots: " +
+           std::to_string(RingSlotsForConsumers(consumers, slot_count)) + " or more" + forged;
+  }
+  std::string kept;
+  if (keepers.size() == 1) {
+    kept = name(keepers[0]) + " keeps " + std::to_string(held[keepers[0]]) + " batches it has not released";
+  } else {
+    for (size_t i = 0; i < keepers.size() && i < 4; ++i) {
+      kept += (i == 0 ? "" : ", ") + name(keepers[i]) + " " + std::to_string(held[keepers[i]]);
+    }
+    if (keepers.size() > 4) kept += " and " + std::to_string(keepers.size() - 4) + " more";
+    kept = "several consumers keep batches they have not released (" + kept + ")";
+  }
+  // A trainer that needs its batches at once: what they keep, and a slot to fill for each consumer.
+  const uint64_t needed = std::min<uint64_t>(std::max<uint64_t>(total + consumers, slot_count + 1ull), kMaxSlots);
+  return who + ": " + kept +
+         " (batches a trainer stores, or arrays or tensors of them kept alive): release those no longer needed; "
+         "trainers that need them all at once need more ring.slots (" + std::to_string(needed) +
+         " for these consumers)" + forged;
+}
+
+std::string ConsumerTableName(const Ring& ring, uint32_t id) {
+  if (id < 1 || id > kMaxConsumers) return "consumer " + std::to_string(id);
+  const ConsumerEntry& c = ring.sb->consumers[id - 1];
+  if (c.attached.load(std::memory_order_relaxed) != 1) return "consumer " + std::to_string(id) + " (not attached)";
+  return "consumer " + std::to_string(id) + " (pid " + std::to_string(c.pid) +
+         (c.rank >= 0 ? ", rank " + std::to_string(c.rank) : std::string()) + ")";
 }
 
 uint32_t ReclaimConsumer(const Ring& ring, uint32_t consumer_id) {

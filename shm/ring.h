@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -105,14 +106,27 @@ bool IsFree(const Ring& ring, uint32_t slot);
 // ring never has). A snapshot of the slot words (relaxed loads), for status and messages.
 std::vector<uint32_t> HeldPerConsumer(const Ring& ring);
 
+// The ring.slots to suggest for `consumers` consumers that each keep a batch while they wait for
+// the next: a slot each and one to fill (2 x consumers), at least one more than `slots` now, at
+// most kMaxSlots.
+uint32_t RingSlotsForConsumers(uint32_t consumers, uint32_t slots);
+
 // For messages when every slot of the ring is held: who holds them, largest first (at most four
-// named; `self_id`, the caller's own consumer id or 0, as "this client"), and what to do. A
-// consumer holding 2 or more keeps batches it has not released (it must release those it is done
-// with); else every consumer holds one, and each needs a slot of its own and one to fill
-// (ring.slots: 2 x the consumers attached, at least one more than now). E.g. "consumer 1 (pid 2458) holds 7, consumer 2 (pid 2460) 1:
-// consumer 1 keeps 7 batches it has not released (...)". Reads the slot words and the consumer
-// table (pid, rank) of the superblock.
-std::string AllHeldAdvice(const Ring& ring, uint32_t self_id);
+// named, and always the holder `name` calls "this client"), and what to do. `held`: a
+// HeldPerConsumer snapshot; `name(id)`: how to call consumer id (the daemon from its own
+// records, a client from ConsumerTableName); `consumers`: the consumers that each need a slot
+// (those attached; in ranks mode at least the ranks). Consumers holding 2 or more keep batches
+// they have not released: they are told to release those they no longer need (or, needing them
+// all at once, how many slots that takes); else each consumer holds one, and each needs a slot of
+// its own and one to fill (RingSlotsForConsumers). E.g. "consumer 1 (pid 2458) holds 7,
+// consumer 2 (pid 2460) 1: consumer 1 (pid 2458) keeps 7 batches it has not released (...)".
+std::string AllHeldAdvice(const std::vector<uint32_t>& held, const std::function<std::string(uint32_t)>& name,
+                          uint32_t consumers, uint32_t slot_count);
+
+// "consumer ID (pid P)" or "consumer ID (pid P, rank R)" from the segment's consumer table, which
+// any process mapping the segment can write (for a client's messages; the daemon names consumers
+// from its own records); "consumer ID (not attached)" when its entry says so.
+std::string ConsumerTableName(const Ring& ring, uint32_t id);
 
 // Frees every slot held by consumer `consumer_id` (CAS from each exact kHeld word it owns) and
 // returns how many; bumps and wakes free_futex when any. Called when that consumer's control

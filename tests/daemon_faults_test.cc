@@ -1971,7 +1971,7 @@ TEST_CASE("more consumers than ring slots, each holding a batch: warned at attac
   CHECK(clients[0]->timeout_reason() ==
         "all 2 slots of the ring are held by its consumers, so the daemon has nowhere to put the next batch: " +
             name(3) + " holds 2: " + name(3) + " keeps 2 batches it has not released (batches a trainer stores, or "
-            "arrays or tensors of them kept alive); it must release those it is done with (a consumer that keeps "
-            "only its previous batch while it waits holds 1) (ringfeedctl status allheld)");
+            "arrays or tensors of them kept alive): release those no longer needed; trainers that need them all at "
+            "once need more ring.slots (6 for these consumers) (ringfeedctl status allheld)");
   CHECK_THAT(clients[3]->timeout_reason(), Catch::StartsWith("this client holds all 2 slots of the ring"));
 }

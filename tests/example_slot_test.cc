@@ -782,3 +782,14 @@ TEST_CASE("too-small regions: real taxi records, one region at a time") {
     }
   }
 }
+
+TEST_CASE("wire::HasFeatureLists: a top-level field 2 of wire type LEN (SequenceExample.feature_lists)") {
+  const auto bytes = [](std::initializer_list<uint8_t> b) { return std::vector<uint8_t>(b); };
+  // context (field 1, LEN 0), feature_lists (field 2, LEN 0): a SequenceExample with both empty.
+  CHECK(wire::HasFeatureLists(bytes({0x0A, 0x00, 0x12, 0x00})));
+  CHECK(wire::HasFeatureLists(bytes({0x12, 0x02, 0x0A, 0x00})));  // feature_lists alone, holding an entry
+  CHECK_FALSE(wire::HasFeatureLists(bytes({0x0A, 0x00})));        // an Example: features only
+  CHECK_FALSE(wire::HasFeatureLists(bytes({})));
+  CHECK_FALSE(wire::HasFeatureLists(bytes({0x10, 0x05})));        // field 2 as a varint: not feature_lists
+  CHECK_FALSE(wire::HasFeatureLists(bytes({0x0A, 0x05, 0x00})));  // malformed (length past the end)
+}

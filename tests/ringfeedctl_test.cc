@@ -515,8 +515,8 @@ TEST_CASE("dump's timeout in shared mode says the ring is held by other consumer
   CHECK(dump.err == "ringfeedctl dump: job 'held-dump': no batch within 0.5 s: all 2 slots of the ring are held by "
                     "its consumers, so the daemon has nowhere to put the next batch: " + holder + " holds 2: " +
                     holder + " keeps 2 batches it has not released (batches a trainer stores, or arrays or tensors "
-                    "of them kept alive); it must release those it is done with (a consumer that keeps only its "
-                    "previous batch while it waits holds 1) (ringfeedctl status held-dump)\n");
+                    "of them kept alive): release those no longer needed; trainers that need them all at once need "
+                    "more ring.slots (4 for these consumers) (ringfeedctl status held-dump)\n");
   // Output that cannot be written (a full disk) is an error naming it, not a quiet exit 0; the
   // batch dump had taken is gone, and it says so.
   first.Release();

@@ -647,6 +647,30 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
              Catch::StartsWith("epoch 0 delivered no batch: its 3 batches are fewer than the 4 ranks of "
                                "consumers.count: ranks mode delivers whole rounds only; the last epoch"));
 
+  // Ranks mode with drop_remainder, fewer records than one round of batches; one record.
+  SequencerOptions ranks_drop = last;
+  ranks_drop.files = WriteFiles(dir, {1});
+  ranks_drop.queues = 2;
+  ranks_drop.drop_remainder = true;
+  Sequencer round_short(ranks_drop, &read_ahead, nullptr);
+  CHECK(round_short.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+  CHECK_THAT(round_short.empty_epoch(),
+             Catch::StartsWith("epoch 0 delivered no batch: its 1 record is fewer than batch.size x the ranks of "
+                               "consumers.count (2 x 2), the least that gives every rank a batch: ranks mode "
+                               "delivers whole rounds only (and drop_remainder drops a short batch); the last epoch"));
+
+  // Sharding by record (fewer files than shards): the file's records all belong to other shards.
+  SequencerOptions sharded = last;
+  sharded.files = WriteFiles(dir, {3});
+  sharded.shard_count = 4;
+  sharded.shard_index = 3;
+  Sequencer none_here(sharded, &read_ahead, nullptr);
+  CHECK(none_here.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+  CHECK_THAT(none_here.empty_epoch(),
+             Catch::StartsWith("epoch 0 delivered no batch: its 1 file holds 3 records, none of them this shard's "
+                               "(shard 3 of 4, by record (fewer files than shards: every node reads all 1 files and "
+                               "keeps records r with r mod 4 = 3)); the last epoch"));
+
   // Every record skipped under on_error: skip: the first one's error given.
   ReadAhead rejecting({}, 1, 1 << 20);
   rejecting.SetRecordCheck([](const OwnedRecord&, std::string* why) {

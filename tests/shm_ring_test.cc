@@ -569,5 +569,44 @@ TEST_CASE("publish in two halves: the batch is there after the first, a sleeper 
   CHECK(seq == 0);
 }
 
+
+TEST_CASE("RingSlotsForConsumers: a slot each and one to fill, one more than now, at most kMaxSlots") {
+  CHECK(shm::RingSlotsForConsumers(6, 4) == 12);
+  CHECK(shm::RingSlotsForConsumers(2, 7) == 8);
+  CHECK(shm::RingSlotsForConsumers(64, 256) == 256);
+  CHECK(shm::RingSlotsForConsumers(0, 2) == 3);
+}
+
+TEST_CASE("AllHeldAdvice: who holds every slot, largest first, and what to do") {
+  std::vector<uint32_t> held(shm::kMaxConsumers + 1, 0);
+  const auto name = [](uint32_t id) { return id == 9 ? std::string("this client") : "consumer " + std::to_string(id); };
+  // Each holds one: more slots, two per consumer (3 attached, one of them holding nothing).
+  held[1] = held[2] = 1;
+  CHECK(shm::AllHeldAdvice(held, name, 3, 2) ==
+        "consumer 1 holds 1, consumer 2 1: each consumer that keeps its previous batch while it waits for the next "
+        "(a Python `for batch in client:` loop) needs a slot of its own and one to fill: give the job ring.slots: 6 "
+        "or more");
+  // One keeps several: named as the one to release them; the count for keeping them all.
+  held[1] = 7;
+  CHECK(shm::AllHeldAdvice(held, name, 2, 8) ==
+        "consumer 1 holds 7, consumer 2 1: consumer 1 keeps 7 batches it has not released (batches a trainer "
+        "stores, or arrays or tensors of them kept alive): release those no longer needed; trainers that need them "
+        "all at once need more ring.slots (10 for these consumers)");
+  // Several keepers, six holders: four named and this client (the sixth) always; a forged owner.
+  held = std::vector<uint32_t>(shm::kMaxConsumers + 1, 0);
+  held[1] = 3, held[2] = 2, held[3] = 1, held[4] = 1, held[5] = 1, held[9] = 1, held[0] = 2;
+  CHECK(shm::AllHeldAdvice(held, name, 6, 11) ==
+        "consumer 1 holds 3, consumer 2 2, consumer 3 1, consumer 4 1, this client 1 and 1 more: several consumers "
+        "keep batches they have not released (consumer 1 3, consumer 2 2) (batches a trainer stores, or arrays or "
+        "tensors of them kept alive): release those no longer needed; trainers that need them all at once need more "
+        "ring.slots (15 for these consumers); 2 slots name an owner outside consumer ids 1-64 (a process wrote the "
+        "ring)");
+  // Nobody that can attach holds one (every held word forged).
+  held = std::vector<uint32_t>(shm::kMaxConsumers + 1, 0);
+  held[0] = 4;
+  CHECK(shm::AllHeldAdvice(held, name, 1, 4) ==
+        "no attached consumer holds one; 4 slots name an owner outside consumer ids 1-64 (a process wrote the ring)");
+}
+
 }  // namespace
 }  // namespace ringfeed

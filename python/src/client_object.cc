@@ -132,8 +132,9 @@ nb::object ClientObject::Next(double timeout_s) {
               " slots of the ring (batches or arrays viewing them still alive): the wait ends only when "
               "another thread of this process releases one";
       } else {
-        const std::string reason = client->timeout_reason();  // who holds them, what to do
-        if (!reason.empty()) why = reason + "; the wait ends only when one of them releases a batch";
+        // Who holds them and what to do (unless a slot was released meanwhile: then no warning yet).
+        const std::string reason = client->timeout_reason();
+        if (reason.starts_with("all ")) why = reason + "; the wait ends only when one of them releases a batch";
       }
       if (!why.empty()) {
         warned = true;  // once per wait
