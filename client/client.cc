@@ -368,8 +368,8 @@ std::string Client::timeout_reason() const {
     const uint32_t self = consumer_id();
     if (self < held.size() && held[self] >= ring.slot_count) {
       return "this client holds all " + slots + " slots of the ring (batches it has not released), so the daemon "
-             "has nowhere to put the next batch: release the batches it is done with (Batch::Release, or let the "
-             "Batch go; copy what must outlive it)";
+             "has nowhere to put the next batch: release the batches it is done with (C++: Batch::Release or let "
+             "the Batch go; C: rf_batch_release; copy what must outlive a batch)";
     }
     uint32_t consumers = 0;  // attached, as the consumer table says; in ranks mode every rank counts
     for (const shm::ConsumerEntry& c : ring.sb->consumers) consumers += c.attached.load(std::memory_order_relaxed) == 1;

@@ -36,8 +36,9 @@ struct Shard {
     if (count <= 1) return {};
     const std::string head = "shard " + std::to_string(index) + " of " + std::to_string(count);
     if (by_record) {
-      return head + ", by record (fewer files than shards: every node reads all " + std::to_string(file_count) +
-             " files and keeps records r with r mod " + std::to_string(count) + " = " + std::to_string(index) + ")";
+      const std::string files = file_count == 1 ? "the 1 file" : "all " + std::to_string(file_count) + " files";
+      return head + ", by record (fewer files than shards: every node reads " + files +
+             " and keeps records r with r mod " + std::to_string(count) + " = " + std::to_string(index) + ")";
     }
     return head + ", by file (" + std::to_string(Files(file_count).size()) + " of " + std::to_string(file_count) +
            " files)";

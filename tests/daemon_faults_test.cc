@@ -1074,7 +1074,7 @@ TEST_CASE("a shard with no records: check warns, the daemon ends its data at onc
   INFO("check stdout:\n" << check.out << "\nstderr:\n" << check.err);
   CHECK(check.status.ToString() == "exit 0");
   CHECK_THAT(check.out, Catch::Contains("job empty-shard: 0 records from 1 of 1 file(s) of shard 50 of 100, by record "
-                                        "(fewer files than shards: every node reads all 1 files and keeps records r "
+                                        "(fewer files than shards: every node reads the 1 file and keeps records r "
                                         "with r mod 100 = 50)"));
   CHECK_THAT(check.err, Catch::Contains("warning: no batch: this job's shard has no records; ringfeedd would start "
                                         "and end its data at once (trainers get none)"));

@@ -668,7 +668,7 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
   CHECK(none_here.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
   CHECK_THAT(none_here.empty_epoch(),
              Catch::StartsWith("epoch 0 delivered no batch: its 1 file holds 3 records, none of them this shard's "
-                               "(shard 3 of 4, by record (fewer files than shards: every node reads all 1 files and "
+                               "(shard 3 of 4, by record (fewer files than shards: every node reads the 1 file and "
                                "keeps records r with r mod 4 = 3)); the last epoch"));
 
   // Every record skipped under on_error: skip: the first one's error given.
