@@ -609,18 +609,20 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
   o.batch_size = 2;
   o.epochs = 0;  // forever: an empty epoch would repeat without end
   ReadAhead read_ahead({}, 1, 1 << 20);
-  Sequencer sequencer(o, &read_ahead, nullptr);
-  CHECK(sequencer.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK(sequencer.empty_epoch() ==
+  // Runs a sequencer on `options` to its end of data; its empty_epoch().
+  const auto empty_epoch = [](const SequencerOptions& options, ReadAhead& ra) {
+    Sequencer sequencer(options, &ra, nullptr);
+    CHECK(sequencer.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
+    return sequencer.empty_epoch();
+  };
+  CHECK(empty_epoch(o, read_ahead) ==
         "epoch 0 delivered no batch: its 2 files held no record; ended there, before the last epoch, since the "
         "epochs after it would deliver none either; restart the job once the cause is fixed");
 
   // The last epoch says it too: its trainers get no batch either.
   SequencerOptions last = o;
   last.epochs = 1;
-  Sequencer one(last, &read_ahead, nullptr);
-  CHECK(one.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK(one.empty_epoch() ==
+  CHECK(empty_epoch(last, read_ahead) ==
         "epoch 0 delivered no batch: its 2 files held no record; the last epoch; restart the job once the cause is "
         "fixed");
 
@@ -631,9 +633,7 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
   short_batch.drop_remainder = true;
   short_batch.first_epoch = 3;
   short_batch.epochs = 5;
-  Sequencer dropped(short_batch, &read_ahead, nullptr);
-  CHECK(dropped.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK_THAT(dropped.empty_epoch(),
+  CHECK_THAT(empty_epoch(short_batch, read_ahead),
              Catch::StartsWith("epoch 3 delivered no batch: its 3 records are fewer than batch.size 4, and "
                                "drop_remainder drops a short batch; ended there, before the last epoch"));
 
@@ -641,9 +641,7 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
   SequencerOptions ranks = last;
   ranks.files = WriteFiles(dir, {5});
   ranks.queues = 4;
-  Sequencer rounds(ranks, &read_ahead, nullptr);
-  CHECK(rounds.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK_THAT(rounds.empty_epoch(),
+  CHECK_THAT(empty_epoch(ranks, read_ahead),
              Catch::StartsWith("epoch 0 delivered no batch: its 3 batches are fewer than the 4 ranks of "
                                "consumers.count: ranks mode delivers whole rounds only; the last epoch"));
 
@@ -652,9 +650,7 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
   ranks_drop.files = WriteFiles(dir, {1});
   ranks_drop.queues = 2;
   ranks_drop.drop_remainder = true;
-  Sequencer round_short(ranks_drop, &read_ahead, nullptr);
-  CHECK(round_short.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK_THAT(round_short.empty_epoch(),
+  CHECK_THAT(empty_epoch(ranks_drop, read_ahead),
              Catch::StartsWith("epoch 0 delivered no batch: its 1 record is fewer than batch.size x the ranks of "
                                "consumers.count (2 x 2), the least that gives every rank a batch: ranks mode "
                                "delivers whole rounds only (and drop_remainder drops a short batch); the last epoch"));
@@ -664,9 +660,7 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
   sharded.files = WriteFiles(dir, {3});
   sharded.shard_count = 4;
   sharded.shard_index = 3;
-  Sequencer none_here(sharded, &read_ahead, nullptr);
-  CHECK(none_here.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK_THAT(none_here.empty_epoch(),
+  CHECK_THAT(empty_epoch(sharded, read_ahead),
              Catch::StartsWith("epoch 0 delivered no batch: its 1 file holds 3 records, none of them this shard's "
                                "(shard 3 of 4, by record (fewer files than shards: every node reads the 1 file and "
                                "keeps records r with r mod 4 = 3)); the last epoch"));
@@ -680,9 +674,7 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
   SequencerOptions skip = last;
   skip.files = WriteFiles(dir, {3, 2});
   skip.skip_errors = true;
-  Sequencer skipping(skip, &rejecting, nullptr);
-  CHECK(skipping.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK(skipping.empty_epoch() ==
+  CHECK(empty_epoch(skip, rejecting) ==
         "epoch 0 delivered no batch: all it read was skipped under on_error: skip (5 errors; a features block that "
         "no record matches skips every record); the first: " + skip.files[0] + ": record 0 at byte 0: matches no "
         "feature; the last epoch; restart the job once the cause is fixed");
@@ -690,9 +682,7 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
   SequencerOptions full = o;
   full.files = WriteFiles(dir, {3});
   full.epochs = 2;
-  Sequencer complete(full, &read_ahead, nullptr);
-  CHECK(complete.Run([](BatchJob&&) { return true; }) == Sequencer::Outcome::kEndOfData);
-  CHECK(complete.empty_epoch().empty());
+  CHECK(empty_epoch(full, read_ahead).empty());
 }
 
 namespace {
