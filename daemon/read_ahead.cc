@@ -58,6 +58,15 @@ class TurnAllocator final : public RecordAllocator {
 // kInvalidRecordChargeBytes for the error and its message): a file of nothing but bad records
 // must not be read ahead without limit.
 constexpr uint64_t kInvalidRecordChargeBytes = 512;
+
+// What an item counts against its stream's buffer: a record's payload, but at least the item
+// itself, so that empty records (an Example with no features serializes to 0 bytes) are not
+// read ahead without limit (4 million of them once took 80 MiB past a 40 MiB budget); a failed
+// record's charge (above); 0 for read errors and kEnd.
+constexpr uint64_t kRecordChargeMinBytes = sizeof(StreamItem);
+uint64_t Charge(const StreamItem& item) {
+  return item.kind == StreamItem::Kind::kRecord ? std::max(item.record.size, kRecordChargeMinBytes) : item.record.size;
+}
 StreamItem InvalidRecord(const std::string& path, Compression compression, const OwnedRecord& record,
                          const std::string& why) {
   StreamItem item;
@@ -129,7 +138,7 @@ StreamItem FileStream::Next() {
     if (items_.empty()) return {};  // stopping: kEnd
     local_.swap(items_);
     uint64_t bytes = 0;
-    for (const StreamItem& item : local_) bytes += item.record.size;  // 0 for kEnd and read errors
+    for (const StreamItem& item : local_) bytes += Charge(item);
     buffered_bytes_ -= bytes;
     owner_->buffered_bytes_ -= bytes;
     const bool read_on = !finished_ && !busy_;  // room again
@@ -148,7 +157,16 @@ ReadAhead::ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buff
       chunks_(chunks),
       reads_per_file_(std::max<size_t>(options.reads_in_flight, 1)),
       stream_buffer_bytes_(stream_buffer_bytes) {
-  SetThreads(threads);
+  try {
+    SetThreads(threads);
+  } catch (...) {
+    // A thread that could not start (ulimit -u, a container's pids limit): the ones that did
+    // are stopped and joined before the error leaves (a joinable std::thread destroyed in the
+    // unwinding would end the process in std::terminate, with nothing said and nothing cleaned up).
+    Stop();
+    for (std::thread& t : threads_) t.join();
+    throw;
+  }
 }
 
 ReadAhead::~ReadAhead() {
@@ -192,7 +210,7 @@ std::shared_ptr<FileStream> ReadAhead::Open(uint32_t file_index, const std::stri
 void ReadAhead::Close(const std::shared_ptr<FileStream>& stream) {
   std::lock_guard lock(mutex_);
   stream->closed_ = true;
-  for (const StreamItem& item : stream->items_) buffered_bytes_ -= item.record.size;
+  for (const StreamItem& item : stream->items_) buffered_bytes_ -= Charge(item);
   stream->items_.clear();
   stream->buffered_bytes_ = 0;
   std::erase(streams_, stream);
@@ -206,7 +224,12 @@ void ReadAhead::SetThreads(size_t threads) {
     wanted_threads_ = threads;
     while (threads_.size() < threads) {
       const size_t id = threads_.size();
-      threads_.emplace_back([this, id] { Run(id); });
+      try {
+        threads_.emplace_back([this, id] { Run(id); });
+      } catch (...) {
+        wanted_threads_ = threads_.size();  // the threads that run; the caller is told why no more
+        throw;
+      }
     }
     while (threads_.size() > threads) {
       retired.push_back(std::move(threads_.back()));
@@ -435,7 +458,7 @@ void ReadAhead::Run(size_t id) {
           items.push_back(std::move(invalid));
           continue;
         }
-        bytes += size;
+        bytes += Charge(item);
         items.push_back(std::move(item));
       }
     } catch (const std::bad_alloc& e) {
@@ -471,7 +494,12 @@ void ReadAhead::Run(size_t id) {
         compressed_files_[stream->file_index_] = compression;
         stream->compression_noted_ = true;
       }
-      if (delivered && !stream->items_.empty()) stream->items_.reserve(stream->items_.size() + items.size());
+      // Grown geometrically: a reserve to the exact size every turn moved the whole vector each
+      // time while the consumer did not take it.
+      const size_t needed = stream->items_.size() + items.size();
+      if (delivered && !stream->items_.empty() && stream->items_.capacity() < needed) {
+        stream->items_.reserve(std::max(needed, 2 * stream->items_.capacity()));
+      }
     } catch (const std::bad_alloc& e) {
       // This turn's records are dropped for the error: the job fails on it (on_error: skip
       // does not pass over the machine's limit), so nothing after it is delivered anyway.

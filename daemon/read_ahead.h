@@ -4,8 +4,9 @@
 // FileStream hands out its file's records in file order, and the sequencer alone decides which
 // stream it takes the next record from.
 //
-// Memory: each open stream buffers at most `stream_buffer_bytes` of record payload (plus one
-// record, however large, so a record bigger than the buffer still moves), and the pool never
+// Memory: each open stream buffers at most `stream_buffer_bytes` of record payload (a record
+// counted as at least its item's own size, so empty records are bounded too; plus one record,
+// however large, so a record bigger than the buffer still moves), and the pool never
 // has more open streams than the sequencer asked for. Records of up to kOwnAllocationBytes
 // are copied out of the reader's window into chunks of kChunkBytes (one allocation per chunk,
 // not per record: the per-record malloc and cross-thread free was the largest per-record cost
@@ -241,6 +242,7 @@ class ReadAhead {
 
   // `chunks`: false gives every record its own allocation (what a shuffle buffer keeps
   // anyway, see OwnedRecord), saving the copy out of a chunk.
+  // Throws std::system_error when its threads cannot start (none is left running then).
   ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes, bool chunks = true);
   ~ReadAhead();  // stops and joins the threads
   // Stops reading: every FileStream::Next waiting for records returns (kEnd) now and later
@@ -265,7 +267,9 @@ class ReadAhead {
   using RecordCheck = std::function<bool(const OwnedRecord& record, std::string* why)>;
   void SetRecordCheck(RecordCheck check) { check_ = std::move(check); }
 
-  void SetThreads(size_t threads);  // >= 1
+  // >= 1. Throws std::system_error when a thread cannot start (ulimit -u, a pids limit): the
+  // threads started before it keep running (threads() says how many).
+  void SetThreads(size_t threads);
   size_t threads() const;
   // Reads in flight per file (plain files; ReaderOptions::reads_in_flight, format/read_queue.h),
   // >= 1: for files opened from now on and, from their next turn, for the open ones. Files

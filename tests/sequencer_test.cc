@@ -564,6 +564,38 @@ TEST_CASE("a stream's small records fill one chunk across read-ahead turns") {
   }
 }
 
+TEST_CASE("ReadAhead: empty records count against the stream buffer too (a file of them is not read ahead without limit)") {
+  TempDir dir;
+  const std::string path = dir.file("empty.tfrecord");
+  {
+    TFRecordWriter writer(path);
+    for (int i = 0; i < 200'000; ++i) writer.Write("");  // an Example with no features: 0 bytes
+    writer.Close();
+  }
+  constexpr uint64_t kBuffer = 64 << 10;
+  ReadAhead read_ahead({}, 2, kBuffer);
+  auto stream = read_ahead.Open(0, path);
+  // Nobody takes the records: the reader stops once the buffer is full.
+  uint64_t last = UINT64_MAX;
+  for (int i = 0; i < 200 && read_ahead.records_read() != last; ++i) {
+    last = read_ahead.records_read();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  INFO("records read ahead: " << read_ahead.records_read() << ", buffered " << read_ahead.buffered_bytes() << " bytes");
+  CHECK(read_ahead.records_read() > 0);
+  CHECK(read_ahead.records_read() <= kBuffer / sizeof(StreamItem) + 1);  // each counted as its item
+  CHECK(read_ahead.buffered_bytes() <= kBuffer + sizeof(StreamItem));
+  // And they are all there, in order, when taken.
+  uint64_t n = 0;
+  for (StreamItem item = stream->Next(); item.kind != StreamItem::Kind::kEnd; item = stream->Next()) {
+    REQUIRE(item.kind == StreamItem::Kind::kRecord);
+    REQUIRE(item.record.size == 0);
+    REQUIRE(item.record.record_index == n++);
+  }
+  CHECK(n == 200'000);
+  CHECK(read_ahead.buffered_bytes() == 0);
+}
+
 TEST_CASE("a sequencer waiting for records that never come ends on Stop (ReadAhead::Stop wakes it)") {
   // A read-ahead of 0 bytes never hands a file to a reader: the sequencer waits in
   // FileStream::Next for good, as it did under a 0-byte read-ahead from the tuner (a 1-file job
