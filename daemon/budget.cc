@@ -683,6 +683,28 @@ ProcessMemory ReadProcessMemory(pid_t pid, const SystemPaths& paths) {
   return memory;
 }
 
+std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, int64_t shuffle_buffer) {
+  const uint64_t total = SatAdd(used.private_rss, used.segment_bytes);
+  if (plan.budget_bytes == 0 || total <= plan.budget_bytes) return "";
+  std::string text = "memory over pipeline.memory_budget " + FormatBytes(plan.budget_bytes) + ": private RSS " +
+                     FormatBytes(used.private_rss) + " + segment " + FormatBytes(used.segment_bytes) + " = " +
+                     FormatBytes(total) + "; ";
+  const std::string raise = "raise pipeline.memory_budget to at least " + FormatBytes(total);
+  if (shuffle_buffer > 1 && used.shuffle_records > 0 && used.shuffle_bytes > plan.shuffle_bytes) {
+    const uint64_t each = CeilDiv(used.shuffle_bytes, used.shuffle_records);
+    const uint64_t fit = plan.shuffle_bytes / std::max<uint64_t>(each, 1);
+    return text + "the shuffle buffer holds " + Plural(static_cast<int64_t>(used.shuffle_records), "record", "records") +
+           " of " + FormatBytes(used.shuffle_bytes) + " (" + FormatBytes(each) + " each on average), where the memory " +
+           "plan gave it " + FormatBytes(plan.shuffle_bytes) + " for shuffle.buffer " + std::to_string(shuffle_buffer) +
+           " from the records sampled at start: the records later in the files are larger; " + raise +
+           (fit >= 2 ? ", or lower shuffle.buffer to " + std::to_string(fit) + " (what its share holds of records this size)"
+                     : ", or lower shuffle.buffer (its share does not hold 2 records of this size)");
+  }
+  return text + "the memory plan counts records at 1.5 x the mean of those sampled at start, and larger records " +
+         "later in the files hold more (in batches being made, read ahead); " + raise +
+         " (`ringfeedctl check` reads every record and says the largest)";
+}
+
 FileDescriptorPlan PlanFileDescriptors(int64_t open_files, bool queued_reads, uint64_t connections) {
   const uint64_t files = static_cast<uint64_t>(std::max<int64_t>(open_files, 1));
   FileDescriptorPlan plan;

@@ -318,4 +318,22 @@ ProcessMemory ReadProcessMemory(pid_t pid = 0, const SystemPaths& paths = {});
 // "4.0 MiB", "512 B", "1.5 GiB": one decimal, binary units (shm::HumanBytes).
 std::string FormatBytes(uint64_t bytes);
 
+// ---- Over the budget ---------------------------------------------------------------------------
+
+// What ringfeedd measures once a second against its budget.
+struct MemoryInUse {
+  uint64_t private_rss = 0;      // RssAnon (ProcessMemory::private_rss)
+  uint64_t segment_bytes = 0;    // the ring's segment
+  uint64_t shuffle_records = 0;  // in the shuffle buffer now (Sequencer::shuffle_records)
+  uint64_t shuffle_bytes = 0;    // ... their payload bytes
+};
+
+// "" while private RSS + segment is within plan.budget_bytes (or no budget is set); else a
+// warning with the arithmetic. The memory plan sizes what it counts in records from the records
+// sampled at start (1.5 x their mean each): records later in the files far larger than those
+// are how a job goes past its budget. When the shuffle buffer holds more than its share of the
+// plan, the warning names it, with the records of their present size that its share holds and
+// the budget that would hold what is used now.
+std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, int64_t shuffle_buffer);
+
 }  // namespace ringfeed

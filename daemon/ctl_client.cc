@@ -670,6 +670,7 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   std::snprintf(buf, sizeof buf, "memory     segment %s + private RSS %s (%s)\n", Bytes(memory.Number("segment_bytes")).c_str(),
                 Bytes(memory.Number("private_rss_bytes")).c_str(), budget.c_str());
   out << buf;
+  if (!memory.String("over_budget").empty()) out << "           " << memory.String("over_budget") << "\n";
   if (s.Has("autotune")) PrintAutotune(s.Object("autotune"), state == "running", out);
   const std::vector<ReplyFields> consumers = s.Objects("consumers");
   out << "consumers  " << consumers.size() << " attached";

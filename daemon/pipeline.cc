@@ -642,6 +642,8 @@ PipelineStats Pipeline::Snapshot() const {
   s.read_errors_skipped = read_errors_skipped_.load(std::memory_order_relaxed);
   s.parse_errors_skipped = parse_errors_skipped_.load(std::memory_order_relaxed);
   s.batches_dropped = sequencer_->batches_dropped();
+  s.shuffle_records = sequencer_->shuffle_records();
+  s.shuffle_bytes = sequencer_->shuffle_bytes();
   s.read_ahead_bytes = read_ahead_->buffered_bytes();
   s.readers = read_ahead_->threads();
   s.stream_buffer_bytes = read_ahead_->stream_buffer_bytes();

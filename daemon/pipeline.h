@@ -70,6 +70,7 @@ struct PipelineStats {
   uint64_t read_errors_skipped = 0;
   uint64_t parse_errors_skipped = 0;
   uint64_t batches_dropped = 0; // ranks mode: incomplete final rounds
+  uint64_t shuffle_records = 0, shuffle_bytes = 0;  // in the shuffle buffer now (payload bytes)
   uint64_t read_ahead_bytes = 0;
   size_t readers = 0;
   size_t workers = 0;

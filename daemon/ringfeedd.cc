@@ -612,6 +612,7 @@ int RunDaemon(const DaemonOptions& options) {
                                   {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9},
                                   {"attached_seconds", c.attached_seconds}});
       }
+      const uint64_t private_rss = PrivateRssBytes();
       return nlohmann::json{
           {"type", "status"},
           {"job", config.job},
@@ -662,9 +663,14 @@ int RunDaemon(const DaemonOptions& options) {
           {"autotune", autotune ? autotune->StatusJson() : nlohmann::json(nullptr)},
           {"memory",
            {{"segment_bytes", geometry.segment_bytes},
-            {"private_rss_bytes", PrivateRssBytes()},
+            {"private_rss_bytes", private_rss},
             {"budget_bytes", plan.autotune.memory_budget_bytes},
-            {"budget_source", plan.autotune.memory_budget_source}}},
+            {"budget_source", plan.autotune.memory_budget_source},
+            {"shuffle_buffer_records", s.shuffle_records},
+            {"shuffle_buffer_bytes", s.shuffle_bytes},
+            {"shuffle_buffer_planned_bytes", plan.memory.shuffle_bytes},
+            {"over_budget", OverBudgetWarning(plan.memory, {private_rss, geometry.segment_bytes, s.shuffle_records,
+                                                            s.shuffle_bytes}, plan.shuffle_buffer)}}},
           {"errors",
            {{"read_errors_skipped", s.read_errors_skipped},
             {"parse_errors_skipped", s.parse_errors_skipped},
@@ -750,6 +756,7 @@ int RunDaemon(const DaemonOptions& options) {
       auto next_sample = Clock::now();
       Clock::time_point all_held_since{};  // every slot held by consumers since ({}: not now)
       bool all_held_warned = false;
+      bool over_budget_warned = false;  // said once per episode: until memory is back under 90% of it
       bool sample_out_of_memory = false;
       while (!heartbeat_stop.load()) {
         const auto now = Clock::now();
@@ -779,6 +786,16 @@ int RunDaemon(const DaemonOptions& options) {
                            "is released; {}",
                            slot_count, std::chrono::duration_cast<std::chrono::seconds>(kAllHeldWarnAfter).count(),
                            all_held_advice());
+            }
+            // Memory over the budget: the plan was made from the records sampled at start, and
+            // records later in the files can be far larger (OverBudgetWarning says which part).
+            const MemoryInUse in_use{PrivateRssBytes(), geometry.segment_bytes, s.shuffle_records, s.shuffle_bytes};
+            const std::string over = OverBudgetWarning(plan.memory, in_use, plan.shuffle_buffer);
+            if (!over.empty() && !over_budget_warned) {
+              over_budget_warned = true;
+              spdlog::warn("{}", over);
+            } else if (over.empty() && (in_use.private_rss + in_use.segment_bytes) * 10 < plan.memory.budget_bytes * 9) {
+              over_budget_warned = false;
             }
             if (s.end == PipelineEnd::kFailed) {
               // `systemctl status` shows why: the unit stays active (trainers that attach get the

@@ -128,13 +128,23 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
   // go straight to the batch. Records that stay in a real buffer get their own allocation:
   // one would otherwise keep its whole read-ahead chunk alive for as long as it waits.
   const bool shuffling = options_.shuffle_buffer > 1;
+  uint64_t shuffle_bytes = 0;  // what shuffle_bytes_ shows
+  auto shown = [&] {
+    shuffle_records_.store(shuffle.size(), std::memory_order_relaxed);
+    shuffle_bytes_.store(shuffle_bytes, std::memory_order_relaxed);
+  };
   auto push = [&](OwnedRecord&& record) {
     if (!shuffling) return add(std::move(record));
+    shuffle_bytes += record.size;
     if (!shuffle.full()) {
       shuffle.Add(std::move(record).Unshared());
+      shown();
       return true;
     }
-    return add(shuffle.Exchange(std::move(record).Unshared()));
+    OwnedRecord out = shuffle.Exchange(std::move(record).Unshared());
+    shuffle_bytes -= out.size;
+    shown();
+    return add(std::move(out));
   };
 
   // The end of the epoch's input (or a read error under on_error: fail): everything read so
@@ -142,7 +152,10 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
   // whole rounds in ranks mode — the last round carrying `end_flags`.
   auto finish = [&](uint32_t end_flags) {
     while (!shuffle.empty()) {
-      if (!add(shuffle.Drain())) return false;
+      OwnedRecord out = shuffle.Drain();
+      shuffle_bytes -= out.size;
+      shown();
+      if (!add(std::move(out))) return false;
     }
     if (!current.records.empty()) {
       if (options_.drop_remainder) {

@@ -110,6 +110,10 @@ class Sequencer {
   uint64_t files_done_in_epoch() const { return files_done_.load(std::memory_order_relaxed); }
   uint64_t records_skipped() const { return records_skipped_.load(std::memory_order_relaxed); }
   uint64_t batches_dropped() const { return batches_dropped_.load(std::memory_order_relaxed); }
+  // The records in the shuffle buffer now and their payload bytes (the memory plan counts them
+  // at 1.5 x the mean sampled at start; records later in the files may be larger).
+  uint64_t shuffle_records() const { return shuffle_records_.load(std::memory_order_relaxed); }
+  uint64_t shuffle_bytes() const { return shuffle_bytes_.load(std::memory_order_relaxed); }
 
  private:
   // What an epoch read, for the message of one that delivered no batch (EmptyEpochCause).
@@ -142,6 +146,7 @@ class Sequencer {
   std::atomic<uint64_t> files_done_{0};
   std::atomic<uint64_t> records_skipped_{0};
   std::atomic<uint64_t> batches_dropped_{0};
+  std::atomic<uint64_t> shuffle_records_{0}, shuffle_bytes_{0};
 };
 
 }  // namespace ringfeed

@@ -886,4 +886,30 @@ TEST_CASE("PlanFileDescriptors and OpenFileLimitProblem: the arithmetic, and a l
 }
 
 }  // namespace
+TEST_CASE("OverBudgetWarning: silent within the budget; over it, the arithmetic and the part that outgrew its share", "[plan]") {
+  const MemoryPlan plan = PlanMemory(ExampleInputs(256 * MiB));  // shuffle share 31'529'216 B (10000 records)
+  CHECK(OverBudgetWarning(plan, {200 * MiB, 56 * MiB, 10'000, 20 * MiB}, 10000).empty());  // exactly the budget
+  MemoryPlan unset = plan;
+  unset.budget_bytes = 0;
+  CHECK(OverBudgetWarning(unset, {900 * MiB, 56 * MiB, 0, 0}, 10000).empty());  // no budget to be over
+
+  // The shuffle buffer's records grew past the sampled ones: 10000 of 40 KiB = 390.6 MiB.
+  CHECK(OverBudgetWarning(plan, {420 * MiB, 40 * MiB, 10'000, 10'000 * 40 * KiB}, 10000) ==
+        "memory over pipeline.memory_budget 256.0 MiB: private RSS 420.0 MiB + segment 40.0 MiB = 460.0 MiB; the "
+        "shuffle buffer holds 10000 records of 390.6 MiB (40.0 KiB each on average), where the memory plan gave it "
+        "30.1 MiB for shuffle.buffer 10000 from the records sampled at start: the records later in the files are "
+        "larger; raise pipeline.memory_budget to at least 460.0 MiB, or lower shuffle.buffer to 769 (what its share "
+        "holds of records this size)");
+  // Records larger than the whole share: no shuffle.buffer of 2 or more fits it.
+  CHECK_THAT(OverBudgetWarning(plan, {300 * MiB, 40 * MiB, 10, 10 * 20 * MiB}, 10000),
+             Catch::Matchers::EndsWith("or lower shuffle.buffer (its share does not hold 2 records of this size)"));
+  // Over, but the shuffle buffer within its share (or none): the general reason.
+  const std::string general = OverBudgetWarning(plan, {300 * MiB, 40 * MiB, 10'000, 20 * MiB}, 10000);
+  CHECK_THAT(general, Catch::Matchers::StartsWith("memory over pipeline.memory_budget 256.0 MiB: private RSS 300.0 MiB "
+                                                  "+ segment 40.0 MiB = 340.0 MiB; the memory plan counts records"));
+  CHECK_THAT(general, Catch::Matchers::EndsWith("raise pipeline.memory_budget to at least 340.0 MiB (`ringfeedctl "
+                                                "check` reads every record and says the largest)"));
+  CHECK(OverBudgetWarning(plan, {300 * MiB, 40 * MiB, 0, 0}, 0) == general);
+}
+
 }  // namespace ringfeed
