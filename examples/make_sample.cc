@@ -47,6 +47,13 @@ int main(int argc, char** argv) {
   long records = 10000, shards = 4;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::printf("usage: make_sample [--out DIR] [--records N] [--shards K]\n"
+                  "Writes the Quickstart's MNIST-shaped sample: N records (default 10000) in K GZIP TFRecord\n"
+                  "shards (default 4) under DIR (default data/sample), each record a 784-byte 'image' and an\n"
+                  "int64 'label'.\n");
+      return 0;
+    }
     if (arg == "--out" && i + 1 < argc) out = argv[++i];
     else if (arg == "--records" && i + 1 < argc) records = std::strtol(argv[++i], nullptr, 10);
     else if (arg == "--shards" && i + 1 < argc) shards = std::strtol(argv[++i], nullptr, 10);

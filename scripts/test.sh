@@ -6,7 +6,7 @@
 #                              the multi-threaded ones (ring, client, sequencer, daemon end to
 #                              end) under ThreadSanitizer
 #   scripts/test.sh --quick    only the first build and its tests (C++ and the Python package's)
-# A full run takes about half an hour on 2 cores (three builds); --quick about 10 minutes.
+# A full run takes 30-45 minutes on 2 cores (three builds); --quick about 10 minutes.
 #
 # Environment: JOBS (parallel build jobs, default nproc), FUZZ_SECONDS (default 60),
 # CI=true makes tests that need ../shared/data fail instead of skip.
