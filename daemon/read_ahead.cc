@@ -355,10 +355,30 @@ void ReadAhead::NoteUnqueued(const std::string& path, const std::string& why, si
                path, why, reads, hint, files);
 }
 
+void ReadAhead::AllowancesLocked() {
+  const size_t interleaved = std::min(queued_streams_, streams_.size());
+  spares_.clear();
+  for (size_t i = 0; i < interleaved; ++i) {
+    streams_[i]->queue_allowance_wanted_ = SIZE_MAX;
+    if (streams_[i]->queue_spare_ > 0) spares_.push_back(streams_[i]->queue_spare_);
+  }
+  // The file nearest its end (the most spare blocks) is the first to give its place to the
+  // first file opened ahead: they pair in that order (with files of one size all end together,
+  // and each file opened ahead then takes up one ending file's blocks, not the first all of them).
+  std::sort(spares_.begin(), spares_.end(), std::greater<>());
+  const size_t depth = reads_per_file_ + 1;  // a queue's blocks: the reads in flight and the one taken
+  for (size_t i = interleaved, j = 0; i < streams_.size(); ++i, ++j) {
+    streams_[i]->queue_allowance_wanted_ = 1 + (j < spares_.size() ? std::min(spares_[j], depth - 1) : 0);
+  }
+}
+
 std::shared_ptr<FileStream> ReadAhead::PickLocked(size_t* index) {
+  const bool queued = reads_per_file_ > 1;
+  if (queued) AllowancesLocked();
   for (size_t i = 0; i < streams_.size(); ++i) {
     const auto& s = streams_[i];
-    if (!s->busy_ && !s->finished_ && !s->closed_ && s->buffered_bytes_ < stream_buffer_bytes_) {
+    if (s->busy_ || s->finished_ || s->closed_) continue;
+    if (s->buffered_bytes_ < stream_buffer_bytes_ || (queued && s->queue_allowance_wanted_ > s->queue_allowance_)) {
       *index = i;
       return s;
     }
@@ -398,12 +418,22 @@ void ReadAhead::Run(size_t id) {
     threads_in_turn_.fetch_add(1, std::memory_order_acq_rel);
     const uint64_t io = BeginIo(stream->path_, "a read of");
     const uint64_t room = stream_buffer_bytes_ - std::min(stream_buffer_bytes_, stream->buffered_bytes_);
-    // Streams opened ahead of their turn read one block at a time: a queue there would only
+    // Streams opened ahead of their turn hold one block of their queue at a time, and more as
+    // the interleave's streams need fewer (AllowancesLocked): a full queue there would only
     // fill up and wait. The interleave's streams are about the first open ones (the sequencer
     // takes them in Open order; a stream read to its end leaves streams_ while its last records
-    // still wait, so the first file opened ahead may get its queue a little early).
-    const size_t reads_per_file = index < queued_streams_ ? reads_per_file_ : 1;
+    // still wait, so the first file opened ahead may get its whole queue a little early).
+    const size_t reads_per_file = reads_per_file_;
+    const size_t allowance = stream->queue_allowance_wanted_;
     lock.unlock();
+    if (reads_per_file > 1 && stream->queue_allowance_ != allowance) {
+      if (allowance != SIZE_MAX) {  // a file opened ahead: the blocks beyond the one it holds anyway
+        const size_t had = stream->queue_allowance_ == SIZE_MAX ? 1 : stream->queue_allowance_;
+        if (allowance > had) queue_blocks_handed_on_.fetch_add(allowance - had, std::memory_order_relaxed);
+      }
+      stream->reader_.SetQueueAllowance(allowance);  // before SetReadsInFlight: a new queue starts with it
+      stream->queue_allowance_ = allowance;
+    }
     if (stream->reads_per_file_ != reads_per_file) {
       stream->reader_.SetReadsInFlight(reads_per_file);
       stream->reads_per_file_ = reads_per_file;
@@ -425,7 +455,8 @@ void ReadAhead::Run(size_t id) {
     // the consumer's core, and a store-only move does not wait for each line to come back
     // (assigning field by field read the old values first: the reader's top cost).
     try {
-      while (items.size() < kRecordsPerTurn && (items.empty() || bytes < room) &&
+      // A stream with a full buffer was picked only to raise its queue's allowance (above).
+      while (room > 0 && items.size() < kRecordsPerTurn && (items.empty() || bytes < room) &&
              !stop_requested_.load(std::memory_order_relaxed)) {
         Record record;
         StreamItem item;
@@ -484,8 +515,12 @@ void ReadAhead::Run(size_t id) {
     cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
     busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wall_start), std::memory_order_relaxed);
     const Compression compression = stream->reader_.compression();
+    const size_t queue_spare = stream->reader_.queue_all_requested()
+                                   ? stream->reader_.reads_in_flight() + 1 - stream->reader_.queue_blocks()
+                                   : 0;
     lock.lock();
     stream->busy_ = false;
+    stream->queue_spare_ = queue_spare;
     const bool delivered = !stream->closed_;
     // What may allocate under the lock goes first, so that running out of memory here too
     // ends the stream with the error (a bad_alloc leaving the thread ends the process).

@@ -20,8 +20,13 @@
 // (TFRecordReader::NextInto: no copy out of its window for them).
 // A file of the interleave read with queued reads (SetReadsPerFile > 1) also holds its
 // ReadQueue's blocks, reads_per_file x ReaderOptions::read_block_bytes, which the tuner counts
-// in the read-ahead budget; files opened while queues are on get a window of at most 64 KiB
+// in the read-ahead budget; files opened while queues are on get a window of at most 16 KiB
 // (TFRecordReader::kQueuedWindowBytes) instead of ReaderOptions::buffer_bytes.
+// With queued reads, a file opened ahead of its turn holds one block of its queue at a time, and
+// more as the interleave's files near their ends: a file whose queue has asked for its last
+// block frees a block each time one is taken, and the first files opened ahead take them up
+// (the most blocks a stream holds, ReadQueue::SetAllowance), so that a file's first records are
+// there when its turn comes instead of a round trip later, with no more blocks held in all.
 // Threads: `threads` I/O threads, changeable at run time with SetThreads (the autotuner's knob,
 // as are the per-stream buffer, SetStreamBufferBytes, and the reads per file, SetReadsPerFile);
 // a thread picks the earliest-opened stream that is below its buffer limit and not being read
@@ -202,6 +207,7 @@ class FileStream {
   std::string path_;
   TFRecordReader reader_;  // used by one I/O thread at a time (`busy_`)
   size_t reads_per_file_;  // what reader_ was last set to; as reader_
+  size_t queue_allowance_ = SIZE_MAX;  // what reader_'s queue allowance was last set to; as reader_
   // reader_.queued_reads_unavailable() was counted (and maybe logged) since it was last empty;
   // as reader_.
   bool unqueued_noted_ = false;
@@ -218,6 +224,11 @@ class FileStream {
   std::vector<StreamItem> items_;
   uint64_t buffered_bytes_ = 0;
   bool busy_ = false;      // an I/O thread is reading it
+  // After its last turn: the blocks of its queue it no longer needs, once the queue has asked
+  // for the whole file (its depth less the blocks it holds; 0 before): the interleave's files
+  // near their ends hand them on to the files opened ahead (ReadAhead::AllowancesLocked).
+  size_t queue_spare_ = 0;
+  size_t queue_allowance_wanted_ = SIZE_MAX;  // AllowancesLocked's last figure for it
   bool finished_ = false;  // the reader returned kEnd (kEnd is queued)
   bool closed_ = false;    // the consumer dropped it
   std::condition_variable ready_;
@@ -273,14 +284,15 @@ class ReadAhead {
   size_t threads() const;
   // Reads in flight per file (plain files; ReaderOptions::reads_in_flight, format/read_queue.h),
   // >= 1: for files opened from now on and, from their next turn, for the open ones. Files
-  // opened with more than 1 use a window of at most 64 KiB (the queue's blocks hold what is
+  // opened with more than 1 use a window of at most 16 KiB (the queue's blocks hold what is
   // read ahead; the window only puts together records straddling two blocks) instead of
   // buffer_bytes.
   void SetReadsPerFile(size_t reads);
   size_t reads_per_file() const;
   // Only the first `streams` open streams (the interleave's, cycle_length: the sequencer takes
-  // streams in Open order) read with reads_per_file; the ones opened ahead of their turn read
-  // one at a time until they move up (default: all streams).
+  // streams in Open order) hold reads_per_file reads; the ones opened ahead of their turn hold
+  // one, and more as the interleave's streams near their ends (see the class comment), until
+  // they move up (default: all streams).
   void SetQueuedStreams(size_t streams);
   // Read-ahead per open stream (bytes, >= 1): a thread stops reading a stream at this much.
   void SetStreamBufferBytes(uint64_t bytes);
@@ -321,12 +333,22 @@ class ReadAhead {
   // file, each logged as a warning unless another was within kUnqueuedWarningEveryNs.
   uint64_t unqueued_files() const { return unqueued_files_.load(std::memory_order_relaxed); }
   static constexpr int64_t kUnqueuedWarningEveryNs = 60'000'000'000;
+  // Queue blocks handed on so far to files opened ahead of their turn, beyond the one each holds
+  // (raises of their allowance: see the class comment). 0 without queued reads.
+  uint64_t queue_blocks_handed_on() const { return queue_blocks_handed_on_.load(std::memory_order_relaxed); }
 
  private:
   friend class FileStream;
   void Run(size_t id);
-  // Picks a stream to read, or nullptr. Caller holds mutex_.
+  // Picks a stream to read, or nullptr: one below its buffer limit, or one opened ahead whose
+  // queue may hold more blocks now (a turn that only raises its allowance). Caller holds mutex_.
   std::shared_ptr<FileStream> PickLocked(size_t* index);  // *index: its place in streams_
+  // Sets every stream's queue_allowance_wanted_: all reads_per_file + 1 blocks for the
+  // interleave's streams (the first queued_streams_), and for the ones opened ahead one block
+  // each plus the blocks an interleaved stream near its end no longer needs (queue_spare_),
+  // paired in order: the first opened ahead with the one nearest its end. Caller holds mutex_.
+  void AllowancesLocked();
+  std::vector<size_t> spares_;  // AllowancesLocked's scratch; guarded by mutex_
   // The items that end `stream` on running out of memory (read_ahead.cc). Throws std::bad_alloc.
   static void AppendOutOfMemory(const FileStream& stream, const std::bad_alloc& e, std::vector<StreamItem>* items);
 
@@ -366,6 +388,7 @@ class ReadAhead {
   // A file its queue failed for: counts it, and warns at most once per kUnqueuedWarningEveryNs.
   void NoteUnqueued(const std::string& path, const std::string& why, size_t reads);
   std::atomic<uint64_t> unqueued_files_{0};
+  std::atomic<uint64_t> queue_blocks_handed_on_{0};
   std::atomic<int64_t> unqueued_warning_next_ns_{0};
 };
 

@@ -25,7 +25,7 @@ bool CanRead(io_uring* ring, std::string* why) {
 }  // namespace
 
 std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
-                                             size_t depth, std::string* why) {
+                                             size_t depth, std::string* why, size_t allowance) {
   block_bytes = std::max<size_t>(block_bytes, 1);
   depth = std::max<size_t>(depth, 2);
   std::unique_ptr<ReadQueue> q(new ReadQueue(fd, offset, file_size, block_bytes, depth));
@@ -45,7 +45,8 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   // Unbounded workers (0) stay as they are. Linux >= 5.15; older kernels keep their limit.
   unsigned workers[2] = {kMaxWorkers, 0};
   io_uring_register_iowq_max_workers(&q->ring_->ring, workers);
-  for (size_t i = 0; i < depth; ++i) q->Refill(i);
+  q->allowance_ = std::clamp<size_t>(allowance, 1, depth);
+  q->TopUp(nullptr);
   return q;
 }
 
@@ -68,7 +69,8 @@ ReadQueue::ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_b
       next_offset_(offset),
       file_size_(file_size),
       block_bytes_(block_bytes),
-      blocks_(depth) {}
+      blocks_(depth),
+      allowance_(depth) {}
 
 ReadQueue::~ReadQueue() {
   if (!ring_) return;
@@ -84,19 +86,35 @@ ReadQueue::~ReadQueue() {
   }
 }
 
-void ReadQueue::Refill(size_t index) {
-  Block& b = blocks_[index];
-  b.used = false;
-  if (next_offset_ >= file_size_) return;
-  if (!b.bytes) b.bytes.reset(new uint8_t[block_bytes_]);
-  b.offset = next_offset_;
-  b.length = static_cast<size_t>(std::min<uint64_t>(block_bytes_, file_size_ - next_offset_));
-  b.filled = 0;
-  b.taken = 0;
-  b.error = 0;
-  b.used = true;
-  next_offset_ += b.length;
-  if (!Submit(index)) b.error = EAGAIN;  // no free submission entry: never happens (one per block)
+void ReadQueue::TopUp(Block* spare) {
+  while (count_ < allowance_ && next_offset_ < file_size_) {
+    const size_t index = (head_ + count_) % blocks_.size();
+    Block& b = blocks_[index];
+    if (!b.bytes) {
+      if (spare != nullptr && spare->bytes) {
+        b.bytes = std::move(spare->bytes);
+      } else {
+        b.bytes.reset(new uint8_t[block_bytes_]);
+      }
+    }
+    b.offset = next_offset_;
+    b.length = static_cast<size_t>(std::min<uint64_t>(block_bytes_, file_size_ - next_offset_));
+    b.filled = 0;
+    b.taken = 0;
+    b.error = 0;
+    next_offset_ += b.length;
+    ++count_;
+    if (!Submit(index)) b.error = EAGAIN;  // no free submission entry: never happens (one per block)
+  }
+}
+
+size_t ReadQueue::blocks() const {
+  return static_cast<size_t>(std::count_if(blocks_.begin(), blocks_.end(), [](const Block& b) { return b.bytes != nullptr; }));
+}
+
+void ReadQueue::SetAllowance(size_t blocks) {
+  allowance_ = std::clamp<size_t>(blocks, 1, blocks_.size());
+  TopUp(nullptr);
 }
 
 bool ReadQueue::Submit(size_t index) {
@@ -146,7 +164,7 @@ bool ReadQueue::Reap() {
 
 ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
   if (n == 0) return 0;
-  if (!blocks_[head_].used) {
+  if (count_ == 0) {
     // Past the blocks (the file's size at Create): plain reads, so a file that grew is read on.
     while (true) {
       const ssize_t r = ::pread(fd_, dst, n, static_cast<off_t>(position_));
@@ -165,8 +183,8 @@ ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
 }
 
 ssize_t ReadQueue::Peek(const uint8_t** data) {
+  if (count_ == 0) return 0;
   Block& b = blocks_[head_];
-  if (!b.used) return 0;
   while (b.in_flight) {
     if (!Reap()) {
       errno = EIO;
@@ -190,9 +208,12 @@ void ReadQueue::Consume(size_t n) {
   b.taken += n;
   position_ += n;
   if (b.taken == b.length) {
-    const size_t done = head_;
-    head_ = (head_ + 1) % blocks_.size();
-    Refill(done);
+    const size_t slots = blocks_.size(), done = head_;
+    head_ = (head_ + 1) % slots;
+    --count_;
+    TopUp(&b);  // the next block goes into the slot after the last one held, with b's bytes
+    // Not read again (the file's end, or the allowance lowered): its memory goes now.
+    if (b.bytes && (done + slots - head_) % slots >= count_) b.bytes.reset();
   }
 }
 

@@ -4,10 +4,14 @@
 // `depth` times that. TFRecordReader uses one for plain files when ReaderOptions::
 // reads_in_flight > 1.
 //
-// It keeps `depth` blocks of `block_bytes`, each read at the next offset not yet asked for; a
-// block is read again for the next offset as soon as all of it is taken (Read, Consume). So at most
-// depth x block_bytes bytes are buffered and in flight, and the reads stay ahead of the caller by
-// that much. Reads run in the kernel's io_uring workers (for files, blocking reads in kernel
+// It keeps up to `depth` blocks of `block_bytes`, each read at the next offset not yet asked
+// for; a block is read again for the next offset as soon as all of it is taken (Read, Consume).
+// So at most depth x block_bytes bytes are buffered and in flight, and the reads stay ahead of
+// the caller by that much. An allowance (SetAllowance, <= depth) lowers how many blocks it
+// holds at once: a file opened ahead of its turn reads one block at a time and takes more as
+// files before it near their ends (ReadAhead hands their blocks on), so that its first records
+// are there when its turn comes. A block with nothing left to read into (the file's end) or
+// beyond the allowance is freed once it is taken. Reads run in the kernel's io_uring workers (for files, blocking reads in kernel
 // threads); the caller's thread waits only when the block it needs is not there yet.
 // The file's size at Create bounds the blocks read ahead; past it Read goes on with plain
 // pread() calls, so a file that grew is still read to its end.
@@ -34,8 +38,9 @@ class ReadQueue {
  public:
   // A queue reading `fd` from `offset` on, the blocks up to `file_size` ahead (block_bytes >= 1,
   // depth >= 2). nullptr when io_uring cannot be set up; `*why` then says why.
+  // `allowance`: the most blocks held at once to begin with (1 to depth; SetAllowance).
   static std::unique_ptr<ReadQueue> Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
-                                           size_t depth, std::string* why);
+                                           size_t depth, std::string* why, size_t allowance = SIZE_MAX);
   // Whether this process can read files through io_uring (a ring of 2 entries, closed at
   // once): false, with `*why`, where a seccomp profile blocks io_uring_setup (Docker's default
   // one does since 2023), the sysctl io_uring_disabled forbids it, or the kernel has io_uring
@@ -58,9 +63,19 @@ class ReadQueue {
   void Consume(size_t n);
 
   size_t depth() const { return blocks_.size(); }
+  // The most blocks held at once from now on (clamped to 1..depth). Raising it reads the next
+  // blocks at once; lowering it frees blocks as they are taken (reads in flight finish).
+  void SetAllowance(size_t blocks);
+  size_t allowance() const { return allowance_; }
+  // Blocks allocated now (in flight, or holding bytes not taken yet): the queue's memory is
+  // blocks() x block_bytes().
+  size_t blocks() const;
+  // Whether every block up to the file's size at Create has been asked for: from here on the
+  // queue only shrinks, by a block each time one is taken.
+  bool all_requested() const { return next_offset_ >= file_size_; }
   // Whether the next bytes come from a block (false past the blocks: a file that grew after
   // Create is read on with pread, and at the end).
-  bool in_blocks() const { return blocks_[head_].used; }
+  bool in_blocks() const { return count_ > 0; }
   // io_uring's kernel workers allowed per reading thread (all its queues together).
   static constexpr unsigned kMaxWorkers = 64;
   size_t block_bytes() const { return block_bytes_; }
@@ -74,12 +89,13 @@ class ReadQueue {
     size_t taken = 0;     // bytes taken by Read or Consume
     int error = 0;        // errno of a failed read
     bool in_flight = false;
-    bool used = false;    // holds (or will hold) file bytes
   };
   ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes, size_t depth);
   bool Submit(size_t index);  // (re)submits the unread part of blocks_[index]
   bool Reap();                // waits for one completion and handles it; false: io_uring failed
-  void Refill(size_t index);  // reuses a block for the next offset, if any is left
+  // Reads the next blocks while fewer than allowance_ are held and the file has more, each into
+  // the slot after the last held one; `spare` (if it has bytes) is used before allocating.
+  void TopUp(Block* spare);
 
   struct Ring;  // io_uring, kept out of this header
   std::unique_ptr<Ring> ring_;
@@ -88,8 +104,10 @@ class ReadQueue {
   uint64_t next_offset_;    // offset of the next block to read
   const uint64_t file_size_;
   const size_t block_bytes_;
-  std::vector<Block> blocks_;
+  std::vector<Block> blocks_;  // a ring: the held blocks are head_ .. head_ + count_ - 1, in file order
   size_t head_ = 0;         // the block holding position_
+  size_t count_ = 0;        // blocks held
+  size_t allowance_;        // the most blocks held at once (1 .. blocks_.size())
   size_t in_flight_ = 0;
 };
 

@@ -97,7 +97,7 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
   queued_reads_unavailable_.clear();
   if (reads > 1) {
     queue_ = ReadQueue::Create(fd_, plain_file_offset_, plain_file_size_, options_.read_block_bytes, reads + 1,
-                               &queued_reads_unavailable_);
+                               &queued_reads_unavailable_, queue_allowance_);
   }
   if (!queue_) ::lseek(fd_, static_cast<off_t>(plain_file_offset_), SEEK_SET);
   // The window is sized for how the file is read now: read() fills all of it, while with a
@@ -110,6 +110,15 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
     if (!retired_buf_) retired_buf_ = std::move(old);
   }
 }
+
+void TFRecordReader::SetQueueAllowance(size_t blocks) {
+  queue_allowance_ = blocks;
+  if (queue_) queue_->SetAllowance(blocks);
+}
+
+size_t TFRecordReader::queue_blocks() const { return queue_ ? queue_->blocks() : 0; }
+
+bool TFRecordReader::queue_all_requested() const { return queue_ && queue_->all_requested(); }
 
 size_t TFRecordReader::WindowBytes() const {
   return queue_ ? std::min({options_.buffer_bytes, options_.read_block_bytes, kQueuedWindowBytes}) : options_.buffer_bytes;
@@ -216,7 +225,7 @@ bool TFRecordReader::Open(ReadError* error) {
   if (queued && (compression_ == Compression::kAuto || compression_ == Compression::kNone)) {
     // Without io_uring (nullptr) the file is read with read() as usual; the caller is told why.
     queue_ = ReadQueue::Create(fd_, 0, regular_size, options_.read_block_bytes, options_.reads_in_flight + 1,
-                               &queued_reads_unavailable_);
+                               &queued_reads_unavailable_, queue_allowance_);
   }
   if (compression_ == Compression::kAuto && queue_) {
     const uint8_t* data = nullptr;

@@ -8,8 +8,9 @@
 // arrives, only as far as the largest record read (never beyond max_record_bytes + 16, never
 // just because a header claims a large length), plus, for compressed files, an input
 // buffer of `buffer_bytes` and the decoder state; with queued reads (reads_in_flight > 1), the
-// queue's blocks ((reads_in_flight + 1) x read_block_bytes) and a window of at most 64 KiB
-// (kQueuedWindowBytes) that grows only for a larger record straddling two blocks.
+// queue's blocks ((reads_in_flight + 1) x read_block_bytes) and a window of at most 16 KiB
+// (kQueuedWindowBytes) that grows only for a larger record straddling two blocks (records of
+// direct_read_min_bytes and more go straight into their own memory instead).
 // Blocks and window are freed when the file ends. A file is never loaded whole. A record
 // that lies inside the window, or inside one queued block, is returned in place: the only
 // user-space copy of its payload is the caller's (e.g. the parser writing into a batch column).
@@ -177,12 +178,23 @@ class TFRecordReader {
   size_t reads_in_flight() const;
   // The window's size with queued reads (where no record needs more): it only puts together a
   // record that straddles two blocks.
-  static constexpr size_t kQueuedWindowBytes = size_t{64} << 10;
+  // (16 KiB: 64 KiB before session 37, 48 KiB more per open file on a slow mount for records
+  // that rarely straddle at all; one from 16 to 64 KiB grows it, a larger one is read directly.)
+  static constexpr size_t kQueuedWindowBytes = size_t{16} << 10;
   // Changes ReaderOptions::reads_in_flight from the next read on (plain files; before the first
   // Next() it only sets the option). The blocks a queue read ahead are dropped and read again
   // by the new one, so change it seldom. Records and offsets are the same whatever the setting,
   // and the record the last Next() returned stays valid until the next call, as always.
   void SetReadsInFlight(size_t reads);
+  // With queued reads: the most blocks of the queue held at once (ReadQueue::SetAllowance: 1 =
+  // one read at a time; the default, SIZE_MAX, is all reads_in_flight + 1). Kept across
+  // SetReadsInFlight. A file opened ahead of its turn starts low and is raised as the files
+  // before it near their ends (ReadAhead), so that the memory of the queues stays the same.
+  void SetQueueAllowance(size_t blocks);
+  // Blocks of the queue held now (0 without a queue) and whether the queue has asked for every
+  // block of the file (false without one): from then on it only shrinks as blocks are taken.
+  size_t queue_blocks() const;
+  bool queue_all_requested() const;
   // Why this plain file is read with read(), one read at a time, although reads_in_flight > 1:
   // the ReadQueue for it could not be set up ("io_uring_queue_init: Too many open files", or
   // "... Cannot allocate memory": io_uring works in this process, but not for one more queue
@@ -231,6 +243,7 @@ class TFRecordReader {
   // Plain files with reads_in_flight > 1: that many reads in flight plus the block the window
   // shows (depth reads_in_flight + 1).
   std::unique_ptr<class ReadQueue> queue_;
+  size_t queue_allowance_ = SIZE_MAX;  // SetQueueAllowance
   // A queue SetReadsInFlight replaced while the window showed one of its blocks: the record
   // Next() returned last may lie in that block, so it goes at the next call, not before.
   std::unique_ptr<class ReadQueue> retired_queue_;

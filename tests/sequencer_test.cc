@@ -56,8 +56,10 @@ struct Seen {
 
 std::vector<Seen> RunAll(const SequencerOptions& options, size_t readers, uint64_t stream_buffer,
                          Sequencer::Outcome* outcome = nullptr, uint64_t* skipped = nullptr,
-                         std::string* failure = nullptr) {
-  ReadAhead read_ahead({}, readers, stream_buffer);
+                         std::string* failure = nullptr, const ReaderOptions& reader = {},
+                         uint64_t* handed_on = nullptr) {
+  ReadAhead read_ahead(reader, readers, stream_buffer);
+  read_ahead.SetQueuedStreams(static_cast<size_t>(options.cycle_length));  // as Pipeline does
   Sequencer sequencer(options, &read_ahead, nullptr);
   std::vector<Seen> seen;
   uint64_t expected_seq = 0;
@@ -76,6 +78,7 @@ std::vector<Seen> RunAll(const SequencerOptions& options, size_t readers, uint64
   if (outcome) *outcome = result;
   if (skipped) *skipped = sequencer.records_skipped();
   if (failure) *failure = sequencer.failure();
+  if (handed_on) *handed_on = read_ahead.queue_blocks_handed_on();
   return seen;
 }
 
@@ -178,6 +181,40 @@ TEST_CASE("the order is the same whatever the read-ahead threads and buffer size
   // Another seed, another order.
   o.seed = 1235;
   CHECK(Flatten(RunAll(o, 1, 1 << 20), 0) != Flatten(reference, 0));
+}
+
+TEST_CASE("queued reads: files opened ahead take up the blocks of files near their ends; the order is the same") {
+  std::string why;
+  if (!ReadQueue::Available(&why)) {
+    std::cout << "sequencer_test: io_uring is not available here (" << why << "): no queued reads" << std::endl;
+    return;
+  }
+  TempDir dir;
+  SequencerOptions o;
+  o.files = WriteFiles(dir, {300, 70, 0, 330, 1, 1200, 90, 640, 5, 410});
+  o.cycle_length = 3;
+  o.lookahead_files = 3;
+  o.batch_size = 16;
+  o.shuffle_files = true;
+  o.seed = 99;
+  o.epochs = 2;
+  const auto reference = RunAll(o, 1, 1 << 20);
+  ReaderOptions queued;
+  queued.reads_in_flight = 4;
+  queued.read_block_bytes = 256;  // records of ~25 bytes: a file is many blocks
+  for (const size_t readers : {size_t{1}, size_t{3}, size_t{6}}) {
+    for (const uint64_t buffer : {uint64_t{1} << 20, uint64_t{100}}) {
+      INFO(readers << " readers, stream buffer " << buffer);
+      uint64_t handed_on = 0;
+      CHECK(RunAll(o, readers, buffer, nullptr, nullptr, nullptr, queued, &handed_on) == reference);
+      // With a small buffer the files opened ahead wait with theirs full, and take up the
+      // blocks the files before them free near their ends.
+      if (buffer == 100) CHECK(handed_on > 0);
+    }
+  }
+  uint64_t handed_on = 1;
+  CHECK(RunAll(o, 3, 100, nullptr, nullptr, nullptr, ReaderOptions{}, &handed_on) == reference);
+  CHECK(handed_on == 0);  // one read at a time: no queues to share
 }
 
 TEST_CASE("a shuffle buffer of the epoch's records gives the batches of any larger one") {

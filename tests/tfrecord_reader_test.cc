@@ -1037,6 +1037,60 @@ TEST_CASE("ReadQueue::Peek shows the bytes in place to the block's end; Consume 
   }
 }
 
+TEST_CASE("ReadQueue::SetAllowance: never more blocks held than allowed, the bytes in order as it changes, blocks freed at the end") {
+  TempDir dir;
+  std::string bytes(200'003, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 9);
+  WriteFile(dir.file("f"), bytes);
+  constexpr size_t kBlock = 4096, kDepth = 9;
+  // An allowance at Create, then one step of a pattern every 1000 bytes taken (a file opened
+  // ahead of its turn taking more blocks as the files before it end, and back).
+  const std::vector<std::pair<size_t, std::vector<size_t>>> cases = {
+      {1, {1}}, {1, {1, 2, 3, 5, 9, 20}}, {9, {9, 4, 1, 1, 6}}, {3, {0, 3, 1, 9, 2}}};
+  for (const auto& [start, steps] : cases) {
+    INFO("allowance " << start << " then " << steps.size() << " steps");
+    const int fd = ::open(dir.file("f").c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string why;
+    auto q = ReadQueue::Create(fd, 0, bytes.size(), kBlock, kDepth, &why, start);
+    if (!q) {
+      ::close(fd);
+      WARN("io_uring unavailable here: " << why);
+      return;
+    }
+    size_t allowance = std::clamp<size_t>(start, 1, kDepth);
+    CHECK(q->allowance() == allowance);
+    CHECK(q->blocks() == allowance);  // read at once
+    CHECK_FALSE(q->all_requested());
+    std::string got;
+    size_t step = 0;
+    uint8_t buf[1000];
+    for (;;) {
+      const size_t before = q->blocks();
+      const ssize_t n = q->Read(buf, sizeof buf);
+      REQUIRE(n >= 0);
+      if (n == 0) break;
+      got.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
+      // Never more than allowed, but blocks read before a lowering stay until taken.
+      CHECK(q->blocks() <= std::max(allowance, before));
+      // Until the file's last block is asked for, as many as allowed (a taken block is replaced).
+      if (!q->all_requested()) CHECK(q->blocks() >= allowance);
+      if (got.size() % 7000 < 1000) {
+        allowance = std::clamp<size_t>(steps[step++ % steps.size()], 1, kDepth);
+        q->SetAllowance(allowance);
+        CHECK(q->allowance() == allowance);
+        if (!q->all_requested()) CHECK(q->blocks() >= allowance);  // a raise reads at once
+      }
+    }
+    CHECK(got == bytes);
+    CHECK(q->all_requested());
+    CHECK(q->blocks() == 0);  // every block taken and freed
+    CHECK(q->Read(buf, sizeof buf) == 0);
+    q.reset();
+    ::close(fd);
+  }
+}
+
 TEST_CASE("ReadQueue reads on past the size it was given (a file that grew) and from an offset") {
   TempDir dir;
   const std::string first(10'000, 'a');
