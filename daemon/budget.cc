@@ -690,9 +690,11 @@ std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, i
                      FormatBytes(used.private_rss) + " + segment " + FormatBytes(used.segment_bytes) + " = " +
                      FormatBytes(total) + "; ";
   const std::string raise = "raise pipeline.memory_budget to at least " + FormatBytes(total);
-  if (shuffle_buffer > 1 && used.shuffle_records > 0 && used.shuffle_bytes > plan.shuffle_bytes) {
+  // The plan's share counts each record's bookkeeping too (kRecordOverheadBytes): so do these.
+  const uint64_t shuffle_held = SatAdd(used.shuffle_bytes, SatMul(used.shuffle_records, kRecordOverheadBytes));
+  if (shuffle_buffer > 1 && used.shuffle_records > 0 && shuffle_held > plan.shuffle_bytes) {
     const uint64_t each = CeilDiv(used.shuffle_bytes, used.shuffle_records);
-    const uint64_t fit = plan.shuffle_bytes / std::max<uint64_t>(each, 1);
+    const uint64_t fit = plan.shuffle_bytes / (each + kRecordOverheadBytes);
     return text + "the shuffle buffer holds " + Plural(static_cast<int64_t>(used.shuffle_records), "record", "records") +
            " of " + FormatBytes(used.shuffle_bytes) + " (" + FormatBytes(each) + " each on average), where the memory " +
            "plan gave it " + FormatBytes(plan.shuffle_bytes) + " for shuffle.buffer " + std::to_string(shuffle_buffer) +

@@ -198,7 +198,7 @@ struct MemoryPlan {
   // payload (what ReadAhead::buffered_bytes counts), the rest its per-record bookkeeping.
   // The tuner keeps open files x (stream_buffer_bytes + queued reads) <= read_ahead_bytes
   // (queued reads: reads_per_file x 256 KiB per file when above 1, daemon/tuner.h; a file with
-  // queued reads also has a window of at most 64 KiB instead of the reader_buffer_bytes counted
+  // queued reads also has a window of at most 16 KiB instead of the reader_buffer_bytes counted
   // above).
   uint64_t read_ahead_memory_bytes = 0;
   uint64_t read_ahead_bytes = 0;

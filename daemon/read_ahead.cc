@@ -367,8 +367,13 @@ void ReadAhead::AllowancesLocked() {
   // and each file opened ahead then takes up one ending file's blocks, not the first all of them).
   std::sort(spares_.begin(), spares_.end(), std::greater<>());
   const size_t depth = reads_per_file_ + 1;  // a queue's blocks: the reads in flight and the one taken
-  for (size_t i = interleaved, j = 0; i < streams_.size(); ++i, ++j) {
-    streams_[i]->queue_allowance_wanted_ = 1 + (j < spares_.size() ? std::min(spares_[j], depth - 1) : 0);
+  size_t j = 0;
+  for (size_t i = interleaved; i < streams_.size(); ++i) {
+    FileStream& s = *streams_[i];
+    // A file that cannot take more (compressed, no queue, or its queue has asked for its whole
+    // file) is passed over: the blocks go to the next one opened ahead.
+    s.queue_allowance_wanted_ = 1;
+    if (s.queue_can_grow_ && j < spares_.size()) s.queue_allowance_wanted_ += std::min(spares_[j++], depth - 1);
   }
 }
 
@@ -426,18 +431,6 @@ void ReadAhead::Run(size_t id) {
     const size_t reads_per_file = reads_per_file_;
     const size_t allowance = stream->queue_allowance_wanted_;
     lock.unlock();
-    if (reads_per_file > 1 && stream->queue_allowance_ != allowance) {
-      if (allowance != SIZE_MAX) {  // a file opened ahead: the blocks beyond the one it holds anyway
-        const size_t had = stream->queue_allowance_ == SIZE_MAX ? 1 : stream->queue_allowance_;
-        if (allowance > had) queue_blocks_handed_on_.fetch_add(allowance - had, std::memory_order_relaxed);
-      }
-      stream->reader_.SetQueueAllowance(allowance);  // before SetReadsInFlight: a new queue starts with it
-      stream->queue_allowance_ = allowance;
-    }
-    if (stream->reads_per_file_ != reads_per_file) {
-      stream->reader_.SetReadsInFlight(reads_per_file);
-      stream->reads_per_file_ = reads_per_file;
-    }
     const int64_t wall_start = MonotonicNs();
     const int64_t cpu_start = ThreadCpuNs();
 
@@ -455,6 +448,23 @@ void ReadAhead::Run(size_t id) {
     // the consumer's core, and a store-only move does not wait for each line to come back
     // (assigning field by field read the old values first: the reader's top cost).
     try {
+      // The knobs first (their blocks are allocations too: running out of memory there ends the
+      // stream with the error, below). A new queue (reads per file changed) starts at the old
+      // allowance and is raised after, so no read is asked for twice.
+      if (stream->reads_per_file_ != reads_per_file) {
+        stream->reader_.SetReadsInFlight(reads_per_file);
+        stream->reads_per_file_ = reads_per_file;
+      }
+      if (reads_per_file > 1 && stream->queue_allowance_ != allowance) {
+        const size_t before = stream->reader_.queue_blocks();
+        stream->reader_.SetQueueAllowance(allowance);
+        stream->queue_allowance_ = allowance;
+        const size_t after = stream->reader_.queue_blocks();
+        // A file opened ahead taking up blocks (those a joining file tops up are its own).
+        if (allowance != SIZE_MAX && after > before) {
+          queue_blocks_handed_on_.fetch_add(after - before, std::memory_order_relaxed);
+        }
+      }
       // A stream with a full buffer was picked only to raise its queue's allowance (above).
       while (room > 0 && items.size() < kRecordsPerTurn && (items.empty() || bytes < room) &&
              !stop_requested_.load(std::memory_order_relaxed)) {
@@ -515,12 +525,13 @@ void ReadAhead::Run(size_t id) {
     cpu_ns_.fetch_add(static_cast<uint64_t>(ThreadCpuNs() - cpu_start), std::memory_order_relaxed);
     busy_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - wall_start), std::memory_order_relaxed);
     const Compression compression = stream->reader_.compression();
-    const size_t queue_spare = stream->reader_.queue_all_requested()
-                                   ? stream->reader_.reads_in_flight() + 1 - stream->reader_.queue_blocks()
-                                   : 0;
+    const bool all_requested = stream->reader_.queue_all_requested();
+    const size_t queue_blocks = stream->reader_.queue_blocks();
+    const size_t queue_spare = all_requested ? stream->reader_.reads_in_flight() + 1 - queue_blocks : 0;
     lock.lock();
     stream->busy_ = false;
     stream->queue_spare_ = queue_spare;
+    stream->queue_can_grow_ = queue_blocks > 0 && !all_requested;
     const bool delivered = !stream->closed_;
     // What may allocate under the lock goes first, so that running out of memory here too
     // ends the stream with the error (a bad_alloc leaving the thread ends the process).

@@ -228,6 +228,9 @@ class FileStream {
   // for the whole file (its depth less the blocks it holds; 0 before): the interleave's files
   // near their ends hand them on to the files opened ahead (ReadAhead::AllowancesLocked).
   size_t queue_spare_ = 0;
+  // ... and whether its queue could hold more blocks (it has one, not yet at the file's end).
+  // True until its first turn says (it may get one).
+  bool queue_can_grow_ = true;
   size_t queue_allowance_wanted_ = SIZE_MAX;  // AllowancesLocked's last figure for it
   bool finished_ = false;  // the reader returned kEnd (kEnd is queued)
   bool closed_ = false;    // the consumer dropped it

@@ -133,6 +133,14 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     shuffle_records_.store(shuffle.size(), std::memory_order_relaxed);
     shuffle_bytes_.store(shuffle_bytes, std::memory_order_relaxed);
   };
+  // However the epoch ends (a stop, a failure), the buffer is gone with it: so are its figures.
+  struct ShownEmpty {
+    Sequencer* s;
+    ~ShownEmpty() {
+      s->shuffle_records_.store(0, std::memory_order_relaxed);
+      s->shuffle_bytes_.store(0, std::memory_order_relaxed);
+    }
+  } shown_empty{this};
   auto push = [&](OwnedRecord&& record) {
     if (!shuffling) return add(std::move(record));
     shuffle_bytes += record.size;

@@ -898,8 +898,12 @@ TEST_CASE("OverBudgetWarning: silent within the budget; over it, the arithmetic 
         "memory over pipeline.memory_budget 256.0 MiB: private RSS 420.0 MiB + segment 40.0 MiB = 460.0 MiB; the "
         "shuffle buffer holds 10000 records of 390.6 MiB (40.0 KiB each on average), where the memory plan gave it "
         "30.1 MiB for shuffle.buffer 10000 from the records sampled at start: the records later in the files are "
-        "larger; raise pipeline.memory_budget to at least 460.0 MiB, or lower shuffle.buffer to 769 (what its share "
-        "holds of records this size)");
+        "larger; raise pipeline.memory_budget to at least 460.0 MiB, or lower shuffle.buffer to 768 (what its share "
+        "holds of records this size)");  // 31'529'216 / (40 KiB + 80 B of bookkeeping each)
+  // Each record's bookkeeping counts as the plan counts it: 10000 x 3100 B of payload is under the
+  // share, with 80 B each over it.
+  CHECK_THAT(OverBudgetWarning(plan, {300 * MiB, 40 * MiB, 10'000, 10'000 * 3'100}, 10000),
+             Catch::Contains("the shuffle buffer holds 10000 records of 29.6 MiB (3.0 KiB each"));
   // Records larger than the whole share: no shuffle.buffer of 2 or more fits it.
   CHECK_THAT(OverBudgetWarning(plan, {300 * MiB, 40 * MiB, 10, 10 * 20 * MiB}, 10000),
              Catch::Matchers::EndsWith("or lower shuffle.buffer (its share does not hold 2 records of this size)"));
