@@ -22,6 +22,14 @@ Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
 }
 
 Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
+  // However the run ends, the files opened ahead for an epoch that did not run are closed.
+  struct Closer {
+    Sequencer* s;
+    ~Closer() {
+      for (auto& u : s->upcoming_) s->read_ahead_->Close(u.stream);
+      s->upcoming_.clear();
+    }
+  } closer{this};
   for (uint64_t e = options_.first_epoch; options_.epochs == 0 || e < static_cast<uint64_t>(options_.epochs); ++e) {
     epoch_.store(e, std::memory_order_relaxed);
     EpochCounts counts;
@@ -79,13 +87,36 @@ std::string Sequencer::EmptyEpochCause(const EpochCounts& counts) const {
          (counts.short_dropped ? " (and drop_remainder dropped a short batch that would have been one more)" : "");
 }
 
-bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts) {
-  files_done_.store(0, std::memory_order_relaxed);
+std::vector<uint32_t> Sequencer::EpochOrder(uint64_t e) const {
   std::vector<uint32_t> order = shard_files_;
   if (options_.shuffle_files) {
     Xoshiro256StarStar rng(options_.seed, RngStream::kFileOrder, e);
     FisherYatesShuffle(order, rng);
   }
+  return order;
+}
+
+void Sequencer::OpenAhead(uint64_t e, bool last_epoch, size_t live) {
+  while (upcoming_.size() < lookahead_.load(std::memory_order_relaxed)) {
+    if (opening_.next >= opening_.order.size()) {
+      // Epoch e's files are all open: the next epoch's first ones are opened ahead as well, so
+      // the read-ahead starts on them while e's last files finish instead of a round trip to
+      // the storage after e's end. Never beyond the next epoch.
+      if (opening_.epoch != e || last_epoch) return;
+      opening_ = {e + 1, EpochOrder(e + 1), 0};
+      continue;
+    }
+    // A file may be open for this epoch and the next at once; never more streams than the
+    // shard has files, the memory plan's open files (OpenFiles) when they are fewer than
+    // cycle_length + lookahead.
+    if (opening_.epoch != e && live + upcoming_.size() >= shard_files_.size()) return;
+    const uint32_t f = opening_.order[opening_.next++];
+    upcoming_.push_back({opening_.epoch, read_ahead_->Open(f, options_.files[f])});
+  }
+}
+
+bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts) {
+  files_done_.store(0, std::memory_order_relaxed);
   const bool last_epoch = options_.epochs != 0 && e + 1 == static_cast<uint64_t>(options_.epochs);
   const uint64_t round = options_.queues;
 
@@ -187,34 +218,25 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
   // Interleave.
   const size_t cycle = static_cast<size_t>(options_.cycle_length);
   std::vector<std::shared_ptr<FileStream>> positions(cycle);
-  size_t next_file = 0;
-  auto open_next = [&]() -> std::shared_ptr<FileStream> {
-    if (next_file >= order.size()) return nullptr;
-    const uint32_t f = order[next_file++];
-    return read_ahead_->Open(f, options_.files[f]);
-  };
-  // Files beyond the cycle are opened a little early, so read-ahead can start on them.
-  std::deque<std::shared_ptr<FileStream>> upcoming;
-  auto take_next = [&]() -> std::shared_ptr<FileStream> {
-    while (upcoming.size() < lookahead_.load(std::memory_order_relaxed)) {
-      auto s = open_next();
-      if (!s) break;
-      upcoming.push_back(std::move(s));
-    }
-    if (upcoming.empty()) return nullptr;
-    auto s = std::move(upcoming.front());
-    upcoming.pop_front();
-    return s;
-  };
   struct Closer {
     ReadAhead* ra;
     std::vector<std::shared_ptr<FileStream>>* positions;
-    std::deque<std::shared_ptr<FileStream>>* upcoming;
     ~Closer() {
       for (auto& s : *positions) if (s) ra->Close(s);
-      for (auto& s : *upcoming) ra->Close(s);
     }
-  } closer{read_ahead_, &positions, &upcoming};
+  } closer{read_ahead_, &positions};
+  // The epoch's files were maybe opened ahead by the epoch before (OpenAhead); else they start here.
+  if (upcoming_.empty() && opening_.epoch != e) opening_ = {e, EpochOrder(e), 0};
+  // The next file of this epoch for a cycle position, or nullptr when they are all taken.
+  auto take_next = [&]() -> std::shared_ptr<FileStream> {
+    size_t live = 0;
+    for (auto& s : positions) live += s != nullptr;
+    OpenAhead(e, last_epoch, live);
+    if (upcoming_.empty() || upcoming_.front().epoch != e) return nullptr;
+    auto s = std::move(upcoming_.front().stream);
+    upcoming_.pop_front();
+    return s;
+  };
   for (size_t p = 0; p < cycle; ++p) positions[p] = take_next();
 
   size_t live = 0;
@@ -227,6 +249,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       if (stop_.load()) return false;
       if (item.kind == StreamItem::Kind::kEnd) {
         read_ahead_->Close(positions[p]);
+        positions[p] = nullptr;
         files_done_.fetch_add(1, std::memory_order_relaxed);
         positions[p] = take_next();
         if (!positions[p]) --live;

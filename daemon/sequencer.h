@@ -33,7 +33,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,7 +63,9 @@ struct SequencerOptions {
   int64_t shard_count = 1;
   bool skip_errors = false;  // on_error: skip (never a machine's limit, IsMachineLimit: that fails)
   // Files opened ahead of their turn in the interleave, so the read-ahead can start on them
-  // (0: cycle_length). Never changes the order; changeable with SetLookahead.
+  // (0: cycle_length). Once an epoch's files are all open, the next epoch's first ones are
+  // opened ahead (unless the epoch is the last), never more streams than the shard has files.
+  // Never changes the order; changeable with SetLookahead.
   int64_t lookahead_files = 0;
 };
 
@@ -129,11 +133,30 @@ class Sequencer {
   };
   // Runs epoch e; false when it stopped early (failure or stop).
   bool RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts);
+  // Epoch e's files in the order the interleave takes them (step 1 above).
+  std::vector<uint32_t> EpochOrder(uint64_t e) const;
+  // Opens files ahead of their turn until lookahead_ are open beyond the cycle: the rest of
+  // epoch e's, then (unless e is the last epoch) epoch e + 1's first ones. `live`: the cycle
+  // positions holding a file.
+  void OpenAhead(uint64_t e, bool last_epoch, size_t live);
   // Why an epoch with these counts delivered no batch, e.g. "its 2 files held no record".
   std::string EmptyEpochCause(const EpochCounts& counts) const;
 
   SequencerOptions options_;
   ReadAhead* read_ahead_;
+  // Files opened ahead of their turn, in the order their epochs take them (OpenAhead).
+  struct Upcoming {
+    uint64_t epoch;
+    std::shared_ptr<FileStream> stream;
+  };
+  std::deque<Upcoming> upcoming_;
+  // The epoch whose files OpenAhead opens, their order and the next one to open.
+  struct Opening {
+    uint64_t epoch = UINT64_MAX;
+    std::vector<uint32_t> order;
+    size_t next = 0;
+  };
+  Opening opening_;
   std::function<void(const ReadError&)> on_skipped_;
   std::vector<uint32_t> shard_files_;
   Shard shard_;

@@ -224,6 +224,42 @@ TEST_CASE("queued reads: files opened ahead take up the blocks of files near the
   CHECK(handed_on == 0);  // one read at a time: no queues to share
 }
 
+TEST_CASE("the next epoch's first files open before the epoch ends; never more streams than files") {
+  TempDir dir;
+  SequencerOptions o;
+  o.files = WriteFiles(dir, {400, 300, 500});
+  o.cycle_length = 2;
+  o.lookahead_files = 2;
+  o.batch_size = 50;
+  o.shuffle_files = true;
+  o.seed = 7;
+  o.epochs = 3;
+  // A tiny stream buffer: no file is read to its end ahead of the sequencer, so every file
+  // opened stays among ReadAhead's streams until it is closed.
+  ReadAhead read_ahead(ReaderOptions{}, 2, 64);
+  Sequencer sequencer(o, &read_ahead, nullptr);
+  std::vector<Seen> seen;
+  std::vector<size_t> open_at_epoch_end;
+  size_t most_open = 0;
+  const auto outcome = sequencer.Run([&](BatchJob&& job) {
+    most_open = std::max(most_open, read_ahead.open_streams());
+    if (job.flags & shm::kBatchEndOfEpoch) open_at_epoch_end.push_back(read_ahead.open_streams());
+    Seen s{job.epoch, job.index, job.queue, job.flags, {}};
+    for (const OwnedRecord& r : job.records) s.records.emplace_back(reinterpret_cast<const char*>(r.bytes().data()), r.size);
+    seen.push_back(std::move(s));
+    return true;
+  });
+  CHECK(outcome == Sequencer::Outcome::kEndOfData);
+  // At each epoch's end its own files are closed and the next epoch's first two (lookahead)
+  // are open already; after the last epoch, none.
+  CHECK(open_at_epoch_end == std::vector<size_t>{2, 2, 0});
+  CHECK(most_open <= 3);  // a file open for two epochs at once counts twice; the shard has 3
+  CHECK(read_ahead.open_streams() == 0);
+  // The order is what one file opened at a time gives.
+  o.lookahead_files = 1;
+  CHECK(RunAll(o, 1, 1 << 20) == seen);
+}
+
 TEST_CASE("a shuffle buffer of the epoch's records gives the batches of any larger one") {
   // ringfeedd plans shuffle.buffer above the epoch's record count at that count
   // (ShuffleBufferRecords): the determinism contract needs the same batches.
