@@ -477,7 +477,15 @@ int RunDaemon(const DaemonOptions& options) {
     if (!plan.memory_budget_warning.empty()) spdlog::warn("{}", plan.memory_budget_warning);
     if (!plan.slot_bytes_note.empty()) spdlog::warn("{}", plan.slot_bytes_note);
     if (!plan.ring_slots_warning.empty()) spdlog::warn("{}", plan.ring_slots_warning);
-    po.sequencer.shuffle_buffer = plan.shuffle_buffer;  // shuffle.buffer, or the whole epoch where it is less
+    // The buffer is shuffle.buffer whatever the records counted at start: an epoch that reads
+    // more (files replaced or grown since) shuffles as a fresh start on those files would. The
+    // plan counts at most the records counted; past its share, the budget is checked.
+    po.sequencer.shuffle_buffer = config.shuffle.buffer;
+    po.sequencer.shuffle_share_bytes = plan.memory.shuffle_bytes;
+    po.sequencer.over_budget = [memory = plan.memory, segment = plan.geometry.segment_bytes,
+                                buffer = plan.shuffle_buffer](uint64_t records, uint64_t bytes) {
+      return OverBudgetWarning(memory, MemoryInUse{PrivateRssBytes(), segment, records, bytes}, buffer);
+    };
     spdlog::debug("{}", plan.memory.Describe());
     spdlog::info("cpu_budget {:.3g} cores ({}): the CPU the daemon's threads may use together",
                  plan.autotune.cpu_budget_cores, plan.autotune.cpu_budget_source);

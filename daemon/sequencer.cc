@@ -3,6 +3,7 @@
 #include <deque>
 #include <memory>
 
+#include "daemon/budget.h"
 #include "daemon/shuffle.h"
 #include "shm/ring_layout.h"
 
@@ -172,18 +173,33 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       s->shuffle_bytes_.store(0, std::memory_order_relaxed);
     }
   } shown_empty{this};
+  // The buffer's size at which over_budget is asked next (SequencerOptions::shuffle_share_bytes).
+  uint64_t next_budget_check = options_.shuffle_share_bytes;
+  std::string over_budget;  // set by push: the run stops as a failure, once what was read is delivered
   auto push = [&](OwnedRecord&& record) {
     if (!shuffling) return add(std::move(record));
     shuffle_bytes += record.size;
+    const uint32_t file = record.file_index;
+    const uint64_t index = record.record_index;
     if (!shuffle.full()) {
       shuffle.Add(std::move(record).Unshared());
       shown();
-      return true;
+    } else {
+      OwnedRecord out = shuffle.Exchange(std::move(record).Unshared());
+      shuffle_bytes -= out.size;
+      shown();
+      if (!add(std::move(out))) return false;
     }
-    OwnedRecord out = shuffle.Exchange(std::move(record).Unshared());
-    shuffle_bytes -= out.size;
-    shown();
-    return add(std::move(out));
+    const uint64_t held = shuffle_bytes + shuffle.size() * kRecordOverheadBytes;
+    if (options_.over_budget && held > next_budget_check) {
+      next_budget_check = held + kOverBudgetCheckBytes;
+      std::string why = options_.over_budget(shuffle.size(), shuffle_bytes);
+      if (!why.empty()) {
+        over_budget = "stopped at record " + std::to_string(index) + " of " + options_.files[file] + ": " + why;
+        return false;
+      }
+    }
+    return true;
   };
 
   // The end of the epoch's input (or a read error under on_error: fail): everything read so
@@ -281,7 +297,13 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         continue;
       }
       ++counts->records;
-      if (!push(std::move(item.record))) return false;
+      if (!push(std::move(item.record))) {
+        if (over_budget.empty()) return false;
+        // As after a read error: every record read so far is delivered, then the run fails.
+        finish(0);
+        failure_ = std::move(over_budget);
+        return false;
+      }
       break;  // one record per visit
     }
   }

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <thread>
 
+#include "daemon/budget.h"
 #include "daemon/read_ahead.h"
 #include "daemon/sequencer.h"
 #include "format/read_queue.h"
@@ -258,6 +259,49 @@ TEST_CASE("the next epoch's first files open before the epoch ends; never more s
   // The order is what one file opened at a time gives.
   o.lookahead_files = 1;
   CHECK(RunAll(o, 1, 1 << 20) == seen);
+}
+
+TEST_CASE("the shuffle buffer past its share of the budget: over_budget asked; its answer stops the run after "
+          "every record read is delivered") {
+  TempDir dir;
+  SequencerOptions o;
+  o.files = WriteFiles(dir, {400, 300});
+  o.cycle_length = 2;
+  o.batch_size = 32;
+  o.shuffle_buffer = 500;
+  o.seed = 3;
+  o.epochs = 1;
+  // Records of 4-6 bytes, each counted with kRecordOverheadBytes: the share holds 50 of them.
+  o.shuffle_share_bytes = 50 * (6 + kRecordOverheadBytes);
+  std::vector<uint64_t> asked;  // the buffer's records at each call
+  std::string answer;
+  o.over_budget = [&](uint64_t records, uint64_t bytes) {
+    CHECK(bytes >= records * 4);
+    asked.push_back(records);
+    return answer;
+  };
+  // Within the budget: asked once (the records never grow by another MiB), the run goes on.
+  Sequencer::Outcome outcome;
+  const auto all = RunAll(o, 2, 1 << 20, &outcome);
+  CHECK(outcome == Sequencer::Outcome::kEndOfData);
+  CHECK(asked.size() == 1);
+  CHECK(Flatten(all, 0).size() == 700);
+  const uint64_t records_when_asked = asked.at(0);
+  CHECK(records_when_asked > 45);
+  CHECK(records_when_asked < 60);
+
+  // Over it: the run fails at that record, naming it and its file, once the records read are delivered.
+  asked.clear();
+  answer = "memory over pipeline.memory_budget";
+  std::string failure;
+  const auto some = RunAll(o, 2, 1 << 20, &outcome, nullptr, &failure);
+  CHECK(outcome == Sequencer::Outcome::kFailed);
+  CHECK(asked == std::vector<uint64_t>{records_when_asked});
+  CHECK(Flatten(some, 0).size() == records_when_asked);
+  // The interleave's last record read: file (n - 1) % 2, record (n - 1) / 2 of it.
+  const uint64_t n = records_when_asked;
+  CHECK(failure == "stopped at record " + std::to_string((n - 1) / 2) + " of " + o.files[(n - 1) % 2] +
+                       ": memory over pipeline.memory_budget");
 }
 
 TEST_CASE("a shuffle buffer of the epoch's records gives the batches of any larger one") {
