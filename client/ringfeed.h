@@ -143,8 +143,9 @@ int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info);
  * value_offsets entries against the slot. RF_ERROR when index >= rf_schema_count, or when an entry
  * is invalid (rf_last_error names the feature, entry and value; release that batch). */
 int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor);
-/* Index of the feature called `name`, or -1 (check it before passing it as rf_batch_feature's
- * size_t index: -1 converts to SIZE_MAX, which rf_batch_feature refuses with RF_ERROR). */
+/* Index of the feature called `name`, or -1 with rf_last_error set (no such feature, a NULL
+ * argument). Check it before passing it as rf_batch_feature's size_t index: -1 converts to
+ * SIZE_MAX, which rf_batch_feature refuses with RF_ERROR. */
 int64_t rf_feature_index(const rf_client* client, const char* name);
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source);
 /* The job's sorted file list, which rf_row_source.file_index indexes: fetched from the daemon on

@@ -209,9 +209,12 @@ int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor) {
 }
 
 int64_t rf_feature_index(const rf_client* client, const char* name) {
-  if (client == nullptr || name == nullptr) return -1;
+  ClearError(nullptr, 0);
+  if (client == nullptr) return Fail("rf_feature_index: NULL client");
+  if (name == nullptr) return Fail("rf_feature_index: NULL name");
   const auto index = client->client->schema().IndexOf(name);
-  return index ? static_cast<int64_t>(*index) : -1;
+  if (!index) return Fail("rf_feature_index: the job has no feature '" + std::string(name) + "'");
+  return static_cast<int64_t>(*index);
 }
 
 int64_t rf_file_count(rf_client* client) {

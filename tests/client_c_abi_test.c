@@ -67,7 +67,11 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
     EXPECT(rf_schema_feature(client, 4, &f) == RF_ERROR);
     EXPECT(strcmp(rf_dtype_name(f.dtype), "bytes") == 0);
     EXPECT(rf_feature_index(client, "pixels") == 3);
+    EXPECT(rf_last_error()[0] == '\0');
     EXPECT(rf_feature_index(client, "nope") == -1);
+    EXPECT(strcmp(rf_last_error(), "rf_feature_index: the job has no feature 'nope'") == 0);
+    EXPECT(rf_feature_index(client, NULL) == -1);
+    EXPECT(strcmp(rf_last_error(), "rf_feature_index: NULL name") == 0);
   }
 
   for (;;) {
