@@ -40,6 +40,7 @@
 #include "daemon/consumer_registry.h"
 #include "daemon/control_server.h"
 #include "daemon/file_list.h"
+#include "daemon/log_format.h"
 #include "daemon/pipeline.h"
 #include "daemon/read_ahead.h"
 #include "daemon/ring_setup.h"
@@ -353,8 +354,9 @@ int RunDaemon(const DaemonOptions& options) {
   // spdlog drops, and the daemon goes on.
   ::signal(SIGPIPE, SIG_IGN);
   auto logger = spdlog::stderr_color_mt("ringfeedd");
-  // Under systemd the journal adds its own timestamps.
-  logger->set_pattern(std::getenv("JOURNAL_STREAM") ? "[%l] %v" : "%Y-%m-%d %H:%M:%S.%e [%l] %v");
+  // Under systemd the journal adds its own timestamps. Control characters in a message (a file
+  // name with a newline) are escaped: daemon/log_format.h.
+  SetLogPattern(*logger, std::getenv("JOURNAL_STREAM") != nullptr);
   spdlog::set_default_logger(logger);
 
   JobConfig config;

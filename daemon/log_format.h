@@ -1,0 +1,30 @@
+// ringfeedd's log lines: "<time> [<level>] <message>" ("[<level>] <message>" under systemd,
+// whose journal adds its own time), one log record per line as far as a reader can tell.
+//
+// A message may carry text from outside: file names from a glob over a data directory, a
+// config's values. A file named "x\n2026-12-05 10:00:00.000 [error] ..." must not print a
+// line that looks like a record of its own, nor a name with terminal escapes colour or move the
+// operator's terminal. So the message's control characters are written escaped: a newline
+// stays a newline followed by four spaces (multi-line messages, such as the memory plan at debug
+// level, stay readable and their continuation lines are indented), a tab stays, and every other
+// byte below 0x20 and DEL becomes \xNN. Bytes from 0x80 on are written as they are.
+//
+// Thread-safety: SetLogPattern before logging starts (spdlog formatters are not changed
+// concurrently with logging); the formatter itself is called under the sink's lock.
+#pragma once
+
+#include <spdlog/logger.h>
+
+#include <string>
+#include <string_view>
+
+namespace ringfeed {
+
+// The escaped form of `message`, as the log line shows it.
+std::string EscapeLogMessage(std::string_view message);
+
+// Sets `logger`'s pattern: with the time, or (journal: under systemd, JOURNAL_STREAM set)
+// without; either way the message escaped as above.
+void SetLogPattern(spdlog::logger& logger, bool journal);
+
+}  // namespace ringfeed
