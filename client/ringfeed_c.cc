@@ -210,11 +210,15 @@ int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor) {
 
 int64_t rf_feature_index(const rf_client* client, const char* name) {
   ClearError(nullptr, 0);
-  if (client == nullptr) return Fail("rf_feature_index: NULL client");
-  if (name == nullptr) return Fail("rf_feature_index: NULL name");
-  const auto index = client->client->schema().IndexOf(name);
-  if (!index) return Fail("rf_feature_index: the job has no feature '" + std::string(name) + "'");
-  return static_cast<int64_t>(*index);
+  if (client == nullptr || name == nullptr) return Fail("rf_feature_index: NULL argument");
+  int64_t index = RF_ERROR;
+  const int rc = Guard("rf_feature_index", nullptr, 0, [&] {
+    const auto found = client->client->schema().IndexOf(name);
+    if (!found) return Fail("rf_feature_index: the job has no feature '" + std::string(name) + "'");
+    index = static_cast<int64_t>(*found);
+    return RF_OK;
+  });
+  return rc == RF_OK ? index : RF_ERROR;
 }
 
 int64_t rf_file_count(rf_client* client) {

@@ -320,7 +320,8 @@ std::string FormatBytes(uint64_t bytes);
 
 // ---- Over the budget ---------------------------------------------------------------------------
 
-// What ringfeedd measures once a second against its budget.
+// What ringfeedd measures against its budget: once a second (a warning), and each further MiB
+// a shuffle buffer past its share takes (a failure: SequencerOptions::over_budget).
 struct MemoryInUse {
   uint64_t private_rss = 0;      // RssAnon (ProcessMemory::private_rss)
   uint64_t segment_bytes = 0;    // the ring's segment

@@ -321,7 +321,7 @@ void Pipeline::RunSequencer() {
   if (stopping_) return;
   lock.unlock();
   if (outcome == Sequencer::Outcome::kFailed) {
-    Fail(sequencer_->failure() + (options_.sequencer.skip_errors ? "" : " (on_error: fail)"));
+    Fail(sequencer_->failure() + (sequencer_->failed_on_read_error() ? " (on_error: fail)" : ""));
   } else {
     Finish(PipelineEnd::kEndOfData, sequencer_->empty_epoch());
   }

@@ -485,7 +485,7 @@ int RunDaemon(const DaemonOptions& options) {
     po.sequencer.shuffle_buffer = config.shuffle.buffer;
     po.sequencer.shuffle_share_bytes = plan.memory.shuffle_bytes;
     po.sequencer.over_budget = [memory = plan.memory, segment = plan.geometry.segment_bytes,
-                                buffer = plan.shuffle_buffer](uint64_t records, uint64_t bytes) {
+                                buffer = config.shuffle.buffer](uint64_t records, uint64_t bytes) {
       return OverBudgetWarning(memory, MemoryInUse{PrivateRssBytes(), segment, records, bytes}, buffer);
     };
     spdlog::debug("{}", plan.memory.Describe());
@@ -680,7 +680,7 @@ int RunDaemon(const DaemonOptions& options) {
             {"shuffle_buffer_bytes", s.shuffle_bytes},
             {"shuffle_buffer_planned_bytes", plan.memory.shuffle_bytes},
             {"over_budget", OverBudgetWarning(plan.memory, {private_rss, geometry.segment_bytes, s.shuffle_records,
-                                                            s.shuffle_bytes}, plan.shuffle_buffer)}}},
+                                                            s.shuffle_bytes}, config.shuffle.buffer)}}},
           {"errors",
            {{"read_errors_skipped", s.read_errors_skipped},
             {"parse_errors_skipped", s.parse_errors_skipped},
@@ -800,7 +800,7 @@ int RunDaemon(const DaemonOptions& options) {
             // Memory over the budget: the plan was made from the records sampled at start, and
             // records later in the files can be far larger (OverBudgetWarning says which part).
             const MemoryInUse in_use{PrivateRssBytes(), geometry.segment_bytes, s.shuffle_records, s.shuffle_bytes};
-            const std::string over = OverBudgetWarning(plan.memory, in_use, plan.shuffle_buffer);
+            const std::string over = OverBudgetWarning(plan.memory, in_use, config.shuffle.buffer);
             if (!over.empty() && !over_budget_warned) {
               over_budget_warned = true;
               spdlog::warn("{}", over);

@@ -29,6 +29,7 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
     ~Closer() {
       for (auto& u : s->upcoming_) s->read_ahead_->Close(u.stream);
       s->upcoming_.clear();
+      s->opening_ = {};
     }
   } closer{this};
   for (uint64_t e = options_.first_epoch; options_.epochs == 0 || e < static_cast<uint64_t>(options_.epochs); ++e) {
@@ -112,7 +113,13 @@ void Sequencer::OpenAhead(uint64_t e, bool last_epoch, size_t live) {
     // cycle_length + lookahead.
     if (opening_.epoch != e && live + upcoming_.size() >= shard_files_.size()) return;
     const uint32_t f = opening_.order[opening_.next++];
-    upcoming_.push_back({opening_.epoch, read_ahead_->Open(f, options_.files[f])});
+    std::shared_ptr<FileStream> stream = read_ahead_->Open(f, options_.files[f]);
+    try {
+      upcoming_.push_back({opening_.epoch, stream});
+    } catch (...) {
+      read_ahead_->Close(stream);
+      throw;
+    }
   }
 }
 
@@ -281,6 +288,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
           // ../shared/reference/bad-inputs.md), the last batch short if it must be.
           finish(0);
           failure_ = item.error->message;
+          failed_on_read_error_ = !options_.skip_errors;
           if (options_.skip_errors) failure_ += " (not skipped: a limit of the machine, not a bad file)";
           return false;
         }

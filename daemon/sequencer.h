@@ -110,6 +110,9 @@ class Sequencer {
   void SetLookahead(size_t files) { lookahead_.store(files < 1 ? 1 : files, std::memory_order_relaxed); }
 
   const std::string& failure() const { return failure_; }
+  // After kFailed: whether a read error under on_error: fail ended the run (not the memory
+  // budget, nor a machine's limit under skip).
+  bool failed_on_read_error() const { return failed_on_read_error_; }
   // After Run returned kEndOfData: why an epoch delivered no batch, which ended the data there
   // ("epoch N delivered no batch: <the cause, from what the epoch read>; ..."; the last epoch's
   // too); empty when every epoch delivered batches. Read after Run.
@@ -173,6 +176,7 @@ class Sequencer {
   Shard shard_;
   uint64_t next_seq_ = 0;
   std::string failure_;
+  bool failed_on_read_error_ = false;
   std::string empty_epoch_;
   std::atomic<bool> stop_{false};
   std::atomic<size_t> lookahead_;

@@ -84,13 +84,14 @@ inline constexpr uint64_t kCountFileBytes = 64ull << 20;
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                            const std::vector<uint32_t>& shard_files);
 
-// The records the sequencer's shuffle buffer holds at most: shuffle.buffer, or where the start-up
-// sample counted fewer records in the shard's epoch (RecordSample::shard_records), that count
-// (at least 2, so that it still shuffles). A buffer at least as large as an epoch holds the
-// whole epoch either way, and ShuffleBuffer's output does not depend on its capacity while it
-// is not full (daemon/shuffle.h), so the batches are the same; the memory plan counts only
-// the records it can hold. (Records a file gains after the start are shuffled through the
-// counted buffer: still deterministic, though not what the configured buffer would give.)
+// The records the memory plan counts for the shuffle buffer: shuffle.buffer, or where the
+// start-up sample counted fewer records in the shard's epoch (RecordSample::shard_records),
+// that count (at least 2, so that it still shuffles). A buffer at least as large as an epoch
+// holds the whole epoch either way, and ShuffleBuffer's output does not depend on its capacity
+// while it is not full (daemon/shuffle.h), so the batches are the same. The sequencer itself
+// is given shuffle.buffer: an epoch that reads more records (files replaced by larger ones)
+// shuffles as a fresh start would, its memory checked against the budget (Sequencer's
+// over_budget).
 int64_t ShuffleBufferRecords(const JobConfig& config, const RecordSample& sample);
 
 // Bytes a ring slot needs for a batch of `rows` rows whose record-dependent columns measured
@@ -117,7 +118,7 @@ struct AutotuneOptions {
 struct TuningPlan {
   uint32_t slot_count = 0;
   uint64_t slot_bytes = 0;
-  int64_t shuffle_buffer = 0;  // ShuffleBufferRecords: what the sequencer is given
+  int64_t shuffle_buffer = 0;  // ShuffleBufferRecords: what the memory plan counts
   // "shuffle.buffer 1000000 is more than the 9909 records this shard reads per epoch: ..." when
   // shuffle_buffer is less than shuffle.buffer; empty otherwise. ringfeedd logs it at start.
   std::string shuffle_buffer_note;

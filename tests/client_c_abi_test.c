@@ -71,7 +71,7 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
     EXPECT(rf_feature_index(client, "nope") == -1);
     EXPECT(strcmp(rf_last_error(), "rf_feature_index: the job has no feature 'nope'") == 0);
     EXPECT(rf_feature_index(client, NULL) == -1);
-    EXPECT(strcmp(rf_last_error(), "rf_feature_index: NULL name") == 0);
+    EXPECT(strcmp(rf_last_error(), "rf_feature_index: NULL argument") == 0);
   }
 
   for (;;) {

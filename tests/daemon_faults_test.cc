@@ -629,6 +629,7 @@ TEST_CASE("a shuffle buffer whose records outgrow the start-up sample: the job s
                                Catch::Contains("from the records sampled at start: the records later in the files are "
                                                "larger; raise pipeline.memory_budget to at least ") &&
                                Catch::Contains(", or lower shuffle.buffer to "));
+  CHECK_THAT(report.error, !Catch::Contains("on_error"));  // not a read error
   // Every record read up to the stop was delivered, once.
   const std::vector<int64_t> ids = Ids(report.batches);
   CHECK(ids == Iota(0, stopped_at + 1));
