@@ -51,6 +51,33 @@ std::string JobsIn(const std::string& dir) {
   return "; jobs there: " + list;
 }
 
+// "; job JOB runs in DIR/inst: set RINGFEED_RUNTIME_DIR=DIR/inst ..." when a socket for `job`
+// is in a directory one level below `dir` (systemd runs each instance in
+// /run/ringfeed/<instance>, and ringfeedctl looks there too); "" when none is.
+std::string JobOneLevelDown(const std::string& dir, const std::string& job) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return "";
+  std::vector<std::string> found;
+  while (const dirent* entry = ::readdir(d)) {
+    const std::string name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    const std::string sub = dir + "/" + name;
+    struct stat st {};
+    if (::lstat((sub + "/" + job + ".sock").c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) found.push_back(sub);
+  }
+  ::closedir(d);
+  if (found.empty()) return "";
+  std::sort(found.begin(), found.end());
+  if (found.size() == 1) {
+    return "; job " + job + " runs one directory down, in " + found[0] + ": set RINGFEED_RUNTIME_DIR=" + found[0] +
+           " (or the client's runtime_dir) to attach to it";
+  }
+  std::string list;
+  for (size_t i = 0; i < found.size() && i < 4; ++i) list += (i == 0 ? "" : ", ") + found[i];
+  return "; a job " + job + " runs one directory down in each of " + list +
+         (found.size() > 4 ? ", ..." : "") + ": set RINGFEED_RUNTIME_DIR (or the client's runtime_dir) to the one to attach to";
+}
+
 }  // namespace
 
 std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job) {
@@ -138,7 +165,12 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     }
     if (err == ENOENT || err == ECONNREFUSED) {
       const size_t slash = path.find_last_of('/');
-      if (err == ENOENT && slash != std::string::npos) message += JobsIn(path.substr(0, slash));
+      if (err == ENOENT && slash != std::string::npos) {
+        const std::string dir = path.substr(0, slash);
+        const std::string below = JobOneLevelDown(dir, job);
+        if (!below.empty()) throw DaemonNotRunningError(message + below);
+        message += JobsIn(dir);
+      }
       message += "; is ringfeedd running for job " + job +
                  " (ringfeedctl list; under systemd: systemctl status 'ringfeed@*', the instance named after the config "
                  "file)? If it uses another runtime directory, "

@@ -105,6 +105,45 @@ constexpr std::string_view kLogLevelWords[] = {"trace", "debug", "info", "warn",
 constexpr std::string_view kDTypeWords[] = {"int64", "float32", "bytes", "uint8", "int8",
                                             "uint16", "int16", "int32", "uint32", "float64"};
 
+// "; sizes are whole numbers of their unit: 1.5GiB is 1536MiB" for a size with a fraction that
+// a smaller unit of the same kind writes whole, else "".
+std::string WholeSizeHint(const std::string& text) {
+  struct Unit {
+    std::string_view name;
+    uint64_t bytes;
+  };
+  static constexpr Unit kBinary[] = {{"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"B", 1}};
+  static constexpr Unit kDecimal[] = {{"TB", 1000000000000ull}, {"GB", 1000000000ull}, {"MB", 1000000ull}, {"KB", 1000ull}, {"B", 1}};
+  for (const auto* units : {kBinary, kDecimal}) {
+    for (size_t u = 0; u + 1 < 5; ++u) {
+      const std::string_view unit = units[u].name;
+      if (text.size() <= unit.size() || text.compare(text.size() - unit.size(), unit.size(), unit) != 0) continue;
+      std::string number = text.substr(0, text.size() - unit.size());
+      while (!number.empty() && number.back() == ' ') number.pop_back();  // "1.5 GiB"
+      const size_t dot = number.find('.');
+      if (dot == std::string::npos || dot == 0 || dot + 1 == number.size() || number.size() > 18) return "";
+      unsigned __int128 mantissa = 0, scale = 1;
+      for (size_t i = 0; i < number.size(); ++i) {
+        if (i == dot) continue;
+        if (number[i] < '0' || number[i] > '9') return "";
+        mantissa = mantissa * 10 + static_cast<unsigned>(number[i] - '0');
+        if (i > dot) scale *= 10;
+      }
+      const unsigned __int128 scaled = mantissa * units[u].bytes;
+      if (scaled % scale != 0) return "";
+      const unsigned __int128 bytes = scaled / scale;
+      for (size_t smaller = u + 1; smaller < 5; ++smaller) {
+        if (bytes % units[smaller].bytes == 0) {
+          return "; sizes are whole numbers of their unit: " + text + " is " +
+                 std::to_string(static_cast<uint64_t>(bytes / units[smaller].bytes)) + std::string(units[smaller].name);
+        }
+      }
+      return "";
+    }
+  }
+  return "";
+}
+
 constexpr std::string_view kSizeHelp =
     "a byte count with an optional unit B, KB, MB, GB, TB (powers of 1000) or "
     "KiB, MiB, GiB, TiB (powers of 1024), e.g. 256MiB";
@@ -669,7 +708,13 @@ class Loader {
     std::string text = ScalarText(e, "true or false");
     if (text == "true" || text == "True" || text == "TRUE") return true;
     if (text == "false" || text == "False" || text == "FALSE") return false;
-    Fail(MarkOf(e), e.path, "expected true or false, got " + Quote(text));
+    const bool yaml11 = text == "yes" || text == "no" || text == "on" || text == "off" || text == "Yes" ||
+                        text == "No" || text == "On" || text == "Off" || text == "YES" || text == "NO";
+    Fail(MarkOf(e), e.path,
+         "expected true or false, got " + Quote(text) +
+             (yaml11 ? " (YAML 1.1 read it as a boolean; this config takes only true and false, so that a value "
+                       "means the same to every YAML reader)"
+                     : ""));
   }
 
   uint64_t ReadSize(const Entry& e, uint64_t min, uint64_t max, const std::string& extra) {
@@ -677,7 +722,7 @@ class Loader {
     std::optional<uint64_t> v = ParseSize(text);
     if (!v) {
       Fail(MarkOf(e), e.path,
-           "invalid size " + Quote(text) + "; expected " + extra + std::string(kSizeHelp));
+           "invalid size " + Quote(text) + WholeSizeHint(text) + "; expected " + extra + std::string(kSizeHelp));
     }
     if (*v < min || *v > max) {
       Fail(MarkOf(e), e.path,

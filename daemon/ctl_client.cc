@@ -656,7 +656,7 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
       std::to_string(cycle_length) +
       (in_shard > 0 && in_shard < cycle_length ? " (all " + std::to_string(in_shard) + " files at once)" : "");
   std::snprintf(buf, sizeof buf,
-                "pipeline   cycle_length %s, readers %lld (read-ahead %s per file, %lld files open, %s buffered), "
+                "pipeline   cycle_length %s, readers %lld (read-ahead %s per file, %lld files being read, %s buffered), "
                 "workers %lld, prefetch %lld\n",
                 cycle.c_str(),
                 static_cast<long long>(pipeline.Integer("readers")),

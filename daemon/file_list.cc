@@ -8,11 +8,35 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <utility>
 
 namespace ringfeed {
 namespace {
+
+// The close of the directory error's suggestion after 'DIR/*': "'" when every entry of the
+// directory (hidden ones aside) is a file with the same extension, so 'DIR/*' says it all, else
+// "' (or a narrower 'DIR/*.gz': 12 of its 14 entries)" for the extension most of its files have.
+std::string NarrowerPattern(const std::string& base) {
+  std::error_code ec;
+  std::map<std::string, size_t> by_extension;
+  size_t entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] == '.') continue;
+    if (++entries > 100000) return "'";
+    std::error_code type_ec;
+    const size_t dot = name.rfind('.');
+    if (entry.is_regular_file(type_ec) && dot != std::string::npos) ++by_extension[name.substr(dot)];
+  }
+  if (ec || by_extension.empty()) return "'";
+  const auto most = std::max_element(by_extension.begin(), by_extension.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (most->second == entries) return "'";
+  return "' (or a narrower '" + base + "*" + most->first + "': " + std::to_string(most->second) + " of its " +
+         std::to_string(entries) + " entries)";
+}
 
 bool HasWildcard(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
 
@@ -227,8 +251,8 @@ int GlobInto(const std::string& one, const std::string& item, const std::string&
       throw std::runtime_error(
           where + (HasWildcard(item) ? "pattern '" + item + "' matches the directory '" + dir + "'"
                                      : "'" + item + "' is a directory") +
-          ": TFRecord files are listed one by one; for the files in it write '" + base + "*' (or a narrower '" +
-          base + "*.tfrecord*')" + (HasWildcard(item) ? ", or narrow the pattern to files" : ""));
+          ": TFRecord files are listed one by one; for the files in it write '" + base + "*" + NarrowerPattern(base) +
+          (HasWildcard(item) ? ", or narrow the pattern to files" : ""));
     }
   }
   globfree(&g);

@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -638,6 +639,18 @@ bool DecodeExample(std::span<const uint8_t> example, ExampleFeatures* out, std::
 }
 
 int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& err) {
+  // A directory (TFX's Split-train, say) has no records of its own: said before anything is
+  // read, with the pattern that names its files, and no empty report (an empty features:
+  // block pasted into a config would not do).
+  for (const std::string& path : options.files) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) {
+      const std::string base = path.back() == '/' ? path : path + "/";
+      err << "ringfeedctl inspect: " << path << " is a directory: inspect reads TFRecord files; name its files, e.g. "
+          << base << "* (the shell expands it)\n";
+      return kExitUsage;
+    }
+  }
   switch (options.mode) {
     case InspectMode::kRecords: return RunRecords(options, out, err);
     case InspectMode::kCount: return RunCount(options, out, err);

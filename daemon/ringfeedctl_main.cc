@@ -585,6 +585,20 @@ int main(int argc, char** argv) {
   };
 
   if (!CheckCommandName(app, argc, argv)) return ringfeed::kExitUsage;
+  // A usage error names the command it is about ("ringfeedctl status: JOB is required"), and
+  // where that command's help is.
+  std::string command_name = "ringfeedctl";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.starts_with("-")) continue;
+    for (const Command& command : commands) {
+      if (command.app->get_name() == arg) command_name += " " + std::string(arg);
+    }
+    break;
+  }
+  app.failure_message([&command_name](const CLI::App*, const CLI::Error& e) {
+    return command_name + ": " + e.what() + "\nRun '" + command_name + " --help' for more information.\n";
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,7 +6,8 @@
 //   example_trainer --job mnist [--rank R] [--runtime-dir DIR] [--timeout SECONDS] [--epochs N]
 //
 // Exit status: 0 end of data reached (or --epochs N taken), 1 the daemon failed or went away
-// (its message printed), or no batch within the timeout. --epochs counts the epochs this trainer
+// (its message printed), no batch within the timeout, or the data ended before this trainer
+// took any batch (the reason printed). --epochs counts the epochs this trainer
 // saw batches of (a first one joined midway counts); it stops after the last batch of the Nth,
 // or, when another consumer of a shared-mode job took that one, on the first batch of the next
 // epoch, which it then drops (no other consumer gets it).
@@ -26,7 +27,9 @@ void Usage() {
   std::fprintf(stderr,
                "usage: example_trainer --job JOB [--rank R] [--runtime-dir DIR] [--timeout SECONDS] [--epochs N]\n"
                "Takes every batch of a running ringfeedd job until the end of its data (or, with --epochs N, until\n"
-               "it has taken N epochs' batches: for an endless job, epochs: 0) and prints examples/s per epoch.\n");
+               "it has taken N epochs' batches: for an endless job, epochs: 0) and prints examples/s per epoch.\n"
+               "Exit status: 0 done; 1 the daemon failed or went away, no batch within --timeout, or the data\n"
+               "ended before this trainer took a batch; 2 a bad command line.\n");
 }
 
 // Reads every byte of the batch's features: what a trainer copying it to a GPU would do.
@@ -167,7 +170,7 @@ int main(int argc, char** argv) {
     std::printf("end of data: %llu examples, %.0f examples/s from attach to end of data (checksum %llu)\n",
                 static_cast<unsigned long long>(total_examples), s > 0 ? total_examples / s : 0.0,
                 static_cast<unsigned long long>(checksum));
-    return 0;
+    return total_examples == 0 ? 1 : 0;  // a script must not take "no data" for a run
   } catch (const std::exception& e) {
     std::fprintf(stderr, "example_trainer: %s\n", e.what());
     return 1;

@@ -530,8 +530,12 @@ TEST_CASE("sizes in the config", "[config][size]") {
   CHECK(load_max("1TiB") == 1ull << 40);
   CHECK_THROWS_WITH(load_max("15"), Catch::Contains("out of range"));
   CHECK_THROWS_WITH(load_max("1025GiB"), Catch::Contains("out of range"));
-  CHECK_THROWS_WITH(load_max("1.5MiB"), Catch::Contains("invalid size '1.5MiB'") &&
+  CHECK_THROWS_WITH(load_max("1.5MiB"), Catch::Contains("invalid size '1.5MiB'; sizes are whole numbers of their "
+                                                          "unit: 1.5MiB is 1536KiB; expected ") &&
                                             Catch::Contains("KiB, MiB, GiB, TiB"));
+  CHECK_THROWS_WITH(load_max("0.25 GB"), Catch::Contains("0.25 GB is 250MB;"));
+  CHECK_THROWS_WITH(load_max("1.1B"), !Catch::Contains("whole numbers"));  // no unit writes it whole
+  CHECK_THROWS_WITH(load_max("1.5.5MiB"), !Catch::Contains("whole numbers"));
 }
 
 TEST_CASE("auto knobs", "[config][auto]") {
@@ -580,6 +584,9 @@ TEST_CASE("booleans are true/false only", "[config]") {
     INFO(word);
     CHECK_THROWS_WITH(drop(word), Catch::Contains("expected true or false"));
   }
+  CHECK_THROWS_WITH(drop("yes"), Catch::Contains("got 'yes' (YAML 1.1 read it as a boolean; this config takes only "
+                                                 "true and false"));
+  CHECK_THROWS_WITH(drop("1"), !Catch::Contains("YAML 1.1"));
 }
 
 struct BrokenCase {

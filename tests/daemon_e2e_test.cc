@@ -762,6 +762,15 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
     std::filesystem::remove(stale);
   }
 
+  {
+    // A trainer does not look below its runtime directory, but its error says where the job is.
+    ClientOptions from_above = daemon.client_options();
+    from_above.runtime_dir = above;
+    CHECK_THROWS_WITH(Client::Attach(from_above),
+                      Catch::Contains("; job " + job + " runs one directory down, in " + daemon.runtime_dir() +
+                                      ": set RINGFEED_RUNTIME_DIR=" + daemon.runtime_dir()));
+  }
+
   client.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
   // A clean stop removes the socket, the lock and the segment.
@@ -879,7 +888,7 @@ TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an
     const CommandResult trainer =
         RunCommand({ExampleTrainerBinary(), "--job", job, "--runtime-dir", runtime_dir, "--timeout", "10"});
     INFO("example_trainer:\n" << trainer.out << trainer.err);
-    CHECK(trainer.status.ToString() == "exit 0");
+    CHECK(trainer.status.ToString() == "exit 1");  // no data is no run
     CHECK_THAT(trainer.out, Catch::Contains("end of data: 0 examples"));
     CHECK_THAT(trainer.err, Catch::Contains("example_trainer: the data ended before this trainer took any batch: " +
                                             (none ? reason + "\n" : std::string("the daemon (pid ") +

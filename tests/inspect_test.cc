@@ -263,6 +263,20 @@ TEST_CASE("inspect: --limit reads the first records of each file; file names as 
   CHECK(Json::parse(lines[2])["index"] == 0);
 }
 
+TEST_CASE("inspect on a directory: exit 2 naming the pattern for its files, nothing on stdout") {
+  TempDir dir;
+  WriteRecords(dir.file("a.tfrecord"), SmallRecords());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"inspect", "--schema", dir.path().string() + "/"},
+        std::vector<std::string>{"inspect", dir.file("a.tfrecord"), dir.path().string()}}) {
+    const CtlResult r = Ctl(args);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK_THAT(r.err, Catch::Contains(" is a directory: inspect reads TFRecord files; name its files, e.g. " +
+                                      dir.path().string() + "/* (the shell expands it)"));
+  }
+}
+
 TEST_CASE("inspect reports read and parse errors on stderr, goes on, and exits 1") {
   TempDir dir;
   std::vector<std::string> records;
@@ -983,7 +997,8 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
   const std::vector<Case> cases = {
       {{}, "A subcommand is required"},
       {{"frobnicate", "x"}, "ringfeedctl: unknown command 'frobnicate' (commands: inspect, check, list, status, dump)"},
-      {{"inspect"}, "FILE is required"},
+      {{"inspect"}, "ringfeedctl inspect: FILE is required\nRun 'ringfeedctl inspect --help' for more information."},
+      {{"status"}, "ringfeedctl status: JOB is required"},
       {{"inspect", "--bogus", "x"}, "--bogus"},
       {{"inspect", "--count", "--verify", "x"}, "--count excludes --verify"},
       // Modes that print no values take no --bytes (it would be ignored without a word).

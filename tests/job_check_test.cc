@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <string>
 
@@ -165,9 +166,20 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
   CHECK_THROWS_WITH(ExpandFiles({sub_dir + "/"}),
                     Catch::Contains("'" + sub_dir + "/' is a directory: TFRecord files are listed one by one; for the "
                                     "files in it write '" + sub_dir + "/*'"));
+  // Its files all of one kind (TFX's *.gz): 'DIR/*' is all there is to say.
+  WriteShard(sub_dir + "/data-00000-of-00002.gz", 0, 1);
+  WriteShard(sub_dir + "/data-00001-of-00002.gz", 0, 1);
+  CHECK_THROWS_WITH(ExpandFiles({sub_dir}), Catch::EndsWith("for the files in it write '" + sub_dir + "/*'"));
+  // Other entries beside them: the extension most of its files have, narrower.
+  WriteShard(sub_dir + "/_SUCCESS", 0, 0);
+  REQUIRE(::mkdir((sub_dir + "/logs").c_str(), 0700) == 0);
+  CHECK_THROWS_WITH(ExpandFiles({sub_dir}), Catch::EndsWith("for the files in it write '" + sub_dir + "/*' (or a "
+                                                            "narrower '" + sub_dir + "/*.gz': 2 of its 4 entries)"));
   CHECK_THROWS_WITH(ExpandFiles({dir.path().string() + "/*"}),
                     Catch::Contains("matches the directory '" + sub_dir + "'") &&
                         Catch::Contains("or narrow the pattern to files"));
+  std::filesystem::remove_all(sub_dir);
+  REQUIRE(::mkdir(sub_dir.c_str(), 0700) == 0);
   CHECK(ExpandFiles({dir.path().string() + "/*.tfrecord"}).size() == 2);  // g0 (= g1, g2) and g3
   REQUIRE(::rmdir(sub_dir.c_str()) == 0);
   // A path that can't be looked up for another reason than a missing file says that reason.

@@ -705,7 +705,8 @@ TEST_CASE("an empty --runtime-dir or a JOB no config could name is a usage error
     const CommandResult r = RunCommand({CtlBinary(), command, "../../etc/passwd"});
     INFO(command << ": " << r.out << r.err);
     CHECK(r.status.ToString() == "exit 2");
-    CHECK_THAT(r.err, Catch::StartsWith("JOB: invalid job name '../../etc/passwd'; expected 1 to 64 characters"));
+    CHECK_THAT(r.err, Catch::StartsWith("ringfeedctl " + std::string(command) +
+                                        ": JOB: invalid job name '../../etc/passwd'; expected 1 to 64 characters"));
   }
 }
 
