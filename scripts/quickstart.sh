@@ -24,7 +24,10 @@ mkdir -p "$RINGFEED_RUNTIME_DIR"
 echo; echo "\$ ringfeedctl inspect --schema data/sample/*.tfrecord.gz"
 build/daemon/ringfeedctl inspect --schema data/sample/*.tfrecord.gz
 
-echo; echo "\$ ringfeedd --config config/examples/mnist.yaml &"
+echo
+echo "# config/examples/mnist.yaml takes that block, with 'image' read as 784 uint8 pixels"
+echo "# (dtype: uint8, shape: [784], decode: raw) instead of one bytes string: docs/config.md"
+echo "\$ ringfeedd --config config/examples/mnist.yaml &"
 build/daemon/ringfeedd --config config/examples/mnist.yaml &
 daemon=$!
 trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
