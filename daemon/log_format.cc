@@ -17,6 +17,8 @@ bool Escaped(char c) {
 template <typename Out>
 void AppendEscaped(std::string_view message, Out& out) {
   static constexpr char kHex[] = "0123456789abcdef";
+  // A message's last newline ends the line spdlog ends anyway: no empty, indented line after it.
+  if (!message.empty() && message.back() == '\n') message.remove_suffix(1);
   for (const char c : message) {
     if (c == '\n') {
       static constexpr std::string_view kNewline = "\n    ";

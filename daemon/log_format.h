@@ -6,8 +6,9 @@
 // line that looks like a record of its own, nor a name with terminal escapes colour or move the
 // operator's terminal. So the message's control characters are written escaped: a newline
 // stays a newline followed by four spaces (multi-line messages, such as the memory plan at debug
-// level, stay readable and their continuation lines are indented), a tab stays, and every other
-// byte below 0x20 and DEL becomes \xNN. Bytes from 0x80 on are written as they are.
+// level, stay readable and their continuation lines are indented; a message's last newline is
+// left out, spdlog ending the line), a tab stays, and every other byte below 0x20 and DEL becomes
+// \xNN. Bytes from 0x80 on are written as they are.
 //
 // Thread-safety: SetLogPattern before logging starts (spdlog formatters are not changed
 // concurrently with logging); the formatter itself is called under the sink's lock.

@@ -13,6 +13,8 @@ using namespace ringfeed;
 TEST_CASE("log messages: a newline is followed by an indent, other control characters are escaped") {
   CHECK(EscapeLogMessage("plain text, tab\there, UTF-8 \xc3\xa9") == "plain text, tab\there, UTF-8 \xc3\xa9");
   CHECK(EscapeLogMessage("line 1\nline 2") == "line 1\n    line 2");
+  CHECK(EscapeLogMessage("plan:\n  ring: 2 slots\n") == "plan:\n      ring: 2 slots");  // no empty line after it
+  CHECK(EscapeLogMessage("\n\n") == "\n    ");
   CHECK(EscapeLogMessage(std::string("a\rb\x1b[31mc\x7f\0d", 12)) == "a\\x0db\\x1b[31mc\\x7f\\x00d");
 
   std::ostringstream out;
