@@ -51,23 +51,12 @@ std::string JobsIn(const std::string& dir) {
   return "; jobs there: " + list;
 }
 
-// "; job JOB runs in DIR/inst: set RINGFEED_RUNTIME_DIR=DIR/inst ..." when a socket for `job`
-// is in a directory one level below `dir` (systemd runs each instance in
-// /run/ringfeed/<instance>, and ringfeedctl looks there too); "" when none is.
+// "; job JOB runs one directory down, in DIR/inst: set RINGFEED_RUNTIME_DIR=DIR/inst ..." when a
+// socket for `job` is in a subdirectory of `dir` (shm::SubdirectoriesWithSocket: where ringfeedctl
+// looks too); "" when none is.
 std::string JobOneLevelDown(const std::string& dir, const std::string& job) {
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return "";
-  std::vector<std::string> found;
-  while (const dirent* entry = ::readdir(d)) {
-    const std::string name = entry->d_name;
-    if (name == "." || name == "..") continue;
-    const std::string sub = dir + "/" + name;
-    struct stat st {};
-    if (::lstat((sub + "/" + job + ".sock").c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) found.push_back(sub);
-  }
-  ::closedir(d);
+  const std::vector<std::string> found = shm::SubdirectoriesWithSocket(dir, job);
   if (found.empty()) return "";
-  std::sort(found.begin(), found.end());
   if (found.size() == 1) {
     return "; job " + job + " runs one directory down, in " + found[0] + ": set RINGFEED_RUNTIME_DIR=" + found[0] +
            " (or the client's runtime_dir) to attach to it";

@@ -112,8 +112,10 @@ std::string WholeSizeHint(const std::string& text) {
     std::string_view name;
     uint64_t bytes;
   };
-  static constexpr Unit kBinary[] = {{"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"B", 1}};
-  static constexpr Unit kDecimal[] = {{"TB", 1000000000000ull}, {"GB", 1000000000ull}, {"MB", 1000000ull}, {"KB", 1000ull}, {"B", 1}};
+  static constexpr Unit kBinary[] = {
+      {"TiB", 1ull << 40}, {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}, {"B", 1}};
+  static constexpr Unit kDecimal[] = {
+      {"TB", 1000000000000ull}, {"GB", 1000000000ull}, {"MB", 1000000ull}, {"KB", 1000ull}, {"B", 1}};
   for (const auto* units : {kBinary, kDecimal}) {
     for (size_t u = 0; u + 1 < 5; ++u) {
       const std::string_view unit = units[u].name;
@@ -122,20 +124,19 @@ std::string WholeSizeHint(const std::string& text) {
       while (!number.empty() && number.back() == ' ') number.pop_back();  // "1.5 GiB"
       const size_t dot = number.find('.');
       if (dot == std::string::npos || dot == 0 || dot + 1 == number.size() || number.size() > 18) return "";
-      unsigned __int128 mantissa = 0, scale = 1;
+      uint64_t mantissa = 0, scale = 1;  // the number is mantissa / scale (at most 17 digits)
       for (size_t i = 0; i < number.size(); ++i) {
         if (i == dot) continue;
         if (number[i] < '0' || number[i] > '9') return "";
-        mantissa = mantissa * 10 + static_cast<unsigned>(number[i] - '0');
+        mantissa = mantissa * 10 + static_cast<uint64_t>(number[i] - '0');
         if (i > dot) scale *= 10;
       }
-      const unsigned __int128 scaled = mantissa * units[u].bytes;
-      if (scaled % scale != 0) return "";
-      const unsigned __int128 bytes = scaled / scale;
+      // Down one unit at a time until the amount is whole there (or overflows: no hint).
       for (size_t smaller = u + 1; smaller < 5; ++smaller) {
-        if (bytes % units[smaller].bytes == 0) {
-          return "; sizes are whole numbers of their unit: " + text + " is " +
-                 std::to_string(static_cast<uint64_t>(bytes / units[smaller].bytes)) + std::string(units[smaller].name);
+        if (__builtin_mul_overflow(mantissa, units[smaller - 1].bytes / units[smaller].bytes, &mantissa)) return "";
+        if (mantissa % scale == 0) {
+          return "; sizes are whole numbers of their unit: " + text + " is " + std::to_string(mantissa / scale) +
+                 std::string(units[smaller].name);
         }
       }
       return "";

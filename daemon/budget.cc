@@ -683,6 +683,10 @@ ProcessMemory ReadProcessMemory(pid_t pid, const SystemPaths& paths) {
   return memory;
 }
 
+uint64_t ShuffleHeldBytes(uint64_t records, uint64_t payload_bytes) {
+  return SatAdd(payload_bytes, SatMul(records, kRecordOverheadBytes));
+}
+
 std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, int64_t shuffle_buffer) {
   const uint64_t total = SatAdd(used.private_rss, used.segment_bytes);
   if (plan.budget_bytes == 0 || total <= plan.budget_bytes) return "";
@@ -690,8 +694,7 @@ std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, i
                      FormatBytes(used.private_rss) + " + segment " + FormatBytes(used.segment_bytes) + " = " +
                      FormatBytes(total) + "; ";
   const std::string raise = "raise pipeline.memory_budget to at least " + FormatBytes(total);
-  // The plan's share counts each record's bookkeeping too (kRecordOverheadBytes): so do these.
-  const uint64_t shuffle_held = SatAdd(used.shuffle_bytes, SatMul(used.shuffle_records, kRecordOverheadBytes));
+  const uint64_t shuffle_held = ShuffleHeldBytes(used.shuffle_records, used.shuffle_bytes);
   if (shuffle_buffer > 1 && used.shuffle_records > 0 && shuffle_held > plan.shuffle_bytes) {
     const uint64_t each = CeilDiv(used.shuffle_bytes, used.shuffle_records);
     const uint64_t fit = plan.shuffle_bytes / (each + kRecordOverheadBytes);

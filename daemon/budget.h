@@ -329,6 +329,10 @@ struct MemoryInUse {
   uint64_t shuffle_bytes = 0;    // ... their payload bytes
 };
 
+// The shuffle buffer's memory as the plan counts it (MemoryPlan::shuffle_bytes): its records'
+// payload bytes plus kRecordOverheadBytes of bookkeeping each (saturating).
+uint64_t ShuffleHeldBytes(uint64_t records, uint64_t payload_bytes);
+
 // "" while private RSS + segment is within plan.budget_bytes (or no budget is set); else a
 // warning with the arithmetic. The memory plan sizes what it counts in records from the records
 // sampled at start (1.5 x their mean each): records later in the files far larger than those

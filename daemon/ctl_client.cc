@@ -333,10 +333,7 @@ std::string JobRuntimeDir(const std::string& runtime_dir, const std::string& job
   std::error_code ec;
   const bool here = std::filesystem::exists(shm::SocketPath(runtime_dir, job), ec);
   if (here && Accepts(shm::SocketPath(runtime_dir, job))) return runtime_dir;
-  std::vector<std::string> found;
-  for (const std::string& dir : Subdirectories(runtime_dir)) {
-    if (std::filesystem::exists(shm::SocketPath(dir, job), ec)) found.push_back(dir);
-  }
+  std::vector<std::string> found = shm::SubdirectoriesWithSocket(runtime_dir, job);
   // A socket left by a killed daemon does not hide a live one; among several, the live ones.
   std::vector<std::string> live;
   for (const std::string& dir : found) {

@@ -197,16 +197,14 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       shown();
       if (!add(std::move(out))) return false;
     }
-    const uint64_t held = shuffle_bytes + shuffle.size() * kRecordOverheadBytes;
-    if (options_.over_budget && held > next_budget_check) {
-      next_budget_check = held + kOverBudgetCheckBytes;
-      std::string why = options_.over_budget(shuffle.size(), shuffle_bytes);
-      if (!why.empty()) {
-        over_budget = "stopped at record " + std::to_string(index) + " of " + options_.files[file] + ": " + why;
-        return false;
-      }
-    }
-    return true;
+    if (!options_.over_budget) return true;
+    const uint64_t held = ShuffleHeldBytes(shuffle.size(), shuffle_bytes);
+    if (held <= next_budget_check) return true;
+    next_budget_check = held + kOverBudgetCheckBytes;
+    std::string why = options_.over_budget(shuffle.size(), shuffle_bytes);
+    if (why.empty()) return true;
+    over_budget = "stopped at record " + std::to_string(index) + " of " + options_.files[file] + ": " + why;
+    return false;
   };
 
   // The end of the epoch's input (or a read error under on_error: fail): everything read so

@@ -59,6 +59,19 @@ std::string SocketPath(std::string_view runtime_dir, std::string_view job) {
   return path;
 }
 
+std::vector<std::string> SubdirectoriesWithSocket(const std::string& runtime_dir, std::string_view job) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(runtime_dir, ec)) {
+    std::error_code type_ec;
+    if (!entry.is_directory(type_ec)) continue;
+    const std::string sub = entry.path().string();
+    if (std::filesystem::exists(SocketPath(sub, job), type_ec)) found.push_back(sub);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
 std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
   const std::filesystem::path dir{std::string(runtime_dir)};
   std::error_code ec;

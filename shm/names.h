@@ -10,6 +10,11 @@
 //                       (ringfeedctl would read it as an option): the rule of the config's
 //                       job: key, checked again by the client before a path is made of it.
 //   SocketPath(d, job)  d + "/" + job + ".sock"
+//   SubdirectoriesWithSocket(d, job)
+//                       the subdirectories of d (sorted) holding a file at SocketPath(sub, job):
+//                       systemd's RuntimeDirectory=ringfeed/%i gives each instance of
+//                       ringfeed@.service its own, /run/ringfeed/<instance>. Whether a daemon
+//                       listens there is the caller's to check.
 //   SegmentName(d, job) "/ringfeed." + job + "." + 16 lower-case hex digits of FNV-1a-64 of the
 //                       directory's identity: its canonical path (symbolic links and a relative
 //                       d resolved), then ":<st_dev>" of its file system when it exists. So two
@@ -35,6 +40,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ringfeed::shm {
 
@@ -45,6 +51,7 @@ inline constexpr const char* kJobNameRule =
 bool IsValidJobName(std::string_view job);
 std::string RuntimeDir();
 std::string SocketPath(std::string_view runtime_dir, std::string_view job);
+std::vector<std::string> SubdirectoriesWithSocket(const std::string& runtime_dir, std::string_view job);
 std::string SegmentName(std::string_view runtime_dir, std::string_view job);
 std::string RuntimeDirPermissions(std::string_view runtime_dir);
 
