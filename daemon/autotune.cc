@@ -162,18 +162,22 @@ void Autotune::Run() {
     const TunerKnobs before = tuner_.knobs();
     const TunerDecision decision = tuner_.Observe(o);
     // The knobs measured in this interval (the decision's follow on their own lines).
+    // "busy 40% (cpu 75%)": the share of the busy time on the CPU; nothing where it shows as 0%.
+    const auto busy = [](double busy_fraction, double cpu_fraction) {
+      return busy_fraction >= 0.005 ? fmt::format("{:.0f}% (cpu {:.0f}%)", 100 * busy_fraction, 100 * cpu_fraction)
+                               : std::string("0%");
+    };
     spdlog::debug(
-        "autotune: {:.2f} s, {} records ({:.0f}/s), {} consumers waited {:.0f}%, read busy {:.0f}% (cpu {:.0f}%), "
-        "sequencer cpu {:.0f}%, waited for reads {:.0f}% / slots {:.0f}% (at the prefetch depth {:.0f}%), parse busy {:.0f}% "
-        "(cpu {:.0f}%), ready {:.1f} (min {}), {:.2f} cores; measured with readers {} read_ahead {} reads_per_file {} "
-        "workers {} prefetch {}, {} blocked-I/O readers",
+        "autotune: {:.2f} s, {} records ({:.0f}/s), {} consumers waited {:.0f}%, read busy {}, sequencer cpu {:.0f}%, "
+        "waited for reads {:.0f}% / slots {:.0f}% (at the prefetch depth {:.0f}%), parse busy {}, ready {:.1f} (min {}), "
+        "{:.2f} cores; measured with readers {} read_ahead {} reads_per_file {} workers {} prefetch {}, {} blocked-I/O "
+        "readers",
         elapsed, o.records, static_cast<double>(o.records) / elapsed, o.consumers, 100 * o.consumer_wait_fraction,
-        100 * o.read_busy_fraction, 100 * o.read_cpu_fraction, 100 * o.sequencer_cpu_fraction,
-        100 * o.sequencer_read_wait_fraction,
-        100 * o.sequencer_slot_wait_fraction, 100 * o.sequencer_prefetch_wait_fraction, 100 * o.parse_busy_fraction,
-        100 * o.parse_cpu_fraction, o.ready_slots_mean, o.ready_slots_min, o.cpu_cores, before.readers,
-        shm::HumanBytes(before.stream_buffer_bytes), before.reads_per_file, before.workers, before.prefetch,
-        decision.blocked_io_threads);
+        busy(o.read_busy_fraction, o.read_cpu_fraction), 100 * o.sequencer_cpu_fraction,
+        100 * o.sequencer_read_wait_fraction, 100 * o.sequencer_slot_wait_fraction,
+        100 * o.sequencer_prefetch_wait_fraction, busy(o.parse_busy_fraction, o.parse_cpu_fraction),
+        o.ready_slots_mean, o.ready_slots_min, o.cpu_cores, before.readers, shm::HumanBytes(before.stream_buffer_bytes),
+        before.reads_per_file, before.workers, before.prefetch, decision.blocked_io_threads);
     for (const TunerChange& c : decision.changes) {
       spdlog::debug("autotune: {} {} -> {}: {}", c.knob, c.from, c.to, c.reason);
     }

@@ -461,10 +461,11 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
       arithmetic += " + " + FormatBytes(kReadAheadChunkOverheadBytes) + " read-ahead chunk tails";
     }
     const bool all_files = in.files > 0 && in.files < in.cycle_length + lookahead;
-    const std::string count = all_files ? std::to_string(plan.open_files) + " (all files)"
+    const std::string why = in.reader_buffer_why.empty() ? "" : "; " + in.reader_buffer_why;
+    const std::string count = all_files ? std::to_string(plan.open_files) + " (all files" + why + ")"
                                         : std::to_string(plan.open_files) + " (pipeline.cycle_length " +
                                               std::to_string(in.cycle_length) + " + " +
-                                              Plural(lookahead, "file", "files") + " opened ahead)";
+                                              Plural(lookahead, "file", "files") + " opened ahead" + why + ")";
     plan.open_files_bytes = add("open files", count + " x (" + arithmetic + ")",
                                 SatMul(static_cast<uint64_t>(plan.open_files), per_file));
   }

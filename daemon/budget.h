@@ -143,6 +143,9 @@ struct MemoryInputs {
   int64_t files = 0;                   // files of this shard; 0 = unknown (many)
   bool compressed = false;             // any file GZIP/ZLIB: + input buffer + inflate state per open file
   uint64_t reader_buffer_bytes = 1u << 20;       // ReaderOptions::buffer_bytes
+  // Why reader_buffer_bytes is below the default, for the arithmetic's text ("reads of 64.0 KiB:
+  // the largest file is 33.9 KiB"); empty when it is not.
+  std::string reader_buffer_why;
   uint64_t min_stream_buffer_bytes = 256u << 10; // TunerLimits::min_stream_buffer_bytes
   // pipeline.reads_per_file when the config fixes it above 1: each open file also holds that many
   // queued reads of read_block_bytes (counted in the read-ahead's minimum). Auto starts at 1

@@ -38,6 +38,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     result->knob_caps = plan.knob_caps;
     result->shuffle_buffer_note = plan.shuffle_buffer_note;
     result->memory_budget_warning = plan.memory_budget_warning;
+    result->cpu_budget_warning = plan.cpu_budget_warning;
     result->ring_slots_warning = plan.ring_slots_warning;
     result->slot_bytes_note = plan.slot_bytes_note;
     result->record_limit_bytes = plan.record_limit_bytes;

@@ -42,6 +42,7 @@ struct JobCheckResult {
   std::string knob_caps;         // TuningPlan::knob_caps: auto readers/workers the budget caps; empty: none
   std::string shuffle_buffer_note;  // TuningPlan::shuffle_buffer_note: shuffle.buffer above the epoch; empty: not
   std::string memory_budget_warning;  // TuningPlan::memory_budget_warning: a budget above the memory limit
+  std::string cpu_budget_warning;  // TuningPlan::cpu_budget_warning: fixed workers above the CPU budget
   std::string ring_slots_warning;  // TuningPlan::ring_slots_warning: ring.slots not above consumers.count
   uint64_t slot_bytes = 0;       // its ring slot size (ring.slot_bytes, or auto from the sample)
   uint64_t sample_records = 0;   // records in that sample

@@ -323,6 +323,7 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.knob_caps.empty()) std::cout << "autotune: " << r.knob_caps << "\n";
     if (!r.shuffle_buffer_note.empty()) std::cout << "shuffle: " << r.shuffle_buffer_note << "\n";
     if (!r.memory_budget_warning.empty()) std::cerr << "warning: " << r.memory_budget_warning << "\n";
+    if (!r.cpu_budget_warning.empty()) std::cerr << "warning: " << r.cpu_budget_warning << "\n";
     if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";
     char cores[32];
     std::snprintf(cores, sizeof cores, "%.10g", r.cpu_budget_cores);
@@ -373,7 +374,8 @@ Command AddCheckCommand(CLI::App& parent) {
     }
     if (r.read_errors + r.parse_errors > 0) return bad_records();
     const size_t warnings = r.sample_warnings.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
-                            (r.memory_budget_warning.empty() ? 0 : 1) + (r.ring_slots_warning.empty() ? 0 : 1) +
+                            (r.memory_budget_warning.empty() ? 0 : 1) + (r.cpu_budget_warning.empty() ? 0 : 1) +
+                            (r.ring_slots_warning.empty() ? 0 : 1) +
                             (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);
     if (*strict && warnings > 0) {

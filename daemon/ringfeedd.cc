@@ -464,6 +464,7 @@ int RunDaemon(const DaemonOptions& options) {
     po.prefetch = static_cast<size_t>(start.prefetch);
     po.stream_buffer_bytes = start.stream_buffer_bytes;
     po.reader.reads_in_flight = static_cast<size_t>(start.reads_per_file);
+    po.reader.buffer_bytes = static_cast<size_t>(plan.reader_buffer_bytes);
     // A record past the start-up sample that the budget cannot hold is a too-large record.
     po.reader.max_record_bytes = plan.record_limit_bytes;
     po.reader.max_record_bytes_why = plan.record_limit_why;
@@ -477,6 +478,7 @@ int RunDaemon(const DaemonOptions& options) {
     if (!plan.knob_caps.empty()) spdlog::info("{}", plan.knob_caps);
     if (!plan.shuffle_buffer_note.empty()) spdlog::info("{}", plan.shuffle_buffer_note);
     if (!plan.memory_budget_warning.empty()) spdlog::warn("{}", plan.memory_budget_warning);
+    if (!plan.cpu_budget_warning.empty()) spdlog::warn("{}", plan.cpu_budget_warning);
     if (!plan.slot_bytes_note.empty()) spdlog::warn("{}", plan.slot_bytes_note);
     if (!plan.ring_slots_warning.empty()) spdlog::warn("{}", plan.ring_slots_warning);
     // The buffer is shuffle.buffer whatever the records counted at start: an epoch that reads

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -112,20 +113,32 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
 }
 
 namespace {
-// Whether files[i] for i in `indices` hold at most `limit` bytes together (false when one
-// cannot be stat()ed: it is then not read at start beyond the sample).
-bool FileBytesAtMost(const std::vector<std::string>& files, const std::vector<uint32_t>& indices, uint64_t limit) {
+// The sizes of files[i] for i in `indices` (stat()), together and the largest; nullopt when one
+// cannot be stat()ed.
+struct FileBytes {
   uint64_t total = 0;
+  uint64_t largest = 0;
+};
+std::optional<FileBytes> StatFiles(const std::vector<std::string>& files, const std::vector<uint32_t>& indices) {
+  FileBytes bytes;
   for (uint32_t i : indices) {
     std::error_code error;
     const uintmax_t size = std::filesystem::file_size(files[i], error);
-    if (error) return false;
-    total += static_cast<uint64_t>(size);
-    if (total > limit) return false;
+    if (error) return std::nullopt;
+    bytes.total += static_cast<uint64_t>(size);
+    bytes.largest = std::max<uint64_t>(bytes.largest, static_cast<uint64_t>(size));
   }
-  return true;
+  return bytes;
 }
 }  // namespace
+
+uint64_t ReaderBufferBytes(const RecordSample& sample) {
+  const uint64_t most = ReaderOptions{}.buffer_bytes;
+  if (!sample.largest_file_bytes) return most;
+  const uint64_t page = 4096;
+  const uint64_t rounded = (std::min(*sample.largest_file_bytes, most) + page - 1) / page * page;
+  return std::clamp(rounded, kMinReaderBufferBytes, most);
+}
 
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                            const std::vector<uint32_t>& shard_files) {
@@ -145,7 +158,10 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   // it can matter and the files are small enough to read whole at start.
   const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
   const uint64_t buffer = static_cast<uint64_t>(std::max<int64_t>(config.shuffle.buffer, 0));
-  bool counting = buffer > 1 && FileBytesAtMost(files, shard_files, kCountFileBytes);
+  const std::optional<FileBytes> file_bytes = StatFiles(files, shard_files);
+  if (file_bytes) sample.largest_file_bytes = file_bytes->largest;
+  // Not when a file cannot be stat()ed: its size is not known.
+  bool counting = buffer > 1 && file_bytes && file_bytes->total <= kCountFileBytes;
   uint64_t kept = 0;  // records of the shard counted so far
   const auto sampling = [&] { return records < kSampleRecords && bytes < kSampleBytes; };
   for (uint32_t f : shard_files) {
@@ -249,6 +265,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   TuningPlan plan;
   AutotuneOptions& at = plan.autotune;
   plan.ring_slots_warning = RingSlotsWarning(config);
+  plan.reader_buffer_bytes = ReaderBufferBytes(sample);
 
   // Budgets.
   const CpuBudget machine = DetectCpuBudget();
@@ -258,6 +275,15 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   } else {
     at.cpu_budget_cores = machine.cores;
     at.cpu_budget_source = machine.source;
+  }
+  if (pc.workers && static_cast<double>(*pc.workers) > at.cpu_budget_cores) {
+    char cores[32];
+    std::snprintf(cores, sizeof cores, "%.3g", at.cpu_budget_cores);
+    plan.cpu_budget_warning = "pipeline.workers " + std::to_string(*pc.workers) + " is more than the cpu_budget of " +
+                              cores + " cores (" + at.cpu_budget_source +
+                              "): a fixed count is kept as set, so while parsing is the bottleneck the workers alone "
+                              "can keep " + std::to_string(*pc.workers) +
+                              " cores busy; pipeline.workers: auto stays within the budget";
   }
   const MemoryBudgetDefault mem = DefaultMemoryBudget();
   if (pc.memory_budget) {
@@ -369,6 +395,11 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.files = shard_files;
     mi.compressed = config.source.compression != Compression::kNone;
     mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
+    mi.reader_buffer_bytes = plan.reader_buffer_bytes;
+    if (plan.reader_buffer_bytes < ReaderOptions{}.buffer_bytes && sample.largest_file_bytes) {
+      mi.reader_buffer_why = "reads of " + FormatBytes(plan.reader_buffer_bytes) + ": the largest file is " +
+                             FormatBytes(*sample.largest_file_bytes);
+    }
     mi.reads_per_file = fixed_reads_per_file > 0 ? fixed_reads_per_file : 1;
     mi.read_block_bytes = ReaderOptions{}.read_block_bytes;
     mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
@@ -463,7 +494,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   // worth (TunerLimits::queued_stream_buffer_bytes), still kStartRecordsAhead large records.
   limits.queued_stream_buffer_bytes = std::clamp(records_ahead, kQueuedStreamBufferBytes,
                                                  std::max(kQueuedStreamBufferBytes, limits.max_stream_buffer_bytes));
-  limits.read_bytes = ReaderOptions{}.buffer_bytes;  // the daemon's readers use the default
+  limits.read_bytes = plan.reader_buffer_bytes;  // the daemon's readers' ReaderOptions::buffer_bytes
   limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
   // Queued reads are for plain files (a GZIP/ZLIB file is inflated from one read at a time):
   // with compression: gzip or zlib, or without io_uring, auto stays at 1 instead of trying

@@ -58,7 +58,23 @@ struct RecordSample {
   // together (see SampleRecords); nullopt otherwise. Records that fail to read are not counted;
   // records an Example check would reject are (an upper bound).
   std::optional<uint64_t> shard_records;
+  // The largest of the shard's files as stored (a compressed file's compressed size), from
+  // stat(); nullopt when one cannot be stat()ed. It bounds the readers' buffers
+  // (ReaderBufferBytes).
+  std::optional<uint64_t> largest_file_bytes;
 };
+
+// The size of the readers' window and compressed-input buffer (ReaderOptions::buffer_bytes,
+// the size of their read() calls): the default (1 MiB), or for files smaller than that the
+// largest file's size rounded up to 4 KiB, at least kMinReaderBufferBytes. A read() of a
+// 34 KB file needs no 1 MiB buffer, and the memory plan charges the buffers of every open
+// file (the TFX taxi data's 12 GZIP files of 34 KB: 10.5 MiB planned for 5 open files, 1.1 MiB
+// with this). A file replaced later by a larger one is read in pieces of this size (correct,
+// more read() calls); a record larger than the window still grows it (TFRecordReader). For a
+// GZIP/ZLIB file the window is where records are inflated to, so its records come in pieces
+// of this size too (an inflate call each).
+inline constexpr uint64_t kMinReaderBufferBytes = 64u << 10;
+uint64_t ReaderBufferBytes(const RecordSample& sample);
 
 // One warning per feature of `specs` whose name is not among `keys` (the feature names seen in
 // `sampled` records), saying what its rows get then:
@@ -77,7 +93,8 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
 // shard_records) when its files hold at most kCountFileBytes together, as stored (a
 // compressed file counts its compressed size), stopping at shuffle.buffer records: a larger
 // dataset is not read twice at start, and its shuffle buffer is planned at shuffle.buffer
-// records. Throws what TFRecordReader's constructor throws for a file that cannot be opened.
+// records. It stat()s every file of the shard for that and for RecordSample::largest_file_bytes.
+// Throws what TFRecordReader's constructor throws for a file that cannot be opened.
 inline constexpr uint64_t kSampleRecords = 1000;
 inline constexpr uint64_t kSampleBytes = 64ull << 20;
 inline constexpr uint64_t kCountFileBytes = 64ull << 20;
@@ -125,6 +142,10 @@ struct TuningPlan {
   // "pipeline.memory_budget 1.0 TiB is more than the memory this job may use: ..." when the
   // config's budget is above min(cgroup limit, MemTotal); empty otherwise. ringfeedd warns.
   std::string memory_budget_warning;
+  // "pipeline.workers 8 is more than the cpu_budget of 2 cores ...: ..." when the config fixes
+  // more parse workers than the CPU budget's cores (the tuner never changes a fixed count, and
+  // busy workers each take a core); empty otherwise. ringfeedd warns; `ringfeedctl check` too.
+  std::string cpu_budget_warning;
   // "ring.slot_bytes: auto is ... from the mean sampled record: ..." when the budget could not
   // hold slots for RecordSample::slot_bytes; empty otherwise. ringfeedd warns.
   std::string slot_bytes_note;
@@ -145,6 +166,9 @@ struct TuningPlan {
   // error (ReaderOptions::max_record_bytes_why); empty when the limit is source.max_record_bytes.
   uint64_t record_limit_bytes = 0;
   std::string record_limit_why;
+  // ReaderBufferBytes(sample): the readers' ReaderOptions::buffer_bytes, as the memory plan
+  // counts it.
+  uint64_t reader_buffer_bytes = 0;
   // Auto readers or workers capped below their usual most because the memory budget holds no
   // more ("pipeline.memory_budget 24.0 MiB holds at most 3 readers (of 16): ..."); empty when
   // none is. ringfeedd logs it at start; `ringfeedctl check` prints it.

@@ -475,9 +475,10 @@ TEST_CASE("a budget too small: the advice names fixed readers and workers, never
   };
   const JobCheckResult fixed = check("cycle_length: 4, readers: 3, workers: 4");
   INFO(fixed.plan_error);
+  // The parts come largest first (here the workers' scratch, then the open files' buffers).
   CHECK_THAT(fixed.plan_error, Catch::Contains("raise pipeline.memory_budget to at least ") &&
-                                   Catch::Contains("MiB or lower pipeline.cycle_length / pipeline.readers (") &&
-                                   Catch::Contains(") or pipeline.workers ("));
+                                   Catch::Contains("MiB or lower pipeline.workers (") &&
+                                   Catch::Contains(") or pipeline.cycle_length / pipeline.readers ("));
   // With 5 files 4 + 1 opens them all, as 4 + 3 does: the readers save no open file.
   const JobCheckResult all_files = RunJobCheck(
       LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("f[0-4].tfrecord") + "\"]}\nfeatures:\n"
@@ -485,7 +486,7 @@ TEST_CASE("a budget too small: the advice names fixed readers and workers, never
                               "pipeline: {memory_budget: 16MiB, cycle_length: 4, readers: 3, workers: 4}\n"),
       log, log);
   INFO(all_files.plan_error);
-  CHECK_THAT(all_files.plan_error, Catch::Contains("MiB or lower pipeline.cycle_length (") &&
+  CHECK_THAT(all_files.plan_error, Catch::Contains(" or pipeline.cycle_length (") &&
                                        !Catch::Contains("pipeline.readers ("));
   // Auto readers and workers are at 1 in the plan refused: lowering them is no advice.
   const JobCheckResult automatic = check("cycle_length: 4, readers: auto, workers: auto");
@@ -537,6 +538,72 @@ TEST_CASE("a shuffle buffer larger than the shard's epoch is planned at the reco
   INFO(large.plan_error);
   CHECK_THAT(large.memory_plan, Catch::Contains("shuffle buffer: 1000000 records x "));
   CHECK(large.shuffle_buffer_note.empty());
+}
+
+TEST_CASE("the readers' buffers are the largest file's size when the files are smaller than 1 MiB") {
+  // ReaderBufferBytes: the largest file rounded up to 4 KiB, at least 64 KiB, at most 1 MiB.
+  RecordSample sample;
+  CHECK(ReaderBufferBytes(sample) == (1u << 20));  // sizes not known: the default
+  sample.largest_file_bytes = 0;
+  CHECK(ReaderBufferBytes(sample) == kMinReaderBufferBytes);
+  sample.largest_file_bytes = 300000;
+  CHECK(ReaderBufferBytes(sample) == 303104);  // 74 pages of 4 KiB
+  sample.largest_file_bytes = 5u << 20;
+  CHECK(ReaderBufferBytes(sample) == (1u << 20));
+
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 3);
+  const uint64_t small = std::filesystem::file_size(dir.file("a.tfrecord"));
+  std::ostringstream log;
+  const JobCheckResult one = RunJobCheck(Config(dir, "skip", ""), log, log);
+  INFO(one.memory_plan);
+  CHECK_THAT(one.memory_plan, Catch::Contains("open files: 1 (all files; reads of 64.0 KiB: the largest file is " +
+                                              FormatBytes(small) + ") x (64.0 KiB window + "));
+  // A larger file (sparse: its zeros are no records, the sample passes over them) sets the size
+  // for every file; one of 1 MiB or more, the default.
+  auto sparse = [&](const std::string& name, uint64_t bytes) {
+    const int fd = ::open(dir.file(name).c_str(), O_CREAT | O_WRONLY, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+    ::close(fd);
+  };
+  sparse("b.tfrecord", 300000);
+  const JobCheckResult two = RunJobCheck(Config(dir, "skip", ""), log, log);
+  INFO(two.memory_plan);
+  CHECK_THAT(two.memory_plan, Catch::Contains("open files: 2 (all files; reads of 296.0 KiB: the largest file is "
+                                              "293.0 KiB) x (296.0 KiB window + "));
+  sparse("c.tfrecord", 2u << 20);
+  const JobCheckResult three = RunJobCheck(Config(dir, "skip", ""), log, log);
+  INFO(three.memory_plan);
+  CHECK_THAT(three.memory_plan, Catch::Contains("open files: 3 (all files) x (1.0 MiB window + "));
+}
+
+TEST_CASE("the TFX taxi files (12 GZIP files of 34 KB) are planned in a 20 MiB budget") {
+  if (TfxDirOrSkip().empty()) return;
+  REQUIRE(::chdir(RINGFEED_SOURCE_DIR) == 0);
+  JobConfig config = LoadJobConfig("config/examples/taxi.yaml");
+  config.pipeline.memory_budget = 20u << 20;  // refused before (29 MiB needed: 1 MiB buffers per open file)
+  std::ostringstream log;
+  const JobCheckResult r = RunJobCheck(config, log, log);
+  INFO(r.plan_error << r.memory_plan);
+  CHECK(r.plan_error.empty());
+  CHECK(r.records == 9909);
+  CHECK_THAT(r.memory_plan, Catch::Contains("reads of 64.0 KiB: the largest file is ") &&
+                                Catch::Contains("x (64.0 KiB window + 64.0 KiB compressed input + 96.0 KiB inflate "
+                                                "state + "));
+}
+
+TEST_CASE("fixed workers above the CPU budget are warned about, with the budget's source") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 3);
+  std::ostringstream log;
+  const JobCheckResult over = RunJobCheck(Config(dir, "skip", "pipeline: {cpu_budget: 1.5, workers: 2}\n"), log, log);
+  CHECK(over.cpu_budget_warning ==
+        "pipeline.workers 2 is more than the cpu_budget of 1.5 cores (pipeline.cpu_budget): a fixed count is kept as "
+        "set, so while parsing is the bottleneck the workers alone can keep 2 cores busy; pipeline.workers: auto "
+        "stays within the budget");
+  CHECK(RunJobCheck(Config(dir, "skip", "pipeline: {cpu_budget: 2, workers: 2}\n"), log, log).cpu_budget_warning.empty());
+  CHECK(RunJobCheck(Config(dir, "skip", "pipeline: {cpu_budget: 1}\n"), log, log).cpu_budget_warning.empty());
 }
 
 TEST_CASE("only the first problems are printed, all are counted") {
