@@ -498,7 +498,12 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     plan.batches_bytes = add("batches in flight",
                              "(" + Plural(in.ring_slots, "slot", "slots") + " + 2 x " +
                                  Plural(in.queues, "queue", "queues") + " + 2) x " +
-                                 Plural(in.batch_size, "record", "records") + " x " + record_text,
+                                 Plural(in.batch_size, "record", "records") +
+                                 (in.batch_size_configured > in.batch_size
+                                      ? " (every record of this shard's epoch, counted at start: fewer than batch.size " +
+                                            std::to_string(in.batch_size_configured) + ")"
+                                      : std::string()) +
+                                 " x " + record_text,
                              SatMul(records, planned_record));
   }
 

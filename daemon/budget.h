@@ -159,7 +159,10 @@ struct MemoryInputs {
   // shuffle.buffer when shuffle_buffer is less (the records the shard reads per epoch, counted
   // at start), for the arithmetic's text; 0 otherwise.
   int64_t shuffle_buffer_configured = 0;
-  int64_t batch_size = 32;             // batch.size
+  int64_t batch_size = 32;             // records per batch (BatchRows: batch.size, or fewer when the epoch is)
+  // batch.size when batch_size is less (the records the shard reads per epoch, counted at start),
+  // for the arithmetic's text; 0 otherwise.
+  int64_t batch_size_configured = 0;
   int64_t queues = 1;                  // consumers.count in ranks mode, else 1
   // Threads the tuner may start (TunerLimits::max_readers / max_workers, or the fixed numbers).
   int64_t max_readers = 1;

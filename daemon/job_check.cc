@@ -37,6 +37,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     result->memory_plan = plan.memory.Describe();
     result->knob_caps = plan.knob_caps;
     result->shuffle_buffer_note = plan.shuffle_buffer_note;
+    result->batch_size_note = plan.batch_size_note;
     result->memory_budget_warning = plan.memory_budget_warning;
     result->cpu_budget_warning = plan.cpu_budget_warning;
     result->ring_slots_warning = plan.ring_slots_warning;
@@ -68,7 +69,12 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   result.files = files.size();
   const bool skip = config.source.on_error == OnError::kSkip;
   ExampleParser parser(config.features);
-  ExampleBatch batch(parser.specs(), static_cast<size_t>(config.batch.size));
+  // Records are parsed into a batch of at most kParseRows rows, emptied when full; batches of
+  // batch.size are counted apart (batch_rows), so that a batch.size far above the data (up to
+  // 16 M) allocates nothing for rows that never come.
+  constexpr int64_t kParseRows = 1024;
+  ExampleBatch batch(parser.specs(), static_cast<size_t>(std::min<int64_t>(config.batch.size, kParseRows)));
+  int64_t batch_rows = 0;  // of the batch of batch.size being counted
   ReaderOptions options;
   options.compression = config.source.compression;
   options.max_record_bytes = config.source.max_record_bytes;
@@ -151,9 +157,10 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       }
       ++file_records;
       ++result.records;
-      if (batch.rows() == batch.capacity()) {
+      if (batch.rows() == batch.capacity()) batch.Clear();
+      if (++batch_rows == config.batch.size) {
         ++result.batches;
-        batch.Clear();
+        batch_rows = 0;
       }
     }
     const uint64_t file_errors = result.read_errors + result.parse_errors - errors_before;
@@ -168,17 +175,17 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     report << " (" << (compression == Compression::kNone ? "not compressed" : CompressionName(compression)) << ")\n";
     if (result.failed) break;
   }
-  if (batch.rows() > 0) {
+  if (batch_rows > 0) {
     if (config.batch.drop_remainder) {
-      result.dropped_records = batch.rows();
+      result.dropped_records = static_cast<uint64_t>(batch_rows);
     } else {
       ++result.batches;
-      result.last_batch_rows = batch.rows();
+      result.last_batch_rows = static_cast<uint64_t>(batch_rows);
     }
   }
   if (slot_rows > 0 && !config.batch.drop_remainder) slot_batch_done();
   if (const ColumnSizes sizes = worst.Sizes(); sizes.records > 0) {
-    result.any_order_batch_bytes = SlotBytesNeeded(parser.specs(), static_cast<size_t>(config.batch.size), sizes);
+    result.any_order_batch_bytes = SlotBytesNeeded(parser.specs(), static_cast<size_t>(sizes.records), sizes);
   }
   // ringfeedd's batches are cut in another order than this check's where it shuffles, or
   // interleaves files, or readers may hand records over out of order.

@@ -41,6 +41,7 @@ struct JobCheckResult {
   std::string memory_plan;       // the whole memory plan (MemoryPlan::Describe; ringfeedd logs it at debug level)
   std::string knob_caps;         // TuningPlan::knob_caps: auto readers/workers the budget caps; empty: none
   std::string shuffle_buffer_note;  // TuningPlan::shuffle_buffer_note: shuffle.buffer above the epoch; empty: not
+  std::string batch_size_note;   // TuningPlan::batch_size_note: batch.size above the epoch; empty: not
   std::string memory_budget_warning;  // TuningPlan::memory_budget_warning: a budget above the memory limit
   std::string cpu_budget_warning;  // TuningPlan::cpu_budget_warning: fixed workers above the CPU budget
   std::string ring_slots_warning;  // TuningPlan::ring_slots_warning: ring.slots not above consumers.count

@@ -322,6 +322,7 @@ Command AddCheckCommand(CLI::App& parent) {
     std::cout << r.memory_plan;
     if (!r.knob_caps.empty()) std::cout << "autotune: " << r.knob_caps << "\n";
     if (!r.shuffle_buffer_note.empty()) std::cout << "shuffle: " << r.shuffle_buffer_note << "\n";
+    if (!r.batch_size_note.empty()) std::cout << "batch: " << r.batch_size_note << "\n";
     if (!r.memory_budget_warning.empty()) std::cerr << "warning: " << r.memory_budget_warning << "\n";
     if (!r.cpu_budget_warning.empty()) std::cerr << "warning: " << r.cpu_budget_warning << "\n";
     if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";

@@ -477,6 +477,7 @@ int RunDaemon(const DaemonOptions& options) {
     if (!plan.record_limit_why.empty()) spdlog::info("records are read up to {}", plan.record_limit_why);
     if (!plan.knob_caps.empty()) spdlog::info("{}", plan.knob_caps);
     if (!plan.shuffle_buffer_note.empty()) spdlog::info("{}", plan.shuffle_buffer_note);
+    if (!plan.batch_size_note.empty()) spdlog::info("{}", plan.batch_size_note);
     if (!plan.memory_budget_warning.empty()) spdlog::warn("{}", plan.memory_budget_warning);
     if (!plan.cpu_budget_warning.empty()) spdlog::warn("{}", plan.cpu_budget_warning);
     if (!plan.slot_bytes_note.empty()) spdlog::warn("{}", plan.slot_bytes_note);

@@ -149,7 +149,10 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       current.epoch = e;
       current.index = next_index++;
       current.queue = static_cast<uint32_t>(current.index % round);
-      current.records.reserve(static_cast<size_t>(options_.batch_size));
+      // Reserved up to a bound: a batch.size far above the epoch's records (full-batch training
+      // on a small dataset) reserves no room for records that never come.
+      constexpr int64_t kMostReserved = 1 << 16;
+      current.records.reserve(static_cast<size_t>(std::min<int64_t>(options_.batch_size, kMostReserved)));
     }
     current.records.push_back(std::move(record));
     if (current.records.size() == static_cast<size_t>(options_.batch_size)) {

@@ -53,6 +53,12 @@ int64_t ShuffleBufferRecords(const JobConfig& config, const RecordSample& sample
   return std::max<int64_t>(2, static_cast<int64_t>(*sample.shard_records));
 }
 
+int64_t BatchRows(const JobConfig& config, const RecordSample& sample) {
+  const int64_t size = config.batch.size;
+  if (!sample.shard_records || *sample.shard_records >= static_cast<uint64_t>(size)) return size;
+  return std::max<int64_t>(1, static_cast<int64_t>(*sample.shard_records));
+}
+
 uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSizes& sizes) {
   const std::vector<ColumnCapacity> caps = ColumnCapacities(specs, rows, sizes);
   return shm::SlotHeaderBytes(specs.size(), rows) + ColumnRegionsBytes(caps, shm::kColumnAlign);
@@ -154,14 +160,15 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   ReaderOptions options;
   options.compression = config.source.compression;
   options.max_record_bytes = config.source.max_record_bytes;
-  // Counting the shard's records bounds a shuffle buffer larger than the dataset: only where
-  // it can matter and the files are small enough to read whole at start.
+  // Counting the shard's records bounds a shuffle buffer or a batch larger than the dataset:
+  // only where it can matter and the files are small enough to read whole at start.
   const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
-  const uint64_t buffer = static_cast<uint64_t>(std::max<int64_t>(config.shuffle.buffer, 0));
+  const uint64_t buffer = config.shuffle.buffer > 1 ? static_cast<uint64_t>(config.shuffle.buffer) : 0;
+  const uint64_t count_to = std::max(buffer, static_cast<uint64_t>(std::max<int64_t>(config.batch.size, 0)));
   const std::optional<FileBytes> file_bytes = StatFiles(files, shard_files);
   if (file_bytes) sample.largest_file_bytes = file_bytes->largest;
   // Not when a file cannot be stat()ed: its size is not known.
-  bool counting = buffer > 1 && file_bytes && file_bytes->total <= kCountFileBytes;
+  bool counting = count_to > 1 && file_bytes && file_bytes->total <= kCountFileBytes;
   uint64_t kept = 0;  // records of the shard counted so far
   const auto sampling = [&] { return records < kSampleRecords && bytes < kSampleBytes; };
   for (uint32_t f : shard_files) {
@@ -177,8 +184,8 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
         counting = false;  // the rest of this file is unread: its records are not known
         break;
       }
-      // At shuffle.buffer records the buffer fills as configured: nothing to bound.
-      if (counting && shard.OwnsRecord(record.index) && ++kept >= buffer) counting = false;
+      // At that many records the buffer fills and batches are full as configured: nothing to bound.
+      if (counting && shard.OwnsRecord(record.index) && ++kept >= count_to) counting = false;
       if (!sampling()) continue;
       std::string ignored;
       wire::ForEachFeature(
@@ -207,7 +214,7 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
     }
   }
   if (counting) sample.shard_records = kept;
-  const uint64_t rows = static_cast<uint64_t>(config.batch.size);
+  const uint64_t rows = static_cast<uint64_t>(BatchRows(config, sample));
   ColumnSizes estimate;
   estimate.features.resize(specs.size());
   for (size_t i = 0; i < specs.size() && records > 0 && i < total.features.size(); ++i) {
@@ -346,6 +353,13 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
                                "epoch, and the memory plan counts " +
                                std::to_string(plan.shuffle_buffer) + " records";
   }
+  if (const int64_t rows = BatchRows(config, sample); rows < config.batch.size) {
+    plan.batch_size_note = "batch.size " + std::to_string(config.batch.size) + " is more than the " +
+                           std::to_string(rows) + " records this shard reads per epoch (counted at start): " +
+                           (config.batch.drop_remainder
+                                ? "with drop_remainder: true no batch is made"
+                                : "each epoch is one batch of those records, and the ring's slots are sized for it");
+  }
   const int64_t held = static_cast<int64_t>(queues);
   const bool auto_ring = !pc.prefetch && !config.ring.slots;
   int64_t max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
@@ -406,7 +420,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.largest_record_bytes = sample.largest_bytes;
     mi.shuffle_buffer = plan.shuffle_buffer;
     if (plan.shuffle_buffer < config.shuffle.buffer) mi.shuffle_buffer_configured = config.shuffle.buffer;
-    mi.batch_size = config.batch.size;
+    mi.batch_size = BatchRows(config, sample);
+    if (mi.batch_size < config.batch.size) mi.batch_size_configured = config.batch.size;
     mi.queues = queues;
     mi.max_readers = limits.max_readers;
     mi.max_workers = limits.max_workers;

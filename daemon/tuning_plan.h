@@ -54,8 +54,8 @@ struct RecordSample {
   // warnings; ringfeedctl check prints them (--strict: problems).
   std::vector<std::string> warnings;
   // The records this shard reads per epoch (after record sharding), counted at start where
-  // they are fewer than shuffle.buffer and the shard's files hold at most kCountFileBytes
-  // together (see SampleRecords); nullopt otherwise. Records that fail to read are not counted;
+  // they are fewer than shuffle.buffer or batch.size (the larger) and the shard's files hold at
+  // most kCountFileBytes together (see SampleRecords); nullopt otherwise. Records that fail to read are not counted;
   // records an Example check would reject are (an upper bound).
   std::optional<uint64_t> shard_records;
   // The largest of the shard's files as stored (a compressed file's compressed size), from
@@ -85,16 +85,17 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
                                         uint64_t sampled);
 
 // Reads the first records of the shard's files (up to kSampleRecords records or kSampleBytes
-// bytes; records that fail to read are passed over) and sizes ring.slot_bytes: auto from them:
-// exact for FixedLen numeric columns; for the others the batch.size largest sampled rows
-// together (per column: a shuffled batch may gather the sample's largest records), at least
-// the sampled mean per row x 1.5 x batch.size plus the largest sampled row. With a shuffle buffer
-// (shuffle.buffer > 1) it reads on and counts the shard's records (RecordSample::
-// shard_records) when its files hold at most kCountFileBytes together, as stored (a
-// compressed file counts its compressed size), stopping at shuffle.buffer records: a larger
-// dataset is not read twice at start, and its shuffle buffer is planned at shuffle.buffer
-// records. It stat()s every file of the shard for that and for RecordSample::largest_file_bytes.
-// Throws what TFRecordReader's constructor throws for a file that cannot be opened.
+// bytes; records that fail to read are passed over) and sizes ring.slot_bytes: auto from them
+// for batches of BatchRows records: exact for FixedLen numeric columns; for the others that
+// many largest sampled rows together (per column: a shuffled batch may gather the sample's
+// largest records), at least the sampled mean per row x 1.5 x the rows plus the largest sampled
+// row. It reads on and counts the shard's records (RecordSample::shard_records) when its files
+// hold at most kCountFileBytes together, as stored (a compressed file counts its compressed
+// size), stopping at the larger of shuffle.buffer (when above 1) and batch.size records: a
+// larger dataset is not read twice at start, and its shuffle buffer and batches are planned
+// as configured. It stat()s every file of the shard for that and for RecordSample::
+// largest_file_bytes. Throws what TFRecordReader's constructor throws for a file that cannot
+// be opened.
 inline constexpr uint64_t kSampleRecords = 1000;
 inline constexpr uint64_t kSampleBytes = 64ull << 20;
 inline constexpr uint64_t kCountFileBytes = 64ull << 20;
@@ -110,6 +111,13 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
 // shuffles as a fresh start would, its memory checked against the budget (Sequencer's
 // over_budget).
 int64_t ShuffleBufferRecords(const JobConfig& config, const RecordSample& sample);
+
+// The most records a batch holds: batch.size, or where the start-up sample counted fewer
+// records in the shard's epoch (RecordSample::shard_records), that count (at least 1): batches
+// never mix epochs. Ring slots and the memory plan's batches are sized for it, so that a
+// batch.size far above the dataset (full-batch training on 234 records with batch.size
+// 1000000) is not planned, and refused, at its full size.
+int64_t BatchRows(const JobConfig& config, const RecordSample& sample);
 
 // Bytes a ring slot needs for a batch of `rows` rows whose record-dependent columns measured
 // `sizes` (ExampleParser::Measure sums; empty = the minimum): shm::SlotHeaderBytes plus the
@@ -139,6 +147,9 @@ struct TuningPlan {
   // "shuffle.buffer 1000000 is more than the 9909 records this shard reads per epoch: ..." when
   // shuffle_buffer is less than shuffle.buffer; empty otherwise. ringfeedd logs it at start.
   std::string shuffle_buffer_note;
+  // "batch.size 1000000 is more than the 234 records ..." when BatchRows is less than
+  // batch.size; empty otherwise. ringfeedd logs it at start; `ringfeedctl check` prints it.
+  std::string batch_size_note;
   // "pipeline.memory_budget 1.0 TiB is more than the memory this job may use: ..." when the
   // config's budget is above min(cgroup limit, MemTotal); empty otherwise. ringfeedd warns.
   std::string memory_budget_warning;

@@ -900,6 +900,36 @@ TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an
   }
 }
 
+TEST_CASE("batch.size far above the data: each epoch is one batch of all its records, in slots sized for them") {
+  // Planned at its full size, 16,000,000 rows were refused as needing far more than the budget.
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 50);
+  DaemonProcess daemon(dir.path(), "fullbatch",
+                       IdJobConfig("fullbatch", dir.file("data.tfrecord"),
+                                   "batch: {size: 16000000}\nshuffle: {buffer: 0}\nepochs: 2\n"
+                                   "pipeline: {memory_budget: 64MiB}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  INFO(daemon.Stderr());
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("batch.size 16000000 is more than the 50 records this shard reads per "
+                                              "epoch (counted at start): each epoch is one batch of those records"));
+  const std::unique_ptr<Client> client = Client::Attach(daemon.client_options());
+  std::vector<BatchInfo> batches;
+  Batch batch;
+  Client::Status status;
+  while ((status = client->Next(std::chrono::seconds(10), &batch)) == Client::Status::kBatch) {
+    batches.push_back(BatchInfo::Of(batch));
+    batch.Release();
+  }
+  REQUIRE(status == Client::Status::kEndOfData);
+  INFO(Describe(batches));
+  REQUIRE(batches.size() == 2);
+  for (uint64_t e = 0; e < 2; ++e) {
+    CHECK(batches[e].epoch == e);
+    CHECK(batches[e].ids == Iota(0, 50));  // no shuffle buffer, one file: file order
+  }
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 // Voluntary context switches (wake-ups from sleep) of the daemon's threads, by thread name.
 static std::map<std::string, uint64_t> WakeUps(pid_t pid) {
   std::map<std::string, uint64_t> out;

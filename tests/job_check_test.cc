@@ -606,6 +606,37 @@ TEST_CASE("fixed workers above the CPU budget are warned about, with the budget'
   CHECK(RunJobCheck(Config(dir, "skip", "pipeline: {cpu_budget: 1}\n"), log, log).cpu_budget_warning.empty());
 }
 
+TEST_CASE("a batch.size above the shard's epoch is planned at the records counted at start") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 7);
+  WriteShard(dir.file("b.tfrecord"), 7, 5);
+  std::ostringstream log;
+  // 16,000,000 rows planned at their full size need gigabytes; the 12 records of the files fit.
+  const JobCheckResult big = RunJobCheck(Config(dir, "skip", "batch: {size: 16000000}\npipeline: {memory_budget: 64MiB}\n"), log, log);
+  INFO(big.plan_error << big.memory_plan);
+  CHECK(big.plan_error.empty());
+  CHECK_THAT(big.memory_plan, Catch::Contains(" x 12 records (every record of this shard's epoch, counted at start: "
+                                              "fewer than batch.size 16000000) x "));
+  CHECK(big.batch_size_note == "batch.size 16000000 is more than the 12 records this shard reads per epoch (counted "
+                               "at start): each epoch is one batch of those records, and the ring's slots are sized "
+                               "for it");
+  CHECK(big.batches == 1);
+  CHECK(big.last_batch_rows == 12);
+  // The largest batch in any order is the 12 records, not 16,000,000 rows: no warning.
+  CHECK(big.any_order_batch_bytes == big.largest_batch_bytes);
+  CHECK_FALSE(big.SlotMayBeTooSmall());
+  CHECK_FALSE(big.SlotTooSmall());
+  const JobCheckResult dropped =
+      RunJobCheck(Config(dir, "skip", "batch: {size: 100, drop_remainder: true}\n"), log, log);
+  CHECK_THAT(dropped.batch_size_note, Catch::EndsWith("(counted at start): with drop_remainder: true no batch is made"));
+  CHECK(dropped.batches == 0);
+  CHECK(dropped.dropped_records == 12);
+  // A batch.size the epoch fills: no note, planned as configured.
+  const JobCheckResult fits = RunJobCheck(Config(dir, "skip", "batch: {size: 12}\n"), log, log);
+  CHECK(fits.batch_size_note.empty());
+  CHECK_THAT(fits.memory_plan, Catch::Contains(" x 12 records x "));
+}
+
 TEST_CASE("only the first problems are printed, all are counted") {
   TempDir dir;
   std::string bytes;
