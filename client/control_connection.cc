@@ -185,6 +185,17 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     }
     throw ClientError(message);
   }
+  // Who listens there (the kernel's word, SO_PEERCRED): a socket another local user could
+  // have put in its place is not trusted with this process's batches (shm::UntrustedDaemon).
+  ucred peer{};
+  socklen_t peer_size = sizeof peer;
+  if (::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) == 0) {
+    if (const std::string why = shm::UntrustedDaemon(path, static_cast<unsigned>(peer.uid)); !why.empty()) {
+      close(fd_);
+      fd_ = -1;
+      throw ClientError("not attaching to job " + job + ": " + why);
+    }
+  }
 }
 
 void ControlConnection::SendLine(const std::string& line) {

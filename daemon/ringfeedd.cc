@@ -117,8 +117,22 @@ class LockFile {
  public:
   LockFile(const std::string& runtime_dir, const std::string& job) : path_(runtime_dir + "/" + job + ".lock") {
     const std::string& path = path_;
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    // Not through a symbolic link, and only this user's regular file: the pid written below
+    // truncates it.
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd_ < 0 && errno == ELOOP) {
+      throw StartupError("the lock file " + path + " is a symbolic link: not followed (ringfeedd makes a regular "
+                         "file there); remove it",
+                         2);
+    }
     if (fd_ < 0) throw StartupError("cannot open lock file " + path + ": " + std::strerror(errno));
+    if (struct stat st {}; ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+      ::close(fd_);
+      fd_ = -1;
+      throw StartupError("the lock file " + path + " is not a regular file of this user (uid " +
+                             std::to_string(::geteuid()) + "): ringfeedd makes one there; remove it",
+                         2);
+    }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
       char buf[32] = {};
       const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
@@ -389,9 +403,14 @@ int RunDaemon(const DaemonOptions& options) {
                              "); use a shorter runtime directory (--runtime-dir, RINGFEED_RUNTIME_DIR) or job name",
                          2);
     }
+    // The fallback in /tmp is this user's alone (0700): /tmp is everyone's to write in.
+    if (runtime_dir == shm::FallbackRuntimeDir()) ::mkdir(runtime_dir.c_str(), 0700);
     std::error_code ec;
     std::filesystem::create_directories(runtime_dir, ec);
     if (ec) throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message());
+    if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {
+      throw StartupError(problem, 2);
+    }
     LockFile lock(runtime_dir, config.job);
 
     // 2. Files, parser, geometry.
@@ -536,6 +555,8 @@ int RunDaemon(const DaemonOptions& options) {
     shm::Segment segment = [&] {
       try {
         return shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group);
+      } catch (const shm::SegmentNameTakenError& e) {
+        throw StartupError(e.what(), 2);  // needs an operator: not retried
       } catch (const shm::ShmError& e) {
         const uint64_t total = shm::ShmTotalBytes();
         if (geometry.segment_bytes > total) {

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iterator>
 #include <string>
@@ -39,8 +40,10 @@ std::string RuntimeDir() {
   }
   if (geteuid() == 0) return "/run/ringfeed";
   if (auto xdg = Env("XDG_RUNTIME_DIR"); !xdg.empty()) return std::string(xdg) + "/ringfeed";
-  return "/tmp/ringfeed-" + std::to_string(geteuid());
+  return FallbackRuntimeDir();
 }
+
+std::string FallbackRuntimeDir() { return "/tmp/ringfeed-" + std::to_string(geteuid()); }
 
 bool IsValidJobName(std::string_view job) {
   const auto allowed = [](char c) {
@@ -94,12 +97,71 @@ std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
   return name;
 }
 
+namespace {
+std::string Mode(const struct stat& st) {
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return mode;
+}
+bool SameDirectory(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  return std::filesystem::equivalent(a, b, ec);
+}
+}  // namespace
+
+std::string RuntimeDirProblem(const std::string& runtime_dir) {
+  struct stat st {};
+  if (::stat(runtime_dir.c_str(), &st) != 0) {
+    return "cannot use the runtime directory " + runtime_dir + ": " + std::strerror(errno);
+  }
+  if (!S_ISDIR(st.st_mode)) return "the runtime directory " + runtime_dir + " is not a directory";
+  const uid_t me = ::geteuid();
+  const std::string fix = "; use a directory of this user's (--runtime-dir, RINGFEED_RUNTIME_DIR)";
+  if (st.st_uid != me && st.st_uid != 0) {
+    return "the runtime directory " + runtime_dir + " belongs to uid " + std::to_string(st.st_uid) +
+           ", not to this daemon's user (uid " + std::to_string(me) +
+           ") or root: that user could replace the job's socket and lock file and so take its trainers" +
+           (SameDirectory(runtime_dir, FallbackRuntimeDir())
+                ? " (another user created this user's fallback directory in /tmp first; remove it as root)"
+                : "") +
+           fix;
+  }
+  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
+    return "the runtime directory " + runtime_dir + " (mode " + Mode(st) +
+           ") is writable by every user and not sticky: any of them could replace the job's socket and lock file "
+           "(chmod o-w " + runtime_dir + ")" + fix;
+  }
+  return "";
+}
+
+std::string UntrustedDaemon(const std::string& socket_path, unsigned peer_uid) {
+  const uid_t me = ::geteuid();
+  if (peer_uid == me || peer_uid == 0) return "";
+  const size_t slash = socket_path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : socket_path.substr(0, slash);
+  const std::string who = "the daemon at " + socket_path + " runs as uid " + std::to_string(peer_uid) +
+                          ", not as this user (uid " + std::to_string(me) + ") or root";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) {  // removed since the connection: nothing vouches for it
+    return who + ", and its directory " + dir + " cannot be examined (" + std::strerror(errno) + ")";
+  }
+  if ((st.st_mode & S_IWOTH) != 0) {
+    return who + ", in " + dir + " (mode " + Mode(st) +
+           "), which every user may write: any of them could have made that socket. Run the daemon as this user "
+           "or in a runtime directory only its owner can write";
+  }
+  if (st.st_uid != me && SameDirectory(dir, FallbackRuntimeDir())) {
+    return who + ", in " + dir + ", this user's fallback runtime directory, which uid " + std::to_string(st.st_uid) +
+           " created: another user may be posing as the job's daemon. Remove the directory (as root) or set "
+           "RINGFEED_RUNTIME_DIR to a directory of your own, for the daemon and its trainers";
+  }
+  return "";
+}
+
 std::string RuntimeDirPermissions(std::string_view runtime_dir) {
   const auto describe = [](const struct stat& st) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     return "owned by uid " + std::to_string(st.st_uid) + (st.st_uid == ::geteuid() ? " (this user)" : "") +
-           ", mode " + mode;
+           ", mode " + Mode(st);
   };
   // A directory above it that this process may not enter (no x for it) hides the runtime
   // directory whatever that one's own mode: name the first such one.

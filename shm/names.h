@@ -25,6 +25,23 @@
 //                       every restart, and a restarted daemon must find (and replace) the segment
 //                       a crashed one left. Only ringfeedd computes it (clients get the name from
 //                       its hello); the directory should exist by then.
+//   FallbackRuntimeDir() "/tmp/ringfeed-<euid>": RuntimeDir()'s last choice.
+//   RuntimeDirProblem(d)
+//                       for ringfeedd before it puts its lock file and socket in d: why d is not
+//                       safe to use, or "" when it is. d must be a directory (symbolic links
+//                       followed) owned by this user or root, and not writable by every user
+//                       unless sticky (as /tmp: nobody may then remove or rename another's
+//                       files). Otherwise another local user could replace the socket and the
+//                       lock file: a /tmp/ringfeed-<uid> created by someone else first (/tmp is
+//                       world-writable) gave that user the job's trainers.
+//   UntrustedDaemon(socket, peer_uid)
+//                       for a client that connected to `socket` and got a daemon running as
+//                       `peer_uid` (SO_PEERCRED): why it should not trust that daemon, or "" when
+//                       it may. Trusted: this user's own or root's; another user's (a systemd
+//                       service user with permissions.group) only when the socket's directory
+//                       is not writable by every user and is not this user's fallback
+//                       directory (FallbackRuntimeDir) owned by someone else, a name that says
+//                       it is this user's.
 //   RuntimeDirPermissions(d)
 //                       for a message about a runtime directory this process may not read or
 //                       enter (EACCES): "the directory P above it does not let this user in
@@ -54,6 +71,9 @@ std::string SocketPath(std::string_view runtime_dir, std::string_view job);
 std::vector<std::string> SubdirectoriesWithSocket(const std::string& runtime_dir, std::string_view job);
 std::string SegmentName(std::string_view runtime_dir, std::string_view job);
 std::string RuntimeDirPermissions(std::string_view runtime_dir);
+std::string FallbackRuntimeDir();
+std::string RuntimeDirProblem(const std::string& runtime_dir);
+std::string UntrustedDaemon(const std::string& socket_path, unsigned peer_uid);
 
 uint64_t Fnv1a64(std::string_view bytes);
 

@@ -117,6 +117,16 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
     object = bip::shared_memory_object(bip::create_only, name.c_str(), bip::read_write,
                                        bip::permissions(mode));
   } catch (const bip::interprocess_exception& e) {
+    // A name still there after the remove above is a file this user may not remove.
+    const std::string path = std::string(kShmDir) + name;
+    if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && st.st_uid != ::geteuid()) {
+      throw SegmentNameTakenError("shared memory: cannot create segment " + name + " in " + kShmDir + ": " +
+                                  path + " exists and belongs to uid " + std::to_string(st.st_uid) +
+                                  ", not to the daemon's user (uid " + std::to_string(::geteuid()) + "), and " +
+                                  kShmDir + " lets only its owner remove it: another user's process made it "
+                                  "(the name comes from the job and the runtime directory); remove it as root "
+                                  "or that user, or use another runtime directory");
+    }
     throw ShmError("shared memory: cannot create segment " + name + " in " + kShmDir + ": " +
                    e.what() + "; check that " + kShmDir + " is writable for the daemon's user");
   }

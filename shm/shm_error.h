@@ -18,4 +18,11 @@ class SegmentMissingError : public ShmError {
   using ShmError::ShmError;
 };
 
+// Segment::Create: the name is another user's segment, which this one may not remove (/dev/shm
+// is sticky): an operator must act, a restart would not help.
+class SegmentNameTakenError : public ShmError {
+ public:
+  using ShmError::ShmError;
+};
+
 }  // namespace ringfeed::shm

@@ -39,6 +39,7 @@
 #include "daemon/budget.h"
 #include "format/example_builder.h"
 #include "format/tfrecord_writer.h"
+#include "shm/names.h"
 #include "shm/protocol.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
@@ -1698,6 +1699,131 @@ TEST_CASE("permissions.group the daemon's user is not in: exit 2 (not retried by
   CHECK_THAT(daemon.Stderr(), Catch::Contains("permissions.group: ringfeedd runs as user 'nobody', which is not a "
                                               "member of group 'root' (gid 0): add the user to it (usermod -aG root "
                                               "nobody)"));
+}
+
+TEST_CASE("a runtime directory others can write, or a lock file that is a symbolic link: exit 2, nothing written") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  const std::string config = IdJobConfig("unsafe-dir", dir.file("data.tfrecord"));
+  {
+    DaemonProcess daemon(dir.path(), "unsafe-dir", config);
+    std::filesystem::create_directories(daemon.runtime_dir());
+    std::filesystem::permissions(daemon.runtime_dir(), std::filesystem::perms::all);  // 0777, not sticky
+    CHECK_FALSE(daemon.Start());
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    INFO(daemon.Stderr());
+    CHECK(status->ToString() == "exit 2");
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("the runtime directory " + daemon.runtime_dir() +
+                                                " (mode 0777) is writable by every user and not sticky: any of them "
+                                                "could replace the job's socket and lock file"));
+    CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
+    std::filesystem::permissions(daemon.runtime_dir(), std::filesystem::perms::owner_all);
+  }
+  // A lock file planted as a link to another file: the pid would have overwritten that file.
+  DaemonProcess daemon(dir.path(), "unsafe-dir", config);
+  WriteFile(dir.file("precious.txt"), "precious\n");
+  std::filesystem::create_symlink(dir.file("precious.txt"), daemon.lock_path());
+  CHECK_FALSE(daemon.Start());
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO(daemon.Stderr());
+  CHECK(status->ToString() == "exit 2");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("the lock file " + daemon.lock_path() +
+                                              " is a symbolic link: not followed (ringfeedd makes a regular file "
+                                              "there); remove it"));
+  CHECK(ReadFile(dir.file("precious.txt")) == "precious\n");
+}
+
+TEST_CASE("another user's runtime directory or segment name: the daemon refuses (exit 2); its daemon is not trusted") {
+  // The breaker's finding (session 39): /tmp/ringfeed-<uid>, a user's fallback runtime
+  // directory, made first by another user, who then ran a ringfeedd there (or planted a lock
+  // link): the user's trainers attached to the other user's daemon. Needs root: to run as two
+  // users (setpriv).
+  if (::geteuid() != 0) {
+    SkipOrFail("needs root, to run ringfeedd and ringfeedctl as two other users");
+    return;
+  }
+  const uid_t user = 54329, other = 65534;  // the one whose fallback directory it is; nobody
+  const auto as = [](uid_t uid, std::vector<std::string> argv) {
+    std::vector<std::string> cmd = {"/usr/bin/setpriv", "--reuid=" + std::to_string(uid),
+                                    "--regid=" + std::to_string(uid), "--clear-groups", "/usr/bin/env", "-i",
+                                    "PATH=/usr/bin:/bin"};
+    cmd.insert(cmd.end(), argv.begin(), argv.end());
+    return cmd;
+  };
+  if (RunCommand(as(user, {CtlBinary(), "--version"})).status.ToString() != "exit 0") {
+    SkipOrFail("cannot run ringfeedctl as another user (setpriv, or the build directory is closed to other users)");
+    return;
+  }
+  TempDir dir;
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all | std::filesystem::perms::group_exec |
+                                               std::filesystem::perms::others_exec);
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  std::filesystem::permissions(dir.file("data.tfrecord"), std::filesystem::perms::owner_all |
+                                                              std::filesystem::perms::others_read);
+  // The other user's runtime directory, and the user's fallback path leading to it (the
+  // harness keeps its daemons' runtime directories in the test's directory).
+  const std::string config = IdJobConfig("victim", dir.file("data.tfrecord"), "epochs: 0\n");
+  DaemonProcess daemon(dir.path(), "victim", config);
+  REQUIRE(::mkdir(daemon.runtime_dir().c_str(), 0755) == 0);
+  REQUIRE(::chown(daemon.runtime_dir().c_str(), other, other) == 0);
+  const std::string fallback = "/tmp/ringfeed-" + std::to_string(user);
+  std::filesystem::remove_all(fallback);
+  std::filesystem::create_directory_symlink(daemon.runtime_dir(), fallback);
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() { std::filesystem::remove(path); }
+  } cleanup{fallback};
+
+  // The user's own ringfeedd, with the fallback runtime directory: refused.
+  WriteFile(dir.file("victim.yaml"), config);
+  std::filesystem::permissions(dir.file("victim.yaml"), std::filesystem::perms::owner_all |
+                                                            std::filesystem::perms::others_read);
+  const CommandResult own = RunCommand(as(user, {DaemonBinary(), "--config", dir.file("victim.yaml")}));
+  INFO(own.err);
+  CHECK(own.status.ToString() == "exit 2");
+  CHECK_THAT(own.err, Catch::Contains("the runtime directory " + fallback + " belongs to uid 65534, not to this "
+                                      "daemon's user (uid 54329) or root") &&
+                          Catch::Contains("another user created this user's fallback directory in /tmp first"));
+
+  // The other user's ringfeedd there, its socket opened to all: the user's ringfeedctl (a
+  // client) refuses it.
+  DaemonStart start;
+  start.wrapper = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
+  RINGFEED_REQUIRE_STARTED(daemon, start);
+  std::filesystem::permissions(daemon.socket_path(), std::filesystem::perms::all);
+  const std::string socket = fallback + "/victim.sock";
+  const CommandResult dump = RunCommand(as(user, {CtlBinary(), "dump", "victim", "--batches", "1"}));
+  INFO(dump.out << dump.err);
+  CHECK(dump.status.ToString() == "exit 1");
+  CHECK(dump.out.empty());
+  CHECK_THAT(dump.err, Catch::Contains("not attaching to job victim: the daemon at " + socket +
+                                       " runs as uid 65534, not as this user (uid 54329) or root, in " + fallback +
+                                       ", this user's fallback runtime directory, which uid 65534 created"));
+  // Nor in a directory every user may write (made so after the daemon started).
+  ::chmod(daemon.runtime_dir().c_str(), 01777);
+  const CommandResult anyone = RunCommand(
+      as(user, {"RINGFEED_RUNTIME_DIR=" + daemon.runtime_dir(), CtlBinary(), "status", "victim"}));
+  INFO(anyone.out << anyone.err);
+  CHECK_THAT(anyone.err, Catch::Contains("runs as uid 65534") && Catch::Contains("which every user may write"));
+  ::chmod(daemon.runtime_dir().c_str(), 0755);
+  daemon.Stop();
+
+  // A segment name another user took: this user's daemon cannot remove it (exit 2, named).
+  const std::string own_dir = dir.file("own-run");
+  REQUIRE(::mkdir(own_dir.c_str(), 0700) == 0);
+  REQUIRE(::chown(own_dir.c_str(), user, user) == 0);
+  const std::string segment = "/dev/shm" + shm::SegmentName(own_dir, "victim");
+  WriteFile(segment, "");
+  REQUIRE(::chown(segment.c_str(), other, other) == 0);
+  const CommandResult squatted =
+      RunCommand(as(user, {DaemonBinary(), "--config", dir.file("victim.yaml"), "--runtime-dir", own_dir}));
+  std::filesystem::remove(segment);
+  INFO(squatted.err);
+  CHECK(squatted.status.ToString() == "exit 2");
+  CHECK_THAT(squatted.err, Catch::Contains(segment + " exists and belongs to uid 65534, not to the daemon's user "
+                                           "(uid 54329)"));
 }
 
 TEST_CASE("a batch larger than a ring slot: names the record, advises enough, and that advice works") {
