@@ -70,8 +70,7 @@ std::string JobOneLevelDown(const std::string& dir, const std::string& job) {
 }  // namespace
 
 std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job) {
-  const size_t slash = socket_path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : socket_path.substr(0, slash);
+  const std::string dir = shm::DirectoryOf(socket_path);
   // Read with plain POSIX calls, as the rest of this file: the client library stays small.
   const auto read_file = [](const std::string& path) {
     std::string text;
@@ -169,8 +168,8 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     } else if (err == EACCES) {
       // Denied on the way to the socket (the runtime directory's mode), not by the socket's
       // own mode: another user or group would not help when this one owns the directory.
-      const std::string dir = path.substr(0, path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/'));
-      if (!dir.empty() && ::faccessat(AT_FDCWD, dir.c_str(), X_OK, AT_EACCESS) != 0 && errno == EACCES) {
+      const std::string dir = shm::DirectoryOf(path);
+      if (::faccessat(AT_FDCWD, dir.c_str(), X_OK, AT_EACCESS) != 0 && errno == EACCES) {
         const std::string permissions = shm::RuntimeDirPermissions(dir);
         message += "; this process cannot enter the runtime directory " + dir +
                    (permissions.empty() ? "" : " (" + permissions + ")");
@@ -189,12 +188,14 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
   // have put in its place is not trusted with this process's batches (shm::UntrustedDaemon).
   ucred peer{};
   socklen_t peer_size = sizeof peer;
-  if (::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) == 0) {
-    if (const std::string why = shm::UntrustedDaemon(path, static_cast<unsigned>(peer.uid)); !why.empty()) {
-      close(fd_);
-      fd_ = -1;
-      throw ClientError("not attaching to job " + job + ": " + why);
-    }
+  const std::string why = ::getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &peer, &peer_size) != 0
+                              ? std::string("cannot tell who listens at ") + path + " (SO_PEERCRED: " +
+                                    std::strerror(errno) + ")"
+                              : shm::UntrustedDaemon(path, peer.uid);
+  if (!why.empty()) {
+    close(fd_);
+    fd_ = -1;
+    throw ClientError("not attaching to job " + job + ": " + why);
   }
 }
 

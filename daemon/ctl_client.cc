@@ -651,14 +651,17 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   const int64_t in_shard = s.Object("files").Integer("in_shard");
   const std::string cycle =
       std::to_string(cycle_length) +
-      (in_shard > 0 && in_shard < cycle_length ? " (all " + std::to_string(in_shard) + " files at once)" : "");
+      (in_shard == 1 && cycle_length > 1 ? " (its one file)"
+       : in_shard > 0 && in_shard < cycle_length ? " (all " + std::to_string(in_shard) + " files at once)"
+                                                 : "");
+  // Readers serve the files being read in turns: one reader may keep several going.
+  const int64_t open_files = pipeline.Integer("open_files");
   std::snprintf(buf, sizeof buf,
-                "pipeline   cycle_length %s, readers %lld (read-ahead %s per file, %lld files being read, %s buffered), "
-                "workers %lld, prefetch %lld\n",
-                cycle.c_str(),
-                static_cast<long long>(pipeline.Integer("readers")),
+                "pipeline   cycle_length %s, readers %lld (taking turns on %lld %s being read; read-ahead %s per "
+                "file, %s buffered), workers %lld, prefetch %lld\n",
+                cycle.c_str(), static_cast<long long>(pipeline.Integer("readers")),
+                static_cast<long long>(open_files), open_files == 1 ? "file" : "files",
                 Bytes(pipeline.Number("read_ahead_per_file_bytes")).c_str(),
-                static_cast<long long>(pipeline.Integer("open_files")),
                 Bytes(pipeline.Number("read_ahead_bytes")).c_str(), static_cast<long long>(pipeline.Integer("workers")),
                 static_cast<long long>(pipeline.Integer("prefetch")));
   out << buf;

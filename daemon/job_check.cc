@@ -38,6 +38,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     result->knob_caps = plan.knob_caps;
     result->shuffle_buffer_note = plan.shuffle_buffer_note;
     result->batch_size_note = plan.batch_size_note;
+    result->batch_size_warning = plan.batch_size_warning;
     result->memory_budget_warning = plan.memory_budget_warning;
     result->cpu_budget_warning = plan.cpu_budget_warning;
     result->ring_slots_warning = plan.ring_slots_warning;

@@ -42,6 +42,7 @@ struct JobCheckResult {
   std::string knob_caps;         // TuningPlan::knob_caps: auto readers/workers the budget caps; empty: none
   std::string shuffle_buffer_note;  // TuningPlan::shuffle_buffer_note: shuffle.buffer above the epoch; empty: not
   std::string batch_size_note;   // TuningPlan::batch_size_note: batch.size above the epoch; empty: not
+  std::string batch_size_warning;  // TuningPlan::batch_size_warning: ... and so no batch at all
   std::string memory_budget_warning;  // TuningPlan::memory_budget_warning: a budget above the memory limit
   std::string cpu_budget_warning;  // TuningPlan::cpu_budget_warning: fixed workers above the CPU budget
   std::string ring_slots_warning;  // TuningPlan::ring_slots_warning: ring.slots not above consumers.count
@@ -75,6 +76,12 @@ struct JobCheckResult {
 
 // The first kMaxProblemsShown problems are printed; the rest are only counted.
 constexpr uint64_t kMaxProblemsShown = 20;
+
+// What ringfeedd's private RSS at start (the plan's "daemon before the pipeline") was above
+// ringfeedctl check's own, measured with the same configs: 180-280 KiB (its logger, control
+// socket and threads). `ringfeedctl check` adds this to its own, so that a budget it passes
+// is not refused by the daemon by a few hundred KiB.
+inline constexpr uint64_t kDaemonBaselineExtraBytes = 512u << 10;
 
 // Prints one line per file to `report` and the problems (error:/skipped: lines) to `problems`.
 // Throws std::runtime_error for what stops a job before reading (a pattern matching nothing).

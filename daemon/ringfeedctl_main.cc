@@ -252,7 +252,7 @@ Command AddCheckCommand(CLI::App& parent) {
         private_rss = ringfeed::ReadProcessMemory().private_rss();
       } catch (const std::exception&) {
       }
-      r = ringfeed::RunJobCheck(config, std::cout, std::cerr, private_rss);
+      r = ringfeed::RunJobCheck(config, std::cout, std::cerr, private_rss + ringfeed::kDaemonBaselineExtraBytes);
     } catch (const std::bad_alloc&) {
       std::cerr << "ringfeedctl check: " << *config_path << ": out of memory building a batch of " << config.batch.size
                 << " rows; lower batch.size or the feature shapes\n";
@@ -325,6 +325,7 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.batch_size_note.empty()) std::cout << "batch: " << r.batch_size_note << "\n";
     if (!r.memory_budget_warning.empty()) std::cerr << "warning: " << r.memory_budget_warning << "\n";
     if (!r.cpu_budget_warning.empty()) std::cerr << "warning: " << r.cpu_budget_warning << "\n";
+    if (!r.batch_size_warning.empty()) std::cerr << "warning: " << r.batch_size_warning << "\n";
     if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";
     char cores[32];
     std::snprintf(cores, sizeof cores, "%.10g", r.cpu_budget_cores);
@@ -375,7 +376,9 @@ Command AddCheckCommand(CLI::App& parent) {
     }
     if (r.read_errors + r.parse_errors > 0) return bad_records();
     const size_t warnings = r.sample_warnings.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
-                            (r.memory_budget_warning.empty() ? 0 : 1) + (r.cpu_budget_warning.empty() ? 0 : 1) +
+                            (r.memory_budget_warning.empty() ? 0 : 1) +
+                            (r.cpu_budget_warning.empty() || !config.pipeline.cpu_budget ? 0 : 1) +
+                            (r.batch_size_warning.empty() ? 0 : 1) +
                             (r.ring_slots_warning.empty() ? 0 : 1) +
                             (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);

@@ -403,8 +403,9 @@ int RunDaemon(const DaemonOptions& options) {
                              "); use a shorter runtime directory (--runtime-dir, RINGFEED_RUNTIME_DIR) or job name",
                          2);
     }
-    // The fallback in /tmp is this user's alone (0700): /tmp is everyone's to write in.
-    if (runtime_dir == shm::FallbackRuntimeDir()) ::mkdir(runtime_dir.c_str(), 0700);
+    // The fallback in /tmp: writable by this user alone whatever the umask (others reach the
+    // socket through it, as permissions.group allows: 0755).
+    if (runtime_dir == shm::FallbackRuntimeDir()) ::mkdir(runtime_dir.c_str(), 0755);
     std::error_code ec;
     std::filesystem::create_directories(runtime_dir, ec);
     if (ec) throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message());
@@ -499,6 +500,7 @@ int RunDaemon(const DaemonOptions& options) {
     if (!plan.batch_size_note.empty()) spdlog::info("{}", plan.batch_size_note);
     if (!plan.memory_budget_warning.empty()) spdlog::warn("{}", plan.memory_budget_warning);
     if (!plan.cpu_budget_warning.empty()) spdlog::warn("{}", plan.cpu_budget_warning);
+    if (!plan.batch_size_warning.empty()) spdlog::warn("{}", plan.batch_size_warning);
     if (!plan.slot_bytes_note.empty()) spdlog::warn("{}", plan.slot_bytes_note);
     if (!plan.ring_slots_warning.empty()) spdlog::warn("{}", plan.ring_slots_warning);
     // The buffer is shuffle.buffer whatever the records counted at start: an epoch that reads

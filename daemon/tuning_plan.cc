@@ -55,8 +55,11 @@ int64_t ShuffleBufferRecords(const JobConfig& config, const RecordSample& sample
 
 int64_t BatchRows(const JobConfig& config, const RecordSample& sample) {
   const int64_t size = config.batch.size;
-  if (!sample.shard_records || *sample.shard_records >= static_cast<uint64_t>(size)) return size;
-  return std::max<int64_t>(1, static_cast<int64_t>(*sample.shard_records));
+  // None counted: an empty epoch, said at run time (Sequencer::empty_epoch); planned as configured.
+  if (!sample.shard_records || *sample.shard_records == 0 || *sample.shard_records >= static_cast<uint64_t>(size)) {
+    return size;
+  }
+  return static_cast<int64_t>(*sample.shard_records);
 }
 
 uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSizes& sizes) {
@@ -120,19 +123,23 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
 
 namespace {
 // The sizes of files[i] for i in `indices` (stat()), together and the largest; nullopt when one
-// cannot be stat()ed.
+// cannot be stat()ed. Stops early, once the total is over kCountFileBytes (the records are
+// not counted then) and a file of the readers' largest buffer was seen (ReaderBufferBytes
+// then is that): on a mount with a round trip per stat, a large dataset costs no full pass.
 struct FileBytes {
   uint64_t total = 0;
   uint64_t largest = 0;
 };
 std::optional<FileBytes> StatFiles(const std::vector<std::string>& files, const std::vector<uint32_t>& indices) {
   FileBytes bytes;
+  const uint64_t buffer = ReaderOptions{}.buffer_bytes;
   for (uint32_t i : indices) {
     std::error_code error;
     const uintmax_t size = std::filesystem::file_size(files[i], error);
     if (error) return std::nullopt;
     bytes.total += static_cast<uint64_t>(size);
     bytes.largest = std::max<uint64_t>(bytes.largest, static_cast<uint64_t>(size));
+    if (bytes.total > kCountFileBytes && bytes.largest >= buffer) break;
   }
   return bytes;
 }
@@ -214,19 +221,27 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
     }
   }
   if (counting) sample.shard_records = kept;
-  const uint64_t rows = static_cast<uint64_t>(BatchRows(config, sample));
-  ColumnSizes estimate;
-  estimate.features.resize(specs.size());
-  for (size_t i = 0; i < specs.size() && records > 0 && i < total.features.size(); ++i) {
-    const double mean_bytes = static_cast<double>(total.features[i].value_bytes) / static_cast<double>(records);
-    const double mean_strings = static_cast<double>(total.features[i].strings) / static_cast<double>(records);
-    estimate.features[i].value_bytes =
-        static_cast<uint64_t>(std::ceil(mean_bytes * 1.5 * static_cast<double>(rows))) + largest[i].value_bytes;
-    estimate.features[i].strings =
-        static_cast<uint64_t>(std::ceil(mean_strings * 1.5 * static_cast<double>(rows))) + largest[i].strings;
-  }
+  // Slots for batches of `rows` rows: from the mean record (x 1.5, plus the largest), and for
+  // the largest `rows` sampled records together, at least the former.
   const auto pages = [](uint64_t bytes) { return (bytes + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes; };
-  const uint64_t needed = SlotBytesNeeded(specs, static_cast<size_t>(rows), estimate);
+  const auto slots_for = [&](uint64_t rows, uint64_t* mean_slot, uint64_t* slot) {
+    ColumnSizes estimate;
+    estimate.features.resize(specs.size());
+    for (size_t i = 0; i < specs.size() && records > 0 && i < total.features.size(); ++i) {
+      const double mean_bytes = static_cast<double>(total.features[i].value_bytes) / static_cast<double>(records);
+      const double mean_strings = static_cast<double>(total.features[i].strings) / static_cast<double>(records);
+      estimate.features[i].value_bytes =
+          static_cast<uint64_t>(std::ceil(mean_bytes * 1.5 * static_cast<double>(rows))) + largest[i].value_bytes;
+      estimate.features[i].strings =
+          static_cast<uint64_t>(std::ceil(mean_strings * 1.5 * static_cast<double>(rows))) + largest[i].strings;
+    }
+    *mean_slot = pages(SlotBytesNeeded(specs, static_cast<size_t>(rows), estimate));
+    *slot = std::max(*mean_slot, pages(SlotBytesNeeded(specs, static_cast<size_t>(rows), worst.Sizes())));
+  };
+  slots_for(static_cast<uint64_t>(config.batch.size), &sample.mean_slot_bytes, &sample.slot_bytes);
+  if (const int64_t rows = BatchRows(config, sample); rows < config.batch.size) {
+    slots_for(static_cast<uint64_t>(rows), &sample.epoch_mean_slot_bytes, &sample.epoch_slot_bytes);
+  }
   sample.records = records;
   sample.bytes = bytes;
   if (records > 0) sample.warnings = AbsentFeatures(specs, keys, records);
@@ -238,9 +253,6 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
         first_with_feature_lists + "): ringfeed reads tf.train.Example, so only their context features are read "
         "and the feature lists are dropped; convert them to Examples (one per step, or flattened) to train on them");
   }
-  sample.mean_slot_bytes = pages(needed);
-  sample.slot_bytes = std::max(sample.mean_slot_bytes, pages(SlotBytesNeeded(specs, static_cast<size_t>(rows),
-                                                                             worst.Sizes())));
   return sample;
 }
 
@@ -353,12 +365,24 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
                                "epoch, and the memory plan counts " +
                                std::to_string(plan.shuffle_buffer) + " records";
   }
-  if (const int64_t rows = BatchRows(config, sample); rows < config.batch.size) {
-    plan.batch_size_note = "batch.size " + std::to_string(config.batch.size) + " is more than the " +
-                           std::to_string(rows) + " records this shard reads per epoch (counted at start): " +
-                           (config.batch.drop_remainder
-                                ? "with drop_remainder: true no batch is made"
-                                : "each epoch is one batch of those records, and the ring's slots are sized for it");
+  // batch.size above the records of the shard's epoch: a note, or a warning where that means
+  // no batch at all.
+  const int64_t epoch_rows = BatchRows(config, sample);
+  const std::string more = "batch.size " + std::to_string(config.batch.size) + " is more than the " +
+                           std::to_string(epoch_rows) + " records this shard reads per epoch (counted at start): ";
+  if (epoch_rows < config.batch.size) {
+    const int64_t ranks = config.consumers.mode == DeliveryMode::kRanks ? config.consumers.count : 1;
+    if (config.batch.drop_remainder) {
+      plan.batch_size_warning = more + "with drop_remainder: true no batch is made";
+    } else if (ranks > 1) {
+      plan.batch_size_warning =
+          more + "each epoch is one batch, and with consumers.count " + std::to_string(ranks) +
+          " (ranks) batches go out in whole rounds of " + std::to_string(ranks) +
+          ", so none is delivered; batch.size " + std::to_string(std::max<int64_t>(1, epoch_rows / ranks)) +
+          " or less gives every rank a batch";
+    } else {
+      plan.batch_size_note = more + "each epoch is one batch of those records";
+    }
   }
   const int64_t held = static_cast<int64_t>(queues);
   const bool auto_ring = !pc.prefetch && !config.ring.slots;
@@ -371,17 +395,36 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     max_prefetch = std::clamp<int64_t>(affordable, kMinAutoPrefetch, kMaxAutoPrefetch);
   };
   cap_prefetch();
+  // Slots (auto) and the plan's batches for the epoch's records instead of batch.size rows,
+  // when a plan for the latter does not fit: tried before any auto knob gives way, as it costs
+  // nothing while the files hold what they held at start.
+  int64_t batch_rows = config.batch.size;
+  uint64_t full_slot = sample.slot_bytes, mean_slot = sample.mean_slot_bytes;
+  const auto epoch_batches = [&](const std::string& where) {
+    if (batch_rows <= epoch_rows) return false;
+    batch_rows = epoch_rows;
+    full_slot = sample.epoch_slot_bytes;
+    mean_slot = sample.epoch_mean_slot_bytes;
+    if (!config.ring.slot_bytes) plan.slot_bytes = full_slot;
+    max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);  // the ring's half holds more of them
+    cap_prefetch();
+    const std::string sized = "the ring's slots and the memory plan are sized for " + std::to_string(epoch_rows) +
+                              " rows (a plan for " + std::to_string(config.batch.size) + " does not fit in " +
+                              where + ")";
+    plan.batch_size_note = plan.batch_size_note.empty() ? more + sized : plan.batch_size_note + ", and " + sized;
+    return true;
+  };
   const int64_t first_max_readers = limits.max_readers, first_max_workers = limits.max_workers;
   // Auto slots sized for a batch of the sample's largest records that `where` cannot hold:
   // the mean-based size instead (a batch of several of the largest can then stop the job;
   // warned), and the auto knobs may reach as far as before again.
   const auto slots_from_mean = [&](const std::string& where) {
-    plan.slot_bytes_note = "ring.slot_bytes: auto is " + FormatBytes(sample.mean_slot_bytes) +
+    plan.slot_bytes_note = "ring.slot_bytes: auto is " + FormatBytes(mean_slot) +
                            " from the mean sampled record: a ring of slots for a batch of the largest sampled "
-                           "records (" + FormatBytes(sample.slot_bytes) + " each) does not fit in " + where +
+                           "records (" + FormatBytes(full_slot) + " each) does not fit in " + where +
                            "; a shuffled batch of several large records can then stop the job (raise it, or set "
                            "ring.slot_bytes)";
-    plan.slot_bytes = sample.mean_slot_bytes;
+    plan.slot_bytes = mean_slot;
     limits.max_readers = first_max_readers;
     limits.max_workers = first_max_workers;
     max_prefetch = pc.prefetch.value_or(kMaxAutoPrefetch);
@@ -420,8 +463,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.largest_record_bytes = sample.largest_bytes;
     mi.shuffle_buffer = plan.shuffle_buffer;
     if (plan.shuffle_buffer < config.shuffle.buffer) mi.shuffle_buffer_configured = config.shuffle.buffer;
-    mi.batch_size = BatchRows(config, sample);
-    if (mi.batch_size < config.batch.size) mi.batch_size_configured = config.batch.size;
+    mi.batch_size = batch_rows;
+    if (batch_rows < config.batch.size) mi.batch_size_configured = config.batch.size;
     mi.queues = queues;
     mi.max_readers = limits.max_readers;
     mi.max_workers = limits.max_workers;
@@ -436,11 +479,12 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       // prefetch slots, then auto slots of the mean's size. Beyond that, creating the segment
       // names what is short.
       if (const uint64_t free = shm::ShmFreeBytes(); plan.geometry.segment_bytes > free) {
+        if (epoch_batches("/dev/shm (" + FormatBytes(free) + " free)")) continue;
         if (auto_ring && max_prefetch > kMinAutoPrefetch) {
           --max_prefetch;
           continue;
         }
-        if (!config.ring.slot_bytes && plan.slot_bytes > sample.mean_slot_bytes) {
+        if (!config.ring.slot_bytes && plan.slot_bytes > mean_slot) {
           slots_from_mean("/dev/shm (" + FormatBytes(free) + " free)");
           continue;
         }
@@ -454,13 +498,15 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       // readers, although the job used 21 MiB with the 2-3 the tuner chose). The error, when
       // it comes, is the arithmetic of the smallest plan, so its advice is a budget that fits.
       // Auto slots sized for the sample's largest records go back to the mean-based size last.
-      if (auto_ring && max_prefetch > kMinAutoPrefetch) {
+      if (epoch_batches(mi.budget_source + " " + FormatBytes(mi.budget_bytes))) {
+        // again with slots for the epoch's records
+      } else if (auto_ring && max_prefetch > kMinAutoPrefetch) {
         --max_prefetch;
       } else if (!pc.readers && limits.max_readers > 1) {
         --limits.max_readers;
       } else if (!pc.workers && limits.max_workers > 1) {
         --limits.max_workers;
-      } else if (!config.ring.slot_bytes && plan.slot_bytes > sample.mean_slot_bytes) {
+      } else if (!config.ring.slot_bytes && plan.slot_bytes > mean_slot) {
         // Even the smallest plan cannot hold slots for the sample's largest records all in one batch.
         slots_from_mean(mi.budget_source + " " + FormatBytes(mi.budget_bytes));
       } else if (const uint64_t shm_total = shm::ShmTotalBytes(); plan.geometry.segment_bytes > shm_total) {

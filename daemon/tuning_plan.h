@@ -48,6 +48,10 @@ struct RecordSample {
   // a ring of the former.
   uint64_t slot_bytes = 0;
   uint64_t mean_slot_bytes = 0;
+  // The same for batches of BatchRows records, when that is less than batch.size (0
+  // otherwise): what PlanTuning falls back to when a plan for batch.size rows does not fit.
+  uint64_t epoch_slot_bytes = 0;
+  uint64_t epoch_mean_slot_bytes = 0;
   // What the sample shows that the config may not mean, one line each: features of the spec that
   // no sampled record has (AbsentFeatures: a misspelt name, most often), and records that are
   // tf.train.SequenceExamples (their feature lists are not read). ringfeedd logs them as
@@ -86,7 +90,7 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
 
 // Reads the first records of the shard's files (up to kSampleRecords records or kSampleBytes
 // bytes; records that fail to read are passed over) and sizes ring.slot_bytes: auto from them
-// for batches of BatchRows records: exact for FixedLen numeric columns; for the others that
+// for batches of batch.size (and of BatchRows) records: exact for FixedLen numeric columns; for the others that
 // many largest sampled rows together (per column: a shuffled batch may gather the sample's
 // largest records), at least the sampled mean per row x 1.5 x the rows plus the largest sampled
 // row. It reads on and counts the shard's records (RecordSample::shard_records) when its files
@@ -113,10 +117,12 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
 int64_t ShuffleBufferRecords(const JobConfig& config, const RecordSample& sample);
 
 // The most records a batch holds: batch.size, or where the start-up sample counted fewer
-// records in the shard's epoch (RecordSample::shard_records), that count (at least 1): batches
-// never mix epochs. Ring slots and the memory plan's batches are sized for it, so that a
-// batch.size far above the dataset (full-batch training on 234 records with batch.size
-// 1000000) is not planned, and refused, at its full size.
+// records in the shard's epoch (RecordSample::shard_records), that count (none counted:
+// batch.size): batches never mix epochs. Where a plan for batch.size rows does not fit the
+// budget or /dev/shm, PlanTuning sizes ring slots and the memory plan's batches for this many
+// instead, so that a batch.size far above the dataset (full-batch training on 234 records with
+// batch.size 1000000) is not refused; where it fits, batch.size is kept (files that grow while
+// the job runs then still fit a slot).
 int64_t BatchRows(const JobConfig& config, const RecordSample& sample);
 
 // Bytes a ring slot needs for a batch of `rows` rows whose record-dependent columns measured
@@ -148,8 +154,12 @@ struct TuningPlan {
   // shuffle_buffer is less than shuffle.buffer; empty otherwise. ringfeedd logs it at start.
   std::string shuffle_buffer_note;
   // "batch.size 1000000 is more than the 234 records ..." when BatchRows is less than
-  // batch.size; empty otherwise. ringfeedd logs it at start; `ringfeedctl check` prints it.
+  // batch.size: a note when each epoch is then one batch (saying when slots are sized for
+  // those records), a warning when that means no batch at all (drop_remainder: true; ranks mode
+  // with more than one rank: whole rounds only); empty otherwise. ringfeedd logs them at
+  // start; `ringfeedctl check` prints them.
   std::string batch_size_note;
+  std::string batch_size_warning;
   // "pipeline.memory_budget 1.0 TiB is more than the memory this job may use: ..." when the
   // config's budget is above min(cgroup limit, MemTotal); empty otherwise. ringfeedd warns.
   std::string memory_budget_warning;

@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  // Taken so far: what an error says came before it (on_error: fail delivers every batch
+  // before the bad record).
+  uint64_t total_examples = 0, total_batches = 0;
   try {
     auto client = ringfeed::Client::Attach(options);
     std::printf("attached to job '%s' (ringfeedd pid %d) as consumer %u; %zu features\n", client->job().c_str(),
@@ -97,7 +100,7 @@ int main(int argc, char** argv) {
     using Clock = std::chrono::steady_clock;
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
     ringfeed::Batch batch;
-    uint64_t epoch = 0, epoch_examples = 0, epoch_batches = 0, total_examples = 0, checksum = 0, epochs_done = 0;
+    uint64_t epoch = 0, epoch_examples = 0, epoch_batches = 0, checksum = 0, epochs_done = 0;
     auto epoch_start = Clock::now();
     const auto start = epoch_start;
     auto report = [&] {
@@ -136,6 +139,7 @@ int main(int argc, char** argv) {
       checksum += TouchEveryByte(batch);
       epoch_examples += batch.rows();
       total_examples += batch.rows();
+      ++total_batches;
       ++epoch_batches;
       if (batch.end_of_epoch() && max_epochs != 0 && epochs_done + 1 == max_epochs) {
         report();
@@ -172,7 +176,13 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(checksum));
     return total_examples == 0 ? 1 : 0;  // a script must not take "no data" for a run
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "example_trainer: %s\n", e.what());
+    if (total_batches > 0) {
+      std::fprintf(stderr, "example_trainer: after %llu examples in %llu batches: %s\n",
+                   static_cast<unsigned long long>(total_examples), static_cast<unsigned long long>(total_batches),
+                   e.what());
+    } else {
+      std::fprintf(stderr, "example_trainer: %s\n", e.what());
+    }
     return 1;
   }
 }

@@ -26,7 +26,7 @@ build/daemon/ringfeedctl inspect --schema data/sample/*.tfrecord.gz
 
 echo
 echo "# config/examples/mnist.yaml takes that block, with 'image' read as 784 uint8 pixels"
-echo "# (dtype: uint8, shape: [784], decode: raw) instead of one bytes string: docs/config.md"
+echo "# (dtype: uint8, shape: [28, 28, 1], decode: raw) instead of one bytes string: docs/config.md"
 echo "\$ ringfeedd --config config/examples/mnist.yaml &"
 build/daemon/ringfeedd --config config/examples/mnist.yaml &
 daemon=$!

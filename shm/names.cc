@@ -103,59 +103,132 @@ std::string Mode(const struct stat& st) {
   std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
   return mode;
 }
-bool SameDirectory(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return std::filesystem::equivalent(a, b, ec);
+// Whether `path` is `base` or lies below it, as written or with symbolic links resolved.
+bool Within(const std::string& path, const std::string& base) {
+  const auto below = [](const std::string& p, const std::string& b) {
+    return p == b || (p.size() > b.size() && p.compare(0, b.size(), b) == 0 && p[b.size()] == '/');
+  };
+  const auto normal = [](const std::string& p) {
+    std::string n = std::filesystem::path(p).lexically_normal().string();
+    while (n.size() > 1 && n.back() == '/') n.pop_back();
+    return n;
+  };
+  if (below(normal(std::filesystem::absolute(path).string()), normal(base))) return true;
+  // The base's own name is not resolved: it may be a link (to /tmp, say) made to pass for it.
+  std::error_code ec, ec2;
+  const std::filesystem::path b(base);
+  const std::string real = std::filesystem::weakly_canonical(path, ec).string();
+  const std::string real_base = (std::filesystem::weakly_canonical(b.parent_path(), ec2) / b.filename()).string();
+  return !ec && !ec2 && below(normal(real), normal(real_base));
+}
+
+// "/tmp/ringfeed-U, this user's fallback runtime directory, which uid X created" when that name
+// exists (a directory or a symbolic link, not followed) and another user made it; "" otherwise.
+std::string ForeignFallback() {
+  const std::string fallback = FallbackRuntimeDir();
+  struct stat st {};
+  if (::lstat(fallback.c_str(), &st) != 0 || st.st_uid == ::geteuid()) return "";
+  return fallback + ", this user's fallback runtime directory, which uid " + std::to_string(st.st_uid) +
+         (S_ISLNK(st.st_mode) ? " made as a symbolic link" : " created");
+}
+// "P on the way to it is a symbolic link of uid U, who could point it elsewhere" for the first
+// component of `path` (made absolute) that is a link owned by another user than root or this
+// one; "" when none is.
+std::string ForeignLinkOnTheWay(const std::string& path) {
+  std::filesystem::path prefix;
+  for (const auto& part : std::filesystem::absolute(path).lexically_normal()) {
+    prefix /= part;
+    struct stat st {};
+    if (::lstat(prefix.c_str(), &st) == 0 && S_ISLNK(st.st_mode) && st.st_uid != 0 && st.st_uid != ::geteuid()) {
+      return prefix.string() + " on the way to it is a symbolic link of uid " + std::to_string(st.st_uid) +
+             ", who could point it elsewhere";
+    }
+  }
+  return "";
 }
 }  // namespace
 
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
 std::string RuntimeDirProblem(const std::string& runtime_dir) {
+  const std::string fix = "; use a directory of this user's (--runtime-dir, RINGFEED_RUNTIME_DIR)";
+  if (const std::string foreign = ForeignFallback(); !foreign.empty() && Within(runtime_dir, FallbackRuntimeDir())) {
+    return "the runtime directory " + runtime_dir + " is in " + foreign +
+           ": that user could replace the job's socket and lock file and so take its trainers (remove it as root)" +
+           fix;
+  }
+  if (const std::string link = ForeignLinkOnTheWay(runtime_dir); !link.empty()) {
+    return "the runtime directory " + runtime_dir + ": " + link + fix;
+  }
   struct stat st {};
   if (::stat(runtime_dir.c_str(), &st) != 0) {
     return "cannot use the runtime directory " + runtime_dir + ": " + std::strerror(errno);
   }
   if (!S_ISDIR(st.st_mode)) return "the runtime directory " + runtime_dir + " is not a directory";
   const uid_t me = ::geteuid();
-  const std::string fix = "; use a directory of this user's (--runtime-dir, RINGFEED_RUNTIME_DIR)";
   if (st.st_uid != me && st.st_uid != 0) {
     return "the runtime directory " + runtime_dir + " belongs to uid " + std::to_string(st.st_uid) +
            ", not to this daemon's user (uid " + std::to_string(me) +
-           ") or root: that user could replace the job's socket and lock file and so take its trainers" +
-           (SameDirectory(runtime_dir, FallbackRuntimeDir())
-                ? " (another user created this user's fallback directory in /tmp first; remove it as root)"
-                : "") +
-           fix;
+           ") or root: that user could replace the job's socket and lock file and so take its trainers" + fix;
   }
-  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0) {
+  if (::access(runtime_dir.c_str(), W_OK | X_OK) != 0) {
+    return "this user (uid " + std::to_string(me) + ") may not make files in the runtime directory " + runtime_dir +
+           " (owned by uid " + std::to_string(st.st_uid) + ", mode " + Mode(st) + ")" + fix;
+  }
+  if ((st.st_mode & S_IWOTH) != 0) {
     return "the runtime directory " + runtime_dir + " (mode " + Mode(st) +
-           ") is writable by every user and not sticky: any of them could replace the job's socket and lock file "
-           "(chmod o-w " + runtime_dir + ")" + fix;
+           ") is writable by every user: any of them could put a socket or lock file of the job's name there, "
+           "and trainers of other users would not trust this daemon; use a directory in it that only this user "
+           "can write (mkdir -m 0755 " + runtime_dir + "/ringfeed; a shared container volume works so too)";
   }
   return "";
 }
 
-std::string UntrustedDaemon(const std::string& socket_path, unsigned peer_uid) {
+std::string UntrustedDaemon(const std::string& socket_path, uid_t peer_uid) {
   const uid_t me = ::geteuid();
   if (peer_uid == me || peer_uid == 0) return "";
-  const size_t slash = socket_path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : socket_path.substr(0, slash);
+  const std::string dir = DirectoryOf(socket_path);
   const std::string who = "the daemon at " + socket_path + " runs as uid " + std::to_string(peer_uid) +
                           ", not as this user (uid " + std::to_string(me) + ") or root";
-  struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) {  // removed since the connection: nothing vouches for it
-    return who + ", and its directory " + dir + " cannot be examined (" + std::strerror(errno) + ")";
+  if (const std::string foreign = ForeignFallback(); !foreign.empty() && Within(dir, FallbackRuntimeDir())) {
+    return who + ", in " + foreign +
+           ": another user may be posing as the job's daemon. Remove it (as root) or set RINGFEED_RUNTIME_DIR to "
+           "a directory of your own, for the daemon and its trainers";
   }
-  if ((st.st_mode & S_IWOTH) != 0) {
-    return who + ", in " + dir + " (mode " + Mode(st) +
-           "), which every user may write: any of them could have made that socket. Run the daemon as this user "
-           "or in a runtime directory only its owner can write";
+  // A symbolic link on the way that another user owns could point elsewhere by the time of
+  // any check made here than at the connection: only root's and this user's are followed.
+  if (const std::string link = ForeignLinkOnTheWay(dir); !link.empty()) {
+    return who + ", and " + link + ". Use a path without it";
   }
-  if (st.st_uid != me && SameDirectory(dir, FallbackRuntimeDir())) {
-    return who + ", in " + dir + ", this user's fallback runtime directory, which uid " + std::to_string(st.st_uid) +
-           " created: another user may be posing as the job's daemon. Remove the directory (as root) or set "
-           "RINGFEED_RUNTIME_DIR to a directory of your own, for the daemon and its trainers";
+  // Every directory on the way (links resolved) must be root's, this user's or the daemon's
+  // user's, and none writable by users other than its owner (but for sticky ones above the
+  // socket's, as /tmp): no one else could have put that socket there (OpenSSH's rule for its
+  // files, roughly).
+  std::error_code ec;
+  std::filesystem::path at = std::filesystem::canonical(dir, ec);
+  if (ec) return who + ", and its directory " + dir + " cannot be examined (" + ec.message() + ")";
+  for (bool first = true;; first = false) {
+    struct stat st {};
+    const std::string d = at.string();
+    if (::stat(d.c_str(), &st) != 0) {
+      return who + ", and the directory " + d + " cannot be examined (" + std::strerror(errno) + ")";
+    }
+    if (st.st_uid != 0 && st.st_uid != me && st.st_uid != peer_uid) {
+      return who + ", and " + d + " on the way to it belongs to uid " + std::to_string(st.st_uid) +
+             ", who could have made that socket. Run the daemon as this user or in a runtime directory of its own";
+    }
+    if ((st.st_mode & (S_IWOTH | S_IWGRP)) != 0 && (first || (st.st_mode & S_ISVTX) == 0)) {
+      return who + ", and " + d + " (mode " + Mode(st) + ") on the way to it may be written by " +
+             ((st.st_mode & S_IWOTH) != 0 ? "every user" : "its group") +
+             ": any of them could have made that socket. Run the daemon as this user or in a runtime directory "
+             "only its owner can write";
+    }
+    if (!at.has_relative_path()) return "";  // "/"
+    at = at.parent_path();
   }
-  return "";
 }
 
 std::string RuntimeDirPermissions(std::string_view runtime_dir) {

@@ -28,20 +28,23 @@
 //   FallbackRuntimeDir() "/tmp/ringfeed-<euid>": RuntimeDir()'s last choice.
 //   RuntimeDirProblem(d)
 //                       for ringfeedd before it puts its lock file and socket in d: why d is not
-//                       safe to use, or "" when it is. d must be a directory (symbolic links
-//                       followed) owned by this user or root, and not writable by every user
-//                       unless sticky (as /tmp: nobody may then remove or rename another's
-//                       files). Otherwise another local user could replace the socket and the
-//                       lock file: a /tmp/ringfeed-<uid> created by someone else first (/tmp is
-//                       world-writable) gave that user the job's trainers.
+//                       safe to use, or "" when it is. d must be a directory (links followed)
+//                       owned by this user or root and not writable by every user, and not in
+//                       this user's FallbackRuntimeDir when another user made that name (a
+//                       directory or a link). Otherwise another local user could replace the
+//                       socket and the lock file: a /tmp/ringfeed-<uid> made by someone else
+//                       first (/tmp is everyone's to write in) gave that user the job's trainers.
 //   UntrustedDaemon(socket, peer_uid)
 //                       for a client that connected to `socket` and got a daemon running as
 //                       `peer_uid` (SO_PEERCRED): why it should not trust that daemon, or "" when
 //                       it may. Trusted: this user's own or root's; another user's (a systemd
-//                       service user with permissions.group) only when the socket's directory
-//                       is not writable by every user and is not this user's fallback
-//                       directory (FallbackRuntimeDir) owned by someone else, a name that says
-//                       it is this user's.
+//                       service user with permissions.group) only when the socket is not in
+//                       this user's FallbackRuntimeDir made by another user, no symbolic link on
+//                       the way belongs to another user than root or this one, and every
+//                       directory on the way (links resolved) belongs to root, this user or the
+//                       daemon's user, none writable by its group or every user (but sticky ones
+//                       above the socket's own directory, as /tmp).
+//   DirectoryOf(path)   the directory part of path: "." for a bare name, "/" at the root.
 //   RuntimeDirPermissions(d)
 //                       for a message about a runtime directory this process may not read or
 //                       enter (EACCES): "the directory P above it does not let this user in
@@ -52,6 +55,8 @@
 // FNV-1a: http://www.isthe.com/chongo/tech/comp/fnv/ (64-bit offset basis 0xcbf29ce484222325,
 // prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -73,7 +78,8 @@ std::string SegmentName(std::string_view runtime_dir, std::string_view job);
 std::string RuntimeDirPermissions(std::string_view runtime_dir);
 std::string FallbackRuntimeDir();
 std::string RuntimeDirProblem(const std::string& runtime_dir);
-std::string UntrustedDaemon(const std::string& socket_path, unsigned peer_uid);
+std::string UntrustedDaemon(const std::string& socket_path, uid_t peer_uid);
+std::string DirectoryOf(const std::string& path);
 
 uint64_t Fnv1a64(std::string_view bytes);
 

@@ -119,7 +119,7 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
   } catch (const bip::interprocess_exception& e) {
     // A name still there after the remove above is a file this user may not remove.
     const std::string path = std::string(kShmDir) + name;
-    if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && st.st_uid != ::geteuid()) {
+    if (struct stat st {}; ::lstat(path.c_str(), &st) == 0 && st.st_uid != ::geteuid()) {
       throw SegmentNameTakenError("shared memory: cannot create segment " + name + " in " + kShmDir + ": " +
                                   path + " exists and belongs to uid " + std::to_string(st.st_uid) +
                                   ", not to the daemon's user (uid " + std::to_string(::geteuid()) + "), and " +

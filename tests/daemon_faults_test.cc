@@ -1715,8 +1715,8 @@ TEST_CASE("a runtime directory others can write, or a lock file that is a symbol
     INFO(daemon.Stderr());
     CHECK(status->ToString() == "exit 2");
     CHECK_THAT(daemon.Stderr(), Catch::Contains("the runtime directory " + daemon.runtime_dir() +
-                                                " (mode 0777) is writable by every user and not sticky: any of them "
-                                                "could replace the job's socket and lock file"));
+                                                " (mode 0777) is writable by every user: any of them could put a "
+                                                "socket or lock file of the job's name there"));
     CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
     std::filesystem::permissions(daemon.runtime_dir(), std::filesystem::perms::owner_all);
   }
@@ -1762,53 +1762,78 @@ TEST_CASE("another user's runtime directory or segment name: the daemon refuses 
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
   std::filesystem::permissions(dir.file("data.tfrecord"), std::filesystem::perms::owner_all |
                                                               std::filesystem::perms::others_read);
-  // The other user's runtime directory, and the user's fallback path leading to it (the
-  // harness keeps its daemons' runtime directories in the test's directory).
+  // The other user's runtime directory (the harness keeps its daemons' runtime directories in
+  // the test's directory), and the user's fallback directory made by that user, with a link
+  // in it to that runtime directory: one level down, as ringfeedctl looks.
   const std::string config = IdJobConfig("victim", dir.file("data.tfrecord"), "epochs: 0\n");
   DaemonProcess daemon(dir.path(), "victim", config);
   REQUIRE(::mkdir(daemon.runtime_dir().c_str(), 0755) == 0);
   REQUIRE(::chown(daemon.runtime_dir().c_str(), other, other) == 0);
   const std::string fallback = "/tmp/ringfeed-" + std::to_string(user);
   std::filesystem::remove_all(fallback);
-  std::filesystem::create_directory_symlink(daemon.runtime_dir(), fallback);
   struct Cleanup {
     std::string path;
-    ~Cleanup() { std::filesystem::remove(path); }
+    ~Cleanup() { std::filesystem::remove_all(path); }
   } cleanup{fallback};
+  REQUIRE(::mkdir(fallback.c_str(), 0755) == 0);
+  REQUIRE(::chown(fallback.c_str(), other, other) == 0);
+  const std::string below = fallback + "/x";
+  std::filesystem::create_directory_symlink(daemon.runtime_dir(), below);
+  REQUIRE(::lchown(below.c_str(), other, other) == 0);
 
   // The user's own ringfeedd, with the fallback runtime directory: refused.
   WriteFile(dir.file("victim.yaml"), config);
   std::filesystem::permissions(dir.file("victim.yaml"), std::filesystem::perms::owner_all |
                                                             std::filesystem::perms::others_read);
+  const std::string foreign = fallback + ", this user's fallback runtime directory, which uid 65534 created";
   const CommandResult own = RunCommand(as(user, {DaemonBinary(), "--config", dir.file("victim.yaml")}));
   INFO(own.err);
   CHECK(own.status.ToString() == "exit 2");
-  CHECK_THAT(own.err, Catch::Contains("the runtime directory " + fallback + " belongs to uid 65534, not to this "
-                                      "daemon's user (uid 54329) or root") &&
-                          Catch::Contains("another user created this user's fallback directory in /tmp first"));
+  CHECK_THAT(own.err, Catch::Contains("the runtime directory " + fallback + " is in " + foreign));
 
-  // The other user's ringfeedd there, its socket opened to all: the user's ringfeedctl (a
-  // client) refuses it.
+  // The other user's ringfeedd, its socket opened to all: the user's ringfeedctl (a client)
+  // refuses it, found one level down or named.
   DaemonStart start;
   start.wrapper = {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"};
   RINGFEED_REQUIRE_STARTED(daemon, start);
   std::filesystem::permissions(daemon.socket_path(), std::filesystem::perms::all);
-  const std::string socket = fallback + "/victim.sock";
-  const CommandResult dump = RunCommand(as(user, {CtlBinary(), "dump", "victim", "--batches", "1"}));
-  INFO(dump.out << dump.err);
-  CHECK(dump.status.ToString() == "exit 1");
-  CHECK(dump.out.empty());
-  CHECK_THAT(dump.err, Catch::Contains("not attaching to job victim: the daemon at " + socket +
-                                       " runs as uid 65534, not as this user (uid 54329) or root, in " + fallback +
-                                       ", this user's fallback runtime directory, which uid 65534 created"));
-  // Nor in a directory every user may write (made so after the daemon started).
+  for (const std::string& env : {std::string("HOME=/"), "RINGFEED_RUNTIME_DIR=" + below}) {
+    const CommandResult dump = RunCommand(as(user, {env, CtlBinary(), "dump", "victim", "--batches", "1"}));
+    INFO(env << ": " << dump.out << dump.err);
+    CHECK(dump.status.ToString() == "exit 1");
+    CHECK(dump.out.empty());
+    CHECK_THAT(dump.err, Catch::Contains("not attaching to job victim: the daemon at " + below +
+                                         "/victim.sock runs as uid 65534, not as this user (uid 54329) or root, in " +
+                                         foreign));
+  }
+  // Named by its own path, that user's daemon in that user's directory is trusted (a service
+  // user with permissions.group) ...
+  const std::string named = "RINGFEED_RUNTIME_DIR=" + daemon.runtime_dir();
+  const CommandResult trusted = RunCommand(as(user, {named, CtlBinary(), "status", "victim"}));
+  INFO(trusted.out << trusted.err);
+  CHECK(trusted.status.ToString() == "exit 0");
+  // ... but not in a directory every user may write, nor below one of a third user.
   ::chmod(daemon.runtime_dir().c_str(), 01777);
-  const CommandResult anyone = RunCommand(
-      as(user, {"RINGFEED_RUNTIME_DIR=" + daemon.runtime_dir(), CtlBinary(), "status", "victim"}));
+  const CommandResult anyone = RunCommand(as(user, {named, CtlBinary(), "status", "victim"}));
   INFO(anyone.out << anyone.err);
-  CHECK_THAT(anyone.err, Catch::Contains("runs as uid 65534") && Catch::Contains("which every user may write"));
+  CHECK_THAT(anyone.err, Catch::Contains("runs as uid 65534") && Catch::Contains("may be written by every user"));
   ::chmod(daemon.runtime_dir().c_str(), 0755);
+  REQUIRE(::chown(dir.path().c_str(), 54328, 54328) == 0);
+  const CommandResult third = RunCommand(as(user, {named, CtlBinary(), "status", "victim"}));
+  REQUIRE(::chown(dir.path().c_str(), 0, 0) == 0);
+  INFO(third.out << third.err);
+  CHECK_THAT(third.err, Catch::Contains(dir.path().string() + " on the way to it belongs to uid 54328"));
   daemon.Stop();
+
+  // The fallback as another user's symbolic link (to /tmp, which passes every other check).
+  std::filesystem::remove_all(fallback);
+  std::filesystem::create_directory_symlink("/tmp", fallback);
+  REQUIRE(::lchown(fallback.c_str(), other, other) == 0);
+  const CommandResult linked = RunCommand(as(user, {DaemonBinary(), "--config", dir.file("victim.yaml")}));
+  INFO(linked.err);
+  CHECK(linked.status.ToString() == "exit 2");
+  CHECK_THAT(linked.err, Catch::Contains("which uid 65534 made as a symbolic link"));
+  std::filesystem::remove(fallback);
 
   // A segment name another user took: this user's daemon cannot remove it (exit 2, named).
   const std::string own_dir = dir.file("own-run");

@@ -618,20 +618,37 @@ TEST_CASE("a batch.size above the shard's epoch is planned at the records counte
   CHECK_THAT(big.memory_plan, Catch::Contains(" x 12 records (every record of this shard's epoch, counted at start: "
                                               "fewer than batch.size 16000000) x "));
   CHECK(big.batch_size_note == "batch.size 16000000 is more than the 12 records this shard reads per epoch (counted "
-                               "at start): each epoch is one batch of those records, and the ring's slots are sized "
-                               "for it");
+                               "at start): each epoch is one batch of those records, and the ring's slots and the "
+                               "memory plan are sized for 12 rows (a plan for 16000000 does not fit in "
+                               "pipeline.memory_budget 64.0 MiB)");
+  // Where batch.size fits, it is kept (files that grow while the job runs still fit a slot).
+  const JobCheckResult roomy = RunJobCheck(Config(dir, "skip", "batch: {size: 100}\n"), log, log);
+  CHECK(roomy.batch_size_note == "batch.size 100 is more than the 12 records this shard reads per epoch (counted at "
+                                 "start): each epoch is one batch of those records");
+  CHECK_THAT(roomy.memory_plan, Catch::Contains(" x 100 records x "));
   CHECK(big.batches == 1);
   CHECK(big.last_batch_rows == 12);
-  // The largest batch in any order is the 12 records, not 16,000,000 rows: no warning.
+  // The largest batch in any order is the 12 records, not 16,000,000 rows (128 MB of row
+  // metadata alone): no warning.
   CHECK(big.any_order_batch_bytes == big.largest_batch_bytes);
+  CHECK(big.any_order_batch_bytes < (64u << 10));
   CHECK_FALSE(big.SlotMayBeTooSmall());
   CHECK_FALSE(big.SlotTooSmall());
   const JobCheckResult dropped =
       RunJobCheck(Config(dir, "skip", "batch: {size: 100, drop_remainder: true}\n"), log, log);
-  CHECK_THAT(dropped.batch_size_note, Catch::EndsWith("(counted at start): with drop_remainder: true no batch is made"));
+  CHECK(dropped.batch_size_note.empty());
+  CHECK_THAT(dropped.batch_size_warning,
+             Catch::EndsWith("(counted at start): with drop_remainder: true no batch is made"));
   CHECK(dropped.batches == 0);
   CHECK(dropped.dropped_records == 12);
-  // A batch.size the epoch fills: no note, planned as configured.
+  // Ranks get whole rounds only: one batch an epoch reaches none of 2 ranks.
+  const JobCheckResult ranks =
+      RunJobCheck(Config(dir, "skip", "batch: {size: 100}\nconsumers: {mode: ranks, count: 2}\n"), log, log);
+  CHECK(ranks.batch_size_warning ==
+        "batch.size 100 is more than the 12 records this shard reads per epoch (counted at start): each epoch is "
+        "one batch, and with consumers.count 2 (ranks) batches go out in whole rounds of 2, so none is delivered; "
+        "batch.size 6 or less gives every rank a batch");
+  // A batch.size the epoch fills: no note.
   const JobCheckResult fits = RunJobCheck(Config(dir, "skip", "batch: {size: 12}\n"), log, log);
   CHECK(fits.batch_size_note.empty());
   CHECK_THAT(fits.memory_plan, Catch::Contains(" x 12 records x "));

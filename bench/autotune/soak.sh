@@ -30,7 +30,10 @@
 # built if missing), RINGFEED_BENCH_DIR (data, default /tmp/ringfeed-bench; the taxi_plain_x4 set
 # of run_autotune_bench.sh, made if missing), RINGFEED_SOAK_SECONDS (300), RINGFEED_SOAK_MAX_SLOPE
 # (50 KiB/min), RINGFEED_SOAK_BUDGET (memory_budget, 256MiB), RINGFEED_AUTOTUNE_CPUS (cores,
-# default all), RINGFEED_BENCH_NICE (e.g. -10). Writes the samples to
+# default all), RINGFEED_BENCH_NICE (e.g. -10), RINGFEED_SOAK_FILES (a glob of other TFRecord files
+# to soak on instead of taxi_plain_x4, compression detected, e.g. the TFX taxi GZIP files,
+# "$REPO/../shared/data/tfx/csv_example_gen/Split-train/*.gz": 12 files of 34 KB, ~2,400 file
+# opens a second). Writes the samples to
 # $RINGFEED_BENCH_DIR/results/soak-<time>.json.
 set -euo pipefail
 
@@ -72,7 +75,11 @@ OUT="$DATA/results/soak-$(date +%Y%m%d-%H%M%S).json"
 
 {
   echo "job: soak"
-  echo "source: {files: [\"$X4/*.tfrecord\"], compression: none}"
+  if [[ -n "${RINGFEED_SOAK_FILES:-}" ]]; then
+    echo "source: {files: [\"$RINGFEED_SOAK_FILES\"], compression: auto}"
+  else
+    echo "source: {files: [\"$X4/*.tfrecord\"], compression: none}"
+  fi
   echo "features:"
   while read -r name kind dtype; do
     if [[ $kind == fixed ]]; then echo "  $name: {dtype: $dtype}"; else echo "  $name: {type: varlen, dtype: $dtype}"; fi
