@@ -1705,15 +1705,19 @@ TEST_CASE("a runtime directory others can write, or a lock file that is a symbol
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
   const std::string config = IdJobConfig("unsafe-dir", dir.file("data.tfrecord"));
+  // Starts `daemon`, which must refuse: its exit status.
+  const auto refused = [](DaemonProcess& daemon) {
+    CHECK_FALSE(daemon.Start());
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    return status->ToString();
+  };
   {
     DaemonProcess daemon(dir.path(), "unsafe-dir", config);
     std::filesystem::create_directories(daemon.runtime_dir());
     std::filesystem::permissions(daemon.runtime_dir(), std::filesystem::perms::all);  // 0777, not sticky
-    CHECK_FALSE(daemon.Start());
-    const auto status = daemon.Wait();
-    REQUIRE(status);
+    CHECK(refused(daemon) == "exit 2");
     INFO(daemon.Stderr());
-    CHECK(status->ToString() == "exit 2");
     CHECK_THAT(daemon.Stderr(), Catch::Contains("the runtime directory " + daemon.runtime_dir() +
                                                 " (mode 0777) is writable by every user: any of them could put a "
                                                 "socket or lock file of the job's name there"));
@@ -1724,11 +1728,8 @@ TEST_CASE("a runtime directory others can write, or a lock file that is a symbol
   DaemonProcess daemon(dir.path(), "unsafe-dir", config);
   WriteFile(dir.file("precious.txt"), "precious\n");
   std::filesystem::create_symlink(dir.file("precious.txt"), daemon.lock_path());
-  CHECK_FALSE(daemon.Start());
-  const auto status = daemon.Wait();
-  REQUIRE(status);
+  CHECK(refused(daemon) == "exit 2");
   INFO(daemon.Stderr());
-  CHECK(status->ToString() == "exit 2");
   CHECK_THAT(daemon.Stderr(), Catch::Contains("the lock file " + daemon.lock_path() +
                                               " is a symbolic link: not followed (ringfeedd makes a regular file "
                                               "there); remove it"));
