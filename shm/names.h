@@ -29,9 +29,10 @@
 //   RuntimeDirProblem(d)
 //                       for ringfeedd before it puts its lock file and socket in d: why d is not
 //                       safe to use, or "" when it is. d must be a directory (links followed)
-//                       owned by this user or root and not writable by every user, and not in
-//                       this user's FallbackRuntimeDir when another user made that name (a
-//                       directory or a link). Otherwise another local user could replace the
+//                       owned by this user or root, that this user may write in and every user
+//                       may not, reached through no symbolic link of another user than root or
+//                       this one, and not in this user's FallbackRuntimeDir when another user
+//                       made that name (a directory or a link). Otherwise another user could replace the
 //                       socket and the lock file: a /tmp/ringfeed-<uid> made by someone else
 //                       first (/tmp is everyone's to write in) gave that user the job's trainers.
 //   UntrustedDaemon(socket, peer_uid)
