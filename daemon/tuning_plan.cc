@@ -509,12 +509,22 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       } else if (!config.ring.slot_bytes && plan.slot_bytes > mean_slot) {
         // Even the smallest plan cannot hold slots for the sample's largest records all in one batch.
         slots_from_mean(mi.budget_source + " " + FormatBytes(mi.budget_bytes));
-      } else if (const uint64_t shm_total = shm::ShmTotalBytes(); plan.geometry.segment_bytes > shm_total) {
-        // A larger budget would not do: the segment could not be created anyway.
-        throw BudgetError(std::string(e.what()) + "; but first lower ring.slots or ring.slot_bytes: the ring alone (" +
-                          FormatBytes(plan.geometry.segment_bytes) + ") is more than all of /dev/shm (" +
-                          FormatBytes(shm_total) + ")");
       } else {
+        // A batch.size beyond what the sample read, on files too large to count: planned in
+        // full, which may be what does not fit; say so.
+        const std::string uncounted =
+            !sample.shard_records && static_cast<uint64_t>(config.batch.size) > sample.records
+                ? "; batches are planned at batch.size " + std::to_string(config.batch.size) +
+                      " rows: the shard's records were not counted at start (only where its files hold at most " +
+                      FormatBytes(kCountFileBytes) + " together), so an epoch with fewer is not known"
+                : "";
+        if (const uint64_t shm_total = shm::ShmTotalBytes(); plan.geometry.segment_bytes > shm_total) {
+          // A larger budget would not do: the segment could not be created anyway.
+          throw BudgetError(std::string(e.what()) + "; but first lower ring.slots or ring.slot_bytes: the ring alone (" +
+                            FormatBytes(plan.geometry.segment_bytes) + ") is more than all of /dev/shm (" +
+                            FormatBytes(shm_total) + ")" + uncounted);
+        }
+        if (!uncounted.empty()) throw BudgetError(std::string(e.what()) + uncounted);
         throw;
       }
     }

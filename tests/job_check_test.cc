@@ -648,6 +648,22 @@ TEST_CASE("a batch.size above the shard's epoch is planned at the records counte
         "batch.size 100 is more than the 12 records this shard reads per epoch (counted at start): each epoch is "
         "one batch, and with consumers.count 2 (ranks) batches go out in whole rounds of 2, so none is delivered; "
         "batch.size 6 or less gives every rank a batch");
+  // Files over kCountFileBytes together are not counted: batch.size is planned in full, and
+  // the refusal says why (a sparse file: its zeros are no records, the sample passes over them).
+  {
+    const int fd = ::open(dir.file("c.tfrecord").c_str(), O_CREAT | O_WRONLY, 0644);
+    REQUIRE(fd >= 0);
+    REQUIRE(::ftruncate(fd, static_cast<off_t>(kCountFileBytes)) == 0);
+    ::close(fd);
+    const JobCheckResult uncounted =
+        RunJobCheck(Config(dir, "skip", "batch: {size: 16000000}\npipeline: {memory_budget: 64MiB}\n"), log, log);
+    CHECK_THAT(uncounted.plan_error,
+               Catch::Contains("is too small for this job") &&
+                   Catch::EndsWith("; batches are planned at batch.size 16000000 rows: the shard's records were not "
+                                   "counted at start (only where its files hold at most 64.0 MiB together), so an "
+                                   "epoch with fewer is not known"));
+    std::filesystem::remove(dir.file("c.tfrecord"));
+  }
   // A batch.size the epoch fills: no note.
   const JobCheckResult fits = RunJobCheck(Config(dir, "skip", "batch: {size: 12}\n"), log, log);
   CHECK(fits.batch_size_note.empty());
