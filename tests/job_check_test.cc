@@ -38,6 +38,15 @@ void WriteShard(const std::string& path, int first, int count) {
   w.Close();
 }
 
+// A file of `bytes` zeros that takes no disk space (a sparse file); its zeros are no records,
+// and the start-up sample passes over them.
+void WriteSparseFile(const std::string& path, uint64_t bytes) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_WRONLY, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
+  ::close(fd);
+}
+
 JobConfig Config(const TempDir& dir, const std::string& on_error, const std::string& extra) {
   return LoadJobConfigFromString("job: t\nsource:\n  files: [\"" + dir.file("*.tfrecord") + "\"]\n  on_error: " +
                                  on_error + "\nfeatures:\n  id: {dtype: int64}\n  x: {dtype: float32}\n" + extra);
@@ -524,15 +533,8 @@ TEST_CASE("a shuffle buffer larger than the shard's epoch is planned at the reco
   CHECK_THAT(small.memory_plan, Catch::Contains("shuffle buffer: 12 records x "));
   CHECK(small.shuffle_buffer_note.empty());
 
-  // Files over kCountFileBytes together are not read whole at start: the buffer as configured
-  // (a sparse file, so the test writes little; its zeros are not records, and the sample passes
-  // over them).
-  {
-    const int fd = ::open(dir.file("c.tfrecord").c_str(), O_CREAT | O_WRONLY, 0644);
-    REQUIRE(fd >= 0);
-    REQUIRE(::ftruncate(fd, static_cast<off_t>(kCountFileBytes)) == 0);
-    ::close(fd);
-  }
+  // Files over kCountFileBytes together are not read whole at start: the buffer as configured.
+  WriteSparseFile(dir.file("c.tfrecord"), kCountFileBytes);
   const JobCheckResult large =
       RunJobCheck(Config(dir, "skip", "shuffle: {buffer: 1000000}\npipeline: {memory_budget: 1GiB}\n"), log, log);
   INFO(large.plan_error);
@@ -559,20 +561,13 @@ TEST_CASE("the readers' buffers are the largest file's size when the files are s
   INFO(one.memory_plan);
   CHECK_THAT(one.memory_plan, Catch::Contains("open files: 1 (all files; reads of 64.0 KiB: the largest file is " +
                                               FormatBytes(small) + ") x (64.0 KiB window + "));
-  // A larger file (sparse: its zeros are no records, the sample passes over them) sets the size
-  // for every file; one of 1 MiB or more, the default.
-  auto sparse = [&](const std::string& name, uint64_t bytes) {
-    const int fd = ::open(dir.file(name).c_str(), O_CREAT | O_WRONLY, 0644);
-    REQUIRE(fd >= 0);
-    REQUIRE(::ftruncate(fd, static_cast<off_t>(bytes)) == 0);
-    ::close(fd);
-  };
-  sparse("b.tfrecord", 300000);
+  // A larger file sets the size for every file; one of 1 MiB or more, the default.
+  WriteSparseFile(dir.file("b.tfrecord"), 300000);
   const JobCheckResult two = RunJobCheck(Config(dir, "skip", ""), log, log);
   INFO(two.memory_plan);
   CHECK_THAT(two.memory_plan, Catch::Contains("open files: 2 (all files; reads of 296.0 KiB: the largest file is "
                                               "293.0 KiB) x (296.0 KiB window + "));
-  sparse("c.tfrecord", 2u << 20);
+  WriteSparseFile(dir.file("c.tfrecord"), 2u << 20);
   const JobCheckResult three = RunJobCheck(Config(dir, "skip", ""), log, log);
   INFO(three.memory_plan);
   CHECK_THAT(three.memory_plan, Catch::Contains("open files: 3 (all files) x (1.0 MiB window + "));
@@ -649,12 +644,9 @@ TEST_CASE("a batch.size above the shard's epoch is planned at the records counte
         "one batch, and with consumers.count 2 (ranks) batches go out in whole rounds of 2, so none is delivered; "
         "batch.size 6 or less gives every rank a batch");
   // Files over kCountFileBytes together are not counted: batch.size is planned in full, and
-  // the refusal says why (a sparse file: its zeros are no records, the sample passes over them).
+  // the refusal says why.
   {
-    const int fd = ::open(dir.file("c.tfrecord").c_str(), O_CREAT | O_WRONLY, 0644);
-    REQUIRE(fd >= 0);
-    REQUIRE(::ftruncate(fd, static_cast<off_t>(kCountFileBytes)) == 0);
-    ::close(fd);
+    WriteSparseFile(dir.file("c.tfrecord"), kCountFileBytes);
     const JobCheckResult uncounted =
         RunJobCheck(Config(dir, "skip", "batch: {size: 16000000}\npipeline: {memory_budget: 64MiB}\n"), log, log);
     CHECK_THAT(uncounted.plan_error,
