@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <system_error>
 
@@ -90,6 +91,16 @@ void Autotune::Apply(const TunerKnobs& before, const TunerKnobs& k) {
 
 void Autotune::Run() {
   NameThread("rf-tuner");
+  struct Returned {  // on every way out: StatusJson waits for the last measurements
+    Autotune& self;
+    ~Returned() {
+      {
+        std::lock_guard lock(self.mutex_);
+        self.run_returned_ = true;
+      }
+      self.run_returned_cv_.notify_all();
+    }
+  } returned{*this};
   const shm::Ring& ring = ring_;
   const uint32_t slots = ring_.slot_count;
   using Clock = std::chrono::steady_clock;
@@ -113,10 +124,10 @@ void Autotune::Run() {
     ready_min = std::min(ready_min, ready);
     const Clock::time_point now = Clock::now();
     const double elapsed = std::chrono::duration<double>(now - interval_start).count();
-    if (elapsed < interval) continue;
+    // Production's end closes the interval early: its measurements are production's last ones.
+    if (elapsed < interval && !pipeline_.ended()) continue;
 
     const PipelineStats s = pipeline_.Snapshot();
-    if (s.end != PipelineEnd::kRunning) return;  // nothing left to tune
     TunerObservation o;
     o.interval_seconds = elapsed;
     o.records = s.records - prev.records;
@@ -158,6 +169,18 @@ void Autotune::Run() {
     o.ready_slots_mean = ready_samples > 0 ? ready_sum / static_cast<double>(ready_samples) : 0;
     o.ready_slots_min = ready_samples > 0 ? ready_min : 0;
     o.read_ahead_bytes = s.read_ahead_bytes;
+    if (s.end != PipelineEnd::kRunning) {
+      // Nothing left to tune. What status shows from now on is the last stretch of production:
+      // this partial interval, unless production ended before it made a record (then the one
+      // before it was that stretch).
+      if (o.records > 0) {
+        std::lock_guard status_lock(mutex_);
+        last_observation_ = o;
+        last_.cpu_cores = o.cpu_cores;  // the CPU line of status: the same stretch
+        last_.runnable_threads = std::llround(o.cpu_cores);
+      }
+      return;
+    }
 
     const TunerKnobs before = tuner_.knobs();
     const TunerDecision decision = tuner_.Observe(o);
@@ -207,7 +230,8 @@ void Autotune::Run() {
 }
 
 nlohmann::json Autotune::StatusJson() const {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  if (pipeline_.ended()) run_returned_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return run_returned_; });
   const TunerLimits& l = options_.limits;
   const TunerObservation& m = last_observation_;
   const TunerFixed& f = options_.fixed;

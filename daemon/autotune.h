@@ -39,6 +39,8 @@ class Autotune {
   // {"knobs": {...}, "fixed": [...], "limits": {...}, "cpu_cores", "runnable_threads", "blocked_io_threads",
   //  "interval_seconds", "measured": {the last interval's TunerObservation, fractions in [0, 1]},
   //  "changes": [{"at_seconds", "knob", "from", "to", "reason"}, ...]}
+  // Once production has ended, "measured" is its last stretch (the tuner's thread records it
+  // within one sample period, at most 0.1 s; this waits for that, at most 0.2 s).
   nlohmann::json StatusJson() const;
 
  private:
@@ -57,6 +59,8 @@ class Autotune {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 
   mutable std::mutex mutex_;  // guards the status below
+  mutable std::condition_variable run_returned_cv_;
+  bool run_returned_ = false;  // Run has returned: "measured" is final
   TunerDecision last_;
   TunerObservation last_observation_;
   std::deque<std::pair<double, TunerChange>> changes_;  // newest last, at most kKeptChanges

@@ -82,6 +82,14 @@ std::string Seconds(double s) {
   return buf;
 }
 
+// Seconds, with hundredths below 10 s: for stretches that may be short (a run of the quickstart).
+std::string FineSeconds(double s) {
+  if (s >= 10) return Seconds(s);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  return buf;
+}
+
 std::string Bytes(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
@@ -520,14 +528,15 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
     std::snprintf(buf, sizeof buf,
                   "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); of %lld %s, %lld on the CPU on average, "
                   "the rest waiting (for storage or for room to read ahead)\n",
-                  running ? "" : " (the tuner's last interval, before production ended)", a.Number("cpu_cores"),
+                  running ? "" : (" (the last " + FineSeconds(m.Number("interval_seconds")) + " of production)").c_str(),
+                  a.Number("cpu_cores"),
                   limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),
                   static_cast<long long>(readers), readers == 1 ? "reader" : "readers",
                   static_cast<long long>(std::max<int64_t>(0, readers - a.Integer("blocked_io_threads"))));
   } else {
     std::snprintf(buf, sizeof buf, "           CPU: not measured %s; cpu_budget %.3g cores (%s)\n",
                   running ? "yet (the tuner's first interval has not ended)"
-                          : "(production ended within the tuner's first interval)",
+                          : "(production ended before it made a record)",
                   limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str());
   }
   out << buf;
@@ -546,10 +555,10 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   }
   if (measured) {
     std::snprintf(buf, sizeof buf,
-                  "           %s %.2f s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
+                  "           %s%s: %.0f records/s, consumers waited %.0f%%, readers %.0f%% busy (%.0f%% of it CPU), "
                   "sequencer %.0f%% CPU, waited %.0f%% for records and %.0f%% for a slot (%.0f%% at the prefetch depth, "
                   "%.0f%% with the ring full), workers %.0f%% busy, %.1f batches ready\n",
-                  running ? "last" : "the tuner's last interval before production ended,", m.Number("interval_seconds"),
+                  running ? "last " : "the last ", (FineSeconds(m.Number("interval_seconds")) + (running ? "" : " of production")).c_str(),
                   m.Number("records_per_second"), 100 * m.Number("consumer_wait_fraction"),
                   100 * m.Number("read_busy_fraction"), 100 * m.Number("read_cpu_fraction"),
                   100 * m.Number("sequencer_cpu_fraction"), 100 * m.Number("sequencer_read_wait_fraction"),
@@ -617,11 +626,20 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                 Bytes(s.Number("record_bytes")).c_str());
   out << buf;
   const ReplyFields records_per_second = tp.Object("records_per_second"), mb_per_second = tp.Object("mb_per_second");
-  // The window is the last 10 s, or the whole uptime while that is shorter.
-  const std::string window = Seconds(std::min(10.0, s.Number("uptime_seconds")));
-  std::snprintf(buf, sizeof buf, "throughput %.0f records/s, %.1f MB/s (last %s); %.0f records/s, %.1f MB/s overall\n",
-                records_per_second.Number("last_10s"), mb_per_second.Number("last_10s"), window.c_str(),
-                records_per_second.Number("overall"), mb_per_second.Number("overall"));
+  if (tp.Has("production_seconds")) {
+    // Production has ended: the whole run's rates (a window over the time since would only fall).
+    const double produced_for = tp.Number("production_seconds");
+    std::snprintf(buf, sizeof buf, "throughput %.0f records/s, %.1f MB/s over the %s from start to %s (%s ago)\n",
+                  records_per_second.Number("overall"), mb_per_second.Number("overall"), FineSeconds(produced_for).c_str(),
+                  state == "end_of_data" ? "the end of data" : state == "failed" ? "the failure" : "the stop",
+                  Seconds(std::max(0.0, s.Number("uptime_seconds") - produced_for)).c_str());
+  } else {
+    // The window is the last 10 s, or the whole uptime while that is shorter.
+    const std::string window = Seconds(std::min(10.0, s.Number("uptime_seconds")));
+    std::snprintf(buf, sizeof buf, "throughput %.0f records/s, %.1f MB/s (last %s); %.0f records/s, %.1f MB/s overall\n",
+                  records_per_second.Number("last_10s"), mb_per_second.Number("last_10s"), window.c_str(),
+                  records_per_second.Number("overall"), mb_per_second.Number("overall"));
+  }
   out << buf;
   // A ring the trainers do not empty (or none attached yet) caps these rates: say so, so that
   // they are not read as the loader's speed.

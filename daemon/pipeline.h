@@ -136,6 +136,8 @@ class Pipeline {
   void SetStreamBufferBytes(uint64_t bytes);
   void SetReadsPerFile(size_t n);  // reads in flight per plain file (ReadAhead::SetReadsPerFile), >= 1
   PipelineStats Snapshot() const;
+  // Production has ended (Snapshot().end is no longer kRunning): one atomic load, for pollers.
+  bool ended() const { return ended_.load(std::memory_order_acquire); }
 
   // Puts back what a process that maps the segment (a buggy or hostile consumer) overwrote
   // in the ring, from the daemon's own records, so that it cannot stop delivery for good:
@@ -222,6 +224,7 @@ class Pipeline {
   bool stopping_ = false;
   bool finished_ = false;
   PipelineEnd end_ = PipelineEnd::kRunning;
+  std::atomic<bool> ended_{false};  // end_ != kRunning, readable without the mutex
   std::string end_message_;
   std::string last_error_;
   std::string stop_reason_ = "ringfeedd stopped";

@@ -629,6 +629,7 @@ int RunDaemon(const DaemonOptions& options) {
     const auto started = Clock::now();
     RateWindow window(started);
     std::atomic<bool> done_producing{false};
+    std::atomic<double> production_seconds{-1};  // from start to production's end (-1: running)
     std::atomic<int> exit_status{0};
 
     std::unique_ptr<Pipeline> pipeline;
@@ -638,6 +639,9 @@ int RunDaemon(const DaemonOptions& options) {
       const auto now = Clock::now();
       const double uptime = std::chrono::duration<double>(now - started).count();
       const auto [rate_records, rate_bytes] = window.Rates(now, s.records, s.record_bytes);
+      // The overall rates stop at production's end: they are then the whole run's.
+      const double produced_for = production_seconds.load();
+      const double overall_seconds = produced_for >= 0 ? produced_for : uptime;
       nlohmann::json consumers_json = nlohmann::json::array();
       for (const auto& c : consumers.List()) {
         consumers_json.push_back({{"id", c.id},
@@ -667,9 +671,12 @@ int RunDaemon(const DaemonOptions& options) {
           {"batches", s.batches},
           {"record_bytes", s.record_bytes},
           {"throughput",
-           {{"records_per_second", {{"last_10s", rate_records}, {"overall", uptime > 0 ? s.records / uptime : 0.0}}},
+           {{"records_per_second",
+             {{"last_10s", rate_records}, {"overall", overall_seconds > 0 ? s.records / overall_seconds : 0.0}}},
             {"mb_per_second",
-             {{"last_10s", rate_bytes / 1e6}, {"overall", uptime > 0 ? s.record_bytes / uptime / 1e6 : 0.0}}}}},
+             {{"last_10s", rate_bytes / 1e6},
+              {"overall", overall_seconds > 0 ? s.record_bytes / overall_seconds / 1e6 : 0.0}}},
+            {"production_seconds", produced_for >= 0 ? nlohmann::json(produced_for) : nlohmann::json(nullptr)}}},
           {"ring",
            {{"slots", slot_count},
             {"slot_bytes", slot_bytes},
@@ -761,6 +768,7 @@ int RunDaemon(const DaemonOptions& options) {
     segment_guard.SocketBound(server.socket_id());
 
     pipeline = std::make_unique<Pipeline>(po, parser, ring, [&](PipelineEnd end, const std::string& message) {
+      production_seconds = std::chrono::duration<double>(Clock::now() - started).count();
       consumers.SetProductionEnded(end == PipelineEnd::kEndOfData);
       if (end == PipelineEnd::kEndOfData) {
         if (message.empty()) spdlog::info("all epochs produced (end of data)");

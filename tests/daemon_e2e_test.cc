@@ -573,6 +573,20 @@ TEST_CASE("consumers.mode shared: four consumer processes, disjoint batches, eve
     CHECK(status["batches"] == 12);
     CHECK(status["records"] == 24);
     CHECK(status["batches_reclaimed"] == 0);
+    // Once production has ended, the overall rates are the whole run's, stopped at its end, and
+    // the tuner's measurements are production's last stretch (which made records).
+    const json& tp = status["throughput"];
+    REQUIRE(tp["production_seconds"].is_number());
+    const double produced_for = tp["production_seconds"].get<double>();
+    CHECK(produced_for > 0);
+    CHECK(produced_for <= status["uptime_seconds"].get<double>());
+    CHECK(tp["records_per_second"]["overall"].get<double>() == Approx(24 / produced_for));
+    CHECK(status["autotune"]["measured"]["records_per_second"].get<double>() > 0);
+    const CommandResult table =
+        RunCommand({CtlBinary(), "status", "shared-job", "--runtime-dir", daemon.runtime_dir()});
+    INFO(table.out << table.err);
+    CHECK_THAT(table.out, Catch::Contains(" from start to the end of data (") &&
+                              Catch::Contains("           the last ") && Catch::Contains(" of production: "));
     // The consumers exited; the daemon sees their connections close.
     CHECK(WaitUntil([&] { return daemon.Status()["consumers"].empty(); }));
     CHECK(daemon.Stderr().find("all epochs produced") != std::string::npos);

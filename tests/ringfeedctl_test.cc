@@ -209,6 +209,25 @@ TEST_CASE("status --json prints the daemon's object as it came; the table reads 
   }
 }
 
+TEST_CASE("status after production ended: the whole run's rates, and the tuner's last stretch of production") {
+  const auto table = [](const std::string& state) {
+    return StatusTable(R"({"type":"status","job":"fake","state":")" + state +
+                       R"(","uptime_seconds":10.0,"throughput":{"records_per_second":{"last_10s":5.0,"overall":400.0},)"
+                       R"("mb_per_second":{"last_10s":0.1,"overall":2.5},"production_seconds":2.5},)"
+                       R"("autotune":{"cpu_cores":0.5,"measured":{"interval_seconds":0.25,"records_per_second":800.0}}})");
+  };
+  const std::string ended = table("end_of_data");
+  CHECK_THAT(ended, Catch::Contains("\nthroughput 400 records/s, 2.5 MB/s over the 2.50 s from start to the end of data "
+                                    "(7.5 s ago)\n") &&
+                        Catch::Contains("           CPU (the last 0.25 s of production): 0.50 of") &&
+                        Catch::Contains("\n           the last 0.25 s of production: 800 records/s, "));
+  CHECK_THAT(table("failed"), Catch::Contains(" from start to the failure (7.5 s ago)\n"));
+  // While it runs: the last 10 s and overall, as before.
+  CHECK_THAT(StatusTable(R"({"type":"status","job":"fake","state":"running","uptime_seconds":10.0,)"
+                         R"("throughput":{"records_per_second":{"last_10s":5.0,"overall":400.0}}})"),
+             Catch::Contains("throughput 5 records/s, 0.0 MB/s (last 10.0 s); 400 records/s, 0.0 MB/s overall\n"));
+}
+
 TEST_CASE("status says when its rates are the trainers' pace: production waited for a slot most of the interval") {
   const auto table = [](double slot_wait, double consumer_wait, int consumers) {
     return StatusTable(
