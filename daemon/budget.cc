@@ -605,11 +605,15 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
                  FormatBytes(knobs[0].bytes) + ")";
       throw BudgetError(message);
     }
-    message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) +
-               " bytes); raise pipeline.memory_budget to at least " + std::to_string(CeilDiv(needed, mib)) +
-               "MiB or lower " + knobs[0].keys + " (" + FormatBytes(knobs[0].bytes) + ") or " + knobs[1].keys +
-               " (" + FormatBytes(knobs[1].bytes) + ")";
-    throw BudgetError(message);
+    // The margin is part of every budget (at least kSafetyMarginMinBytes): lowering the job's
+    // parts cannot take the budget below it.
+    const uint64_t needed_margin = MarginFor(needed);
+    message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) + " bytes: " +
+               FormatBytes(needed - needed_margin) + " for the job + " + FormatBytes(needed_margin) +
+               " safety margin, which lowering the job's parts does not shrink); raise pipeline.memory_budget to at "
+               "least " + std::to_string(CeilDiv(needed, mib)) + "MiB or lower " + knobs[0].keys + " (" +
+               FormatBytes(knobs[0].bytes) + ") or " + knobs[1].keys + " (" + FormatBytes(knobs[1].bytes) + ")";
+    throw BudgetError(message, needed);
   }
 
   plan.lines.push_back({"read-ahead",

@@ -70,9 +70,16 @@ struct SystemPaths {
   std::string cgroup_root = "/sys/fs/cgroup";
 };
 
+// A plan that does not fit its budget (PlanMemory) or cannot be made. needed_bytes: the
+// smallest memory budget that holds the plan, where PlanMemory computed it (0: not known).
 class BudgetError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit BudgetError(const std::string& message, uint64_t needed_bytes = 0)
+      : std::runtime_error(message), needed_bytes_(needed_bytes) {}
+  uint64_t needed_bytes() const { return needed_bytes_; }
+
+ private:
+  uint64_t needed_bytes_;
 };
 
 // ---- CPU --------------------------------------------------------------------------------------

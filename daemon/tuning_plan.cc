@@ -530,20 +530,62 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     }
   }
   {
-    std::vector<std::string> caps;
-    auto cap = [](int64_t most, int64_t of, const char* one, const char* many) {
-      return "at most " + std::to_string(most) + " " + (most == 1 ? one : many) + " (of " + std::to_string(of) + ")";
+    // The budget needed by the plan with `trial`'s knobs (0: it fits the budget).
+    const auto needed_with = [](const MemoryInputs& trial) -> uint64_t {
+      try {
+        PlanMemory(trial);
+        return 0;
+      } catch (const BudgetError& e) {
+        return std::max<uint64_t>(e.needed_bytes(), trial.budget_bytes + 1);
+      }
     };
-    if (!pc.readers && limits.max_readers < auto_max_readers) {
-      caps.push_back(cap(limits.max_readers, auto_max_readers, "reader", "readers"));
+    // Readers gave way all the way down before workers did: readers that fit again beside the
+    // workers left are given back (they change neither the ring nor /dev/shm's share).
+    while (!pc.readers && limits.max_readers < auto_max_readers && limits.max_workers < auto_max_workers) {
+      MemoryInputs trial = mi;
+      trial.max_readers = limits.max_readers + 1;
+      if (needed_with(trial) != 0) break;
+      mi = trial;
+      limits.max_readers = trial.max_readers;
+      plan.memory = PlanMemory(mi);
     }
-    if (!pc.workers && limits.max_workers < auto_max_workers) {
-      caps.push_back(cap(limits.max_workers, auto_max_workers, "worker", "workers"));
+    // What one more of a capped knob needs. The plan keeps workers before readers (readers give
+    // way first), so one more worker comes with 1 reader (then readers again as the rest holds),
+    // and a budget for one more reader beside these workers is said only where it is below
+    // the one for one more worker: at or above that, the workers grow and the readers start over.
+    uint64_t worker_needs = 0, reader_needs = 0;
+    const bool readers_capped = !pc.readers && limits.max_readers < auto_max_readers;
+    const bool workers_capped = !pc.workers && limits.max_workers < auto_max_workers;
+    if (workers_capped) {
+      MemoryInputs trial = mi;  // one more worker also takes one more auto ring slot
+      trial.max_workers = limits.max_workers + 1;
+      if (!pc.readers) trial.max_readers = 1;
+      if (!config.ring.slots && plan.slot_count < shm::kMaxSlots) {
+        trial.ring_slots = plan.slot_count + 1;
+        trial.ring_segment_bytes = shm::ComputeGeometry(plan.slot_count + 1, plan.slot_bytes).segment_bytes;
+      }
+      worker_needs = needed_with(trial);
     }
+    if (readers_capped) {
+      MemoryInputs trial = mi;
+      trial.max_readers = limits.max_readers + 1;
+      reader_needs = needed_with(trial);
+      if (workers_capped && reader_needs >= worker_needs) reader_needs = 0;
+    }
+    // "at most 1 reader (of 12; one more needs a budget of 20.9 MiB)"
+    std::vector<std::string> caps;
+    auto cap = [](int64_t most, int64_t of, const char* one, const char* many, uint64_t next_needs) {
+      std::string text = "at most " + std::to_string(most) + " " + (most == 1 ? one : many) + " (of " +
+                         std::to_string(of);
+      if (next_needs > 0) text += "; one more needs a budget of " + FormatBytes(next_needs);
+      return text + ")";
+    };
+    if (readers_capped) caps.push_back(cap(limits.max_readers, auto_max_readers, "reader", "readers", reader_needs));
+    if (workers_capped) caps.push_back(cap(limits.max_workers, auto_max_workers, "worker", "workers", worker_needs));
     if (!caps.empty()) {
       plan.knob_caps = mi.budget_source + " " + FormatBytes(at.memory_budget_bytes) + " holds " + caps[0] +
                        (caps.size() > 1 ? " and " + caps[1] : "") +
-                       ": the autotuner stays within that; a larger budget lets it go further";
+                       ": the autotuner stays within that";
     }
   }
   limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;

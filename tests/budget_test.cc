@@ -470,9 +470,9 @@ std::string PlanError(const MemoryInputs& in) {
   return "";
 }
 
-// The budget an error names: "needed at least 113.1 MiB (118623232 bytes); raise ...".
+// The budget an error names: "needed at least 113.1 MiB (118623232 bytes: ...); raise ...".
 uint64_t NeededBytes(const std::string& message) {
-  const auto pos = message.find(" bytes); raise");
+  const auto pos = message.find(" bytes: ");
   REQUIRE(pos != std::string::npos);
   return std::stoull(message.substr(message.rfind('(', pos) + 1));
 }
@@ -627,7 +627,8 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       "  read-ahead at least: 8 open files x 256.0 KiB min stream buffer + 224 B of bookkeeping per record (1.3 KiB "
       "records assumed: 2/3 of the mean) = 2.3 MiB (the budget leaves 0 B)\n",
       // fixed without margin 107'793'408 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
-      "  needed at least 113.1 MiB (118623232 bytes); raise pipeline.memory_budget to at least 114MiB or lower "
+      "  needed at least 113.1 MiB (118623232 bytes: 105.1 MiB for the job + 8.0 MiB safety margin, which lowering "
+      "the job's parts does not shrink); raise pipeline.memory_budget to at least 114MiB or lower "
       "ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (30.1 MiB)",
   };
   size_t at = 0;

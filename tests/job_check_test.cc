@@ -8,6 +8,9 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -319,6 +322,54 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
                                   "an empty list); the records sampled have 'id', 'x'");
 }
 
+// The knobs a memory budget caps, from JobCheckResult::knob_caps ("at most 2 readers (of 12; one
+// more needs a budget of 20.8 MiB)"): knob ("reader", "worker") -> (most, MiB one more needs; 0:
+// not said).
+std::map<std::string, std::pair<int64_t, double>> KnobCaps(const std::string& text) {
+  static const std::regex cap_re("at most ([0-9]+) (reader|worker)s? \\(of [0-9]+(; one more needs a budget of "
+                                 "([0-9.]+) MiB)?\\)");
+  std::map<std::string, std::pair<int64_t, double>> out;
+  for (std::sregex_iterator m(text.begin(), text.end(), cap_re), end; m != end; ++m) {
+    out[(*m)[2]] = {std::stoll((*m)[1]), (*m)[4].matched ? std::stod((*m)[4]) : 0.0};
+  }
+  return out;
+}
+
+// For budgets from `from` to `to` bytes: what one more reader or worker needs is above the
+// budget (the knobs are as high as it holds: readers cut before workers gave way are given
+// back), and a budget of that figure holds one more (of a reader: or one more worker, which
+// starts the readers over; a reader's figure is said only where it comes first). Asserts
+// that workers were capped somewhere in the range.
+void CheckKnobCapsAreTheMost(const std::function<JobCheckResult(uint64_t)>& check, uint64_t from, uint64_t to,
+                             uint64_t step) {
+  const auto caps = [&](uint64_t budget) {
+    const JobCheckResult r = check(budget);
+    INFO(budget << " bytes: " << r.plan_error << r.memory_plan << r.knob_caps);
+    CHECK(r.plan_error.empty());
+    return KnobCaps(r.knob_caps);
+  };
+  int workers_capped = 0;
+  for (uint64_t budget = from; budget <= to; budget += step) {
+    const auto now = caps(budget);
+    const int64_t now_workers = now.count("worker") ? now.at("worker").first : INT64_MAX;
+    for (const auto& [knob, cap] : now) {
+      const double budget_mib = static_cast<double>(budget) / (1 << 20);
+      INFO(budget_mib << " MiB: at most " << cap.first << " " << knob << ", one more needs " << cap.second << " MiB");
+      if (knob == "worker") {
+        ++workers_capped;
+        CHECK(cap.second > 0);
+      }
+      if (cap.second == 0) continue;
+      CHECK(cap.second > budget_mib - 0.05);  // shown rounded to 0.1 MiB
+      const auto more = caps(static_cast<uint64_t>((cap.second + 0.1) * (1 << 20)));
+      const auto it = more.find(knob), worker = more.find("worker");
+      const bool more_workers = knob == "reader" && (worker == more.end() || worker->second.first > now_workers);
+      CHECK((it == more.end() || it->second.first > cap.first || more_workers));
+    }
+  }
+  CHECK(workers_capped > 0);
+}
+
 TEST_CASE("the plan counts no more auto readers than the shard has files") {
   TempDir dir;
   WriteShard(dir.file("a.tfrecord"), 0, 3);
@@ -354,8 +405,8 @@ TEST_CASE("a memory budget too small for the most auto readers caps them instead
   INFO(capped.plan_error << capped.memory_plan);
   CHECK(capped.plan_error.empty());
   CHECK_THAT(capped.knob_caps, Catch::Matches("pipeline.memory_budget [0-9.]+ MiB holds at most [0-9]+ readers? \\(of "
-                                              "16\\).*: the autotuner stays within that; a larger budget lets it go "
-                                              "further"));
+                                              "16; one more needs a budget of [0-9.]+ MiB\\).*: the autotuner stays "
+                                              "within that"));
   CHECK_THAT(capped.memory_plan, !Catch::Contains("at most 16 readers"));
   // A fixed number is not capped: the same budget refuses 16 readers, and below the smallest
   // plan the job is refused with that plan's arithmetic.
@@ -367,6 +418,10 @@ TEST_CASE("a memory budget too small for the most auto readers caps them instead
   // With room for all: no caps.
   const JobCheckResult roomy = RunJobCheck(Config(dir, "skip", "pipeline: {memory_budget: 1GiB}\n"), log, log);
   CHECK(roomy.knob_caps.empty());
+
+  CheckKnobCapsAreTheMost([&](uint64_t budget) {
+    return RunJobCheck(Config(dir, "skip", "pipeline: {memory_budget: " + std::to_string(budget) + "}\n"), log, log);
+  }, static_cast<uint64_t>(least) << 20, static_cast<uint64_t>(all) << 20, 1u << 20);
 }
 
 TEST_CASE("auto slots for a batch of the largest records: kept while readers can give way, the mean's when not") {
@@ -586,6 +641,13 @@ TEST_CASE("the TFX taxi files (12 GZIP files of 34 KB) are planned in a 20 MiB b
   CHECK_THAT(r.memory_plan, Catch::Contains("reads of 64.0 KiB: the largest file is ") &&
                                 Catch::Contains("x (64.0 KiB window + 64.0 KiB compressed input + 96.0 KiB inflate "
                                                 "state + "));
+  // Where 20-27 MiB caps readers and workers, each says what one more needs, and readers cut
+  // to 1 before a worker gave way are given back where they fit (at 21 MiB on this machine:
+  // 2 readers and 1 worker, where it had been 1 and 1 with 2.8 MiB of read-ahead unused).
+  CheckKnobCapsAreTheMost([&](uint64_t budget) {
+    config.pipeline.memory_budget = budget;
+    return RunJobCheck(config, log, log);
+  }, 20u << 20, 27u << 20, 1u << 18);
 }
 
 TEST_CASE("fixed workers above the CPU budget are warned about, with the budget's source") {
