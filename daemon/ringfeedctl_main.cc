@@ -617,8 +617,10 @@ int main(int argc, char** argv) {
     const int status = command.run();
     // Output that did not reach its file (a full disk, an I/O error) is a failure, not a quiet
     // exit 0. A closed pipe (`| head`) ends the process by SIGPIPE before this, except in dump,
-    // which ignores it and handles it itself.
+    // which ignores it and handles it itself: a line whose write failed may still be in the
+    // buffer, and fail here again (EPIPE), which is that same clean end.
     std::cout.flush();
+    if (!std::cout && errno == EPIPE) return status;
     if (!std::cout) {
       std::cerr << "ringfeedctl: writing standard output failed" << (errno != 0 ? ": " : "")
                 << (errno != 0 ? std::strerror(errno) : "") << "\n";

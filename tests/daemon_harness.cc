@@ -146,9 +146,14 @@ bool WaitUntil(const std::function<bool()>& condition, std::chrono::milliseconds
   }
 }
 
-CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
+                         bool stdout_reader_gone) {
   int out[2], err[2];
   if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) SysFail("pipe2");
+  if (stdout_reader_gone) {
+    ::close(out[0]);
+    out[0] = -1;
+  }
   Argv args(argv);
   const pid_t pid = ::fork();
   if (pid < 0) SysFail("fork");
@@ -164,9 +169,9 @@ CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::mill
   ::close(err[1]);
   CommandResult result;
   const auto deadline = Clock::now() + timeout;
-  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};  // poll skips an fd of -1
   std::string* sinks[2] = {&result.out, &result.err};
-  int open = 2;
+  int open = stdout_reader_gone ? 1 : 2;
   bool killed = false;
   while (open > 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();

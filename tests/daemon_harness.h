@@ -66,7 +66,10 @@ struct CommandResult {
   ExitStatus status;
   std::string out, err;
 };
-CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = kEventually);
+// With `stdout_reader_gone`, stdout is a pipe whose reader has gone before the command starts
+// (`| head` that has exited): each write to it fails with EPIPE (or SIGPIPE); `out` stays empty.
+CommandResult RunCommand(const std::vector<std::string>& argv, std::chrono::milliseconds timeout = kEventually,
+                         bool stdout_reader_gone = false);
 
 struct DaemonStart {
   std::vector<std::string> args;     // more ringfeedd arguments, e.g. "--exit-when-done"
