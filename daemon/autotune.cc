@@ -19,6 +19,13 @@ constexpr auto kSamplePeriod = std::chrono::milliseconds(10);  // ready-batch sa
 // 100 wake-ups a second would be most of an idle daemon's CPU.
 constexpr auto kIdleSamplePeriod = std::chrono::milliseconds(100);
 constexpr size_t kKeptChanges = 20;                          // in StatusJson
+// The first interval, and the one after consumers attached or left: status shows what they
+// changed soon (an interval had grown to 2 s while no trainer was attached, and said "none
+// attached" for that long after one came; new-user helper-103, session 40).
+constexpr double kFirstIntervalSeconds = 0.25;
+// An interval ended by consumers attaching or leaving that is shorter is not observed (too
+// short to judge): measuring starts afresh.
+constexpr double kShortestIntervalSeconds = 0.1;
 
 int64_t CountReady(const shm::Ring& ring, uint32_t slots) {
   int64_t ready = 0;
@@ -109,8 +116,9 @@ void Autotune::Run() {
   SchedClock sched_clock;
   std::map<uint32_t, uint64_t> prev_wait;  // consumer id -> wait_ns at the interval's start
   for (const auto& c : consumers_.List()) prev_wait[c.id] = c.wait_ns;
+  uint64_t membership = consumers_.membership_changes();  // at the interval's start
   Clock::time_point interval_start = Clock::now();
-  double interval = 0.25;  // until the tuner says
+  double interval = kFirstIntervalSeconds;  // until the tuner says
   double ready_sum = 0;
   int64_t ready_samples = 0, ready_min = INT64_MAX;
 
@@ -125,7 +133,25 @@ void Autotune::Run() {
     const Clock::time_point now = Clock::now();
     const double elapsed = std::chrono::duration<double>(now - interval_start).count();
     // Production's end closes the interval early: its measurements are production's last ones.
-    if (elapsed < interval && !pipeline_.ended()) continue;
+    // So do consumers attaching or leaving: the next interval measures the new set.
+    const bool ended = pipeline_.ended();
+    const uint64_t membership_now = consumers_.membership_changes();
+    const bool members_changed = membership_now != membership;
+    if (elapsed < interval && !ended && !members_changed) continue;
+    if (members_changed && !ended && elapsed < kShortestIntervalSeconds) {
+      prev = pipeline_.Snapshot();
+      prev_wait.clear();
+      for (const auto& c : consumers_.List()) prev_wait[c.id] = c.wait_ns;
+      sched_clock.Read();
+      membership = membership_now;
+      interval_start = now;
+      interval = kFirstIntervalSeconds;
+      sample_period = kSamplePeriod;
+      ready_sum = 0;
+      ready_samples = 0;
+      ready_min = INT64_MAX;
+      continue;
+    }
 
     const PipelineStats s = pipeline_.Snapshot();
     TunerObservation o;
@@ -220,8 +246,10 @@ void Autotune::Run() {
 
     prev = s;
     prev_wait = std::move(wait_now);
+    membership = membership_now;
     interval_start = now;
     interval = std::clamp(decision.next_interval_seconds, 0.05, 10.0);
+    if (members_changed) interval = std::min(interval, kFirstIntervalSeconds);
     sample_period = o.records == 0 ? kIdleSamplePeriod : kSamplePeriod;
     ready_sum = 0;
     ready_samples = 0;

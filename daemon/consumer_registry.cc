@@ -53,6 +53,7 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     c.wait_ns.store(0, std::memory_order_relaxed);
     c.attached.store(1, std::memory_order_release);
     ++consumers_seen_;
+    membership_changes_.fetch_add(1, std::memory_order_release);
     spdlog::info("consumer {} attached (pid {}{})", i + 1, pid, rank ? ", rank " + std::to_string(*rank) : "");
     const uint32_t attached = AttachedLocked();
     const uint32_t slots = ring_.slot_count;
@@ -101,6 +102,7 @@ uint32_t ConsumerRegistry::Detach(uint32_t id, pid_t pid) {
 uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   if (id == 0 || id > entries_.size() || !entries_[id - 1].attached || entries_[id - 1].pid != pid) return 0;
   Entry& e = entries_[id - 1];
+  membership_changes_.fetch_add(1, std::memory_order_release);
   shm::Superblock* sb = ring_.sb;
   const shm::Ring& ring = ring_;
   // Its delivery queue held nothing more for it: all epochs produced (the daemon's own record)

@@ -94,6 +94,9 @@ class ConsumerRegistry {
     std::lock_guard lock(mutex_);
     return batches_reclaimed_;
   }
+  // Counts attaches and detaches (a reaped consumer too): a poller sees that the consumers
+  // changed since it last looked. One atomic load.
+  uint64_t membership_changes() const { return membership_changes_.load(std::memory_order_acquire); }
   uint64_t consumers_seen() const {
     std::lock_guard lock(mutex_);
     return consumers_seen_;
@@ -133,6 +136,7 @@ class ConsumerRegistry {
   };
   std::optional<std::chrono::steady_clock::time_point> last_watch_;  // the last WatchRanks
   std::vector<RankProgress> rank_progress_ = std::vector<RankProgress>(ranks_);
+  std::atomic<uint64_t> membership_changes_{0};
   std::atomic<bool> end_of_data_{false};
   std::atomic<bool> production_ended_{false};
 };

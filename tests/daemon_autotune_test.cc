@@ -449,6 +449,37 @@ TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs
   }
 }
 
+TEST_CASE("status measures a trainer soon after it attaches, also after a long spell without one") {
+  TempDir dir;
+  WriteIdFile(dir.file("part-0.tfrecord"), 0, 20000);
+  DaemonProcess daemon(dir.path(), "attachsoon",
+                       "job: attachsoon\nsource: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\nfeatures:\n" +
+                           IdFeaturesYaml() + "batch: {size: 128}\nepochs: 0\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  // No trainer: the ring fills, production waits, and the tuner's interval grows (up to 2 s).
+  REQUIRE(WaitUntil([&] { return daemon.Status()["autotune"]["interval_seconds"].get<double>() >= 1.0; },
+                    std::chrono::seconds(20)));
+  auto consumer = StartBusyConsumer(daemon);
+  REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+  const auto attached = Clock::now();
+  // The attach ends the tuner's interval and a short one follows: status counts the trainer
+  // and its records within a moment, not when the long interval would have ended (it said
+  // "0 records/s, none attached during that interval" for up to 2 s).
+  json s;
+  const bool seen = WaitUntil(
+      [&] {
+        s = daemon.Status();
+        const json& m = s["autotune"]["measured"];
+        return m["consumers"].get<int64_t>() >= 1 && m["records_per_second"].get<double>() > 0;
+      },
+      std::chrono::seconds(5));
+  const double after = std::chrono::duration<double>(Clock::now() - attached).count();
+  INFO(s["autotune"].dump(2) << "\nseen " << after << " s after the attach");
+  REQUIRE(seen);
+  CHECK(after < (kSanitized ? 2.0 : 0.8));
+  daemon.Stop();
+}
+
 TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gains throughput", "[slowfs]") {
   TempDir source;
   // 16 files x 48 records of 64 KiB: one 1 MiB read (one 20 ms request) holds 16 records, so
