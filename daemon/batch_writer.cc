@@ -97,13 +97,14 @@ BatchWriter::Result BatchWriter::Write(const BatchJob& job, uint32_t slot, bool 
     result.error = "batch " + std::to_string(job.index) + " of epoch " + std::to_string(job.epoch) + " needs " +
                    std::to_string(needed) + " bytes (" + shm::HumanBytes(needed) + ") but a ring slot holds " +
                    std::to_string(slot_bytes) + " (" + shm::HumanBytes(slot_bytes) +
-                   "); set ring.slot_bytes to at least " + std::to_string(kib) + "KiB (the largest column is '" +
-                   (specs.empty() ? std::string() : specs[largest].name) + "' with " +
-                   std::to_string(largest_bytes) + " bytes; the largest record of the batch: " +
+                   "): run `ringfeedctl check` on the job's config for the ring.slot_bytes that holds every batch "
+                   "(it reads every record; where batches are shuffled or interleaved, a later batch can need "
+                   "more than this one); this batch alone needs ring.slot_bytes of at least " + std::to_string(kib) +
+                   "KiB (the largest column is '" + (specs.empty() ? std::string() : specs[largest].name) +
+                   "' with " + std::to_string(largest_bytes) + " bytes; the largest record of the batch: " +
                    (big != nullptr ? files.Place(*big) + ", " + std::to_string(big->size) + " bytes"
                                    : std::string("none")) +
-                   "). A capacity error: on_error does not apply; where batches are shuffled or interleaved, "
-                   "`ringfeedctl check` gives the size that holds a batch of the largest records in any order";
+                   "). A capacity error: on_error does not apply";
     return result;
   }
   bool no_room = false;

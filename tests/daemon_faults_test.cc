@@ -1884,7 +1884,9 @@ TEST_CASE("a batch larger than a ring slot: names the record, advises enough, an
     } catch (const ClientError& e) {
       error = e.what();
     }
-    CHECK_THAT(error, Catch::Contains("set ring.slot_bytes to at least "));
+    CHECK_THAT(error, Catch::Contains("): run `ringfeedctl check` on the job's config for the ring.slot_bytes that "
+                                      "holds every batch") &&
+                          Catch::Contains("; this batch alone needs ring.slot_bytes of at least "));
   }
   CHECK(first.WaitForStderr("stopped producing"));
   CHECK(first.Stop().ToString() == "exit 1");  // it failed: exit status 1 once stopped
@@ -1894,7 +1896,7 @@ TEST_CASE("a batch larger than a ring slot: names the record, advises enough, an
                       Catch::Contains("the largest record of the batch: " + dir.file("data.tfrecord") +
                                       ": record 1100") &&
                       Catch::Contains("A capacity error: on_error does not apply"));
-  const std::string key = "set ring.slot_bytes to at least ";
+  const std::string key = "this batch alone needs ring.slot_bytes of at least ";
   const size_t at = err.find(key);
   REQUIRE(at != std::string::npos);
   const std::string advice = err.substr(at + key.size(), err.find(' ', at + key.size()) - at - key.size());
