@@ -145,6 +145,36 @@ std::string WholeSizeHint(const std::string& text) {
   return "";
 }
 
+// "; units are case-sensitive: did you mean 64MiB?" for a whole number with a unit spelt in
+// another case ("64mib", "64mb"), or "; did you mean 64MiB (2^20 bytes) or 64MB (10^6 bytes)?"
+// for one letter ("64M", "64k"; "; did you mean 64MiB?" for "64Mi"); else "".
+std::string UnitSpellingHint(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0 || digits == text.size()) return "";
+  const std::string number = text.substr(0, digits);
+  std::string unit = text.substr(digits);
+  if (unit[0] == ' ') unit.erase(0, 1);
+  std::string lower;
+  for (const char c : unit) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  static constexpr std::string_view kUnits[] = {"B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"};
+  for (const std::string_view u : kUnits) {
+    std::string u_lower;
+    for (const char c : u) u_lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower == u_lower) return "; units are case-sensitive: did you mean " + number + std::string(u) + "?";
+  }
+  static constexpr std::string_view kPrefixes = "kmgt";
+  const bool prefix_only = lower.size() == 1 || (lower.size() == 2 && lower[1] == 'i');
+  if (prefix_only && kPrefixes.find(lower[0]) != std::string_view::npos) {
+    const int power = static_cast<int>(kPrefixes.find(lower[0])) + 1;
+    const char letter = static_cast<char>(std::toupper(static_cast<unsigned char>(lower[0])));
+    if (lower.size() == 2) return "; did you mean " + number + letter + "iB?";
+    return "; did you mean " + number + letter + "iB (2^" + std::to_string(10 * power) + " bytes) or " + number +
+           letter + "B (10^" + std::to_string(3 * power) + " bytes)?";
+  }
+  return "";
+}
+
 constexpr std::string_view kSizeHelp =
     "a byte count with an optional unit B, KB, MB, GB, TB (powers of 1000) or "
     "KiB, MiB, GiB, TiB (powers of 1024), e.g. 256MiB";
@@ -723,7 +753,7 @@ class Loader {
     std::optional<uint64_t> v = ParseSize(text);
     if (!v) {
       Fail(MarkOf(e), e.path,
-           "invalid size " + Quote(text) + WholeSizeHint(text) + "; expected " + extra + std::string(kSizeHelp));
+           "invalid size " + Quote(text) + WholeSizeHint(text) + UnitSpellingHint(text) + "; expected " + extra + std::string(kSizeHelp));
     }
     if (*v < min || *v > max) {
       Fail(MarkOf(e), e.path,

@@ -579,7 +579,9 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     struct Knob {
       std::string keys;
       uint64_t bytes;
+      const char* note = "";  // after the bytes: what else lowering it changes
     };
+    constexpr const char* kOrder = "; changes the batch order";
     std::vector<std::string> file_keys;
     if (in.cycle_length > 1 && OpenFiles(1, lookahead, in.files) < plan.open_files) {
       file_keys.push_back("pipeline.cycle_length");
@@ -589,10 +591,13 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
       file_keys.push_back("pipeline.readers");
     }
     std::vector<Knob> knobs = {{"ring.slots / ring.slot_bytes / batch.size", plan.ring_bytes},
-                               {"shuffle.buffer", plan.shuffle_bytes}};
+                               {"shuffle.buffer", plan.shuffle_bytes, kOrder}};
     if (!file_keys.empty()) {
       knobs.push_back({file_keys.size() == 1 ? file_keys[0] : file_keys[0] + " / " + file_keys[1],
-                       plan.open_files_bytes});
+                       plan.open_files_bytes,
+                       file_keys[0] != "pipeline.cycle_length" ? ""
+                       : file_keys.size() == 1                 ? kOrder
+                                                               : "; cycle_length changes the batch order"});
     }
     if (in.workers_fixed && in.max_workers > 1) {
       knobs.push_back({"pipeline.workers", SatAdd(plan.workers_bytes, plan.threads_bytes)});
@@ -602,7 +607,7 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     const uint64_t mib = uint64_t{1} << 20;
     if (needed > UINT64_MAX - mib) {  // the sums saturated: no budget (at most 2^64 - 1 bytes) holds it
       message += "  needed more than any memory budget can be (2^64 bytes or more); lower " + knobs[0].keys + " (" +
-                 FormatBytes(knobs[0].bytes) + ")";
+                 FormatBytes(knobs[0].bytes) + knobs[0].note + ")";
       throw BudgetError(message);
     }
     // The margin is part of every budget (at least kSafetyMarginMinBytes): lowering the job's
@@ -612,7 +617,8 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
                FormatBytes(needed - needed_margin) + " for the job + " + FormatBytes(needed_margin) +
                " safety margin, which lowering the job's parts does not shrink); raise pipeline.memory_budget to at "
                "least " + std::to_string(CeilDiv(needed, mib)) + "MiB or lower " + knobs[0].keys + " (" +
-               FormatBytes(knobs[0].bytes) + ") or " + knobs[1].keys + " (" + FormatBytes(knobs[1].bytes) + ")";
+               FormatBytes(knobs[0].bytes) + knobs[0].note + ") or " + knobs[1].keys + " (" +
+               FormatBytes(knobs[1].bytes) + knobs[1].note + ")";
     throw BudgetError(message, needed);
   }
 

@@ -34,9 +34,10 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
         if (e.pid == pid) {
           // A closed client whose batches (or NumPy views, tensors of them) are still alive keeps
           // its attachment, and so its rank, until the last one is released.
-          *error += " (this process: a client closed while batches it took are still held keeps the rank until "
-                    "they are released; release them, or drop the arrays or tensors made from them, before attaching "
-                    "again)";
+          *error += " (this process: one client per rank; a client of this process attached as rank " +
+                    std::to_string(*rank) + " is still open, or was closed while batches it took are still held, "
+                    "which keeps the rank until they are released: use that client, or close it and release its "
+                    "batches (drop the arrays or tensors made from them) before attaching again)";
         }
         return std::nullopt;
       }

@@ -674,11 +674,13 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                                                  : "");
   // Readers serve the files being read in turns: one reader may keep several going.
   const int64_t open_files = pipeline.Integer("open_files");
+  const std::string being_read = open_files == 0   ? std::string("no file being read now")
+                                 : open_files == 1 ? std::string("taking turns on 1 file being read")
+                                                   : "taking turns on " + std::to_string(open_files) + " files being read";
   std::snprintf(buf, sizeof buf,
-                "pipeline   cycle_length %s, readers %lld (taking turns on %lld %s being read; read-ahead %s per "
-                "file, %s buffered), workers %lld, prefetch %lld\n",
-                cycle.c_str(), static_cast<long long>(pipeline.Integer("readers")),
-                static_cast<long long>(open_files), open_files == 1 ? "file" : "files",
+                "pipeline   cycle_length %s, readers %lld (%s; read-ahead %s per file, %s buffered), workers %lld, "
+                "prefetch %lld\n",
+                cycle.c_str(), static_cast<long long>(pipeline.Integer("readers")), being_read.c_str(),
                 Bytes(pipeline.Number("read_ahead_per_file_bytes")).c_str(),
                 Bytes(pipeline.Number("read_ahead_bytes")).c_str(), static_cast<long long>(pipeline.Integer("workers")),
                 static_cast<long long>(pipeline.Integer("prefetch")));
@@ -693,7 +695,8 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   const std::vector<ReplyFields> consumers = s.Objects("consumers");
   out << "consumers  " << consumers.size() << " attached";
   if (s.Count("batches_reclaimed") > 0) {
-    out << ", " << s.Count("batches_reclaimed") << " batches reclaimed from consumers that went away holding them";
+    out << ", " << s.Count("batches_reclaimed") << (s.Count("batches_reclaimed") == 1 ? " batch" : " batches")
+        << " reclaimed from consumers that went away holding them";
   }
   if (s.Count("ring_repairs") > 0) {
     out << ", " << s.Count("ring_repairs") << " ring words repaired (written by a process that maps the segment)";

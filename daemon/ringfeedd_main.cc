@@ -63,6 +63,10 @@ int main(int argc, char** argv) {
           "EPOCH"))
       ->option_text("EPOCH");
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
+  // Usage errors name the program, as its other messages do (journald shows them beside others').
+  app.failure_message([](const CLI::App*, const CLI::Error& e) {
+    return std::string("ringfeedd: ") + e.what() + "\nRun 'ringfeedd --help' for more information.\n";
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

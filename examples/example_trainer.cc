@@ -95,8 +95,11 @@ int main(int argc, char** argv) {
   uint64_t total_examples = 0, total_batches = 0;
   try {
     auto client = ringfeed::Client::Attach(options);
-    std::printf("attached to job '%s' (ringfeedd pid %d) as consumer %u; %zu features\n", client->job().c_str(),
-                client->daemon_pid(), client->consumer_id(), client->schema().features.size());
+    const std::string as = client->rank() >= 0 ? "rank " + std::to_string(client->rank()) + " (consumer " +
+                                                     std::to_string(client->consumer_id()) + ")"
+                                               : "consumer " + std::to_string(client->consumer_id());
+    std::printf("attached to job '%s' (ringfeedd pid %d) as %s; %zu features\n", client->job().c_str(),
+                client->daemon_pid(), as.c_str(), client->schema().features.size());
     using Clock = std::chrono::steady_clock;
     const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
     ringfeed::Batch batch;

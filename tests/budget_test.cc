@@ -629,7 +629,7 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       // fixed without margin 107'793'408 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
       "  needed at least 113.1 MiB (118623232 bytes: 105.1 MiB for the job + 8.0 MiB safety margin, which lowering "
       "the job's parts does not shrink); raise pipeline.memory_budget to at least 114MiB or lower "
-      "ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (30.1 MiB)",
+      "ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (30.1 MiB; changes the batch order)",
   };
   size_t at = 0;
   for (const std::string& line : lines) {
@@ -657,13 +657,14 @@ TEST_CASE("PlanMemory: the advice names only the parts that can go lower", "[pla
     return message.substr(message.find("MiB or lower ") + 4);
   };
   // Fixed readers (4) and workers (8), cycle_length 4: each can go lower.
-  CHECK(advice(in) == "or lower pipeline.cycle_length / pipeline.readers (17.8 MiB) or pipeline.workers (12.0 MiB)");
+  CHECK(advice(in) == "or lower pipeline.cycle_length / pipeline.readers (17.8 MiB; cycle_length changes the batch order) or "
+        "pipeline.workers (12.0 MiB)");
   // The same counts from auto knobs: only the tuner's reach, which PlanTuning lowers itself.
   in.readers_fixed = in.workers_fixed = false;
-  CHECK(advice(in) == "or lower pipeline.cycle_length (17.8 MiB) or batch.size / ring.slots (591.0 KiB)");
+  CHECK(advice(in) == "or lower pipeline.cycle_length (17.8 MiB; changes the batch order) or batch.size / ring.slots (591.0 KiB)");
   // Auto readers and workers at 1 (PlanTuning's last try).
   in.max_readers = in.max_workers = 1;
-  CHECK(advice(in) == "or lower pipeline.cycle_length (11.1 MiB) or batch.size / ring.slots (591.0 KiB)");
+  CHECK(advice(in) == "or lower pipeline.cycle_length (11.1 MiB; changes the batch order) or batch.size / ring.slots (591.0 KiB)");
   // Fixed at 1, and cycle_length 1: nothing of the open files or the workers to lower.
   in.readers_fixed = in.workers_fixed = true;
   in.cycle_length = 1;
@@ -703,7 +704,7 @@ TEST_CASE("PlanMemory: nonsense inputs are errors, huge ones saturate", "[plan]"
   in.mean_record_bytes = uint64_t{1} << 40;
   // No budget can hold 2^64 bytes: the advice is to lower the largest part, not a budget.
   CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("needed more than any memory budget can be (2^64 bytes or more); "
-                                                    "lower shuffle.buffer (16.0 EiB)") &&
+                                                    "lower shuffle.buffer (16.0 EiB; changes the batch order)") &&
                                         !Catch::Contains("raise pipeline.memory_budget"));
 }
 

@@ -536,6 +536,16 @@ TEST_CASE("sizes in the config", "[config][size]") {
   CHECK_THROWS_WITH(load_max("0.25 GB"), Catch::Contains("0.25 GB is 250MB;"));
   CHECK_THROWS_WITH(load_max("1.1B"), !Catch::Contains("whole numbers"));  // no unit writes it whole
   CHECK_THROWS_WITH(load_max("1.5.5MiB"), !Catch::Contains("whole numbers"));
+  // Units spelt in another case, or by their first letter: which one was meant.
+  CHECK_THROWS_WITH(load_max("64mib"), Catch::Contains("invalid size '64mib'; units are case-sensitive: did you mean "
+                                                         "64MiB?; expected "));
+  CHECK_THROWS_WITH(load_max("64 kb"), Catch::Contains("units are case-sensitive: did you mean 64KB?"));
+  CHECK_THROWS_WITH(load_max("64M"), Catch::Contains("invalid size '64M'; did you mean 64MiB (2^20 bytes) or 64MB "
+                                                       "(10^6 bytes)?; expected "));
+  CHECK_THROWS_WITH(load_max("2g"), Catch::Contains("did you mean 2GiB (2^30 bytes) or 2GB (10^9 bytes)?"));
+  CHECK_THROWS_WITH(load_max("64Mi"), Catch::Contains("invalid size '64Mi'; did you mean 64MiB?; expected "));
+  CHECK_THROWS_WITH(load_max("64Q"), !Catch::Contains("did you mean"));
+  CHECK_THROWS_WITH(load_max("MiB"), !Catch::Contains("did you mean"));
 }
 
 TEST_CASE("auto knobs", "[config][auto]") {
@@ -731,7 +741,7 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        {"value -1 is out of range"}},
       {"bad size unit", "job: t\nsource:\n  files: [a]\n  max_record_bytes: 64Mb\n"
        "features: {x: {dtype: int64}}\n", 4, 21, "source.max_record_bytes",
-       {"invalid size '64Mb'", "MB, GB, TB", "MiB"}},
+       {"invalid size '64Mb'; units are case-sensitive: did you mean 64MB?", "MB, GB, TB", "MiB"}},
       {"unset environment variable",
        "job: t\nsource:\n  files: [\"${RINGFEED_TEST_UNSET_VAR}/x\"]\n"
        "features: {x: {dtype: int64}}\n",

@@ -206,8 +206,9 @@ TEST_CASE("ranks mode: a rank held by this process's closed client is refused sa
   }  // the batch outlives its client, and keeps the attachment
   CHECK_THROWS_WITH(Client::Attach(daemon.client_options(0)),
                     Catch::Contains("rank 0 is already attached by pid " + std::to_string(::getpid()) +
-                                    " (this process: a client closed while batches it took are still held keeps the "
-                                    "rank until they are released;"));
+                                    " (this process: one client per rank; a client of this process attached as rank 0 "
+                                    "is still open, or was closed while batches it took are still held, which keeps "
+                                    "the rank until they are released:"));
   batch.Release();
   std::string last_error;
   CHECK(WaitUntil([&] {

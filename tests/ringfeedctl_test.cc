@@ -279,6 +279,19 @@ TEST_CASE("status: a cycle_length above the shard's files says that all of them 
   CHECK_THAT(table(4, 9), Catch::Contains("pipeline   cycle_length 4, readers"));
 }
 
+TEST_CASE("status: the files being read, none at the end; batches reclaimed counted in the singular for one") {
+  const auto table = [](int open_files, int reclaimed) {
+    return StatusTable(R"({"type":"status","job":"fake","state":"running","pipeline":{"open_files":)" +
+                       std::to_string(open_files) + R"(},"batches_reclaimed":)" + std::to_string(reclaimed) + "}");
+  };
+  CHECK_THAT(table(0, 0), Catch::Contains("readers 0 (no file being read now; read-ahead ") &&
+                              !Catch::Contains("reclaimed"));
+  CHECK_THAT(table(1, 1), Catch::Contains("(taking turns on 1 file being read; ") &&
+                              Catch::Contains("consumers  0 attached, 1 batch reclaimed from consumers"));
+  CHECK_THAT(table(3, 2), Catch::Contains("(taking turns on 3 files being read; ") &&
+                              Catch::Contains(", 2 batches reclaimed from consumers"));
+}
+
 TEST_CASE("status names a rank that holds the others up from the daemon's holds_up, after 5 s") {
   // The daemon decides (ConsumerRegistry::RankStates); the table only waits 5 s. A rank whose
   // batches wait while another attached rank has none ready is not named without holds_up:
@@ -736,7 +749,11 @@ TEST_CASE("ringfeedd JOB.yaml without --config: a usage error that gives the com
   CHECK(r.err == "ringfeedd: the job config is given with --config: ringfeedd --config job.yaml\n");
   const CommandResult none = RunCommand({DaemonBinary()});
   CHECK(none.status.ToString() == "exit 2");
-  CHECK_THAT(none.err, Catch::StartsWith("--config is required"));
+  CHECK(none.err == "ringfeedd: --config is required\nRun 'ringfeedd --help' for more information.\n");
+  // Every usage error names the program.
+  const CommandResult level = RunCommand({DaemonBinary(), "--config", "/dev/null", "--log-level", "verbose"});
+  CHECK(level.status.ToString() == "exit 2");
+  CHECK_THAT(level.err, Catch::StartsWith("ringfeedd: --log-level: verbose not in {"));
 }
 
 TEST_CASE("--help: exit statuses and where problems go, as docs/ringfeedctl.md says") {
