@@ -40,7 +40,7 @@ step "python package and tests"
 # jax (CPU) for the JAX DLPack test.
 [ -x build/pyvenv/bin/python ] || python3 -m venv build/pyvenv
 build/pyvenv/bin/python -m pip install -q --upgrade pip
-build/pyvenv/bin/python -m pip install -q scikit-build-core nanobind numpy pytest pytest-timeout jax
+build/pyvenv/bin/python -m pip install -q scikit-build-core nanobind numpy pytest pytest-timeout jax tfrecord
 build/pyvenv/bin/python -c 'import torch' 2>/dev/null || build/pyvenv/bin/python -m pip install -q torch
 build/pyvenv/bin/python -m pip install -q --no-build-isolation --force-reinstall --no-deps ./python
 # pytest exits 5 when it collects no test: any non-zero status fails this script. A test that
