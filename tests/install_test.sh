@@ -10,9 +10,10 @@ command -v pkg-config > /dev/null || { echo "install_test: pkg-config is not ins
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 prefix=$tmp/prefix
-# Only the client component (library, headers, pkg-config and CMake files), and never into a
-# DESTDIR from the environment: the rest may name absolute destinations (the systemd unit).
-env -u DESTDIR "$cmake" --install "$build" --prefix "$prefix" --component client > "$tmp/install.log"
+# Only the client component (library, headers, pkg-config and CMake files; stripped, as the
+# README installs it), and never into a DESTDIR from the environment: the rest may name
+# absolute destinations (the systemd unit).
+env -u DESTDIR "$cmake" --install "$build" --prefix "$prefix" --component client --strip > "$tmp/install.log"
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
 
 cat > "$tmp/trainer.cc" <<'CC'
