@@ -13,7 +13,6 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -174,9 +173,7 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
         message += "; this process cannot enter the runtime directory " + dir +
                    (permissions.empty() ? "" : " (" + permissions + ")");
       } else if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && st.st_uid == ::geteuid()) {
-        char mode[8];
-        std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-        message += std::string("; the socket is this user's but its mode is ") + mode +
+        message += "; the socket is this user's but its mode is " + shm::ModeText(st.st_mode) +
                    " (ringfeedd makes it 0600, 0660 with permissions.group): something changed it; restart the job";
       } else {
         message += "; run this process as the daemon's user or as a member of the job's permissions.group (id -Gn)";

@@ -97,12 +97,14 @@ std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
   return name;
 }
 
-namespace {
-std::string Mode(const struct stat& st) {
-  char mode[8];
-  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-  return mode;
+std::string ModeText(mode_t mode) {
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
+  return text;
 }
+
+namespace {
+std::string Mode(const struct stat& st) { return ModeText(st.st_mode); }
 // Whether `path` is `base` or lies below it, as written or with symbolic links resolved.
 bool Within(const std::string& path, const std::string& base) {
   const auto below = [](const std::string& p, const std::string& b) {

@@ -52,6 +52,7 @@
 //                       (owned by uid U, mode M); <the fix>" when a directory above d denies
 //                       search (x), else "owned by uid U, mode 0000; ringfeedd creates it ...;
 //                       <the fix>"; "" when d cannot be stat'ed.
+//   ModeText(mode)      a file's permission bits (mode & 07777) as four octal digits: "0755".
 //
 // FNV-1a: http://www.isthe.com/chongo/tech/comp/fnv/ (64-bit offset basis 0xcbf29ce484222325,
 // prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).
@@ -81,6 +82,7 @@ std::string FallbackRuntimeDir();
 std::string RuntimeDirProblem(const std::string& runtime_dir);
 std::string UntrustedDaemon(const std::string& socket_path, uid_t peer_uid);
 std::string DirectoryOf(const std::string& path);
+std::string ModeText(mode_t mode);
 
 uint64_t Fnv1a64(std::string_view bytes);
 
