@@ -415,18 +415,28 @@ std::string Client::timeout_reason() const {
   if (!behind.empty()) {
     behind += behind_count == 1 ? " that its trainer has not taken" : " that their trainers have not taken";
   }
+  // A ring too small for the ranks (each keeps a batch while it waits for the next, and one is
+  // being filled) stalls them too; a rank that timed out on that and left is then the one
+  // named above, so say both (new-user helper-103, session 40).
+  const uint32_t ranks = attachment_->schema.queue_count;
+  const std::string few =
+      ring.slot_count < 2 * ranks
+          ? "; besides, the ring's " + std::to_string(ring.slot_count) + " slots are too few for " + n +
+                " ranks that each keep a batch while waiting for the next (give the job ring.slots: " +
+                std::to_string(shm::RingSlotsForConsumers(ranks, ring.slot_count)) + " or more)"
+          : std::string();
   if (!without.empty() && behind.empty()) {
-    return without + "; ranks mode gives batch k of an epoch to rank k mod " + n +
+    return without + few + "; ranks mode gives batch k of an epoch to rank k mod " + n +
            ", so the daemon stops producing at its prefetch depth while a rank does not take its batches: start "
            "every rank (docs/config.md, consumers; " + status + ")";
   }
   if (without.empty() && !behind.empty()) {
-    return behind + "; ranks mode gives batch k of an epoch to rank k mod " + n +
+    return behind + few + "; ranks mode gives batch k of an epoch to rank k mod " + n +
            " and stops producing at its prefetch depth, so every rank waits for a trainer that is stopped, stuck or "
            "far slower than its peers (docs/operations.md, Status and troubleshooting; " + status + ")";
   }
   if (!without.empty()) {
-    return without + "; " + behind + "; ranks mode gives batch k of an epoch to rank k mod " + n +
+    return without + "; " + behind + few + "; ranks mode gives batch k of an epoch to rank k mod " + n +
            " and stops producing at its prefetch depth while a rank does not take its batches: start every rank, "
            "and look for a trainer that is stopped, stuck or far slower than its peers (docs/config.md, consumers; "
            "docs/operations.md, Status and troubleshooting; " + status + ")";

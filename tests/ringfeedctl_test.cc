@@ -523,6 +523,21 @@ TEST_CASE("dump's timeout in ranks mode names the ranks without a consumer, then
   rank1.reset();
   rank2.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
+
+  // A ring of fewer slots than 2 per rank stalls the ranks too: said beside the missing rank
+  // (which, in a run of trainers, may be one that timed out on the small ring and left).
+  DaemonProcess small(dir.path(), "ranks-small",
+                      IdJobConfig("ranks-small", dir.file("data.tfrecord"),
+                                  "batch: {size: 2}\nepochs: 0\nconsumers: {mode: ranks, count: 2}\nring: {slots: 2}\n"));
+  RINGFEED_REQUIRE_STARTED(small);
+  const CommandResult few = RunCommand(
+      {CtlBinary(), "dump", "ranks-small", "--rank", "0", "--timeout", "1", "--runtime-dir", small.runtime_dir()});
+  INFO("dump:\n" << few.out << few.err);
+  CHECK(few.status.ToString() == "exit 1");
+  CHECK_THAT(few.err, Catch::Contains("no batch within 1.0 s: rank 1 of 2 has no consumer attached; besides, the "
+                                      "ring's 2 slots are too few for 2 ranks that each keep a batch while waiting "
+                                      "for the next (give the job ring.slots: 4 or more); ranks mode gives"));
+  CHECK(small.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("dump's timeout in shared mode says the ring is held by other consumers") {
