@@ -869,6 +869,7 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
     const Client::Status status = client->Next(timeout, &batch);
     if (status == Client::Status::kEndOfData) {
       result.end_of_data = true;
+      result.end_reason = client->end_reason();
       break;
     }
     if (status == Client::Status::kTimeout) {

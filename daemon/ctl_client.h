@@ -68,6 +68,7 @@ struct DumpOptions {
 struct DumpResult {
   uint64_t printed = 0;
   bool end_of_data = false;
+  std::string end_reason;  // at the end of data: why, when the daemon ended it early (Client::end_reason)
   int write_errno = 0;  // writing `out` failed with this (EPIPE: the reader went away); 0: it did not
 };
 DumpResult DumpBatches(const DumpOptions& options, std::ostream& out);

@@ -539,7 +539,12 @@ Command AddDumpCommand(CLI::App& parent) {
         std::cout.clear();
         return ringfeed::kExitDataProblems;
       }
-      if (r.end_of_data && (r.printed == 0 || (o.batches && r.printed < *o.batches))) {
+      if (r.end_of_data && !r.end_reason.empty()) {
+        // The daemon ended the data early (an epoch that delivered no batch): said whatever was dumped.
+        std::cout.flush();
+        std::cerr << "ringfeedctl dump: job '" << o.job << "' ended its data early: " << r.end_reason << ": "
+                  << r.printed << " batch(es) dumped\n";
+      } else if (r.end_of_data && (r.printed == 0 || (o.batches && r.printed < *o.batches))) {
         std::cout.flush();
         // In ranks mode the end is this rank's: other ranks' batches may still wait.
         std::cerr << "ringfeedctl dump: job '" << o.job << "' is at the end of its data"

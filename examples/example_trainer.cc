@@ -160,10 +160,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     const std::string end_reason = client->end_reason();
-    if (total_examples == 0 && !end_reason.empty()) {
-      // The daemon says why: an epoch that delivered no batch.
-      std::fprintf(stderr, "example_trainer: the data ended before this trainer took any batch: %s\n",
-                   end_reason.c_str());
+    if (!end_reason.empty()) {
+      // The daemon says why it ended the data early: an epoch that delivered no batch (files
+      // emptied or rewritten in place, every record skipped, ...). Also on an endless job.
+      std::fprintf(stderr, "example_trainer: the data ended %s: %s\n",
+                   total_examples == 0 ? "before this trainer took any batch" : "early", end_reason.c_str());
     } else if (total_examples == 0) {
       // An ordinary end before the first batch, as ringfeed's Python binding warns: the batches
       // went to other consumers.

@@ -1123,6 +1123,20 @@ TEST_CASE("ringfeedctl dump of a job at the end of its data says so on stderr") 
   CHECK(none.out.empty());
   CHECK(none.err == "ringfeedctl dump: job 'dumpend' is at the end of its data (every epoch produced and taken): "
                     "0 batch(es) dumped\n");
+  // Data the daemon ended early (an epoch that delivered no batch): dump gives its reason.
+  WriteIdFile(dir.file("short-0.tfrecord"), 0, 3);
+  DaemonProcess early(dir.path(), "dumpearly",
+                      IdJobConfig("dumpearly", dir.file("short-*.tfrecord"),
+                                  "batch: {size: 4, drop_remainder: true}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(early);
+  const CommandResult reason =
+      RunCommand({CtlBinary(), "dump", "dumpearly", "--runtime-dir", early.runtime_dir(), "--timeout", "20"});
+  INFO(reason.out << reason.err);
+  CHECK(reason.status.ToString() == "exit 0");
+  CHECK(reason.out.empty());
+  CHECK_THAT(reason.err, Catch::StartsWith("ringfeedctl dump: job 'dumpearly' ended its data early: epoch 0 "
+                                           "delivered no batch: its 3 records are fewer than batch.size 4") &&
+                             Catch::EndsWith(": 0 batch(es) dumped\n"));
   // A timeout that is no number of seconds is a usage error, not an instant give-up.
   for (const char* bad : {"nan", "1e300", "0", "1e-5"}) {
     const CommandResult r = dump({"--timeout", bad});

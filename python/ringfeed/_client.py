@@ -138,7 +138,8 @@ class Client:
         self._files: Optional[List[str]] = None
         self._schema = [Feature(name, _NUMPY_DTYPES[dtype], kind, tuple(shape))
                         for name, dtype, kind, shape in self._core.features()]
-        self._taken = 0  # batches this client took: none at the end of data earns a warning
+        self._taken = 0  # batches this client took (the end-of-data warnings say so)
+        self._end_warned = False  # the end of the data is warned about once per client
 
     # -- batches ---------------------------------------------------------------------------
     def next(self, timeout=_DEFAULT) -> Optional[_core.Batch]:
@@ -174,14 +175,20 @@ class Client:
         batch = self._core.next(seconds)
         if batch is not None:
             self._taken += 1
+            return batch
+        if self._end_warned:
+            return batch
+        self._end_warned = True
+        reason = self.end_reason
+        if reason:
+            # The daemon ended the data early (an epoch that delivered no batch: files emptied
+            # or rewritten in place, every record skipped, ...): a `for batch in client:` loop
+            # would otherwise finish as if training were done, even on an endless job.
+            taken = ("before this client took any batch" if self._taken == 0 else
+                     f"early, after this client took {self._taken} batch{'' if self._taken == 1 else 'es'}")
+            warnings.warn(f"job {self.job}: the data ended {taken}: {reason} (ringfeedd pid {self.daemon_pid}; "
+                          f"its log has the details; client.end_reason says it too)", RuntimeWarning, stacklevel=3)
         elif self._taken == 0:
-            self._taken = -1  # warn once
-            reason = self._core.end_reason().decode("utf-8", errors="replace")
-            if reason:  # the daemon knows: an epoch that delivered no batch
-                warnings.warn(f"job {self.job}: the data ended before this client took any batch: {reason} "
-                              f"(ringfeedd pid {self.daemon_pid}; its log has the details)",
-                              RuntimeWarning, stacklevel=3)
-                return batch
             # An ordinary end (the daemon gives no reason): the batches went to other consumers.
             warnings.warn(
                 f"job {self.job}: the data ended before this client took any batch: the daemon "
@@ -205,6 +212,14 @@ class Client:
         if self._files is None:
             self._files = [os.fsdecode(path) for path in self._core.files()]
         return list(self._files)
+
+    @property
+    def end_reason(self) -> str:
+        """Why the data ended, once iteration has stopped (``next`` returned None): ``""`` after an
+        ordinary end (every epoch served) and while the data has not ended, else the daemon's
+        reason, e.g. ``"epoch 3 delivered no batch: its 4 files held no record; ..."`` (then a
+        ``RuntimeWarning`` said it too). C++: ``Client::end_reason``."""
+        return self._core.end_reason().decode("utf-8", errors="replace")
 
     @property
     def batch_size(self) -> int:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -532,6 +533,34 @@ def test_attaching_after_the_data_ended_warns_and_ends(daemon_factory, tmp_path)
                                                 r"already served all its epochs to earlier consumers"):
             assert list(late) == []
         assert late.next(timeout=0) is None  # warned once
+
+
+def test_an_endless_job_whose_files_were_emptied_ends_with_a_warning_and_a_reason(daemon_factory, tmp_path):
+    # epochs: 0 never ends on its own; an epoch that delivers no batch (here: the file emptied
+    # in place) ends the data. A `for batch in client:` loop that had taken batches finished
+    # silently, as if training were done (breaker helper-102, session 40).
+    d = daemon_factory(id_job(tmp_path, count=40, batch=4, epochs=0))
+    with d.client(timeout=30) as client:
+        taken = 0
+        with pytest.warns(RuntimeWarning, match=r"the data ended early, after this client took \d+ batches: epoch "
+                                                r"\d+ delivered no batch: its 1 file held no record") as said:
+            for batch in client:
+                check_batch_values(batch)
+                taken += 1
+                if taken == 3:
+                    (tmp_path / "data.tfrecord").write_bytes(b"")  # a data refresh done in place
+        assert taken >= 3
+        assert f"after this client took {taken} batches" in str(said[0].message)
+        assert client.end_reason.startswith("epoch ") and "delivered no batch: its 1 file held no record" in \
+            client.end_reason
+    # An ordinary end: no warning, no reason.
+    (tmp_path / "ok").mkdir()
+    d2 = daemon_factory(id_job(tmp_path / "ok", count=8, batch=4))
+    with d2.client() as client, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert client.end_reason == ""
+        assert sum(len(b) for b in client) == 8
+        assert client.end_reason == ""
 
 
 def test_a_job_that_delivers_no_batch_says_why(daemon_factory, tmp_path):
