@@ -613,6 +613,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 checks required arguments before unknown ones: `status -x` would say "JOB is
+    // required". An unknown option is the error to name.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      for (const Command& command : commands) {
+        if (!command.app->parsed()) continue;
+        for (const std::string& extra : command.app->remaining()) {
+          if (!extra.starts_with("-")) continue;
+          return app.exit(CLI::ExtrasError({extra})) == 0 ? ringfeed::kExitOk : ringfeed::kExitUsage;
+        }
+      }
+    }
     const int status = app.exit(e);  // prints help, or the error and a hint to stderr
     return status == 0 ? ringfeed::kExitOk : ringfeed::kExitUsage;
   }

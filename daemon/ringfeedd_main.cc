@@ -80,6 +80,13 @@ int main(int argc, char** argv) {
         }
       }
     }
+    // CLI11 checks required options before unknown ones: `ringfeedd -x` would say "--config is
+    // required". An unknown option is the error to name.
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+      for (const std::string& extra : app.remaining()) {
+        if (extra.starts_with("-")) return app.exit(CLI::ExtrasError({extra})) == 0 ? 0 : 2;
+      }
+    }
     // A usage error is a configuration error: exit 2, which the systemd unit does not retry.
     return app.exit(e) == 0 ? 0 : 2;
   }

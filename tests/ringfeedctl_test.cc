@@ -769,6 +769,18 @@ TEST_CASE("ringfeedd JOB.yaml without --config: a usage error that gives the com
   const CommandResult level = RunCommand({DaemonBinary(), "--config", "/dev/null", "--log-level", "verbose"});
   CHECK(level.status.ToString() == "exit 2");
   CHECK_THAT(level.err, Catch::StartsWith("ringfeedd: --log-level: verbose not in {"));
+  // An unknown option is named, not the required one it came without (CLI11 checks those first).
+  const CommandResult unknown = RunCommand({DaemonBinary(), "-x"});
+  CHECK(unknown.status.ToString() == "exit 2");
+  CHECK(unknown.err == "ringfeedd: The following argument was not expected: -x\nRun 'ringfeedd --help' for more "
+                       "information.\n");
+  for (const char* command : {"status", "dump", "inspect", "check"}) {
+    const CommandResult r = RunCommand({CtlBinary(), command, "-x"});
+    INFO(command << ": " << r.err);
+    CHECK(r.status.ToString() == "exit 2");
+    CHECK_THAT(r.err, Catch::StartsWith(std::string("ringfeedctl ") + command +
+                                        ": The following argument was not expected: -x\n"));
+  }
 }
 
 TEST_CASE("--help: exit statuses and where problems go, as docs/ringfeedctl.md says") {
