@@ -28,7 +28,18 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
                " (ranks 0.." + std::to_string(ranks_ - 1) + ")";
       return std::nullopt;
     }
-    for (const Entry& e : entries_) {
+    for (uint32_t i = 0; i < entries_.size(); ++i) {
+      const Entry& e = entries_[i];
+      if (e.attached && e.rank == *rank && e.pid > 0 && e.pid != pid && ::kill(e.pid, 0) != 0 && errno == ESRCH) {
+        // Its trainer has exited, and a child it forked holds the connection (else the
+        // connection's end would have detached it): what ReapDead does once a second, now, so
+        // that a trainer restarted at once gets its rank (breaker helper-102, session 40).
+        spdlog::warn("consumer {} (pid {}, rank {}) has exited but its control connection is still open (a child it "
+                     "forked holds it?); detaching it for the new consumer of its rank (pid {})",
+                     i + 1, e.pid, *rank, pid);
+        DetachLocked(i + 1, e.pid);
+        continue;
+      }
       if (e.attached && e.rank == *rank) {
         *error = "rank " + std::to_string(*rank) + " is already attached by pid " + std::to_string(e.pid);
         if (e.pid == pid) {

@@ -179,6 +179,45 @@ TEST_CASE("a consumer that ends holding its last batch after the end of the data
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("ranks mode: a trainer that died while a child it forked holds its connection frees its rank at once") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(dir.path(), "orphan-rank",
+                       IdJobConfig("orphan-rank", dir.file("data.tfrecord"),
+                                   "consumers: {mode: ranks, count: 2}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const ClientOptions rank0 = daemon.client_options(0);
+  ChildProcess trainer([rank0](ChildIo& io) {
+    auto client = Client::Attach(rank0);
+    const pid_t child = ::fork();  // inherits the control connection, and outlives the trainer
+    if (child == 0) {
+      ::sleep(60);
+      ::_exit(0);
+    }
+    io.WriteLine("forked " + std::to_string(child));
+    ::pause();
+    return 0;
+  });
+  const std::optional<std::string> forked = trainer.WaitForLine("forked ");
+  REQUIRE(forked);
+  const pid_t child = static_cast<pid_t>(std::stol(forked->substr(7)));
+  trainer.Kill(SIGKILL);
+  trainer.Wait();  // reaped: its pid no longer exists
+  // At once, not after the daemon's once-a-second check (it was refused until then: "rank 0 is
+  // already attached by pid P", P gone).
+  std::unique_ptr<Client> again;
+  try {
+    again = Client::Attach(rank0);
+  } catch (const ClientError& e) {
+    FAIL_CHECK("re-attach as rank 0 refused: " << e.what());
+  }
+  ::kill(child, SIGKILL);
+  CHECK(again != nullptr);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.WaitForStderr("has exited but its control connection is still open (a child it forked holds it?); "
+                             "detaching it for the new consumer of its rank"));
+}
+
 TEST_CASE("ranks mode: a rank whose consumer left is named in the log and in status until one attaches again") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 20);
