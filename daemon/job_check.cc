@@ -154,6 +154,10 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
       if (!parsed) {
         ++result.parse_errors;
         problem(RecordPlace(file, record.index, record.offset, reader.compression()) + ": " + parse_error.message);
+        if (!skip) {  // ringfeedd delivers the batches before this one, not the rows of this one
+          result.undelivered_records = static_cast<uint64_t>(batch_rows);
+          batch_rows = 0;
+        }
         continue;
       }
       ++file_records;

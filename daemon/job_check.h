@@ -26,6 +26,10 @@ struct JobCheckResult {
   uint64_t batches = 0;          // full batches, plus the last one unless drop_remainder
   uint64_t last_batch_rows = 0;  // rows of that last, partial batch (0: none, or dropped)
   uint64_t dropped_records = 0;  // records of a final partial batch dropped by drop_remainder
+  // on_error: fail stopped at a record that does not parse: the good records before it in its
+  // batch, which ringfeedd does not deliver (it drops that batch whole; a read error instead
+  // ends the epoch with a short batch of the records before it). Not in `batches`.
+  uint64_t undelivered_records = 0;
   uint64_t read_errors = 0;
   uint64_t parse_errors = 0;
   uint64_t bytes = 0;            // serialized record bytes

@@ -272,6 +272,10 @@ Command AddCheckCommand(CLI::App& parent) {
     std::cout << full << " batch(es) of " << config.batch.size;
     if (r.last_batch_rows > 0) std::cout << " + 1 of " << r.last_batch_rows;
     if (r.dropped_records > 0) std::cout << " (" << r.dropped_records << " records dropped by drop_remainder)";
+    if (r.undelivered_records > 0) {
+      std::cout << " (and not the " << r.undelivered_records << " good record(s) before the bad one in its batch: "
+                << "on_error: fail drops that batch whole)";
+    }
     if (config.consumers.mode == ringfeed::DeliveryMode::kRanks && r.batches > 0) {
       // Every rank gets the same number per epoch (docs/config.md, consumers.mode).
       const uint64_t ranks = static_cast<uint64_t>(config.consumers.count);

@@ -113,6 +113,25 @@ TEST_CASE("on_error: skip counts bad records and goes on; fail stops at the firs
   CHECK_THAT(r.first_error, Catch::Contains("bad.tfrecord") && Catch::Contains("record 3"));
   CHECK_THAT(log2.str(), Catch::Contains("bad.tfrecord: 3 records before the bad record (on_error: fail stopped "
                                          "here) (not compressed)\n"));
+  // A read error (here a CRC): the records before it are delivered, the last batch short.
+  r = RunJobCheck(Config(dir, "fail", "batch: {size: 2}\n"), log2, log2);
+  CHECK(r.batches == 2);  // {0, 1} and {2}
+  CHECK(r.last_batch_rows == 1);
+  CHECK(r.undelivered_records == 0);
+
+  // A record that does not parse: ringfeedd drops its batch whole (good rows included), so the
+  // batches counted are those before it (the breaker found 1 counted where the daemon sent 0).
+  TempDir parse_dir;
+  std::string good;
+  for (int i = 0; i < 5; ++i) good += FrameRecord(Example(i));
+  WriteFile(parse_dir.file("bad.tfrecord"), good + FrameRecord("not an Example \xff\xff") + FrameRecord(Example(5)));
+  std::ostringstream log3;
+  r = RunJobCheck(Config(parse_dir, "fail", "batch: {size: 4}\n"), log3, log3);
+  CHECK(r.failed);
+  CHECK(r.records == 5);
+  CHECK(r.batches == 1);  // records 0-3; record 4 shares the bad record's batch
+  CHECK(r.last_batch_rows == 0);
+  CHECK(r.undelivered_records == 1);
 }
 
 TEST_CASE("the start-up sample sizes one parsed row: the record checks' line of the memory plan (on_error: skip)") {
