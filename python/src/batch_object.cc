@@ -167,8 +167,18 @@ nb::list BatchObject::Strings(nb::handle name) const {
   if (view.type() == shm::FeatureType::kVarLen) {
     const auto splits = view.row_splits();
     for (size_t r = 0; r + 1 < splits.size(); ++r) {
+      // Read once and checked again, as TensorView::string checks value_offsets: the slot is
+      // writable through the batch's arrays.
+      const int64_t begin = splits[r], end = splits[r + 1];
+      if (begin < 0 || end < begin || static_cast<uint64_t>(end) > view.size()) {
+        throw ClientError("feature '" + std::string(view.name()) + "': row " + std::to_string(r) +
+                          " has row_splits [" + std::to_string(begin) + ", " + std::to_string(end) +
+                          ") outside the column's " + std::to_string(view.size()) +
+                          " strings: the batch's row_splits were overwritten after the client checked them "
+                          "(through a writable array view of the batch)");
+      }
       nb::list row;
-      for (int64_t k = splits[r]; k < splits[r + 1]; ++k) row.append(str(static_cast<uint64_t>(k)));
+      for (int64_t k = begin; k < end; ++k) row.append(str(static_cast<uint64_t>(k)));
       out.append(row);
     }
   } else {

@@ -199,7 +199,7 @@ def test_arrays_view_the_shared_memory(daemon_factory, tmp_path):
 def test_strings_after_the_offsets_were_overwritten_raises(daemon_factory, tmp_path):
     """The arrays are writable; strings() must not trust value_offsets written through them
     (it read past the column, or crashed, when it did)."""
-    d = daemon_factory(id_job(tmp_path, count=40, batch=8))
+    d = daemon_factory(id_job(tmp_path, count=80, batch=8))
     with d.client() as client:
         for bad in (10**8, -3, 10**12):
             batch = client.next()
@@ -221,6 +221,21 @@ def test_strings_after_the_offsets_were_overwritten_raises(daemon_factory, tmp_p
         if tag_splits[-1] > 0:
             with pytest.raises(ringfeed.ClientError, match="'tag': string .* outside the column"):
                 batch.strings("tag")
+        del data, offsets, tag_data, tag_offsets, tag_splits
+        batch.release()
+        # A varlen bytes column's row_splits overwritten: said as such, with the signed value
+        # (it said "no string 18446744073709551611"; breaker helper-102, session 40).
+        for bad in (-5, 1 << 40):
+            batch = client.next()
+            tag_data, tag_offsets, tag_splits = batch["tag"]
+            tag_splits[1] = bad
+            with pytest.raises(ringfeed.ClientError,
+                               match=rf"'tag': row [01] has row_splits \[-?\d+, -?\d+\) outside the column's \d+ "
+                                     rf"strings: the batch's row_splits were overwritten"):
+                batch.strings("tag")
+            assert str(bad) in str(pytest.raises(ringfeed.ClientError, batch.strings, "tag").value)
+            del tag_data, tag_offsets, tag_splits
+            batch.release()
 
 
 # ---- lifetime ------------------------------------------------------------------------------
