@@ -23,8 +23,7 @@ constexpr size_t kKeptChanges = 20;                          // in StatusJson
 // changed soon (an interval had grown to 2 s while no trainer was attached, and said "none
 // attached" for that long after one came; new-user helper-103, session 40).
 constexpr double kFirstIntervalSeconds = 0.25;
-// An interval ended by consumers attaching or leaving that is shorter is not observed (too
-// short to judge): measuring starts afresh.
+// Consumers attaching or leaving end an interval no sooner than this (too short to judge).
 constexpr double kShortestIntervalSeconds = 0.1;
 
 int64_t CountReady(const shm::Ring& ring, uint32_t slots) {
@@ -134,24 +133,12 @@ void Autotune::Run() {
     const double elapsed = std::chrono::duration<double>(now - interval_start).count();
     // Production's end closes the interval early: its measurements are production's last ones.
     // So do consumers attaching or leaving: the next interval measures the new set.
+    // (Not before kShortestIntervalSeconds: consumers that come and go every few milliseconds
+    // must not keep the tuner from ever observing an interval.)
     const bool ended = pipeline_.ended();
     const uint64_t membership_now = consumers_.membership_changes();
     const bool members_changed = membership_now != membership;
-    if (elapsed < interval && !ended && !members_changed) continue;
-    if (members_changed && !ended && elapsed < kShortestIntervalSeconds) {
-      prev = pipeline_.Snapshot();
-      prev_wait.clear();
-      for (const auto& c : consumers_.List()) prev_wait[c.id] = c.wait_ns;
-      sched_clock.Read();
-      membership = membership_now;
-      interval_start = now;
-      interval = kFirstIntervalSeconds;
-      sample_period = kSamplePeriod;
-      ready_sum = 0;
-      ready_samples = 0;
-      ready_min = INT64_MAX;
-      continue;
-    }
+    if (elapsed < interval && !ended && !(members_changed && elapsed >= kShortestIntervalSeconds)) continue;
 
     const PipelineStats s = pipeline_.Snapshot();
     TunerObservation o;

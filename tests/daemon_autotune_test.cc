@@ -480,6 +480,40 @@ TEST_CASE("status measures a trainer soon after it attaches, also after a long s
   daemon.Stop();
 }
 
+TEST_CASE("consumers that come and go every few milliseconds do not keep the tuner from observing") {
+  TempDir dir;
+  WriteIdFile(dir.file("part-0.tfrecord"), 0, 20000);
+  DaemonProcess daemon(dir.path(), "flapping",
+                       "job: flapping\nsource: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\nfeatures:\n" +
+                           IdFeaturesYaml() + "batch: {size: 128}\nepochs: 0\nlog_level: debug\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto consumer = StartBusyConsumer(daemon);
+  REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+  // Each interval the tuner observes logs one line ("autotune: 0.25 s, N records (...").
+  const auto observed = [&] {
+    const std::string err = daemon.Stderr();
+    size_t n = 0;
+    for (size_t at = err.find("autotune: "); at != std::string::npos; at = err.find("autotune: ", at + 1)) {
+      n += err.compare(at + 10, 1, "0") == 0 || err.compare(at + 10, 1, "1") == 0;  // "autotune: 0.25 s, ..."
+    }
+    return n;
+  };
+  const size_t before = observed();
+  // A second consumer attaches and leaves every ~20 ms for 2 s (each attach ends an interval).
+  const auto start = Clock::now();
+  int flaps = 0;
+  while (Clock::now() - start < std::chrono::seconds(2)) {
+    Client::Attach(daemon.client_options()).reset();
+    ++flaps;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const size_t during = observed() - before;
+  INFO(flaps << " attaches; " << during << " intervals observed meanwhile");
+  CHECK(flaps >= 20);
+  CHECK(during >= 4);  // intervals of 0.1 s and more: up to 20 in 2 s
+  daemon.Stop();
+}
+
 TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gains throughput", "[slowfs]") {
   TempDir source;
   // 16 files x 48 records of 64 KiB: one 1 MiB read (one 20 ms request) holds 16 records, so
