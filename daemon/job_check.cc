@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "daemon/budget.h"
 #include "daemon/file_list.h"
@@ -58,6 +59,31 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
       ::getgrnam(config.permissions.group.c_str()) == nullptr) {
     result->plan_error = MissingGroupMessage(config.permissions);
   }
+}
+
+// The shard's records in file order up to the first read error (where ringfeedd's epoch ends
+// under on_error: fail), as RunJobCheck's loop reads them: a record shard's own only.
+uint64_t CountEpochRecords(const std::vector<std::string>& files, const std::vector<uint32_t>& shard_files,
+                           const Shard& shard, const ReaderOptions& options) {
+  uint64_t records = 0;
+  try {
+    for (const uint32_t file_index : shard_files) {
+      TFRecordReader reader(files[file_index], options);
+      Record record;
+      ReadError error;
+      for (;;) {
+        const auto status = reader.Next(&record, &error);
+        if (status == TFRecordReader::Status::kEnd) break;
+        if (status == TFRecordReader::Status::kError) {
+          if (error.recoverable && !shard.OwnsRecord(error.record_index)) continue;
+          return records;
+        }
+        records += shard.OwnsRecord(record.index);
+      }
+    }
+  } catch (const std::exception&) {  // a file that cannot be opened: a read error too
+  }
+  return records;
 }
 
 }  // namespace
@@ -117,6 +143,23 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
   const std::vector<uint32_t> shard_files = shard.Files(files.size());
   result.files_in_shard = shard_files.size();
+  // Under on_error: fail, whether the row at `position` (0-based, in file order) falls in a
+  // batch that ringfeedd drops unparsed: a short last batch under drop_remainder, or one of an
+  // incomplete last round in ranks mode. Its records are never parsed there, so one that does
+  // not parse stops nothing. Needs the epoch's records: counted (a second read) the first time.
+  const uint64_t round = config.consumers.mode == DeliveryMode::kRanks
+                             ? static_cast<uint64_t>(config.consumers.count) : 1;
+  std::optional<uint64_t> delivered_batches;
+  const auto dropped_unparsed = [&](uint64_t position) {
+    if (!config.batch.drop_remainder && round == 1) return false;
+    const uint64_t size = static_cast<uint64_t>(config.batch.size);
+    if (!delivered_batches) {
+      const uint64_t records = CountEpochRecords(files, shard_files, shard, options);
+      const uint64_t batches = records / size + (records % size != 0 && !config.batch.drop_remainder ? 1 : 0);
+      delivered_batches = batches / round * round;
+    }
+    return position / size >= *delivered_batches;
+  };
   for (const uint32_t file_index : shard_files) {
     const std::string& file = files[file_index];
     ++result.files_read;
@@ -150,6 +193,20 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         largest_record_bytes = record.data.size();
         result.largest_record = RecordPlace(file, record.index, record.offset, reader.compression()) + ", " +
                                 std::to_string(record.data.size()) + " bytes";
+      }
+      if (!parsed && !skip &&
+          dropped_unparsed(result.batches * static_cast<uint64_t>(config.batch.size) + static_cast<uint64_t>(batch_rows))) {
+        // A row of a batch ringfeedd drops: never parsed there, so on_error: fail stops nothing.
+        if (result.unparsed_in_dropped_batch.empty()) {
+          result.unparsed_in_dropped_batch =
+              RecordPlace(file, record.index, record.offset, reader.compression()) + ": " + parse_error.message;
+        }
+        ++result.unparsed_in_dropped_batches;
+        if (++batch_rows == config.batch.size) {
+          ++result.batches;
+          batch_rows = 0;
+        }
+        continue;
       }
       if (!parsed) {
         ++result.parse_errors;

@@ -30,6 +30,11 @@ struct JobCheckResult {
   // batch, which ringfeedd does not deliver (it drops that batch whole; a read error instead
   // ends the epoch with a short batch of the records before it). Not in `batches`.
   uint64_t undelivered_records = 0;
+  // Under on_error: fail, records that do not parse in batches ringfeedd drops unparsed (a short
+  // last batch under drop_remainder, an incomplete last round in ranks mode): they stop nothing
+  // there, so they are not parse_errors; counted (in the batches) and the first one named.
+  uint64_t unparsed_in_dropped_batches = 0;
+  std::string unparsed_in_dropped_batch;
   uint64_t read_errors = 0;
   uint64_t parse_errors = 0;
   uint64_t bytes = 0;            // serialized record bytes

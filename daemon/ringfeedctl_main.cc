@@ -331,6 +331,13 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.cpu_budget_warning.empty()) std::cerr << "warning: " << r.cpu_budget_warning << "\n";
     if (!r.batch_size_warning.empty()) std::cerr << "warning: " << r.batch_size_warning << "\n";
     if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";
+    if (r.unparsed_in_dropped_batches > 0) {
+      std::cerr << "warning: " << r.unparsed_in_dropped_batches
+                << " record(s) that do not parse fall in batches ringfeedd drops without parsing them (a short last "
+                   "batch under drop_remainder, or an incomplete last round of ranks), so on_error: fail does not "
+                   "stop the job there; the first: "
+                << r.unparsed_in_dropped_batch << "\n";
+    }
     char cores[32];
     std::snprintf(cores, sizeof cores, "%.10g", r.cpu_budget_cores);
     std::cout << "cpu: ringfeedd's cpu_budget would be " << cores << " cores (" << r.cpu_budget_source << ")\n";
@@ -339,6 +346,11 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cerr << "note: the budgets not set in the config are measured here from this process's CPU affinity, "
                    "cgroup and memory; ringfeedd measures its own at start (under systemd: the unit's CPUQuota=, "
                    "AllowedCPUs=, MemoryMax=), which can differ\n";
+    }
+    if (!r.knob_caps.empty()) {
+      std::cerr << "note: the plan counts this process's private RSS as ringfeedd's at start; the daemon's own "
+                   "differs by some hundred KiB, so where the budget is near what one more reader or worker needs, "
+                   "its caps can differ by one\n";
     }
     if (!r.slot_bytes_note.empty()) std::cerr << "warning: " << r.slot_bytes_note << "\n";
     if (r.SlotMayBeTooSmall() && !r.SlotTooSmall()) {
@@ -384,6 +396,7 @@ Command AddCheckCommand(CLI::App& parent) {
                             (r.cpu_budget_warning.empty() || !config.pipeline.cpu_budget ? 0 : 1) +
                             (r.batch_size_warning.empty() ? 0 : 1) +
                             (r.ring_slots_warning.empty() ? 0 : 1) +
+                            (r.unparsed_in_dropped_batches > 0 ? 1 : 0) +
                             (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);
     if (*strict && warnings > 0) {

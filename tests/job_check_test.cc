@@ -132,6 +132,41 @@ TEST_CASE("on_error: skip counts bad records and goes on; fail stops at the firs
   CHECK(r.batches == 1);  // records 0-3; record 4 shares the bad record's batch
   CHECK(r.last_batch_rows == 0);
   CHECK(r.undelivered_records == 1);
+
+  // A record that does not parse in a batch ringfeedd drops without parsing it: the short last
+  // batch under drop_remainder, or an incomplete last round of ranks. The daemon never sees it,
+  // and ends normally: so does check, with a warning (breaker helper-104: check said "fail").
+  // 7 records, the 6th (index 5) bad: batches of 4 = {0-3} and a short {4, 5, 6}.
+  TempDir tail_dir;
+  std::string tail;
+  for (int i = 0; i < 5; ++i) tail += FrameRecord(Example(i));
+  tail += FrameRecord("not an Example \xff\xff");
+  tail += FrameRecord(Example(6));
+  WriteFile(tail_dir.file("tail.tfrecord"), tail);
+  std::ostringstream log4;
+  r = RunJobCheck(Config(tail_dir, "fail", "batch: {size: 4, drop_remainder: true}\n"), log4, log4);
+  INFO(log4.str());
+  CHECK_FALSE(r.failed);
+  CHECK(r.parse_errors == 0);
+  CHECK(r.batches == 1);
+  CHECK(r.dropped_records == 3);  // the short batch, the bad record among them
+  CHECK(r.unparsed_in_dropped_batches == 1);
+  CHECK_THAT(r.unparsed_in_dropped_batch, Catch::Contains("tail.tfrecord: record 5 at byte "));
+  // Kept (no drop_remainder): the short batch is delivered, so the bad record stops the job.
+  r = RunJobCheck(Config(tail_dir, "fail", "batch: {size: 4}\n"), log4, log4);
+  CHECK(r.failed);
+  CHECK(r.batches == 1);
+  CHECK(r.undelivered_records == 1);
+  CHECK(r.unparsed_in_dropped_batches == 0);
+  // Ranks mode, 2 ranks, batches of 2: {0,1} {2,3} {4,5} {6}: the last round, {4,5} {6}, is
+  // whole, so the bad record is parsed and stops the job. 3 ranks, batches of 4: {0-3} {4,5,6}
+  // are one incomplete round, dropped whole: nothing stops it (and nothing is delivered).
+  r = RunJobCheck(Config(tail_dir, "fail", "batch: {size: 2}\nconsumers: {mode: ranks, count: 2}\n"), log4, log4);
+  CHECK(r.failed);
+  r = RunJobCheck(Config(tail_dir, "fail", "batch: {size: 4}\nconsumers: {mode: ranks, count: 3}\n"), log4, log4);
+  CHECK_FALSE(r.failed);
+  CHECK(r.batches == 2);  // both dropped each epoch (they do not fill a round of 3), as ringfeedd drops them
+  CHECK(r.unparsed_in_dropped_batches == 1);
 }
 
 TEST_CASE("the start-up sample sizes one parsed row: the record checks' line of the memory plan (on_error: skip)") {
