@@ -41,8 +41,12 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
         continue;
       }
       if (e.attached && e.rank == *rank) {
-        *error = "rank " + std::to_string(*rank) + " is already attached by pid " + std::to_string(e.pid);
-        if (e.pid == pid) {
+        // A pid of 0: the consumer's process is outside this daemon's pid namespace (SO_PEERCRED
+        // gives 0), so neither who it is nor whether it is this one can be told.
+        *error = "rank " + std::to_string(*rank) + " is already attached by " +
+                 (e.pid > 0 ? "pid " + std::to_string(e.pid)
+                            : std::string("a process outside ringfeedd's pid namespace (its pid reads as 0 there)"));
+        if (e.pid == pid && pid > 0) {
           // A closed client whose batches (or NumPy views, tensors of them) are still alive keeps
           // its attachment, and so its rank, until the last one is released.
           *error += " (this process: one client per rank; a client of this process attached as rank " +

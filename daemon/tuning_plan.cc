@@ -572,12 +572,16 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       reader_needs = needed_with(trial);
       if (workers_capped && reader_needs >= worker_needs) reader_needs = 0;
     }
-    // "at most 1 reader (of 12; one more needs a budget of 20.9 MiB)"
+    // "at most 1 reader (of 12; one more needs 21MiB)": a budget to write in the config, rounded
+    // up to whole MiB (0.1 MiB rounded to nearest could be the budget set already).
     std::vector<std::string> caps;
     auto cap = [](int64_t most, int64_t of, const char* one, const char* many, uint64_t next_needs) {
       std::string text = "at most " + std::to_string(most) + " " + (most == 1 ? one : many) + " (of " +
                          std::to_string(of);
-      if (next_needs > 0) text += "; one more needs a budget of " + FormatBytes(next_needs);
+      constexpr uint64_t kMiB = uint64_t{1} << 20;
+      if (next_needs > 0) {
+        text += "; one more needs " + std::to_string(next_needs / kMiB + (next_needs % kMiB != 0 ? 1 : 0)) + "MiB";
+      }
       return text + ")";
     };
     if (readers_capped) caps.push_back(cap(limits.max_readers, auto_max_readers, "reader", "readers", reader_needs));

@@ -10,11 +10,13 @@
 //   * a corrupted record under on_error: fail and skip; records that do not match the spec
 //     under skip, with and without drop_remainder;
 //   * broken configs: exit status 2 and file:line:column: key.
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -216,6 +218,80 @@ TEST_CASE("ranks mode: a trainer that died while a child it forked holds its con
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
   CHECK(daemon.WaitForStderr("has exited but its control connection is still open (a child it forked holds it?); "
                              "detaching it for the new consumer of its rank"));
+}
+
+TEST_CASE("ranks mode: a daemon in its own pid namespace sees trainers as pid 0: a taken rank is neither freed nor "
+          "blamed on the asker") {
+  if (::geteuid() != 0) {
+    SkipOrFail("needs root, to start ringfeedd in a pid namespace of its own (unshare -p)");
+    return;
+  }
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  const std::string config = dir.file("pidns-rank.yaml"), runtime = dir.file("run");
+  {
+    std::ofstream out(config);
+    out << IdJobConfig("pidns-rank", dir.file("data.tfrecord"), "consumers: {mode: ranks, count: 2}\nepochs: 0\n");
+  }
+  REQUIRE(::mkdir(runtime.c_str(), 0755) == 0);
+  // Not DaemonProcess: it knows a started daemon by its own pid in the lock file, and in the new
+  // namespace ringfeedd is pid 1. unshare -f ignores SIGTERM while it waits: ringfeedd, its
+  // child, is stopped directly (--kill-child: should the test die first, so does ringfeedd).
+  const std::string binary = DaemonBinary();
+  const pid_t unshare = ::fork();
+  REQUIRE(unshare >= 0);
+  if (unshare == 0) {
+    const int null = ::open("/dev/null", O_WRONLY);
+    ::dup2(null, STDERR_FILENO);
+    ::execlp("unshare", "unshare", "-p", "-f", "--kill-child", "--mount-proc", binary.c_str(), "--config",
+             config.c_str(), "--runtime-dir", runtime.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto stop = [&] {
+    std::ifstream children("/proc/" + std::to_string(unshare) + "/task/" + std::to_string(unshare) + "/children");
+    pid_t daemon = 0;
+    if (children >> daemon && daemon > 0) ::kill(daemon, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 100 && ::waitpid(unshare, &status, WNOHANG) == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (::waitpid(unshare, &status, WNOHANG) == 0) {  // not stopped in 10 s: kill both (--kill-child)
+      ::kill(unshare, SIGKILL);
+      ::waitpid(unshare, &status, 0);
+    }
+  };
+  ClientOptions options;
+  options.job = "pidns-rank";
+  options.runtime_dir = runtime;
+  options.rank = 0;
+  options.attach_timeout = std::chrono::seconds(20);
+  std::unique_ptr<Client> first;
+  try {
+    first = Client::Attach(options);  // this process: pid 0 to the daemon
+  } catch (const ClientError& e) {
+    stop();
+    FAIL("attach as rank 0: " << e.what());
+  }
+  options.attach_timeout = std::chrono::milliseconds(0);
+  ChildProcess other([options](ChildIo& io) {
+    try {
+      Client::Attach(options);
+      io.WriteLine("attached");
+    } catch (const ClientError& e) {
+      io.WriteLine(std::string("refused: ") + e.what());
+    }
+    return 0;
+  });
+  const std::optional<std::string> said = other.ReadLine();
+  first.reset();
+  stop();
+  REQUIRE(said);
+  CHECK_THAT(*said, Catch::StartsWith("refused: ") &&
+                        Catch::Contains("rank 0 is already attached by a process outside ringfeedd's pid namespace "
+                                        "(its pid reads as 0 there)") &&
+                        !Catch::Contains("this process"));
+  // ringfeedd stopped cleanly on the SIGTERM: its socket is gone.
+  CHECK(WaitUntil([&] { return ::access((runtime + "/pidns-rank.sock").c_str(), F_OK) != 0; }));
 }
 
 TEST_CASE("ranks mode: a rank whose consumer left is named in the log and in status until one attaches again") {

@@ -377,11 +377,9 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
 }
 
 // The knobs a memory budget caps, from JobCheckResult::knob_caps ("at most 2 readers (of 12; one
-// more needs a budget of 20.8 MiB)"): knob ("reader", "worker") -> (most, MiB one more needs; 0:
-// not said).
+// more needs 21MiB)"): knob ("reader", "worker") -> (most, MiB one more needs; 0: not said).
 std::map<std::string, std::pair<int64_t, double>> KnobCaps(const std::string& text) {
-  static const std::regex cap_re("at most ([0-9]+) (reader|worker)s? \\(of [0-9]+(; one more needs a budget of "
-                                 "([0-9.]+) MiB)?\\)");
+  static const std::regex cap_re("at most ([0-9]+) (reader|worker)s? \\(of [0-9]+(; one more needs ([0-9]+)MiB)?\\)");
   std::map<std::string, std::pair<int64_t, double>> out;
   for (std::sregex_iterator m(text.begin(), text.end(), cap_re), end; m != end; ++m) {
     out[(*m)[2]] = {std::stoll((*m)[1]), (*m)[4].matched ? std::stod((*m)[4]) : 0.0};
@@ -414,8 +412,8 @@ void CheckKnobCapsAreTheMost(const std::function<JobCheckResult(uint64_t)>& chec
         CHECK(cap.second > 0);
       }
       if (cap.second == 0) continue;
-      CHECK(cap.second > budget_mib - 0.05);  // shown rounded to 0.1 MiB
-      const auto more = caps(static_cast<uint64_t>((cap.second + 0.1) * (1 << 20)));
+      CHECK(cap.second > budget_mib);  // whole MiB, rounded up: never the budget set already
+      const auto more = caps(static_cast<uint64_t>(cap.second) << 20);
       const auto it = more.find(knob), worker = more.find("worker");
       const bool more_workers = knob == "reader" && (worker == more.end() || worker->second.first > now_workers);
       CHECK((it == more.end() || it->second.first > cap.first || more_workers));
@@ -459,8 +457,8 @@ TEST_CASE("a memory budget too small for the most auto readers caps them instead
   INFO(capped.plan_error << capped.memory_plan);
   CHECK(capped.plan_error.empty());
   CHECK_THAT(capped.knob_caps, Catch::Matches("pipeline.memory_budget [0-9.]+ MiB holds at most [0-9]+ readers? \\(of "
-                                              "16; one more needs a budget of [0-9.]+ MiB\\).*: the autotuner stays "
-                                              "within that"));
+                                              "16; one more needs [0-9]+MiB\\).*: the autotuner stays within "
+                                              "that"));
   CHECK_THAT(capped.memory_plan, !Catch::Contains("at most 16 readers"));
   // A fixed number is not capped: the same budget refuses 16 readers, and below the smallest
   // plan the job is refused with that plan's arithmetic.
