@@ -130,7 +130,7 @@ void Autotune::Run() {
     ++ready_samples;
     ready_min = std::min(ready_min, ready);
     const Clock::time_point now = Clock::now();
-    const double elapsed = std::chrono::duration<double>(now - interval_start).count();
+    double elapsed = std::chrono::duration<double>(now - interval_start).count();
     // Production's end closes the interval early: its measurements are production's last ones.
     // So do consumers attaching or leaving: the next interval measures the new set.
     // (Not before kShortestIntervalSeconds: consumers that come and go every few milliseconds
@@ -139,6 +139,10 @@ void Autotune::Run() {
     const uint64_t membership_now = consumers_.membership_changes();
     const bool members_changed = membership_now != membership;
     if (elapsed < interval && !ended && !(members_changed && elapsed >= kShortestIntervalSeconds)) continue;
+    // Production's last stretch ends where production did, not at this sample (up to 100 ms on).
+    if (ended) {
+      elapsed = std::clamp(std::chrono::duration<double>(pipeline_.ended_at() - interval_start).count(), 1e-6, elapsed);
+    }
 
     const PipelineStats s = pipeline_.Snapshot();
     TunerObservation o;

@@ -86,7 +86,7 @@ std::string Seconds(double s) {
 std::string FineSeconds(double s) {
   if (s >= 10) return Seconds(s);
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f s", s);
+  std::snprintf(buf, sizeof buf, s < 0.01 ? "%.3f s" : "%.2f s", s);
   return buf;
 }
 
@@ -435,10 +435,12 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
 // how to say why, or empty when they are the loader's.
 std::string TrainersPace(const ReplyFields& s) {
   const ReplyFields measured = s.Object("autotune").Object("measured");
-  if (s.String("state") != "running" || measured.Number("interval_seconds") <= 0 ||
+  if (measured.Number("interval_seconds") <= 0 ||
       measured.Number("sequencer_slot_wait_fraction") < 0.5 || measured.Number("consumer_wait_fraction") >= 0.5) {
     return "";
   }
+  // After production ended the consumers of its last stretch may have left already.
+  if (s.String("state") != "running") return "ring full, or no trainer attached for much of it";
   if (measured.Integer("consumers") > 0) return "ring full or prefetch depth reached";
   // The interval is the tuner's last one: a trainer may have attached since.
   return s.Objects("consumers").empty() ? "none attached" : "none attached during that interval";
@@ -469,7 +471,7 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
       const Reply reply = Ask(j.runtime_dir, j.job, {{"type", "status"}});
       ReadingReply(reply.socket, [&] {
         const ReplyFields s(reply.json);
-        const std::string pace = TrainersPace(s);
+        const std::string pace = s.String("state") == "running" ? TrainersPace(s) : std::string();
         if (!pace.empty()) where = "   (the trainers' pace: " + pace + ")" + where;
         std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu", j.job.c_str(),
                       s.String("state", "?").c_str(), static_cast<long long>(s.Integer("pid")),
@@ -645,11 +647,12 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   // they are not read as the loader's speed.
   const ReplyFields measured = s.Object("autotune").Object("measured");
   if (const std::string pace = TrainersPace(s); !pace.empty()) {
+    const std::string stretch =
+        "the last " + FineSeconds(measured.Number("interval_seconds")) + (state == "running" ? "" : " of production");
     std::snprintf(buf, sizeof buf,
-                  "           production waited %.0f%% of the last %.2f s for the trainers to take batches (%s): these "
-                  "rates do not show the loader's speed\n",
-                  100 * measured.Number("sequencer_slot_wait_fraction"), measured.Number("interval_seconds"),
-                  pace.c_str());
+                  "           production waited %.0f%% of %s for the trainers to take batches (%s): these rates do "
+                  "not show the loader's speed\n",
+                  100 * measured.Number("sequencer_slot_wait_fraction"), stretch.c_str(), pace.c_str());
     out << buf;
   }
   const int64_t slots = ring.Integer("slots"), held = ring.Integer("held");

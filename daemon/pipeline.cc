@@ -623,6 +623,7 @@ void Pipeline::Finish(PipelineEnd end, const std::string& message) {
     finished_ = true;
     end_ = end;
     end_message_ = message;
+    ended_at_.store(std::chrono::steady_clock::now().time_since_epoch().count());
     ended_.store(true, std::memory_order_release);
   }
   // SetState writes the message, then the state, then closes every queue.

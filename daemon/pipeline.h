@@ -138,6 +138,10 @@ class Pipeline {
   PipelineStats Snapshot() const;
   // Production has ended (Snapshot().end is no longer kRunning): one atomic load, for pollers.
   bool ended() const { return ended_.load(std::memory_order_acquire); }
+  // When it ended (steady_clock); meaningful once ended() is true.
+  std::chrono::steady_clock::time_point ended_at() const {
+    return std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(ended_at_.load()));
+  }
 
   // Puts back what a process that maps the segment (a buggy or hostile consumer) overwrote
   // in the ring, from the daemon's own records, so that it cannot stop delivery for good:
@@ -224,6 +228,7 @@ class Pipeline {
   bool stopping_ = false;
   bool finished_ = false;
   PipelineEnd end_ = PipelineEnd::kRunning;
+  std::atomic<std::chrono::steady_clock::rep> ended_at_{0};  // stored before ended_
   std::atomic<bool> ended_{false};  // end_ != kRunning, readable without the mutex
   std::string end_message_;
   std::string last_error_;

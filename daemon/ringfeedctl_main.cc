@@ -636,7 +636,7 @@ int main(int argc, char** argv) {
       for (const Command& command : commands) {
         if (!command.app->parsed()) continue;
         for (const std::string& extra : command.app->remaining()) {
-          if (!extra.starts_with("-")) continue;
+          if (!extra.starts_with("-") || extra == "--") continue;  // "--" ends the options
           return app.exit(CLI::ExtrasError({extra})) == 0 ? ringfeed::kExitOk : ringfeed::kExitUsage;
         }
       }

@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     // required". An unknown option is the error to name.
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
       for (const std::string& extra : app.remaining()) {
-        if (extra.starts_with("-")) return app.exit(CLI::ExtrasError({extra})) == 0 ? 0 : 2;
+        if (extra.starts_with("-") && extra != "--") return app.exit(CLI::ExtrasError({extra})) == 0 ? 0 : 2;
       }
     }
     // A usage error is a configuration error: exit 2, which the systemd unit does not retry.

@@ -583,6 +583,8 @@ TEST_CASE("consumers.mode shared: four consumer processes, disjoint batches, eve
     CHECK(produced_for <= status["uptime_seconds"].get<double>());
     CHECK(tp["records_per_second"]["overall"].get<double>() == Approx(24 / produced_for));
     CHECK(status["autotune"]["measured"]["records_per_second"].get<double>() > 0);
+    // ... which ends where production did, not at the tuner's next sample.
+    CHECK(status["autotune"]["measured"]["interval_seconds"].get<double>() <= produced_for);
     const CommandResult table =
         RunCommand({CtlBinary(), "status", "shared-job", "--runtime-dir", daemon.runtime_dir()});
     INFO(table.out << table.err);

@@ -222,6 +222,14 @@ TEST_CASE("status after production ended: the whole run's rates, and the tuner's
                         Catch::Contains("           CPU (the last 0.25 s of production): 0.50 of") &&
                         Catch::Contains("\n           the last 0.25 s of production: 800 records/s, "));
   CHECK_THAT(table("failed"), Catch::Contains(" from start to the failure (7.5 s ago)\n"));
+  // A stretch that waited for the trainers says so after the end too; under 0.01 s in ms.
+  const std::string waited = StatusTable(
+      R"({"type":"status","job":"fake","state":"end_of_data","uptime_seconds":1.0,"throughput":{"production_seconds":)"
+      R"(0.004},"autotune":{"measured":{"interval_seconds":0.5,"sequencer_slot_wait_fraction":0.94,"consumers":0}}})");
+  CHECK_THAT(waited, Catch::Contains("over the 0.004 s from start to the end of data") &&
+                         Catch::Contains("\n           production waited 94% of the last 0.50 s of production for the "
+                                         "trainers to take batches (ring full, or no trainer attached for much of "
+                                         "it): these rates do not show the loader's speed\n"));
   // While it runs: the last 10 s and overall, as before.
   CHECK_THAT(StatusTable(R"({"type":"status","job":"fake","state":"running","uptime_seconds":10.0,)"
                          R"("throughput":{"records_per_second":{"last_10s":5.0,"overall":400.0}}})"),
@@ -781,6 +789,8 @@ TEST_CASE("ringfeedd JOB.yaml without --config: a usage error that gives the com
     CHECK_THAT(r.err, Catch::StartsWith(std::string("ringfeedctl ") + command +
                                         ": The following argument was not expected: -x\n"));
   }
+  // "--" ends the options: no unknown option, the missing argument is the error.
+  CHECK_THAT(RunCommand({CtlBinary(), "status", "--"}).err, Catch::StartsWith("ringfeedctl status: JOB is required"));
 }
 
 TEST_CASE("--help: exit statuses and where problems go, as docs/ringfeedctl.md says") {
