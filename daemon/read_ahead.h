@@ -234,6 +234,9 @@ class FileStream {
   size_t queue_allowance_wanted_ = SIZE_MAX;  // AllowancesLocked's last figure for it
   bool finished_ = false;  // the reader returned kEnd (kEnd is queued)
   bool closed_ = false;    // the consumer dropped it
+  // A reader ran out of memory and could not even queue the error (another thread had taken
+  // the reserve): the stream ends there, and Next makes the error item once it gets there.
+  bool out_of_memory_ = false;
   std::condition_variable ready_;
 };
 
