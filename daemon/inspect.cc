@@ -650,6 +650,14 @@ int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& e
           << base << "* (the shell expands it)\n";
       return kExitUsage;
     }
+    // A pattern the shell passed on as it was: it matched no file (said as such, not as a file
+    // that cannot be opened, and before an empty report).
+    if (path.find_first_of("*?[") != std::string::npos && !std::filesystem::exists(path, ec)) {
+      err << "ringfeedctl inspect: no file matches " << path
+          << " (the shell passes a pattern that matches nothing on as it is); check the directory and the "
+             "extension (.tfrecord, .tfrecord.gz, ...)\n";
+      return kExitDataProblems;
+    }
   }
   switch (options.mode) {
     case InspectMode::kRecords: return RunRecords(options, out, err);

@@ -277,6 +277,22 @@ TEST_CASE("inspect on a directory: exit 2 naming the pattern for its files, noth
   }
 }
 
+TEST_CASE("inspect on a pattern that matched no file (passed on by the shell): exit 1 saying so, nothing on stdout") {
+  TempDir dir;
+  WriteRecords(dir.file("a.tfrecord"), SmallRecords());
+  for (const char* mode : {"--schema", "--count", "--verify"}) {
+    const CtlResult r = Ctl({"inspect", mode, dir.file("a.tfrecord"), dir.file("*.tfrecord.gz")});
+    INFO(mode << ": " << r.err);
+    CHECK(r.status == 1);
+    CHECK(r.out.empty());
+    CHECK_THAT(r.err, Catch::StartsWith("ringfeedctl inspect: no file matches " + dir.file("*.tfrecord.gz") +
+                                        " (the shell passes a pattern that matches nothing on as it is)"));
+  }
+  // A file whose name holds such a character is read as any other.
+  WriteRecords(dir.file("odd[1].tfrecord"), SmallRecords());
+  CHECK(Ctl({"inspect", "--count", dir.file("odd[1].tfrecord")}).status == 0);
+}
+
 TEST_CASE("inspect reports read and parse errors on stderr, goes on, and exits 1") {
   TempDir dir;
   std::vector<std::string> records;
