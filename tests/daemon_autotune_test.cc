@@ -453,8 +453,7 @@ TEST_CASE("status measures a trainer soon after it attaches, also after a long s
   TempDir dir;
   WriteIdFile(dir.file("part-0.tfrecord"), 0, 20000);
   DaemonProcess daemon(dir.path(), "attachsoon",
-                       "job: attachsoon\nsource: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\nfeatures:\n" +
-                           IdFeaturesYaml() + "batch: {size: 128}\nepochs: 0\n");
+                       IdJobConfig("attachsoon", dir.file("part-*.tfrecord"), "batch: {size: 128}\nepochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
   // No trainer: the ring fills, production waits, and the tuner's interval grows (up to 2 s).
   REQUIRE(WaitUntil([&] { return daemon.Status()["autotune"]["interval_seconds"].get<double>() >= 1.0; },
@@ -484,8 +483,8 @@ TEST_CASE("consumers that come and go every few milliseconds do not keep the tun
   TempDir dir;
   WriteIdFile(dir.file("part-0.tfrecord"), 0, 20000);
   DaemonProcess daemon(dir.path(), "flapping",
-                       "job: flapping\nsource: {files: [\"" + dir.file("part-*.tfrecord") + "\"]}\nfeatures:\n" +
-                           IdFeaturesYaml() + "batch: {size: 128}\nepochs: 0\nlog_level: debug\n");
+                       IdJobConfig("flapping", dir.file("part-*.tfrecord"),
+                                   "batch: {size: 128}\nepochs: 0\nlog_level: debug\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
   auto consumer = StartBusyConsumer(daemon);
   REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
