@@ -137,8 +137,8 @@ StreamItem FileStream::Next() {
     }
     if (items_.empty() && out_of_memory_ && !owner_->stopping_) {
       // The reader's error, made here, now that its turn's memory is back (a bad_alloc here
-      // is the consumer's: the sequencer's handler says it).
-      out_of_memory_ = false;
+      // is the consumer's: the sequencer's handler says it). Once made, local_ hands out the
+      // error, then kEnd, and ended_ keeps it from being made again.
       lock.unlock();
       ReadAhead::AppendOutOfMemory(*this, std::bad_alloc(), &local_);
       return std::move(local_[local_next_++]);
