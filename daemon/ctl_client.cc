@@ -439,9 +439,9 @@ std::string TrainersPace(const ReplyFields& s) {
       measured.Number("sequencer_slot_wait_fraction") < 0.5 || measured.Number("consumer_wait_fraction") >= 0.5) {
     return "";
   }
-  // After production ended the consumers of its last stretch may have left already.
-  if (s.String("state") != "running") return "ring full, or no trainer attached for much of it";
   if (measured.Integer("consumers") > 0) return "ring full or prefetch depth reached";
+  // After production ended, a trainer of its last stretch may have come and gone within it.
+  if (s.String("state") != "running") return "no trainer attached at its end, or none for much of it";
   // The interval is the tuner's last one: a trainer may have attached since.
   return s.Objects("consumers").empty() ? "none attached" : "none attached during that interval";
 }

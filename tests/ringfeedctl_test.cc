@@ -228,8 +228,8 @@ TEST_CASE("status after production ended: the whole run's rates, and the tuner's
       R"(0.004},"autotune":{"measured":{"interval_seconds":0.5,"sequencer_slot_wait_fraction":0.94,"consumers":0}}})");
   CHECK_THAT(waited, Catch::Contains("over the 0.004 s from start to the end of data") &&
                          Catch::Contains("\n           production waited 94% of the last 0.50 s of production for the "
-                                         "trainers to take batches (ring full, or no trainer attached for much of "
-                                         "it): these rates do not show the loader's speed\n"));
+                                         "trainers to take batches (no trainer attached at its end, or none for "
+                                         "much of it): these rates do not show the loader's speed\n"));
   // While it runs: the last 10 s and overall, as before.
   CHECK_THAT(StatusTable(R"({"type":"status","job":"fake","state":"running","uptime_seconds":10.0,)"
                          R"("throughput":{"records_per_second":{"last_10s":5.0,"overall":400.0}}})"),
