@@ -209,9 +209,12 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 
 // "; did you mean 'x'?" for the closest word within kMaxSuggestionDistance, else "". A word
 // that differs only in case says so first: TensorFlow's own spellings ("GZIP", "ZLIB") are
-// uppercase.
+// uppercase. Words in `present` (keys the mapping has already) are not suggested: `dype`
+// beside `type` means `dtype`.
 template <size_t N>
-std::string Suggestion(std::string_view word, const std::string_view (&words)[N]) {
+std::string Suggestion(std::string_view word, const std::string_view (&words)[N],
+                       const std::vector<std::string>& present = {}) {
+  const auto taken = [&](std::string_view w) { return std::find(present.begin(), present.end(), w) != present.end(); };
   const auto lower = [](std::string_view text) {
     std::string out(text);
     for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -223,6 +226,7 @@ std::string Suggestion(std::string_view word, const std::string_view (&words)[N]
   size_t best = kMaxSuggestionDistance + 1;
   std::string_view best_word;
   for (std::string_view w : words) {
+    if (taken(w)) continue;
     size_t dist = EditDistance(word, w);
     if (dist < best) {
       best = dist;
@@ -550,7 +554,13 @@ class Loader {
     switch (n.Type()) {
       case YAML::NodeType::Map: return "a mapping";
       case YAML::NodeType::Sequence: return "a list";
-      case YAML::NodeType::Scalar: return "a scalar " + Quote(n.Scalar());
+      case YAML::NodeType::Scalar:
+        // ${VAR} is substituted into scalar values only (config.md, environment variables).
+        return "a scalar " + Quote(n.Scalar()) +
+               (n.Scalar().find("${") != std::string::npos
+                    ? " (a ${...} variable gives text inside a scalar value, never a list or a mapping: write those "
+                      "in the file)"
+                    : "");
       case YAML::NodeType::Null: return "nothing (null)";
       case YAML::NodeType::Undefined: return "nothing";
     }
@@ -567,12 +577,14 @@ class Loader {
                            NodeKindName(node) + (node.IsScalar() ? MissingSpaceHint(node.Scalar(), known) : ""));
     }
     std::vector<Entry> entries = ReadPairs(node, path);
+    std::vector<std::string> present;
+    for (const Entry& e : entries) present.push_back(e.key);
     for (const Entry& e : entries) {
       if (std::find(std::begin(known), std::end(known), e.key) == std::end(known)) {
         const std::string space = MissingSpaceHint(e.key, known);
         Fail(e.key_node.Mark(), e.path,
              "unknown key " + Quote(e.key) + "; known keys: " + JoinWords(known) +
-                 (space.empty() ? Suggestion(e.key, known) : space));
+                 (space.empty() ? Suggestion(e.key, known, present) : space));
       }
     }
     return entries;
@@ -753,7 +765,7 @@ class Loader {
     std::optional<uint64_t> v = ParseSize(text);
     if (!v) {
       Fail(MarkOf(e), e.path,
-           "invalid size " + Quote(text) + WholeSizeHint(text) + UnitSpellingHint(text) + "; expected " + extra + std::string(kSizeHelp));
+           "invalid size " + Quote(text) + SizeHint(text) + "; expected " + extra + std::string(kSizeHelp));
     }
     if (*v < min || *v > max) {
       Fail(MarkOf(e), e.path,
@@ -1400,6 +1412,21 @@ std::optional<uint64_t> ParseSize(const std::string& text) {
     }
   }
   return std::nullopt;
+}
+
+std::string SizeHint(const std::string& text) {
+  // Digits, an optional space and a unit as ParseSize spells it, or none: refused for its size.
+  size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  std::string_view unit(text.data() + digits, text.size() - digits);
+  if (!unit.empty() && unit[0] == ' ') unit.remove_prefix(1);
+  static constexpr std::string_view kUnitNames[] = {"", "B", "KB", "MB", "GB", "TB", "KiB", "MiB", "GiB", "TiB"};
+  const bool spelt = unit.empty() ? digits == text.size()  // "64 " is no size
+                                  : std::find(std::begin(kUnitNames), std::end(kUnitNames), unit) != std::end(kUnitNames);
+  if (digits > 0 && spelt) {
+    return "; that is 2^64 bytes or more";
+  }
+  return WholeSizeHint(text) + UnitSpellingHint(text);
 }
 
 }  // namespace ringfeed

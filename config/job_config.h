@@ -165,5 +165,10 @@ JobConfig LoadJobConfigFromString(const std::string& yaml, const std::string& na
 
 // Parses a size such as "64MiB", "2GiB", "1500", "10MB". nullopt when malformed or overflowing.
 std::optional<uint64_t> ParseSize(const std::string& text);
+// For a text ParseSize refused, what was meant, starting "; ": "; that is 2^64 bytes or more"
+// (well formed, too large), "; sizes are whole numbers of their unit: 1.5GiB is 1536MiB",
+// "; units are case-sensitive: did you mean 64MiB?", "; did you mean 64MiB (2^20 bytes) or
+// 64MB (10^6 bytes)?"; "" when nothing better can be said.
+std::string SizeHint(const std::string& text);
 
 }  // namespace ringfeed

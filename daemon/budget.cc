@@ -570,16 +570,26 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
                          std::to_string(in.reads_per_file) + " x " + FormatBytes(in.read_block_bytes) +
                          " queued reads (pipeline.reads_per_file))"
                    : FormatBytes(in.min_stream_buffer_bytes) + " min stream buffer";
-    message += "  read-ahead at least: " + std::to_string(plan.open_files) + " open files x " + per_file +
+    message += "  read-ahead at least: " + std::to_string(plan.open_files) +
+               (plan.open_files == 1 ? " open file x " : " open files x ") + per_file +
                overhead_text + " = " +
                FormatBytes(min_memory) + " (the budget leaves " + FormatBytes(plan.read_ahead_memory_bytes) + ")\n";
     // What the user can lower, biggest first: a count already at 1, an auto one (at 1 here, as
     // PlanTuning lowers those before it gives up) or one whose least value opens as many files
     // (all the shard's) is no advice.
     struct Knob {
-      std::string keys;
+      std::string part;               // the plan's line it lowers: "ring", "shuffle buffer", ...
+      std::vector<std::string> keys;  // the config keys that lower it
       uint64_t bytes;
-      const char* note = "";  // after the bytes: what else lowering it changes
+      const char* note = "";  // after the keys: what else lowering them changes
+      // "the ring (40.1 MiB: ring.slots, ring.slot_bytes or batch.size)"
+      std::string Text() const {
+        std::string text = "the " + part + " (" + FormatBytes(bytes) + ": ";
+        for (size_t i = 0; i < keys.size(); ++i) {
+          text += (i == 0 ? "" : i + 1 == keys.size() ? " or " : ", ") + keys[i];
+        }
+        return text + note + ")";
+      }
     };
     constexpr const char* kOrder = "; changes the batch order";
     std::vector<std::string> file_keys;
@@ -590,24 +600,22 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
         OpenFiles(in.cycle_length, 1, in.files) < plan.open_files) {
       file_keys.push_back("pipeline.readers");
     }
-    std::vector<Knob> knobs = {{"ring.slots / ring.slot_bytes / batch.size", plan.ring_bytes},
-                               {"shuffle.buffer", plan.shuffle_bytes, kOrder}};
+    std::vector<Knob> knobs = {{"ring", {"ring.slots", "ring.slot_bytes", "batch.size"}, plan.ring_bytes},
+                               {"shuffle buffer", {"shuffle.buffer"}, plan.shuffle_bytes, kOrder}};
     if (!file_keys.empty()) {
-      knobs.push_back({file_keys.size() == 1 ? file_keys[0] : file_keys[0] + " / " + file_keys[1],
-                       plan.open_files_bytes,
+      knobs.push_back({"open files", file_keys, plan.open_files_bytes,
                        file_keys[0] != "pipeline.cycle_length" ? ""
                        : file_keys.size() == 1                 ? kOrder
                                                                : "; cycle_length changes the batch order"});
     }
     if (in.workers_fixed && in.max_workers > 1) {
-      knobs.push_back({"pipeline.workers", SatAdd(plan.workers_bytes, plan.threads_bytes)});
+      knobs.push_back({"parse workers", {"pipeline.workers"}, SatAdd(plan.workers_bytes, plan.threads_bytes)});
     }
-    knobs.push_back({"batch.size / ring.slots", plan.batches_bytes});
+    knobs.push_back({"batches in flight", {"batch.size", "ring.slots"}, plan.batches_bytes});
     std::stable_sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) { return a.bytes > b.bytes; });
     const uint64_t mib = uint64_t{1} << 20;
     if (needed > UINT64_MAX - mib) {  // the sums saturated: no budget (at most 2^64 - 1 bytes) holds it
-      message += "  needed more than any memory budget can be (2^64 bytes or more); lower " + knobs[0].keys + " (" +
-                 FormatBytes(knobs[0].bytes) + knobs[0].note + ")";
+      message += "  needed more than any memory budget can be (2^64 bytes or more); lower " + knobs[0].Text();
       throw BudgetError(message);
     }
     // The margin is part of every budget (at least kSafetyMarginMinBytes): lowering the job's
@@ -616,9 +624,8 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) + " bytes: " +
                FormatBytes(needed - needed_margin) + " for the job + " + FormatBytes(needed_margin) +
                " safety margin, which lowering the job's parts does not shrink); raise pipeline.memory_budget to at "
-               "least " + std::to_string(CeilDiv(needed, mib)) + "MiB or lower " + knobs[0].keys + " (" +
-               FormatBytes(knobs[0].bytes) + knobs[0].note + ") or " + knobs[1].keys + " (" +
-               FormatBytes(knobs[1].bytes) + knobs[1].note + ")";
+               "least " + std::to_string(CeilDiv(needed, mib)) + "MiB, or lower " + knobs[0].Text() + " or " +
+               knobs[1].Text();
     throw BudgetError(message, needed);
   }
 

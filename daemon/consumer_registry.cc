@@ -30,7 +30,7 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     }
     for (uint32_t i = 0; i < entries_.size(); ++i) {
       const Entry& e = entries_[i];
-      if (e.attached && e.rank == *rank && e.pid > 0 && e.pid != pid && ::kill(e.pid, 0) != 0 && errno == ESRCH) {
+      if (e.rank == *rank && e.pid != pid && ProcessGone(e)) {
         // Its trainer has exited, and a child it forked holds the connection (else the
         // connection's end would have detached it): what ReapDead does once a second, now, so
         // that a trainer restarted at once gets its rank (breaker helper-102, session 40).
@@ -101,7 +101,7 @@ void ConsumerRegistry::ReapDead() {
   std::lock_guard lock(mutex_);
   for (uint32_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
-    if (e.attached && e.pid > 0 && ::kill(e.pid, 0) != 0 && errno == ESRCH) {
+    if (ProcessGone(e)) {
       spdlog::warn("consumer {} (pid {}) has exited but its control connection is still open (a child it forked "
                    "holds it?); detaching it",
                    i + 1, e.pid);
@@ -152,11 +152,26 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
     sb->free_futex.fetch_add(1, std::memory_order_release);
     shm::FutexWakeAll(&sb->free_futex);
   }
-  if (e.rank >= 0 && !production_ended_.load(std::memory_order_acquire)) {
-    spdlog::warn("rank {} has no consumer now: its batches wait in the ring for one to attach as rank {}; the other "
-                 "ranks get theirs until rank {}'s take up the prefetch depth (workers + prefetch batches), then production "
-                 "waits too",
-                 e.rank, e.rank, e.rank);
+  if (e.rank >= 0 && static_cast<uint32_t>(e.rank) < ranks_ && !production_ended_.load(std::memory_order_acquire)) {
+    RankProgress& p = rank_progress_[static_cast<size_t>(e.rank)];
+    const auto now = std::chrono::steady_clock::now();
+    if (!p.gone_warned_at || now - *p.gone_warned_at >= kRankGoneWarningEvery) {
+      const std::string again =
+          p.gone_unwarned == 0
+              ? std::string()
+              : " (it lost its consumer " + std::to_string(p.gone_unwarned) + " more time(s) since the last such "
+                "warning " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - *p.gone_warned_at)
+                                                .count()) + " s ago; this warning comes at most once a minute per rank)";
+      spdlog::warn("rank {} has no consumer now: its batches wait in the ring for one to attach as rank {}; the "
+                   "other ranks get theirs until rank {}'s take up the prefetch depth (workers + prefetch batches), "
+                   "then production waits too{}",
+                   e.rank, e.rank, e.rank, again);
+      p.gone_warned_at = now;
+      p.gone_unwarned = 0;
+    } else {
+      ++p.gone_unwarned;
+      spdlog::debug("rank {} has no consumer now (warned at most once a minute)", e.rank);
+    }
   }
   e.attached = false;
   if (AttachedLocked() < ring.slot_count) crowd_warned_at_ = 0;

@@ -16,9 +16,11 @@
 // thread attaches and detaches, the autotuner's thread lists).
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -110,6 +112,10 @@ class ConsumerRegistry {
     std::chrono::steady_clock::time_point since;
   };
   uint32_t DetachLocked(uint32_t id, pid_t pid);
+  // An attached consumer whose process has exited (its connection held open by a child it
+  // forked, else the connection's end would have detached it). Pid 0 (another pid namespace):
+  // not known, false.
+  static bool ProcessGone(const Entry& e) { return e.attached && e.pid > 0 && ::kill(e.pid, 0) != 0 && errno == ESRCH; }
   uint32_t AttachedLocked() const;  // consumers attached now
   // Ranks mode: per rank, its attached consumer or nullptr.
   std::vector<const Entry*> ConsumerOfRankLocked() const;
@@ -133,7 +139,12 @@ class ConsumerRegistry {
     bool warned = false;
     uint64_t consumer_wait_ns = 0;  // its consumer's wait_ns at the last WatchRanks
     bool waiting = false;           // its trainer waited in Next for most of the last interval
+    // The last "rank R has no consumer now" warning, and the detaches since that were not
+    // warned about (a trainer that attaches and leaves over and over: once a minute).
+    std::optional<std::chrono::steady_clock::time_point> gone_warned_at;
+    uint64_t gone_unwarned = 0;
   };
+  static constexpr std::chrono::seconds kRankGoneWarningEvery{60};
   std::optional<std::chrono::steady_clock::time_point> last_watch_;  // the last WatchRanks
   std::vector<RankProgress> rank_progress_ = std::vector<RankProgress>(ranks_);
   std::atomic<uint64_t> membership_changes_{0};

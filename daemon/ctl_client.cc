@@ -528,13 +528,14 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   // The CPU the daemon used over the tuner's last interval; none before its first one ends.
   if (measured) {
     std::snprintf(buf, sizeof buf,
-                  "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); of %lld %s, %lld on the CPU on average, "
-                  "the rest waiting (for storage or for room to read ahead)\n",
+                  "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); %s %.2f cores of that, waiting the rest "
+                  "of %s time (for storage or for room to read ahead)\n",
                   running ? "" : (" (the last " + FineSeconds(m.Number("interval_seconds")) + " of production)").c_str(),
                   a.Number("cpu_cores"),
                   limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),
-                  static_cast<long long>(readers), readers == 1 ? "reader" : "readers",
-                  static_cast<long long>(std::max<int64_t>(0, readers - a.Integer("blocked_io_threads"))));
+                  readers == 1 ? "the reader uses" : ("the " + std::to_string(readers) + " readers use").c_str(),
+                  static_cast<double>(readers) * m.Number("read_busy_fraction") * m.Number("read_cpu_fraction"),
+                  readers == 1 ? "its" : "their");
   } else {
     std::snprintf(buf, sizeof buf, "           CPU: not measured %s; cpu_budget %.3g cores (%s)\n",
                   running ? "yet (the tuner's first interval has not ended)"

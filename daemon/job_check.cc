@@ -15,6 +15,7 @@
 #include "format/example_parser.h"
 #include "format/read_queue.h"
 #include "format/tfrecord_reader.h"
+#include "shm/segment.h"
 
 namespace ringfeed {
 namespace {
@@ -50,6 +51,20 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     rlimit limit{};
     if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_max != RLIM_INFINITY) {
       result->plan_error = OpenFileLimitProblem(plan.file_descriptors, limit.rlim_max, limit.rlim_max);
+    }
+    // The segment in this machine's /dev/shm, as ringfeedd creates it: refused (exit 2) when
+    // larger than all of it; when larger than what is free now, a start would fail (exit 1,
+    // retried by the unit) until other segments go.
+    const uint64_t segment = plan.geometry.segment_bytes;
+    const std::string ring = "the ring (" + std::to_string(plan.slot_count) + " slots x " +
+                             FormatBytes(plan.geometry.slot_stride) + " + superblock = " + FormatBytes(segment) + ")";
+    const std::string fix = "lower ring.slots or ring.slot_bytes, or enlarge /dev/shm (docker run --shm-size=...)";
+    if (const uint64_t total = shm::ShmTotalBytes(); result->plan_error.empty() && segment > total) {
+      result->plan_error = ring + " is more than all of /dev/shm (" + FormatBytes(total) + "): " + fix;
+    } else if (const uint64_t free = shm::ShmFreeBytes(); segment > free) {
+      result->shm_warning = ring + " is more than /dev/shm has free now (" + FormatBytes(free) + " of " +
+                            FormatBytes(total) + "): ringfeedd started now would fail until other segments are "
+                            "removed; " + fix;
     }
   } catch (const BudgetError& e) {
     result->plan_error = e.what();
@@ -100,7 +115,19 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   // batch.size are counted apart (batch_rows), so that a batch.size far above the data (up to
   // 16 M) allocates nothing for rows that never come.
   constexpr int64_t kParseRows = 1024;
-  ExampleBatch batch(parser.specs(), static_cast<size_t>(std::min<int64_t>(config.batch.size, kParseRows)));
+  // The start-up plan first, as ringfeedd makes it: a feature that no sampled record has (a
+  // misspelt key) is said before the problems it causes, which may be every record's; and a
+  // batch too large for memory is refused there with the arithmetic, as the daemon refuses it.
+  PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
+  for (const std::string& warning : result.sample_warnings) problems << "warning: " << warning << "\n";
+  std::optional<ExampleBatch> batch_storage;
+  try {
+    batch_storage.emplace(parser.specs(), static_cast<size_t>(std::min<int64_t>(config.batch.size, kParseRows)));
+  } catch (const std::bad_alloc&) {
+    result.batch_out_of_memory = true;
+    return result;
+  }
+  ExampleBatch& batch = *batch_storage;
   int64_t batch_rows = 0;  // of the batch of batch.size being counted
   ReaderOptions options;
   options.compression = config.source.compression;
@@ -132,11 +159,6 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     }
     if (!skip) result.failed = true;
   };
-
-  // The start-up plan first, as ringfeedd makes it: a feature that no sampled record has (a
-  // misspelt key) is said before the problems it causes, which may be every record's.
-  PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
-  for (const std::string& warning : result.sample_warnings) problems << "warning: " << warning << "\n";
 
   const auto start = std::chrono::steady_clock::now();
   // The files and records of this shard only, as ringfeedd's Sequencer reads them.

@@ -40,6 +40,10 @@ struct JobCheckResult {
   uint64_t bytes = 0;            // serialized record bytes
   double seconds = 0;
   bool failed = false;           // on_error: fail and an error occurred (the check stopped there)
+  // The batch the records are parsed into (min(batch.size, 1024) rows of the features' fixed
+  // shapes) could not be allocated: nothing was read (plan_error says whether the daemon would
+  // refuse the job too).
+  bool batch_out_of_memory = false;
   std::string first_error;
   // What ringfeedd warns of at start from its sample (RecordSample::warnings): spec features that
   // no sampled record contains, each with a hint ("did you mean 'tips'?"), SequenceExample records.
@@ -55,6 +59,8 @@ struct JobCheckResult {
   std::string memory_budget_warning;  // TuningPlan::memory_budget_warning: a budget above the memory limit
   std::string cpu_budget_warning;  // TuningPlan::cpu_budget_warning: fixed workers above the CPU budget
   std::string ring_slots_warning;  // TuningPlan::ring_slots_warning: ring.slots not above consumers.count
+  // The segment is larger than /dev/shm has free now (larger than all of it: plan_error).
+  std::string shm_warning;
   uint64_t slot_bytes = 0;       // its ring slot size (ring.slot_bytes, or auto from the sample)
   uint64_t sample_records = 0;   // records in that sample
   double cpu_budget_cores = 0;   // its cpu_budget, and where that comes from

@@ -46,6 +46,7 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const s
   read_ahead_ = std::make_unique<ReadAhead>(options_.reader, options_.readers, options_.stream_buffer_bytes,
                                             ReadAhead::UsesChunks(options_.sequencer.shuffle_buffer));
   read_ahead_->SetQueuedStreams(static_cast<size_t>(std::max<int64_t>(1, options_.sequencer.cycle_length)));
+  if (options_.inflate_unplanned) read_ahead_->WarnOnCompressed();
   sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
     NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample);
   });

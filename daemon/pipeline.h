@@ -57,6 +57,9 @@ struct PipelineOptions {
   size_t prefetch = 4;                      // batches kept ready in the ring beyond the workers'
   uint64_t stream_buffer_bytes = 4u << 20;  // read-ahead per open file
   bool deterministic = true;
+  // The memory plan counted no decompression buffers (TuningPlan::inflate_planned): a file
+  // found GZIP or ZLIB while reading is logged as a warning (ReadAhead::WarnOnCompressed).
+  bool inflate_unplanned = false;
 };
 
 enum class PipelineEnd { kRunning, kEndOfData, kFailed, kStopped };

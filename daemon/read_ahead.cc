@@ -301,6 +301,11 @@ size_t ReadAhead::open_streams() const {
   return streams_.size();
 }
 
+void ReadAhead::WarnOnCompressed() {
+  std::lock_guard lock(mutex_);
+  warn_on_compressed_ = true;
+}
+
 Compression ReadAhead::CompressionOf(uint32_t file_index) const {
   std::lock_guard lock(mutex_);
   const auto it = compressed_files_.find(file_index);
@@ -552,6 +557,15 @@ void ReadAhead::Run(size_t id) {
       if (!stream->compression_noted_ && (compression == Compression::kGzip || compression == Compression::kZlib)) {
         compressed_files_[stream->file_index_] = compression;
         stream->compression_noted_ = true;
+        if (warn_on_compressed_) {
+          warn_on_compressed_ = false;
+          spdlog::warn("{} is compressed ({}) though every file was plain when the job started (source.compression: "
+                       "auto): the memory plan counted no decompression buffers, so each compressed file open takes "
+                       "{} of input buffer and {} of inflate state from the safety margin; set source.compression: "
+                       "{} to plan for them",
+                       stream->path_, CompressionName(compression), FormatBytes(options_.buffer_bytes),
+                       FormatBytes(kInflateStateBytes), CompressionName(compression));
+        }
       }
       // Grown geometrically: a reserve to the exact size every turn moved the whole vector each
       // time while the consumer did not take it.

@@ -271,6 +271,12 @@ class ReadAhead {
   ReadAhead(const ReadAhead&) = delete;
   ReadAhead& operator=(const ReadAhead&) = delete;
 
+  // Logs a warning at the first GZIP or ZLIB file read from now on: the memory plan counted
+  // no decompression buffers (compression: auto with every file plain at start), so each
+  // open compressed file takes its input buffer and inflate state from the safety margin.
+  // Any thread.
+  void WarnOnCompressed();
+
   // Starts reading `path` in the background. Streams opened earlier are read first.
   std::shared_ptr<FileStream> Open(uint32_t file_index, const std::string& path);
   // Stops reading a stream early (the consumer no longer needs it). Dropping the last
@@ -384,6 +390,7 @@ class ReadAhead {
   std::condition_variable work_;
   std::vector<std::shared_ptr<FileStream>> streams_;  // in Open order
   std::unordered_map<uint32_t, Compression> compressed_files_;  // file_index -> kGzip/kZlib; guarded by mutex_
+  bool warn_on_compressed_ = false;                             // WarnOnCompressed, until it warned; mutex_
   std::vector<std::thread> threads_;
   size_t wanted_threads_ = 0;
   bool stopping_ = false;

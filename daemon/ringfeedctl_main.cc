@@ -44,7 +44,10 @@ struct Command {
 const CLI::Validator kSizeValidator(
     [](std::string& text) -> std::string {
       std::optional<uint64_t> size = ringfeed::ParseSize(text);
-      if (!size) return "'" + text + "' is not a size; write a byte count with an optional unit: 1500, 64KiB, 16MiB, 1GiB";
+      if (!size) {
+        return "'" + text + "' is not a size" + ringfeed::SizeHint(text) +
+               "; write a byte count with an optional unit: 1500, 64KiB, 16MiB, 1GiB";
+      }
       if (*size < 16 || *size > (uint64_t{1} << 40)) return "'" + text + "' is out of range; allowed: 16 B to 1 TiB";
       return "";
     },
@@ -261,6 +264,13 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cerr << "ringfeedctl check: " << e.what() << "\n";
       return ringfeed::kExitUsage;
     }
+    if (r.batch_out_of_memory) {
+      std::cerr << "ringfeedctl check: " << *config_path << ": out of memory building a batch of "
+                << std::min<int64_t>(config.batch.size, 1024)
+                << " rows to parse the records into (no record was read); lower batch.size or the feature shapes\n";
+      if (!r.plan_error.empty()) std::cerr << "error: ringfeedd would refuse to start this job: " << r.plan_error << "\n";
+      return ringfeed::kExitUsage;
+    }
     const double mb = static_cast<double>(r.bytes) / 1e6;
     std::cout << "job " << config.job << ": " << r.records << " records from " << r.files_read << " of "
               << r.files_in_shard << " file(s)";
@@ -331,6 +341,7 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.cpu_budget_warning.empty()) std::cerr << "warning: " << r.cpu_budget_warning << "\n";
     if (!r.batch_size_warning.empty()) std::cerr << "warning: " << r.batch_size_warning << "\n";
     if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";
+    if (!r.shm_warning.empty()) std::cerr << "warning: " << r.shm_warning << "\n";
     if (r.unparsed_in_dropped_batches > 0) {
       std::cerr << "warning: " << r.unparsed_in_dropped_batches
                 << " record(s) that do not parse fall in batches ringfeedd drops without parsing them (a short last "
@@ -395,7 +406,7 @@ Command AddCheckCommand(CLI::App& parent) {
                             (r.memory_budget_warning.empty() ? 0 : 1) +
                             (r.cpu_budget_warning.empty() || !config.pipeline.cpu_budget ? 0 : 1) +
                             (r.batch_size_warning.empty() ? 0 : 1) +
-                            (r.ring_slots_warning.empty() ? 0 : 1) +
+                            (r.ring_slots_warning.empty() ? 0 : 1) + (r.shm_warning.empty() ? 0 : 1) +
                             (r.unparsed_in_dropped_batches > 0 ? 1 : 0) +
                             (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);

@@ -112,43 +112,62 @@ uint64_t PrivateRssBytes() {
   }
 }
 
-// The job's lock file: held (flock) for the daemon's lifetime; holds its pid.
+// The job's lock file: held (flock) for the daemon's lifetime; holds its pid, and once the
+// daemon stops, "PID stopping". A daemon started while the job's previous one is stopping
+// (within kStopGrace, ~0.1 s on healthy storage) waits for it instead of refusing.
 class LockFile {
  public:
   LockFile(const std::string& runtime_dir, const std::string& job) : path_(runtime_dir + "/" + job + ".lock") {
     const std::string& path = path_;
-    // Not through a symbolic link, and only this user's regular file: the pid written below
-    // truncates it.
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-    if (fd_ < 0 && errno == ELOOP) {
-      throw StartupError("the lock file " + path + " is a symbolic link: not followed (ringfeedd makes a regular "
-                         "file there); remove it",
-                         2);
-    }
-    if (fd_ < 0) throw StartupError("cannot open lock file " + path + ": " + std::strerror(errno));
-    if (struct stat st {}; ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
-      ::close(fd_);
-      fd_ = -1;
-      throw StartupError("the lock file " + path + " is not a regular file of this user (uid " +
-                             std::to_string(::geteuid()) + "): ringfeedd makes one there; remove it",
-                         2);
-    }
-    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-      char buf[32] = {};
+    const auto deadline = std::chrono::steady_clock::now() + kStopWait;
+    bool waiting = false;
+    for (;;) {
+      Open();
+      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+        // Taken; but the daemon that held it may have removed its name first (it does as it
+        // exits): a lock on a file no longer at the path locks nothing. Then again, afresh.
+        struct stat held {}, named {};
+        if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+            held.st_ino == named.st_ino) {
+          id_ = shm::FileId::Of(held);
+          break;
+        }
+        Close();
+        continue;
+      }
+      char buf[64] = {};
       const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
-      const std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "unknown";
-      ::close(fd_);
-      fd_ = -1;
-      throw StartupError("ringfeedd for job '" + job + "' is already running (pid " +
-                         pid.substr(0, pid.find_first_of("\n")) + ", lock " + path +
-                         "); stop it first (ringfeedctl status " + job +
+      Close();
+      const std::string content = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+      const std::string pid = content.empty() ? "unknown" : content.substr(0, content.find_first_of(" \n"));
+      const bool stopping = content.find(" stopping") != std::string::npos;
+      if (stopping && std::chrono::steady_clock::now() < deadline) {
+        if (!waiting) {
+          spdlog::info("the job's previous ringfeedd (pid {}) is stopping: waiting for it to exit (at most {} s)", pid,
+                       std::chrono::duration_cast<std::chrono::seconds>(kStopWait).count());
+          waiting = true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
+      throw StartupError("ringfeedd for job '" + job + "' is " +
+                         (stopping ? "still stopping after " +
+                                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kStopWait)
+                                                            .count()) + " s"
+                                   : std::string("already running")) +
+                         " (pid " + pid + ", lock " + path + "); stop it first (ringfeedctl status " + job +
                          (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir) + ")");
     }
-    struct stat st {};
-    if (::fstat(fd_, &st) == 0) id_ = shm::FileId::Of(st);
-    const std::string pid = std::to_string(::getpid()) + "\n";
-    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, pid.data(), pid.size(), 0) < 0) {
-      spdlog::warn("cannot write the pid to {}: {}", path, std::strerror(errno));
+    if (waiting) spdlog::info("the previous ringfeedd has exited");
+    WriteContent(std::to_string(::getpid()) + "\n");
+  }
+  // Says in the file that this daemon is stopping (a daemon started now waits for it).
+  // Longer than the pid line it overwrites, so no truncation: a start reading it meanwhile
+  // never finds it empty.
+  void MarkStopping() const {
+    const std::string content = std::to_string(::getpid()) + " stopping\n";
+    if (::pwrite(fd_, content.data(), content.size(), 0) < 0) {
+      spdlog::warn("cannot write to {}: {}", path_, std::strerror(errno));
     }
   }
   // Removes the lock file's name, keeping the lock: a process that cannot finish exiting (a
@@ -166,6 +185,37 @@ class LockFile {
   shm::FileId id() const { return id_; }
 
  private:
+  // The longest a start waits for a stopping daemon: its stop's grace for storage, and then some.
+  static constexpr auto kStopWait = kStopGrace + std::chrono::seconds(3);
+
+  void Open() {
+    const std::string& path = path_;
+    // Not through a symbolic link, and only this user's regular file: the pid written below
+    // truncates it.
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd_ < 0 && errno == ELOOP) {
+      throw StartupError("the lock file " + path + " is a symbolic link: not followed (ringfeedd makes a regular "
+                         "file there); remove it",
+                         2);
+    }
+    if (fd_ < 0) throw StartupError("cannot open lock file " + path + ": " + std::strerror(errno));
+    if (struct stat st {}; ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
+      Close();
+      throw StartupError("the lock file " + path + " is not a regular file of this user (uid " +
+                             std::to_string(::geteuid()) + "): ringfeedd makes one there; remove it",
+                         2);
+    }
+  }
+  void Close() {
+    ::close(fd_);
+    fd_ = -1;
+  }
+  void WriteContent(const std::string& content) const {
+    if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, content.data(), content.size(), 0) < 0) {
+      spdlog::warn("cannot write the pid to {}: {}", path_, std::strerror(errno));
+    }
+  }
+
   std::string path_;
   int fd_ = -1;
   shm::FileId id_;
@@ -485,6 +535,7 @@ int RunDaemon(const DaemonOptions& options) {
     po.stream_buffer_bytes = start.stream_buffer_bytes;
     po.reader.reads_in_flight = static_cast<size_t>(start.reads_per_file);
     po.reader.buffer_bytes = static_cast<size_t>(plan.reader_buffer_bytes);
+    po.inflate_unplanned = !plan.inflate_planned;
     // A record past the start-up sample that the budget cannot hold is a too-large record.
     po.reader.max_record_bytes = plan.record_limit_bytes;
     po.reader.max_record_bytes_why = plan.record_limit_why;
@@ -952,6 +1003,7 @@ int RunDaemon(const DaemonOptions& options) {
 
     // Stop: consumers see kStopped with the reason (unless production already ended).
     notifier.Stopping();
+    lock.MarkStopping();
     names.Check();  // a change since the last tick is logged too
     pipeline->RequestStop(stop_reason);
     // A thread blocked in a read of storage that does not answer (a hung network mount) would

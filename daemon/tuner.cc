@@ -774,7 +774,10 @@ std::string Tuner::WhyNoRaise(const Signals& s) const {
   // A knob that cannot go up: why.
   const auto stuck = [&](Knob k, int64_t value, int64_t max) -> std::string {
     if (Fixed(k)) return Format("fixed by the config at %lld", LL(value));
-    if (value >= max) return Format("at their most (%lld)", LL(max));
+    if (value >= max) {
+      const std::string& why = k == kReaders ? limits_.max_readers_why : std::string();
+      return Format("at their most (%lld%s)", LL(max), why.empty() ? "" : (": " + why).c_str());
+    }
     if (now_seconds_ < hold_[k].raise_until) {
       return Format("held off for %.0f s more (the last raise did not pay)", hold_[k].raise_until - now_seconds_);
     }

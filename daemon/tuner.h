@@ -157,6 +157,9 @@ struct TunerLimits {
   int64_t max_open_files = 0;           // files there are to open (the shard's); 0: no cap. Open files =
                                         // min(open_files_base + readers, max_open_files), as in the memory plan
   int64_t max_readers = 16;
+  // Why max_readers is what it is, for status ("readers at their most (1: the shard has 1
+  // file)"); empty: no reason given.
+  std::string max_readers_why;
   int64_t max_workers = 16;
   int64_t max_prefetch = 16;            // ring slots available for prefetch (fixed at start)
   uint64_t min_stream_buffer_bytes = 256u << 10;

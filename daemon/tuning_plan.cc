@@ -178,6 +178,7 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   bool counting = count_to > 1 && file_bytes && file_bytes->total <= kCountFileBytes;
   uint64_t kept = 0;  // records of the shard counted so far
   const auto sampling = [&] { return records < kSampleRecords && bytes < kSampleBytes; };
+  size_t plain_files = 0;  // opened and found plain (compression: auto)
   for (uint32_t f : shard_files) {
     if (!sampling() && !counting) break;
     TFRecordReader reader(files[f], options);
@@ -219,8 +220,12 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
       bytes += record.data.size();
       sample.largest_bytes = std::max<uint64_t>(sample.largest_bytes, record.data.size());
     }
+    // Detected at the first Next(), which the loop above always makes.
+    if (reader.compression() == Compression::kNone) ++plain_files;
   }
   if (counting) sample.shard_records = kept;
+  sample.every_file_plain = config.source.compression == Compression::kAuto && !shard_files.empty() &&
+                            plain_files == shard_files.size();
   // Slots for batches of `rows` rows: from the mean record (x 1.5, plus the largest), and for
   // the largest `rows` sampled records together, at least the former.
   const auto pages = [](uint64_t bytes) { return (bytes + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes; };
@@ -443,14 +448,14 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     // Memory plan: what is left after the fixed parts is the read-ahead.
     mi = MemoryInputs{};
     mi.budget_bytes = at.memory_budget_bytes;
-    mi.budget_source = pc.memory_budget ? "pipeline.memory_budget" : "pipeline.memory_budget (default)";
+    mi.budget_source = pc.memory_budget ? "pipeline.memory_budget" : "the auto pipeline.memory_budget";
     mi.ring_segment_bytes = plan.geometry.segment_bytes;
     mi.ring_slots = plan.slot_count;
     mi.ring_slot_bytes = plan.geometry.slot_stride;
     mi.baseline_private_rss_bytes = baseline_private_rss;
     mi.cycle_length = pc.cycle_length;
     mi.files = shard_files;
-    mi.compressed = config.source.compression != Compression::kNone;
+    mi.compressed = config.source.compression != Compression::kNone && !sample.every_file_plain;
     mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
     mi.reader_buffer_bytes = plan.reader_buffer_bytes;
     if (plan.reader_buffer_bytes < ReaderOptions{}.buffer_bytes && sample.largest_file_bytes) {
@@ -475,6 +480,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     if (config.source.on_error == OnError::kSkip) mi.reader_check_bytes = 2 * sample.largest_row_bytes;
     try {
       plan.memory = PlanMemory(mi);  // throws BudgetError with the arithmetic
+      plan.inflate_planned = mi.compressed;
       // /dev/shm (a container's is 64 MiB by default) that cannot hold the ring: fewer auto
       // prefetch slots, then auto slots of the mean's size. Beyond that, creating the segment
       // names what is short.
@@ -591,6 +597,13 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
                        (caps.size() > 1 ? " and " + caps[1] : "") +
                        ": the autotuner stays within that";
     }
+  }
+  if (!pc.readers) {
+    limits.max_readers_why =
+        limits.max_readers < auto_max_readers ? "what " + mi.budget_source + " holds"
+        : auto_max_readers >= kMaxAutoReaders ? "the most auto readers"
+        : auto_max_readers == 1               ? "the shard has 1 file"
+                                              : "one per file of the shard";
   }
   limits.read_ahead_budget_bytes = plan.memory.read_ahead_bytes;
   // Read-ahead per open file: 1 MiB, the size of a reader's own reads, is as deep as it goes

@@ -66,6 +66,11 @@ struct RecordSample {
   // stat(); nullopt when one cannot be stat()ed. It bounds the readers' buffers
   // (ReaderBufferBytes).
   std::optional<uint64_t> largest_file_bytes;
+  // compression: auto only: every file of the shard was opened by the sample and found plain
+  // (TFRecordReader::compression() kNone), so the memory plan charges no decompression
+  // buffers. False where a file was compressed or not reached (the sample stops at
+  // kSampleRecords records unless it counts the shard's records): a later file may be GZIP.
+  bool every_file_plain = false;
 };
 
 // The size of the readers' window and compressed-input buffer (ReaderOptions::buffer_bytes,
@@ -190,6 +195,10 @@ struct TuningPlan {
   // ReaderBufferBytes(sample): the readers' ReaderOptions::buffer_bytes, as the memory plan
   // counts it.
   uint64_t reader_buffer_bytes = 0;
+  // The memory plan charges decompression buffers (MemoryInputs::compressed): not under
+  // compression: auto where every file was found plain at start (RecordSample::
+  // every_file_plain). ringfeedd warns when a file turns out compressed then.
+  bool inflate_planned = true;
   // Auto readers or workers capped below their usual most because the memory budget holds no
   // more ("pipeline.memory_budget 24.0 MiB holds at most 3 readers (of 16): ..."); empty when
   // none is. ringfeedd logs it at start; `ringfeedctl check` prints it.

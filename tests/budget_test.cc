@@ -628,8 +628,9 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       "records assumed: 2/3 of the mean) = 2.3 MiB (the budget leaves 0 B)\n",
       // fixed without margin 107'793'408 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
       "  needed at least 113.1 MiB (118623232 bytes: 105.1 MiB for the job + 8.0 MiB safety margin, which lowering "
-      "the job's parts does not shrink); raise pipeline.memory_budget to at least 114MiB or lower "
-      "ring.slots / ring.slot_bytes / batch.size (40.1 MiB) or shuffle.buffer (30.1 MiB; changes the batch order)",
+      "the job's parts does not shrink); raise pipeline.memory_budget to at least 114MiB, or lower the ring "
+      "(40.1 MiB: ring.slots, ring.slot_bytes or batch.size) or the shuffle buffer (30.1 MiB: shuffle.buffer; "
+      "changes the batch order)",
   };
   size_t at = 0;
   for (const std::string& line : lines) {
@@ -654,35 +655,38 @@ TEST_CASE("PlanMemory: the advice names only the parts that can go lower", "[pla
   in.max_workers = 8;
   const auto advice = [](const MemoryInputs& in) {
     const std::string message = PlanError(in);
-    return message.substr(message.find("MiB or lower ") + 4);
+    return message.substr(message.find("MiB, or lower ") + 5);
   };
   // Fixed readers (4) and workers (8), cycle_length 4: each can go lower.
-  CHECK(advice(in) == "or lower pipeline.cycle_length / pipeline.readers (17.8 MiB; cycle_length changes the batch order) or "
-        "pipeline.workers (12.0 MiB)");
+  CHECK(advice(in) == "or lower the open files (17.8 MiB: pipeline.cycle_length or pipeline.readers; cycle_length "
+                      "changes the batch order) or the parse workers (12.0 MiB: pipeline.workers)");
   // The same counts from auto knobs: only the tuner's reach, which PlanTuning lowers itself.
   in.readers_fixed = in.workers_fixed = false;
-  CHECK(advice(in) == "or lower pipeline.cycle_length (17.8 MiB; changes the batch order) or batch.size / ring.slots (591.0 KiB)");
+  CHECK(advice(in) == "or lower the open files (17.8 MiB: pipeline.cycle_length; changes the batch order) or the "
+                      "batches in flight (591.0 KiB: batch.size or ring.slots)");
   // Auto readers and workers at 1 (PlanTuning's last try).
   in.max_readers = in.max_workers = 1;
-  CHECK(advice(in) == "or lower pipeline.cycle_length (11.1 MiB; changes the batch order) or batch.size / ring.slots (591.0 KiB)");
+  CHECK(advice(in) == "or lower the open files (11.1 MiB: pipeline.cycle_length; changes the batch order) or the "
+                      "batches in flight (591.0 KiB: batch.size or ring.slots)");
   // Fixed at 1, and cycle_length 1: nothing of the open files or the workers to lower.
   in.readers_fixed = in.workers_fixed = true;
   in.cycle_length = 1;
-  CHECK(advice(in) == "or lower batch.size / ring.slots (591.0 KiB) or ring.slots / ring.slot_bytes / batch.size "
-                      "(192.0 KiB)");
+  CHECK(advice(in) == "or lower the batches in flight (591.0 KiB: batch.size or ring.slots) or the ring (192.0 KiB: "
+                      "ring.slots, ring.slot_bytes or batch.size)");
   // Fixed readers above 1 with cycle_length 1: the readers alone.
   in.max_readers = 3;
-  CHECK(advice(in) == "or lower pipeline.readers (8.9 MiB) or batch.size / ring.slots (591.0 KiB)");
+  CHECK(advice(in) == "or lower the open files (8.9 MiB: pipeline.readers) or the batches in flight (591.0 KiB: "
+                      "batch.size or ring.slots)");
 }
 
 TEST_CASE("PlanMemory: 'needed at least' is exact also when the 5% margin is the larger", "[plan]") {
   for (int64_t shuffle : {100'000, 1'000'000, 3'000'000}) {
     MemoryInputs in = ExampleInputs(64 * MiB);
     in.shuffle_buffer = shuffle;
-    in.budget_source = "pipeline.memory_budget (default)";
+    in.budget_source = "the auto pipeline.memory_budget";
     const std::string message = PlanError(in);
     INFO("shuffle.buffer " << shuffle << ": " << message);
-    REQUIRE(message.rfind("pipeline.memory_budget (default) 64.0 MiB is too small for this job:\n", 0) == 0);
+    REQUIRE(message.rfind("the auto pipeline.memory_budget 64.0 MiB is too small for this job:\n", 0) == 0);
     const uint64_t needed = NeededBytes(message);
     in.budget_bytes = needed;
     const MemoryPlan plan = PlanMemory(in);
@@ -704,7 +708,8 @@ TEST_CASE("PlanMemory: nonsense inputs are errors, huge ones saturate", "[plan]"
   in.mean_record_bytes = uint64_t{1} << 40;
   // No budget can hold 2^64 bytes: the advice is to lower the largest part, not a budget.
   CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("needed more than any memory budget can be (2^64 bytes or more); "
-                                                    "lower shuffle.buffer (16.0 EiB; changes the batch order)") &&
+                                                    "lower the shuffle buffer (16.0 EiB: shuffle.buffer; changes the batch "
+                                                    "order)") &&
                                         !Catch::Contains("raise pipeline.memory_budget"));
 }
 

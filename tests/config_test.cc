@@ -459,6 +459,19 @@ pipeline:
     CHECK(Load(head + "batch: {size: \"${RINGFEED_TEST_BATCH}\"}\n").batch.size == 64);
   }
 
+  SECTION("a variable where a list or a mapping goes: the error says variables give scalar text only") {
+    ScopedEnv shape("RINGFEED_TEST_SHAPE", "[28, 28]");
+    for (const std::string yaml : {"job: t\nsource: {files: [a]}\nfeatures:\n  x:\n    dtype: int64\n    shape: ${RINGFEED_TEST_SHAPE}\n",
+                                   "job: t\nsource: {files: [a]}\nfeatures: ${RINGFEED_TEST_SHAPE}\n"}) {
+      INFO(yaml);
+      CHECK_THROWS_WITH(Load(yaml), Catch::Contains("got a scalar '${RINGFEED_TEST_SHAPE}' (a ${...} variable gives "
+                                                    "text inside a scalar value, never a list or a mapping: write "
+                                                    "those in the file)"));
+    }
+    CHECK_THROWS_WITH(Load("job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: int64, shape: 28}\n"),
+                      !Catch::Contains("variable"));
+  }
+
   SECTION("keys are not substituted") {
     try {
       Load(std::string(kMinimal) + "${RINGFEED_TEST_JOB}: 1\n");
@@ -545,6 +558,14 @@ TEST_CASE("sizes in the config", "[config][size]") {
   CHECK_THROWS_WITH(load_max("2g"), Catch::Contains("did you mean 2GiB (2^30 bytes) or 2GB (10^9 bytes)?"));
   CHECK_THROWS_WITH(load_max("64Mi"), Catch::Contains("invalid size '64Mi'; did you mean 64MiB?; expected "));
   CHECK_THROWS_WITH(load_max("64Q"), !Catch::Contains("did you mean"));
+  // Well spelt but 2^64 bytes or more: said so, not a unit "did you mean" that repeats it.
+  for (const char* huge : {"20000000TB", "16777216TiB", "18446744073709551616", "99999999999999999999 KiB"}) {
+    INFO(huge);
+    CHECK_THROWS_WITH(load_max(huge), Catch::Contains("invalid size '" + std::string(huge) +
+                                                      "'; that is 2^64 bytes or more; expected ") &&
+                                          !Catch::Contains("did you mean"));
+  }
+  CHECK_THROWS_WITH(load_max("\"64 \""), !Catch::Contains("2^64"));
   CHECK_THROWS_WITH(load_max("MiB"), !Catch::Contains("did you mean"));
 }
 
@@ -629,6 +650,9 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        {"unknown key 'log_levl'", "did you mean 'log_level'?"}},
       {"typo in a nested key", kHead + "shuffle:\n  bufer: 10\n", 7, 3, "shuffle.bufer",
        {"unknown key 'bufer'", "known keys: files, buffer, seed", "did you mean 'buffer'?"}},
+      {"a typo next to a key it could be taken for: the missing key is suggested",
+       "job: t\nsource: {files: [a]}\nfeatures:\n  x: {type: varlen, dype: int64}\n", 4, 21, "features.x.dype",
+       {"unknown key 'dype'", "did you mean 'dtype'?"}},
       {"unknown key far from every known key", kHead + "pipeline:\n  turbo: true\n", 7, 3,
        "pipeline.turbo", {"unknown key 'turbo'; known keys: cycle_length, readers"}},
       {"wrong type: scalar for a mapping", kHead + "batch: 32\n", 6, 8, "batch",

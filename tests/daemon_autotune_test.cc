@@ -266,7 +266,7 @@ TEST_CASE("memory: the budget the error advises is enough, though ring.slots: au
   const std::string key = "raise pipeline.memory_budget to at least ";
   const size_t at = err.find(key);
   REQUIRE(at != std::string::npos);
-  const std::string advice = err.substr(at + key.size(), err.find(' ', at + key.size()) - at - key.size());
+  const std::string advice = err.substr(at + key.size(), err.find_first_of(" ,", at + key.size()) - at - key.size());
   REQUIRE(advice.ends_with("MiB"));
   // One step: the advised budget starts, and so does every larger one (the plan gives up
   // prefetch slots before it refuses a job, so more budget never fails where less fits), as
@@ -603,6 +603,21 @@ TEST_CASE("storage that stops answering: a stop names the blocked call and remov
 
   const auto stop = Clock::now();
   daemon.Kill(SIGTERM);
+  // The job started again meanwhile (over local files): the new daemon waits for the old one
+  // to go, instead of refusing it as "already running"; it goes at the grace's end.
+  REQUIRE(WaitUntil([&] { return ReadFile(daemon.lock_path()) == std::to_string(daemon.pid()) + " stopping\n"; }));
+  TempDir local;
+  WriteBlobFile(local.file("part-0.tfrecord"), 0, 20, 1 << 10);
+  DaemonProcess again(dir.path(), "hung",
+                      "job: hung\nsource: {files: [\"" + local.file("part-0.tfrecord") + "\"]}\nfeatures:\n" +
+                          BlobFeaturesYaml() + "batch: {size: 4}\nepochs: 0\n",
+                      "hung-again.yaml");
+  DaemonStart patient;
+  patient.timeout = std::chrono::seconds(20);
+  RINGFEED_REQUIRE_STARTED(again, patient);
+  CHECK_THAT(again.Stderr(), Catch::Contains("the job's previous ringfeedd (pid " + std::to_string(daemon.pid()) +
+                                             ") is stopping: waiting for it to exit (at most 8 s)") &&
+                                 Catch::Contains("the previous ringfeedd has exited"));
   REQUIRE(daemon.WaitForStderr("the storage does not answer", std::chrono::seconds(15)));
   const double took = std::chrono::duration<double>(Clock::now() - stop).count();
   const std::string err = daemon.Stderr();
@@ -611,10 +626,11 @@ TEST_CASE("storage that stops answering: a stop names the blocked call and remov
   CHECK(took < 10);
   CHECK_THAT(err, Catch::Contains("stopping: still blocked 5 s after the stop in "));
   CHECK_THAT(err, Catch::Contains(mount.path("part-").string()));
-  // Removed before the message was written.
-  CHECK(!std::filesystem::exists(daemon.segment_path()));
-  CHECK(!std::filesystem::exists(daemon.socket_path()));
-  CHECK(!std::filesystem::exists(daemon.lock_path()));  // a new ringfeedd may start while this one lingers
+  // Its segment, socket and lock were removed before the message was written: the new
+  // daemon, which started once the lock was gone, serves at the same names.
+  CHECK(ReadFile(daemon.lock_path()) == std::to_string(again.pid()) + "\n");
+  CHECK(again.Status()["pid"] == again.pid());
+  CHECK(std::filesystem::exists(again.segment_path()));
   // The process ends as soon as the kernel lets its blocked thread go (a FUSE request that
   // slowfs had already taken waits for its answer).
   ::kill(mount.pid(), SIGCONT);

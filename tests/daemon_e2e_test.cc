@@ -1146,3 +1146,42 @@ TEST_CASE("ringfeedctl dump of a job at the end of its data says so on stderr") 
     CHECK_THAT(r.err, Catch::Contains("is not a timeout: give seconds from 0.001 to 604800"));
   }
 }
+
+TEST_CASE("compression: auto over files all plain at start: a file rewritten as GZIP later is read, with a warning "
+          "that the plan did not count its buffers") {
+  TempDir dir;
+  WriteIdFile(dir.file("p-a.tfrecord"), 0, 10);
+  WriteIdFile(dir.file("p-b.tfrecord"), 10, 10);
+  DaemonProcess daemon(dir.path(), "turns-gzip",
+                       IdJobConfig("turns-gzip", dir.file("p-*.tfrecord"), "batch: {size: 5}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  // The same records, GZIP now; renamed over the old file, so a read in progress keeps the old one.
+  WriteIdFile(dir.file("gz.tmp"), 10, 10, Compression::kGzip);
+  std::filesystem::rename(dir.file("gz.tmp"), dir.file("p-b.tfrecord"));
+  auto client = Client::Attach(daemon.client_options());
+  std::multiset<int64_t> ids;  // of batches taken after the warning
+  bool warned = false;
+  const auto start = std::chrono::steady_clock::now();
+  while (ids.size() < 40 && std::chrono::steady_clock::now() - start < kEventually) {
+    Batch batch;
+    REQUIRE(client->Next(kEventually, &batch) == Client::Status::kBatch);
+    if (!warned) {
+      warned = daemon.Stderr().find("is compressed (gzip)") != std::string::npos;
+      continue;
+    }
+    for (int64_t id : BatchInfo::Of(batch).ids) ids.insert(id);
+  }
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  REQUIRE(warned);
+  CHECK_THAT(daemon.Stderr(),
+             Catch::Contains(dir.file("p-b.tfrecord") + " is compressed (gzip) though every file was plain when the "
+                             "job started (source.compression: auto): the memory plan counted no decompression "
+                             "buffers, so each compressed file open takes ") &&
+                 Catch::Contains("set source.compression: gzip to plan for them"));
+  // Warned once; the rewritten file's records keep coming, each epoch all 20.
+  const std::string err = daemon.Stderr();
+  CHECK(err.find("is compressed (gzip)") == err.rfind("is compressed (gzip)"));
+  REQUIRE(ids.size() >= 40);
+  for (int64_t id = 0; id < 20; ++id) CHECK(ids.count(id) >= 1);
+  daemon.Stop();
+}

@@ -1022,7 +1022,11 @@ TEST_CASE("ringfeedctl usage errors exit 2; --help exits 0") {
       {{"inspect", "--schema", "--bytes", "base64", "x"}, "--schema excludes --bytes"},
       {{"inspect", "--json", "x"}, "--json needs --count, --verify or --schema"},
       {{"inspect", "--compression", "bzip2", "x"}, "bzip2"},
-      {{"inspect", "--max-record-bytes", "1.5GiB", "x"}, "'1.5GiB' is not a size"},
+      {{"inspect", "--max-record-bytes", "1.5GiB", "x"},
+       "'1.5GiB' is not a size; sizes are whole numbers of their unit: 1.5GiB is 1536MiB; write a byte count"},
+      // The config's hints (config.md, sizes).
+      {{"inspect", "--max-record-bytes", "64M", "x"}, "'64M' is not a size; did you mean 64MiB (2^20 bytes) or 64MB"},
+      {{"inspect", "--max-record-bytes", "20000000TB", "x"}, "'20000000TB' is not a size; that is 2^64 bytes or more"},
       {{"inspect", "--limit", "0", "x"}, "'0' is not a positive integer"},
       {{"inspect", "--limit", "99999999999999999999", "x"},
        "'99999999999999999999' is out of range; at most 18446744073709551615"},

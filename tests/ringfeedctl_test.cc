@@ -236,6 +236,19 @@ TEST_CASE("status after production ended: the whole run's rates, and the tuner's
              Catch::Contains("throughput 5 records/s, 0.0 MB/s (last 10.0 s); 400 records/s, 0.0 MB/s overall\n"));
 }
 
+TEST_CASE("status: the readers' CPU in cores, from their busy time and its CPU share, not rounded to readers") {
+  const auto table = [](int readers, double busy, double cpu) {
+    return StatusTable(R"({"type":"status","job":"fake","state":"running","autotune":{"cpu_cores":0.9,)"
+                       R"("knobs":{"readers":)" + std::to_string(readers) + R"(},"limits":{"cpu_budget_cores":2},)"
+                       R"("measured":{"interval_seconds":0.5,"read_busy_fraction":)" + std::to_string(busy) +
+                       R"(,"read_cpu_fraction":)" + std::to_string(cpu) + "}}}");
+  };
+  // One reader 60% busy, half of it on the CPU: 0.30 cores (it said "1 on the CPU" before).
+  CHECK_THAT(table(1, 0.6, 0.5), Catch::Contains("); the reader uses 0.30 cores of that, waiting the rest of its time "
+                                                 "(for storage or for room to read ahead)\n"));
+  CHECK_THAT(table(4, 0.25, 0.1), Catch::Contains("); the 4 readers use 0.10 cores of that, waiting the rest"));
+}
+
 TEST_CASE("status says when its rates are the trainers' pace: production waited for a slot most of the interval") {
   const auto table = [](double slot_wait, double consumer_wait, int consumers) {
     return StatusTable(

@@ -754,6 +754,22 @@ TEST_CASE("consumers wait and nothing can be raised: the decision says why (stat
     CHECK(d.holding == "consumers waited 40%, parsing limits (workers 97% busy), but the workers are fixed by the "
                        "config at 1");
   }
+  SECTION("the reads limit, but the readers are at their most: the reason the plan gave, when it gave one") {
+    TunerLimits limits = Limits(6, 64 * MiB);
+    limits.max_readers = 1;
+    limits.max_reads_per_file = 1;
+    for (const std::string why : {"the shard has 1 file", ""}) {
+      limits.max_readers_why = why;
+      Tuner tuner(limits, one, {});
+      TunerObservation o = Obs(250, 0.40, 0.97, 0.90, 0.30, 0, 0.25, 1.2);
+      Measure(tuner, o);
+      const TunerDecision d = tuner.Observe(o);
+      CHECK(d.changes.empty());
+      INFO(d.holding);
+      CHECK_THAT(d.holding, Catch::EndsWith(why.empty() ? "but the readers are at their most (1)"
+                                                        : "but the readers are at their most (1: the shard has 1 file)"));
+    }
+  }
   SECTION("no stage saturated, workers short of a core: the cores are shared") {
     Tuner tuner(Limits(2, 64 * MiB), one, {});
     TunerObservation o = Obs(250, 0.90, 0.60, 0.10, 0.40, 0, 0.25, 1.16);

@@ -55,11 +55,15 @@ def _number(value, what: str, none: str = "", positive: bool = False) -> float:
     return value
 
 
+_FOREVER_SECONDS = 1e9  # longer waits are forever (the extension's kForeverSeconds)
+
+
 def _seconds(value: Optional[float], what: str) -> float:
-    """Seconds as the extension takes them: -1.0 for None (no limit)."""
+    """Seconds as the extension takes them: -1.0 for None, inf and above 1e9 (no limit)."""
     if value is None:
         return -1.0
-    return _number(value, what, none="None (wait forever) or ")
+    seconds = _number(value, what, none="None (wait forever) or ")
+    return -1.0 if seconds > _FOREVER_SECONDS else seconds
 
 
 class Client:
@@ -251,6 +255,7 @@ class Client:
 
     @property
     def timeout(self) -> Optional[float]:
+        """Seconds iteration waits for a batch; None: forever (also for ``inf`` and above 1e9)."""
         return None if self._timeout < 0 else self._timeout
 
     def _slots_region(self) -> Tuple[int, int]:

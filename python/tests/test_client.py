@@ -471,6 +471,13 @@ def test_timeout_and_gil_released_while_waiting(daemon_factory, tmp_path):
         del held_batches
 
 
+def test_timeout_property_is_none_for_every_wait_forever(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=4, epochs=0))
+    for timeout, expected in ((None, None), (float("inf"), None), (2e9, None), (1e9, 1e9), (0.5, 0.5), (0, 0.0)):
+        with d.client(timeout=timeout) as client:
+            assert client.timeout == expected, timeout
+
+
 def test_ctrl_c_while_waiting_raises_keyboard_interrupt(daemon_factory, tmp_path, sigint_after):
     d = daemon_factory(id_job(tmp_path, count=40, epochs=0, extra="ring: {slots: 2}\n"))
     with d.client(timeout=None) as client:

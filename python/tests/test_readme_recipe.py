@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -20,6 +21,14 @@ def readme_recipe() -> str:
     start = text.index(marker)
     match = re.compile(r"```python\n(.*?)```", re.S).search(text, start)
     assert match is not None, "no python block after the marker in README.md"
+    return match.group(1)
+
+
+def readme_job_config() -> str:
+    text = (REPO / "README.md").read_text()
+    start = text.index("<!-- python/tests/test_readme_recipe.py checks this config")
+    match = re.compile(r"```yaml\n(.*?)```", re.S).search(text, start)
+    assert match is not None, "no yaml block after the marker in README.md"
     return match.group(1)
 
 
@@ -59,3 +68,11 @@ def test_readme_tfrecord_recipe_round_trips(daemon_factory, tmp_path, monkeypatc
                 assert batch["weight"][r] == np.float32(i / 1000)
             seen += rows
     assert seen == 1000
+
+    # The README's job config (step 2) over the recipe's file: check --strict passes (every
+    # feature it names is in the records, their kinds and dtypes fit) and counts them all.
+    (tmp_path / "my-train.yaml").write_text(readme_job_config())
+    check = subprocess.run([str(daemon.ctl), "check", "--strict", "my-train.yaml"], capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "1000 records" in check.stdout, check.stdout
