@@ -30,6 +30,14 @@ class DaemonNotRunningError : public ClientError {
   std::string reason_;
 };
 
+// What Attach throws when this process may not connect to the job's control socket (EACCES:
+// the runtime directory's or the socket's mode, the daemon's permissions.group); the message
+// says which and the fix. The daemon is there: waiting (attach_timeout) does not help.
+class AccessDeniedError : public ClientError {
+ public:
+  using ClientError::ClientError;
+};
+
 // What Attach and files() throw when ClientOptions::interrupted said to stop waiting (a
 // binding's Ctrl-C): the wait was given up, nothing else went wrong.
 class ClientInterrupted : public ClientError {

@@ -178,6 +178,7 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
       } else {
         message += "; run this process as the daemon's user or as a member of the job's permissions.group (id -Gn)";
       }
+      throw AccessDeniedError(message);
     }
     throw ClientError(message);
   }

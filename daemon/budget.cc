@@ -833,6 +833,11 @@ std::string ThreadStartFailure(const std::system_error& error) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
     limits += "address space " + FormatBytes(limit.rlim_cur) + " (ulimit -v)";
+    // Each thread's stack is that large (glibc's default): a few large ones fill the space.
+    if (rlimit stack{}; ::getrlimit(RLIMIT_STACK, &stack) == 0 && stack.rlim_cur != RLIM_INFINITY &&
+        stack.rlim_cur > (uint64_t{64} << 20)) {
+      limits += ", of which each thread's stack takes " + FormatBytes(stack.rlim_cur) + " (ulimit -s)";
+    }
   }
   // RLIMIT_NPROC does not bind root.
   if (::geteuid() != 0 && ::getrlimit(RLIMIT_NPROC, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {

@@ -300,7 +300,9 @@ ControlServer::ControlServer(asio::io_context& io, std::string socket_path, mode
     throw std::runtime_error("control socket " + socket_path_ + ": that path is " + what +
                              ", where ringfeedd puts its socket; remove it (or use another runtime directory)");
   }
-  ::unlink(socket_path_.c_str());
+  if (::unlink(socket_path_.c_str()) == 0) {
+    spdlog::info("replaced the socket left at {} (its daemon is gone: this one holds the job's lock)", socket_path_);
+  }
   boost::system::error_code ec;
   acceptor_.open(stream_protocol(), ec);
   // Created with the final mode: no window in which another user could connect.

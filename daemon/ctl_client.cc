@@ -485,8 +485,9 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out) {
       // A daemon that answered with what ringfeedctl cannot use is reachable, but not listable.
       const bool answered = dynamic_cast<const ReplyError*>(&e) != nullptr;
       const bool gone = dynamic_cast<const DaemonGone*>(&e) != nullptr;
+      const bool denied = dynamic_cast<const AccessDeniedError*>(&e) != nullptr;
       std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(),
-                    answered ? "bad reply" : gone ? "gone" : "unreachable");
+                    answered ? "bad reply" : gone ? "gone" : denied ? "denied" : "unreachable");
       out << line << " " << e.what() << "\n";
     }
   }
@@ -528,7 +529,7 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
   // The CPU the daemon used over the tuner's last interval; none before its first one ends.
   if (measured) {
     std::snprintf(buf, sizeof buf,
-                  "           CPU%s: %.2f of %.3g cores (cpu_budget: %s); %s %.2f cores of that, waiting the rest "
+                  "           CPU%s: %.2f of %g cores (cpu_budget: %s); %s %.2f cores of that, waiting the rest "
                   "of %s time (for storage or for room to read ahead)\n",
                   running ? "" : (" (the last " + FineSeconds(m.Number("interval_seconds")) + " of production)").c_str(),
                   a.Number("cpu_cores"),
@@ -537,7 +538,7 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
                   static_cast<double>(readers) * m.Number("read_busy_fraction") * m.Number("read_cpu_fraction"),
                   readers == 1 ? "its" : "their");
   } else {
-    std::snprintf(buf, sizeof buf, "           CPU: not measured %s; cpu_budget %.3g cores (%s)\n",
+    std::snprintf(buf, sizeof buf, "           CPU: not measured %s; cpu_budget %g cores (%s)\n",
                   running ? "yet (the tuner's first interval has not ended)"
                           : "(production ended before it made a record)",
                   limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str());

@@ -449,8 +449,9 @@ Command AddListCommand(CLI::App& parent) {
   cmd->footer(
       "One line per job: JOB, STATE, PID, UPTIME, RECORDS/S (last 10 s), CONSUMERS; a job found in a\n"
       "subdirectory ends with \"(in DIR)\"; a socket left by a daemon that is gone (killed, crashed)\n"
-      "shows as gone, with its pid, one whose daemon does not answer as unreachable, one whose daemon\n"
-      "answers with what ringfeedctl cannot read as bad reply, each with the reason.\n"
+      "shows as gone, with its pid, one whose daemon does not answer as unreachable, one this user may\n"
+      "not connect to as denied, one whose daemon answers with what ringfeedctl cannot read as bad\n"
+      "reply, each with the reason.\n"
       "Only that directory is looked in: a daemon started with another runtime directory (its\n"
       "RINGFEED_RUNTIME_DIR or --runtime-dir, another user's default) is listed with --runtime-dir DIR.\n"
       "Exit status 0: listed (none when the runtime directory does not exist), 1: the runtime directory\n"

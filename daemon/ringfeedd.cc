@@ -221,6 +221,35 @@ class LockFile {
   shm::FileId id_;
 };
 
+// A stop (SIGINT, SIGTERM, SIGHUP) before the segment is made (listing and sampling the files,
+// which on slow storage takes a while): the process ends at once, exit status 0, as for a
+// stop later, removing the one thing it made, the lock file. Async-signal-safe: lstat,
+// unlink, write, _exit. From the point where RunDaemon blocks those signals, asio's
+// signal_set takes them over.
+struct EarlyStop {
+  static inline char lock_path[4096] = {};
+  static inline shm::FileId lock_id;
+
+  static void Arm(const std::string& path, shm::FileId id) {
+    if (path.size() >= sizeof lock_path) return;  // the default action then: the lock file stays
+    std::memcpy(lock_path, path.c_str(), path.size() + 1);
+    lock_id = id;
+    struct sigaction action {};
+    action.sa_handler = OnStop;
+    sigemptyset(&action.sa_mask);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+  }
+  static void OnStop(int signal) {
+    shm::UnlinkIfSame(lock_path, lock_id);
+    const char* const name = signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
+    for (const char* part : {"[info] ringfeedd: stopped by ", name,
+                             " during start-up (listing or sampling the files, before the ring was made)\n"}) {
+      if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
+    }
+    ::_exit(0);
+  }
+};
+
 uint64_t RandomId() {
   uint64_t id = 0;
   if (::getrandom(&id, sizeof id, 0) != sizeof id) {
@@ -458,11 +487,19 @@ int RunDaemon(const DaemonOptions& options) {
     if (runtime_dir == shm::FallbackRuntimeDir()) ::mkdir(runtime_dir.c_str(), 0755);
     std::error_code ec;
     std::filesystem::create_directories(runtime_dir, ec);
-    if (ec) throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message());
+    if (ec) {
+      // Permissions, a file in the way, a read-only file system: no restart mends those (exit 2,
+      // not retried by the unit); no space or an I/O error may pass (exit 1).
+      const bool lasting = ec == std::errc::permission_denied || ec == std::errc::not_a_directory ||
+                           ec == std::errc::read_only_file_system || ec == std::errc::file_exists ||
+                           ec == std::errc::operation_not_permitted || ec == std::errc::filename_too_long;
+      throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message(), lasting ? 2 : 1);
+    }
     if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {
       throw StartupError(problem, 2);
     }
     LockFile lock(runtime_dir, config.job);
+    EarlyStop::Arm(lock.path(), lock.id());
 
     // 2. Files, parser, geometry.
     std::vector<std::string> files;
@@ -564,7 +601,7 @@ int RunDaemon(const DaemonOptions& options) {
       return OverBudgetWarning(memory, MemoryInUse{PrivateRssBytes(), segment, records, bytes}, buffer);
     };
     spdlog::debug("{}", plan.memory.Describe());
-    spdlog::info("cpu_budget {:.3g} cores ({}): the CPU the daemon's threads may use together",
+    spdlog::info("cpu_budget {} cores ({}): the CPU the daemon's threads may use together",
                  plan.autotune.cpu_budget_cores, plan.autotune.cpu_budget_source);
 
     // 3. Segment.
@@ -592,8 +629,8 @@ int RunDaemon(const DaemonOptions& options) {
     // wait (blocked) until their handlers are in place: a stop
     // while the ring is reserved (`systemctl stop` during the start of a large ring) then
     // stops cleanly once start-up is done and the segment is removed, where the default action
-    // left it in /dev/shm. Before this point nothing needs cleaning up, and a stop during a
-    // slow file listing or sampling ends the process at once. Every thread started from here
+    // left it in /dev/shm. Before this point only the lock file needs cleaning up, and a stop
+    // during a slow file listing or sampling ends the process at once (EarlyStop). Every thread started from here
     // inherits the mask, so the signals reach this thread alone, which unblocks them once
     // asio's signal_set listens and start-up is done. (Not restored on a start-up error:
     // ringfeedd exits then.)
@@ -605,9 +642,10 @@ int RunDaemon(const DaemonOptions& options) {
     // A ring larger than all of /dev/shm needs an operator, as a config error does: exit 2,
     // which the unit does not retry. Too little free space may pass (another job's segment, or
     // one trainers still map after a crash), as may other errors: exit 1, retried.
+    std::string replaced;
     shm::Segment segment = [&] {
       try {
-        return shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group);
+        return shm::Segment::Create(segment_name, geometry.segment_bytes, mode, group, &replaced);
       } catch (const shm::SegmentNameTakenError& e) {
         throw StartupError(e.what(), 2);  // needs an operator: not retried
       } catch (const shm::ShmError& e) {
@@ -620,6 +658,13 @@ int RunDaemon(const DaemonOptions& options) {
         throw StartupError(e.what(), 1);
       }
     }();
+    if (!replaced.empty()) {
+      // The lock is this daemon's: no live daemon of the job made it. Most often the segment of
+      // one that was killed (SIGKILL, OOM killer) or lost its power.
+      spdlog::warn("replaced what was at {}: {} (left by a daemon of this job that did not stop cleanly, or made "
+                   "by another process)",
+                   shm::Segment::Path(segment_name), replaced);
+    }
     // Every way out removes the segment's name, unless it names another file by then.
     struct SegmentRemover {
       std::string path;
@@ -628,7 +673,8 @@ int RunDaemon(const DaemonOptions& options) {
     } remover{shm::Segment::Path(segment_name), segment.file_id()};
     // A segment truncated under the daemon (by a process that may write it) ends it with a
     // message instead of a silent SIGBUS.
-    SegmentGuard segment_guard(segment.data(), segment.size(), segment_name, segment.file_id(), socket_path);
+    SegmentGuard segment_guard(segment.data(), segment.size(), segment_name, segment.file_id(), socket_path,
+                               lock.path(), lock.id());
     shm::Superblock* sb = segment.superblock();
     const uint64_t instance_id = RandomId();
     RingSetup setup;

@@ -1,6 +1,10 @@
 // ringfeedd: the ringfeed loader daemon, one per job. See daemon/ringfeedd.h and
 // docs/operations.md.
+#include <sys/stat.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 #include <string_view>
 
@@ -24,7 +28,16 @@ int main(int argc, char** argv) {
       "ringfeedd");
   app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
       ->required()
-      ->check(CLI::ExistingFile)
+      // Not CLI::ExistingFile, which says "File does not exist" for a file this user may not
+      // read (a 0600 config of another user): the system's reason, as for any open.
+      ->check(CLI::Validator(
+          [](std::string& path) -> std::string {
+            struct stat st {};
+            if (::stat(path.c_str(), &st) != 0) return "cannot read " + path + ": " + std::strerror(errno);
+            if (S_ISDIR(st.st_mode)) return path + " is a directory, not a config file";
+            return "";
+          },
+          "FILE"))
       ->option_text("FILE REQUIRED");
   app.add_option("--log-level", options.log_level, "Overrides the config's log_level")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))

@@ -17,8 +17,10 @@ struct GuardState {
   char segment_name[256] = {};  // "/ringfeed.<job>.<hash>", for the message
   char segment_file[272] = {};  // "/dev/shm" + name: unlink() is async-signal-safe, shm_unlink is not listed
   char socket_path[4096] = {};
+  char lock_path[4096] = {};
   shm::FileId segment_id;  // the files to remove: only while the names still refer to them
   shm::FileId socket_id;   // {} until the socket is bound
+  shm::FileId lock_id;
   struct sigaction previous {};  // the action before the guard, for faults that are not ours
 };
 GuardState g_state;
@@ -57,29 +59,36 @@ void OnSigbus(int signal, siginfo_t* info, void*) {
     if (info->si_code <= 0) ::raise(signal);
     return;
   }
-  Write("ringfeedd: the shared-memory segment ");
+  // "[error]" as the log's own lines have it (no time: formatting one is not async-signal-safe).
+  Write("[error] ringfeedd: the shared-memory segment ");
   Write(g_state.segment_name);
   Write(" was truncated by another process (an access at byte ");
   WriteNumber(static_cast<uint64_t>(addr - g_state.base));
   Write(" of ");
   WriteNumber(g_state.bytes);
-  Write(" failed with SIGBUS); stopping: consumers get an error, start the job again\n");
+  Write(" failed with SIGBUS); stopping, its socket, segment and lock file removed: trainers mapping it may die of "
+        "SIGBUS too, the others get an error; start the job again\n");
   shm::UnlinkIfSame(g_state.socket_path, g_state.socket_id);
   shm::UnlinkIfSame(g_state.segment_file, g_state.segment_id);
+  shm::UnlinkIfSame(g_state.lock_path, g_state.lock_id);
   ::_exit(1);
 }
 
 }  // namespace
 
 SegmentGuard::SegmentGuard(const void* base, uint64_t bytes, const std::string& segment_name,
-                           shm::FileId segment_id, const std::string& socket_path) {
+                           shm::FileId segment_id, const std::string& socket_path, const std::string& lock_path,
+                           shm::FileId lock_id) {
   const std::string segment_file = "/dev/shm" + segment_name;  // where glibc's shm_open puts it
-  if (segment_file.size() >= sizeof g_state.segment_file || socket_path.size() >= sizeof g_state.socket_path) {
-    throw std::runtime_error("SegmentGuard: segment name or socket path too long");
+  if (segment_file.size() >= sizeof g_state.segment_file || socket_path.size() >= sizeof g_state.socket_path ||
+      lock_path.size() >= sizeof g_state.lock_path) {
+    throw std::runtime_error("SegmentGuard: segment name, socket or lock path too long");
   }
   std::memcpy(g_state.segment_name, segment_name.c_str(), segment_name.size() + 1);
   std::memcpy(g_state.segment_file, segment_file.c_str(), segment_file.size() + 1);
   std::memcpy(g_state.socket_path, socket_path.c_str(), socket_path.size() + 1);
+  std::memcpy(g_state.lock_path, lock_path.c_str(), lock_path.size() + 1);
+  g_state.lock_id = lock_id;
   g_state.segment_id = segment_id;
   g_state.socket_id = {};
   g_state.bytes = bytes;

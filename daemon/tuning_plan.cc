@@ -309,6 +309,15 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
                               "can keep " + std::to_string(*pc.workers) +
                               " cores busy; pipeline.workers: auto stays within the budget";
   }
+  if (pc.cpu_budget && machine.cores > 0 && *pc.cpu_budget > machine.cores) {
+    // Allowed (the budget is a cap), but it caps nothing: the tuner may add threads the
+    // process gets no core for, as the memory budget above the memory limit protects nothing.
+    char cores[64];
+    std::snprintf(cores, sizeof cores, "%g cores is more than the %g", *pc.cpu_budget, machine.cores);
+    const std::string over = std::string("pipeline.cpu_budget ") + cores + " this process may use (" +
+                             machine.source + "): it does not keep the tuner within what the process gets";
+    plan.cpu_budget_warning = plan.cpu_budget_warning.empty() ? over : plan.cpu_budget_warning + "; " + over;
+  }
   const MemoryBudgetDefault mem = DefaultMemoryBudget();
   if (pc.memory_budget) {
     at.memory_budget_bytes = *pc.memory_budget;

@@ -158,7 +158,10 @@ std::string DirectoryOf(const std::string& path) {
 std::string RuntimeDirProblem(const std::string& runtime_dir) {
   const std::string fix = "; use a directory of this user's (--runtime-dir, RINGFEED_RUNTIME_DIR)";
   if (const std::string foreign = ForeignFallback(); !foreign.empty() && Within(runtime_dir, FallbackRuntimeDir())) {
-    return "the runtime directory " + runtime_dir + " is in " + foreign +
+    // "... /tmp/ringfeed-U is this user's fallback ..." for the fallback itself, "... is in /tmp/ringfeed-U, ..." below it.
+    const std::string fallback = FallbackRuntimeDir();
+    return "the runtime directory " + runtime_dir +
+           (runtime_dir == fallback ? " is " + foreign.substr(fallback.size() + 2) : " is in " + foreign) +
            ": that user could replace the job's socket and lock file and so take its trainers (remove it as root)" +
            fix;
   }

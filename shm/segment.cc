@@ -9,6 +9,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <utility>
 
 namespace ringfeed::shm {
@@ -110,7 +111,17 @@ Segment& Segment::operator=(Segment&& other) noexcept {
 }
 
 Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t mode,
-                        std::optional<gid_t> group) {
+                        std::optional<gid_t> group, std::string* replaced) {
+  const std::string path = std::string(kShmDir) + name;
+  // A directory of that name is nobody's segment: not removed (shm_unlink would fail on it
+  // anyway), and no restart makes it go.
+  struct stat before {};
+  const bool existed = ::lstat(path.c_str(), &before) == 0;
+  if (existed && S_ISDIR(before.st_mode)) {
+    throw SegmentNameTakenError("shared memory: cannot create segment " + name + " in " + kShmDir + ": " + path +
+                                " is a directory (uid " + std::to_string(before.st_uid) +
+                                "), not a segment; remove it, or use another runtime directory");
+  }
   bip::shared_memory_object::remove(name.c_str());
   bip::shared_memory_object object;
   try {
@@ -118,7 +129,6 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
                                        bip::permissions(mode));
   } catch (const bip::interprocess_exception& e) {
     // A name still there after the remove above is a file this user may not remove.
-    const std::string path = std::string(kShmDir) + name;
     if (struct stat st {}; ::lstat(path.c_str(), &st) == 0 && st.st_uid != ::geteuid()) {
       throw SegmentNameTakenError("shared memory: cannot create segment " + name + " in " + kShmDir + ": " +
                                   path + " exists and belongs to uid " + std::to_string(st.st_uid) +
@@ -172,6 +182,18 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
 #ifdef MADV_POPULATE_WRITE
     ::madvise(region.get_address(), segment_bytes, MADV_POPULATE_WRITE);
 #endif
+    if (replaced != nullptr) {
+      replaced->clear();
+      if (existed) {
+        char when[64] = {};
+        struct tm utc {};
+        if (::gmtime_r(&before.st_mtime, &utc) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &utc);
+        *replaced = std::string(S_ISREG(before.st_mode) ? "a file of " + std::to_string(before.st_size) + " bytes"
+                                : S_ISLNK(before.st_mode) ? std::string("a symbolic link")
+                                                          : std::string("a special file")) +
+                    ", uid " + std::to_string(before.st_uid) + ", modified " + when;
+      }
+    }
     return Segment(name, std::move(region), FileId::Of(st));
   } catch (const bip::interprocess_exception& e) {
     fail("shared memory: cannot map segment " + name + " (" + std::to_string(segment_bytes) +

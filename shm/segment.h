@@ -59,9 +59,12 @@ class Segment {
   // zero-filled and fully reserved, replacing a stale one of that name (the caller has made
   // sure no live daemon owns it). Permissions: `mode` (0600 by default); with `group`, the
   // segment's group is set to it and the mode should allow the group (0660). Throws ShmError
-  // — e.g. when /dev/shm has too little free space, after removing what it created.
+  // — e.g. when /dev/shm has too little free space, after removing what it created — and
+  // SegmentNameTakenError when the name is held by what this user may not or should not
+  // remove (another user's file, a directory). `replaced`, when given: what was removed to make
+  // room ("a file of 925696 bytes, uid 0, modified 2026-12-05 18:31:02 UTC"), or "".
   static Segment Create(const std::string& name, uint64_t segment_bytes, mode_t mode = 0600,
-                        std::optional<gid_t> group = std::nullopt);
+                        std::optional<gid_t> group = std::nullopt, std::string* replaced = nullptr);
 
   // Opens the existing segment `name` read-write and maps all of it. Throws SegmentMissingError
   // (a ShmError) when it does not exist ("is ringfeedd running for job X?"), ShmError when it

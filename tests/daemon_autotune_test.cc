@@ -571,6 +571,38 @@ TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gain
   daemon.Stop();
 }
 
+TEST_CASE("a stop while start-up lists and samples files on slow storage: exit 0 at once, the lock file removed",
+          "[slowfs]") {
+  TempDir source;
+  for (int f = 0; f < 4; ++f) WriteBlobFile(source.file("part-" + std::to_string(f) + ".tfrecord"), f * 200, 200, 16 << 10);
+  SlowMount mount(source.path().string(), {"--latency-ms=400"});
+  if (!mount.mounted()) {
+    mount.PrintSkip();
+    return;
+  }
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), "early-stop",
+                       "job: early-stop\nsource: {files: [\"" + mount.path("part-*.tfrecord").string() +
+                           "\"]}\nfeatures:\n" + BlobFeaturesYaml() + "batch: {size: 16}\n");
+  DaemonStart brief;
+  brief.timeout = std::chrono::milliseconds(300);
+  REQUIRE_FALSE(daemon.Start(brief));  // still sampling: 400 ms a read
+  REQUIRE(daemon.running());
+  REQUIRE(WaitUntil([&] { return ReadFile(daemon.lock_path()) == std::to_string(daemon.pid()) + "\n"; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  REQUIRE_FALSE(std::filesystem::exists(daemon.socket_path()));  // the ring and socket are not made yet
+  const auto stop = Clock::now();
+  daemon.Kill(SIGTERM);
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO(daemon.Stderr());
+  CHECK(status->ToString() == "exit 0");
+  CHECK(Clock::now() - stop < std::chrono::seconds(2));
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("[info] ringfeedd: stopped by SIGTERM during start-up (listing or "
+                                              "sampling the files, before the ring was made)"));
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
+}
+
 TEST_CASE("storage that stops answering: a stop names the blocked call and removes the segment within 5 s",
           "[slowfs]") {
   TempDir source;

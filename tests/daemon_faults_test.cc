@@ -416,6 +416,12 @@ TEST_CASE("the daemon dies while a consumer waits in Next: Next throws within 2 
     INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << again.Stderr());
     CHECK(report.end == "end");
     CHECK(Ids(report.batches) == Iota(0, 26));
+    // Both replacements are logged: a leftover segment says what it was.
+    CHECK_THAT(again.Stderr(), Catch::Contains("[warning] replaced what was at " + again.segment_path() +
+                                               ": a file of ") &&
+                                   Catch::Contains(" bytes, uid " + std::to_string(::geteuid()) + ", modified ") &&
+                                   Catch::Contains("(left by a daemon of this job that did not stop cleanly") &&
+                                   Catch::Contains("replaced the socket left at " + again.socket_path()));
     CHECK(again.Stop().ToString() == "exit 0");
     CHECK_FALSE(std::filesystem::exists(again.segment_path()));
     CHECK_FALSE(std::filesystem::exists(again.socket_path()));
@@ -1642,6 +1648,38 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("a directory where the segment goes: refused with exit 2 (a restart would not help), naming it") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "shmdir", IdJobConfig("shmdir", dir.file("data.tfrecord")));
+  std::filesystem::create_directories(daemon.runtime_dir());  // its identity names the segment
+  REQUIRE(std::filesystem::create_directory(daemon.segment_path()));
+  struct Remove {
+    std::string path;
+    ~Remove() { std::filesystem::remove(path); }
+  } remove{daemon.segment_path()};
+  REQUIRE_FALSE(daemon.Start());
+  INFO(daemon.Stderr());
+  REQUIRE(daemon.exit_status());
+  CHECK(daemon.exit_status()->ToString() == "exit 2");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains(daemon.segment_path() + " is a directory (uid ") &&
+                                  Catch::Contains("), not a segment; remove it, or use another runtime directory"));
+  CHECK(std::filesystem::is_directory(daemon.segment_path()));  // not ringfeedd's to remove
+}
+
+TEST_CASE("a runtime directory that cannot be made for a lasting reason: exit 2, which the unit does not retry") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  WriteFile(dir.file("job.yaml"), IdJobConfig("rundir", dir.file("data.tfrecord")));
+  WriteFile(dir.file("a-file"), "x");
+  const CommandResult r =
+      RunCommand({DaemonBinary(), "--config", dir.file("job.yaml"), "--runtime-dir", dir.file("a-file") + "/run"});
+  INFO(r.err);
+  CHECK(r.status.ToString() == "exit 2");
+  CHECK_THAT(r.err, Catch::Contains("cannot create the runtime directory " + dir.file("a-file") + "/run: Not a "
+                                    "directory"));
+}
+
 TEST_CASE("the segment truncated under the daemon: it says so, removes socket and segment, exits 1") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
@@ -1653,11 +1691,13 @@ TEST_CASE("the segment truncated under the daemon: it says so, removes socket an
   REQUIRE(status);
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
   CHECK(status->ToString() == "exit 1");
-  CHECK_THAT(daemon.Stderr(), Catch::Contains("ringfeedd: the shared-memory segment /ringfeed.truncated.") &&
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("[error] ringfeedd: the shared-memory segment /ringfeed.truncated.") &&
                                   Catch::Contains("was truncated by another process (an access at byte ") &&
-                                  Catch::Contains("failed with SIGBUS); stopping"));
+                                  Catch::Contains("failed with SIGBUS); stopping, its socket, segment and lock file "
+                                                  "removed: trainers mapping it may die of SIGBUS too"));
   CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
   CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
 }
 
 TEST_CASE("the segment removed under the daemon: logged, attached trainers go on, a new one is told why") {
@@ -1917,7 +1957,8 @@ TEST_CASE("another user's runtime directory or segment name: the daemon refuses 
   const CommandResult own = RunCommand(as(user, {DaemonBinary(), "--config", dir.file("victim.yaml")}));
   INFO(own.err);
   CHECK(own.status.ToString() == "exit 2");
-  CHECK_THAT(own.err, Catch::Contains("the runtime directory " + fallback + " is in " + foreign));
+  CHECK_THAT(own.err, Catch::Contains("the runtime directory " + fallback + " is this user's fallback runtime "
+                                      "directory, which uid 65534 created: that user could replace"));
 
   // The other user's ringfeedd, its socket opened to all: the user's ringfeedctl (a client)
   // refuses it, found one level down or named.

@@ -473,6 +473,15 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
                            ": Permission denied (the directory " + dir.path().string() +
                            " above it does not let this user in (owned by uid 0, mode 0700); ask its owner to let "
                            "this user through (chmod o+x " + dir.path().string() + "))\n");
+    // The way open, the socket (root's, not writable by nobody) not: listed as denied, not as a
+    // daemon that does not answer.
+    ::chmod(fake.socket.c_str(), 0755);
+    const CommandResult denied = ctl({"list"});
+    INFO("list of a socket this user may not connect to:\n" << denied.out << denied.err);
+    CHECK(denied.status.ToString() == "exit 0");
+    CHECK_THAT(denied.out, Catch::Contains(ListLine(kJob, "denied")) &&
+                               Catch::Contains("run this process as the daemon's user or as a member of the job's "
+                                               "permissions.group"));
   }
 
   // A runtime directory that does not exist still lists no jobs (exit 0).
@@ -790,6 +799,15 @@ TEST_CASE("ringfeedd JOB.yaml without --config: a usage error that gives the com
   const CommandResult level = RunCommand({DaemonBinary(), "--config", "/dev/null", "--log-level", "verbose"});
   CHECK(level.status.ToString() == "exit 2");
   CHECK_THAT(level.err, Catch::StartsWith("ringfeedd: --log-level: verbose not in {"));
+  // A config that cannot be read: the system's reason (CLI11's own check said "File does not
+  // exist" for one this user may not read), and a directory named as one.
+  const CommandResult missing = RunCommand({DaemonBinary(), "--config", "/nonexistent/job.yaml"});
+  CHECK(missing.status.ToString() == "exit 2");
+  CHECK_THAT(missing.err, Catch::StartsWith("ringfeedd: --config: cannot read /nonexistent/job.yaml: No such file or "
+                                            "directory"));
+  const CommandResult directory = RunCommand({DaemonBinary(), "--config", "/tmp"});
+  CHECK(directory.status.ToString() == "exit 2");
+  CHECK_THAT(directory.err, Catch::StartsWith("ringfeedd: --config: /tmp is a directory, not a config file"));
   // An unknown option is named, not the required one it came without (CLI11 checks those first).
   const CommandResult unknown = RunCommand({DaemonBinary(), "-x"});
   CHECK(unknown.status.ToString() == "exit 2");
