@@ -93,12 +93,16 @@ std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::str
     return text;
   };
   const std::string lock = read_file(dir + "/" + job + ".lock");
-  // ringfeedd writes "PID\n"; anything else (another program wrote the file) names no pid.
+  // ringfeedd writes "PID\n", and "PID stopping\n" once it stops; anything else (another
+  // program wrote the file) names no pid.
   char* end = nullptr;
   const long pid = lock.empty() || !std::isdigit(static_cast<unsigned char>(lock[0]))
                        ? 0
                        : std::strtol(lock.c_str(), &end, 10);
-  if (pid <= 0 || pid > INT32_MAX || (std::strcmp(end, "\n") != 0 && *end != '\0')) return std::nullopt;
+  if (pid <= 0 || pid > INT32_MAX ||
+      (std::strcmp(end, "\n") != 0 && std::strcmp(end, " stopping\n") != 0 && *end != '\0')) {
+    return std::nullopt;
+  }
   if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH ? std::optional<long>(pid) : std::nullopt;
   // A process that exited but that its parent has not reaped yet (a zombie: a parent that
   // never waits keeps it so) still has its pid: gone all the same.

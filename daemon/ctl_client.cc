@@ -451,10 +451,38 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
   return Ask(runtime_dir, job, request).json;
 }
 
-int ListJobs(const std::string& runtime_dir, std::ostream& out) {
+int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
   if (const std::error_code ec = ListingError(runtime_dir)) throw UnreadableRuntimeDir(runtime_dir, ec);
   const std::vector<JobSocket> jobs = JobSockets(runtime_dir);
   const auto unlisted = UnlistedSubdirectories(runtime_dir);
+  if (json) {
+    // {"runtime_dir": D, "jobs": [{"job", "runtime_dir", "state", "status" | "error"}, ...]}:
+    // the status object as `status --json` prints it, or the state word and the reason.
+    nlohmann::json list = {{"runtime_dir", runtime_dir}, {"jobs", nlohmann::json::array()}};
+    int running = 0;
+    for (const JobSocket& j : jobs) {
+      nlohmann::json entry = {{"job", j.job}, {"runtime_dir", j.runtime_dir}};
+      try {
+        const Reply reply = Ask(j.runtime_dir, j.job, {{"type", "status"}});
+        entry["state"] = reply.json.value("state", "?");
+        entry["status"] = reply.json;
+        ++running;
+      } catch (const std::exception& e) {
+        entry["state"] = dynamic_cast<const ReplyError*>(&e) != nullptr         ? "bad reply"
+                         : dynamic_cast<const DaemonGone*>(&e) != nullptr       ? "gone"
+                         : dynamic_cast<const AccessDeniedError*>(&e) != nullptr ? "denied"
+                                                                                 : "unreachable";
+        entry["error"] = e.what();
+      }
+      list["jobs"].push_back(std::move(entry));
+    }
+    for (const auto& [dir, ec] : unlisted) {
+      list["jobs"].push_back({{"job", nullptr}, {"runtime_dir", dir}, {"state", "unreadable"},
+                              {"error", UnreadableRuntimeDir(dir, ec).what()}});
+    }
+    out << list.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    return running;
+  }
   if (jobs.empty() && unlisted.empty()) {
     out << "no ringfeed jobs in " << runtime_dir
         << " or its subdirectories (set RINGFEED_RUNTIME_DIR or --runtime-dir to look elsewhere)\n";

@@ -36,8 +36,11 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
 // "unreachable", one that answers with what ringfeedctl cannot read "bad reply", each with the
 // reason. Returns the number of running jobs. Throws std::runtime_error when the runtime
 // directory exists but cannot be read ("cannot read the runtime directory DIR: Permission
-// denied (owned by uid U, mode M; ...)"); one that does not exist lists no jobs.
-int ListJobs(const std::string& runtime_dir, std::ostream& out);
+// denied (owned by uid U, mode M; ...)"); one that does not exist lists no jobs. With `json`,
+// one JSON object: {"runtime_dir", "jobs": [{"job", "runtime_dir", "state", and "status" (the
+// daemon's status object, as `status --json`) or "error" (the reason)}]}; a subdirectory that
+// cannot be read is an entry with "job": null, "state": "unreadable".
+int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json = false);
 
 // `ringfeedctl status`: asks the job's daemon for its status (as QueryDaemon) and prints it as a
 // human-readable table, or with `json` as the daemon's JSON object. Throws std::runtime_error,

@@ -454,12 +454,16 @@ Command AddListCommand(CLI::App& parent) {
       "reply, each with the reason.\n"
       "Only that directory is looked in: a daemon started with another runtime directory (its\n"
       "RINGFEED_RUNTIME_DIR or --runtime-dir, another user's default) is listed with --runtime-dir DIR.\n"
+      "--json: one JSON object, {\"runtime_dir\", \"jobs\": [{\"job\", \"runtime_dir\", \"state\", and \"status\"\n"
+      "(what status --json prints) or \"error\"}]}, for monitoring every job at once.\n"
       "Exit status 0: listed (none when the runtime directory does not exist), 1: the runtime directory\n"
       "cannot be read (its permissions; nothing is listed then).");
   AddRuntimeDirOption(cmd, dir.get());
-  auto run = [dir]() {
+  auto json = std::make_shared<bool>(false);
+  cmd->add_flag("--json", *json, "One JSON object with every job's status (or why there is none)");
+  auto run = [dir, json]() {
     try {
-      ringfeed::ListJobs(RuntimeDirOr(*dir), std::cout);
+      ringfeed::ListJobs(RuntimeDirOr(*dir), std::cout, *json);
       return ringfeed::kExitOk;
     } catch (const std::exception& e) {
       std::cerr << "ringfeedctl list: " << e.what() << "\n";

@@ -27,6 +27,7 @@
 
 using namespace ringfeed;
 using namespace ringfeed::testing;
+using nlohmann::json;
 
 namespace {
 
@@ -664,6 +665,23 @@ TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with it
   const CommandResult status = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
   CHECK(status.status.ToString() == "exit 1");
   CHECK(status.err == "ringfeedctl status: " + said + "\n");
+  // --json: the same state and reason, for monitoring.
+  const CommandResult listed = RunCommand({CtlBinary(), "list", "--json", "--runtime-dir", daemon.runtime_dir()});
+  INFO("list --json:\n" << listed.out << listed.err);
+  CHECK(listed.status.ToString() == "exit 0");
+  const json gone = json::parse(listed.out);
+  CHECK(gone["runtime_dir"] == daemon.runtime_dir());
+  REQUIRE(gone["jobs"].size() == 1);
+  CHECK(gone["jobs"][0]["job"] == "killed");
+  CHECK(gone["jobs"][0]["state"] == "gone");
+  CHECK(gone["jobs"][0]["error"] == said);
+  CHECK_FALSE(gone["jobs"][0].contains("status"));
+  // Killed while it stopped: the lock file says so ("PID stopping"), and it is gone all the same.
+  const std::string lock_text = ReadFile(daemon.lock_path());
+  WriteFile(daemon.lock_path(), std::to_string(pid) + " stopping\n");
+  CHECK(RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()}).err ==
+        "ringfeedctl status: " + said + "\n");
+  WriteFile(daemon.lock_path(), lock_text);
   // A lock file that does not hold just a pid (another program wrote it) names no process.
   const std::string lock = ReadFile(daemon.lock_path());
   for (const std::string& junk : {"  " + std::to_string(pid) + "\n", std::to_string(pid) + " junk\n"}) {
@@ -677,6 +695,11 @@ TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with it
   RINGFEED_REQUIRE_STARTED(daemon);
   const CommandResult again = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
   CHECK_THAT(again.out, Catch::Contains("killed                   running"));
+  const json running = json::parse(RunCommand({CtlBinary(), "list", "--json", "--runtime-dir", daemon.runtime_dir()}).out);
+  REQUIRE(running["jobs"].size() == 1);
+  CHECK(running["jobs"][0]["state"] == "running");
+  CHECK(running["jobs"][0]["status"]["pid"] == daemon.pid());
+  CHECK(running["jobs"][0]["status"]["job"] == "killed");
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
