@@ -221,7 +221,7 @@ std::string Suggestion(std::string_view word, const std::string_view (&words)[N]
     return out;
   };
   for (std::string_view w : words) {
-    if (w != word && lower(w) == lower(word)) return "; did you mean '" + std::string(w) + "'? (lowercase)";
+    if (w != word && !taken(w) && lower(w) == lower(word)) return "; did you mean '" + std::string(w) + "'? (lowercase)";
   }
   size_t best = kMaxSuggestionDistance + 1;
   std::string_view best_word;

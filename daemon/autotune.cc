@@ -173,6 +173,7 @@ void Autotune::Run() {
     const double read_cpu = static_cast<double>(s.read_cpu_ns - prev.read_cpu_ns);
     const double read_not_queued = static_cast<double>(read_busy) - read_cpu * run_delay_per_cpu;
     o.read_cpu_fraction = read_busy == 0 ? 0 : read_not_queued <= read_cpu ? 1.0 : std::clamp(read_cpu / read_not_queued, 0.0, 1.0);
+    o.read_cpu_cores = elapsed > 0 ? read_cpu / 1e9 / elapsed : 0;
     o.sequencer_read_wait_fraction = Fraction(s.read_wait_ns - prev.read_wait_ns, elapsed);
     o.sequencer_cpu_fraction = Fraction(s.sequencer_cpu_ns - prev.sequencer_cpu_ns, elapsed);
     o.parse_busy_fraction = Fraction(s.parse_busy_ns - prev.parse_busy_ns, elapsed * workers);
@@ -295,6 +296,7 @@ nlohmann::json Autotune::StatusJson() const {
             {"cpu_cores", m.cpu_cores},
             {"read_busy_fraction", m.read_busy_fraction},
             {"read_cpu_fraction", m.read_cpu_fraction},
+            {"read_cpu_cores", m.read_cpu_cores},
             {"sequencer_read_wait_fraction", m.sequencer_read_wait_fraction},
             {"sequencer_cpu_fraction", m.sequencer_cpu_fraction},
             {"parse_busy_fraction", m.parse_busy_fraction},

@@ -451,7 +451,8 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     if (in.compressed) {
       per_file = SatAdd(per_file, SatAdd(in.reader_buffer_bytes, kInflateStateBytes));
       arithmetic += " + " + FormatBytes(in.reader_buffer_bytes) + " compressed input + " +
-                    FormatBytes(kInflateStateBytes) + " inflate state";
+                    FormatBytes(kInflateStateBytes) + " inflate state" +
+                    (in.compressed_why.empty() ? std::string() : " (" + in.compressed_why + ")");
     }
     const uint64_t beyond = SatAdd(in.largest_record_bytes, kReadAheadRecordOverheadBytes);
     per_file = SatAdd(per_file, beyond);
@@ -600,8 +601,19 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
         OpenFiles(in.cycle_length, 1, in.files) < plan.open_files) {
       file_keys.push_back("pipeline.readers");
     }
-    std::vector<Knob> knobs = {{"ring", {"ring.slots", "ring.slot_bytes", "batch.size"}, plan.ring_bytes},
-                               {"shuffle buffer", {"shuffle.buffer"}, plan.shuffle_bytes, kOrder}};
+    // Keys that can go lower: the ring's slots down to 2, its slot size (ring.slot_bytes when
+    // set, else sized from batch.size's records), a batch down to 1 record.
+    std::vector<std::string> ring_keys, batch_keys;
+    if (in.ring_slots > 2) ring_keys.push_back("ring.slots");
+    if (in.ring_slot_bytes_fixed) {
+      ring_keys.push_back("ring.slot_bytes");
+    } else if (in.batch_size > 1) {
+      ring_keys.push_back("batch.size");
+    }
+    if (in.batch_size > 1) batch_keys.push_back("batch.size");
+    if (in.ring_slots > 2) batch_keys.push_back("ring.slots");
+    std::vector<Knob> knobs = {{"ring", ring_keys, plan.ring_bytes}};
+    if (in.shuffle_buffer > 1) knobs.push_back({"shuffle buffer", {"shuffle.buffer"}, plan.shuffle_bytes, kOrder});
     if (!file_keys.empty()) {
       knobs.push_back({"open files", file_keys, plan.open_files_bytes,
                        file_keys[0] != "pipeline.cycle_length" ? ""
@@ -611,11 +623,13 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     if (in.workers_fixed && in.max_workers > 1) {
       knobs.push_back({"parse workers", {"pipeline.workers"}, SatAdd(plan.workers_bytes, plan.threads_bytes)});
     }
-    knobs.push_back({"batches in flight", {"batch.size", "ring.slots"}, plan.batches_bytes});
+    knobs.push_back({"batches in flight", batch_keys, plan.batches_bytes});
+    std::erase_if(knobs, [](const Knob& k) { return k.keys.empty() || k.bytes == 0; });
     std::stable_sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) { return a.bytes > b.bytes; });
     const uint64_t mib = uint64_t{1} << 20;
     if (needed > UINT64_MAX - mib) {  // the sums saturated: no budget (at most 2^64 - 1 bytes) holds it
-      message += "  needed more than any memory budget can be (2^64 bytes or more); lower " + knobs[0].Text();
+      message += "  needed more than any memory budget can be (2^64 bytes or more)" +
+                 (knobs.empty() ? std::string() : "; lower " + knobs[0].Text());
       throw BudgetError(message);
     }
     // The margin is part of every budget (at least kSafetyMarginMinBytes): lowering the job's
@@ -624,8 +638,10 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) + " bytes: " +
                FormatBytes(needed - needed_margin) + " for the job + " + FormatBytes(needed_margin) +
                " safety margin, which lowering the job's parts does not shrink); raise pipeline.memory_budget to at "
-               "least " + std::to_string(CeilDiv(needed, mib)) + "MiB, or lower " + knobs[0].Text() + " or " +
-               knobs[1].Text();
+               "least " + std::to_string(CeilDiv(needed, mib)) + "MiB" +
+               (knobs.empty()       ? std::string()
+                : knobs.size() == 1 ? ", or lower " + knobs[0].Text()
+                                    : ", or lower " + knobs[0].Text() + " or " + knobs[1].Text());
     throw BudgetError(message, needed);
   }
 

@@ -140,6 +140,7 @@ struct MemoryInputs {
   uint64_t ring_segment_bytes = 0;
   int64_t ring_slots = 0;
   uint64_t ring_slot_bytes = 0;        // slot stride; segment - slots x stride = superblock
+  bool ring_slot_bytes_fixed = false;  // ring.slot_bytes set (else sized from batch.size's records)
   // RssAnon measured after the config is loaded and before the pipeline starts (ReadProcessMemory).
   uint64_t baseline_private_rss_bytes = 0;
   // Files. The sequencer keeps cycle_length files in the interleave plus lookahead_files opened
@@ -149,6 +150,7 @@ struct MemoryInputs {
   int64_t lookahead_files = 0;         // the most files opened ahead in the run; 0 = max_readers
   int64_t files = 0;                   // files of this shard; 0 = unknown (many)
   bool compressed = false;             // any file GZIP/ZLIB: + input buffer + inflate state per open file
+  std::string compressed_why;          // after them in the plan, e.g. why compression: auto counts them
   uint64_t reader_buffer_bytes = 1u << 20;       // ReaderOptions::buffer_bytes
   // Why reader_buffer_bytes is below the default, for the arithmetic's text ("reads of 64.0 KiB:
   // the largest file is 33.9 KiB"); empty when it is not.

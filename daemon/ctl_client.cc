@@ -563,7 +563,7 @@ void PrintAutotune(const ReplyFields& a, bool running, std::ostream& out) {
                   a.Number("cpu_cores"),
                   limits.Number("cpu_budget_cores"), limits.String("cpu_budget_source").c_str(),
                   readers == 1 ? "the reader uses" : ("the " + std::to_string(readers) + " readers use").c_str(),
-                  static_cast<double>(readers) * m.Number("read_busy_fraction") * m.Number("read_cpu_fraction"),
+                  m.Number("read_cpu_cores"),
                   readers == 1 ? "its" : "their");
   } else {
     std::snprintf(buf, sizeof buf, "           CPU: not measured %s; cpu_budget %g cores (%s)\n",

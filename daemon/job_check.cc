@@ -34,6 +34,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
                                        baseline_private_rss, ReadQueue::Available(&ignored));
     result->slot_bytes = plan.slot_bytes;
     result->sample_records = sample.records;
+    result->shard_records = sample.shard_records;
     result->cpu_budget_cores = plan.autotune.cpu_budget_cores;
     result->cpu_budget_source = plan.autotune.cpu_budget_source;
     result->memory_plan = plan.memory.Describe();
@@ -62,9 +63,9 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     if (const uint64_t total = shm::ShmTotalBytes(); result->plan_error.empty() && segment > total) {
       result->plan_error = ring + " is more than all of /dev/shm (" + FormatBytes(total) + "): " + fix;
     } else if (const uint64_t free = shm::ShmFreeBytes(); segment > free) {
-      result->shm_warning = ring + " is more than /dev/shm has free now (" + FormatBytes(free) + " of " +
-                            FormatBytes(total) + "): ringfeedd started now would fail until other segments are "
-                            "removed; " + fix;
+      result->shm_warning = ring + " is more than /dev/shm has free now (" + std::to_string(free) + " of its " +
+                            std::to_string(total) + " bytes, against the ring's " + std::to_string(segment) +
+                            "): ringfeedd started now would fail until other segments are removed; " + fix;
     }
   } catch (const BudgetError& e) {
     result->plan_error = e.what();
@@ -120,11 +121,26 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   // batch too large for memory is refused there with the arithmetic, as the daemon refuses it.
   PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
   for (const std::string& warning : result.sample_warnings) problems << "warning: " << warning << "\n";
+  // The batch the records are parsed into: not made when its fixed columns alone are more than
+  // the memory budget (the plan above has refused the job then), or when it cannot be had.
+  // At most the shard's records where the sample counted them: a batch.size far above the data
+  // allocates nothing for rows that never come.
+  int64_t rows = std::min<int64_t>(config.batch.size, kParseRows);
+  if (result.shard_records) rows = std::clamp<int64_t>(static_cast<int64_t>(*result.shard_records), 1, rows);
+  const size_t parse_rows = static_cast<size_t>(rows);
+  const uint64_t parse_bytes = SlotBytesNeeded(parser.specs(), parse_rows, ColumnSizes{});
+  const std::string parse_batch = "a batch of " + std::to_string(parse_rows) + " rows to parse the records into (" +
+                                  FormatBytes(parse_bytes) + " for the features' fixed shapes)";
+  const uint64_t budget = config.pipeline.memory_budget.value_or(DefaultMemoryBudget().bytes);
+  if (parse_bytes > budget) {
+    result.epoch_not_read = parse_batch + " is more than the memory budget " + FormatBytes(budget);
+    return result;
+  }
   std::optional<ExampleBatch> batch_storage;
   try {
-    batch_storage.emplace(parser.specs(), static_cast<size_t>(std::min<int64_t>(config.batch.size, kParseRows)));
+    batch_storage.emplace(parser.specs(), parse_rows);
   } catch (const std::bad_alloc&) {
-    result.batch_out_of_memory = true;
+    result.epoch_not_read = "out of memory making " + parse_batch;
     return result;
   }
   ExampleBatch& batch = *batch_storage;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -40,10 +41,10 @@ struct JobCheckResult {
   uint64_t bytes = 0;            // serialized record bytes
   double seconds = 0;
   bool failed = false;           // on_error: fail and an error occurred (the check stopped there)
-  // The batch the records are parsed into (min(batch.size, 1024) rows of the features' fixed
-  // shapes) could not be allocated: nothing was read (plan_error says whether the daemon would
-  // refuse the job too).
-  bool batch_out_of_memory = false;
+  // Why the epoch was not read, or "": the batch the records are parsed into (min(batch.size,
+  // 1024) rows of the features' fixed shapes) is more than the memory budget, or could not be
+  // allocated. plan_error says why the daemon would refuse the job.
+  std::string epoch_not_read;
   std::string first_error;
   // What ringfeedd warns of at start from its sample (RecordSample::warnings): spec features that
   // no sampled record contains, each with a hint ("did you mean 'tips'?"), SequenceExample records.
@@ -63,6 +64,7 @@ struct JobCheckResult {
   std::string shm_warning;
   uint64_t slot_bytes = 0;       // its ring slot size (ring.slot_bytes, or auto from the sample)
   uint64_t sample_records = 0;   // records in that sample
+  std::optional<uint64_t> shard_records;  // the shard's records, where the sample counted them
   double cpu_budget_cores = 0;   // its cpu_budget, and where that comes from
   std::string cpu_budget_source; //   ("pipeline.cpu_budget", or this process's affinity / cgroup)
   // The batch of this epoch (file order) needing the largest slot: its bytes and index, and the

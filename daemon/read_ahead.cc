@@ -561,10 +561,10 @@ void ReadAhead::Run(size_t id) {
           warn_on_compressed_ = false;
           spdlog::warn("{} is compressed ({}) though every file was plain when the job started (source.compression: "
                        "auto): the memory plan counted no decompression buffers, so each compressed file open takes "
-                       "{} of input buffer and {} of inflate state from the safety margin; set source.compression: "
-                       "{} to plan for them",
+                       "{} of input buffer and {} of inflate state from the safety margin (a restart plans for "
+                       "them where its start-up sample reaches a compressed file)",
                        stream->path_, CompressionName(compression), FormatBytes(options_.buffer_bytes),
-                       FormatBytes(kInflateStateBytes), CompressionName(compression));
+                       FormatBytes(kInflateStateBytes));
         }
       }
       // Grown geometrically: a reserve to the exact size every turn moved the whole vector each

@@ -227,10 +227,11 @@ Command AddCheckCommand(CLI::App& parent) {
       "Exit status 0: all records good and every batch fits, 1: records skipped, the job failed or\n"
       "a batch would not fit a ring slot, 2: usage or config error, a file list that cannot be\n"
       "expanded (a pattern that matches nothing, a missing {a,b} file), a job ringfeedd would refuse\n"
-      "to start (a memory budget, the open-file limit, a permissions.group that does not exist) or a\n"
-      "batch too large to build in memory. With --strict the warnings (a spec feature that no record\n"
-      "has, SequenceExample records whose feature lists are dropped, no batch at all, a memory budget\n"
-      "above the memory limit, ring.slots not more than the ranks' consumers.count) exit 1 too.\n"
+      "to start (a memory budget, the open-file limit, a permissions.group that does not exist, a ring\n"
+      "larger than all of /dev/shm) or a batch too large to build in memory. With --strict the\n"
+      "warnings (a spec feature that no record has, SequenceExample records whose feature lists are\n"
+      "dropped, no batch at all, a memory or CPU budget above what the process may use, ring.slots not\n"
+      "more than the ranks' consumers.count, a ring larger than /dev/shm has free now) exit 1 too.\n"
       "\n"
       "Examples:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data\n"
@@ -239,7 +240,8 @@ Command AddCheckCommand(CLI::App& parent) {
   cmd->add_flag("--strict", *strict,
                 "Warnings count as problems (exit 1): a spec feature that no record has (a misspelt VarLen name "
                 "gives empty rows), SequenceExample records (their feature lists are dropped), no batch at all, a "
-                "memory budget above the memory limit, ring.slots not more than consumers.count in ranks mode");
+                "memory or CPU budget above what the process may use, ring.slots not more than consumers.count in "
+                "ranks mode, a ring larger than /dev/shm has free now");
   auto run = [config_path, strict]() {
     ringfeed::JobConfig config;
     try {
@@ -264,10 +266,9 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cerr << "ringfeedctl check: " << e.what() << "\n";
       return ringfeed::kExitUsage;
     }
-    if (r.batch_out_of_memory) {
-      std::cerr << "ringfeedctl check: " << *config_path << ": out of memory building a batch of "
-                << std::min<int64_t>(config.batch.size, 1024)
-                << " rows to parse the records into (no record was read); lower batch.size or the feature shapes\n";
+    if (!r.epoch_not_read.empty()) {
+      std::cerr << "ringfeedctl check: " << *config_path << ": the epoch was not read: " << r.epoch_not_read
+                << "; lower batch.size or the feature shapes\n";
       if (!r.plan_error.empty()) std::cerr << "error: ringfeedd would refuse to start this job: " << r.plan_error << "\n";
       return ringfeed::kExitUsage;
     }

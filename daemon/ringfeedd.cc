@@ -112,14 +112,29 @@ uint64_t PrivateRssBytes() {
   }
 }
 
+// Whether process `pid` has a stop signal (SIGINT, SIGTERM, SIGHUP) pending: sent, and not
+// taken yet because it has them blocked (a daemon reserving its ring takes a stop once that is
+// done). From /proc/PID/status's SigPnd (the thread's) and ShdPnd (the process's) masks.
+bool StopSignalPending(const std::string& pid) {
+  std::ifstream status("/proc/" + pid + "/status");
+  const uint64_t stops = (uint64_t{1} << (SIGINT - 1)) | (uint64_t{1} << (SIGTERM - 1)) | (uint64_t{1} << (SIGHUP - 1));
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("SigPnd:", 0) == 0 || line.rfind("ShdPnd:", 0) == 0) {
+      if (std::strtoull(line.c_str() + 7, nullptr, 16) & stops) return true;
+    }
+  }
+  return false;
+}
+
 // The job's lock file: held (flock) for the daemon's lifetime; holds its pid, and once the
 // daemon stops, "PID stopping". A daemon started while the job's previous one is stopping
-// (within kStopGrace, ~0.1 s on healthy storage) waits for it instead of refusing.
+// (within kStopGrace, ~0.1 s on healthy storage), or has a stop pending (sent while it
+// reserved its ring), waits for it instead of refusing.
 class LockFile {
  public:
   LockFile(const std::string& runtime_dir, const std::string& job) : path_(runtime_dir + "/" + job + ".lock") {
     const std::string& path = path_;
-    const auto deadline = std::chrono::steady_clock::now() + kStopWait;
+    const auto start = std::chrono::steady_clock::now();
     bool waiting = false;
     for (;;) {
       Open();
@@ -139,9 +154,16 @@ class LockFile {
       const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
       Close();
       const std::string content = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+      const auto waited = std::chrono::steady_clock::now() - start;
+      // Taken a moment ago by a daemon that has not written its pid yet: read it again.
+      if (content.empty() && waited < std::chrono::milliseconds(200)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
       const std::string pid = content.empty() ? "unknown" : content.substr(0, content.find_first_of(" \n"));
-      const bool stopping = content.find(" stopping") != std::string::npos;
-      if (stopping && std::chrono::steady_clock::now() < deadline) {
+      const bool stopping =
+          content.find(" stopping") != std::string::npos || (!content.empty() && StopSignalPending(pid));
+      if (stopping && waited < kStopWait) {
         if (!waiting) {
           spdlog::info("the job's previous ringfeedd (pid {}) is stopping: waiting for it to exit (at most {} s)", pid,
                        std::chrono::duration_cast<std::chrono::seconds>(kStopWait).count());
@@ -150,13 +172,17 @@ class LockFile {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
-      throw StartupError("ringfeedd for job '" + job + "' is " +
-                         (stopping ? "still stopping after " +
-                                         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kStopWait)
-                                                            .count()) + " s"
-                                   : std::string("already running")) +
-                         " (pid " + pid + ", lock " + path + "); stop it first (ringfeedctl status " + job +
-                         (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir) + ")");
+      const std::string status_command =
+          "ringfeedctl status " + job + (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir);
+      if (stopping) {
+        throw StartupError("ringfeedd for job '" + job + "' (pid " + pid + ", lock " + path + ") was stopped but has " +
+                           "not exited in " +
+                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kStopWait).count()) +
+                           " s (frozen, or held in the kernel: ps -o stat,wchan -p " + pid +
+                           "); if it does not go, kill -KILL " + pid + " and start the job again");
+      }
+      throw StartupError("ringfeedd for job '" + job + "' is already running (pid " + pid + ", lock " + path +
+                         "); stop it first (" + status_command + ")");
     }
     if (waiting) spdlog::info("the previous ringfeedd has exited");
     WriteContent(std::to_string(::getpid()) + "\n");
@@ -221,29 +247,35 @@ class LockFile {
   shm::FileId id_;
 };
 
-// A stop (SIGINT, SIGTERM, SIGHUP) before the segment is made (listing and sampling the files,
-// which on slow storage takes a while): the process ends at once, exit status 0, as for a
-// stop later, removing the one thing it made, the lock file. Async-signal-safe: lstat,
-// unlink, write, _exit. From the point where RunDaemon blocks those signals, asio's
-// signal_set takes them over.
+// A stop (SIGINT, SIGTERM, SIGHUP) before the segment is made (waiting for the job's previous
+// daemon to exit, listing and sampling the files, which on slow storage takes a while): the
+// process ends at once, exit status 0, as for a stop later, removing the one thing it made,
+// the lock file, once it holds it. Async-signal-safe: lstat, unlink, write, _exit. From the
+// point where RunDaemon blocks those signals, asio's signal_set takes them over.
 struct EarlyStop {
-  static inline char lock_path[4096] = {};
+  static inline char lock_path[4096] = {};  // "" until the lock is held
   static inline shm::FileId lock_id;
 
-  static void Arm(const std::string& path, shm::FileId id) {
-    if (path.size() >= sizeof lock_path) return;  // the default action then: the lock file stays
+  // `path`, `id`: the lock file once held; "" before.
+  static void Arm(const std::string& path = "", shm::FileId id = {}) {
+    if (path.size() >= sizeof lock_path) return;  // the handler then leaves the lock file
+    sigset_t stops, old;
+    sigemptyset(&stops);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, signal);
+    pthread_sigmask(SIG_BLOCK, &stops, &old);  // no handler in the middle of the copy
     std::memcpy(lock_path, path.c_str(), path.size() + 1);
     lock_id = id;
     struct sigaction action {};
     action.sa_handler = OnStop;
     sigemptyset(&action.sa_mask);
     for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
   }
   static void OnStop(int signal) {
-    shm::UnlinkIfSame(lock_path, lock_id);
+    if (lock_path[0] != '\0') shm::UnlinkIfSame(lock_path, lock_id);
     const char* const name = signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
     for (const char* part : {"[info] ringfeedd: stopped by ", name,
-                             " during start-up (listing or sampling the files, before the ring was made)\n"}) {
+                             " during start-up (before the ring was made: nothing else to clean up)\n"}) {
       if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
     }
     ::_exit(0);
@@ -498,6 +530,7 @@ int RunDaemon(const DaemonOptions& options) {
     if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {
       throw StartupError(problem, 2);
     }
+    EarlyStop::Arm();
     LockFile lock(runtime_dir, config.job);
     EarlyStop::Arm(lock.path(), lock.id());
 
@@ -964,6 +997,7 @@ int RunDaemon(const DaemonOptions& options) {
     std::string stop_reason;
     signals.async_wait([&](const boost::system::error_code& ec, int signal) {
       if (ec) return;
+      lock.MarkStopping();  // first: a start from now on waits for this daemon to go
       stop_reason = std::string("ringfeedd stopped by SIG") + sigabbrev_np(signal);
       spdlog::info("{}: stopping", stop_reason);
       io.stop();

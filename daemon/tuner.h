@@ -191,6 +191,7 @@ struct TunerObservation {
   // Read stage (I/O threads).
   double read_busy_fraction = 0;        // mean over I/O threads of the time spent reading
   double read_cpu_fraction = 0;         // CPU time of I/O threads / their busy time (1: CPU-bound)
+  double read_cpu_cores = 0;            // CPU time of all I/O threads / wall time (status; the tuner uses the above)
   double sequencer_read_wait_fraction = 0;  // sequencer waiting for a record from a stream
   double sequencer_cpu_fraction = 0;    // the sequencer thread's CPU time / wall time (interleave,
                                         // shuffle, batch assembly; 1: it takes a core of its own)

@@ -178,7 +178,7 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   bool counting = count_to > 1 && file_bytes && file_bytes->total <= kCountFileBytes;
   uint64_t kept = 0;  // records of the shard counted so far
   const auto sampling = [&] { return records < kSampleRecords && bytes < kSampleBytes; };
-  size_t plain_files = 0;  // opened and found plain (compression: auto)
+  size_t plain_files = 0, compressed_files = 0;  // opened and found plain or GZIP/ZLIB
   for (uint32_t f : shard_files) {
     if (!sampling() && !counting) break;
     TFRecordReader reader(files[f], options);
@@ -222,10 +222,12 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
     }
     // Detected at the first Next(), which the loop above always makes.
     if (reader.compression() == Compression::kNone) ++plain_files;
+    if (reader.compression() == Compression::kGzip || reader.compression() == Compression::kZlib) ++compressed_files;
   }
   if (counting) sample.shard_records = kept;
   sample.every_file_plain = config.source.compression == Compression::kAuto && !shard_files.empty() &&
                             plain_files == shard_files.size();
+  sample.any_file_compressed = compressed_files > 0;
   // Slots for batches of `rows` rows: from the mean record (x 1.5, plus the largest), and for
   // the largest `rows` sampled records together, at least the former.
   const auto pages = [](uint64_t bytes) { return (bytes + shm::kPageBytes - 1) / shm::kPageBytes * shm::kPageBytes; };
@@ -461,10 +463,14 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     mi.ring_segment_bytes = plan.geometry.segment_bytes;
     mi.ring_slots = plan.slot_count;
     mi.ring_slot_bytes = plan.geometry.slot_stride;
+    mi.ring_slot_bytes_fixed = config.ring.slot_bytes.has_value();
     mi.baseline_private_rss_bytes = baseline_private_rss;
     mi.cycle_length = pc.cycle_length;
     mi.files = shard_files;
     mi.compressed = config.source.compression != Compression::kNone && !sample.every_file_plain;
+    if (mi.compressed && config.source.compression == Compression::kAuto && !sample.any_file_compressed) {
+      mi.compressed_why = "compression: auto, and the start-up sample did not reach every file";
+    }
     mi.min_stream_buffer_bytes = limits.min_stream_buffer_bytes;
     mi.reader_buffer_bytes = plan.reader_buffer_bytes;
     if (plan.reader_buffer_bytes < ReaderOptions{}.buffer_bytes && sample.largest_file_bytes) {

@@ -69,8 +69,10 @@ struct RecordSample {
   // compression: auto only: every file of the shard was opened by the sample and found plain
   // (TFRecordReader::compression() kNone), so the memory plan charges no decompression
   // buffers. False where a file was compressed or not reached (the sample stops at
-  // kSampleRecords records unless it counts the shard's records): a later file may be GZIP.
+  // kSampleRecords records, or where it counts the shard's records at the larger of
+  // shuffle.buffer and batch.size): a later file may be GZIP.
   bool every_file_plain = false;
+  bool any_file_compressed = false;  // a file the sample opened is GZIP or ZLIB
 };
 
 // The size of the readers' window and compressed-input buffer (ReaderOptions::buffer_bytes,

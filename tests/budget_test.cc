@@ -629,8 +629,8 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       // fixed without margin 107'793'408 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
       "  needed at least 113.1 MiB (118623232 bytes: 105.1 MiB for the job + 8.0 MiB safety margin, which lowering "
       "the job's parts does not shrink); raise pipeline.memory_budget to at least 114MiB, or lower the ring "
-      "(40.1 MiB: ring.slots, ring.slot_bytes or batch.size) or the shuffle buffer (30.1 MiB: shuffle.buffer; "
-      "changes the batch order)",
+      "(40.1 MiB: ring.slots or batch.size) or the shuffle buffer (30.1 MiB: shuffle.buffer; changes the batch "
+      "order)",
   };
   size_t at = 0;
   for (const std::string& line : lines) {
@@ -663,20 +663,29 @@ TEST_CASE("PlanMemory: the advice names only the parts that can go lower", "[pla
   // The same counts from auto knobs: only the tuner's reach, which PlanTuning lowers itself.
   in.readers_fixed = in.workers_fixed = false;
   CHECK(advice(in) == "or lower the open files (17.8 MiB: pipeline.cycle_length; changes the batch order) or the "
-                      "batches in flight (591.0 KiB: batch.size or ring.slots)");
+                      "batches in flight (591.0 KiB: batch.size)");
   // Auto readers and workers at 1 (PlanTuning's last try).
   in.max_readers = in.max_workers = 1;
   CHECK(advice(in) == "or lower the open files (11.1 MiB: pipeline.cycle_length; changes the batch order) or the "
-                      "batches in flight (591.0 KiB: batch.size or ring.slots)");
+                      "batches in flight (591.0 KiB: batch.size)");
   // Fixed at 1, and cycle_length 1: nothing of the open files or the workers to lower.
   in.readers_fixed = in.workers_fixed = true;
   in.cycle_length = 1;
-  CHECK(advice(in) == "or lower the batches in flight (591.0 KiB: batch.size or ring.slots) or the ring (192.0 KiB: "
-                      "ring.slots, ring.slot_bytes or batch.size)");
+  // (2 slots, the fewest: only batch.size lowers the ring, whose auto slot it sizes.)
+  CHECK(advice(in) == "or lower the batches in flight (591.0 KiB: batch.size) or the ring (192.0 KiB: batch.size)");
+  // A fixed ring.slot_bytes: lowering batch.size does not lower the ring.
+  in.ring_slot_bytes_fixed = true;
+  CHECK(advice(in) == "or lower the batches in flight (591.0 KiB: batch.size) or the ring (192.0 KiB: "
+                      "ring.slot_bytes)");
+  // A batch of 1 record in 2 slots: the batches have nothing to give; only the ring's slot size.
+  in.batch_size = 1;
+  CHECK_THAT(advice(in), !Catch::Contains("batches in flight") && Catch::Contains("the ring (192.0 KiB: ring.slot_bytes)"));
+  in.batch_size = 32;
+  in.ring_slot_bytes_fixed = false;
   // Fixed readers above 1 with cycle_length 1: the readers alone.
   in.max_readers = 3;
   CHECK(advice(in) == "or lower the open files (8.9 MiB: pipeline.readers) or the batches in flight (591.0 KiB: "
-                      "batch.size or ring.slots)");
+                      "batch.size)");
 }
 
 TEST_CASE("PlanMemory: 'needed at least' is exact also when the 5% margin is the larger", "[plan]") {

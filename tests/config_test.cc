@@ -483,6 +483,13 @@ pipeline:
   }
 }
 
+TEST_CASE("an unknown key's suggestion never names a key the mapping has already", "[config][errors]") {
+  CHECK_THROWS_WITH(Load("job: t\nsource: {files: [a]}\nfeatures:\n  x: {type: varlen, Type: fixed, dtype: int64}\n"),
+                    Catch::Contains("unknown key 'Type'") && !Catch::Contains("did you mean"));
+  CHECK_THROWS_WITH(Load("job: t\nsource: {files: [a]}\nfeatures:\n  x: {type: varlen, dype: int64}\n"),
+                    Catch::Contains("did you mean 'dtype'?"));
+}
+
 TEST_CASE("ParseSize", "[config][size]") {
   struct Case {
     const char* text;
@@ -653,6 +660,9 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"a typo next to a key it could be taken for: the missing key is suggested",
        "job: t\nsource: {files: [a]}\nfeatures:\n  x: {type: varlen, dype: int64}\n", 4, 21, "features.x.dype",
        {"unknown key 'dype'", "did you mean 'dtype'?"}},
+      {"a key in another case beside the one it could be: no suggestion of a key present",
+       "job: t\nsource: {files: [a]}\nfeatures:\n  x: {type: varlen, Type: fixed, dtype: int64}\n", 4, 21,
+       "features.x.Type", {"unknown key 'Type'; known keys: type, dtype, shape, default, decode"}},
       {"unknown key far from every known key", kHead + "pipeline:\n  turbo: true\n", 7, 3,
        "pipeline.turbo", {"unknown key 'turbo'; known keys: cycle_length, readers"}},
       {"wrong type: scalar for a mapping", kHead + "batch: 32\n", 6, 8, "batch",

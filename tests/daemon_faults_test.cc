@@ -1648,6 +1648,41 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("a start while the job's daemon has a stop pending (sent while it reserved its ring): it waits for it") {
+  // A stop signal sent while the daemon reserves its ring waits (blocked) until that is done;
+  // the lock file does not say "stopping" yet, and a start refused the job as "already
+  // running" (helper-108). A ring of 2 x 1 GiB takes a second or more to reserve.
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  const std::string config = IdJobConfig("pending", dir.file("data.tfrecord"),
+                                         "epochs: 0\nring: {slots: 2, slot_bytes: 1GiB}\n"
+                                         "pipeline: {memory_budget: 3GiB}\n");
+  if (shm::ShmFreeBytes() < (uint64_t{6} << 30)) {
+    SkipOrFail("/dev/shm has less than 6 GiB free: no room for a 2 GiB ring beside the others");
+    return;
+  }
+  DaemonProcess old(dir.path(), "pending", config);
+  DaemonStart brief;
+  brief.timeout = std::chrono::milliseconds(1);
+  REQUIRE_FALSE(old.Start(brief));
+  std::filesystem::create_directories(old.runtime_dir());  // as the daemon does; its identity names the segment
+  // The segment's name appears as the reservation begins.
+  REQUIRE(WaitUntil([&] { return std::filesystem::exists(old.segment_path()) || !old.running(); }));
+  REQUIRE(old.running());
+  old.Kill(SIGTERM);
+  DaemonProcess again(dir.path(), "pending", config, "pending-again.yaml");
+  DaemonStart patient;
+  patient.timeout = std::chrono::seconds(30);
+  RINGFEED_REQUIRE_STARTED(again, patient);
+  INFO("the old daemon's stderr:\n" << old.Stderr() << "\nthe new one's:\n" << again.Stderr());
+  const auto status = old.Wait();
+  REQUIRE(status);
+  CHECK(status->ToString() == "exit 0");
+  CHECK_THAT(again.Stderr(), !Catch::Contains("already running"));
+  CHECK(again.Status()["pid"] == again.pid());
+  CHECK(again.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("a directory where the segment goes: refused with exit 2 (a restart would not help), naming it") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
