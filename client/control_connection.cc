@@ -68,7 +68,7 @@ std::string JobOneLevelDown(const std::string& dir, const std::string& job) {
 
 }  // namespace
 
-std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job) {
+std::optional<LockHolder> ReadLockHolder(const std::string& socket_path, const std::string& job) {
   const std::string dir = shm::DirectoryOf(socket_path);
   // Read with plain POSIX calls, as the rest of this file: the client library stays small.
   const auto read_file = [](const std::string& path) {
@@ -103,13 +103,22 @@ std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::str
       (std::strcmp(end, "\n") != 0 && std::strcmp(end, " stopping\n") != 0 && *end != '\0')) {
     return std::nullopt;
   }
-  if (::kill(static_cast<pid_t>(pid), 0) != 0) return errno == ESRCH ? std::optional<long>(pid) : std::nullopt;
+  LockHolder holder{pid, std::strcmp(end, " stopping\n") == 0, false};
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {  // EPERM: another user's live process
+    holder.gone = true;
+    return holder;
+  }
   // A process that exited but that its parent has not reaped yet (a zombie: a parent that
   // never waits keeps it so) still has its pid: gone all the same.
   const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
   const size_t name_end = stat.rfind(')');  // "PID (COMM) STATE ...": COMM may hold spaces and ')'
-  if (name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'Z') return pid;
-  return std::nullopt;
+  holder.gone = name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'Z';
+  return holder;
+}
+
+std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job) {
+  const std::optional<LockHolder> holder = ReadLockHolder(socket_path, job);
+  return holder && holder->gone ? std::optional<long>(holder->pid) : std::nullopt;
 }
 
 ControlConnection::~ControlConnection() { Close(); }
@@ -149,7 +158,8 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
       throw DaemonNotRunningError(message);
     }
     // Refused because the daemon that made the socket is gone: said so, as ringfeedctl status says it.
-    if (const auto pid = err == ECONNREFUSED ? GoneDaemonPid(path, job) : std::nullopt) {
+    // (Another user is denied a dead daemon's socket before the refusal: the same then.)
+    if (const auto pid = err == ECONNREFUSED || err == EACCES ? GoneDaemonPid(path, job) : std::nullopt) {
       throw DaemonGoneError("job '" + job + "' is not running: its ringfeedd (pid " + std::to_string(*pid) +
                             ") is gone and left its socket " + path +
                             " (killed or crashed: its log says why); starting the job again cleans up");
@@ -161,6 +171,16 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
         const std::string below = JobOneLevelDown(dir, job);
         if (!below.empty()) throw DaemonNotRunningError(message + below);
         message += JobsIn(dir);
+      }
+      // The lock held by a live daemon that does not listen (yet, or any more): one starting
+      // (listing and sampling the files, reserving the ring) after one that was killed left its
+      // socket, or one stopping.
+      if (const std::optional<LockHolder> holder = ReadLockHolder(path, job); holder && !holder->gone) {
+        throw DaemonNotRunningError(
+            message + "; ringfeedd (pid " + std::to_string(holder->pid) + ") holds the job's lock but does not " +
+            (holder->stopping ? std::string("listen any more: it is stopping")
+                              : std::string("listen yet: it is starting (listing and sampling the files, reserving "
+                                            "the ring); wait for it (attach_timeout) or see its log")));
       }
       message += "; is ringfeedd running for job " + job +
                  " (ringfeedctl list; under systemd: systemctl status 'ringfeed@*', the instance named after the config "

@@ -31,6 +31,16 @@ class DaemonGoneError : public DaemonNotRunningError {
 // taking the lock to test it would refuse a ringfeedd starting at that moment.
 std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job);
 
+// What the job's lock file beside the socket says: the pid of the ringfeedd that holds (or
+// held) it, whether it wrote that it is stopping, and whether that process is gone (as
+// GoneDaemonPid). nullopt when there is no such file or it names no pid.
+struct LockHolder {
+  long pid = 0;
+  bool stopping = false;
+  bool gone = false;
+};
+std::optional<LockHolder> ReadLockHolder(const std::string& socket_path, const std::string& job);
+
 class ControlConnection {
  public:
   ControlConnection() = default;

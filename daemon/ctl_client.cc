@@ -371,7 +371,11 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) {
     // Not "not running": the socket may be there, behind a directory this user cannot enter.
-    if (ec) throw UnreadableRuntimeDir(std::filesystem::path(path).parent_path().string(), ec, "enter");
+    if (ec) {
+      const std::runtime_error why = UnreadableRuntimeDir(std::filesystem::path(path).parent_path().string(), ec, "enter");
+      if (ec == std::errc::permission_denied) throw AccessDeniedError(why.what());  // `list`: denied
+      throw why;
+    }
     std::string jobs;
     for (const JobSocket& j : JobSockets(runtime_dir)) {
       jobs += (jobs.empty() ? "" : ", ") + j.job + (j.runtime_dir == runtime_dir ? "" : " (in " + j.runtime_dir + ")");
@@ -397,7 +401,8 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
     // A socket nobody listens on (ECONNREFUSED) is what a killed daemon leaves.
     const std::string_view what = e.what();
     const bool stale = what.find(std::strerror(ECONNREFUSED)) != std::string_view::npos &&
-                       what.find(", not a socket") == std::string_view::npos;
+                       what.find(", not a socket") == std::string_view::npos &&
+                       what.find("holds the job's lock") == std::string_view::npos;
     if (!stale) throw;
     throw std::runtime_error(std::string(e.what()) +
                              "; if ringfeedd was killed, the socket is stale: start the job again");
@@ -451,6 +456,17 @@ nlohmann::json QueryDaemon(const std::string& runtime_dir, const std::string& jo
   return Ask(runtime_dir, job, request).json;
 }
 
+namespace {
+// `list`'s state for a job it could not get a status from.
+const char* ListState(const std::exception& e) {
+  // A daemon that answered with what ringfeedctl cannot use is reachable, but not listable.
+  if (dynamic_cast<const ReplyError*>(&e) != nullptr) return "bad reply";
+  if (dynamic_cast<const DaemonGone*>(&e) != nullptr) return "gone";
+  if (dynamic_cast<const AccessDeniedError*>(&e) != nullptr) return "denied";
+  return "unreachable";
+}
+}  // namespace
+
 int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
   if (const std::error_code ec = ListingError(runtime_dir)) throw UnreadableRuntimeDir(runtime_dir, ec);
   const std::vector<JobSocket> jobs = JobSockets(runtime_dir);
@@ -464,14 +480,13 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
       nlohmann::json entry = {{"job", j.job}, {"runtime_dir", j.runtime_dir}};
       try {
         const Reply reply = Ask(j.runtime_dir, j.job, {{"type", "status"}});
-        entry["state"] = reply.json.value("state", "?");
+        std::string state;
+        ReadingReply(reply.socket, [&] { state = ReplyFields(reply.json).String("state", "?"); });
+        entry["state"] = state;
         entry["status"] = reply.json;
         ++running;
       } catch (const std::exception& e) {
-        entry["state"] = dynamic_cast<const ReplyError*>(&e) != nullptr         ? "bad reply"
-                         : dynamic_cast<const DaemonGone*>(&e) != nullptr       ? "gone"
-                         : dynamic_cast<const AccessDeniedError*>(&e) != nullptr ? "denied"
-                                                                                 : "unreachable";
+        entry["state"] = ListState(e);
         entry["error"] = e.what();
       }
       list["jobs"].push_back(std::move(entry));
@@ -510,12 +525,7 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
       ++running;
       out << line << where << "\n";
     } catch (const std::exception& e) {
-      // A daemon that answered with what ringfeedctl cannot use is reachable, but not listable.
-      const bool answered = dynamic_cast<const ReplyError*>(&e) != nullptr;
-      const bool gone = dynamic_cast<const DaemonGone*>(&e) != nullptr;
-      const bool denied = dynamic_cast<const AccessDeniedError*>(&e) != nullptr;
-      std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(),
-                    answered ? "bad reply" : gone ? "gone" : denied ? "denied" : "unreachable");
+      std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(), ListState(e));
       out << line << " " << e.what() << "\n";
     }
   }

@@ -126,6 +126,16 @@ bool StopSignalPending(const std::string& pid) {
   return false;
 }
 
+// Process `pid`'s state letter from /proc/PID/stat (R, S, D, T, t, Z, ...); '\0' when there is
+// no such process or its pid is no number.
+char ProcessState(const std::string& pid) {
+  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return '\0';
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t name_end = stat.rfind(')');  // "PID (COMM) STATE ...": COMM may hold spaces and ')'
+  return name_end != std::string::npos && name_end + 2 < stat.size() ? stat[name_end + 2] : '\0';
+}
+
 // The job's lock file: held (flock) for the daemon's lifetime; holds its pid, and once the
 // daemon stops, "PID stopping". A daemon started while the job's previous one is stopping
 // (within kStopGrace, ~0.1 s on healthy storage), or has a stop pending (sent while it
@@ -161,12 +171,21 @@ class LockFile {
         continue;
       }
       const std::string pid = content.empty() ? "unknown" : content.substr(0, content.find_first_of(" \n"));
-      const bool stopping =
-          content.find(" stopping") != std::string::npos || (!content.empty() && StopSignalPending(pid));
-      if (stopping && waited < kStopWait) {
+      // Its state: a stopped process (T: SIGSTOP, Ctrl-Z, a debugger) neither serves nor exits
+      // until continued; one that is gone does not hold the lock (another process does, and
+      // the file does not name it).
+      const char state = ProcessState(pid);
+      const bool stopping = state != '\0' && state != 'Z' &&
+                            (content.find(" stopping") != std::string::npos || StopSignalPending(pid));
+      // A stop waits at most kStopGrace for storage; but a stop sent while the daemon reserves
+      // a ring of many GiB takes effect once that is done (tens of seconds): waited for while
+      // the process runs, as systemd would wait for it to start.
+      const bool frozen = state == 'T' || state == 't';
+      const auto limit = frozen ? kStopWait : kLongStopWait;
+      if (stopping && waited < limit) {
         if (!waiting) {
           spdlog::info("the job's previous ringfeedd (pid {}) is stopping: waiting for it to exit (at most {} s)", pid,
-                       std::chrono::duration_cast<std::chrono::seconds>(kStopWait).count());
+                       std::chrono::duration_cast<std::chrono::seconds>(limit).count());
           waiting = true;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -175,16 +194,27 @@ class LockFile {
       const std::string status_command =
           "ringfeedctl status " + job + (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir);
       if (stopping) {
+        const std::string seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count());
         throw StartupError("ringfeedd for job '" + job + "' (pid " + pid + ", lock " + path + ") was stopped but has " +
-                           "not exited in " +
-                           std::to_string(std::chrono::duration_cast<std::chrono::seconds>(kStopWait).count()) +
-                           " s (frozen, or held in the kernel: ps -o stat,wchan -p " + pid +
-                           "); if it does not go, kill -KILL " + pid + " and start the job again");
+                           "not exited in " + seconds + " s: " +
+                           (frozen ? "that process is stopped (SIGSTOP, Ctrl-Z or a debugger): kill -CONT " + pid +
+                                         " lets it finish its stop"
+                                   : "ps -o stat,wchan -p " + pid + " shows where it is held; if it does not go, "
+                                     "kill -KILL " + pid + " and start the job again"));
+      }
+      if (frozen) {
+        throw StartupError("ringfeedd for job '" + job + "' (pid " + pid + ", lock " + path + ") is stopped (SIGSTOP, " +
+                           "Ctrl-Z or a debugger): it neither serves its trainers nor exits until continued (kill -CONT " +
+                           pid + "); stop it first");
+      }
+      if (state == '\0' && !content.empty()) {
+        throw StartupError("ringfeedd for job '" + job + "' is already running: another process holds the lock " + path +
+                           " (it says pid " + pid + ", which is not running: the file was written by something else)");
       }
       throw StartupError("ringfeedd for job '" + job + "' is already running (pid " + pid + ", lock " + path +
                          "); stop it first (" + status_command + ")");
     }
-    if (waiting) spdlog::info("the previous ringfeedd has exited");
+    if (waiting) spdlog::info("the previous ringfeedd let go of the job's lock");
     WriteContent(std::to_string(::getpid()) + "\n");
   }
   // Says in the file that this daemon is stopping (a daemon started now waits for it).
@@ -211,8 +241,11 @@ class LockFile {
   shm::FileId id() const { return id_; }
 
  private:
-  // The longest a start waits for a stopping daemon: its stop's grace for storage, and then some.
+  // The longest a start waits for a stopping daemon: its stop's grace for storage, and then
+  // some; for one that runs but has a stop pending (a large ring still being reserved), as long
+  // as a systemd unit may take to start (TimeoutStartSec=5min in the shipped unit).
   static constexpr auto kStopWait = kStopGrace + std::chrono::seconds(3);
+  static constexpr auto kLongStopWait = std::chrono::minutes(5);
 
   void Open() {
     const std::string& path = path_;
@@ -224,7 +257,16 @@ class LockFile {
                          "file there); remove it",
                          2);
     }
-    if (fd_ < 0) throw StartupError("cannot open lock file " + path + ": " + std::strerror(errno));
+    if (fd_ < 0) {
+      // A directory there, another user's file, a read-only directory: no restart mends those.
+      const int err = errno;
+      const bool lasting = err == EISDIR || err == EACCES || err == EPERM || err == EROFS || err == ENOTDIR;
+      throw StartupError("cannot open lock file " + path + ": " + std::strerror(err) +
+                             (lasting ? "; ringfeedd makes a regular file of its own user there: remove what is "
+                                        "there, or use another runtime directory"
+                                      : ""),
+                         lasting ? 2 : 1);
+    }
     if (struct stat st {}; ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid()) {
       Close();
       throw StartupError("the lock file " + path + " is not a regular file of this user (uid " +
@@ -505,7 +547,8 @@ int RunDaemon(const DaemonOptions& options) {
   SystemdNotifier notifier;
   try {
     // 1. Runtime directory and lock.
-    const std::string runtime_dir = options.runtime_dir.empty() ? shm::RuntimeDir() : options.runtime_dir;
+    std::string runtime_dir = options.runtime_dir.empty() ? shm::RuntimeDir() : options.runtime_dir;
+    while (runtime_dir.size() > 1 && runtime_dir.back() == '/') runtime_dir.pop_back();  // no "dir//job.sock"
     const std::string socket_path = shm::SocketPath(runtime_dir, config.job);
     if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
       throw StartupError("control socket path " + socket_path + " is " + std::to_string(socket_path.size()) +
@@ -524,7 +567,8 @@ int RunDaemon(const DaemonOptions& options) {
       // not retried by the unit); no space or an I/O error may pass (exit 1).
       const bool lasting = ec == std::errc::permission_denied || ec == std::errc::not_a_directory ||
                            ec == std::errc::read_only_file_system || ec == std::errc::file_exists ||
-                           ec == std::errc::operation_not_permitted || ec == std::errc::filename_too_long;
+                           ec == std::errc::operation_not_permitted || ec == std::errc::filename_too_long ||
+                           ec == std::errc::too_many_symbolic_link_levels;
       throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message(), lasting ? 2 : 1);
     }
     if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {
@@ -533,6 +577,16 @@ int RunDaemon(const DaemonOptions& options) {
     EarlyStop::Arm();
     LockFile lock(runtime_dir, config.job);
     EarlyStop::Arm(lock.path(), lock.id());
+    // The socket's name: a socket there is a killed daemon's, replaced below; anything else needs
+    // an operator (exit 2: no restart moves it), said before the files are read and the ring made.
+    if (struct stat st {}; ::lstat(socket_path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+      const char* what = S_ISDIR(st.st_mode) ? "a directory" : S_ISREG(st.st_mode) ? "a regular file"
+                         : S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISFIFO(st.st_mode) ? "a FIFO" : "not a socket";
+      throw StartupError("control socket " + socket_path + ": that path is " + what + " (uid " +
+                             std::to_string(st.st_uid) + "), where ringfeedd puts its socket; remove it, or use "
+                             "another runtime directory",
+                         2);
+    }
 
     // 2. Files, parser, geometry.
     std::vector<std::string> files;

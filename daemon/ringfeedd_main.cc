@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
       "after an on_error: fail failure, too little free /dev/shm, a stop blocked on storage), 2 usage or config "
       "error, or a start-up error a restart would not fix (--start-epoch not below epochs, a ring larger than "
       "/dev/shm, a permissions.group that does not exist or the user is not in, the memory budget, the open-file "
-      "limit).",
+      "limit, a runtime directory that cannot be made or used, a lock file, socket path or segment name held by "
+      "what ringfeedd does not remove).",
       "ringfeedd");
   app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
       ->required()
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Validator(
           [](std::string& path) -> std::string {
             struct stat st {};
+            if (path.empty()) return "the path is empty";
             if (::stat(path.c_str(), &st) != 0) return "cannot read " + path + ": " + std::strerror(errno);
             if (S_ISDIR(st.st_mode)) return path + " is a directory, not a config file";
             return "";

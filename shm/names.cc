@@ -180,6 +180,10 @@ std::string RuntimeDirProblem(const std::string& runtime_dir) {
            ") or root: that user could replace the job's socket and lock file and so take its trainers" + fix;
   }
   if (::access(runtime_dir.c_str(), W_OK | X_OK) != 0) {
+    if (errno == EROFS) {
+      return "the runtime directory " + runtime_dir + " is on a read-only file system: no socket or lock file can "
+             "be made there" + fix;
+    }
     return "this user (uid " + std::to_string(me) + ") may not make files in the runtime directory " + runtime_dir +
            " (owned by uid " + std::to_string(st.st_uid) + ", mode " + Mode(st) + ")" + fix;
   }

@@ -529,10 +529,11 @@ TEST_CASE("something other than a socket at the socket's path: a start-up error 
   const auto status = daemon.Wait();
   REQUIRE(status);
   INFO("stderr:\n" << daemon.Stderr());
-  CHECK(status->code != 0);
+  CHECK(status->ToString() == "exit 2");  // no restart moves it
   CHECK_THAT(daemon.Stderr(), Catch::Contains("control socket " + daemon.socket_path() +
-                                              ": that path is a directory, where ringfeedd puts its socket; remove "
-                                              "it (or use another runtime directory)"));
+                                              ": that path is a directory (uid " + std::to_string(::geteuid()) +
+                                              "), where ringfeedd puts its socket; remove it, or use another "
+                                              "runtime directory"));
   CHECK(std::filesystem::is_directory(daemon.socket_path()));
   std::filesystem::remove(daemon.socket_path());
   WriteFile(daemon.socket_path(), "not a socket");
@@ -1700,6 +1701,43 @@ TEST_CASE("a directory where the segment goes: refused with exit 2 (a restart wo
   CHECK_THAT(daemon.Stderr(), Catch::Contains(daemon.segment_path() + " is a directory (uid ") &&
                                   Catch::Contains("), not a segment; remove it, or use another runtime directory"));
   CHECK(std::filesystem::is_directory(daemon.segment_path()));  // not ringfeedd's to remove
+}
+
+TEST_CASE("a directory at the lock file's or the socket's path: exit 2, before any file is read; a stopped daemon is "
+          "named as stopped") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "inway", IdJobConfig("inway", dir.file("data.tfrecord"), "epochs: 0\n"));
+  std::filesystem::create_directories(daemon.lock_path());
+  REQUIRE_FALSE(daemon.Start());
+  CHECK(daemon.exit_status()->ToString() == "exit 2");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("cannot open lock file " + daemon.lock_path() + ": Is a directory; "
+                                              "ringfeedd makes a regular file of its own user there"));
+  std::filesystem::remove(daemon.lock_path());
+  std::filesystem::create_directories(daemon.socket_path());
+  REQUIRE_FALSE(daemon.Start());
+  CHECK(daemon.exit_status()->ToString() == "exit 2");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("control socket " + daemon.socket_path() + ": that path is a directory "
+                                              "(uid ") &&
+                                  !Catch::Contains("job 'inway': "));  // said before the files are listed
+  std::filesystem::remove(daemon.socket_path());
+
+  // A daemon stopped with SIGSTOP holds the job: a start says so, and how to go on.
+  RINGFEED_REQUIRE_STARTED(daemon);
+  daemon.Kill(SIGSTOP);
+  REQUIRE(WaitUntil([&] { return ReadFile("/proc/" + std::to_string(daemon.pid()) + "/stat").find(") T ") !=
+                                 std::string::npos; }));
+  DaemonProcess again(dir.path(), "inway", IdJobConfig("inway", dir.file("data.tfrecord"), "epochs: 0\n"),
+                      "inway-again.yaml");
+  REQUIRE_FALSE(again.Start());
+  daemon.Kill(SIGCONT);
+  INFO(again.Stderr());
+  CHECK(again.exit_status()->ToString() == "exit 1");
+  CHECK_THAT(again.Stderr(), Catch::Contains("ringfeedd for job 'inway' (pid " + std::to_string(daemon.pid()) +
+                                             ", lock ") &&
+                                 Catch::Contains(") is stopped (SIGSTOP, Ctrl-Z or a debugger): it neither serves its "
+                                                 "trainers nor exits until continued (kill -CONT "));
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("a runtime directory that cannot be made for a lasting reason: exit 2, which the unit does not retry") {

@@ -183,6 +183,16 @@ TEST_CASE("status and list: a reply of other JSON types is one clear error namin
       CHECK_THAT(list.out, Catch::Contains(ListLine(kJob, "bad reply") + Unreadable(fake.socket, c.list_error) + "\n"));
     }
     CHECK_THAT(list.out, !Catch::Contains("json.exception"));
+
+    // --json reads the state alone (the status object goes out as it came): a reply without a
+    // string state, or no status reply at all, is a bad reply there, not "unreachable".
+    const CommandResult listed = fake.Ctl({"list", "--json"});
+    INFO("list --json:\n" << listed.out << listed.err);
+    CHECK(listed.status.ToString() == "exit 0");
+    const json entry = json::parse(listed.out)["jobs"][0];
+    const bool readable_state = c.reply.find(R"("state":"running")") != std::string::npos;
+    CHECK(entry["state"] == (readable_state ? "running" : "bad reply"));
+    if (!readable_state) CHECK_THAT(entry["error"].get<std::string>(), !Catch::Contains("json.exception"));
   }
 }
 
@@ -484,6 +494,16 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
     CHECK_THAT(denied.out, Catch::Contains(ListLine(kJob, "denied")) &&
                                Catch::Contains("run this process as the daemon's user or as a member of the job's "
                                                "permissions.group"));
+    // A runtime directory this user may list but not enter (root's, 0744): denied too.
+    REQUIRE(::chown(fake.runtime_dir.c_str(), 0, 0) == 0);
+    std::filesystem::permissions(fake.runtime_dir, std::filesystem::perms::owner_all |
+                                                       std::filesystem::perms::group_read |
+                                                       std::filesystem::perms::others_read);
+    const CommandResult closed = ctl({"list"});
+    INFO("list of a runtime directory this user cannot enter:\n" << closed.out << closed.err);
+    CHECK(closed.status.ToString() == "exit 0");
+    CHECK_THAT(closed.out, Catch::Contains(ListLine(kJob, "denied") + "cannot enter the runtime directory " +
+                                           fake.runtime_dir));
   }
 
   // A runtime directory that does not exist still lists no jobs (exit 0).
@@ -663,6 +683,25 @@ TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with it
   const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
   INFO("list:\n" << list.out << list.err);
   CHECK_THAT(list.out, Catch::Contains("killed                   gone         " + said + "\n"));
+  // Another user, whom the socket's mode (0600) denies before the refusal: gone all the same
+  // (it was "denied", with advice to join the group). As root, ringfeedctl runs as nobody.
+  if (::geteuid() == 0 && ::access("/usr/bin/setpriv", X_OK) == 0) {
+    std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all | std::filesystem::perms::others_exec);
+    const CommandResult other = RunCommand({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                            CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
+    INFO("list as nobody:\n" << other.out << other.err);
+    CHECK(other.status.ToString() == "exit 0");
+    CHECK_THAT(other.out, Catch::Contains("killed                   gone "));
+  }
+  // A live process holds the lock (a new daemon still listing and sampling its files): not
+  // "stale, start the job again".
+  const std::string held = ReadFile(daemon.lock_path());
+  WriteFile(daemon.lock_path(), std::to_string(::getpid()) + "\n");
+  const CommandResult starting = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
+  CHECK_THAT(starting.err, Catch::Contains("; ringfeedd (pid " + std::to_string(::getpid()) +
+                                           ") holds the job's lock but does not listen yet: it is starting") &&
+                               !Catch::Contains("start the job again"));
+  WriteFile(daemon.lock_path(), held);
   const CommandResult status = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
   CHECK(status.status.ToString() == "exit 1");
   CHECK(status.err == "ringfeedctl status: " + said + "\n");
