@@ -133,7 +133,13 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
                                   FormatBytes(parse_bytes) + " for the features' fixed shapes)";
   const uint64_t budget = config.pipeline.memory_budget.value_or(DefaultMemoryBudget().bytes);
   if (parse_bytes > budget) {
-    result.epoch_not_read = parse_batch + " is more than the memory budget " + FormatBytes(budget);
+    // What a ring slot needs for a batch of these fixed shapes alone, as the daemon's error at
+    // such a batch asks this command for.
+    const uint64_t slot = SlotBytesNeeded(parser.specs(), static_cast<size_t>(config.batch.size), ColumnSizes{});
+    result.epoch_not_read = parse_batch + " is more than the memory budget " + FormatBytes(budget) +
+                            "; a ring slot for a batch of " + std::to_string(config.batch.size) +
+                            " rows needs ring.slot_bytes of at least " + std::to_string((slot + 1023) / 1024) + "KiB (" +
+                            FormatBytes(slot) + ") for them";
     return result;
   }
   std::optional<ExampleBatch> batch_storage;

@@ -525,6 +525,7 @@ int RunDaemon(const DaemonOptions& options) {
   // name with a newline) are escaped: daemon/log_format.h.
   SetLogPattern(*logger, std::getenv("JOURNAL_STREAM") != nullptr);
   spdlog::set_default_logger(logger);
+  EarlyStop::Arm();  // a stop while the config is read (a FIFO not written yet) ends it the same way
 
   JobConfig config;
   try {
@@ -574,7 +575,6 @@ int RunDaemon(const DaemonOptions& options) {
     if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {
       throw StartupError(problem, 2);
     }
-    EarlyStop::Arm();
     LockFile lock(runtime_dir, config.job);
     EarlyStop::Arm(lock.path(), lock.id());
     // The socket's name: a socket there is a killed daemon's, replaced below; anything else needs
