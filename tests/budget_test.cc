@@ -311,14 +311,14 @@ TEST_CASE("a real cgroup v1 cpu child with a quota", "[.cgroup_v1]") {
     }
   }
   if (own_path.empty() || hierarchy.empty()) {
-    std::printf("RINGFEED_SKIP: no cgroup v1 cpu hierarchy here\n");
+    ringfeed::testing::Skip("no cgroup v1 cpu hierarchy here");
     return;
   }
   const std::string dir =
       hierarchy + (own_path == "/" ? "" : own_path) + "/ringfeed-budget-test-" + std::to_string(getpid());
   if (mkdir(dir.c_str(), 0755) != 0) {
-    std::printf("RINGFEED_SKIP: cannot create %s: %s (needs root and a writable cgroup v1 hierarchy)\n", dir.c_str(),
-                std::strerror(errno));
+    ringfeed::testing::Skip("cannot create " + dir + ": " + std::strerror(errno) +
+                            " (needs root and a writable cgroup v1 hierarchy)");
     return;
   }
   struct Remove {
@@ -337,7 +337,7 @@ TEST_CASE("a real cgroup v1 cpu child with a quota", "[.cgroup_v1]") {
     quota << "50000\n";
     quota.flush();
     if (!quota) {
-      std::printf("RINGFEED_SKIP: cannot set cpu.cfs_quota_us in %s\n", dir.c_str());
+      ringfeed::testing::Skip("cannot set cpu.cfs_quota_us in " + dir);
       return;
     }
   }

@@ -645,7 +645,7 @@ std::string IdJobConfig(const std::string& job, const std::string& files, const 
 void SkipOrFail(const std::string& why) {
   const char* ci = std::getenv("CI");
   if (ci != nullptr && std::string(ci) == "true") FAIL("CI=true but this test cannot run here: " << why);
-  std::cout << "RINGFEED_SKIP: " << why << std::endl;
+  Skip(why);
 }
 
 }  // namespace ringfeed::testing

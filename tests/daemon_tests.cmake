@@ -4,8 +4,9 @@ ringfeed_test(sequencer_test SOURCES sequencer_test.cc LIBS ringfeed_daemon nloh
 ringfeed_test(sched_clock_test SOURCES sched_clock_test.cc LIBS ringfeed_daemon)
 ringfeed_test(log_format_test SOURCES log_format_test.cc LIBS ringfeed_daemon)
 # End to end: ringfeedd and ringfeedctl run as real processes, consumers in forked children
-# (tests/daemon_harness.h). The golden and /dev/shm tests may skip ("RINGFEED_SKIP:"), so each is
-# a program of its own: a skip must not hide another test's result.
+# (tests/daemon_harness.h). The golden and /dev/shm tests may skip (testing::Skip), and are
+# programs of their own, so that CTest reports them as skipped (a program reports a skip only
+# when all its test cases skipped: tests/catch_main.cc).
 add_library(ringfeed_daemon_harness STATIC daemon_harness.cc)
 target_link_libraries(ringfeed_daemon_harness PUBLIC ringfeed_test_support ringfeed_client ringfeed_format
   nlohmann_json::nlohmann_json)

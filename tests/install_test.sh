@@ -59,6 +59,20 @@ check "pkg-config, C++" "$tmp/trainer_pc"
 "$cc" -std=c11 "$tmp/trainer.c" -o "$tmp/trainer_c" $(pkg-config --cflags --libs ringfeed)
 check "pkg-config, C" "$tmp/trainer_c"
 
+# README.md's trainer, as printed there: it compiles, and with no daemon it says so and exits 1.
+readme=$(dirname "$0")/../README.md
+awk '/tests\/install_test.sh compiles this program/ {found = 1; next}
+     found && /^```cpp$/ {inside = 1; next}
+     inside && /^```$/ {exit}
+     inside {print}' "$readme" > "$tmp/readme_trainer.cc"
+[[ -s $tmp/readme_trainer.cc ]] || { echo "install_test: no C++ program after the marker in README.md" >&2; exit 1; }
+# shellcheck disable=SC2046
+"$cxx" -std=c++20 "$tmp/readme_trainer.cc" -o "$tmp/readme_trainer" $(pkg-config --cflags --libs ringfeed)
+rc=0
+out=$(RINGFEED_RUNTIME_DIR=/nonexistent/ringfeed-install-test "$tmp/readme_trainer" 2>&1) || rc=$?
+echo "README's trainer: $out (exit $rc)"
+[[ $rc == 1 && $out == "trainer: "*"my-train"* ]] || { echo "install_test: README's trainer did not fail as it says" >&2; exit 1; }
+
 mkdir "$tmp/proj"
 cp "$tmp/trainer.cc" "$tmp/proj/"
 cat > "$tmp/proj/CMakeLists.txt" <<'CM'

@@ -16,6 +16,7 @@
 #include "shm/file_id.h"
 #include "shm/names.h"
 #include "shm/segment.h"
+#include "tests/test_support.h"
 
 namespace ringfeed {
 namespace {
@@ -139,8 +140,7 @@ TEST_CASE("shm segment nospace helper", "[.nospace_helper]") {
 TEST_CASE("Segment::Create on a too small /dev/shm: an error with the bytes, never SIGBUS") {
   auto [probe, probe_output] = Run("unshare -m --map-root-user sh -c 'mount -t tmpfs -o size=64m tmpfs /dev/shm'");
   if (probe != 0) {
-    std::printf("RINGFEED_SKIP: cannot mount a private /dev/shm (unshare -m --map-root-user): %s\n",
-                probe_output.c_str());
+    ringfeed::testing::Skip("cannot mount a private /dev/shm (unshare -m --map-root-user): " + probe_output);
     return;
   }
   char self[4096];

@@ -119,7 +119,7 @@ class SlowMount {
 
   bool mounted() const { return skip_reason_.empty(); }
   // Prints the skip marker; call when !mounted().
-  void PrintSkip() const { std::cout << "RINGFEED_SKIP: " << skip_reason_ << std::endl; }
+  void PrintSkip() const { Skip(skip_reason_); }
   std::filesystem::path path(const std::string& name) const { return mountpoint_ / name; }
   std::string StatsPath() const { return (mountpoint_ / ".slowfs_stats").string(); }
   pid_t pid() const { return pid_; }

@@ -1,6 +1,6 @@
 # systemd integration: the sd_notify wrapper (daemon/systemd_notify.h) against a fake service
 # manager socket, and the template unit (systemd/ringfeed@.service) checked by assertion and by
-# `systemd-analyze verify` (skipped, "RINGFEED_SKIP:", where systemd-analyze is absent).
+# `systemd-analyze verify` (that test case skipped, testing::Skip, where systemd-analyze is absent).
 # Included from tests/CMakeLists.txt.
 include(GNUInstallDirs)
 

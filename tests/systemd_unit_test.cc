@@ -217,9 +217,8 @@ TEST_CASE("systemd-analyze verify accepts the unit", "[systemd][unit][verify]") 
     if (ci != nullptr && std::string(ci) == "true") {
       FAIL("CI=true but systemd-analyze is not installed (apt-get install systemd)");
     }
-    std::cout << "RINGFEED_SKIP: systemd-analyze not found (package systemd); the unit was "
-                 "checked only by the assertions of the other test cases"
-              << std::endl;
+    ringfeed::testing::Skip("systemd-analyze not found (package systemd); the unit was checked only by the "
+                            "assertions of the other test cases");
     return;
   }
 
@@ -263,8 +262,8 @@ TEST_CASE("the installed copy points at the prefix installed to", "[systemd][uni
   // `cmake --install BUILD --prefix P` (the unit's component only): the paths are written at
   // install time (systemd/install_unit.cmake), so P need not be the configure step's prefix.
   if (std::string(RINGFEED_SYSTEMD_UNIT_DIR).starts_with("/")) {
-    std::cout << "RINGFEED_SKIP: RINGFEED_SYSTEMD_UNIT_DIR is absolute (" << RINGFEED_SYSTEMD_UNIT_DIR
-              << "): installing into a temporary prefix would write there" << std::endl;
+    ringfeed::testing::Skip(std::string("RINGFEED_SYSTEMD_UNIT_DIR is absolute (") + RINGFEED_SYSTEMD_UNIT_DIR +
+                            "): installing into a temporary prefix would write there");
     return;
   }
   TempDir dir;

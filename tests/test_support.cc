@@ -131,14 +131,35 @@ std::string Base64Decode(const std::string& in) {
   return out;
 }
 
+namespace {
+bool g_skipped_in_case = false;
+}  // namespace
+
+void Skip(const std::string& why) {
+  std::cout << "RINGFEED_SKIP: " << why << std::endl;
+  g_skipped_in_case = true;
+}
+
+SkipTally& Skips() {
+  static SkipTally tally;
+  return tally;
+}
+
+bool SkippedInThisCase() { return g_skipped_in_case; }
+void StartTestCase() { g_skipped_in_case = false; }
+
 std::string TfxDirOrSkip() {
-  std::filesystem::path dir = RINGFEED_TFX_DIR;
+  // TFX_DATA: a checkout of github.com/tensorflow/tfx's tfx/components/testdata (the example
+  // configs' variable), for a clone outside this workspace.
+  const char* data = std::getenv("TFX_DATA");
+  std::filesystem::path dir = data != nullptr && *data != '\0' ? std::filesystem::path(data) : RINGFEED_TFX_DIR;
   if (std::filesystem::is_directory(dir)) return std::filesystem::canonical(dir).string();
   const char* ci = std::getenv("CI");
   if (ci != nullptr && std::string(ci) == "true") {
     FAIL("CI=true but the real TFRecord files are missing at " << dir.string());
   }
-  std::cout << "RINGFEED_SKIP: " << dir.string() << " not found (a clone without ../shared/data)" << std::endl;
+  Skip(dir.string() + " not found (a clone without ../shared/data: set TFX_DATA to a copy of TFX's "
+       "tfx/components/testdata to run these)");
   return "";
 }
 

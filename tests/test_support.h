@@ -58,9 +58,25 @@ class TightFileLimit {
   uint64_t saved_soft_ = 0;
 };
 
-// The directory of the real TensorFlow-written files (../shared/data/tfx), or "" when absent.
-// When absent: with CI=true the calling test fails; otherwise it prints "RINGFEED_SKIP: <why>"
-// (CTest shows the test as skipped) and the caller should return.
+// Skips: a test case that cannot run here (no cgroup v1, no FUSE, the real data absent) calls
+// Skip(why), which prints "RINGFEED_SKIP: <why>" and counts the test case as skipped; the
+// caller returns. tests/catch_main.cc then says how many test cases of the program were skipped
+// and exits 77 (CTest's SKIP_RETURN_CODE: "Skipped") only when every test case that ran was
+// skipped and none failed; a program that ran other test cases passes or fails on them, and a
+// failure is never reported as a skip.
+void Skip(const std::string& why);
+struct SkipTally {
+  int cases_run = 0;
+  int cases_skipped = 0;
+};
+SkipTally& Skips();  // kept by tests/catch_main.cc's listener
+bool SkippedInThisCase();  // Skip() was called since the current test case started
+void StartTestCase();
+
+// The directory of the real TensorFlow-written files: $TFX_DATA's components/testdata layout
+// when set (as config/examples/taxi.yaml takes it), else ../shared/data/tfx; "" when absent.
+// When absent: with CI=true the calling test fails; otherwise it Skip()s, and the caller should
+// return.
 std::string TfxDirOrSkip();
 
 }  // namespace ringfeed::testing
