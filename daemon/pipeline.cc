@@ -40,6 +40,7 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const s
   slot_published_.assign(ring_.slot_count, Published{});
   published_.assign(ring_.queue_count, 0);
   prefetch_ = std::max<size_t>(1, options_.prefetch);
+  options_.sequencer.deterministic = options_.deterministic;
   if (options_.sequencer.lookahead_files == 0) {
     options_.sequencer.lookahead_files = static_cast<int64_t>(std::max<size_t>(1, options_.readers));
   }

@@ -130,9 +130,9 @@ StreamItem FileStream::Next() {
     local_.clear();
     local_next_ = 0;
     std::unique_lock lock(owner_->mutex_);
-    if (items_.empty() && !owner_->stopping_ && !out_of_memory_) {
+    if (!ReadyLocked()) {
       const int64_t start = MonotonicNs();
-      ready_.wait(lock, [&] { return !items_.empty() || owner_->stopping_ || out_of_memory_; });
+      ready_.wait(lock, [&] { return ReadyLocked(); });
       owner_->consumer_wait_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - start), std::memory_order_relaxed);
     }
     if (items_.empty() && out_of_memory_ && !owner_->stopping_) {
@@ -158,6 +158,31 @@ StreamItem FileStream::Next() {
   StreamItem item = std::move(local_[local_next_++]);
   if (item.kind == StreamItem::Kind::kEnd) ended_ = true;
   return item;
+}
+
+bool FileStream::ReadyLocked() const { return !items_.empty() || owner_->stopping_ || out_of_memory_; }
+
+bool FileStream::Ready() {
+  if (local_next_ < local_.size() || ended_) return true;
+  std::lock_guard lock(owner_->mutex_);
+  return ReadyLocked();
+}
+
+void ReadAhead::WaitAny(const std::vector<std::shared_ptr<FileStream>>& streams) {
+  const auto ready = [&] {
+    if (stopping_) return true;
+    for (const auto& s : streams) {
+      if (s && (s->local_next_ < s->local_.size() || s->ended_ || s->ReadyLocked())) return true;
+    }
+    return false;
+  };
+  std::unique_lock lock(mutex_);
+  if (ready()) return;
+  const int64_t start = MonotonicNs();
+  ++any_waiters_;
+  any_ready_.wait(lock, ready);
+  --any_waiters_;
+  consumer_wait_ns_.fetch_add(static_cast<uint64_t>(MonotonicNs() - start), std::memory_order_relaxed);
 }
 
 ReadAhead::ReadAhead(ReaderOptions options, size_t threads, uint64_t stream_buffer_bytes, bool chunks)
@@ -191,6 +216,7 @@ void ReadAhead::Stop() {
     for (auto& s : streams_) s->ready_.notify_all();
   }
   work_.notify_all();
+  any_ready_.notify_all();
 }
 
 std::shared_ptr<FileStream> ReadAhead::Open(uint32_t file_index, const std::string& path) {
@@ -608,9 +634,11 @@ void ReadAhead::Run(size_t id) {
       bytes_read_ += payload;
     }
     if (finished || stream->closed_) std::erase(streams_, stream);
+    const bool wake_any = delivered && any_waiters_ > 0;
     lock.unlock();
     // The sequencer is woken after the unlock (as in FileStream::Next); `stream` keeps ready_ alive.
     if (delivered) stream->ready_.notify_all();
+    if (wake_any) any_ready_.notify_all();
     // This may be the last reference (the consumer closed the stream): closing the file can
     // wait (its queued reads, close() on a network mount), so not under the lock.
     stream.reset();

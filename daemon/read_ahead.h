@@ -180,6 +180,10 @@ class FileStream {
   // Blocks until the next item is read. After kEnd, returns kEnd again.
   // A kError with error.recoverable == false is followed by kEnd.
   StreamItem Next();
+  // Whether Next would return at once: an item is read (a record, an error, the end) or the
+  // read-ahead is stopping. Never blocks; takes the lock only once the items taken last are
+  // used up. Consumer thread only (as Next).
+  bool Ready();
   uint32_t file_index() const { return file_index_; }
   const std::string& path() const { return path_; }
 
@@ -201,6 +205,10 @@ class FileStream {
     uint64_t id = 0;
     ~CloseCall();
   };
+  // Items are queued, or Next would not wait for any (stopping, out of memory). Caller holds
+  // owner_->mutex_.
+  bool ReadyLocked() const;
+
   CloseCall close_call_;
   ReadAhead* owner_;
   uint32_t file_index_;
@@ -279,6 +287,10 @@ class ReadAhead {
 
   // Starts reading `path` in the background. Streams opened earlier are read first.
   std::shared_ptr<FileStream> Open(uint32_t file_index, const std::string& path);
+  // Blocks until one of `streams` (null entries are passed over) is Ready, or Stop() was
+  // called: the sequencer's wait when it may take from whichever interleaved file has records
+  // (deterministic: false). The wait counts in consumer_wait_ns, as Next's. Consumer thread.
+  void WaitAny(const std::vector<std::shared_ptr<FileStream>>& streams);
   // Stops reading a stream early (the consumer no longer needs it). Dropping the last
   // shared_ptr without Close is fine too; Close only frees its buffer sooner.
   void Close(const std::shared_ptr<FileStream>& stream);
@@ -388,6 +400,9 @@ class ReadAhead {
   uint64_t stream_buffer_bytes_;  // guarded by mutex_
   mutable std::mutex mutex_;
   std::condition_variable work_;
+  // WaitAny's: a reader that delivers items wakes it while any_waiters_ > 0 (guarded by mutex_).
+  std::condition_variable any_ready_;
+  size_t any_waiters_ = 0;
   std::vector<std::shared_ptr<FileStream>> streams_;  // in Open order
   std::unordered_map<uint32_t, Compression> compressed_files_;  // file_index -> kGzip/kZlib; guarded by mutex_
   bool warn_on_compressed_ = false;                             // WarnOnCompressed, until it warned; mutex_

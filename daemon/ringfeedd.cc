@@ -613,8 +613,8 @@ int RunDaemon(const DaemonOptions& options) {
                    options.start_epoch == 1 ? std::string("epoch 0 is")
                                             : "epochs 0 to " + std::to_string(options.start_epoch - 1) + " are");
       if (!config.deterministic) {
-        spdlog::warn("--start-epoch {} with deterministic: false: epoch {} has the same records, but its batches "
-                     "may come in another order than in the run you resume (set deterministic: true for an exact "
+        spdlog::warn("--start-epoch {} with deterministic: false: epoch {} has the same records, but maybe in other "
+                     "batches and another order than in the run you resume (set deterministic: true for an exact "
                      "resume)",
                      options.start_epoch, options.start_epoch);
       }

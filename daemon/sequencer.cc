@@ -263,11 +263,24 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
   };
   for (size_t p = 0; p < cycle; ++p) positions[p] = take_next();
 
+  // deterministic: false: position p's file if it has a record read, else the next position
+  // whose file has one; when none has, waits for the first that gets one (a stop ends the wait).
+  auto ready_position = [&](size_t p) {
+    for (;;) {
+      for (size_t i = 0; i < cycle; ++i) {
+        const size_t q = (p + i) % cycle;
+        if (positions[q] && positions[q]->Ready()) return q;
+      }
+      read_ahead_->WaitAny(positions);
+    }
+  };
+
   size_t live = 0;
   for (auto& s : positions) live += s != nullptr;
   for (size_t p = 0; live > 0; p = (p + 1) % cycle) {
     while (positions[p]) {
       if (stop_.load()) return false;
+      if (!options_.deterministic) p = ready_position(p);
       StreamItem item = positions[p]->Next();
       // A stop ends a wait in Next with kEnd: not the end of that file.
       if (stop_.load()) return false;

@@ -14,6 +14,11 @@
 //        interleave_order.json holds orders TensorFlow made.) Records skipped under
 //        on_error: skip (read errors, and Examples that do not match the spec: Pipeline's
 //        record check) take no turn.
+//        With deterministic: false a visit whose file has no record read yet goes to the next
+//        position whose file has one (waiting only when none has), so a slow file holds up
+//        only itself (tf.data's interleave with deterministic=False takes whichever input
+//        is ready too). Each file's records still come in file order, every record of the
+//        epoch once; which file's record comes next depends on timing.
 //     3. shard by record (only when there are fewer files than shard.count): keep record r of a
 //        file when r % shard.count == shard.index. A bad record (an error that names a record
 //        and does not end its file) belongs to its record's shard the same way.
@@ -25,8 +30,9 @@
 //        dropped (and counted), so every rank gets the same number of batches per epoch.
 //   shard by file (when there are at least shard.count files): file i of the sorted list
 //   belongs to shard i % shard.count.
-// None of this depends on thread timing, read-ahead or worker counts: ReadAhead only fills
-// each file's stream in file order, and the sequencer alone picks which stream to take from.
+// With deterministic: true (the default) none of this depends on thread timing, read-ahead or
+// worker counts: ReadAhead only fills each file's stream in file order, and the sequencer alone
+// picks which stream to take from.
 //
 // Thread-safety: Run() on one thread; Stop() and the counters from any thread.
 #pragma once
@@ -48,6 +54,8 @@ namespace ringfeed {
 struct SequencerOptions {
   std::vector<std::string> files;  // the job's sorted file list (before sharding)
   int64_t cycle_length = 4;
+  // false: the interleave takes from whichever position's file has a record read (step 2).
+  bool deterministic = true;
   int64_t batch_size = 32;
   bool drop_remainder = false;
   bool shuffle_files = false;

@@ -1,6 +1,7 @@
 # ringfeedd: order algorithms, sequencer, end-to-end runs with real processes.
 ringfeed_test(shuffle_test SOURCES shuffle_test.cc LIBS ringfeed_daemon nlohmann_json::nlohmann_json)
-ringfeed_test(sequencer_test SOURCES sequencer_test.cc LIBS ringfeed_daemon nlohmann_json::nlohmann_json)
+# Its [slowfs] case (a file on a slowfs mount) is a CTest entry of its own: slowfs_tests.cmake.
+ringfeed_test(sequencer_test SOURCES sequencer_test.cc ARGS "~[slowfs]" LIBS ringfeed_daemon nlohmann_json::nlohmann_json)
 ringfeed_test(sched_clock_test SOURCES sched_clock_test.cc LIBS ringfeed_daemon)
 ringfeed_test(log_format_test SOURCES log_format_test.cc LIBS ringfeed_daemon)
 # End to end: ringfeedd and ringfeedctl run as real processes, consumers in forked children

@@ -26,9 +26,11 @@
 #include "format/read_queue.h"
 #include "format/tfrecord_writer.h"
 #include "shm/ring_layout.h"
+#include "tests/slowfs_mount.h"
 #include "tests/test_support.h"
 
 using namespace ringfeed;
+using ringfeed::testing::SlowMount;
 using ringfeed::testing::TempDir;
 using ringfeed::testing::TightFileLimit;
 
@@ -182,6 +184,83 @@ TEST_CASE("the order is the same whatever the read-ahead threads and buffer size
   // Another seed, another order.
   o.seed = 1235;
   CHECK(Flatten(RunAll(o, 1, 1 << 20), 0) != Flatten(reference, 0));
+}
+
+namespace {
+
+// Every record of `counts`' files exactly once in `records`, each file's in file order.
+void CheckEachRecordOnceInFileOrder(const std::vector<std::string>& records, const std::vector<int>& counts) {
+  std::vector<int> next(counts.size(), 0);
+  for (const std::string& text : records) {
+    const size_t r = text.find('r');
+    const size_t f = std::stoul(text.substr(1, r - 1));
+    REQUIRE(f < counts.size());
+    INFO(text);
+    CHECK(std::stoi(text.substr(r + 1)) == next[f]++);
+  }
+  for (size_t f = 0; f < counts.size(); ++f) CHECK(next[f] == counts[f]);
+}
+
+}  // namespace
+
+TEST_CASE("deterministic: false: every record once per epoch, each file's in file order, batches as usual") {
+  TempDir dir;
+  const std::vector<int> counts = {50, 7, 0, 33, 1, 120, 9, 64};
+  SequencerOptions o;
+  o.files = WriteFiles(dir, counts);
+  o.cycle_length = 3;
+  o.batch_size = 16;
+  o.epochs = 2;
+  o.deterministic = false;
+  const int total = 50 + 7 + 33 + 1 + 120 + 9 + 64;
+  for (const size_t readers : {1, 3, 8}) {
+    for (const uint64_t buffer : {uint64_t{64}, uint64_t{1} << 20}) {
+      INFO("readers " << readers << ", read-ahead " << buffer << " bytes");
+      const auto batches = RunAll(o, readers, buffer);
+      const size_t per_epoch = (total + 15) / 16;
+      REQUIRE(batches.size() == 2 * per_epoch);
+      for (uint64_t e = 0; e < 2; ++e) {
+        CheckEachRecordOnceInFileOrder(Flatten(batches, e), counts);
+        for (size_t k = 0; k < per_epoch; ++k) {
+          const Seen& b = batches[e * per_epoch + k];
+          CHECK(b.epoch == e);
+          CHECK(b.index == k);
+          CHECK(b.records.size() == (k + 1 < per_epoch ? 16u : static_cast<size_t>(total % 16)));
+          const uint32_t end = e == 1 ? (shm::kBatchEndOfEpoch | shm::kBatchEndOfData) : shm::kBatchEndOfEpoch;
+          CHECK(b.flags == (k + 1 == per_epoch ? end : 0u));
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("deterministic: false: a file on slow storage holds up only itself", "[slowfs]") {
+  // Files 0 and 2 on local disk, file 1 behind a slowfs mount whose every read takes 1.5 s.
+  // Under deterministic: true the interleave waits for file 1's records in its turns (tf.data's
+  // order); under false it takes files 0 and 2's records meanwhile, so every one of them comes
+  // before file 1's first (they are read in milliseconds).
+  TempDir local, slow;
+  const std::vector<std::string> here = WriteFiles(local, {40, 0, 30});
+  const std::vector<std::string> there = WriteFiles(slow, {1, 5});
+  std::filesystem::remove(there[0]);
+  SlowMount mount(slow.path().string(), {"--latency-ms=1500"});
+  if (!mount.mounted()) return mount.PrintSkip();
+  SequencerOptions o;
+  o.files = {here[0], mount.path("part-001.tfrecord").string(), here[2]};
+  o.cycle_length = 3;
+  o.batch_size = 10;
+
+  o.deterministic = false;
+  const auto records = Flatten(RunAll(o, 3, 1 << 20), 0);
+  CheckEachRecordOnceInFileOrder(records, {40, 5, 30});
+  std::vector<std::string> first70(records.begin(), records.begin() + 70);
+  for (const std::string& text : first70) CHECK(text.rfind("f1r", 0) != 0);
+
+  o.deterministic = true;
+  const auto in_order = Flatten(RunAll(o, 3, 1 << 20), 0);
+  REQUIRE(in_order.size() == 75);
+  const std::vector<std::string> expected_start = {"f0r0", "f1r0", "f2r0", "f0r1", "f1r1", "f2r1"};
+  CHECK(std::vector<std::string>(in_order.begin(), in_order.begin() + 6) == expected_start);
 }
 
 TEST_CASE("queued reads: files opened ahead take up the blocks of files near their ends; the order is the same") {

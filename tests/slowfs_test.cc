@@ -225,6 +225,52 @@ TEST_CASE("slowfs: a 1 MiB read costs one latency, whatever the alignment of its
   ::close(fd);
 }
 
+TEST_CASE("slowfs: --tail-fraction of the reads pay --tail-latency-ms more (stragglers)") {
+  TempDir source;
+  const std::string content = RandomBytes(40 * 64 * 1024, 3);
+  WriteFile(source.file("f.bin"), content);
+  SlowMount mount(source.path().string(), {"--latency-ms=1", "--tail-latency-ms=30", "--tail-fraction=0.25"});
+  if (!mount.mounted()) return mount.PrintSkip();
+  int fd = ::open(mount.path("f.bin").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  std::string buffer(64 * 1024, '\0');
+  const auto start = Clock::now();
+  for (size_t i = 0; i < 40; ++i) {
+    REQUIRE(::pread(fd, buffer.data(), buffer.size(), static_cast<off_t>(i * buffer.size())) ==
+            static_cast<ssize_t>(buffer.size()));
+    REQUIRE(buffer == content.substr(i * buffer.size(), buffer.size()));
+  }
+  const double seconds = SecondsSince(start);
+  ::close(fd);
+  const nlohmann::json stats = mount.Stats();
+  INFO(stats.dump() << " 40 reads: " << seconds << " s");
+  CHECK(Counter(stats, "reads") == 40);
+  // A quarter of 40, give or take what a hash of the request numbers spreads.
+  const uint64_t stragglers = Counter(stats, "tail_reads");
+  CHECK(stragglers >= 4);
+  CHECK(stragglers <= 18);
+  CHECK(seconds >= 40 * 0.001 + static_cast<double>(stragglers) * 0.030);
+  CHECK(stats.at("tail_latency_ms").get<double>() == 30);
+  CHECK(stats.at("tail_fraction").get<double>() == 0.25);
+}
+
+TEST_CASE("slowfs: a tail fraction above 1 is refused (exit 2) before mounting") {
+  TempDir source;
+  std::filesystem::create_directory(source.path() / "mnt");
+  const std::string command = std::string(RINGFEED_SLOWFS_BIN) + " " + source.path().string() + " " +
+                              (source.path() / "mnt").string() + " --tail-latency-ms=10 --tail-fraction=1.5 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  std::string output;
+  char chunk[256];
+  while (size_t n = std::fread(chunk, 1, sizeof chunk, pipe)) output.append(chunk, n);
+  const int status = ::pclose(pipe);
+  INFO(output);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(output.find("--tail-fraction: give a fraction from 0 to 1") != std::string::npos);
+}
+
 TEST_CASE("slowfs: parallel readers overlap their latencies") {
   constexpr int kReaders = 8;
   constexpr int kReadsEach = 4;

@@ -13,6 +13,16 @@ if(SLOWFS_FUSE3_FOUND)
   target_compile_definitions(slowfs_test PRIVATE RINGFEED_SLOWFS_BIN="$<TARGET_FILE:slowfs>")
 endif()
 
+# The sequencer's interleave with one file on a slow mount (deterministic: false takes the other
+# files' records meanwhile); skips without FUSE.
+add_test(NAME sequencer_slowfs_test COMMAND sequencer_test "[slowfs]")
+set_tests_properties(sequencer_slowfs_test PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 60
+                     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+if(SLOWFS_FUSE3_FOUND)
+  add_dependencies(sequencer_test slowfs)
+  target_compile_definitions(sequencer_test PRIVATE RINGFEED_SLOWFS_BIN="$<TARGET_FILE:slowfs>")
+endif()
+
 # The autotuner and budgets end to end (real ringfeedd, consumers, and a slowfs mount for the
 # slow-storage case, which skips without FUSE).
 # The slow-mount case may skip (no FUSE): it runs as a CTest entry of its own, so that a skip

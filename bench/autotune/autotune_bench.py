@@ -49,10 +49,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BIN_SECONDS = 0.1
 WINDOW_BINS = 5  # 0.5 s windows for "time to reach"
 
-SCENARIOS = {  # name: (latency per read in ms, or None for local files; title)
+SCENARIOS = {  # name: (slowfs options, or None for local files; title)
     "local": (None, "local files (page cache)"),
-    "slow2": (2, "slowfs, 2 ms per read"),
-    "slow20": (20, "slowfs, 20 ms per read"),
+    "slow2": (["--latency-ms=2"], "slowfs, 2 ms per read"),
+    "slow20": (["--latency-ms=20"], "slowfs, 20 ms per read"),
+    # Not in the default run: network storage's stragglers (a p99 of 200 ms), for --deterministic.
+    "slow20tail": (["--latency-ms=20", "--tail-latency-ms=180", "--tail-fraction=0.01"],
+                   "slowfs, 20 ms per read, 1% of reads 200 ms"),
 }
 TFDATA = {  # contender: (pipeline, extra tfdata_bench.py arguments, title)
     "tfdata_autotune": ("tuned", [], "tf.data AUTOTUNE"),
@@ -205,9 +208,9 @@ def tfdata_metrics(result, timeline, steady_seconds):
 class SlowMount:
     """slowfs SOURCE at a fresh directory, in the foreground as a child (bench/slowfs/README.md)."""
 
-    def __init__(self, binary, source, latency_ms):
+    def __init__(self, binary, source, options):
         self.dir = tempfile.mkdtemp(prefix="slowfs-autotune-")
-        self.proc = subprocess.Popen([binary, source, self.dir, f"--latency-ms={latency_ms}", "--foreground"],
+        self.proc = subprocess.Popen([binary, source, self.dir, "--foreground"] + options,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         for _ in range(1000):
             if os.path.exists(os.path.join(self.dir, ".slowfs_stats")):
@@ -272,7 +275,7 @@ class Bench:
             f.write(f"job: {job}\n")
             f.write(f'source: {{files: ["{files_glob}"], compression: none}}\n')
             f.write("features:\n" + "\n".join(self.features) + "\n")
-            f.write(f"batch: {{size: {self.a.batch}}}\nepochs: 0\n")
+            f.write(f"batch: {{size: {self.a.batch}}}\nepochs: 0\ndeterministic: {self.a.deterministic}\n")
             f.write(f"pipeline: {{{pipeline}{', ' if pipeline else ''}memory_budget: {self.a.budget}}}\n")
         return path
 
@@ -316,7 +319,8 @@ class Bench:
         cmd = self.pin + [self.a.python, os.path.join(REPO, "bench/e2e/tfdata_bench.py"), "--files", files_glob,
                           "--schema", os.path.join(self.a.data, "taxi.schema"), "--pipeline", pipeline,
                           "--batch", str(self.a.batch), "--epochs", "0", "--seconds", str(self.a.seconds),
-                          "--timeline", timeline_path, "--buffer-size", str(1 << 20)] + extra
+                          "--timeline", timeline_path, "--buffer-size", str(1 << 20),
+                          "--deterministic", self.a.deterministic] + extra
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=self.a.seconds + 300,
                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
         if out.returncode != 0:
@@ -370,8 +374,9 @@ class Bench:
         source = os.path.join(self.a.data, self.a.set)
         runs = []
         for scenario in self.a.scenarios:
-            latency, title = SCENARIOS[scenario]
-            mount = SlowMount(os.path.join(self.a.build, "bench/slowfs/slowfs"), source, latency) if latency else None
+            slowfs_options, title = SCENARIOS[scenario]
+            mount = (SlowMount(os.path.join(self.a.build, "bench/slowfs/slowfs"), source, slowfs_options)
+                     if slowfs_options else None)
             files_glob = os.path.join(mount.dir if mount else source, "*.tfrecord")
             log(f"== {title}: {files_glob}")
             try:
@@ -457,7 +462,8 @@ def report(doc):
           f" pinned to cores {doc['cpus']}{', nice ' + str(doc['nice']) if doc.get('nice') else ''};"
           f" {doc['set']} ({doc['files']} files, batch {doc['batch']}), `epochs: 0`, each run stopped"
           f" {doc['seconds']:g} s after its first batch, steady = the last {doc['steady']:g} s;"
-          f" memory_budget {doc['budget']}; load average {doc['load_start']} at the start,"
+          f" memory_budget {doc['budget']};"
+          f"{' deterministic: false (tf.data too);' if doc.get('deterministic') == 'false' else ''} load average {doc['load_start']} at the start,"
           f" {doc['load_end']} at the end (per run: {doc.get('load_range', 'n/a')}).")
     verdicts = []
     for scenario in doc["scenarios"]:
@@ -678,6 +684,8 @@ def main():
     ap.add_argument("--steady", type=float, default=5)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--budget", default="256MiB")
+    ap.add_argument("--deterministic", default="true", choices=["true", "false"],
+                    help="ringfeed's `deterministic` and tf.data's Options().deterministic, for every run")
     ap.add_argument("--readers", default="1,2,4,8,16")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--prefetch", default="2,8")
@@ -726,7 +734,7 @@ def main():
         "machine": f"{os.cpu_count()} cores, {cpu_model()}, kernel {os.uname().release}",
         "tf_version": next((r["result"].get("tf_version") for r in runs if r.get("kind") == "tfdata" and "result" in r), ""),
         "cpus": a.cpus, "nice": a.nice, "seconds": a.seconds, "steady": a.steady, "batch": a.batch,
-        "budget": a.budget, "set": a.set, "files": len(files), "scenarios": a.scenarios,
+        "budget": a.budget, "deterministic": a.deterministic, "set": a.set, "files": len(files), "scenarios": a.scenarios,
         "load_start": load_start, "load_end": loadavg(),
         "load_range": f"1-min load {min(loads):.1f}-{max(loads):.1f}" if loads else "n/a",
         "runs": runs,

@@ -18,7 +18,7 @@
 #   RINGFEED_TAXI_DIR           the real taxi TFRecords       (default: <repo>/../shared/data/tfx/csv_example_gen/Split-train)
 #   RINGFEED_TFVENV             venv with tensorflow-cpu      (default: <repo>/../tfvenv; missing = no tf.data rows)
 #   RINGFEED_AUTOTUNE_CPUS      cores for every contender     (default: all, e.g. 0-1)
-#   RINGFEED_AUTOTUNE_SCENARIOS local,slow2,slow20            (default: all three)
+#   RINGFEED_AUTOTUNE_SCENARIOS local,slow2,slow20            (default: all three; also slow20tail)
 #   RINGFEED_AUTOTUNE_SECONDS   each run, from its first batch (default: 15)
 #   RINGFEED_AUTOTUNE_STEADY    the last part called steady    (default: 5)
 #   RINGFEED_AUTOTUNE_ARGS      more driver options, e.g. "--readers 1,4,16 --workers 1 --prefetch 2"

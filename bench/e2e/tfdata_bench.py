@@ -93,6 +93,8 @@ def main():
     ap.add_argument("--buffer-size", type=int, default=0, help="TFRecordDataset buffer_size in bytes (0: TF's default)")
     ap.add_argument("--num-parallel-reads", type=int, default=0,
                     help="TFRecordDataset(files, num_parallel_reads=N) instead of interleave")
+    ap.add_argument("--deterministic", default="true", choices=["true", "false"],
+                    help="tf.data.Options().deterministic (false: parallel stages hand out what is ready first)")
     ap.add_argument("--num-parallel-calls", type=int, default=0,
                     help="fixed num_parallel_calls for interleave and map (0: AUTOTUNE)")
     args = ap.parse_args()
@@ -164,6 +166,10 @@ def main():
         ds = ds.batch(args.batch)
         ds = ds.map(lambda r: tf.io.parse_example(r, spec), num_parallel_calls=calls)
     ds = ds.prefetch(autotune)
+    if args.deterministic == "false":
+        options = tf.data.Options()
+        options.deterministic = False
+        ds = ds.with_options(options)
     if args.epochs == 0:
         ds = ds.repeat()
     elif args.epochs > 1:

@@ -2,12 +2,15 @@
 // benchmarks and integration tests (issue 4, §4). It serves SOURCE_DIR at MOUNTPOINT and makes
 // every read request cost a fixed latency, under a global bandwidth cap.
 //
-//   slowfs SOURCE_DIR MOUNTPOINT [--latency-ms=F] [--bandwidth-mbps=F] [--foreground] ...
+//   slowfs SOURCE_DIR MOUNTPOINT [--latency-ms=F] [--bandwidth-mbps=F]
+//          [--tail-latency-ms=F --tail-fraction=F] [--foreground] ...
 //   (`slowfs --help`; README.md beside this file; bench/slowfs/with_slowfs.sh mounts it for one
 //   command.)
 //
 // The cost model, per FUSE read request that returns n > 0 bytes, arriving at time t (monotonic):
 //   done = max(t + latency, previous_done) + n / bandwidth        (bandwidth: 1 MB/s = 1e6 B/s)
+//   (latency + tail latency for the requests picked as stragglers: --tail-fraction of them,
+//   chosen by a hash of the request's number, so a run's pattern repeats)
 //   the request is answered at `done` (the real pread() runs first; its time is part of the wait).
 // The second term is a token bucket with a burst of one request (a virtual-clock shaper, GCRA),
 // shared by all requests: the total stays under the cap, whatever the number of readers. Without
@@ -51,6 +54,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
@@ -79,6 +83,8 @@ struct Settings {
   std::string mountpoint;
   double latency_ms = 0;
   double bandwidth_mbps = 0;  // 0 = no cap
+  double tail_latency_ms = 0;  // added to the requests picked as stragglers
+  double tail_fraction = 0;    // of the requests that pay the latency, 0..1
   unsigned threads = kDefaultThreads;
   bool foreground = false;
   bool debug = false;
@@ -88,6 +94,7 @@ struct Settings {
 // Counters: lock-free atomics so that SIGUSR1 can reset them from a signal handler.
 struct Counters {
   std::atomic<uint64_t> reads{0};     // requests that paid the latency: the application's reads
+  std::atomic<uint64_t> tail_reads{0};  // ... of them, those that paid the tail latency too
   std::atomic<uint64_t> requests{0};  // every read request with data, split tails included
   std::atomic<uint64_t> bytes{0};
   std::atomic<uint64_t> in_flight{0};
@@ -103,6 +110,9 @@ Settings g_settings;
 Counters g_counters;
 int g_source_fd = -1;
 int64_t g_latency_ns = 0;
+int64_t g_tail_latency_ns = 0;
+uint64_t g_tail_threshold = 0;  // a request is a straggler when Mix(its number) < this
+std::atomic<uint64_t> g_request_number{0};  // of the requests that pay the latency; never reset
 double g_ns_per_byte = 0;  // 0 = no bandwidth cap
 uint64_t g_page_bytes = 4096;
 std::mutex g_bucket_mutex;
@@ -120,6 +130,14 @@ void SleepUntilNs(int64_t deadline_ns) {
   }
 }
 
+// SplitMix64's output function: request numbers 0, 1, 2, ... to well-spread 64-bit values.
+uint64_t Mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
 void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
   uint64_t seen = max.load(std::memory_order_relaxed);
   while (value > seen && !max.compare_exchange_weak(seen, value, std::memory_order_relaxed)) {
@@ -129,6 +147,7 @@ void RaiseMax(std::atomic<uint64_t>& max, uint64_t value) {
 void ResetCounters(int) {
   g_counters.resets_begun.fetch_add(1);
   g_counters.reads.store(0);
+  g_counters.tail_reads.store(0);
   g_counters.requests.store(0);
   g_counters.bytes.store(0);
   g_counters.max_request_bytes.store(0);
@@ -146,6 +165,7 @@ std::string StatsJson() {
   do {
     resets = g_counters.resets.load();
     j["reads"] = g_counters.reads.load();
+    j["tail_reads"] = g_counters.tail_reads.load();
     j["requests"] = g_counters.requests.load();
     j["bytes"] = g_counters.bytes.load();
     j["in_flight"] = g_counters.in_flight.load();
@@ -157,6 +177,8 @@ std::string StatsJson() {
   j["resets"] = resets;
   j["latency_ms"] = g_settings.latency_ms;
   j["bandwidth_mbps"] = g_settings.bandwidth_mbps;
+  j["tail_latency_ms"] = g_settings.tail_latency_ms;
+  j["tail_fraction"] = g_settings.tail_fraction;
   j["threads"] = g_settings.threads;
   j["source"] = g_settings.source_dir;
   j["pid"] = static_cast<int64_t>(::getpid());
@@ -330,7 +352,9 @@ int Read(const char*, char* buf, size_t size, off_t offset, fuse_file_info* fi) 
     got += static_cast<size_t>(n);
   }
   if (result == 0 && got > 0) {
-    int64_t done = arrived + (tail ? 0 : g_latency_ns);
+    // (`tail` here is a split read's tail, which pays no latency; a straggler pays the tail latency.)
+    const bool straggler = !tail && g_tail_threshold > 0 && Mix(g_request_number.fetch_add(1)) < g_tail_threshold;
+    int64_t done = arrived + (tail ? 0 : g_latency_ns) + (straggler ? g_tail_latency_ns : 0);
     if (g_ns_per_byte > 0) {
       std::lock_guard<std::mutex> lock(g_bucket_mutex);
       done = std::max(done, g_bucket_next_free_ns) + static_cast<int64_t>(g_ns_per_byte * static_cast<double>(got));
@@ -339,6 +363,7 @@ int Read(const char*, char* buf, size_t size, off_t offset, fuse_file_info* fi) 
     SleepUntilNs(done);
     g_counters.requests.fetch_add(1, std::memory_order_relaxed);
     if (!tail) g_counters.reads.fetch_add(1, std::memory_order_relaxed);
+    if (straggler) g_counters.tail_reads.fetch_add(1, std::memory_order_relaxed);
     g_counters.bytes.fetch_add(got, std::memory_order_relaxed);
     g_counters.delay_ns.fetch_add(static_cast<uint64_t>(NowNs() - arrived), std::memory_order_relaxed);
   }
@@ -413,6 +438,11 @@ options:
                        requests wait out their latencies together.
   --bandwidth-mbps=F   cap on the total read bandwidth of the mount, in MB/s (1 MB = 1e6 bytes;
                        default 0 = no cap)
+  --tail-latency-ms=F  added on top of --latency-ms to a --tail-fraction of the read requests:
+  --tail-fraction=F    stragglers, as network storage has (a p99 of 200 ms over a median of
+                       20 ms: --latency-ms=20 --tail-latency-ms=180 --tail-fraction=0.01).
+                       The requests are picked by a hash of their number (the same pattern
+                       every run); default 0 = none
   --threads=N          FUSE worker threads = most requests served at once (default 64)
   -f, --foreground     stay in the foreground (default: daemonize once mounted)
   -d, --debug          libfuse debug output (implies --foreground)
@@ -471,6 +501,11 @@ Settings ParseArgs(int argc, char** argv) {
       s.latency_ms = ParseNonNegative(name, take_value());
     } else if (name == "--bandwidth-mbps") {
       s.bandwidth_mbps = ParseNonNegative(name, take_value());
+    } else if (name == "--tail-latency-ms") {
+      s.tail_latency_ms = ParseNonNegative(name, take_value());
+    } else if (name == "--tail-fraction") {
+      s.tail_fraction = ParseNonNegative(name, take_value());
+      if (s.tail_fraction > 1) UsageError("--tail-fraction: give a fraction from 0 to 1");
     } else if (name == "--threads") {
       double t = ParseNonNegative(name, take_value());
       if (t < 1 || t > 100000 || t != static_cast<double>(static_cast<unsigned>(t))) {
@@ -554,6 +589,12 @@ int main(int argc, char** argv) {
     std::free(absolute);
   }
   g_latency_ns = static_cast<int64_t>(g_settings.latency_ms * 1e6);
+  g_tail_latency_ns = static_cast<int64_t>(g_settings.tail_latency_ms * 1e6);
+  // fraction x 2^64, saturating at 2^64 - 1 (a fraction of 1 then misses one value in 2^64).
+  g_tail_threshold = g_tail_latency_ns == 0 ? 0
+                     : g_settings.tail_fraction >= 1.0
+                         ? UINT64_MAX
+                         : static_cast<uint64_t>(std::ldexp(g_settings.tail_fraction, 64));
   g_page_bytes = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   g_ns_per_byte = g_settings.bandwidth_mbps > 0 ? 1e9 / (g_settings.bandwidth_mbps * kBytesPerMB) : 0;
 
