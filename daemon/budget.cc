@@ -1,5 +1,6 @@
 #include "daemon/budget.h"
 
+#include "format/read_queue.h"
 #include "shm/segment.h"
 
 #include <execinfo.h>
@@ -541,8 +542,9 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
               : std::min(in.largest_record_bytes > 0 ? in.largest_record_bytes : kReadAheadOwnAllocationBytes,
                          kReadAheadOwnAllocationBytes);
   plan.read_ahead_bytes = PayloadFor(plan.read_ahead_memory_bytes, mean, tail);
+  // reads_per_file is at most 64 (the config's bound): no overflow.
   const uint64_t queued =
-      in.reads_per_file > 1 ? SatMul(static_cast<uint64_t>(in.reads_per_file), in.read_block_bytes) : 0;
+      in.reads_per_file > 1 ? ReadQueue::MostBytes(static_cast<uint64_t>(in.reads_per_file), in.read_block_bytes) : 0;
   plan.min_read_ahead_bytes =
       SatMul(static_cast<uint64_t>(plan.open_files), SatAdd(in.min_stream_buffer_bytes, queued));
   std::string overhead_text = " + " + FormatBytes(kReadAheadRecordOverheadBytes) + " of bookkeeping per record (" +
@@ -568,8 +570,9 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     }
     const std::string per_file =
         queued > 0 ? "(" + FormatBytes(in.min_stream_buffer_bytes) + " min stream buffer + " +
-                         std::to_string(in.reads_per_file) + " x " + FormatBytes(in.read_block_bytes) +
-                         " queued reads (pipeline.reads_per_file))"
+                         std::to_string(in.reads_per_file + 1 + static_cast<int64_t>(ReadQueue::kMaxSpareBlocks)) +
+                         " x " + FormatBytes(in.read_block_bytes) + " for " + std::to_string(in.reads_per_file) +
+                         " queued reads (pipeline.reads_per_file), the block being read and hedged reads' spares)"
                    : FormatBytes(in.min_stream_buffer_bytes) + " min stream buffer";
     message += "  read-ahead at least: " + std::to_string(plan.open_files) +
                (plan.open_files == 1 ? " open file x " : " open files x ") + per_file +

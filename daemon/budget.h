@@ -157,7 +157,8 @@ struct MemoryInputs {
   std::string reader_buffer_why;
   uint64_t min_stream_buffer_bytes = 256u << 10; // TunerLimits::min_stream_buffer_bytes
   // pipeline.reads_per_file when the config fixes it above 1: each open file also holds that many
-  // queued reads of read_block_bytes (counted in the read-ahead's minimum). Auto starts at 1
+  // queued reads of read_block_bytes, the block being read and the spare blocks of hedged reads
+  // (ReadQueue::MostBytes; counted in the read-ahead's minimum). Auto starts at 1
   // and the tuner raises it within the read-ahead budget.
   int64_t reads_per_file = 1;
   uint64_t read_block_bytes = 256u << 10;        // ReaderOptions::read_block_bytes
@@ -212,7 +213,7 @@ struct MemoryPlan {
   // The elastic part. read_ahead_memory_bytes = budget - fixed; of it, read_ahead_bytes is record
   // payload (what ReadAhead::buffered_bytes counts), the rest its per-record bookkeeping.
   // The tuner keeps open files x (stream_buffer_bytes + queued reads) <= read_ahead_bytes
-  // (queued reads: reads_per_file x 256 KiB per file when above 1, daemon/tuner.h; a file with
+  // (queued reads: ReadQueue::MostBytes, (reads_per_file + 3) x 256 KiB per file when above 1; a file with
   // queued reads also has a window of at most 16 KiB instead of the reader_buffer_bytes counted
   // above).
   uint64_t read_ahead_memory_bytes = 0;

@@ -728,6 +728,15 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                 Bytes(pipeline.Number("read_ahead_bytes")).c_str(), static_cast<long long>(pipeline.Integer("workers")),
                 static_cast<long long>(pipeline.Integer("prefetch")));
   out << buf;
+  // Queued reads (slow storage): the reads sent again once late by 2x their mean round trip.
+  if (const uint64_t hedged = pipeline.Count("hedged_reads"); hedged > 0) {
+    std::snprintf(buf, sizeof buf,
+                  "           %llu late %s sent again (mean round trip %s), %llu answered first\n",
+                  static_cast<unsigned long long>(hedged), hedged == 1 ? "read" : "reads",
+                  FineSeconds(pipeline.Number("queued_read_round_trip_seconds")).c_str(),
+                  static_cast<unsigned long long>(pipeline.Count("hedged_reads_won")));
+    out << buf;
+  }
   const std::string budget =
       memory.Has("budget_bytes") ? "budget " + Bytes(memory.Number("budget_bytes")) : "no budget set";
   std::snprintf(buf, sizeof buf, "memory     segment %s + private RSS %s (%s)\n", Bytes(memory.Number("segment_bytes")).c_str(),

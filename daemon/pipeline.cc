@@ -17,6 +17,7 @@
 #include "daemon/budget.h"
 #include "daemon/thread_clock.h"
 #include "daemon/thread_name.h"
+#include "format/read_queue.h"
 #include "shm/futex.h"
 #include "shm/ring.h"
 
@@ -654,6 +655,9 @@ PipelineStats Pipeline::Snapshot() const {
   s.reads_per_file = read_ahead_->reads_per_file();
   s.open_files = read_ahead_->open_streams();
   s.files_without_queued_reads = read_ahead_->unqueued_files();
+  s.hedged_reads = ReadQueue::TotalHedgesSent();
+  s.hedged_reads_won = ReadQueue::TotalHedgesWon();
+  s.read_round_trip_ns = ReadQueue::MeanRoundTripNs();
   s.read_busy_ns = read_ahead_->busy_ns();
   s.read_cpu_ns = read_ahead_->cpu_ns();
   s.read_wait_ns = read_ahead_->consumer_wait_ns();

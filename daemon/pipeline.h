@@ -84,6 +84,10 @@ struct PipelineStats {
   // Files read one read at a time though reads_per_file asked for more: their io_uring queue
   // could not be set up (ReadAhead::unqueued_files).
   uint64_t files_without_queued_reads = 0;
+  // Queued reads sent again once late, and those answered first (ReadQueue: hedged reads); the
+  // mean round trip they go by (ns, 0 before the first queued read).
+  uint64_t hedged_reads = 0, hedged_reads_won = 0;
+  int64_t read_round_trip_ns = 0;
   // Time counters for the autotuner (nanoseconds, cumulative; see ReadAhead for the read ones).
   uint64_t read_busy_ns = 0, read_cpu_ns = 0, read_wait_ns = 0;
   uint64_t parse_busy_ns = 0;  // summed over workers: wall time not waiting for work (parsing

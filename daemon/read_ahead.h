@@ -19,7 +19,8 @@
 // Larger records get their own allocation, which the reader fills straight from the file
 // (TFRecordReader::NextInto: no copy out of its window for them).
 // A file of the interleave read with queued reads (SetReadsPerFile > 1) also holds its
-// ReadQueue's blocks, reads_per_file x ReaderOptions::read_block_bytes, which the tuner counts
+// ReadQueue's blocks, at most ReadQueue::MostBytes (reads_per_file + 1 and the spare blocks of
+// hedged reads, of ReaderOptions::read_block_bytes each), which the tuner counts
 // in the read-ahead budget; files opened while queues are on get a window of at most 16 KiB
 // (TFRecordReader::kQueuedWindowBytes) instead of ReaderOptions::buffer_bytes.
 // With queued reads, a file opened ahead of its turn holds one block of its queue at a time, and

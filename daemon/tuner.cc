@@ -39,6 +39,8 @@
 // budget check before every step, a trial that must pay off, steps down, and hold-offs.
 #include "daemon/tuner.h"
 
+#include "format/read_queue.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdarg>
@@ -106,7 +108,8 @@ int64_t Tuner::OpenFiles(const TunerLimits& limits, int64_t readers) {
 
 uint64_t Tuner::StreamBufferBytesFor(const TunerLimits& limits, int64_t readers, int64_t reads_per_file) {
   const uint64_t share = limits.read_ahead_budget_bytes / static_cast<uint64_t>(OpenFiles(limits, readers));
-  const uint64_t queued = reads_per_file > 1 ? static_cast<uint64_t>(reads_per_file) * limits.read_block_bytes : 0;
+  const uint64_t queued =
+      reads_per_file > 1 ? ReadQueue::MostBytes(static_cast<uint64_t>(reads_per_file), limits.read_block_bytes) : 0;
   uint64_t bytes = share > queued ? share - queued : 0;
   bytes = std::min(bytes, limits.max_stream_buffer_bytes);
   if (reads_per_file > 1) bytes = std::min(bytes, limits.queued_stream_buffer_bytes);
@@ -179,15 +182,15 @@ std::string Tuner::CpuUse() const {
 }
 
 uint64_t Tuner::QueueBytesPerFile(int64_t reads) const {
-  return reads > 1 ? static_cast<uint64_t>(reads) * limits_.read_block_bytes : 0;
+  return reads > 1 ? ReadQueue::MostBytes(static_cast<uint64_t>(reads), limits_.read_block_bytes) : 0;
 }
 
 int64_t Tuner::MaxReadsPerFileForMemory() const {
   const uint64_t stream = fixed_.stream_buffer_bytes ? knobs_.stream_buffer_bytes : limits_.min_stream_buffer_bytes;
   const uint64_t share = limits_.read_ahead_budget_bytes / static_cast<uint64_t>(OpenFiles(limits_, knobs_.readers));
   if (share <= stream || limits_.read_block_bytes == 0) return 1;
-  return std::max<int64_t>(1, static_cast<int64_t>(std::min<uint64_t>((share - stream) / limits_.read_block_bytes,
-                                                                      uint64_t{1} << 20)));
+  return std::max<int64_t>(1, static_cast<int64_t>(std::min<uint64_t>(
+                                  ReadQueue::MostReadsFor(share - stream, limits_.read_block_bytes), uint64_t{1} << 20)));
 }
 
 int64_t Tuner::QueuedReadsLikeOne() const {

@@ -100,8 +100,8 @@
 //     kCpuTolerance lowers the less busy stage (in the next decision, before anything else) and
 //     holds that knob's raises off for 120 s at least (doubling), not the 5 s of a trial's
 //     first failure: a measured use is not one noisy interval.
-//   - memory: the read-ahead (open files x (stream_buffer_bytes + queued reads: reads_per_file x
-//     read_block_bytes when reads_per_file > 1)) must stay within
+//   - memory: the read-ahead (open files x (stream_buffer_bytes + queued reads: ReadQueue::
+//     MostBytes, (reads_per_file + 3) x read_block_bytes, when reads_per_file > 1)) must stay within
 //     Limits::read_ahead_budget_bytes, the part of pipeline.memory_budget left to it (see
 //     daemon/budget.h). Open files = open_files_base + readers (at most the files there are:
 //     max_open_files). Unless fixed,
@@ -289,7 +289,7 @@ class Tuner {
   // OpenFiles(limits, readers), at most max_stream_buffer_bytes, rounded down to 4 KiB (not
   // clamped up to the minimum: a budget below it is the start-up check's error): the budget's
   // share.
-  // With reads_per_file > 1, each file's queued reads (reads_per_file x read_block_bytes) come
+  // With reads_per_file > 1, each file's queued reads (ReadQueue::MostBytes) come
   // out of its share first, and the rest is at most queued_stream_buffer_bytes.
   static uint64_t StreamBufferBytesFor(const TunerLimits& limits, int64_t readers, int64_t reads_per_file = 1);
   // Files open at once with `readers` readers: open_files_base + readers, at most
@@ -347,7 +347,8 @@ class Tuner {
   double ProjectedCores(int64_t workers, int64_t readers) const;
   bool WithinCpuBudget(int64_t workers, int64_t readers) const;
   int64_t MaxReadersForMemory() const;
-  // Queued reads' memory per open file at `reads` reads per file (0 at 1: read() into the window).
+  // Queued reads' memory per open file at `reads` reads per file (ReadQueue::MostBytes; 0 at 1:
+  // read() into the window).
   uint64_t QueueBytesPerFile(int64_t reads) const;
   // The most reads per file the read-ahead budget holds with the current readers.
   int64_t MaxReadsPerFileForMemory() const;

@@ -4,7 +4,10 @@
 #include <liburing.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #if defined(__SANITIZE_THREAD__)
@@ -31,6 +34,28 @@ void RingUnmapping() {}
 void RingMapped() {}
 #endif
 
+int64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The running mean round trip of this process's queued reads (ns; 0 before the first), which
+// every queue's hedges go by: its files are mostly on the same storage, and a file's first
+// reads need a figure before they have their own.
+std::atomic<int64_t> g_mean_round_trip_ns{0};
+std::atomic<uint64_t> g_hedges_sent{0}, g_hedges_won{0};  // every queue's, for ringfeedd's status
+
+void CountRoundTrip(int64_t ns, int64_t factor) {
+  const int64_t mean = g_mean_round_trip_ns.load(std::memory_order_relaxed);
+  if (mean == 0) {
+    g_mean_round_trip_ns.store(ns, std::memory_order_relaxed);
+    return;
+  }
+  ns = std::min(ns, factor * mean);  // a straggler moves the mean as one read of factor x mean
+  g_mean_round_trip_ns.store(mean + (ns - mean) / 16, std::memory_order_relaxed);
+}
+
 // io_uring before Linux 5.6 has no IORING_OP_READ: every read would fail with EINVAL.
 bool CanRead(io_uring* ring, std::string* why) {
   io_uring_probe* probe = io_uring_get_probe_ring(ring);
@@ -46,7 +71,7 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   block_bytes = std::max<size_t>(block_bytes, 1);
   depth = std::max<size_t>(depth, 2);
   std::unique_ptr<ReadQueue> q(new ReadQueue(fd, offset, file_size, block_bytes, depth));
-  const int err = io_uring_queue_init(static_cast<unsigned>(depth), &q->ring_->ring, 0);
+  const int err = io_uring_queue_init(static_cast<unsigned>(depth + 1), &q->ring_->ring, 0);  // + a hedge
   RingMapped();
   if (err < 0) {
     q->ring_.reset();
@@ -68,6 +93,10 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   q->TopUp(nullptr);
   return q;
 }
+
+uint64_t ReadQueue::TotalHedgesSent() { return g_hedges_sent.load(std::memory_order_relaxed); }
+uint64_t ReadQueue::TotalHedgesWon() { return g_hedges_won.load(std::memory_order_relaxed); }
+int64_t ReadQueue::MeanRoundTripNs() { return g_mean_round_trip_ns.load(std::memory_order_relaxed); }
 
 bool ReadQueue::Available(std::string* why) {
   io_uring ring{};
@@ -105,6 +134,8 @@ ReadQueue::~ReadQueue() {
     for (Block& b : blocks_) {
       if (b.in_flight) static_cast<void>(b.bytes.release());
     }
+    if (hedge_in_flight_) static_cast<void>(hedge_bytes_.release());
+    for (Orphan& o : orphans_) static_cast<void>(o.bytes.release());
   }
 }
 
@@ -145,7 +176,9 @@ bool ReadQueue::Submit(size_t index) {
   if (sqe == nullptr) return false;
   io_uring_prep_read(sqe, fd_, b.bytes.get() + b.filled, static_cast<unsigned>(b.length - b.filled),
                      b.offset + b.filled);
-  io_uring_sqe_set_data64(sqe, index);
+  b.read_id = next_id_++;
+  b.submitted_ns = MonotonicNs();
+  io_uring_sqe_set_data64(sqe, b.read_id);
   // Straight to the kernel's workers: some file systems (FUSE) block in the non-blocking first
   // attempt io_uring makes in io_uring_submit, which would make the reads one at a time.
   io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
@@ -156,32 +189,91 @@ bool ReadQueue::Submit(size_t index) {
   return true;
 }
 
-bool ReadQueue::Reap() {
+void ReadQueue::SubmitHedge(size_t index) {
+  Block& b = blocks_[index];
+  if (!hedge_bytes_) hedge_bytes_.reset(new uint8_t[block_bytes_]);
+  io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
+  if (sqe == nullptr) return;  // no free entry: no hedge (the read it doubles goes on)
+  io_uring_prep_read(sqe, fd_, hedge_bytes_.get(), static_cast<unsigned>(b.length), b.offset);
+  b.hedge_id = next_id_++;
+  io_uring_sqe_set_data64(sqe, b.hedge_id);
+  io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+  hedge_in_flight_ = true;
+  ++in_flight_;
+  ++hedges_sent_;
+  g_hedges_sent.fetch_add(1, std::memory_order_relaxed);
+  io_uring_submit(&ring_->ring);
+}
+
+bool ReadQueue::Reap(int64_t timeout_ns) {
   io_uring_cqe* cqe = nullptr;
   while (io_uring_peek_cqe(&ring_->ring, &cqe) != 0 || cqe == nullptr) {
     // Submits what is queued (a submit that failed earlier) and waits for a completion.
-    const int r = io_uring_submit_and_wait(&ring_->ring, 1);
+    int r = 0;
+    if (timeout_ns < 0) {
+      r = io_uring_submit_and_wait(&ring_->ring, 1);
+    } else {
+      __kernel_timespec ts{timeout_ns / 1'000'000'000, timeout_ns % 1'000'000'000};
+      r = io_uring_submit_and_wait_timeout(&ring_->ring, &cqe, 1, &ts, nullptr);
+      if (r == -ETIME) return true;  // nothing answered in time: the caller looks again
+    }
     if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) return false;
+    cqe = nullptr;
   }
-  const size_t index = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
+  const uint64_t id = io_uring_cqe_get_data64(cqe);
   const int res = cqe->res;
   io_uring_cqe_seen(&ring_->ring, cqe);
-  Block& b = blocks_[index];
-  b.in_flight = false;
   --in_flight_;
-  if (res == -EINTR || res == -EAGAIN || res == -ECANCELED) {
-    // Again: a read the kernel cancelled (its worker went away with the thread that queued
-    // it, e.g. a reader the tuner retired) is not an error of the file.
-    Submit(index);
-  } else if (res < 0) {
-    b.error = -res;
-  } else if (res == 0) {
-    b.length = b.filled;  // the file shrank: the block ends here
-  } else {
-    b.filled += static_cast<size_t>(res);
-    if (b.filled < b.length) Submit(index);  // a short read: the rest
-  }
+  Completed(id, res);
   return true;
+}
+
+void ReadQueue::Completed(uint64_t id, int res) {
+  for (size_t index = 0; index < blocks_.size(); ++index) {
+    Block& b = blocks_[index];
+    if (b.in_flight && b.read_id == id) {
+      b.in_flight = false;
+      if (res == -EINTR || res == -EAGAIN || res == -ECANCELED) {
+        // Again: a read the kernel cancelled (its worker went away with the thread that queued
+        // it, e.g. a reader the tuner retired) is not an error of the file.
+        Submit(index);
+      } else if (res < 0) {
+        b.error = -res;
+      } else if (res == 0) {
+        b.length = b.filled;  // the file shrank: the block ends here
+      } else {
+        if (b.filled == 0) CountRoundTrip(MonotonicNs() - b.submitted_ns, kHedgeFactor);
+        b.filled += static_cast<size_t>(res);
+        if (b.filled < b.length) Submit(index);  // a short read: the rest
+      }
+      if (!b.in_flight && b.hedge_id != 0) {  // answered first: the hedge's memory waits for its answer
+        orphans_.push_back({b.hedge_id, std::move(hedge_bytes_)});
+        b.hedge_id = 0;
+        hedge_in_flight_ = false;
+      }
+      return;
+    }
+    if (b.hedge_id == id) {
+      b.hedge_id = 0;
+      hedge_in_flight_ = false;
+      // The whole block, before the read it doubles got anything: the blocks trade places. A
+      // short or failed hedge is dropped: that read goes on and decides.
+      if (res > 0 && static_cast<size_t>(res) == b.length && b.in_flight && b.filled == 0) {
+        orphans_.push_back({b.read_id, std::move(b.bytes)});
+        b.bytes = std::move(hedge_bytes_);
+        b.in_flight = false;
+        b.filled = b.length;
+        ++hedges_won_;
+        g_hedges_won.fetch_add(1, std::memory_order_relaxed);
+      }
+      return;
+    }
+  }
+  // An orphan's answer: its memory can go (or serve the next hedge).
+  const auto it = std::find_if(orphans_.begin(), orphans_.end(), [&](const Orphan& o) { return o.id == id; });
+  if (it == orphans_.end()) return;
+  if (!hedge_bytes_) hedge_bytes_ = std::move(it->bytes);
+  orphans_.erase(it);
 }
 
 ssize_t ReadQueue::Read(uint8_t* dst, size_t n) {
@@ -208,7 +300,19 @@ ssize_t ReadQueue::Peek(const uint8_t** data) {
   if (count_ == 0) return 0;
   Block& b = blocks_[head_];
   while (b.in_flight) {
-    if (!Reap()) {
+    // Waiting for it: a read far later than usual is sent again (hedged; class comment).
+    int64_t timeout_ns = -1;
+    const int64_t mean = g_mean_round_trip_ns.load(std::memory_order_relaxed);
+    const bool spare = hedge_bytes_ != nullptr || orphans_.size() < kMaxSpareBlocks;
+    if (!hedge_in_flight_ && b.filled == 0 && mean > 0 && spare) {
+      const int64_t late_in = b.submitted_ns + std::max(kHedgeMinNs, kHedgeFactor * mean) - MonotonicNs();
+      if (late_in <= 0) {
+        SubmitHedge(head_);
+      } else {
+        timeout_ns = late_in;
+      }
+    }
+    if (!Reap(timeout_ns)) {
       errno = EIO;
       return -1;
     }

@@ -16,6 +16,15 @@
 // The file's size at Create bounds the blocks read ahead; past it Read goes on with plain
 // pread() calls, so a file that grew is still read to its end.
 //
+// Hedged reads (stragglers): while the caller waits for the block it needs, a read of it that
+// has been in flight for longer than kHedgeFactor x the usual round trip (a running mean of this
+// process's reads, at least kHedgeMinNs) is sent a second time, into a spare block, and the
+// first answer is taken ("The Tail at Scale", Dean and Barroso, CACM 2013; Amazon S3's
+// performance guidelines retry slow requests the same way). The other answer lands in memory
+// kept until it arrives. Only the block the caller waits on is sent again, one at a time, and
+// the spare blocks are at most kMaxSpareBlocks: a queue holds at most depth + kMaxSpareBlocks
+// blocks.
+//
 // Errors: Create returns nullptr (and says why) when io_uring is not available (seccomp
 // profiles that block it, io_uring_disabled) or cannot read files (IORING_OP_READ: Linux < 5.6);
 // the caller then reads as usual. Read
@@ -67,9 +76,11 @@ class ReadQueue {
   // blocks at once; lowering it frees blocks as they are taken (reads in flight finish).
   void SetAllowance(size_t blocks);
   size_t allowance() const { return allowance_; }
-  // Blocks allocated now (in flight, or holding bytes not taken yet): the queue's memory is
-  // blocks() x block_bytes().
+  // Blocks allocated now (in flight, or holding bytes not taken yet); with the spare blocks of
+  // hedged reads (at most kMaxSpareBlocks), the queue's memory is (blocks() + spare_blocks())
+  // x block_bytes().
   size_t blocks() const;
+  size_t spare_blocks() const { return (hedge_bytes_ ? 1 : 0) + orphans_.size(); }
   // Whether every block up to the file's size at Create has been asked for: from here on the
   // queue only shrinks, by a block each time one is taken.
   bool all_requested() const { return next_offset_ >= file_size_; }
@@ -79,6 +90,33 @@ class ReadQueue {
   // io_uring's kernel workers allowed per reading thread (all its queues together).
   static constexpr unsigned kMaxWorkers = 64;
   size_t block_bytes() const { return block_bytes_; }
+  // Hedged reads (class comment): sent, and answered before the read they doubled.
+  uint64_t hedges_sent() const { return hedges_sent_; }
+  uint64_t hedges_won() const { return hedges_won_; }
+  // The same over every queue of this process so far, and the running mean round trip the
+  // hedges go by (ns; 0 before the first read). Any thread.
+  static uint64_t TotalHedgesSent();
+  static uint64_t TotalHedgesWon();
+  static int64_t MeanRoundTripNs();
+  // A read is doubled once in flight for kHedgeFactor x the running mean round trip, and no
+  // less than kHedgeMinNs; the mean counts a read at most kHedgeFactor x itself (stragglers
+  // move it little).
+  static constexpr int64_t kHedgeFactor = 2;
+  static constexpr int64_t kHedgeMinNs = 5'000'000;
+  // Blocks a queue holds beyond its depth: the hedge's and those of reads still in flight whose
+  // answer is no longer wanted. A hedge waits while they are all taken.
+  static constexpr size_t kMaxSpareBlocks = 2;
+  // The most memory a TFRecordReader's queue for `reads` reads in flight (> 1) holds: its
+  // depth, reads + 1 (the block being taken besides those in flight), and the spare blocks.
+  // What the memory plan and the tuner count per file with queued reads.
+  static constexpr uint64_t MostBytes(uint64_t reads, uint64_t block_bytes) {
+    return (reads + 1 + kMaxSpareBlocks) * block_bytes;
+  }
+  // How many reads in flight MostBytes fits in `bytes` (0 when not even 1).
+  static constexpr uint64_t MostReadsFor(uint64_t bytes, uint64_t block_bytes) {
+    const uint64_t blocks = block_bytes == 0 ? 0 : bytes / block_bytes;
+    return blocks > 1 + kMaxSpareBlocks ? blocks - 1 - kMaxSpareBlocks : 0;
+  }
 
  private:
   struct Block {
@@ -89,10 +127,23 @@ class ReadQueue {
     size_t taken = 0;     // bytes taken by Read or Consume
     int error = 0;        // errno of a failed read
     bool in_flight = false;
+    uint64_t read_id = 0;      // the read in flight into `bytes` (io_uring user data)
+    int64_t submitted_ns = 0;  // when it was sent (CLOCK_MONOTONIC)
+    uint64_t hedge_id = 0;     // its hedged read into hedge_bytes_, in flight (0: none)
+  };
+  // A read whose answer is no longer wanted (the other of a hedged pair answered first): its
+  // memory is kept until it lands.
+  struct Orphan {
+    uint64_t id;
+    std::unique_ptr<uint8_t[]> bytes;
   };
   ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes, size_t depth);
   bool Submit(size_t index);  // (re)submits the unread part of blocks_[index]
-  bool Reap();                // waits for one completion and handles it; false: io_uring failed
+  void SubmitHedge(size_t index);  // sends blocks_[index]'s read again, into hedge_bytes_
+  // Waits for one completion and handles it, at most `timeout_ns` (< 0: no limit); false:
+  // io_uring failed.
+  bool Reap(int64_t timeout_ns = -1);
+  void Completed(uint64_t id, int res);  // a completion's bookkeeping
   // Reads the next blocks while fewer than allowance_ are held and the file has more, each into
   // the slot after the last held one; `spare` (if it has bytes) is used before allocating.
   void TopUp(Block* spare);
@@ -108,7 +159,12 @@ class ReadQueue {
   size_t head_ = 0;         // the block holding position_
   size_t count_ = 0;        // blocks held
   size_t allowance_;        // the most blocks held at once (1 .. blocks_.size())
-  size_t in_flight_ = 0;
+  size_t in_flight_ = 0;     // reads sent and not answered: the blocks', the hedge's, orphans'
+  uint64_t next_id_ = 1;
+  std::unique_ptr<uint8_t[]> hedge_bytes_;  // the hedged read's block (kept for the next one)
+  bool hedge_in_flight_ = false;
+  std::vector<Orphan> orphans_;
+  uint64_t hedges_sent_ = 0, hedges_won_ = 0;
 };
 
 }  // namespace ringfeed

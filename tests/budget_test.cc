@@ -558,15 +558,17 @@ TEST_CASE("PlanMemory: reads_per_file fixed above 1 counts its queued reads in t
   in.reads_per_file = 16;
   in.read_block_bytes = 256 * KiB;
   const MemoryPlan plan = PlanMemory(in);
-  CHECK(plan.min_read_ahead_bytes == 8 * (256 * KiB + 16 * 256 * KiB));
-  // 64 MiB is too small for 8 open files x 4.25 MiB: the error says so, and the budget it names fits.
+  // Each queue: 16 reads in flight, the block being read and 2 spares for hedged reads.
+  CHECK(plan.min_read_ahead_bytes == 8 * (256 * KiB + 19 * 256 * KiB));
+  // 64 MiB is too small for 8 open files x 5 MiB: the error says so, and the budget it names fits.
   in.budget_bytes = 64 * MiB;
   const std::string message = PlanError(in);
   INFO(message);
-  CHECK(message.find("read-ahead at least: 8 open files x (256.0 KiB min stream buffer + 16 x 256.0 KiB queued "
-                     "reads (pipeline.reads_per_file))") != std::string::npos);
+  CHECK(message.find("read-ahead at least: 8 open files x (256.0 KiB min stream buffer + 19 x 256.0 KiB for 16 "
+                     "queued reads (pipeline.reads_per_file), the block being read and hedged reads' spares)") !=
+        std::string::npos);
   in.budget_bytes = NeededBytes(message);
-  CHECK(PlanMemory(in).read_ahead_bytes >= 8 * (256 * KiB + 16 * 256 * KiB));
+  CHECK(PlanMemory(in).read_ahead_bytes >= 8 * (256 * KiB + 19 * 256 * KiB));
   in.budget_bytes -= 1;
   CHECK_THROWS_AS(PlanMemory(in), BudgetError);
 }

@@ -31,6 +31,7 @@
 
 #include "client/client.h"
 #include "format/example_builder.h"
+#include "format/read_queue.h"
 #include "format/tfrecord_writer.h"
 #include "tests/daemon_harness.h"
 #include "tests/slowfs_mount.h"
@@ -568,6 +569,44 @@ TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gain
   }
   CHECK(raised);
   CHECK(s["autotune"]["blocked_io_threads"].get<int64_t>() >= 1);
+  daemon.Stop();
+}
+
+TEST_CASE("stragglers on slow storage: late queued reads are sent again, and status counts them", "[slowfs]") {
+  TempDir source;
+  for (int f = 0; f < 4; ++f) WriteBlobFile(source.file("part-" + std::to_string(f) + ".tfrecord"), f * 400, 400, 16 << 10);
+  // 5 ms a read, one in 20 takes 200 ms more: each would stop its file's records for 200 ms.
+  SlowMount mount(source.path().string(), {"--latency-ms=5", "--tail-latency-ms=200", "--tail-fraction=0.05"});
+  if (!mount.mounted()) {
+    mount.PrintSkip();
+    return;
+  }
+  std::string why;
+  if (!ReadQueue::Available(&why)) return Skip("io_uring cannot read files here: " + why);
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), "stragglers",
+                       "job: stragglers\nsource: {files: [\"" + mount.path("part-*.tfrecord").string() +
+                           "\"], compression: none}\nfeatures:\n" + BlobFeaturesYaml() +
+                           "batch: {size: 16}\nepochs: 0\npipeline: {readers: 2, reads_per_file: 8, cycle_length: 2}\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto consumer = StartBusyConsumer(daemon);
+  REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
+  json pipeline;
+  const bool won = WaitUntil(
+      [&] {
+        pipeline = daemon.Status()["pipeline"];
+        return pipeline["hedged_reads_won"].get<uint64_t>() >= 2;
+      },
+      std::chrono::seconds(30));
+  INFO(pipeline.dump());
+  CHECK(won);
+  CHECK(pipeline["hedged_reads"].get<uint64_t>() >= pipeline["hedged_reads_won"].get<uint64_t>());
+  // The mean round trip the hedges go by: about the 5 ms latency, not the stragglers' 205 ms.
+  CHECK(pipeline["queued_read_round_trip_seconds"].get<double>() > 0.004);
+  CHECK(pipeline["queued_read_round_trip_seconds"].get<double>() < 0.1);
+  const std::string table = RunCommand({CtlBinary(), "status", "stragglers", "--runtime-dir", daemon.runtime_dir()}).out;
+  INFO(table);
+  CHECK_THAT(table, Catch::Contains("late reads sent again (mean round trip "));
   daemon.Stop();
 }
 

@@ -91,7 +91,8 @@ void CheckStep(const Scenario& sc, const SimParams& sim, const Tuner& tuner, con
   }
   REQUIRE(d.runnable_threads == std::llround(d.cpu_cores));
   REQUIRE(d.blocked_io_threads == k.readers - cpu_readers);
-  const uint64_t queued = k.reads_per_file > 1 ? static_cast<uint64_t>(k.reads_per_file) * l.read_block_bytes : 0;
+  // A queue's most memory: its depth (reads + 1) and hedged reads' spare blocks (2).
+  const uint64_t queued = k.reads_per_file > 1 ? static_cast<uint64_t>(k.reads_per_file + 3) * l.read_block_bytes : 0;
   REQUIRE(static_cast<uint64_t>(l.open_files_base + k.readers) * (k.stream_buffer_bytes + queued) <=
           l.read_ahead_budget_bytes);
   if (sc.fixed.readers) REQUIRE(k.readers == sc.initial.readers);
@@ -1676,9 +1677,10 @@ TEST_CASE("beside queued reads the read-ahead per file is a hand-over's worth") 
   CHECK(Tuner::StreamBufferBytesFor(l, 1, 16) == 128 * KiB);
   l.queued_stream_buffer_bytes = 640 * KiB;  // large records: ringfeedd raises it (10 records)
   CHECK(Tuner::StreamBufferBytesFor(l, 1, 16) == 640 * KiB);
-  // A share smaller than that still rules: 6 MiB over 5 files = 1.2 MiB, less 1 MiB queued.
-  l.read_ahead_budget_bytes = 6 * MiB;
-  CHECK(Tuner::StreamBufferBytesFor(l, 1, 4) == (6 * MiB / 5 - 4 * 256 * KiB) / 4096 * 4096);
+  // A share smaller than that still rules: 9 MiB over 5 files = 1.8 MiB, less 1.75 MiB queued
+  // (4 reads, the block being read and 2 spares for hedged reads).
+  l.read_ahead_budget_bytes = 9 * MiB;
+  CHECK(Tuner::StreamBufferBytesFor(l, 1, 4) == (9 * MiB / 5 - 7 * 256 * KiB) / 4096 * 4096);
 
   // The tuner applies it when reads_per_file rises, and gives the level back when it falls.
   TunerLimits t = Limits(2, 64 * MiB);
