@@ -6,9 +6,13 @@
 
 #include <time.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <system_error>
+#include <thread>
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -89,6 +93,9 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   // Unbounded workers (0) stay as they are. Linux >= 5.15; older kernels keep their limit.
   unsigned workers[2] = {kMaxWorkers, 0};
   io_uring_register_iowq_max_workers(&q->ring_->ring, workers);
+  // The ring holds the file for its reads (fixed file 0), so reads still in flight when the
+  // queue goes can be left to a thread of their own (~ReadQueue). Without it: plain fds.
+  q->registered_ = io_uring_register_files(&q->ring_->ring, &fd, 1) == 0;
   q->allowance_ = std::clamp<size_t>(allowance, 1, depth);
   q->TopUp(nullptr);
   return q;
@@ -122,8 +129,55 @@ ReadQueue::ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_b
       blocks_(depth),
       allowance_(depth) {}
 
+void ReadQueue::ReapLeftovers(Ring* ring, std::vector<std::unique_ptr<uint8_t[]>>* buffers, size_t in_flight) {
+  while (in_flight > 0) {
+    io_uring_cqe* cqe = nullptr;
+    if (io_uring_peek_cqe(&ring->ring, &cqe) == 0 && cqe != nullptr) {
+      io_uring_cqe_seen(&ring->ring, cqe);
+      --in_flight;
+      continue;
+    }
+    const int r = io_uring_submit_and_wait(&ring->ring, 1);
+    if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY) break;
+  }
+  RingUnmapping();
+  io_uring_queue_exit(&ring->ring);
+  // Reads the ring could not wait for may still land: their memory is left allocated.
+  if (in_flight > 0) {
+    for (auto& b : *buffers) static_cast<void>(b.release());
+  }
+}
+
 ReadQueue::~ReadQueue() {
   if (!ring_) return;
+  ReapAvailable();
+  if (in_flight_ > 0 && registered_) {
+    // Reads still in flight (the losers of hedged reads are stragglers by definition): a
+    // thread of their own waits for them, so the caller (a reader at a file's end, with the
+    // file's last records not yet handed on) does not.
+    struct Leftovers {
+      std::unique_ptr<Ring> ring;
+      std::vector<std::unique_ptr<uint8_t[]>> buffers;
+      size_t in_flight;
+    };
+    auto left = std::make_shared<Leftovers>();
+    left->in_flight = in_flight_;
+    for (Block& b : blocks_) {
+      if (b.in_flight) left->buffers.push_back(std::move(b.bytes));
+    }
+    if (hedge_in_flight_) left->buffers.push_back(std::move(hedge_bytes_));
+    for (Orphan& o : orphans_) left->buffers.push_back(std::move(o.bytes));
+    left->ring = std::move(ring_);
+    try {
+      std::thread([left] {
+        pthread_setname_np(pthread_self(), "rf-read-reap");
+        ReapLeftovers(left->ring.get(), &left->buffers, left->in_flight);
+      }).detach();
+    } catch (const std::system_error&) {
+      ReapLeftovers(left->ring.get(), &left->buffers, left->in_flight);  // no thread: wait here
+    }
+    return;
+  }
   while (in_flight_ > 0 && Reap()) {
   }
   RingUnmapping();
@@ -174,14 +228,14 @@ bool ReadQueue::Submit(size_t index) {
   Block& b = blocks_[index];
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
   if (sqe == nullptr) return false;
-  io_uring_prep_read(sqe, fd_, b.bytes.get() + b.filled, static_cast<unsigned>(b.length - b.filled),
+  io_uring_prep_read(sqe, registered_ ? 0 : fd_, b.bytes.get() + b.filled, static_cast<unsigned>(b.length - b.filled),
                      b.offset + b.filled);
   b.read_id = next_id_++;
   b.submitted_ns = MonotonicNs();
   io_uring_sqe_set_data64(sqe, b.read_id);
   // Straight to the kernel's workers: some file systems (FUSE) block in the non-blocking first
   // attempt io_uring makes in io_uring_submit, which would make the reads one at a time.
-  io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+  io_uring_sqe_set_flags(sqe, IOSQE_ASYNC | (registered_ ? IOSQE_FIXED_FILE : 0));
   b.in_flight = true;
   ++in_flight_;
   // A failed submit leaves the entry queued: Reap's io_uring_submit_and_wait sends it again.
@@ -194,10 +248,10 @@ void ReadQueue::SubmitHedge(size_t index) {
   if (!hedge_bytes_) hedge_bytes_.reset(new uint8_t[block_bytes_]);
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
   if (sqe == nullptr) return;  // no free entry: no hedge (the read it doubles goes on)
-  io_uring_prep_read(sqe, fd_, hedge_bytes_.get(), static_cast<unsigned>(b.length), b.offset);
+  io_uring_prep_read(sqe, registered_ ? 0 : fd_, hedge_bytes_.get(), static_cast<unsigned>(b.length), b.offset);
   b.hedge_id = next_id_++;
   io_uring_sqe_set_data64(sqe, b.hedge_id);
-  io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+  io_uring_sqe_set_flags(sqe, IOSQE_ASYNC | (registered_ ? IOSQE_FIXED_FILE : 0));
   hedge_in_flight_ = true;
   ++in_flight_;
   ++hedges_sent_;
@@ -205,9 +259,23 @@ void ReadQueue::SubmitHedge(size_t index) {
   io_uring_submit(&ring_->ring);
 }
 
+void ReadQueue::ReapAvailable() {
+  io_uring_cqe* cqe = nullptr;
+  while (io_uring_peek_cqe(&ring_->ring, &cqe) == 0 && cqe != nullptr) {
+    const uint64_t id = io_uring_cqe_get_data64(cqe);
+    const int res = cqe->res;
+    io_uring_cqe_seen(&ring_->ring, cqe);
+    --in_flight_;
+    Completed(id, res, /*timely=*/false);
+    cqe = nullptr;
+  }
+}
+
 bool ReadQueue::Reap(int64_t timeout_ns) {
   io_uring_cqe* cqe = nullptr;
+  bool waited = false;  // the completion arrived during this call: now is about when it came
   while (io_uring_peek_cqe(&ring_->ring, &cqe) != 0 || cqe == nullptr) {
+    waited = true;
     // Submits what is queued (a submit that failed earlier) and waits for a completion.
     int r = 0;
     if (timeout_ns < 0) {
@@ -224,11 +292,11 @@ bool ReadQueue::Reap(int64_t timeout_ns) {
   const int res = cqe->res;
   io_uring_cqe_seen(&ring_->ring, cqe);
   --in_flight_;
-  Completed(id, res);
+  Completed(id, res, waited);
   return true;
 }
 
-void ReadQueue::Completed(uint64_t id, int res) {
+void ReadQueue::Completed(uint64_t id, int res, bool timely) {
   for (size_t index = 0; index < blocks_.size(); ++index) {
     Block& b = blocks_[index];
     if (b.in_flight && b.read_id == id) {
@@ -242,7 +310,13 @@ void ReadQueue::Completed(uint64_t id, int res) {
       } else if (res == 0) {
         b.length = b.filled;  // the file shrank: the block ends here
       } else {
-        if (b.filled == 0) CountRoundTrip(MonotonicNs() - b.submitted_ns, kHedgeFactor);
+        // A completion seen only now (not while waiting) may have come long before: its time
+        // is an upper bound, which counts only where it is below the mean (it can only be
+        // lower still). Counting only the reads waited for would leave out the fast ones.
+        if (b.filled == 0) {
+          const int64_t ns = MonotonicNs() - b.submitted_ns;
+          if (timely || ns < g_mean_round_trip_ns.load(std::memory_order_relaxed)) CountRoundTrip(ns, kHedgeFactor);
+        }
         b.filled += static_cast<size_t>(res);
         if (b.filled < b.length) Submit(index);  // a short read: the rest
       }
@@ -300,6 +374,9 @@ ssize_t ReadQueue::Peek(const uint8_t** data) {
   if (count_ == 0) return 0;
   Block& b = blocks_[head_];
   while (b.in_flight) {
+    // Completions already there first: a read answered but not yet seen is not late.
+    ReapAvailable();
+    if (!b.in_flight) break;
     // Waiting for it: a read far later than usual is sent again (hedged; class comment).
     int64_t timeout_ns = -1;
     const int64_t mean = g_mean_round_trip_ns.load(std::memory_order_relaxed);

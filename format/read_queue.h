@@ -30,7 +30,11 @@
 // the caller then reads as usual. Read
 // returns -1 with errno set, as read() does.
 // Thread-safety: one thread at a time. The fd is borrowed, not closed; the queue must be
-// destroyed before it is closed (it waits for reads still in flight).
+// destroyed before it is closed. The queue registers the file with its ring (io_uring's fixed
+// files), so the destructor does not wait for reads still in flight (a hedged read's straggler,
+// blocks read ahead): a thread of its own ("rf-read-reap") waits for them with the ring, whose
+// registration keeps the file open for them, and frees their memory then. Where the file could
+// not be registered, or that thread not started, the destructor waits for them itself.
 #pragma once
 
 #include <sys/types.h>
@@ -143,13 +147,20 @@ class ReadQueue {
   // Waits for one completion and handles it, at most `timeout_ns` (< 0: no limit); false:
   // io_uring failed.
   bool Reap(int64_t timeout_ns = -1);
-  void Completed(uint64_t id, int res);  // a completion's bookkeeping
+  void ReapAvailable();  // handles the completions there now, without waiting
+  // A completion's bookkeeping. `timely`: it arrived while the caller waited (so now is about
+  // when the read was answered); others count in the mean round trip only below it.
+  void Completed(uint64_t id, int res, bool timely);
   // Reads the next blocks while fewer than allowance_ are held and the file has more, each into
   // the slot after the last held one; `spare` (if it has bytes) is used before allocating.
   void TopUp(Block* spare);
 
   struct Ring;  // io_uring, kept out of this header
+  // Waits for `in_flight` reads on `ring`, then closes it and frees `buffers` (the memory the
+  // reads land in; left allocated if the ring fails first).
+  static void ReapLeftovers(Ring* ring, std::vector<std::unique_ptr<uint8_t[]>>* buffers, size_t in_flight);
   std::unique_ptr<Ring> ring_;
+  bool registered_ = false;  // fd_ is the ring's fixed file 0
   int fd_;
   uint64_t position_;       // offset of the next byte Read returns
   uint64_t next_offset_;    // offset of the next block to read

@@ -9,8 +9,9 @@
 //
 // The cost model, per FUSE read request that returns n > 0 bytes, arriving at time t (monotonic):
 //   done = max(t + latency, previous_done) + n / bandwidth        (bandwidth: 1 MB/s = 1e6 B/s)
-//   (latency + tail latency for the requests picked as stragglers: --tail-fraction of them,
-//   chosen by a hash of the request's number, so a run's pattern repeats)
+//   (+ the tail latency for the requests picked as stragglers: --tail-fraction of them, chosen
+//   by a hash of the request's number, so a run's pattern repeats; previous_done leaves it out,
+//   so a straggler holds up no other request)
 //   the request is answered at `done` (the real pread() runs first; its time is part of the wait).
 // The second term is a token bucket with a burst of one request (a virtual-clock shaper, GCRA),
 // shared by all requests: the total stays under the cap, whatever the number of readers. Without
@@ -354,12 +355,14 @@ int Read(const char*, char* buf, size_t size, off_t offset, fuse_file_info* fi) 
   if (result == 0 && got > 0) {
     // (`tail` here is a split read's tail, which pays no latency; a straggler pays the tail latency.)
     const bool straggler = !tail && g_tail_threshold > 0 && Mix(g_request_number.fetch_add(1)) < g_tail_threshold;
-    int64_t done = arrived + (tail ? 0 : g_latency_ns) + (straggler ? g_tail_latency_ns : 0);
+    int64_t done = arrived + (tail ? 0 : g_latency_ns);
     if (g_ns_per_byte > 0) {
       std::lock_guard<std::mutex> lock(g_bucket_mutex);
       done = std::max(done, g_bucket_next_free_ns) + static_cast<int64_t>(g_ns_per_byte * static_cast<double>(got));
       g_bucket_next_free_ns = done;
     }
+    // After the bandwidth: a straggler is late by itself, it holds up no other request.
+    if (straggler) done += g_tail_latency_ns;
     SleepUntilNs(done);
     g_counters.requests.fetch_add(1, std::memory_order_relaxed);
     if (!tail) g_counters.reads.fetch_add(1, std::memory_order_relaxed);
