@@ -627,6 +627,10 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
       knobs.push_back({"parse workers", {"pipeline.workers"}, SatAdd(plan.workers_bytes, plan.threads_bytes)});
     }
     knobs.push_back({"batches in flight", batch_keys, plan.batches_bytes});
+    if (queued > 0) {  // a fixed reads_per_file above 1 (auto starts at 1)
+      knobs.push_back({"queued reads", {"pipeline.reads_per_file"}, SatMul(static_cast<uint64_t>(plan.open_files), queued),
+                       "; 1 or auto: one read at a time until reads are slow"});
+    }
     std::erase_if(knobs, [](const Knob& k) { return k.keys.empty() || k.bytes == 0; });
     std::stable_sort(knobs.begin(), knobs.end(), [](const Knob& a, const Knob& b) { return a.bytes > b.bytes; });
     const uint64_t mib = uint64_t{1} << 20;

@@ -232,6 +232,7 @@ bool ReadQueue::Submit(size_t index) {
                      b.offset + b.filled);
   b.read_id = next_id_++;
   b.submitted_ns = MonotonicNs();
+  b.hedged = false;
   io_uring_sqe_set_data64(sqe, b.read_id);
   // Straight to the kernel's workers: some file systems (FUSE) block in the non-blocking first
   // attempt io_uring makes in io_uring_submit, which would make the reads one at a time.
@@ -250,6 +251,7 @@ void ReadQueue::SubmitHedge(size_t index) {
   if (sqe == nullptr) return;  // no free entry: no hedge (the read it doubles goes on)
   io_uring_prep_read(sqe, registered_ ? 0 : fd_, hedge_bytes_.get(), static_cast<unsigned>(b.length), b.offset);
   b.hedge_id = next_id_++;
+  b.hedged = true;
   io_uring_sqe_set_data64(sqe, b.hedge_id);
   io_uring_sqe_set_flags(sqe, IOSQE_ASYNC | (registered_ ? IOSQE_FIXED_FILE : 0));
   hedge_in_flight_ = true;
@@ -381,7 +383,8 @@ ssize_t ReadQueue::Peek(const uint8_t** data) {
     int64_t timeout_ns = -1;
     const int64_t mean = g_mean_round_trip_ns.load(std::memory_order_relaxed);
     const bool spare = hedge_bytes_ != nullptr || orphans_.size() < kMaxSpareBlocks;
-    if (!hedge_in_flight_ && b.filled == 0 && mean > 0 && spare) {
+    // Once per read: a hedge that came back short or failed (a file cut short) is not sent again.
+    if (!hedge_in_flight_ && !b.hedged && b.filled == 0 && mean > 0 && spare) {
       const int64_t late_in = b.submitted_ns + std::max(kHedgeMinNs, kHedgeFactor * mean) - MonotonicNs();
       if (late_in <= 0) {
         SubmitHedge(head_);

@@ -134,6 +134,7 @@ class ReadQueue {
     uint64_t read_id = 0;      // the read in flight into `bytes` (io_uring user data)
     int64_t submitted_ns = 0;  // when it was sent (CLOCK_MONOTONIC)
     uint64_t hedge_id = 0;     // its hedged read into hedge_bytes_, in flight (0: none)
+    bool hedged = false;       // the read in flight was sent again once already (never twice)
   };
   // A read whose answer is no longer wanted (the other of a hedged pair answered first): its
   // memory is kept until it lands.

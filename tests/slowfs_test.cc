@@ -352,6 +352,47 @@ TEST_CASE("ReadQueue: a read answered while nobody waited is not sent again, how
   ::close(fd);
 }
 
+TEST_CASE("ReadQueue: a hedged read that comes back short (the file was cut) is not sent again") {
+  // Every read on `slow` takes 500 ms; slowfs reads the source first, so the read in flight has
+  // the bytes, and a hedge sent after the source is truncated finds the end of the file at once.
+  TempDir fast_source, slow_source;
+  const std::string content = RandomBytes(64 * 1024, 6);
+  WriteFile(fast_source.file("warm.bin"), content);
+  WriteFile(slow_source.file("f.bin"), content);
+  SlowMount fast(fast_source.path().string(), {"--latency-ms=5"});
+  if (!fast.mounted()) return fast.PrintSkip();
+  SlowMount slow(slow_source.path().string(), {"--latency-ms=1", "--tail-latency-ms=500", "--tail-fraction=1"});
+  if (!slow.mounted()) return slow.PrintSkip();
+  std::string why;
+  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  {  // the process's mean round trip: ~5 ms
+    int warm_fd = ::open(fast.path("warm.bin").c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(warm_fd >= 0);
+    auto warm = ringfeed::ReadQueue::Create(warm_fd, 0, content.size(), 16 * 1024, 2, &why);
+    REQUIRE(warm != nullptr);
+    std::string all(content.size(), '\0');
+    size_t at = 0;
+    while (at < all.size()) at += static_cast<size_t>(warm->Read(reinterpret_cast<uint8_t*>(all.data()) + at, all.size() - at));
+    warm.reset();
+    ::close(warm_fd);
+  }
+  REQUIRE(ringfeed::ReadQueue::MeanRoundTripNs() < 100'000'000);
+  int fd = ::open(slow.path("f.bin").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  auto q = ringfeed::ReadQueue::Create(fd, 0, content.size(), content.size(), 2, &why);
+  REQUIRE(q != nullptr);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // slowfs has read the source
+  std::filesystem::resize_file(slow_source.path() / "f.bin", 0);
+  std::string got(content.size(), '\0');
+  const ssize_t n = q->Read(reinterpret_cast<uint8_t*>(got.data()), got.size());
+  CHECK(n == static_cast<ssize_t>(content.size()));  // the read in flight brought the bytes
+  CHECK(got == content);
+  CHECK(q->hedges_sent() == 1);  // not one after another until that read landed
+  CHECK(q->hedges_won() == 0);
+  q.reset();
+  ::close(fd);
+}
+
 TEST_CASE("slowfs: a tail fraction above 1 is refused (exit 2) before mounting") {
   TempDir source;
   std::filesystem::create_directory(source.path() / "mnt");

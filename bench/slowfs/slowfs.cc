@@ -475,7 +475,7 @@ double ParseNonNegative(const std::string& option, const std::string& value) {
   errno = 0;
   double v = std::strtod(value.c_str(), &end);
   if (value.empty() || end == nullptr || *end != '\0' || errno != 0 || !(v >= 0) || v > 1e9) {
-    UsageError(option + ": '" + value + "' is not a number >= 0");
+    UsageError(option + ": '" + value + "' is not a number from 0 to 1e9");
   }
   return v;
 }
@@ -529,6 +529,7 @@ Settings ParseArgs(int argc, char** argv) {
       positional.push_back(arg);
     }
   }
+  if (s.tail_fraction > 0 && s.tail_latency_ms == 0) UsageError("--tail-fraction needs --tail-latency-ms");
   if (positional.size() != 2) {
     UsageError("expected SOURCE_DIR and MOUNTPOINT, got " + std::to_string(positional.size()) + " arguments");
   }
