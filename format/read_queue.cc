@@ -160,23 +160,31 @@ ReadQueue::~ReadQueue() {
       std::vector<std::unique_ptr<uint8_t[]>> buffers;
       size_t in_flight;
     };
-    auto left = std::make_shared<Leftovers>();
-    left->in_flight = in_flight_;
-    for (Block& b : blocks_) {
-      if (b.in_flight) left->buffers.push_back(std::move(b.bytes));
+    std::shared_ptr<Leftovers> left;
+    try {  // allocated before anything moves: out of memory, the reads are waited for below
+      left = std::make_shared<Leftovers>();
+      left->buffers.reserve(blocks_.size() + 1 + orphans_.size());
+    } catch (const std::bad_alloc&) {
+      left.reset();
     }
-    if (hedge_in_flight_) left->buffers.push_back(std::move(hedge_bytes_));
-    for (Orphan& o : orphans_) left->buffers.push_back(std::move(o.bytes));
-    left->ring = std::move(ring_);
-    try {
-      std::thread([left] {
-        pthread_setname_np(pthread_self(), "rf-read-reap");
+    if (left) {
+      left->in_flight = in_flight_;
+      for (Block& b : blocks_) {
+        if (b.in_flight) left->buffers.push_back(std::move(b.bytes));
+      }
+      if (hedge_in_flight_) left->buffers.push_back(std::move(hedge_bytes_));
+      for (Orphan& o : orphans_) left->buffers.push_back(std::move(o.bytes));
+      left->ring = std::move(ring_);
+      try {
+        std::thread([left] {
+          pthread_setname_np(pthread_self(), "rf-read-reap");
+          ReapLeftovers(left->ring.get(), &left->buffers, left->in_flight);
+        }).detach();
+      } catch (...) {  // no thread (ulimit -u, memory): wait here
         ReapLeftovers(left->ring.get(), &left->buffers, left->in_flight);
-      }).detach();
-    } catch (const std::system_error&) {
-      ReapLeftovers(left->ring.get(), &left->buffers, left->in_flight);  // no thread: wait here
+      }
+      return;
     }
-    return;
   }
   while (in_flight_ > 0 && Reap()) {
   }

@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -302,6 +303,19 @@ TEST_CASE("ReadQueue: a read far later than the usual round trip is sent again, 
   }
   INFO(stats.dump() << "; " << seconds << " s, hedges sent " << sent << ", won " << won);
   CHECK(Counter(stats, "reads") >= kBlocks);
+  // ... and the thread that waited for them has ended (with its ring: no fd left open).
+  auto reapers = [] {
+    int n = 0;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      n += name == "rf-read-reap";
+    }
+    return n;
+  };
+  for (int i = 0; i < 200 && reapers() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(reapers() == 0);
   std::printf("slowfs_test: 64 reads at 5 ms with 3%% at 305 ms: %.3f s (+%.3f s to destroy the queue), %llu "
               "stragglers, hedges sent %llu, won %llu\n",
               seconds, destroy_seconds, static_cast<unsigned long long>(Counter(stats, "tail_reads")),
