@@ -87,8 +87,8 @@ constexpr std::string_view kSourceKeys[] = {"files", "compression", "on_error",
 constexpr std::string_view kFeatureKeys[] = {"type", "dtype", "shape", "default", "decode"};
 constexpr std::string_view kBatchKeys[] = {"size", "drop_remainder"};
 constexpr std::string_view kShuffleKeys[] = {"files", "buffer", "seed"};
-constexpr std::string_view kPipelineKeys[] = {"cycle_length", "readers",       "read_ahead", "reads_per_file",
-                                              "workers",      "prefetch",      "memory_budget", "cpu_budget"};
+constexpr std::string_view kPipelineKeys[] = {"cycle_length", "readers",  "read_ahead",    "reads_per_file", "hedged_reads",
+                                              "workers",      "prefetch", "memory_budget", "cpu_budget"};
 constexpr int64_t kMaxReadsPerFile = 64;  // io_uring queue depth per open file
 constexpr std::string_view kShardKeys[] = {"index", "count"};
 constexpr std::string_view kRingKeys[] = {"slots", "slot_bytes"};
@@ -1152,6 +1152,7 @@ class Loader {
     if (const Entry* e = Find(entries, "reads_per_file")) {
       pipeline->reads_per_file = ReadAutoInt(*e, 1, kMaxReadsPerFile);
     }
+    if (const Entry* e = Find(entries, "hedged_reads")) pipeline->hedged_reads = ReadBool(*e);
     if (const Entry* e = Find(entries, "workers")) {
       pipeline->workers = ReadAutoInt(*e, 1, kMaxParallelism);
     }

@@ -57,6 +57,7 @@ struct PipelineConfig {
   std::optional<int64_t> readers;           // files read ahead in parallel; nullopt = auto
   std::optional<uint64_t> read_ahead;       // bytes read ahead per open file, 64 KiB..16 GiB; nullopt = auto
   std::optional<int64_t> reads_per_file;    // reads in flight per plain file, 1..64; nullopt = auto
+  bool hedged_reads = true;                 // late queued reads sent again (format/read_queue.h)
   std::optional<int64_t> workers;           // parse workers; nullopt = auto
   std::optional<int64_t> prefetch;          // ready batches kept ahead; nullopt = auto
   std::optional<uint64_t> memory_budget;    // bytes; nullopt = auto

@@ -730,11 +730,14 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   out << buf;
   // Queued reads (slow storage): the reads sent again once late by 2x their mean round trip.
   if (const uint64_t hedged = pipeline.Count("hedged_reads"); hedged > 0) {
+    const bool paused = pipeline.String("hedged_reads_state") == "paused";
     std::snprintf(buf, sizeof buf,
-                  "           %llu late %s sent again (mean round trip %s), %llu answered first\n",
+                  "           %llu late %s sent again (mean round trip %s), %llu answered first%s\n",
                   static_cast<unsigned long long>(hedged), hedged == 1 ? "read" : "reads",
                   FineSeconds(pipeline.Number("queued_read_round_trip_seconds")).c_str(),
-                  static_cast<unsigned long long>(pipeline.Count("hedged_reads_won")));
+                  static_cast<unsigned long long>(pipeline.Count("hedged_reads_won")),
+                  paused ? "; paused: the last ones did not answer first (storage saturated?), one tried every 10 s"
+                         : "");
     out << buf;
   }
   const std::string budget =

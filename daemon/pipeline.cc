@@ -657,6 +657,7 @@ PipelineStats Pipeline::Snapshot() const {
   s.files_without_queued_reads = read_ahead_->unqueued_files();
   s.hedged_reads = ReadQueue::TotalHedgesSent();
   s.hedged_reads_won = ReadQueue::TotalHedgesWon();
+  s.hedged_reads_paused = ReadQueue::HedgesPaused();
   s.read_round_trip_ns = ReadQueue::MeanRoundTripNs();
   s.read_busy_ns = read_ahead_->busy_ns();
   s.read_cpu_ns = read_ahead_->cpu_ns();

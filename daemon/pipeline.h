@@ -87,6 +87,7 @@ struct PipelineStats {
   // Queued reads sent again once late, and those answered first (ReadQueue: hedged reads); the
   // mean round trip they go by (ns, 0 before the first queued read).
   uint64_t hedged_reads = 0, hedged_reads_won = 0;
+  bool hedged_reads_paused = false;  // their tokens spent: the last ones did not answer first
   int64_t read_round_trip_ns = 0;
   // Time counters for the autotuner (nanoseconds, cumulative; see ReadAhead for the read ones).
   uint64_t read_busy_ns = 0, read_cpu_ns = 0, read_wait_ns = 0;

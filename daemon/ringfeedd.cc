@@ -658,6 +658,7 @@ int RunDaemon(const DaemonOptions& options) {
     po.prefetch = static_cast<size_t>(start.prefetch);
     po.stream_buffer_bytes = start.stream_buffer_bytes;
     po.reader.reads_in_flight = static_cast<size_t>(start.reads_per_file);
+    po.reader.hedged_reads = config.pipeline.hedged_reads;
     po.reader.buffer_bytes = static_cast<size_t>(plan.reader_buffer_bytes);
     po.inflate_unplanned = !plan.inflate_planned;
     // A record past the start-up sample that the budget cannot hold is a too-large record.
@@ -888,6 +889,9 @@ int RunDaemon(const DaemonOptions& options) {
             {"files_without_queued_reads", s.files_without_queued_reads},
             {"hedged_reads", s.hedged_reads},
             {"hedged_reads_won", s.hedged_reads_won},
+            {"hedged_reads_state", !config.pipeline.hedged_reads ? "off"
+                                   : s.hedged_reads_paused      ? "paused"
+                                                                : "on"},
             {"queued_read_round_trip_seconds", static_cast<double>(s.read_round_trip_ns) / 1e9},
             {"read_ahead_bytes", s.read_ahead_bytes}}},
           {"autotune", autotune ? autotune->StatusJson() : nlohmann::json(nullptr)},

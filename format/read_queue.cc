@@ -1,5 +1,7 @@
 #include "format/read_queue.h"
 
+#include "format/hedge_budget.h"
+
 #include <errno.h>
 #include <liburing.h>
 #include <unistd.h>
@@ -50,6 +52,13 @@ int64_t MonotonicNs() {
 std::atomic<int64_t> g_mean_round_trip_ns{0};
 std::atomic<uint64_t> g_hedges_sent{0}, g_hedges_won{0};  // every queue's, for ringfeedd's status
 
+// This process's hedges, paid for from one budget: its files are mostly on the same storage,
+// and a saturated link is learnt once rather than again by every file's queue.
+HedgeBudget& ProcessHedgeBudget() {
+  static HedgeBudget budget(MonotonicNs());
+  return budget;
+}
+
 void CountRoundTrip(int64_t ns, int64_t factor) {
   const int64_t mean = g_mean_round_trip_ns.load(std::memory_order_relaxed);
   if (mean == 0) {
@@ -71,7 +80,7 @@ bool CanRead(io_uring* ring, std::string* why) {
 }  // namespace
 
 std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
-                                             size_t depth, std::string* why, size_t allowance) {
+                                             size_t depth, std::string* why, size_t allowance, bool hedge) {
   block_bytes = std::max<size_t>(block_bytes, 1);
   depth = std::max<size_t>(depth, 2);
   std::unique_ptr<ReadQueue> q(new ReadQueue(fd, offset, file_size, block_bytes, depth));
@@ -97,6 +106,7 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   // queue goes can be left to a thread of their own (~ReadQueue). Without it: plain fds.
   q->registered_ = io_uring_register_files(&q->ring_->ring, &fd, 1) == 0;
   q->allowance_ = std::clamp<size_t>(allowance, 1, depth);
+  q->hedge_ = hedge;
   q->TopUp(nullptr);
   return q;
 }
@@ -104,6 +114,8 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
 uint64_t ReadQueue::TotalHedgesSent() { return g_hedges_sent.load(std::memory_order_relaxed); }
 uint64_t ReadQueue::TotalHedgesWon() { return g_hedges_won.load(std::memory_order_relaxed); }
 int64_t ReadQueue::MeanRoundTripNs() { return g_mean_round_trip_ns.load(std::memory_order_relaxed); }
+bool ReadQueue::HedgesPaused() { return ProcessHedgeBudget().Tokens(MonotonicNs()) == 0; }
+void ReadQueue::ResetHedgeBudget() { ProcessHedgeBudget().Reset(MonotonicNs()); }
 
 bool ReadQueue::Available(std::string* why) {
   io_uring ring{};
@@ -349,6 +361,7 @@ void ReadQueue::Completed(uint64_t id, int res, bool timely) {
         b.filled = b.length;
         ++hedges_won_;
         g_hedges_won.fetch_add(1, std::memory_order_relaxed);
+        ProcessHedgeBudget().Won();
       }
       return;
     }
@@ -392,12 +405,15 @@ ssize_t ReadQueue::Peek(const uint8_t** data) {
     const int64_t mean = g_mean_round_trip_ns.load(std::memory_order_relaxed);
     const bool spare = hedge_bytes_ != nullptr || orphans_.size() < kMaxSpareBlocks;
     // Once per read: a hedge that came back short or failed (a file cut short) is not sent again.
-    if (!hedge_in_flight_ && !b.hedged && b.filled == 0 && mean > 0 && spare) {
-      const int64_t late_in = b.submitted_ns + std::max(kHedgeMinNs, kHedgeFactor * mean) - MonotonicNs();
-      if (late_in <= 0) {
+    if (hedge_ && !hedge_in_flight_ && !b.hedged && b.filled == 0 && mean > 0 && spare) {
+      const int64_t now = MonotonicNs();
+      const int64_t late_in = b.submitted_ns + std::max(kHedgeMinNs, kHedgeFactor * mean) - now;
+      if (late_in > 0) {
+        timeout_ns = late_in;
+      } else if (ProcessHedgeBudget().TryTake(now)) {
         SubmitHedge(head_);
       } else {
-        timeout_ns = late_in;
+        b.hedged = true;  // no token (hedges have not been winning): this read is waited out
       }
     }
     if (!Reap(timeout_ns)) {

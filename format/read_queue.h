@@ -23,7 +23,9 @@
 // performance guidelines retry slow requests the same way). The other answer lands in memory
 // kept until it arrives. Only the block the caller waits on is sent again, one at a time, and
 // the spare blocks are at most kMaxSpareBlocks: a queue holds at most depth + kMaxSpareBlocks
-// blocks.
+// blocks. Each hedge takes a token of this process's HedgeBudget (format/hedge_budget.h): where
+// hedges do not answer first (a bandwidth cap: the second read queues behind the same limit)
+// they stop after a few, and one is tried every 10 s. Create's `hedge` = false sends none.
 //
 // Errors: Create returns nullptr (and says why) when io_uring is not available (seccomp
 // profiles that block it, io_uring_disabled) or cannot read files (IORING_OP_READ: Linux < 5.6);
@@ -52,8 +54,10 @@ class ReadQueue {
   // A queue reading `fd` from `offset` on, the blocks up to `file_size` ahead (block_bytes >= 1,
   // depth >= 2). nullptr when io_uring cannot be set up; `*why` then says why.
   // `allowance`: the most blocks held at once to begin with (1 to depth; SetAllowance).
+  // `hedge`: whether late reads are sent again (hedged reads, above).
   static std::unique_ptr<ReadQueue> Create(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes,
-                                           size_t depth, std::string* why, size_t allowance = SIZE_MAX);
+                                           size_t depth, std::string* why, size_t allowance = SIZE_MAX,
+                                           bool hedge = true);
   // Whether this process can read files through io_uring (a ring of 2 entries, closed at
   // once): false, with `*why`, where a seccomp profile blocks io_uring_setup (Docker's default
   // one does since 2023), the sysctl io_uring_disabled forbids it, or the kernel has io_uring
@@ -102,6 +106,12 @@ class ReadQueue {
   static uint64_t TotalHedgesSent();
   static uint64_t TotalHedgesWon();
   static int64_t MeanRoundTripNs();
+  // Whether this process's hedges are paused now: the last ones did not answer first and
+  // their tokens are spent (HedgeBudget). Any thread.
+  static bool HedgesPaused();
+  // A fresh budget for this process's hedges (HedgeBudget::kTokens): for tests, whose cases
+  // share one process but not one storage.
+  static void ResetHedgeBudget();
   // A read is doubled once in flight for kHedgeFactor x the running mean round trip, and no
   // less than kHedgeMinNs; the mean counts a read at most kHedgeFactor x itself (stragglers
   // move it little).
@@ -134,7 +144,9 @@ class ReadQueue {
     uint64_t read_id = 0;      // the read in flight into `bytes` (io_uring user data)
     int64_t submitted_ns = 0;  // when it was sent (CLOCK_MONOTONIC)
     uint64_t hedge_id = 0;     // its hedged read into hedge_bytes_, in flight (0: none)
-    bool hedged = false;       // the read in flight was sent again once already (never twice)
+    // The read in flight was sent again once already, or its hedge was refused a token: never
+    // sent (again) from here on.
+    bool hedged = false;
   };
   // A read whose answer is no longer wanted (the other of a hedged pair answered first): its
   // memory is kept until it lands.
@@ -162,6 +174,7 @@ class ReadQueue {
   static void ReapLeftovers(Ring* ring, std::vector<std::unique_ptr<uint8_t[]>>* buffers, size_t in_flight);
   std::unique_ptr<Ring> ring_;
   bool registered_ = false;  // fd_ is the ring's fixed file 0
+  bool hedge_ = true;        // late reads may be sent again (Create's `hedge`)
   int fd_;
   uint64_t position_;       // offset of the next byte Read returns
   uint64_t next_offset_;    // offset of the next block to read

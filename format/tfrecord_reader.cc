@@ -97,7 +97,7 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
   queued_reads_unavailable_.clear();
   if (reads > 1) {
     queue_ = ReadQueue::Create(fd_, plain_file_offset_, plain_file_size_, options_.read_block_bytes, reads + 1,
-                               &queued_reads_unavailable_, queue_allowance_);
+                               &queued_reads_unavailable_, queue_allowance_, options_.hedged_reads);
   }
   if (!queue_) ::lseek(fd_, static_cast<off_t>(plain_file_offset_), SEEK_SET);
   // The window is sized for how the file is read now: read() fills all of it, while with a
@@ -225,7 +225,7 @@ bool TFRecordReader::Open(ReadError* error) {
   if (queued && (compression_ == Compression::kAuto || compression_ == Compression::kNone)) {
     // Without io_uring (nullptr) the file is read with read() as usual; the caller is told why.
     queue_ = ReadQueue::Create(fd_, 0, regular_size, options_.read_block_bytes, options_.reads_in_flight + 1,
-                               &queued_reads_unavailable_, queue_allowance_);
+                               &queued_reads_unavailable_, queue_allowance_, options_.hedged_reads);
   }
   if (compression_ == Compression::kAuto && queue_) {
     const uint8_t* data = nullptr;

@@ -79,6 +79,10 @@ struct ReaderOptions {
   // default) = off; where io_uring is not available the reader falls back to read().
   size_t reads_in_flight = 1;
   size_t read_block_bytes = size_t{256} << 10;
+  // With queued reads: a read late by 2x the mean round trip while the reader waits for it is
+  // sent again and the first answer taken (hedged reads, format/read_queue.h), within this
+  // process's HedgeBudget (format/hedge_budget.h). false: never.
+  bool hedged_reads = true;
 };
 
 enum class ReadErrorKind {

@@ -112,6 +112,7 @@ pipeline:
   prefetch: 5
   memory_budget: 2GB
   cpu_budget: 7.5
+  hedged_reads: false
 deterministic: false
 shard: {index: 3, count: 8}
 ring:
@@ -195,6 +196,7 @@ log_level: trace
   CHECK(c.pipeline.prefetch == std::optional<int64_t>(5));
   CHECK(c.pipeline.memory_budget == std::optional<uint64_t>(2000000000ull));
   CHECK(c.pipeline.cpu_budget == std::optional<double>(7.5));
+  CHECK_FALSE(c.pipeline.hedged_reads);
   CHECK_FALSE(c.deterministic);
   CHECK(c.shard.index == 3);
   CHECK(c.shard.count == 8);
@@ -232,6 +234,7 @@ TEST_CASE("defaults of every optional key", "[config]") {
   CHECK_FALSE(c.pipeline.prefetch);
   CHECK_FALSE(c.pipeline.memory_budget);
   CHECK_FALSE(c.pipeline.cpu_budget);
+  CHECK(c.pipeline.hedged_reads);
   CHECK(c.deterministic);
   CHECK(c.shard.index == 0);
   CHECK(c.shard.count == 1);
@@ -608,6 +611,9 @@ TEST_CASE("auto knobs", "[config][auto]") {
   CHECK_THROWS_WITH(pipeline("  memory_budget: lots\n"),
                     Catch::Contains("invalid size 'lots'") && Catch::Contains("auto or"));
   CHECK_THROWS_WITH(pipeline("  cpu_budget: .inf\n"), Catch::Contains("out of range"));
+  CHECK(pipeline("  hedged_reads: true\n").hedged_reads);
+  CHECK_THROWS_WITH(pipeline("  hedged_reads: off\n"),
+                    Catch::Contains("pipeline.hedged_reads") && Catch::Contains("expected true or false"));
 }
 
 TEST_CASE("booleans are true/false only", "[config]") {

@@ -604,10 +604,35 @@ TEST_CASE("stragglers on slow storage: late queued reads are sent again, and sta
   // The mean round trip the hedges go by: about the 5 ms latency, not the stragglers' 205 ms.
   CHECK(pipeline["queued_read_round_trip_seconds"].get<double>() > 0.004);
   CHECK(pipeline["queued_read_round_trip_seconds"].get<double>() < 0.1);
+  CHECK(pipeline["hedged_reads_state"] == "on");  // hedges winning keep their tokens
   const std::string table = RunCommand({CtlBinary(), "status", "stragglers", "--runtime-dir", daemon.runtime_dir()}).out;
   INFO(table);
   CHECK_THAT(table, Catch::Contains("late reads sent again (mean round trip "));
+  const uint64_t records_with_hedges = daemon.Status()["records"].get<uint64_t>();
+  consumer.reset();
   daemon.Stop();
+
+  // The same job with `pipeline.hedged_reads: false`: as many records read, none sent again.
+  DaemonProcess off(dir.path(), "stragglers-off",
+                    "job: stragglers-off\nsource: {files: [\"" + mount.path("part-*.tfrecord").string() +
+                        "\"], compression: none}\nfeatures:\n" + BlobFeaturesYaml() +
+                        "batch: {size: 16}\nepochs: 0\npipeline: {readers: 2, reads_per_file: 8, cycle_length: 2, "
+                        "hedged_reads: false}\n");
+  RINGFEED_REQUIRE_STARTED(off);
+  auto off_consumer = StartBusyConsumer(off);
+  REQUIRE(off_consumer->ReadLine() == std::optional<std::string>("attached"));
+  json off_status;
+  CHECK(WaitUntil(
+      [&] {
+        off_status = off.Status();
+        return off_status["records"].get<uint64_t>() >= records_with_hedges;
+      },
+      std::chrono::seconds(60)));
+  INFO(off_status["pipeline"].dump());
+  CHECK(off_status["pipeline"]["hedged_reads"] == 0);
+  CHECK(off_status["pipeline"]["hedged_reads_state"] == "off");
+  off_consumer.reset();
+  off.Stop();
 }
 
 TEST_CASE("a stop while start-up lists and samples files on slow storage: exit 0 at once, the lock file removed",

@@ -33,6 +33,7 @@
 #include <thread>
 #include <vector>
 
+#include "format/hedge_budget.h"
 #include "format/read_queue.h"
 #include "format/tfrecord_reader.h"
 #include "format/tfrecord_writer.h"
@@ -271,6 +272,7 @@ TEST_CASE("ReadQueue: a read far later than the usual round trip is sent again, 
   if (!mount.mounted()) return mount.PrintSkip();
   std::string why;
   if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  ringfeed::ReadQueue::ResetHedgeBudget();  // not what the other cases' storage taught it
   // The same reads without stragglers, on this machine now (a sanitizer build, a busy machine
   // take longer): what the stragglers' time is measured against.
   double plain_seconds = 0;
@@ -413,6 +415,7 @@ TEST_CASE("ReadQueue: a hedged read that comes back short (the file was cut) is 
     ::close(warm_fd);
   }
   REQUIRE(ringfeed::ReadQueue::MeanRoundTripNs() < 100'000'000);
+  ringfeed::ReadQueue::ResetHedgeBudget();
   int fd = ::open(slow.path("f.bin").c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(fd >= 0);
   auto q = ringfeed::ReadQueue::Create(fd, 0, content.size(), content.size(), 2, &why);
@@ -427,6 +430,99 @@ TEST_CASE("ReadQueue: a hedged read that comes back short (the file was cut) is 
   CHECK(q->hedges_won() == 0);
   q.reset();
   ::close(fd);
+}
+
+namespace {
+
+// Reads every file in `paths` in turn through a ReadQueue (`reads` in flight, `block` bytes each,
+// `hedge` as Create's) and checks the bytes; returns the hedges sent and won over all of them.
+std::pair<uint64_t, uint64_t> ReadThroughQueues(const std::vector<std::string>& paths, const std::string& content,
+                                                size_t block, size_t reads, bool hedge) {
+  uint64_t sent = 0, won = 0;
+  for (const std::string& path : paths) {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string why;
+    auto q = ringfeed::ReadQueue::Create(fd, 0, content.size(), block, reads + 1, &why, SIZE_MAX, hedge);
+    REQUIRE(q != nullptr);
+    std::string got(content.size(), '\0');
+    size_t at = 0;
+    while (at < got.size()) {
+      const ssize_t n = q->Read(reinterpret_cast<uint8_t*>(got.data()) + at, std::min<size_t>(10000, got.size() - at));
+      REQUIRE(n > 0);
+      at += static_cast<size_t>(n);
+    }
+    CHECK(got == content);
+    sent += q->hedges_sent();
+    won += q->hedges_won();
+    q.reset();
+    ::close(fd);
+  }
+  return {sent, won};
+}
+
+}  // namespace
+
+TEST_CASE("ReadQueue: under a bandwidth cap hedges do not answer first, and stop after a few") {
+  // 1 ms a read but 40 MB/s for the whole mount, 4 readers each reading 8 files in turn: the
+  // reads queue behind the cap, and a file's first reads behind the other files' (the oldest
+  // read is late by the others' queue while the mean round trip is still learning it: not a
+  // straggler), so its hedge queues behind the same cap and loses. Without HedgeBudget 7-8 are
+  // sent here; with it, kTokens in all (plus two for each that won).
+  constexpr int kReaders = 4, kFilesEach = 8;
+  TempDir source;
+  const std::string content = RandomBytes(1 * kMiB, 7);
+  for (int f = 0; f < kReaders * kFilesEach; ++f) WriteFile(source.file("f" + std::to_string(f) + ".bin"), content);
+  SlowMount mount(source.path().string(), {"--latency-ms=1", "--bandwidth-mbps=40"});
+  if (!mount.mounted()) return mount.PrintSkip();
+  std::string why;
+  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  ringfeed::ReadQueue::ResetHedgeBudget();
+  std::vector<std::pair<uint64_t, uint64_t>> counts(kReaders);
+  const auto start = Clock::now();
+  {
+    std::vector<std::thread> readers;
+    for (int r = 0; r < kReaders; ++r) {
+      readers.emplace_back([&, r] {
+        std::vector<std::string> paths;
+        for (int f = 0; f < kFilesEach; ++f) paths.push_back(mount.path("f" + std::to_string(r * kFilesEach + f) + ".bin"));
+        counts[r] = ReadThroughQueues(paths, content, 64 * 1024, 16, /*hedge=*/true);
+      });
+    }
+    for (std::thread& t : readers) t.join();
+  }
+  const double seconds = SecondsSince(start);
+  uint64_t sent = 0, won = 0;
+  for (const auto& [s, w] : counts) {
+    sent += s;
+    won += w;
+  }
+  std::printf("slowfs_test: 32 MiB at 40 MB/s by 4 readers, queues of 16 reads: %.2f s, hedges sent %llu, won %llu%s\n",
+              seconds, static_cast<unsigned long long>(sent), static_cast<unsigned long long>(won),
+              ringfeed::ReadQueue::HedgesPaused() ? " (paused)" : "");
+  INFO(seconds << " s; hedges sent " << sent << ", won " << won);
+  REQUIRE(seconds < 10);  // no token came back meanwhile (HedgeBudget::kRefillNs)
+  CHECK(sent >= 1);  // late reads there were: the rule below is not idle
+  // Each won hedge earns two more; the rest are at most the budget's tokens.
+  CHECK(sent <= static_cast<uint64_t>(ringfeed::HedgeBudget::kTokens) + 2 * won);
+  ringfeed::ReadQueue::ResetHedgeBudget();
+}
+
+TEST_CASE("ReadQueue: with hedging off (Create's hedge = false) a straggler is waited out, never sent again") {
+  TempDir source;
+  const std::string content = RandomBytes(64 * 64 * 1024, 8);
+  WriteFile(source.file("f.bin"), content);
+  SlowMount mount(source.path().string(), {"--latency-ms=5", "--tail-latency-ms=100", "--tail-fraction=0.05"});
+  if (!mount.mounted()) return mount.PrintSkip();
+  std::string why;
+  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  ringfeed::ReadQueue::ResetHedgeBudget();
+  const uint64_t total_before = ringfeed::ReadQueue::TotalHedgesSent();
+  const auto [sent, won] = ReadThroughQueues({mount.path("f.bin")}, content, 64 * 1024, 3, /*hedge=*/false);
+  CHECK(sent == 0);
+  CHECK(won == 0);
+  CHECK(ringfeed::ReadQueue::TotalHedgesSent() == total_before);
+  CHECK(Counter(mount.Stats(), "tail_reads") >= 2);  // there were stragglers to hedge
 }
 
 TEST_CASE("slowfs: a tail fraction above 1 is refused (exit 2) before mounting") {
