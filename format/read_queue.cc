@@ -326,7 +326,7 @@ void ReadQueue::Completed(uint64_t id, int res, bool timely) {
       if (res == -EINTR || res == -EAGAIN || res == -ECANCELED) {
         // Again: a read the kernel cancelled (its worker went away with the thread that queued
         // it, e.g. a reader the tuner retired) is not an error of the file.
-        Submit(index);
+        if (!Submit(index)) b.error = EAGAIN;  // not sent again: an error, never a short file
       } else if (res < 0) {
         b.error = -res;
       } else if (res == 0) {
@@ -340,7 +340,7 @@ void ReadQueue::Completed(uint64_t id, int res, bool timely) {
           if (timely || ns < g_mean_round_trip_ns.load(std::memory_order_relaxed)) CountRoundTrip(ns, kHedgeFactor);
         }
         b.filled += static_cast<size_t>(res);
-        if (b.filled < b.length) Submit(index);  // a short read: the rest
+        if (b.filled < b.length && !Submit(index)) b.error = EAGAIN;  // a short read: the rest (as above)
       }
       if (!b.in_flight && b.hedge_id != 0) {  // answered first: the hedge's memory waits for its answer
         orphans_.push_back({b.hedge_id, std::move(hedge_bytes_)});

@@ -56,6 +56,9 @@ SCENARIOS = {  # name: (slowfs options, or None for local files; title)
     # Not in the default run: network storage's stragglers (a p99 of 200 ms), for --deterministic.
     "slow20tail": (["--latency-ms=20", "--tail-latency-ms=180", "--tail-fraction=0.01"],
                    "slowfs, 20 ms per read, 1% of reads 200 ms"),
+    # Not in the default run: a saturated link (reads late by the queue ahead of them, not
+    # stragglers: hedged reads do not win there).
+    "slow2cap100": (["--latency-ms=2", "--bandwidth-mbps=100"], "slowfs, 2 ms per read, 100 MB/s"),
 }
 TFDATA = {  # contender: (pipeline, extra tfdata_bench.py arguments, title)
     "tfdata_autotune": ("tuned", [], "tf.data AUTOTUNE"),
