@@ -307,11 +307,11 @@ class ReadAhead {
   // threads started before it keep running (threads() says how many).
   void SetThreads(size_t threads);
   size_t threads() const;
-  // Reads in flight per file (plain files; ReaderOptions::reads_in_flight, format/read_queue.h),
-  // >= 1: for files opened from now on and, from their next turn, for the open ones. Files
-  // opened with more than 1 use a window of at most 16 KiB (the queue's blocks hold what is
-  // read ahead; the window only puts together records straddling two blocks) instead of
-  // buffer_bytes.
+  // Reads in flight per file (ReaderOptions::reads_in_flight, format/read_queue.h), >= 1: for
+  // files opened from now on and, from their next turn, for the open ones. Plain files opened
+  // with more than 1 use a window of at most 16 KiB (the queue's blocks hold what is read
+  // ahead; the window only puts together records straddling two blocks) instead of
+  // buffer_bytes; compressed ones a window and an inflater input of at most read_block_bytes.
   void SetReadsPerFile(size_t reads);
   size_t reads_per_file() const;
   // Only the first `streams` open streams (the interleave's, cycle_length: the sequencer takes

@@ -133,8 +133,8 @@ struct TunerKnobs {
   uint64_t stream_buffer_bytes = 4u << 20;  // read-ahead per open file (bytes)
   int64_t workers = 1;                  // parse workers
   int64_t prefetch = 2;                 // ready batches the loader may keep in the ring
-  // Reads in flight at once per plain file being read (ReaderOptions::reads_in_flight, a
-  // ReadQueue of that depth; 1 = one read() at a time into the reader's window).
+  // Reads in flight at once per file being read (ReaderOptions::reads_in_flight, a ReadQueue
+  // of that depth; 1 = one read() at a time into the reader's window or inflater).
   int64_t reads_per_file = 1;
 
   bool operator==(const TunerKnobs&) const = default;

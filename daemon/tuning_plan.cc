@@ -641,13 +641,10 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
                                                  std::max(kQueuedStreamBufferBytes, limits.max_stream_buffer_bytes));
   limits.read_bytes = plan.reader_buffer_bytes;  // the daemon's readers' ReaderOptions::buffer_bytes
   limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
-  // Queued reads are for plain files (a GZIP/ZLIB file is inflated from one read at a time):
-  // with compression: gzip or zlib, or without io_uring, auto stays at 1 instead of trying
-  // what cannot gain.
-  const bool compressed_only =
-      config.source.compression == Compression::kGzip || config.source.compression == Compression::kZlib;
-  limits.max_reads_per_file =
-      fixed_reads_per_file > 0 ? fixed_reads_per_file : (compressed_only || !queued_reads ? 1 : kMaxAutoReadsPerFile);
+  // Queued reads serve plain and compressed files alike (a GZIP/ZLIB file's inflater reads its
+  // compressed bytes through the queue); without io_uring auto stays at 1 instead of trying what
+  // cannot gain.
+  limits.max_reads_per_file = fixed_reads_per_file > 0 ? fixed_reads_per_file : (!queued_reads ? 1 : kMaxAutoReadsPerFile);
 
   // Starting knobs.
   TunerKnobs& k = at.initial;

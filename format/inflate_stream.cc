@@ -240,6 +240,11 @@ InflateStream::InflateStream(int fd, Compression compression, InflateBackend bac
 
 InflateStream::~InflateStream() = default;
 
+void InflateStream::SetQueue(std::unique_ptr<ReadQueue> queue) {
+  queue_ = std::move(queue);
+  if (!queue_ && !eof_) ::lseek(fd_, static_cast<off_t>(file_offset_), SEEK_SET);
+}
+
 bool InflateStream::FillInput() {
   if (eof_) return false;
   // Compact, keeping the last kHistoryBytes consumed bytes (a decoder may hand them back).
@@ -251,7 +256,8 @@ bool InflateStream::FillInput() {
   }
   if (in_end_ == in_capacity_) Grow();
   while (true) {
-    ssize_t n = ::read(fd_, in_buf_.get() + in_end_, in_capacity_ - in_end_);
+    ssize_t n = queue_ ? queue_->Read(in_buf_.get() + in_end_, in_capacity_ - in_end_)
+                       : ::read(fd_, in_buf_.get() + in_end_, in_capacity_ - in_end_);
     if (n > 0) {
       in_end_ += static_cast<size_t>(n);
       file_offset_ += static_cast<uint64_t>(n);

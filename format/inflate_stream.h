@@ -7,7 +7,11 @@
 // ZLIB (RFC 1950): one stream; data after its end is a decompression error.
 // Backends: ISA-L igzip (isal_inflate, about 2x zlib) or zlib, chosen per stream.
 //
-// Thread-safety: one thread at a time per stream. The fd is borrowed, not closed.
+// Input: read() calls of up to the input buffer's size, or a ReadQueue (SetQueue: several reads
+// in flight, for storage with a round trip per read), whose blocks are copied into the buffer.
+//
+// Thread-safety: one thread at a time per stream. The fd is borrowed, not closed; a queue given
+// to SetQueue is owned.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +20,7 @@
 #include <string>
 
 #include "format/compression.h"
+#include "format/read_queue.h"
 
 namespace ringfeed {
 
@@ -41,6 +46,14 @@ class InflateStream {
   const std::string& error() const { return error_; }
   // Bytes of the compressed file consumed by the decoder so far.
   uint64_t compressed_offset() const { return file_offset_ - (in_end_ - in_pos_); }
+  // Bytes of the file read so far: where the next read starts.
+  uint64_t input_offset() const { return file_offset_; }
+  // Reads the compressed bytes through `queue` from now on, instead of read(): it must read
+  // the same fd from input_offset() on. nullptr: read() again, from input_offset() (the fd is
+  // moved there). The previous queue is destroyed (its reads in flight are its own business,
+  // ~ReadQueue).
+  void SetQueue(std::unique_ptr<ReadQueue> queue);
+  ReadQueue* queue() const { return queue_.get(); }
   InflateBackend backend() const { return backend_; }
 
   class Decoder;  // one backend (ISA-L or zlib); defined in inflate_stream.cc
@@ -62,6 +75,7 @@ class InflateStream {
   size_t in_pos_ = 0;
   size_t in_end_ = 0;
   uint64_t file_offset_ = 0;  // bytes read from fd so far
+  std::unique_ptr<ReadQueue> queue_;  // reads the input when set (SetQueue)
   bool eof_ = false;
   bool member_done_ = false;
   bool parse_gzip_header_;  // ISA-L + GZIP: headers are parsed here, not by the decoder

@@ -78,13 +78,31 @@ TFRecordReader::~TFRecordReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-size_t TFRecordReader::reads_in_flight() const { return queue_ ? queue_->depth() - 1 : 1; }
+ReadQueue* TFRecordReader::ActiveQueue() const { return queue_ ? queue_.get() : inflate_ ? inflate_->queue() : nullptr; }
+
+size_t TFRecordReader::reads_in_flight() const {
+  const ReadQueue* q = ActiveQueue();
+  return q ? q->depth() - 1 : 1;
+}
 
 void TFRecordReader::SetReadsInFlight(size_t reads) {
   reads = std::max<size_t>(reads, 1);
   const size_t current = reads_in_flight();
   options_.reads_in_flight = reads;
-  if (!opened_ || done_ || fd_ < 0 || inflate_ || plain_file_size_ == 0 || stream_end_ || reads == current) return;
+  if (!opened_ || done_ || fd_ < 0 || stream_end_ || reads == current) return;
+  if (inflate_) {
+    // The inflater copied what it read into its input buffer: the new queue (or read()) goes on
+    // from where the reads got to, nothing of the old one is still shown.
+    queued_reads_unavailable_.clear();
+    std::unique_ptr<ReadQueue> queue;
+    if (reads > 1 && file_size_ > inflate_->input_offset()) {
+      queue = ReadQueue::Create(fd_, inflate_->input_offset(), file_size_, options_.read_block_bytes, reads + 1,
+                                &queued_reads_unavailable_, queue_allowance_, options_.hedged_reads);
+    }
+    inflate_->SetQueue(std::move(queue));
+    return;
+  }
+  if (plain_file_size_ == 0) return;
   // The queue's position is plain_file_offset_: every byte before it went into the window or a
   // caller's buffer. A new queue (or read()) goes on from there.
   if (viewed_ > 0) {
@@ -113,12 +131,18 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
 
 void TFRecordReader::SetQueueAllowance(size_t blocks) {
   queue_allowance_ = blocks;
-  if (queue_) queue_->SetAllowance(blocks);
+  if (ReadQueue* q = ActiveQueue()) q->SetAllowance(blocks);
 }
 
-size_t TFRecordReader::queue_blocks() const { return queue_ ? queue_->blocks() : 0; }
+size_t TFRecordReader::queue_blocks() const {
+  const ReadQueue* q = ActiveQueue();
+  return q ? q->blocks() : 0;
+}
 
-bool TFRecordReader::queue_all_requested() const { return queue_ && queue_->all_requested(); }
+bool TFRecordReader::queue_all_requested() const {
+  const ReadQueue* q = ActiveQueue();
+  return q && q->all_requested();
+}
 
 size_t TFRecordReader::WindowBytes() const {
   return queue_ ? std::min({options_.buffer_bytes, options_.read_block_bytes, kQueuedWindowBytes}) : options_.buffer_bytes;
@@ -133,6 +157,7 @@ void TFRecordReader::EndFile() {
   viewed_ = 0;  // the window is not read again
   begin_ = end_ = 0;
   queue_.reset();  // the file is over: no more reads ahead
+  if (inflate_) inflate_->SetQueue(nullptr);
 }
 
 std::string RecordPlace(const std::string& path, uint64_t record_index, uint64_t offset, Compression compression) {
@@ -222,12 +247,13 @@ bool TFRecordReader::Open(ReadError* error) {
   // reads `auto` takes them from the first block, which a plain file (the usual case) reads
   // first anyway.
   bool have_head = false;
-  if (queued && (compression_ == Compression::kAuto || compression_ == Compression::kNone)) {
+  file_size_ = regular_size;
+  if (queued) {
     // Without io_uring (nullptr) the file is read with read() as usual; the caller is told why.
     queue_ = ReadQueue::Create(fd_, 0, regular_size, options_.read_block_bytes, options_.reads_in_flight + 1,
                                &queued_reads_unavailable_, queue_allowance_, options_.hedged_reads);
   }
-  if (compression_ == Compression::kAuto && queue_) {
+  if (compression_ != Compression::kNone && queue_) {
     const uint8_t* data = nullptr;
     const ssize_t got = queue_->Peek(&data);  // nothing is taken: the first Next() shows it again
     if (got < 0) {
@@ -239,7 +265,7 @@ bool TFRecordReader::Open(ReadError* error) {
       head_size_ = std::min(sizeof head_, static_cast<size_t>(got));
       std::memcpy(head_, data, head_size_);
       have_head = true;
-      compression_ = DetectCompression(head_, head_size_);
+      if (compression_ == Compression::kAuto) compression_ = DetectCompression(head_, head_size_);
     }
   }
   if (compression_ != Compression::kNone && !have_head) {
@@ -252,9 +278,10 @@ bool TFRecordReader::Open(ReadError* error) {
     if (compression_ == Compression::kAuto) compression_ = DetectCompression(head_, head_size_);
   }
   if (compression_ != Compression::kNone) {
-    queue_.reset();  // `auto` found a compressed file: the inflater reads it from the start
-    queued_reads_unavailable_.clear();
+    // The inflater reads the file from the start, through the queue where there is one (the
+    // head was only looked at: nothing of it is taken).
     inflate_ = std::make_unique<InflateStream>(fd_, compression_, options_.inflate, options_.buffer_bytes);
+    if (queue_) inflate_->SetQueue(std::move(queue_));
   } else {
     plain_file_size_ = regular_size;
   }
@@ -282,6 +309,7 @@ size_t TFRecordReader::Fill(uint8_t* dst, size_t capacity) {
         break;
     }
     stream_end_ = true;
+    inflate_->SetQueue(nullptr);  // nothing more to read: its blocks go now, not with the reader
     return 0;
   }
   while (true) {

@@ -8,9 +8,10 @@
 // arrives, only as far as the largest record read (never beyond max_record_bytes + 16, never
 // just because a header claims a large length), plus, for compressed files, an input
 // buffer of `buffer_bytes` and the decoder state; with queued reads (reads_in_flight > 1), the
-// queue's blocks ((reads_in_flight + 1) x read_block_bytes) and a window of at most 16 KiB
-// (kQueuedWindowBytes) that grows only for a larger record straddling two blocks (records of
-// direct_read_min_bytes and more go straight into their own memory instead).
+// queue's blocks ((reads_in_flight + 1) x read_block_bytes, and the spares of hedged reads), and
+// for plain files a window of at most 16 KiB (kQueuedWindowBytes) that grows only for a larger
+// record straddling two blocks (records of direct_read_min_bytes and more go straight into
+// their own memory instead).
 // Blocks and window are freed when the file ends. A file is never loaded whole. A record
 // that lies inside the window, or inside one queued block, is returned in place: the only
 // user-space copy of its payload is the caller's (e.g. the parser writing into a batch column).
@@ -71,12 +72,13 @@ struct ReaderOptions {
   // window; below it, a read per record would cost more than the copy it saves (min 1; tests
   // set 1 to take the direct path with tiny records).
   size_t direct_read_min_bytes = size_t{64} << 10;
-  // Plain regular files: reads kept in flight at once, each of read_block_bytes (a ReadQueue,
-  // format/read_queue.h: io_uring), instead of one read() at a time into the window. For storage
-  // with a round trip per read (network file systems, FUSE mounts), where one read at a time
-  // gets one block per round trip from a file. Records are read from the blocks in place; one
-  // that runs on into the next block is put together in the window. 1 (the
-  // default) = off; where io_uring is not available the reader falls back to read().
+  // Regular files: reads kept in flight at once, each of read_block_bytes (a ReadQueue,
+  // format/read_queue.h: io_uring), instead of one read() at a time. For storage with a round
+  // trip per read (network file systems, FUSE mounts), where one read at a time gets one block
+  // per round trip from a file. Plain files: records are read from the blocks in place; one
+  // that runs on into the next block is put together in the window. GZIP/ZLIB files: the
+  // blocks are copied into the inflater's input buffer (buffer_bytes). 1 (the default) = off;
+  // where io_uring is not available the reader falls back to read().
   size_t reads_in_flight = 1;
   size_t read_block_bytes = size_t{256} << 10;
   // With queued reads: a read late by 2x the mean round trip while the reader waits for it is
@@ -199,10 +201,10 @@ class TFRecordReader {
   // block of the file (false without one): from then on it only shrinks as blocks are taken.
   size_t queue_blocks() const;
   bool queue_all_requested() const;
-  // Why this plain file is read with read(), one read at a time, although reads_in_flight > 1:
+  // Why this file is read with read(), one read at a time, although reads_in_flight > 1:
   // the ReadQueue for it could not be set up ("io_uring_queue_init: Too many open files", or
   // "... Cannot allocate memory": io_uring works in this process, but not for one more queue
-  // now). "" when it is read as asked (or is compressed: no queue is meant for it). Set by the
+  // now). "" when it is read as asked. Set by the
   // first Next() and by SetReadsInFlight; the reader has no logger, its caller says it.
   const std::string& queued_reads_unavailable() const { return queued_reads_unavailable_; }
 
@@ -236,6 +238,8 @@ class TFRecordReader {
   void DropView();          // hands the shown block back; its bytes are all consumed or copied
   Status MakeError(ReadErrorKind kind, std::string detail, ReadError* error);
   void EndFile();  // the next Next() returns kEnd; the window and the queue's reads go now
+  // The queue reading this file: queue_ (plain), the inflater's (GZIP/ZLIB), or nullptr.
+  class ReadQueue* ActiveQueue() const;
 
   std::string path_;
   ReaderOptions options_;
@@ -245,7 +249,8 @@ class TFRecordReader {
   bool done_ = false;
   std::unique_ptr<class InflateStream> inflate_;
   // Plain files with reads_in_flight > 1: that many reads in flight plus the block the window
-  // shows (depth reads_in_flight + 1).
+  // shows (depth reads_in_flight + 1). A GZIP/ZLIB file's queue is the inflater's
+  // (InflateStream::SetQueue): its bytes are copied into the inflater's input, never shown.
   std::unique_ptr<class ReadQueue> queue_;
   size_t queue_allowance_ = SIZE_MAX;  // SetQueueAllowance
   // A queue SetReadsInFlight replaced while the window showed one of its blocks: the record
@@ -270,6 +275,7 @@ class TFRecordReader {
   uint64_t records_read_ = 0;
   uint64_t plain_file_offset_ = 0;  // bytes read from the file (plain)
   uint64_t plain_file_size_ = 0;    // st_size at open (plain regular files; 0 = unknown)
+  uint64_t file_size_ = 0;          // st_size at open, whatever the compression
   uint64_t stream_bytes_ = 0;       // uncompressed bytes produced by the stream so far
   uint8_t head_[16] = {};           // the file's first bytes (for hints in error messages)
   size_t head_size_ = 0;

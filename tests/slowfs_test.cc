@@ -525,6 +525,47 @@ TEST_CASE("ReadQueue: with hedging off (Create's hedge = false) a straggler is w
   CHECK(Counter(mount.Stats(), "tail_reads") >= 2);  // there were stragglers to hedge
 }
 
+TEST_CASE("TFRecordReader: a GZIP file on slow storage is read with its reads in flight together") {
+  // The inflater reads its compressed bytes through a ReadQueue: slowfs sees up to 8 reads of
+  // 64 KiB at once instead of one read() at a time, and the records come out intact.
+  std::vector<std::string> records;
+  for (int i = 0; i < 2000; ++i) records.push_back(RandomBytes(static_cast<size_t>(500 + i % 700), 100 + i));
+  TempDir source;
+  const std::string gz = ringfeed::testing::GzipBytes(ringfeed::testing::FrameRecords(records));
+  REQUIRE(gz.size() > 16 * 64 * 1024);  // random payloads do not compress: many blocks
+  WriteFile(source.file("f.tfrecord.gz"), gz);
+  SlowMount mount(source.path().string(), {"--latency-ms=10"});
+  if (!mount.mounted()) return mount.PrintSkip();
+  std::string why;
+  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  for (const size_t reads : {size_t{1}, size_t{8}}) {
+    INFO(reads << " reads in flight");
+    const uint64_t requests_before = Counter(mount.Stats(), "requests");
+    ringfeed::ReaderOptions options;
+    options.reads_in_flight = reads;
+    options.read_block_bytes = 64 * 1024;
+    options.buffer_bytes = 64 * 1024;
+    ringfeed::TFRecordReader reader(mount.path("f.tfrecord.gz"), options);
+    ringfeed::Record record;
+    ringfeed::ReadError error;
+    size_t i = 0;
+    for (; reader.Next(&record, &error) == ringfeed::TFRecordReader::Status::kRecord; ++i) {
+      REQUIRE(i < records.size());
+      CHECK(std::string(record.data.begin(), record.data.end()) == records[i]);
+    }
+    CHECK(i == records.size());
+    CHECK(reader.compression() == ringfeed::Compression::kGzip);
+    CHECK(reader.reads_in_flight() == 1);  // the file is over: its queue is gone
+    const nlohmann::json stats = mount.Stats();
+    CHECK(Counter(stats, "requests") > requests_before);
+    if (reads == 1) {
+      CHECK(Counter(stats, "in_flight_max") == 1);
+    } else {
+      CHECK(Counter(stats, "in_flight_max") >= 4);
+    }
+  }
+}
+
 TEST_CASE("slowfs: a tail fraction above 1 is refused (exit 2) before mounting") {
   TempDir source;
   std::filesystem::create_directory(source.path() / "mnt");

@@ -634,7 +634,8 @@ TEST_CASE("TFRecordWriter output reads back in every compression") {
     CHECK(out.errors.empty());
     CHECK(out.records == records);
     // With queued reads `auto` takes the first bytes from the first block (or, shorter than
-    // 16 bytes, reads them): the same records, and a compressed file drops its queue.
+    // 16 bytes, reads them): the same records, and a compressed file's inflater reads its
+    // compressed bytes through the same queue.
     for (size_t block : {size_t{4}, size_t{16}, size_t{100}, size_t{256} << 10}) {
       INFO("compression " << static_cast<int>(c) << ", block " << block);
       ReaderOptions o;
@@ -648,7 +649,7 @@ TEST_CASE("TFRecordWriter output reads back in every compression") {
       ReadError error;
       REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
       CHECK(reader.compression() == c);
-      CHECK(reader.reads_in_flight() == (c == Compression::kNone ? 4u : 1u));
+      CHECK(reader.reads_in_flight() == 4u);
     }
   }
 }
@@ -1157,11 +1158,54 @@ TEST_CASE("reads_in_flight: plain files give the same records, offsets and error
   ReadError error;
   REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
   CHECK((reader.reads_in_flight() == 4 || reader.reads_in_flight() == 1));
-  // GZIP files are read one read at a time (the queue is for plain files).
+  // GZIP files too: the inflater reads the compressed bytes through the queue.
   WriteFile(dir.file("g.tfrecord.gz"), GzipBytes(FrameRecords(records)));
   TFRecordReader gz(dir.file("g.tfrecord.gz"), queued);
   REQUIRE(gz.Next(&record, &error) == TFRecordReader::Status::kRecord);
-  CHECK(gz.reads_in_flight() == 1);
+  CHECK(gz.reads_in_flight() == reader.reads_in_flight());
+}
+
+TEST_CASE("reads_in_flight: GZIP and ZLIB files give the same records, offsets and errors with a ReadQueue") {
+  TempDir dir;
+  std::vector<std::string> records = {"", "x", std::string(1000, 'q'), std::string(100000, 'z'), "tail"};
+  for (int i = 0; i < 300; ++i) records.push_back(std::string(static_cast<size_t>(i * 13), static_cast<char>(i)));
+  const std::string plain = FrameRecords(records);
+  std::string flip = plain;
+  flip[OffsetOf(records, 2) + kRecordHeaderBytes + 10] ^= 1;  // record 2's payload: data CRC
+  const std::string gz = GzipBytes(plain);
+  WriteFile(dir.file("g.gz"), gz);
+  WriteFile(dir.file("z.zz"), ZlibBytes(plain));
+  WriteFile(dir.file("flip.gz"), GzipBytes(flip));
+  WriteFile(dir.file("cut.gz"), gz.substr(0, gz.size() * 2 / 3));  // the stream ends early
+  std::string bad = gz;
+  bad[bad.size() / 2] ^= 0x55;  // a deflate error (or a CRC one) half way
+  WriteFile(dir.file("bad.gz"), bad);
+  for (const Mode mode : {Mode::kNext, Mode::kNextInto, Mode::kNextIntoDirect}) {
+    for (size_t block : {size_t{7}, size_t{4096}, size_t{256} << 10}) {
+      INFO("mode " << static_cast<int>(mode) << " block " << block);
+      ReaderOptions one;
+      one.buffer_bytes = 4096;
+      ReaderOptions queued = one;
+      queued.reads_in_flight = 4;
+      queued.read_block_bytes = block;
+      for (const char* file : {"g.gz", "z.zz", "flip.gz", "cut.gz", "bad.gz"}) {
+        INFO(file);
+        const Outcome a = ReadAllIn(mode, dir.file(file), one);
+        const Outcome b = ReadAllIn(mode, dir.file(file), queued);
+        CHECK(b.records == a.records);
+        CHECK(b.offsets == a.offsets);
+        REQUIRE(b.errors.size() == a.errors.size());
+        for (size_t i = 0; i < a.errors.size(); ++i) {
+          CHECK(b.errors[i].kind == a.errors[i].kind);
+          CHECK(b.errors[i].record_index == a.errors[i].record_index);
+          CHECK(b.errors[i].offset == a.errors[i].offset);
+          CHECK(b.errors[i].message == a.errors[i].message);
+        }
+      }
+      CHECK(ReadAllIn(mode, dir.file("g.gz"), queued).records == records);
+      CHECK(ReadAllIn(mode, dir.file("z.zz"), queued).records == records);
+    }
+  }
 }
 
 TEST_CASE("reads_in_flight: a file whose io_uring queue cannot be set up is read with read(), and says why") {
@@ -1379,25 +1423,28 @@ TEST_CASE("SetReadsInFlight mid-file: the same records whatever is switched when
   std::vector<std::string> records;
   for (int i = 0; i < 400; ++i) records.push_back(std::string(static_cast<size_t>(i * 37 % 5000), static_cast<char>(i)));
   WriteFile(dir.file("p.tfrecord"), FrameRecords(records));
-  for (size_t buffer : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
-    INFO("buffer " << buffer);
-    ReaderOptions o;
-    o.buffer_bytes = buffer;
-    o.read_block_bytes = 3000;
-    TFRecordReader reader(dir.file("p.tfrecord"), o);
-    TestAllocator allocator;
-    const size_t steps[] = {1, 4, 2, 1, 8, 3};
-    std::vector<std::string> got;
-    Record record;
-    ReadError error;
-    for (size_t i = 0;; ++i) {
-      if (i % 17 == 0) reader.SetReadsInFlight(steps[(i / 17) % 6]);
-      const auto status = i % 2 ? reader.Next(&record, &error) : reader.NextInto(allocator, &record, &error);
-      if (status == TFRecordReader::Status::kEnd) break;
-      REQUIRE(status == TFRecordReader::Status::kRecord);
-      got.emplace_back(reinterpret_cast<const char*>(record.data.data()), record.data.size());
-      CHECK(record.offset == OffsetOf(records, i));
+  WriteFile(dir.file("g.tfrecord.gz"), GzipBytes(FrameRecords(records)));  // the inflater's queue switched
+  for (const char* file : {"p.tfrecord", "g.tfrecord.gz"}) {
+    for (size_t buffer : {size_t{64}, size_t{4096}, size_t{1} << 20}) {
+      INFO(file << ", buffer " << buffer);
+      ReaderOptions o;
+      o.buffer_bytes = buffer;
+      o.read_block_bytes = 3000;
+      TFRecordReader reader(dir.file(file), o);
+      TestAllocator allocator;
+      const size_t steps[] = {1, 4, 2, 1, 8, 3};
+      std::vector<std::string> got;
+      Record record;
+      ReadError error;
+      for (size_t i = 0;; ++i) {
+        if (i % 17 == 0) reader.SetReadsInFlight(steps[(i / 17) % 6]);
+        const auto status = i % 2 ? reader.Next(&record, &error) : reader.NextInto(allocator, &record, &error);
+        if (status == TFRecordReader::Status::kEnd) break;
+        REQUIRE(status == TFRecordReader::Status::kRecord);
+        got.emplace_back(reinterpret_cast<const char*>(record.data.data()), record.data.size());
+        CHECK(record.offset == OffsetOf(records, i));
+      }
+      CHECK(got == records);
     }
-    CHECK(got == records);
   }
 }

@@ -276,7 +276,7 @@ class Bench:
         path = os.path.join(self.work, job + ".yaml")
         with open(path, "w") as f:
             f.write(f"job: {job}\n")
-            f.write(f'source: {{files: ["{files_glob}"], compression: none}}\n')
+            f.write(f'source: {{files: ["{files_glob}"], compression: {self.a.compression}}}\n')
             f.write("features:\n" + "\n".join(self.features) + "\n")
             f.write(f"batch: {{size: {self.a.batch}}}\nepochs: 0\ndeterministic: {self.a.deterministic}\n")
             f.write(f"pipeline: {{{pipeline}{', ' if pipeline else ''}memory_budget: {self.a.budget}}}\n")
@@ -324,6 +324,8 @@ class Bench:
                           "--batch", str(self.a.batch), "--epochs", "0", "--seconds", str(self.a.seconds),
                           "--timeline", timeline_path, "--buffer-size", str(1 << 20),
                           "--deterministic", self.a.deterministic] + extra
+        if self.a.compression in ("gzip", "zlib"):
+            cmd += ["--compression", self.a.compression.upper()]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=self.a.seconds + 300,
                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
         if out.returncode != 0:
@@ -677,7 +679,10 @@ def main():
     ap.add_argument("--json", help="an existing result file: print its tables only")
     ap.add_argument("--build", default=os.path.join(REPO, "..", "build-bench"), help="Release build directory")
     ap.add_argument("--data", default=os.environ.get("RINGFEED_BENCH_DIR", "/tmp/ringfeed-bench"))
-    ap.add_argument("--set", default="taxi_plain_x4", help="data set directory under --data (*.tfrecord, plain)")
+    ap.add_argument("--set", default="taxi_plain_x4", help="data set directory under --data (*.tfrecord)")
+    ap.add_argument("--compression", default="none", choices=["none", "gzip", "zlib"],
+                    help="the set's compression (ringfeed's source.compression, tf.data's compression_type); "
+                         "default none (the plain sets run_autotune_bench.sh makes)")
     ap.add_argument("--python", default="", help="python with tensorflow (empty: no tf.data runs)")
     ap.add_argument("--no-tfdata", action="store_true")
     ap.add_argument("--cpus", default=f"0-{os.cpu_count() - 1}")
