@@ -751,8 +751,10 @@ class Loader {
     std::string text = ScalarText(e, "true or false");
     if (text == "true" || text == "True" || text == "TRUE") return true;
     if (text == "false" || text == "False" || text == "FALSE") return false;
-    const bool yaml11 = text == "yes" || text == "no" || text == "on" || text == "off" || text == "Yes" ||
-                        text == "No" || text == "On" || text == "Off" || text == "YES" || text == "NO";
+    // YAML 1.1's other booleans (yaml.org/type/bool.html): y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF.
+    constexpr std::string_view kYaml11[] = {"y",  "Y",  "yes", "Yes", "YES", "n",  "N",   "no",
+                                            "No", "NO", "on",  "On",  "ON",  "off", "Off", "OFF"};
+    const bool yaml11 = std::find(std::begin(kYaml11), std::end(kYaml11), text) != std::end(kYaml11);
     Fail(MarkOf(e), e.path,
          "expected true or false, got " + Quote(text) +
              (yaml11 ? " (YAML 1.1 read it as a boolean; this config takes only true and false, so that a value "

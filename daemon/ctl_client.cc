@@ -736,7 +736,8 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                   static_cast<unsigned long long>(hedged), hedged == 1 ? "read" : "reads",
                   FineSeconds(pipeline.Number("queued_read_round_trip_seconds")).c_str(),
                   static_cast<unsigned long long>(pipeline.Count("hedged_reads_won")),
-                  paused ? "; paused: the last ones did not answer first (storage saturated?), one tried every 10 s"
+                  paused ? "; paused: they ran out of tokens, too few answering first (a saturated link, or most "
+                           "reads slow), one tried every 10 s until one wins"
                          : "");
     out << buf;
   }

@@ -639,7 +639,7 @@ int RunDaemon(const DaemonOptions& options) {
         spdlog::warn("pipeline.reads_per_file {}: io_uring is not available here ({}); every file is read one read "
                      "at a time",
                      *config.pipeline.reads_per_file, no_io_uring);
-      } else if (config.source.compression != Compression::kGzip && config.source.compression != Compression::kZlib) {
+      } else {
         spdlog::info("io_uring is not available here ({}): reads_per_file stays at 1 (one read at a time per file)",
                      no_io_uring);
       }
@@ -659,6 +659,9 @@ int RunDaemon(const DaemonOptions& options) {
     po.stream_buffer_bytes = start.stream_buffer_bytes;
     po.reader.reads_in_flight = static_cast<size_t>(start.reads_per_file);
     po.reader.hedged_reads = config.pipeline.hedged_reads;
+    // Whether a read can be hedged at all in this run: queued reads (io_uring, reads_per_file
+    // above 1 or auto) and not switched off. Status says "off" otherwise.
+    const bool hedging = config.pipeline.hedged_reads && queued_reads && plan.autotune.limits.max_reads_per_file > 1;
     po.reader.buffer_bytes = static_cast<size_t>(plan.reader_buffer_bytes);
     po.inflate_unplanned = !plan.inflate_planned;
     // A record past the start-up sample that the budget cannot hold is a too-large record.
@@ -889,9 +892,9 @@ int RunDaemon(const DaemonOptions& options) {
             {"files_without_queued_reads", s.files_without_queued_reads},
             {"hedged_reads", s.hedged_reads},
             {"hedged_reads_won", s.hedged_reads_won},
-            {"hedged_reads_state", !config.pipeline.hedged_reads ? "off"
-                                   : s.hedged_reads_paused      ? "paused"
-                                                                : "on"},
+            {"hedged_reads_state", !hedging                ? "off"
+                                   : s.hedged_reads_paused ? "paused"
+                                                           : "on"},
             {"queued_read_round_trip_seconds", static_cast<double>(s.read_round_trip_ns) / 1e9},
             {"read_ahead_bytes", s.read_ahead_bytes}}},
           {"autotune", autotune ? autotune->StatusJson() : nlohmann::json(nullptr)},

@@ -6,13 +6,14 @@ namespace ringfeed {
 
 void HedgeBudget::Refill(int64_t now_ns) {
   if (now_ns <= refilled_ns_) return;
-  if (tokens_ >= kTokens) {  // full: time spent full earns nothing
+  const int most = rationed_ ? 1 : kTokens;
+  if (tokens_ >= most) {  // full: time spent full earns nothing
     refilled_ns_ = now_ns;
     return;
   }
   const int64_t earned = (now_ns - refilled_ns_) / kRefillNs;
-  if (earned >= kTokens - tokens_) {
-    tokens_ = kTokens;
+  if (earned >= most - tokens_) {
+    tokens_ = most;
     refilled_ns_ = now_ns;
   } else {
     tokens_ += static_cast<int>(earned);
@@ -25,12 +26,19 @@ bool HedgeBudget::TryTake(int64_t now_ns) {
   Refill(now_ns);
   if (tokens_ == 0) return false;
   --tokens_;  // from full, the period towards the next token starts now (Refill)
+  if (tokens_ == 0) rationed_ = true;
   return true;
 }
 
 void HedgeBudget::Won() {
   std::lock_guard<std::mutex> lock(mu_);
+  rationed_ = false;
   tokens_ = std::min(kTokens, tokens_ + 2);
+}
+
+bool HedgeBudget::Rationed() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return rationed_;
 }
 
 int HedgeBudget::Tokens(int64_t now_ns) {
@@ -43,6 +51,7 @@ void HedgeBudget::Reset(int64_t now_ns) {
   std::lock_guard<std::mutex> lock(mu_);
   tokens_ = kTokens;
   refilled_ns_ = now_ns;
+  rationed_ = false;
 }
 
 }  // namespace ringfeed

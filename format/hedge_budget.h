@@ -10,10 +10,11 @@
 //   - sending a hedge takes a token; with none left, no hedge is sent (the read is waited for);
 //   - a hedge that answered first gives back two (its own and one more);
 //   - one token comes back every kRefillNs of time; there are at most kTokens (and as many at
-//     the start).
+//     the start), but only one while the budget is rationed: from when its tokens ran out
+//     until a hedge wins again.
 // Hedges that win at least every other time keep sending; hedges that lose stop after kTokens
 // of them and are then tried once every kRefillNs (a saturated link costs one extra block per
-// 10 s instead of one per late read).
+// 10 s instead of one per late read), however long the link stays quiet in between.
 //
 // Times are CLOCK_MONOTONIC nanoseconds given by the caller (tests pass their own).
 // Thread-safety: any thread (a mutex; taken only for late reads and hedges that won).
@@ -35,8 +36,11 @@ class HedgeBudget {
   bool TryTake(int64_t now_ns);
   // A hedge answered before the read it doubled: its token back and one more (at most kTokens).
   void Won();
-  // Tokens left now (0: hedges are paused until the next refill).
+  // Tokens left now (0: no hedge until the next refill).
   int Tokens(int64_t now_ns);
+  // Whether the tokens ran out and no hedge has won since: hedges are paused, one tried every
+  // kRefillNs.
+  bool Rationed();
   // As new: kTokens, the refill period starting at `now_ns`.
   void Reset(int64_t now_ns);
 
@@ -45,7 +49,8 @@ class HedgeBudget {
 
   std::mutex mu_;
   int tokens_ = kTokens;
-  int64_t refilled_ns_;  // the refills are counted up to here
+  int64_t refilled_ns_;    // the refills are counted up to here
+  bool rationed_ = false;  // Rationed()
 };
 
 }  // namespace ringfeed

@@ -114,7 +114,7 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
 uint64_t ReadQueue::TotalHedgesSent() { return g_hedges_sent.load(std::memory_order_relaxed); }
 uint64_t ReadQueue::TotalHedgesWon() { return g_hedges_won.load(std::memory_order_relaxed); }
 int64_t ReadQueue::MeanRoundTripNs() { return g_mean_round_trip_ns.load(std::memory_order_relaxed); }
-bool ReadQueue::HedgesPaused() { return ProcessHedgeBudget().Tokens(MonotonicNs()) == 0; }
+bool ReadQueue::HedgesPaused() { return ProcessHedgeBudget().Rationed(); }
 void ReadQueue::ResetHedgeBudget() { ProcessHedgeBudget().Reset(MonotonicNs()); }
 
 bool ReadQueue::Available(std::string* why) {
@@ -266,12 +266,12 @@ bool ReadQueue::Submit(size_t index) {
 
 void ReadQueue::SubmitHedge(size_t index) {
   Block& b = blocks_[index];
+  b.hedged = true;  // once, sent or not (its token is spent)
   if (!hedge_bytes_) hedge_bytes_.reset(new uint8_t[block_bytes_]);
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
   if (sqe == nullptr) return;  // no free entry: no hedge (the read it doubles goes on)
   io_uring_prep_read(sqe, registered_ ? 0 : fd_, hedge_bytes_.get(), static_cast<unsigned>(b.length), b.offset);
   b.hedge_id = next_id_++;
-  b.hedged = true;
   io_uring_sqe_set_data64(sqe, b.hedge_id);
   io_uring_sqe_set_flags(sqe, IOSQE_ASYNC | (registered_ ? IOSQE_FIXED_FILE : 0));
   hedge_in_flight_ = true;

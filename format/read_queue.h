@@ -106,8 +106,8 @@ class ReadQueue {
   static uint64_t TotalHedgesSent();
   static uint64_t TotalHedgesWon();
   static int64_t MeanRoundTripNs();
-  // Whether this process's hedges are paused now: the last ones did not answer first and
-  // their tokens are spent (HedgeBudget). Any thread.
+  // Whether this process's hedges are paused: their tokens ran out and none has answered
+  // first since (HedgeBudget::Rationed; one is tried every 10 s). Any thread.
   static bool HedgesPaused();
   // A fresh budget for this process's hedges (HedgeBudget::kTokens): for tests, whose cases
   // share one process but not one storage.

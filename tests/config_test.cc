@@ -631,6 +631,10 @@ TEST_CASE("booleans are true/false only", "[config]") {
   CHECK_THROWS_WITH(drop("yes"), Catch::Contains("got 'yes' (YAML 1.1 read it as a boolean; this config takes only "
                                                  "true and false"));
   CHECK_THROWS_WITH(drop("1"), !Catch::Contains("YAML 1.1"));
+  for (const char* word : {"y", "N", "ON", "OFF", "NO", "Off"}) {  // every YAML 1.1 spelling says why
+    INFO(word);
+    CHECK_THROWS_WITH(drop(word), Catch::Contains("YAML 1.1 read it as a boolean"));
+  }
 }
 
 struct BrokenCase {

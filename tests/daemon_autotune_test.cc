@@ -542,6 +542,8 @@ TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gain
     REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
     std::this_thread::sleep_for(std::chrono::seconds(1));
     fixed_rate = MeasureRate(daemon, 3);
+    // No read queued in this run, so none can be hedged: status says so.
+    CHECK(daemon.Status()["pipeline"]["hedged_reads_state"] == "off");
     daemon.Stop();
   }
   DaemonProcess daemon(dir.path(), "slowauto", config("slowauto", "readers: auto"));

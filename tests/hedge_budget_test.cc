@@ -26,6 +26,16 @@ TEST_CASE("HedgeBudget: hedges that never win stop after kTokens, then one per r
   int sent = 0;
   for (int64_t t = kStart + 10 * kSecond; t <= kStart + 70 * kSecond; t += kSecond / 10) sent += budget.TryTake(t);
   CHECK(sent == 6);
+  CHECK(budget.Rationed());
+  // An hour without a late read: still one hedge, not kTokens, until one wins.
+  const int64_t later = kStart + 3670 * kSecond;
+  CHECK(budget.Tokens(later) == 1);
+  CHECK(budget.TryTake(later));
+  CHECK_FALSE(budget.TryTake(later + 1));
+  budget.Won();  // the probe answered first: the storage is no longer saturated
+  CHECK_FALSE(budget.Rationed());
+  CHECK(budget.Tokens(later + 2) == 2);
+  CHECK(budget.Tokens(later + 20 * kSecond + 2) == 4);  // refilled to kTokens again
 }
 
 TEST_CASE("HedgeBudget: hedges that win at least every other time keep sending") {
@@ -36,6 +46,7 @@ TEST_CASE("HedgeBudget: hedges that win at least every other time keep sending")
     if (i % 2 == 0) budget.Won();
   }
   CHECK(budget.Tokens(kStart + 1000) >= 3);
+  CHECK_FALSE(budget.Rationed());
   // One win in three is not enough: 4 tokens, each three hedges cost one more than they earn.
   HedgeBudget loser(kStart);
   int sent = 0;
@@ -47,6 +58,7 @@ TEST_CASE("HedgeBudget: hedges that win at least every other time keep sending")
   // Tokens after each hedge: 4 (3 + 2 for the win, at most 4), 3, 2; 3 (won), 2, 1; 2 (won),
   // 1, 0: nine hedges.
   CHECK(sent == 9);
+  CHECK(loser.Rationed());
 }
 
 TEST_CASE("HedgeBudget: wins give back at most kTokens, and time spent full earns nothing") {
@@ -61,4 +73,5 @@ TEST_CASE("HedgeBudget: wins give back at most kTokens, and time spent full earn
   CHECK(budget.TryTake(later + 10 * kSecond));
   budget.Reset(later + 11 * kSecond);
   CHECK(budget.Tokens(later + 11 * kSecond) == 4);
+  CHECK_FALSE(budget.Rationed());
 }

@@ -159,9 +159,15 @@ int main(int argc, char** argv) {
     }
     auto stop_sampling = [&] {
       sampling = false;
-      sampler.join();
+      if (sampler.joinable()) sampler.join();
       if (status_sampler.joinable()) status_sampler.join();
     };
+    // An error below (the daemon stopped: Next throws) leaves through here too: a thread still
+    // joinable at its destruction would end the process (std::terminate) before the message.
+    struct StopOnExit {
+      decltype(stop_sampling)& stop;
+      ~StopOnExit() { stop(); }
+    } stop_on_exit{stop_sampling};
 
     ringfeed::Batch batch;
     uint64_t examples = 0, batches = 0, bytes = 0, checksum = 0;
