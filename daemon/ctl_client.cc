@@ -514,12 +514,15 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
       const Reply reply = Ask(j.runtime_dir, j.job, {{"type", "status"}});
       ReadingReply(reply.socket, [&] {
         const ReplyFields s(reply.json);
-        const std::string pace = s.String("state") == "running" ? TrainersPace(s) : std::string();
+        const bool running_now = s.String("state") == "running";
+        const std::string pace = running_now ? TrainersPace(s) : std::string();
         if (!pace.empty()) where = "   (the trainers' pace: " + pace + ")" + where;
+        // Running: the last 10 s. Production over: the whole run's rate (the last 10 s only
+        // fall towards 0 once nothing is produced, status's "overall").
         std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu", j.job.c_str(),
                       s.String("state", "?").c_str(), static_cast<long long>(s.Integer("pid")),
                       Seconds(s.Number("uptime_seconds")).c_str(),
-                      s.Object("throughput").Object("records_per_second").Number("last_10s"),
+                      s.Object("throughput").Object("records_per_second").Number(running_now ? "last_10s" : "overall"),
                       s.Objects("consumers").size());
       });
       ++running;

@@ -27,10 +27,21 @@ scripts/install-deps.sh
 
 step() { printf '\n==== %s ====\n' "$*"; }
 
+# What ctest ran but skipped, and why (the RINGFEED_SKIP lines; ctest keeps a passing test's
+# output in its log only): e.g. the golden tests without ../shared/data/tfx (set TFX_DATA).
+skips() {
+  local log="$1/Testing/Temporary/LastTest.log"
+  [[ -f $log ]] || return 0
+  awk '/^[0-9]+\/[0-9]+ Testing: / { test = $3 }
+       /RINGFEED_SKIP:|test case\(s\) skipped here/ { sub(/^.*RINGFEED_SKIP: */, ""); print "  " test ": " $0 }' \
+    "$log" | sort -u | sed '1i skipped here, and why:'
+}
+
 step "build (RelWithDebInfo, gcc) and test"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
+skips build
 
 step "python package and tests"
 # The ringfeed Python package (python/, docs/python.md) built against this checkout and its
@@ -46,7 +57,7 @@ build/pyvenv/bin/python -m pip install -q --no-build-isolation --force-reinstall
 # pytest exits 5 when it collects no test: any non-zero status fails this script. A test that
 # hangs ends the run after 300 s with every thread's stack (pytest-timeout; its thread method
 # also ends a wait inside C++ that never returns to Python), not at the CI's limit.
-RINGFEED_BUILD_DIR=build build/pyvenv/bin/python -m pytest python/tests -q --timeout=300 --timeout-method=thread
+RINGFEED_BUILD_DIR=build build/pyvenv/bin/python -m pytest python/tests -q -rs --timeout=300 --timeout-method=thread
 
 if [ "$quick" = 1 ]; then exit 0; fi
 

@@ -59,7 +59,8 @@ check "pkg-config, C++" "$tmp/trainer_pc"
 "$cc" -std=c11 "$tmp/trainer.c" -o "$tmp/trainer_c" $(pkg-config --cflags --libs ringfeed)
 check "pkg-config, C" "$tmp/trainer_c"
 
-# README.md's trainer, as printed there: it compiles, and with no daemon it says so and exits 1.
+# README.md's trainer, as printed there: it compiles without a warning, and with no daemon it says so
+# and exits 1.
 readme=$(dirname "$0")/../README.md
 awk '/tests\/install_test.sh compiles this program/ {found = 1; next}
      found && /^```cpp$/ {inside = 1; next}
@@ -67,7 +68,7 @@ awk '/tests\/install_test.sh compiles this program/ {found = 1; next}
      inside {print}' "$readme" > "$tmp/readme_trainer.cc"
 [[ -s $tmp/readme_trainer.cc ]] || { echo "install_test: no C++ program after the marker in README.md" >&2; exit 1; }
 # shellcheck disable=SC2046
-"$cxx" -std=c++20 "$tmp/readme_trainer.cc" -o "$tmp/readme_trainer" $(pkg-config --cflags --libs ringfeed)
+"$cxx" -std=c++20 -Wall -Wextra -Werror "$tmp/readme_trainer.cc" -o "$tmp/readme_trainer" $(pkg-config --cflags --libs ringfeed)
 rc=0
 out=$(RINGFEED_RUNTIME_DIR=/nonexistent/ringfeed-install-test "$tmp/readme_trainer" 2>&1) || rc=$?
 echo "README's trainer: $out (exit $rc)"

@@ -336,6 +336,10 @@ class Bench:
         grid = [(r, w, p) for r in self.a.readers for w in self.a.workers for p in self.a.prefetch]
         out = [("autotune", {})]
         out += [(f"fixed_r{r}_w{w}_p{p}", {"readers": r, "workers": w, "prefetch": p}) for r, w, p in grid]
+        if self.a.reads_per_file:  # the same grid with reads_per_file fixed too (e.g. GZIP files, where auto is 1)
+            out += [(f"fixed_r{r}_w{w}_p{p}_q{self.a.reads_per_file}",
+                     {"readers": r, "workers": w, "prefetch": p, "reads_per_file": self.a.reads_per_file})
+                    for r, w, p in grid]
         if self.a.python and not self.a.no_tfdata:
             out += [(n, None) for n in TFDATA]
         if self.a.autotune_runs >= 2:
@@ -697,6 +701,8 @@ def main():
     ap.add_argument("--readers", default="1,2,4,8,16")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--prefetch", default="2,8")
+    ap.add_argument("--reads-per-file", type=int, default=0,
+                    help="also run the fixed grid with pipeline.reads_per_file fixed at this (0: no such runs)")
     ap.add_argument("--autotune-runs", type=int, default=2, choices=[1, 2])
     ap.add_argument("--confirm", type=int, default=3,
                     help="rounds of autotune + the grid's two best fixed settings run again, interleaved (0: none)")
