@@ -142,7 +142,7 @@ class Pipeline {
   void SetReaders(size_t n);
   void SetPrefetch(size_t n);  // >= 1
   void SetStreamBufferBytes(uint64_t bytes);
-  void SetReadsPerFile(size_t n);  // reads in flight per plain file (ReadAhead::SetReadsPerFile), >= 1
+  void SetReadsPerFile(size_t n);  // reads in flight per file (ReadAhead::SetReadsPerFile), >= 1
   PipelineStats Snapshot() const;
   // Production has ended (Snapshot().end is no longer kRunning): one atomic load, for pollers.
   bool ended() const { return ended_.load(std::memory_order_acquire); }

@@ -409,8 +409,8 @@ void ReadAhead::AllowancesLocked() {
   size_t j = 0;
   for (size_t i = interleaved; i < streams_.size(); ++i) {
     FileStream& s = *streams_[i];
-    // A file that cannot take more (compressed, no queue, or its queue has asked for its whole
-    // file) is passed over: the blocks go to the next one opened ahead.
+    // A file that cannot take more (no queue, or its queue has asked for its whole file) is
+    // passed over: the blocks go to the next one opened ahead.
     s.queue_allowance_wanted_ = 1;
     if (s.queue_can_grow_ && j < spares_.size()) s.queue_allowance_wanted_ += std::min(spares_[j++], depth - 1);
   }

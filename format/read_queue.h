@@ -1,8 +1,8 @@
 // ReadQueue: reads a file sequentially with several reads in flight at once (io_uring), for
 // storage where each read waits out a round trip (network file systems, FUSE-mounted buckets):
 // one read at a time gets at most block_bytes per round trip from a file, `depth` reads get
-// `depth` times that. TFRecordReader uses one for plain files when ReaderOptions::
-// reads_in_flight > 1.
+// `depth` times that. TFRecordReader uses one per file when ReaderOptions::reads_in_flight > 1
+// (a GZIP/ZLIB file's inflater reads through it: InflateStream::SetQueue).
 //
 // It keeps up to `depth` blocks of `block_bytes`, each read at the next offset not yet asked
 // for; a block is read again for the next offset as soon as all of it is taken (Read, Consume).

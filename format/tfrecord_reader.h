@@ -187,8 +187,9 @@ class TFRecordReader {
   // (16 KiB: 64 KiB before session 37, 48 KiB more per open file on a slow mount for records
   // that rarely straddle at all; one from 16 to 64 KiB grows it, a larger one is read directly.)
   static constexpr size_t kQueuedWindowBytes = size_t{16} << 10;
-  // Changes ReaderOptions::reads_in_flight from the next read on (plain files; before the first
-  // Next() it only sets the option). The blocks a queue read ahead are dropped and read again
+  // Changes ReaderOptions::reads_in_flight from the next read on (before the first Next() it
+  // only sets the option; a compressed file's inflater goes on through the new queue from the
+  // bytes it has read). The blocks a queue read ahead are dropped and read again
   // by the new one, so change it seldom. Records and offsets are the same whatever the setting,
   // and the record the last Next() returned stays valid until the next call, as always.
   void SetReadsInFlight(size_t reads);

@@ -434,31 +434,46 @@ TEST_CASE("ReadQueue: a hedged read that comes back short (the file was cut) is 
 
 namespace {
 
-// Reads every file in `paths` in turn through a ReadQueue (`reads` in flight, `block` bytes each,
-// `hedge` as Create's) and checks the bytes; returns the hedges sent and won over all of them.
-std::pair<uint64_t, uint64_t> ReadThroughQueues(const std::vector<std::string>& paths, const std::string& content,
-                                                size_t block, size_t reads, bool hedge) {
+// What ReadThroughQueues saw: the hedges sent and won over all the files, and the first thing
+// that went wrong ("" if none). It runs on threads of its own: no Catch2 macro inside (they are
+// not thread-safe); the caller checks `failure`.
+struct QueuedReads {
   uint64_t sent = 0, won = 0;
+  std::string failure;
+};
+
+// Reads every file in `paths` in turn through a ReadQueue (`reads` in flight, `block` bytes each,
+// `hedge` as Create's) and compares the bytes with `content`.
+QueuedReads ReadThroughQueues(const std::vector<std::string>& paths, const std::string& content, size_t block,
+                              size_t reads, bool hedge) {
+  QueuedReads out;
   for (const std::string& path : paths) {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    REQUIRE(fd >= 0);
+    if (fd < 0) return {out.sent, out.won, path + ": open failed"};
     std::string why;
     auto q = ringfeed::ReadQueue::Create(fd, 0, content.size(), block, reads + 1, &why, SIZE_MAX, hedge);
-    REQUIRE(q != nullptr);
+    if (q == nullptr) {
+      ::close(fd);
+      return {out.sent, out.won, path + ": no queue: " + why};
+    }
     std::string got(content.size(), '\0');
     size_t at = 0;
     while (at < got.size()) {
       const ssize_t n = q->Read(reinterpret_cast<uint8_t*>(got.data()) + at, std::min<size_t>(10000, got.size() - at));
-      REQUIRE(n > 0);
+      if (n <= 0) {
+        out.failure = path + ": read returned " + std::to_string(n) + " at byte " + std::to_string(at);
+        break;
+      }
       at += static_cast<size_t>(n);
     }
-    CHECK(got == content);
-    sent += q->hedges_sent();
-    won += q->hedges_won();
+    if (out.failure.empty() && got != content) out.failure = path + ": bytes differ";
+    out.sent += q->hedges_sent();
+    out.won += q->hedges_won();
     q.reset();
     ::close(fd);
+    if (!out.failure.empty()) break;
   }
-  return {sent, won};
+  return out;
 }
 
 }  // namespace
@@ -478,7 +493,7 @@ TEST_CASE("ReadQueue: under a bandwidth cap hedges do not answer first, and stop
   std::string why;
   if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
   ringfeed::ReadQueue::ResetHedgeBudget();
-  std::vector<std::pair<uint64_t, uint64_t>> counts(kReaders);
+  std::vector<QueuedReads> counts(kReaders);
   const auto start = Clock::now();
   {
     std::vector<std::thread> readers;
@@ -493,9 +508,10 @@ TEST_CASE("ReadQueue: under a bandwidth cap hedges do not answer first, and stop
   }
   const double seconds = SecondsSince(start);
   uint64_t sent = 0, won = 0;
-  for (const auto& [s, w] : counts) {
-    sent += s;
-    won += w;
+  for (const QueuedReads& c : counts) {
+    CHECK(c.failure == "");
+    sent += c.sent;
+    won += c.won;
   }
   std::printf("slowfs_test: 32 MiB at 40 MB/s by 4 readers, queues of 16 reads: %.2f s, hedges sent %llu, won %llu%s\n",
               seconds, static_cast<unsigned long long>(sent), static_cast<unsigned long long>(won),
@@ -518,9 +534,10 @@ TEST_CASE("ReadQueue: with hedging off (Create's hedge = false) a straggler is w
   if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
   ringfeed::ReadQueue::ResetHedgeBudget();
   const uint64_t total_before = ringfeed::ReadQueue::TotalHedgesSent();
-  const auto [sent, won] = ReadThroughQueues({mount.path("f.bin")}, content, 64 * 1024, 3, /*hedge=*/false);
-  CHECK(sent == 0);
-  CHECK(won == 0);
+  const QueuedReads reads = ReadThroughQueues({mount.path("f.bin")}, content, 64 * 1024, 3, /*hedge=*/false);
+  CHECK(reads.failure == "");
+  CHECK(reads.sent == 0);
+  CHECK(reads.won == 0);
   CHECK(ringfeed::ReadQueue::TotalHedgesSent() == total_before);
   CHECK(Counter(mount.Stats(), "tail_reads") >= 2);  // there were stragglers to hedge
 }
