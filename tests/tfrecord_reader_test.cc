@@ -1113,6 +1113,24 @@ TEST_CASE("ReadQueue reads on past the size it was given (a file that grew) and 
   ::close(fd);
 }
 
+namespace {
+
+// The same records, offsets and errors (kind, record, offset; and the message when `messages`)
+// in `b` as in `a`: a file read with queued reads against the same file read with read().
+void CheckSameOutcome(const Outcome& a, const Outcome& b, bool messages) {
+  CHECK(b.records == a.records);
+  CHECK(b.offsets == a.offsets);
+  REQUIRE(b.errors.size() == a.errors.size());
+  for (size_t i = 0; i < a.errors.size(); ++i) {
+    CHECK(b.errors[i].kind == a.errors[i].kind);
+    CHECK(b.errors[i].record_index == a.errors[i].record_index);
+    CHECK(b.errors[i].offset == a.errors[i].offset);
+    if (messages) CHECK(b.errors[i].message == a.errors[i].message);
+  }
+}
+
+}  // namespace
+
 TEST_CASE("reads_in_flight: plain files give the same records, offsets and errors with a ReadQueue") {
   TempDir dir;
   std::vector<std::string> records = {"", "x", std::string(1000, 'q'), std::string(100000, 'z'), "tail"};
@@ -1133,16 +1151,8 @@ TEST_CASE("reads_in_flight: plain files give the same records, offsets and error
         queued.read_block_bytes = block;
         for (const char* file : {"p.tfrecord", "flip.tfrecord", "cut.tfrecord"}) {
           INFO(file);
-          const Outcome a = ReadAllIn(mode, dir.file(file), one);
-          const Outcome b = ReadAllIn(mode, dir.file(file), queued);
-          CHECK(b.records == a.records);
-          CHECK(b.offsets == a.offsets);
-          REQUIRE(b.errors.size() == a.errors.size());
-          for (size_t i = 0; i < a.errors.size(); ++i) {
-            CHECK(b.errors[i].kind == a.errors[i].kind);
-            CHECK(b.errors[i].record_index == a.errors[i].record_index);
-            CHECK(b.errors[i].offset == a.errors[i].offset);
-          }
+          CheckSameOutcome(ReadAllIn(mode, dir.file(file), one), ReadAllIn(mode, dir.file(file), queued),
+                           /*messages=*/false);
         }
         const Outcome whole = ReadAllIn(mode, dir.file("p.tfrecord"), queued);
         CHECK(whole.records == records);
@@ -1190,17 +1200,8 @@ TEST_CASE("reads_in_flight: GZIP and ZLIB files give the same records, offsets a
       queued.read_block_bytes = block;
       for (const char* file : {"g.gz", "z.zz", "flip.gz", "cut.gz", "bad.gz"}) {
         INFO(file);
-        const Outcome a = ReadAllIn(mode, dir.file(file), one);
-        const Outcome b = ReadAllIn(mode, dir.file(file), queued);
-        CHECK(b.records == a.records);
-        CHECK(b.offsets == a.offsets);
-        REQUIRE(b.errors.size() == a.errors.size());
-        for (size_t i = 0; i < a.errors.size(); ++i) {
-          CHECK(b.errors[i].kind == a.errors[i].kind);
-          CHECK(b.errors[i].record_index == a.errors[i].record_index);
-          CHECK(b.errors[i].offset == a.errors[i].offset);
-          CHECK(b.errors[i].message == a.errors[i].message);
-        }
+        CheckSameOutcome(ReadAllIn(mode, dir.file(file), one), ReadAllIn(mode, dir.file(file), queued),
+                         /*messages=*/true);
       }
       CHECK(ReadAllIn(mode, dir.file("g.gz"), queued).records == records);
       CHECK(ReadAllIn(mode, dir.file("z.zz"), queued).records == records);
