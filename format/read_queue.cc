@@ -231,7 +231,7 @@ void ReadQueue::TopUp(Block* spare) {
     b.error = 0;
     next_offset_ += b.length;
     ++count_;
-    if (!Submit(index)) b.error = EAGAIN;  // no free submission entry: never happens (one per block)
+    Submit(index);
   }
 }
 
@@ -244,10 +244,13 @@ void ReadQueue::SetAllowance(size_t blocks) {
   TopUp(nullptr);
 }
 
-bool ReadQueue::Submit(size_t index) {
+void ReadQueue::Submit(size_t index) {
   Block& b = blocks_[index];
   io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
-  if (sqe == nullptr) return false;
+  if (sqe == nullptr) {  // no free submission entry (never seen: one per block): an error, never a short file
+    b.error = EAGAIN;
+    return;
+  }
   io_uring_prep_read(sqe, registered_ ? 0 : fd_, b.bytes.get() + b.filled, static_cast<unsigned>(b.length - b.filled),
                      b.offset + b.filled);
   b.read_id = next_id_++;
@@ -261,7 +264,6 @@ bool ReadQueue::Submit(size_t index) {
   ++in_flight_;
   // A failed submit leaves the entry queued: Reap's io_uring_submit_and_wait sends it again.
   io_uring_submit(&ring_->ring);
-  return true;
 }
 
 void ReadQueue::SubmitHedge(size_t index) {
@@ -326,7 +328,7 @@ void ReadQueue::Completed(uint64_t id, int res, bool timely) {
       if (res == -EINTR || res == -EAGAIN || res == -ECANCELED) {
         // Again: a read the kernel cancelled (its worker went away with the thread that queued
         // it, e.g. a reader the tuner retired) is not an error of the file.
-        if (!Submit(index)) b.error = EAGAIN;  // not sent again: an error, never a short file
+        Submit(index);
       } else if (res < 0) {
         b.error = -res;
       } else if (res == 0) {
@@ -340,7 +342,7 @@ void ReadQueue::Completed(uint64_t id, int res, bool timely) {
           if (timely || ns < g_mean_round_trip_ns.load(std::memory_order_relaxed)) CountRoundTrip(ns, kHedgeFactor);
         }
         b.filled += static_cast<size_t>(res);
-        if (b.filled < b.length && !Submit(index)) b.error = EAGAIN;  // a short read: the rest (as above)
+        if (b.filled < b.length) Submit(index);  // a short read: the rest
       }
       if (!b.in_flight && b.hedge_id != 0) {  // answered first: the hedge's memory waits for its answer
         orphans_.push_back({b.hedge_id, std::move(hedge_bytes_)});

@@ -155,7 +155,9 @@ class ReadQueue {
     std::unique_ptr<uint8_t[]> bytes;
   };
   ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_bytes, size_t depth);
-  bool Submit(size_t index);  // (re)submits the unread part of blocks_[index]
+  // (Re)submits the unread part of blocks_[index]; without a free submission entry the block
+  // gets the error EAGAIN instead.
+  void Submit(size_t index);
   void SubmitHedge(size_t index);  // sends blocks_[index]'s read again, into hedge_bytes_
   // Waits for one completion and handles it, at most `timeout_ns` (< 0: no limit); false:
   // io_uring failed.

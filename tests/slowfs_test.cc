@@ -85,6 +85,15 @@ size_t ReadAll(const std::string& path, size_t chunk) {
 
 uint64_t Counter(const nlohmann::json& stats, const char* name) { return stats.at(name).get<uint64_t>(); }
 
+// Whether io_uring can read files in this process (ReadQueue::Available); Skip()s the test
+// case, saying why, when not.
+bool QueuedReadsOrSkip() {
+  std::string why;
+  if (ringfeed::ReadQueue::Available(&why)) return true;
+  ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  return false;
+}
+
 }  // namespace
 
 TEST_CASE("slowfs passes bytes, records and directories through unchanged") {
@@ -270,8 +279,8 @@ TEST_CASE("ReadQueue: a read far later than the usual round trip is sent again, 
   if (!plain.mounted()) return plain.PrintSkip();
   SlowMount mount(source.path().string(), {"--latency-ms=5", "--tail-latency-ms=300", "--tail-fraction=0.03"});
   if (!mount.mounted()) return mount.PrintSkip();
+  if (!QueuedReadsOrSkip()) return;
   std::string why;
-  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
   ringfeed::ReadQueue::ResetHedgeBudget();  // not what the other cases' storage taught it
   // The same reads without stragglers, on this machine now (a sanitizer build, a busy machine
   // take longer): what the stragglers' time is measured against.
@@ -359,8 +368,8 @@ TEST_CASE("ReadQueue: a read answered while nobody waited is not sent again, how
   WriteFile(source.file("f.bin"), content);
   SlowMount mount(source.path().string(), {"--latency-ms=5"});
   if (!mount.mounted()) return mount.PrintSkip();
+  if (!QueuedReadsOrSkip()) return;
   std::string why;
-  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
   int fd = ::open(mount.path("f.bin").c_str(), O_RDONLY | O_CLOEXEC);
   REQUIRE(fd >= 0);
   {
@@ -401,8 +410,8 @@ TEST_CASE("ReadQueue: a hedged read that comes back short (the file was cut) is 
   if (!fast.mounted()) return fast.PrintSkip();
   SlowMount slow(slow_source.path().string(), {"--latency-ms=1", "--tail-latency-ms=500", "--tail-fraction=1"});
   if (!slow.mounted()) return slow.PrintSkip();
+  if (!QueuedReadsOrSkip()) return;
   std::string why;
-  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
   {  // the process's mean round trip: ~5 ms
     int warm_fd = ::open(fast.path("warm.bin").c_str(), O_RDONLY | O_CLOEXEC);
     REQUIRE(warm_fd >= 0);
@@ -490,8 +499,7 @@ TEST_CASE("ReadQueue: under a bandwidth cap hedges do not answer first, and stop
   for (int f = 0; f < kReaders * kFilesEach; ++f) WriteFile(source.file("f" + std::to_string(f) + ".bin"), content);
   SlowMount mount(source.path().string(), {"--latency-ms=1", "--bandwidth-mbps=40"});
   if (!mount.mounted()) return mount.PrintSkip();
-  std::string why;
-  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  if (!QueuedReadsOrSkip()) return;
   ringfeed::ReadQueue::ResetHedgeBudget();
   std::vector<QueuedReads> counts(kReaders);
   const auto start = Clock::now();
@@ -530,8 +538,7 @@ TEST_CASE("ReadQueue: with hedging off (Create's hedge = false) a straggler is w
   WriteFile(source.file("f.bin"), content);
   SlowMount mount(source.path().string(), {"--latency-ms=5", "--tail-latency-ms=100", "--tail-fraction=0.05"});
   if (!mount.mounted()) return mount.PrintSkip();
-  std::string why;
-  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  if (!QueuedReadsOrSkip()) return;
   ringfeed::ReadQueue::ResetHedgeBudget();
   const uint64_t total_before = ringfeed::ReadQueue::TotalHedgesSent();
   const QueuedReads reads = ReadThroughQueues({mount.path("f.bin")}, content, 64 * 1024, 3, /*hedge=*/false);
@@ -553,8 +560,7 @@ TEST_CASE("TFRecordReader: a GZIP file on slow storage is read with its reads in
   WriteFile(source.file("f.tfrecord.gz"), gz);
   SlowMount mount(source.path().string(), {"--latency-ms=10"});
   if (!mount.mounted()) return mount.PrintSkip();
-  std::string why;
-  if (!ringfeed::ReadQueue::Available(&why)) return ringfeed::testing::Skip("io_uring cannot read files here: " + why);
+  if (!QueuedReadsOrSkip()) return;
   for (const size_t reads : {size_t{1}, size_t{8}}) {
     INFO(reads << " reads in flight");
     const uint64_t requests_before = Counter(mount.Stats(), "requests");
