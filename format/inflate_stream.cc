@@ -24,6 +24,9 @@ class InflateStream::Decoder {
   virtual void Reset() = 0;  // ready for the next gzip member
   virtual Result Step(const uint8_t** in, size_t* in_avail, uint8_t** out, size_t* out_avail,
                       std::string* error) = 0;
+  // After Step returned kError: writes up to `capacity` bytes more that were inflated before the
+  // error but not yet written to Step's output, and returns how many (0: none left).
+  virtual size_t TakeOutputBeforeError(uint8_t* /*out*/, size_t /*capacity*/) { return 0; }
 };
 
 namespace {
@@ -117,20 +120,42 @@ class IsalDecoder final : public InflateStream::Decoder {
     *out_avail -= made;
     if (rc < 0 || rc == ISAL_NEED_DICT) {
       *error = std::string("isa-l: ") + IsalError(rc);
-      return rc == ISAL_INCORRECT_CHECKSUM ? Result::kTrailerError : Result::kError;
+      if (rc == ISAL_INCORRECT_CHECKSUM) return Result::kTrailerError;
+      HandBackUnread(in, in_avail);  // where it stopped does not depend on how much it was given
+      return Result::kError;
     }
     if (s.block_state != ISAL_BLOCK_FINISH) return Result::kProgress;
-    // ISA-L reads ahead up to 8 bytes into its bit buffer; at the end of a stream the whole
-    // bytes left there belong to whatever follows (another member, padding, garbage). Hand them
-    // back: InflateStream keeps the last 8 consumed bytes in its buffer for this.
-    const size_t unread = static_cast<size_t>(s.read_in_length) / 8;
-    *in -= unread;
-    *in_avail += unread;
-    s.read_in_length = 0;
+    // At the end of a stream the whole bytes left in the bit buffer belong to whatever follows
+    // (another member, padding, garbage).
+    HandBackUnread(in, in_avail);
     return Result::kMemberEnd;
+  }
+  // isal_inflate first inflates into its own buffer (inflate_state::tmp_out_buffer) and copies
+  // what fits into the caller's output; on a data error it returns at once, and what did not fit
+  // stays in that buffer, from tmp_out_processed to tmp_out_valid (igzip_inflate.c, ISA-L 2.30).
+  // Those are good bytes from before the damage: up to ~32 KiB, dozens of records.
+  size_t TakeOutputBeforeError(uint8_t* out, size_t capacity) override {
+    inflate_state& s = *state_;
+    if (s.tmp_out_processed < 0 || s.tmp_out_processed >= s.tmp_out_valid ||
+        static_cast<size_t>(s.tmp_out_valid) > sizeof s.tmp_out_buffer) {
+      return 0;
+    }
+    const size_t n = std::min(capacity, static_cast<size_t>(s.tmp_out_valid - s.tmp_out_processed));
+    std::memcpy(out, s.tmp_out_buffer + s.tmp_out_processed, n);
+    s.tmp_out_processed += static_cast<int32_t>(n);
+    return n;
   }
 
  private:
+  // ISA-L reads ahead up to 8 bytes into its bit buffer: the whole bytes still there go back to
+  // the input (InflateStream keeps the last 8 consumed bytes in its buffer for this).
+  void HandBackUnread(const uint8_t** in, size_t* in_avail) {
+    const size_t unread = static_cast<size_t>(std::max(state_->read_in_length, 0)) / 8;
+    *in -= unread;
+    *in_avail += unread;
+    state_->read_in_length = 0;
+  }
+
   std::unique_ptr<inflate_state> state_;
   uint32_t flag_;
 };
@@ -313,7 +338,11 @@ bool InflateStream::StartNextMember() {
 
 InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t* produced) {
   *produced = 0;
-  if (final_ != Status::kOk) return final_;
+  if (final_ != Status::kOk) {
+    // Good bytes the decoder still holds from before a data error come first.
+    if (decoder_failed_) *produced = decoder_->TakeOutputBeforeError(dst, capacity);
+    return *produced > 0 ? Status::kOk : final_;
+  }
   uint8_t* out = dst;
   size_t out_avail = capacity;
   while (out == dst) {
@@ -327,26 +356,26 @@ InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t*
     // so it is stepped until it makes no progress at all.
     const uint8_t* in = in_buf_.get() + in_pos_;
     size_t in_avail = in_end_ - in_pos_;
-    const uint64_t before = compressed_offset();
     std::string why;
     auto result = decoder_->Step(&in, &in_avail, &out, &out_avail, &why);
     const bool consumed = in != in_buf_.get() + in_pos_;
     in_pos_ = static_cast<size_t>(in - in_buf_.get());
     if (result == Decoder::Result::kError || result == Decoder::Result::kTrailerError) {
-      // A trailer mismatch is found where the step stopped, past the data it checks: name that end.
-      // Other damage lies in what this step read: from where it began (a whole input buffer
-      // before, in a large file) to where the decoder stopped, at or shortly after the damage
-      // (it reads ahead a few bytes).
-      const uint64_t after = compressed_offset();
+      // A trailer mismatch is found where the step stopped, past the data it checks. Other
+      // damage is named where the decoder found it: the byte after the last one it used, the
+      // same however the input was cut up. The damage is there or before it (a changed bit
+      // can decode as other valid symbols for a while).
+      const uint64_t at = compressed_offset();
       Fail(Status::kDataError, result == Decoder::Result::kTrailerError
-                                   ? why + ", at the trailer near compressed byte " + std::to_string(after)
-                               : after > before ? why + " between compressed bytes " + std::to_string(before) +
-                                                      " and " + std::to_string(after)
-                                                : why + " near compressed byte " + std::to_string(before));
-      // What this step inflated before the error is handed out first (the error comes with the
-      // next call): up to a whole buffer of good records ahead of the damage. The records'
-      // own CRCs judge it; an error found only at the member's end (its CRC-32) has all of it.
+                                   ? why + ", at the trailer near compressed byte " + std::to_string(at)
+                                   : why + ", found at compressed byte " + std::to_string(at));
+      // What this step inflated before the error is handed out first, then what the decoder
+      // still holds (the error comes after both): up to a whole buffer of good records ahead of
+      // the damage. The records' own CRCs judge it; an error found only at the member's end (its
+      // CRC-32) has all of it.
+      decoder_failed_ = result == Decoder::Result::kError;
       *produced = static_cast<size_t>(out - dst);
+      if (decoder_failed_ && out_avail > 0) *produced += decoder_->TakeOutputBeforeError(out, out_avail);
       return *produced > 0 ? Status::kOk : final_;
     }
     if (result == Decoder::Result::kMemberEnd) {

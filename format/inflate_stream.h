@@ -38,7 +38,8 @@ class InflateStream {
   // Writes between 1 and `capacity` uncompressed bytes to `dst` and sets *produced (kOk), or
   // reports the end of the stream (kEnd, *produced = 0), or an error (kIoError / kDataError)
   // described by error(). After an error or kEnd every further call returns the same status.
-  // Bytes inflated before a data error are returned first (kOk); the error comes next call.
+  // Every byte inflated before a data error is returned first (kOk, in one call or more, however
+  // `capacity` cuts them up); the error comes after them.
   Status Read(uint8_t* dst, size_t capacity, size_t* produced);
 
   // Human-readable reason of the last error, e.g. "invalid deflate block (isa-l) at compressed
@@ -81,6 +82,7 @@ class InflateStream {
   bool parse_gzip_header_;  // ISA-L + GZIP: headers are parsed here, not by the decoder
                             // (a header over 1 MiB switches the stream to zlib instead)
   bool header_pending_;
+  bool decoder_failed_ = false;  // the decoder found a data error (and may hold bytes before it)
   Status final_ = Status::kOk;  // sticky terminal status
   std::string error_;
 };

@@ -95,16 +95,6 @@ Outcome ReadAll(const std::string& path, ReaderOptions options = {}) {
     INFO("Next: " << out.records.size() << " records, then " << (out.errors.empty() ? "no error" : out.errors.back().message));
     INFO("NextInto: " << other.records.size() << " records, then "
                       << (other.errors.empty() ? "no error" : other.errors.back().message));
-    if (!out.errors.empty() && out.errors.back().kind == ReadErrorKind::kDecompression) {
-      // How many records come out before a decompression error depends on how much is inflated
-      // per call (as with Next and another buffer_bytes): the same error after the same records,
-      // give or take the last few before it.
-      REQUIRE(other.errors.size() == out.errors.size());
-      CHECK(other.errors.back().kind == ReadErrorKind::kDecompression);
-      const size_t common = std::min(other.records.size(), out.records.size());
-      CHECK(std::equal(out.records.begin(), out.records.begin() + static_cast<ptrdiff_t>(common), other.records.begin()));
-      continue;
-    }
     REQUIRE(other.records.size() == out.records.size());
     REQUIRE(other.records == out.records);
     REQUIRE(other.offsets == out.offsets);
@@ -556,10 +546,19 @@ std::string DeflateInTwo(const std::string& first, const std::string& second, bo
 
 TEST_CASE("an inflate error mid-stream (an invalid block) comes after every record inflated before it") {
   // 1800 records (1.1 MB, more than one reader window) before a block header turned into the
-  // reserved block type 3: inflate fails there, mid-stream, with all of them produced.
+  // reserved block type 3: inflate fails there, mid-stream, with all of them produced, however
+  // the input and output are cut up (ISA-L used to drop what it had inflated into its own buffer
+  // beyond the room the reader gave it: 30-90 records).
   const std::vector<std::string> records = IncompressibleRecords(2000, 600, 0x9E3779B97F4A7C15ull);
   const std::string first = FrameRecords({records.begin(), records.begin() + 1800});
   const std::string second = FrameRecords({records.begin() + 1800, records.end()});
+  // How the compressed input is cut up: read() calls of buffer_bytes, or 4 KiB queued blocks.
+  struct Cut {
+    size_t buffer_bytes;
+    size_t reads_in_flight;
+  };
+  const size_t default_buffer = ReaderOptions{}.buffer_bytes;
+  const Cut cuts[] = {{default_buffer, 1}, {64, 1}, {4096, 1}, {4096, 4}, {default_buffer, 4}};
   TempDir dir;
   for (const bool gzip : {true, false}) {
     size_t boundary = 0;
@@ -567,26 +566,27 @@ TEST_CASE("an inflate error mid-stream (an invalid block) comes after every reco
     REQUIRE(boundary < bad.size());
     bad[boundary] = 0x07;  // BFINAL = 1, BTYPE = 11 (reserved): "invalid block type"
     WriteFile(dir.file("bad"), bad);
-    for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
-      INFO((gzip ? "gzip, " : "zlib, ") << InflateBackendName(backend));
-      ReaderOptions o;
-      o.compression = gzip ? Compression::kGzip : Compression::kZlib;
-      o.inflate = backend;
-      const Outcome out = ReadAll(dir.file("bad"), o);
-      CHECK(out.records == std::vector<std::string>(records.begin(), records.begin() + 1800));
-      REQUIRE(out.errors.size() == 1);
-      CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
-      CHECK(out.errors[0].record_index == 1800);
-      // The message gives the compressed bytes the damage is in.
-      const std::string& message = out.errors[0].message;
-      INFO(message << " (damage at " << boundary << ")");
-      const size_t between = message.find(" between compressed bytes ");
-      REQUIRE(between != std::string::npos);
-      uint64_t from = 0, to = 0;
-      REQUIRE(std::sscanf(message.c_str() + between, " between compressed bytes %lu and %lu", &from, &to) == 2);
-      CHECK(from <= boundary);
-      CHECK(boundary <= to);
-      CHECK(to - boundary <= 64);
+    for (const Cut& cut : cuts) {
+      for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+        INFO((gzip ? "gzip, " : "zlib, ") << InflateBackendName(backend) << ", buffer_bytes " << cut.buffer_bytes
+                                          << ", reads_in_flight " << cut.reads_in_flight);
+        ReaderOptions o;
+        o.compression = gzip ? Compression::kGzip : Compression::kZlib;
+        o.inflate = backend;
+        o.buffer_bytes = cut.buffer_bytes;
+        o.reads_in_flight = cut.reads_in_flight;
+        o.read_block_bytes = 4096;
+        const Outcome out = ReadAll(dir.file("bad"), o);
+        CHECK(out.records == std::vector<std::string>(records.begin(), records.begin() + 1800));
+        REQUIRE(out.errors.size() == 1);
+        CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
+        CHECK(out.errors[0].record_index == 1800);
+        // The message names the byte after the damaged block header, however the input and
+        // output were cut up (ReadAll also compares the messages of every read mode).
+        const std::string& message = out.errors[0].message;
+        INFO(message << " (damage at " << boundary << ")");
+        CHECK_THAT(message, Catch::EndsWith(", found at compressed byte " + std::to_string(boundary + 1)));
+      }
     }
   }
 }
