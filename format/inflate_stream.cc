@@ -258,8 +258,10 @@ InflateStream::InflateStream(int fd, Compression compression, InflateBackend bac
       compression_(compression),
       backend_(ResolveInflateBackend(backend)),
       decoder_(MakeDecoder(compression, backend_)),
-      in_buf_(new uint8_t[std::max<size_t>(input_bytes, 64)]),
-      in_capacity_(std::max<size_t>(input_bytes, 64)),
+      // Room for the kept history on top, so that a whole queued block (input_bytes is the
+      // block size then) fits after each compaction instead of all but 8 bytes of it.
+      in_buf_(new uint8_t[std::max<size_t>(input_bytes, 64) + kHistoryBytes]),
+      in_capacity_(std::max<size_t>(input_bytes, 64) + kHistoryBytes),
       parse_gzip_header_(compression == Compression::kGzip && backend_ == InflateBackend::kIsal),
       header_pending_(parse_gzip_header_) {}
 

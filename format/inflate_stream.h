@@ -29,7 +29,8 @@ class InflateStream {
   enum class Status { kOk, kEnd, kIoError, kDataError };
 
   // `compression` must be kGzip or kZlib. `input_bytes` is the size of the compressed-input
-  // buffer (bytes read from `fd` per read() call).
+  // buffer (bytes read from `fd` per read() call, or the queue's block size), plus 8 bytes kept
+  // from before (a decoder may hand back what it read ahead).
   InflateStream(int fd, Compression compression, InflateBackend backend, size_t input_bytes);
   ~InflateStream();
   InflateStream(const InflateStream&) = delete;
