@@ -314,6 +314,16 @@ std::vector<std::string> ExpandFiles(const std::vector<std::string>& patterns, c
                                                    : seen_paths.insert(f).second;
     if (first) unique.push_back(std::move(f));
   }
+  // Relative paths become absolute (the current directory prefixed, nothing else changed), so a
+  // trainer or ringfeedctl in another directory can open what status --files and the client's
+  // files() name, and logs say which file. The order stays that of the paths as written.
+  for (std::string& f : unique) {
+    std::error_code ec;
+    if (!f.empty() && f[0] != '/') {
+      std::filesystem::path absolute = std::filesystem::absolute(f, ec);
+      if (!ec) f = absolute.string();
+    }
+  }
   return unique;
 }
 

@@ -1,7 +1,9 @@
 // The files of a job: source.files entries expanded with glob(3) (wildcards, {a,b} braces, ~),
-// relative paths against the current working directory, sorted by path, the same file named
-// twice (another spelling, a symbolic or hard link: the same device and inode) read once. The
-// order is part of the determinism contract, so it never depends on directory listing order.
+// relative paths against the current working directory, sorted by path as written, the same
+// file named twice (another spelling, a symbolic or hard link: the same device and inode) read
+// once, then relative paths made absolute (the directory prefixed, nothing resolved). The order
+// is part of the determinism contract, so it never depends on directory listing order or on the
+// directory a relative pattern was resolved against.
 #pragma once
 
 #include <stdexcept>

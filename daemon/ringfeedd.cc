@@ -534,6 +534,11 @@ int RunDaemon(const DaemonOptions& options) {
     spdlog::error("{}", e.what());
     return 2;
   }
+  {
+    std::error_code ec;  // the log and status name the config by a path that works anywhere
+    const std::filesystem::path absolute = std::filesystem::absolute(config.path, ec);
+    if (!ec) config.path = absolute.string();
+  }
   TuneMalloc(config);
   ArmOomReserve();  // after TuneMalloc: the reserve's blocks come from the heap it configured
   spdlog::set_level(SpdLevel(config.log_level));

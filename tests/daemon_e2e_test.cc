@@ -870,6 +870,26 @@ TEST_CASE("the job's file list: Client::files in pages, the C ABI, and row sourc
   CHECK(client->files() == expected);  // asked once, then kept: the daemon is gone
 }
 
+TEST_CASE("relative source.files: the file list names absolute paths, in the order of the paths as written") {
+  // The daemon runs in `dir`, the trainer and ringfeedctl elsewhere: the paths they get must
+  // open from there.
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() / "b");
+  WriteIdFile(dir.file("b/0.tfrecord"), 0, 1);
+  WriteIdFile(dir.file("a.tfrecord"), 1, 1);
+  DaemonProcess daemon(dir.path(), "relative", "job: relative\nsource: {files: [b/*.tfrecord, a.tfrecord]}\nfeatures:\n" + IdFeaturesYaml() + "epochs: 0\n");
+  DaemonStart start;
+  start.wrapper = {"env", "-C", dir.path().string()};
+  RINGFEED_REQUIRE_STARTED(daemon, start);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  auto client = Client::Attach(daemon.client_options());
+  // "a.tfrecord" sorts before "b/0.tfrecord" as written, and stays first.
+  CHECK(client->files() == std::vector<std::string>{dir.file("a.tfrecord"), dir.file("b/0.tfrecord")});
+  const CommandResult lines = RunCommand({CtlBinary(), "status", "relative", "--files", "--runtime-dir",
+                                          daemon.runtime_dir()});
+  CHECK(lines.out == "0\t" + dir.file("a.tfrecord") + "\n1\t" + dir.file("b/0.tfrecord") + "\n");
+}
+
 TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an epoch with no batch (C++ and C ABI)") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 3);
