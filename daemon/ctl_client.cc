@@ -528,14 +528,15 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
       ++running;
       out << line << where << "\n";
     } catch (const std::exception& e) {
-      std::snprintf(line, sizeof line, "%-24s %-12s", j.job.c_str(), ListState(e));
-      out << line << " " << e.what() << "\n";
+      // The table's columns stay in place ("-"); the reason follows, as other rows' notes do.
+      std::snprintf(line, sizeof line, "%-24s %-12s %8s %10s %12s %10s", j.job.c_str(), ListState(e), "-", "-", "-", "-");
+      out << line << "   (" << e.what() << ")\n";
     }
   }
   // A subdirectory that cannot be listed may hold running jobs: said, not skipped.
   for (const auto& [dir, ec] : unlisted) {
-    std::snprintf(line, sizeof line, "%-24s %-12s", "?", "unreadable");
-    out << line << " " << UnreadableRuntimeDir(dir, ec).what() << "\n";
+    std::snprintf(line, sizeof line, "%-24s %-12s %8s %10s %12s %10s", "?", "unreadable", "-", "-", "-", "-");
+    out << line << "   (" << UnreadableRuntimeDir(dir, ec).what() << ")\n";
   }
   return running;
 }

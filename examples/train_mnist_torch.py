@@ -26,16 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-try:
-    import torch
-    from torch import nn
-except ModuleNotFoundError:
-    sys.exit("train_mnist_torch.py needs PyTorch: pip install './python[torch]' (PyPI's torch is a few GB; "
-             "the CPU-only wheel: pip install torch --index-url https://download.pytorch.org/whl/cpu), "
-             "or run it with build/pyvenv/bin/python, which scripts/test.sh sets up with torch")
-
 import ringfeed
-from ringfeed.torch import RingfeedIterable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,6 +52,17 @@ def main() -> int:
     parser.add_argument("--config", type=Path, default=REPO / "config" / "examples" / "mnist.yaml")
     parser.add_argument("--timeout", type=float, default=60, help="seconds to wait for a batch")
     args = parser.parse_args()
+    try:  # after the arguments, so that --help works without PyTorch
+        import torch
+        from torch import nn
+
+        from ringfeed.torch import RingfeedIterable
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+        sys.exit("train_mnist_torch.py needs PyTorch: pip install './python[torch]' (PyPI's torch is a few GB; "
+                 "the CPU-only wheel: pip install torch --index-url https://download.pytorch.org/whl/cpu), "
+                 "or run it with build/pyvenv/bin/python, which scripts/test.sh sets up with torch")
 
     daemon = start_daemon(args.build, args.config, args.job) if args.start_daemon else None
     try:
