@@ -364,9 +364,12 @@ InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t*
     in_pos_ = static_cast<size_t>(in - in_buf_.get());
     if (result == Decoder::Result::kError || result == Decoder::Result::kTrailerError) {
       // A trailer mismatch is found where the step stopped, past the data it checks. Other
-      // damage is named where the decoder found it: the byte after the last one it used, the
-      // same however the input was cut up. The damage is there or before it (a changed bit
-      // can decode as other valid symbols for a while).
+      // damage is named where the decoder found it: the byte after the last one it used, not
+      // where this step's input happened to end. The damage is there or before it (a changed
+      // bit can decode as other valid symbols for a while). zlib finds it at the same byte
+      // however the input is cut up; ISA-L's fast path (taken when a step has enough input)
+      // can decode on past an invalid distance code and fail a little later, having written
+      // bytes that the records' CRCs then reject.
       const uint64_t at = compressed_offset();
       Fail(Status::kDataError, result == Decoder::Result::kTrailerError
                                    ? why + ", at the trailer near compressed byte " + std::to_string(at)
