@@ -642,14 +642,11 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   limits.read_bytes = plan.reader_buffer_bytes;  // the daemon's readers' ReaderOptions::buffer_bytes
   limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
   // Queued reads serve plain and compressed files alike (a GZIP/ZLIB file's inflater reads its
-  // compressed bytes through the queue), but `auto` raises them for plain files only: with
-  // compressed ones the tuner, once reads were queued, kept 2 readers where 8 with one read at a
-  // time did better (docs/benchmarks.md, session 43), so a fixed number is what queues them. And
-  // without io_uring auto stays at 1 instead of trying what cannot gain.
-  const bool compressed = config.source.compression == Compression::kGzip ||
-                          config.source.compression == Compression::kZlib || sample.any_file_compressed;
-  limits.max_reads_per_file =
-      fixed_reads_per_file > 0 ? fixed_reads_per_file : (compressed || !queued_reads ? 1 : kMaxAutoReadsPerFile);
+  // compressed bytes through the queue; docs/benchmarks.md, session 44: on GZIP files behind
+  // 20 ms the tuner with them got 1.14x the throughput of 4-8 readers reading one at a time, in
+  // 16-19 instead of 26-41 MiB). Without io_uring auto stays at 1 instead of trying what cannot
+  // gain.
+  limits.max_reads_per_file = fixed_reads_per_file > 0 ? fixed_reads_per_file : (queued_reads ? kMaxAutoReadsPerFile : 1);
 
   // Starting knobs.
   TunerKnobs& k = at.initial;

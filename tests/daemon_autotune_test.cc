@@ -574,6 +574,66 @@ TEST_CASE("slow mount (20 ms per read): the tuner raises parallel reads and gain
   daemon.Stop();
 }
 
+TEST_CASE("slow mount: a GZIP job's reads are queued by the tuner too, and every record arrives", "[slowfs]") {
+  // 6 GZIP files of 24 incompressible records of 64 KiB (1.5 MiB each): two 1 MiB reads a file
+  // one at a time, six 256 KiB blocks queued. The tuner raises reads_per_file for them as for
+  // plain files (until session 44 `auto` kept compressed files at one read at a time).
+  TempDir source;
+  uint64_t state = 0x2545F4914F6CDD1Dull;
+  for (int f = 0; f < 6; ++f) {
+    WriterOptions gzip;
+    gzip.compression = Compression::kGzip;
+    TFRecordWriter writer(source.file("part-" + std::to_string(f) + ".tfrecord.gz"), gzip);
+    std::string blob(64 << 10, '\0');
+    for (int64_t i = 0; i < 24; ++i) {
+      for (char& c : blob) {  // xorshift64: incompressible
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        c = static_cast<char>(state);
+      }
+      ExampleBuilder b;
+      b.AddInt64("id", {f * 24 + i});
+      const std::string_view view(blob);
+      b.AddBytes("blob", {&view, 1});
+      writer.Write(b.Serialize());
+    }
+    writer.Close();
+  }
+  SlowMount mount(source.path().string(), {"--latency-ms=20"});
+  if (!mount.mounted()) {
+    mount.PrintSkip();
+    return;
+  }
+  std::string why;
+  if (!ReadQueue::Available(&why)) return Skip("io_uring cannot read files here: " + why);
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), "slowgzip",
+                       "job: slowgzip\nsource: {files: [\"" + mount.path("part-*.tfrecord.gz").string() +
+                           "\"], compression: gzip}\nfeatures:\n" + BlobFeaturesYaml() +
+                           "batch: {size: 16}\nepochs: 40\npipeline: {cycle_length: 2}\n");
+  RINGFEED_REQUIRE_STARTED(daemon);
+  CHECK(daemon.Status()["autotune"]["limits"]["max_reads_per_file"] == 16);
+  ConsumerSpec spec;
+  spec.client = daemon.client_options();
+  const ConsumerReport report = ConsumeInProcess(spec);
+  REQUIRE(report.end == "end");
+  std::vector<int64_t> ids;
+  for (const BatchInfo& b : report.batches) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+  std::sort(ids.begin(), ids.end());
+  // 40 epochs (360 MiB: long enough for the tuner's first rounds) of ids 0..143, each once per epoch.
+  REQUIRE(ids.size() == 40 * 144u);
+  size_t misplaced = 0;
+  for (size_t i = 0; i < ids.size(); ++i) misplaced += ids[i] != static_cast<int64_t>(i / 40);
+  CHECK(misplaced == 0);
+  const json s = daemon.Status();
+  INFO(s["autotune"].dump(2));
+  bool queued = false;
+  for (const json& c : s["autotune"]["changes"]) queued |= c["knob"] == "reads_per_file" && c["to"] > 1;
+  CHECK(queued);
+  daemon.Stop();
+}
+
 TEST_CASE("stragglers on slow storage: late queued reads are sent again, and status counts them", "[slowfs]") {
   TempDir source;
   for (int f = 0; f < 4; ++f) WriteBlobFile(source.file("part-" + std::to_string(f) + ".tfrecord"), f * 400, 400, 16 << 10);
