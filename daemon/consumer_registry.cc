@@ -70,7 +70,10 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     c.attached.store(1, std::memory_order_release);
     ++consumers_seen_;
     membership_changes_.fetch_add(1, std::memory_order_release);
-    spdlog::info("consumer {} attached (pid {}{})", i + 1, pid, rank ? ", rank " + std::to_string(*rank) : "");
+    // The id is the consumer's entry in the segment, used again once it detaches; the count of
+    // attaches tells one consumer from the next in the log.
+    spdlog::info("consumer {} attached (pid {}{}; attach {} since start)", i + 1, pid,
+                 rank ? ", rank " + std::to_string(*rank) : "", consumers_seen_);
     const uint32_t attached = AttachedLocked();
     const uint32_t slots = ring_.slot_count;
     // In ranks mode every rank will attach: the advice counts them all, as the start-up warning
