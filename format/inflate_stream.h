@@ -43,7 +43,7 @@ class InflateStream {
   // `capacity` cuts them up); the error comes after them.
   Status Read(uint8_t* dst, size_t capacity, size_t* produced);
 
-  // Human-readable reason of the last error, e.g. "invalid deflate block (isa-l) at compressed
+  // Human-readable reason of the last error, e.g. "isa-l: invalid deflate block, found at compressed
   // byte 1234".
   const std::string& error() const { return error_; }
   // Bytes of the compressed file consumed by the decoder so far.
