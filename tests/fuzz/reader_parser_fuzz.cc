@@ -9,7 +9,8 @@
 //           bits 6-7  batch capacity     1, 2, 3, 8
 //   byte 1            buffer_bytes       64 + 16 * byte, at most 4096
 //   byte 2  bits 0-1  max_record_bytes   4 MiB, 16, 200, 1000
-//           bits 2-7  unused (keep 0)
+//           bits 2-7  with byte 2 >= 0xf0 and byte 1 & 3 == 3 (one input in 64) the file is also
+//                     read with queued reads: 2 + (bits 2-3) in flight, blocks of 1 + 8 * byte 1
 //   byte 3...         the file contents, written to a memfd read through /proc/self/fd/N
 //
 // Besides the sanitizers, every run checks invariants and aborts on a violation:
@@ -563,16 +564,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (file_size == 0) CHECK(main.events.empty() && main.clean);
 
-  // Compressed: how the input is cut up changes nothing with zlib (every byte inflated before a
-  // deflate error comes out, whatever the buffer). ISA-L's fast path, given more input at once,
-  // can decode on past an invalid distance code before it fails: bytes the records' CRCs then
-  // reject, so with CRCs checked its records are the same, its errors may differ. The other
-  // inflate backend must agree whenever both read the file cleanly.
+  // Compressed: how the input is cut up (buffer_bytes; queued blocks) changes nothing with zlib
+  // (every byte inflated before a deflate error comes out, whatever the buffer). ISA-L's fast
+  // path, given more input at once, can decode on past an invalid distance code before it fails:
+  // bytes the records' CRCs then reject, so with CRCs checked its records are the same, its
+  // errors may differ. The other inflate backend must agree whenever both read the file cleanly.
   if (main.compression == Compression::kGzip || main.compression == Compression::kZlib) {
-    ReaderOptions recut = options;
-    recut.compression = main.compression;
-    recut.buffer_bytes = options.buffer_bytes == 64 ? 4096 : 64;
-    ReadResult third = ReadAll(mem.path(), recut, [](std::span<const uint8_t>) {});
     auto records = [](const std::vector<Event>& events) {
       std::vector<Event> only;
       for (const Event& e : events) {
@@ -580,12 +577,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       return only;
     };
-    const bool same = options.inflate == InflateBackend::kZlib ? main.events == third.events
-                      : options.verify_crc                     ? records(main.events) == records(third.events)
-                                                               : true;
-    CHECK(same, std::string(InflateBackendName(options.inflate)) + ", buffer_bytes " +
-                    std::to_string(options.buffer_bytes) + ": " + Describe(main.events) + "\nbuffer_bytes " +
-                    std::to_string(recut.buffer_bytes) + ": " + Describe(third.events));
+    auto check_recut = [&](const ReaderOptions& recut, const std::string& how) {
+      const ReadResult third = ReadAll(mem.path(), recut, [](std::span<const uint8_t>) {});
+      const bool same = options.inflate == InflateBackend::kZlib ? main.events == third.events
+                        : options.verify_crc                     ? records(main.events) == records(third.events)
+                                                                 : true;
+      CHECK(same, std::string(InflateBackendName(options.inflate)) + ", buffer_bytes " +
+                      std::to_string(options.buffer_bytes) + ": " + Describe(main.events) + "\n" + how + ": " +
+                      Describe(third.events));
+    };
+    ReaderOptions recut = options;
+    recut.compression = main.compression;
+    recut.buffer_bytes = options.buffer_bytes == 64 ? 4096 : 64;
+    check_recut(recut, "buffer_bytes " + std::to_string(recut.buffer_bytes));
+    // Queued reads (the inflater's input taken from io_uring blocks), as seldom as for plain files.
+    if (data[2] >= 0xf0 && (data[1] & 3) == 3) {
+      ReaderOptions queued = options;
+      queued.compression = main.compression;
+      queued.reads_in_flight = 2 + (data[2] >> 2 & 3);
+      queued.read_block_bytes = 1 + 8 * size_t{data[1]};
+      check_recut(queued, "queued reader (" + std::to_string(queued.reads_in_flight) + " x " +
+                              std::to_string(queued.read_block_bytes) + " bytes)");
+    }
     ReaderOptions other = options;
     other.compression = main.compression;
     other.inflate = options.inflate == InflateBackend::kZlib ? InflateBackend::kIsal : InflateBackend::kZlib;
