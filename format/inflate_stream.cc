@@ -367,9 +367,11 @@ InflateStream::Status InflateStream::Read(uint8_t* dst, size_t capacity, size_t*
       // damage is named where the decoder found it: the byte after the last one it used, not
       // where this step's input happened to end. The damage is there or before it (a changed
       // bit can decode as other valid symbols for a while). zlib finds it at the same byte
-      // however the input is cut up; ISA-L's fast path (taken when a step has enough input)
-      // can decode on past an invalid distance code and fail a little later, having written
-      // bytes that the records' CRCs then reject.
+      // however the input is cut up. ISA-L's fast path (taken when a step has enough input)
+      // names a byte up to 8 later, and ISA-L accepts some damaged block headers (and invalid
+      // distance codes) and decodes with them for a while, writing bytes from past the damage
+      // before it fails: the records' CRCs reject them, and TFRecordReader reports this error
+      // at the first record they spoil (DecompressionErrorAhead).
       const uint64_t at = compressed_offset();
       Fail(Status::kDataError, result == Decoder::Result::kTrailerError
                                    ? why + ", at the trailer near compressed byte " + std::to_string(at)

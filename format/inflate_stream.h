@@ -46,6 +46,8 @@ class InflateStream {
   // Human-readable reason of the last error, e.g. "isa-l: invalid deflate block, found at compressed
   // byte 1234".
   const std::string& error() const { return error_; }
+  // The stream failed with kDataError (its bytes before the error may still be to come).
+  bool data_error() const { return final_ == Status::kDataError; }
   // Bytes of the compressed file consumed by the decoder so far.
   uint64_t compressed_offset() const { return file_offset_ - (in_end_ - in_pos_); }
   // Bytes of the file read so far: where the next read starts.

@@ -164,9 +164,7 @@ class TFRecordReader {
   Status Next(Record* record, ReadError* error);
   // As Next, but the payload is in memory from `allocator` (record->data points there, valid
   // as long as the caller keeps that memory) instead of the reader's window. Same records,
-  // errors, messages and recovery as Next; the two may be mixed on one reader. One exception:
-  // how many records come out before a decompression error depends on how much is inflated per
-  // call (with Next too: on buffer_bytes), so NextInto may deliver a few more or fewer of them.
+  // errors, messages and recovery as Next; the two may be mixed on one reader.
   Status NextInto(RecordAllocator& allocator, Record* record, ReadError* error);
 
   const std::string& path() const { return path_; }
@@ -238,6 +236,10 @@ class TFRecordReader {
   void CopyViewToBuffer();  // Unview without handing the block back
   void DropView();          // hands the shown block back; its bytes are all consumed or copied
   Status MakeError(ReadErrorKind kind, std::string detail, ReadError* error);
+  // GZIP/ZLIB: whether the inflater fails with a data error within the next MiB of its output
+  // (taken and dropped: for a record length that does not check, which ends the file anyway);
+  // sets *why to its message.
+  bool DecompressionErrorAhead(std::string* why);
   void EndFile();  // the next Next() returns kEnd; the window and the queue's reads go now
   // The queue reading this file: queue_ (plain), the inflater's (GZIP/ZLIB), or nullptr.
   class ReadQueue* ActiveQueue() const;
