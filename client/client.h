@@ -98,7 +98,7 @@ class Client {
   Status Next(std::chrono::milliseconds timeout, Batch* out);
 
   const Schema& schema() const;
-  // The job's sorted file list (all shards'): Batch::source(row).file_index indexes it. Asked
+  // The job's file list (all shards'): Batch::source(row).file_index indexes it. Asked
   // of the daemon on a control connection of its own on the first call (one round trip per
   // ~60 KiB of paths), then kept. Paths as the daemon expanded the config's globs, byte for
   // byte (UTF-8 or not). Thread-safe. Throws ClientError (the daemon gone or restarted since

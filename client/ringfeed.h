@@ -148,7 +148,7 @@ int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor);
  * SIZE_MAX, which rf_batch_feature refuses with RF_ERROR. */
 int64_t rf_feature_index(const rf_client* client, const char* name);
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source);
-/* The job's sorted file list, which rf_row_source.file_index indexes: fetched from the daemon on
+/* The job's file list, which rf_row_source.file_index indexes: fetched from the daemon on
  * the first call of either function (one round trip per ~60 KiB of paths), then kept.
  * rf_file_count: how many files, or RF_ERROR (-1; rf_last_error says why: the daemon gone or
  * restarted since rf_attach). rf_file_path: copies file `index`'s path into buf (at most

@@ -503,9 +503,12 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
         << " or its subdirectories (set RINGFEED_RUNTIME_DIR or --runtime-dir to look elsewhere)\n";
     return 0;
   }
-  char line[256];
-  std::snprintf(line, sizeof line, "%-24s %-12s %8s %10s %12s %10s\n", "JOB", "STATE", "PID", "UPTIME", "RECORDS/S",
-                "CONSUMERS");
+  // The JOB column is as wide as the longest name (24 at least; names have at most 64 bytes).
+  int name_width = 24;
+  for (const JobSocket& j : jobs) name_width = std::max(name_width, static_cast<int>(std::min<size_t>(j.job.size(), 64)));
+  char line[512];
+  std::snprintf(line, sizeof line, "%-*s %-12s %8s %10s %12s %10s\n", name_width, "JOB", "STATE", "PID", "UPTIME",
+                "RECORDS/S", "CONSUMERS");
   out << line;
   int running = 0;
   for (const JobSocket& j : jobs) {
@@ -519,7 +522,7 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
         if (!pace.empty()) where = "   (the trainers' pace: " + pace + ")" + where;
         // Running: the last 10 s. Production over: the whole run's rate (the last 10 s only
         // fall towards 0 once nothing is produced, status's "overall").
-        std::snprintf(line, sizeof line, "%-24s %-12s %8lld %10s %12.0f %10zu", j.job.c_str(),
+        std::snprintf(line, sizeof line, "%-*s %-12s %8lld %10s %12.0f %10zu", name_width, j.job.c_str(),
                       s.String("state", "?").c_str(), static_cast<long long>(s.Integer("pid")),
                       Seconds(s.Number("uptime_seconds")).c_str(),
                       s.Object("throughput").Object("records_per_second").Number(running_now ? "last_10s" : "overall"),
@@ -529,13 +532,15 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
       out << line << where << "\n";
     } catch (const std::exception& e) {
       // The table's columns stay in place ("-"); the reason follows, as other rows' notes do.
-      std::snprintf(line, sizeof line, "%-24s %-12s %8s %10s %12s %10s", j.job.c_str(), ListState(e), "-", "-", "-", "-");
-      out << line << "   (" << e.what() << ")\n";
+      std::snprintf(line, sizeof line, "%-*s %-12s %8s %10s %12s %10s", name_width, j.job.c_str(), ListState(e), "-",
+                    "-", "-", "-");
+      out << line << "   (" << e.what() << ")" << where << "\n";
     }
   }
   // A subdirectory that cannot be listed may hold running jobs: said, not skipped.
   for (const auto& [dir, ec] : unlisted) {
-    std::snprintf(line, sizeof line, "%-24s %-12s %8s %10s %12s %10s", "?", "unreadable", "-", "-", "-", "-");
+    std::snprintf(line, sizeof line, "%-*s %-12s %8s %10s %12s %10s", name_width, "?", "unreadable", "-", "-", "-",
+                  "-");
     out << line << "   (" << UnreadableRuntimeDir(dir, ec).what() << ")\n";
   }
   return running;

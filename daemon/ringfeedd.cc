@@ -600,6 +600,14 @@ int RunDaemon(const DaemonOptions& options) {
     } catch (const std::exception& e) {
       throw StartupError(e.what(), 2);
     }
+    if (std::any_of(files.begin(), files.end(), [](const std::string& f) { return !f.starts_with('/'); })) {
+      std::error_code ec;
+      static_cast<void>(std::filesystem::current_path(ec));  // what made ExpandFiles keep them relative
+      spdlog::warn("ringfeedd's working directory cannot be named ({}): source.files paths stay relative to it, and "
+                   "status --files and the client's files() show them so (a trainer elsewhere cannot open them); "
+                   "give source.files absolute paths",
+                   ec ? ec.message() : "unknown reason");
+    }
     ExampleParser parser(config.features);
     const bool ranks = config.consumers.mode == DeliveryMode::kRanks;
     const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;

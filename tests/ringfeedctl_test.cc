@@ -822,6 +822,34 @@ TEST_CASE("a stale socket whose lock file is a FIFO: status, list, dump and the 
   std::filesystem::remove(daemon.segment_path());  // the killed daemon's, which no start replaces here
 }
 
+TEST_CASE("list: a long job name widens the JOB column; a row without a status says which subdirectory") {
+  TempDir dir;
+  const std::string top = dir.file("run"), sub = top + "/instance";
+  std::filesystem::create_directories(sub);
+  // Sockets nobody listens on (bound, then closed: the file stays).
+  auto dead_socket = [](const std::string& path) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof addr.sun_path, "%s", path.c_str());
+    REQUIRE(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0);
+    ::close(fd);
+  };
+  const std::string long_name(40, 'j');
+  dead_socket(top + "/" + long_name + ".sock");
+  dead_socket(sub + "/short.sock");
+  const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", top});
+  INFO(list.out << list.err);
+  CHECK(list.status.ToString() == "exit 0");
+  CHECK_THAT(list.out, Catch::StartsWith("JOB" + std::string(40 - 3, ' ') + " STATE "));
+  const size_t long_row = list.out.find("\n" + long_name + " ");
+  REQUIRE(long_row != std::string::npos);
+  const size_t short_row = list.out.find("\nshort" + std::string(40 - 5, ' ') + " ");
+  REQUIRE(short_row != std::string::npos);
+  const std::string row = list.out.substr(short_row + 1, list.out.find('\n', short_row + 1) - short_row - 1);
+  CHECK_THAT(row, Catch::EndsWith(")   (in " + sub + ")"));
+}
+
 TEST_CASE("a JOB.sock that is not a socket is said to be one; a .sock no job could be named by is not listed") {
   TempDir dir;
   { std::ofstream(dir.file("file.sock")) << "x"; }

@@ -209,7 +209,7 @@ class Client:
 
     @property
     def files(self) -> List[str]:
-        """The job's sorted file list, which ``batch.sources[0]`` (file indices) indexes: asked of
+        """The job's file list, which ``batch.sources[0]`` (file indices) indexes: asked of
         the daemon the first time, then kept. Raises ringfeed.ClientError if the daemon is gone or
         restarted since this client attached. Paths decoded as ``os.fsdecode`` does: one that is
         not UTF-8 keeps its bytes as surrogates, and ``open()`` or ``os.fsencode`` gets them back."""
