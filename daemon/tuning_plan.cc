@@ -643,9 +643,9 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
   // Queued reads serve plain and compressed files alike (a GZIP/ZLIB file's inflater reads its
   // compressed bytes through the queue; docs/benchmarks.md, session 44: on GZIP files behind
-  // 20 ms the tuner with them got 1.14x the throughput of 4-8 readers reading one at a time, in
-  // 16-19 instead of 26-41 MiB). Without io_uring auto stays at 1 instead of trying what cannot
-  // gain.
+  // 20 ms the tuner with them got the throughput of 4-8 readers reading one at a time, median
+  // of 7 rounds, in 16-22 instead of 26-48 MiB). Without io_uring auto stays at 1 instead of
+  // trying what cannot gain.
   limits.max_reads_per_file = fixed_reads_per_file > 0 ? fixed_reads_per_file : (queued_reads ? kMaxAutoReadsPerFile : 1);
 
   // Starting knobs.

@@ -120,6 +120,40 @@ std::string BlobFeaturesYaml() {
          "  blob: {type: fixed, dtype: bytes}\n";
 }
 
+// A job over the files `pattern` names, of WriteBlobFile's features in batches of 16, then
+// `extra` (whole YAML lines).
+std::string BlobJobConfig(const std::string& job, const std::string& pattern, const std::string& compression,
+                          const std::string& extra) {
+  return "job: " + job + "\nsource: {files: [\"" + pattern + "\"], compression: " + compression +
+         "}\nfeatures:\n" + BlobFeaturesYaml() + "batch: {size: 16}\n" + extra;
+}
+
+// Every batch of a job that ends (taken in this process, to its end): its rows' ids, sorted.
+std::vector<int64_t> AllIdsSorted(const DaemonProcess& daemon) {
+  ConsumerSpec spec;
+  spec.client = daemon.client_options();
+  const ConsumerReport report = ConsumeInProcess(spec);
+  REQUIRE(report.end == "end");
+  std::vector<int64_t> ids;
+  for (const BatchInfo& b : report.batches) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+// Whether `mount` is up and io_uring can read files here; if not, says why the case skips.
+bool QueuedReadsOn(const SlowMount& mount) {
+  if (!mount.mounted()) {
+    mount.PrintSkip();
+    return false;
+  }
+  std::string why;
+  if (!ReadQueue::Available(&why)) {
+    Skip("io_uring cannot read files here: " + why);
+    return false;
+  }
+  return true;
+}
+
 // Records per second published by the daemon between two status queries `seconds` apart.
 double MeasureRate(const DaemonProcess& daemon, double seconds) {
   const json a = daemon.Status();
@@ -330,13 +364,7 @@ TEST_CASE("without io_uring (a seccomp filter, as in Docker): reads_per_file sta
     CHECK(s["pipeline"]["reads_per_file"] == 1);
     if (reads == "auto") CHECK(s["autotune"]["limits"]["max_reads_per_file"] == 1);
 
-    ConsumerSpec spec;
-    spec.client = daemon.client_options();
-    const ConsumerReport report = ConsumeInProcess(spec);
-    REQUIRE(report.end == "end");
-    std::vector<int64_t> ids;
-    for (const BatchInfo& b : report.batches) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
-    std::sort(ids.begin(), ids.end());
+    const std::vector<int64_t> ids = AllIdsSorted(daemon);
     REQUIRE(ids.size() == 2 * 9000u);  // 2 epochs of ids 0..8999, each once per epoch
     for (size_t i = 0; i < ids.size(); ++i) CHECK(ids[i] == static_cast<int64_t>(i / 2));
     daemon.Stop();
@@ -601,26 +629,14 @@ TEST_CASE("slow mount: a GZIP job's reads are queued by the tuner too, and every
     writer.Close();
   }
   SlowMount mount(source.path().string(), {"--latency-ms=20"});
-  if (!mount.mounted()) {
-    mount.PrintSkip();
-    return;
-  }
-  std::string why;
-  if (!ReadQueue::Available(&why)) return Skip("io_uring cannot read files here: " + why);
+  if (!QueuedReadsOn(mount)) return;
   TempDir dir;
   DaemonProcess daemon(dir.path(), "slowgzip",
-                       "job: slowgzip\nsource: {files: [\"" + mount.path("part-*.tfrecord.gz").string() +
-                           "\"], compression: gzip}\nfeatures:\n" + BlobFeaturesYaml() +
-                           "batch: {size: 16}\nepochs: 40\npipeline: {cycle_length: 2}\n");
+                       BlobJobConfig("slowgzip", mount.path("part-*.tfrecord.gz").string(), "gzip",
+                                     "epochs: 40\npipeline: {cycle_length: 2}\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
   CHECK(daemon.Status()["autotune"]["limits"]["max_reads_per_file"] == 16);
-  ConsumerSpec spec;
-  spec.client = daemon.client_options();
-  const ConsumerReport report = ConsumeInProcess(spec);
-  REQUIRE(report.end == "end");
-  std::vector<int64_t> ids;
-  for (const BatchInfo& b : report.batches) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
-  std::sort(ids.begin(), ids.end());
+  const std::vector<int64_t> ids = AllIdsSorted(daemon);
   // 40 epochs (360 MiB: long enough for the tuner's first rounds) of ids 0..143, each once per epoch.
   REQUIRE(ids.size() == 40 * 144u);
   size_t misplaced = 0;
@@ -639,17 +655,11 @@ TEST_CASE("stragglers on slow storage: late queued reads are sent again, and sta
   for (int f = 0; f < 4; ++f) WriteBlobFile(source.file("part-" + std::to_string(f) + ".tfrecord"), f * 400, 400, 16 << 10);
   // 5 ms a read, one in 20 takes 200 ms more: each would stop its file's records for 200 ms.
   SlowMount mount(source.path().string(), {"--latency-ms=5", "--tail-latency-ms=200", "--tail-fraction=0.05"});
-  if (!mount.mounted()) {
-    mount.PrintSkip();
-    return;
-  }
-  std::string why;
-  if (!ReadQueue::Available(&why)) return Skip("io_uring cannot read files here: " + why);
+  if (!QueuedReadsOn(mount)) return;
   TempDir dir;
   DaemonProcess daemon(dir.path(), "stragglers",
-                       "job: stragglers\nsource: {files: [\"" + mount.path("part-*.tfrecord").string() +
-                           "\"], compression: none}\nfeatures:\n" + BlobFeaturesYaml() +
-                           "batch: {size: 16}\nepochs: 0\npipeline: {readers: 2, reads_per_file: 8, cycle_length: 2}\n");
+                       BlobJobConfig("stragglers", mount.path("part-*.tfrecord").string(), "none",
+                                     "epochs: 0\npipeline: {readers: 2, reads_per_file: 8, cycle_length: 2}\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
   auto consumer = StartBusyConsumer(daemon);
   REQUIRE(consumer->ReadLine() == std::optional<std::string>("attached"));
