@@ -101,7 +101,8 @@ class Client {
   // The job's file list (all shards'): Batch::source(row).file_index indexes it. Asked
   // of the daemon on a control connection of its own on the first call (one round trip per
   // ~60 KiB of paths), then kept. Paths as the daemon expanded the config's globs, byte for
-  // byte (UTF-8 or not). Thread-safe. Throws ClientError (the daemon gone or restarted since
+  // byte (UTF-8 or not), absolute (a relative entry has the daemon's working directory
+  // prefixed), in the job's order (docs/architecture.md, rule 1). Thread-safe. Throws ClientError (the daemon gone or restarted since
   // this client attached).
   const std::vector<std::string>& files() const;
   uint32_t consumer_id() const;  // 1..64, this consumer's entry in the daemon's table
