@@ -489,8 +489,8 @@ void ReadAhead::Run(size_t id) {
     // (assigning field by field read the old values first: the reader's top cost).
     try {
       // The knobs first (their blocks are allocations too: running out of memory there ends the
-      // stream with the error, below). A new queue (reads per file changed) starts at the old
-      // allowance and is raised after, so no read is asked for twice.
+      // stream with the error, below). A queue deepened in place keeps what it read; a new one
+      // (reads per file from or to 1) starts at the old allowance and is raised after.
       if (stream->reads_per_file_ != reads_per_file) {
         stream->reader_.SetReadsInFlight(reads_per_file);
         stream->reads_per_file_ = reads_per_file;
@@ -571,7 +571,9 @@ void ReadAhead::Run(size_t id) {
     const Compression compression = stream->reader_.compression();
     const bool all_requested = stream->reader_.queue_all_requested();
     const size_t queue_blocks = stream->reader_.queue_blocks();
-    const size_t queue_spare = all_requested ? stream->reader_.reads_in_flight() + 1 - queue_blocks : 0;
+    // (A queue made shallower holds more than its depth until they are taken: no spare then.)
+    const size_t depth = stream->reader_.reads_in_flight() + 1;
+    const size_t queue_spare = all_requested && queue_blocks < depth ? depth - queue_blocks : 0;
     lock.lock();
     stream->busy_ = false;
     stream->queue_spare_ = queue_spare;

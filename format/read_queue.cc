@@ -84,7 +84,8 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   block_bytes = std::max<size_t>(block_bytes, 1);
   depth = std::max<size_t>(depth, 2);
   std::unique_ptr<ReadQueue> q(new ReadQueue(fd, offset, file_size, block_bytes, depth));
-  const int err = io_uring_queue_init(static_cast<unsigned>(depth + 1), &q->ring_->ring, 0);  // + a hedge
+  q->ring_entries_ = std::max(depth + 1, kRingEntries);  // + a hedge
+  const int err = io_uring_queue_init(static_cast<unsigned>(q->ring_entries_), &q->ring_->ring, 0);
   RingMapped();
   if (err < 0) {
     q->ring_.reset();
@@ -105,6 +106,7 @@ std::unique_ptr<ReadQueue> ReadQueue::Create(int fd, uint64_t offset, uint64_t f
   // The ring holds the file for its reads (fixed file 0), so reads still in flight when the
   // queue goes can be left to a thread of their own (~ReadQueue). Without it: plain fds.
   q->registered_ = io_uring_register_files(&q->ring_->ring, &fd, 1) == 0;
+  q->allowance_asked_ = allowance;
   q->allowance_ = std::clamp<size_t>(allowance, 1, depth);
   q->hedge_ = hedge;
   q->TopUp(nullptr);
@@ -139,6 +141,7 @@ ReadQueue::ReadQueue(int fd, uint64_t offset, uint64_t file_size, size_t block_b
       file_size_(file_size),
       block_bytes_(block_bytes),
       blocks_(depth),
+      depth_(depth),
       allowance_(depth) {}
 
 void ReadQueue::ReapLeftovers(Ring* ring, std::vector<std::unique_ptr<uint8_t[]>>* buffers, size_t in_flight) {
@@ -240,8 +243,29 @@ size_t ReadQueue::blocks() const {
 }
 
 void ReadQueue::SetAllowance(size_t blocks) {
-  allowance_ = std::clamp<size_t>(blocks, 1, blocks_.size());
+  allowance_asked_ = blocks;
+  allowance_ = std::clamp<size_t>(blocks, 1, depth_);
   TopUp(nullptr);
+}
+
+bool ReadQueue::SetDepth(size_t depth) {
+  depth = std::max<size_t>(depth, 2);
+  // Up to depth blocks in flight and a hedge, and while a shallower queue drains up to the old
+  // depth: each needs a submission entry should its submit be left queued (Submit), and twice
+  // the entries bound the completions waiting to be seen (io_uring's default CQ size).
+  if (depth + 1 > ring_entries_) return false;
+  if (depth > blocks_.size()) {
+    // The ring of slots grows with the held blocks first, in file order (their reads in flight
+    // are known by id, not by slot, so moving them is safe).
+    std::vector<Block> grown(depth);
+    for (size_t i = 0; i < blocks_.size(); ++i) grown[i] = std::move(blocks_[(head_ + i) % blocks_.size()]);
+    blocks_ = std::move(grown);
+    head_ = 0;
+  }
+  depth_ = depth;
+  allowance_ = std::clamp<size_t>(allowance_asked_, 1, depth_);
+  TopUp(nullptr);
+  return true;
 }
 
 void ReadQueue::Submit(size_t index) {

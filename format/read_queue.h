@@ -7,7 +7,8 @@
 // It keeps up to `depth` blocks of `block_bytes`, each read at the next offset not yet asked
 // for; a block is read again for the next offset as soon as all of it is taken (Read, Consume).
 // So at most depth x block_bytes bytes are buffered and in flight, and the reads stay ahead of
-// the caller by that much. An allowance (SetAllowance, <= depth) lowers how many blocks it
+// the caller by that much. SetDepth changes the depth in place: the blocks held keep their bytes
+// and their reads in flight (none is asked for twice). An allowance (SetAllowance, <= depth) lowers how many blocks it
 // holds at once: a file opened ahead of its turn reads one block at a time and takes more as
 // files before it near their ends (ReadAhead hands their blocks on), so that its first records
 // are there when its turn comes. A block with nothing left to read into (the file's end) or
@@ -79,7 +80,14 @@ class ReadQueue {
   // is read again for the next offset, so what Peek showed of it is no longer valid.
   void Consume(size_t n);
 
-  size_t depth() const { return blocks_.size(); }
+  size_t depth() const { return depth_; }
+  // A new depth (>= 2) for the queue as it is: a deeper one reads the next blocks at once; a
+  // shallower one frees blocks as they are taken (until then it holds up to the old depth;
+  // reads in flight finish). The allowance asked for (Create, SetAllowance) is clamped to the
+  // new depth. False, and nothing changed, where the queue's io_uring cannot take
+  // that many reads (more than kRingEntries - 1, or depth + 1 at Create where that was more):
+  // the caller then makes a new queue.
+  bool SetDepth(size_t depth);
   // The most blocks held at once from now on (clamped to 1..depth). Raising it reads the next
   // blocks at once; lowering it frees blocks as they are taken (reads in flight finish).
   void SetAllowance(size_t blocks);
@@ -120,6 +128,10 @@ class ReadQueue {
   // Blocks a queue holds beyond its depth: the hedge's and those of reads still in flight whose
   // answer is no longer wanted. A hedge waits while they are all taken.
   static constexpr size_t kMaxSpareBlocks = 2;
+  // Submission entries of a queue's io_uring: at least this many (depth + 1 where that is more),
+  // so that SetDepth can deepen the queue in place up to kRingEntries - 1 (the tuner's reads per
+  // file stay below). io_uring rounds entries up to a power of two: a queue of depth 17 had 32.
+  static constexpr size_t kRingEntries = 32;
   // The most memory a TFRecordReader's queue for `reads` reads in flight (> 1) holds: its
   // depth, reads + 1 (the block being taken besides those in flight), and the spare blocks.
   // What the memory plan and the tuner count per file with queued reads.
@@ -182,10 +194,15 @@ class ReadQueue {
   uint64_t next_offset_;    // offset of the next block to read
   const uint64_t file_size_;
   const size_t block_bytes_;
-  std::vector<Block> blocks_;  // a ring: the held blocks are head_ .. head_ + count_ - 1, in file order
+  // A ring of at least depth_ slots (more after SetDepth made it shallower): the held blocks are
+  // head_ .. head_ + count_ - 1 (modulo its size), in file order.
+  std::vector<Block> blocks_;
+  size_t depth_;            // the most blocks read ahead (Create's depth, SetDepth)
+  size_t ring_entries_ = 0;  // submission entries asked of io_uring (at least depth_ + 1)
   size_t head_ = 0;         // the block holding position_
-  size_t count_ = 0;        // blocks held
-  size_t allowance_;        // the most blocks held at once (1 .. blocks_.size())
+  size_t count_ = 0;        // blocks held (more than depth_ only after SetDepth lowered it)
+  size_t allowance_;        // the most blocks held at once: allowance_asked_ clamped to 1 .. depth_
+  size_t allowance_asked_ = SIZE_MAX;  // Create's allowance, then SetAllowance's
   size_t in_flight_ = 0;     // reads sent and not answered: the blocks', the hedge's, orphans'
   uint64_t next_id_ = 1;
   std::unique_ptr<uint8_t[]> hedge_bytes_;  // the hedged read's block (kept for the next one)

@@ -90,6 +90,8 @@ void TFRecordReader::SetReadsInFlight(size_t reads) {
   const size_t current = reads_in_flight();
   options_.reads_in_flight = reads;
   if (!opened_ || done_ || fd_ < 0 || stream_end_ || reads == current) return;
+  // Deeper or shallower in place: the blocks read ahead and the reads in flight stay.
+  if (ReadQueue* q = ActiveQueue(); q != nullptr && reads > 1 && q->SetDepth(reads + 1)) return;
   if (inflate_) {
     // The inflater copied what it read into its input buffer: the new queue (or read()) goes on
     // from where the reads got to, nothing of the old one is still shown.

@@ -186,9 +186,11 @@ class TFRecordReader {
   // that rarely straddle at all; one from 16 to 64 KiB grows it, a larger one is read directly.)
   static constexpr size_t kQueuedWindowBytes = size_t{16} << 10;
   // Changes ReaderOptions::reads_in_flight from the next read on (before the first Next() it
-  // only sets the option; a compressed file's inflater goes on through the new queue from the
-  // bytes it has read). The blocks a queue read ahead are dropped and read again
-  // by the new one, so change it seldom. Records and offsets are the same whatever the setting,
+  // only sets the option). Between two numbers above 1 the queue is deepened or made shallower
+  // in place (ReadQueue::SetDepth): what it read ahead and its reads in flight stay. To or
+  // from 1 (or past ReadQueue::kRingEntries - 1) a queue is made or dropped: the blocks it read
+  // ahead are dropped and read again by the new one or by read() (a compressed file's inflater
+  // goes on from the bytes it has read). Records and offsets are the same whatever the setting,
   // and the record the last Next() returned stays valid until the next call, as always.
   void SetReadsInFlight(size_t reads);
   // With queued reads: the most blocks of the queue held at once (ReadQueue::SetAllowance: 1 =

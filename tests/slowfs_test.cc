@@ -589,6 +589,54 @@ TEST_CASE("TFRecordReader: a GZIP file on slow storage is read with its reads in
   }
 }
 
+TEST_CASE("TFRecordReader: reads in flight changed mid-file are not read twice (the queue changes depth in place)") {
+  // The autotuner raises and takes back reads_per_file while files are being read. Between
+  // numbers above 1 the queue keeps what it read ahead and its reads in flight: slowfs serves
+  // each byte once, as many as with the reads in flight never changed.
+  std::vector<std::string> records;
+  for (int i = 0; i < 3000; ++i) records.push_back(RandomBytes(static_cast<size_t>(300 + i % 900), 7 + i));
+  TempDir source;
+  const std::string framed = ringfeed::testing::FrameRecords(records);
+  WriteFile(source.file("p.tfrecord"), framed);
+  WriteFile(source.file("g.tfrecord.gz"), ringfeed::testing::GzipBytes(framed));
+  SlowMount mount(source.path().string(), {"--latency-ms=2"});
+  if (!mount.mounted()) return mount.PrintSkip();
+  if (!QueuedReadsOrSkip()) return;
+  for (const char* file : {"p.tfrecord", "g.tfrecord.gz"}) {
+    uint64_t served_fixed = 0;
+    for (const bool change : {false, true}) {
+      INFO(file << (change ? ", reads in flight 2 -> 8 -> 16 -> 3 -> 12 -> 2" : ", 8 reads in flight throughout"));
+      const uint64_t bytes_before = Counter(mount.Stats(), "bytes");
+      ringfeed::ReaderOptions options;
+      options.reads_in_flight = change ? 2 : 8;
+      options.read_block_bytes = 16 * 1024;
+      options.hedged_reads = false;  // a hedge reads a block twice on purpose
+      ringfeed::TFRecordReader reader(mount.path(file), options);
+      const size_t steps[] = {8, 16, 3, 12, 2};
+      ringfeed::Record record;
+      ringfeed::ReadError error;
+      size_t i = 0;
+      for (; reader.Next(&record, &error) == ringfeed::TFRecordReader::Status::kRecord; ++i) {
+        REQUIRE(i < records.size());
+        REQUIRE(std::string(record.data.begin(), record.data.end()) == records[i]);
+        if (change && i % 500 == 250 && i / 500 < std::size(steps)) {
+          reader.SetReadsInFlight(steps[i / 500]);
+          CHECK(reader.reads_in_flight() == steps[i / 500]);
+        }
+      }
+      CHECK(error.message.empty());
+      CHECK(i == records.size());
+      const uint64_t served = Counter(mount.Stats(), "bytes") - bytes_before;
+      CHECK(served >= std::filesystem::file_size(source.file(file)));
+      if (!change) {
+        served_fixed = served;
+      } else {
+        CHECK(served == served_fixed);
+      }
+    }
+  }
+}
+
 TEST_CASE("slowfs: a tail fraction above 1 is refused (exit 2) before mounting") {
   TempDir source;
   std::filesystem::create_directory(source.path() / "mnt");

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "format/crc32c.h"
@@ -1172,6 +1173,58 @@ TEST_CASE("ReadQueue::SetAllowance: never more blocks held than allowed, the byt
     CHECK(q->all_requested());
     CHECK(q->blocks() == 0);  // every block taken and freed
     CHECK(q->Read(buf, sizeof buf) == 0);
+    q.reset();
+    ::close(fd);
+  }
+}
+
+TEST_CASE("ReadQueue::SetDepth: deeper or shallower in place, the bytes in order, the allowance asked kept") {
+  TempDir dir;
+  std::string bytes(300'007, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 2654435761u) >> 11);
+  WriteFile(dir.file("f"), bytes);
+  constexpr size_t kBlock = 4096;
+  // (start depth, allowance at Create, the depths set one by one every 5000 bytes taken)
+  const std::vector<std::tuple<size_t, size_t, std::vector<size_t>>> cases = {
+      {3, SIZE_MAX, {9, 17, 5, 2, 31, 4}}, {9, SIZE_MAX, {2, 2, 9, 3, 17}}, {5, 3, {17, 2, 9, 3}}};
+  for (const auto& [start, asked, steps] : cases) {
+    INFO("depth " << start << ", allowance " << asked << ", " << steps.size() << " steps");
+    const int fd = ::open(dir.file("f").c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string why;
+    auto q = ReadQueue::Create(fd, 0, bytes.size(), kBlock, start, &why, asked);
+    if (!q) {
+      ::close(fd);
+      WARN("io_uring unavailable here: " << why);
+      return;
+    }
+    size_t depth = start, most = start;  // `most`: what a shallower queue may hold until taken
+    std::string got;
+    size_t step = 0;
+    uint8_t buf[1000];
+    for (;;) {
+      const ssize_t n = q->Read(buf, sizeof buf);
+      REQUIRE(n >= 0);
+      if (n == 0) break;
+      got.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
+      const size_t allowance = std::min(asked, depth);
+      CHECK(q->blocks() <= std::max(allowance, most));
+      most = std::max<size_t>(q->blocks(), allowance);
+      if (!q->all_requested()) CHECK(q->blocks() >= allowance);  // a taken block is read again
+      if (got.size() % 5000 < 1000 && step < steps.size()) {
+        depth = steps[step++];
+        REQUIRE(q->SetDepth(depth));
+        CHECK(q->depth() == depth);
+        CHECK(q->allowance() == std::min(asked, depth));
+        if (!q->all_requested()) CHECK(q->blocks() >= std::min(asked, depth));  // deeper reads at once
+      }
+    }
+    CHECK(step == steps.size());
+    CHECK(got == bytes);  // nothing lost or read twice into the stream, whatever moved
+    CHECK(q->blocks() == 0);
+    // More reads than its io_uring was made for: refused, nothing changed.
+    CHECK_FALSE(q->SetDepth(ReadQueue::kRingEntries));
+    CHECK(q->depth() == depth);
     q.reset();
     ::close(fd);
   }
