@@ -26,7 +26,9 @@
 //
 // The numbers (public constants below; the algorithm step by step in tuner.cc's top comment):
 // consumers "wait" at >= 5% of the interval; a stage is saturated at >= 85% busy, or the read
-// stage when the sequencer waits >= 25% for records while readers are >= 60% busy; when
+// stage when the sequencer waits >= 25% for records while readers are >= 60% busy (or, with
+// queued reads at their most and a reader per interleaved file, however busy: one more reader
+// for the files opened ahead of their turn, see ReadersRaiseTarget); when
 // consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried while the workers are >= 60% busy, so that parsing
@@ -360,9 +362,12 @@ class Tuner {
   // The files the interleave reads from at once: cycle_length (open_files_base), at most the
   // files there are.
   int64_t InterleavedFiles() const;
+  // The most readers beside queued reads (reads_per_file > 1): one per interleaved file and one
+  // for the files opened ahead of their turn (ReadersRaiseTarget).
+  int64_t QueuedReadsMostReaders() const { return InterleavedFiles() + 1; }
   // Readers a raise would go to with `workers` workers (== readers: none; *cpu_blocked when
-  // only the CPU budget stops it). With queued reads (reads_per_file > 1), at most one per
-  // interleaved file.
+  // only the CPU budget stops it). With queued reads (reads_per_file > 1), at most
+  // QueuedReadsMostReaders().
   int64_t ReadersRaiseTarget(int64_t workers, bool* cpu_blocked, bool ignore_hold = false) const;
   bool CanRaiseWorkers(int64_t readers, bool* cpu_blocked) const;
   std::string CpuUse() const;        // "1.45 of 2 cores (...)" for reasons

@@ -1696,10 +1696,11 @@ TEST_CASE("beside queued reads the read-ahead per file is a hand-over's worth") 
   CHECK(d.knobs.stream_buffer_bytes == 128 * KiB);
 }
 
-TEST_CASE("with queued reads, readers stop at one per interleaved file") {
-  // Readers past cycle_length only read files ahead of their turn, one read at a time, while
-  // queued reads keep the interleave's own files read ahead (a 20 ms mount, 16 reads per file
-  // over 4 files: 8 readers gave 0.5-3% more than 4, for 2.5 MiB more RSS while tried).
+TEST_CASE("with queued reads, readers stop at one per interleaved file and one for the files opened ahead") {
+  // While queued reads keep the interleave's files read ahead, a further reader only reads files
+  // ahead of their turn; one such reader pays (their first reads, a round trip each, no longer
+  // hold up an interleaved file's reader: 20 ms mount, 16 reads per file over 4 files, 5
+  // readers +16% over 4), more do not (6, 8 and 16 no more than 5; session 45).
   for (int64_t reads : {int64_t{1}, int64_t{16}}) {
     INFO("reads_per_file " << reads);
     TunerLimits l = Limits(2, 64 * MiB);
@@ -1711,23 +1712,65 @@ TEST_CASE("with queued reads, readers stop at one per interleaved file") {
     const TunerObservation slow = Obs(250, 0.95, 0.95, 0.90, 0.30, 0, 0.25, 0.5);
     Measure(tuner, slow);
     TunerDecision d = tuner.Observe(slow);
-    REQUIRE(d.knobs.readers == 4);  // x2 step, up to the 4 interleaved files either way
+    // x2 step; with queued reads to the cap when it would stop one short of it (the 4
+    // interleaved files' readers and one more).
+    REQUIRE(d.knobs.readers == (reads > 1 ? 5 : 4));
     // The trial pays (+50%), and the reads still limit: one read at a time tries 8 readers (and
     // takes them back, no gain); with queued reads there is nothing more to try.
+    // The fifth reader pays where reads are queued (+16%, as measured), more do not.
     const TunerObservation faster = Obs(375, 0.90, 0.95, 0.85, 0.45, 0, 0.25, 0.6);
-    int64_t most = 0;
+    const TunerObservation fifth = Obs(435, 0.90, 0.95, 0.85, 0.45, 0, 0.25, 0.6);
+    int64_t readers = d.knobs.readers, most = 0;
     std::string holding;
     for (int i = 0; i < 40; ++i) {
-      const TunerDecision next = tuner.Observe(faster);
-      most = std::max(most, next.knobs.readers);
+      const TunerDecision next = tuner.Observe(reads > 1 && readers == 5 ? fifth : faster);
+      readers = next.knobs.readers;
+      most = std::max(most, readers);
       if (!next.holding.empty()) holding = next.holding;
     }
-    CHECK(most == (reads > 1 ? 4 : 8));
+    CHECK(most == (reads > 1 ? 5 : 8));
+    CHECK(readers == (reads > 1 ? 5 : 4));
     if (reads > 1) {
       CHECK(holding == "consumers waited 90%, the reads limit (readers 95% busy, the sequencer waited for records "
-                       "85%), but the readers are one per interleaved file (4: more would only read files ahead "
-                       "of their turn) and the reads in flight per file are fixed by the config at 16");
+                       "85%), but the readers are one per interleaved file and one for the files opened ahead of "
+                       "their turn (5: more would only read files ahead of their turn) and the reads in flight per "
+                       "file are fixed by the config at 16");
     }
+  }
+}
+
+TEST_CASE("with queued reads at their most, a starved sequencer gets one more reader for the files opened ahead") {
+  // The 20 ms mount of session 45: 16 reads per file over 4 files, 4 readers 46% busy (on
+  // their reads), the sequencer waiting 57% for records, workers 64% busy; 5 readers gave 16%
+  // more. Neither stage is saturated, yet the readers are short of turns: a reader waiting on a
+  // file opened ahead (its first read, every file change) is not there for an interleaved one.
+  TunerLimits l = Limits(2, 128 * MiB);
+  l.max_reads_per_file = 16;
+  const TunerKnobs start{.readers = 4, .stream_buffer_bytes = 128 * 1024, .workers = 1, .prefetch = 8,
+                         .reads_per_file = 16};
+  const TunerObservation at4 = Obs(335, 0.92, 0.46, 0.57, 0.64, 0, 0.25, 1.0);
+  for (const bool pays : {true, false}) {
+    INFO((pays ? "the fifth reader pays (+16%)" : "it does not"));
+    Tuner tuner(l, start, {});
+    Measure(tuner, at4);
+    const TunerDecision d = tuner.Observe(at4);
+    REQUIRE(d.changes.size() == 1);
+    CHECK(ToString(d.changes[0]) ==
+          "readers 4 -> 5: consumers waited 92% of 0.25 s, the sequencer waited for records 57% with readers 46% busy "
+          "(2% CPU: I/O-blocked, x2 step) and 16 reads in flight per file: one more reader for the files opened ahead "
+          "of their turn, whose first reads hold up a reader for a round trip, 1.00 of 2 cores used (0.64 per "
+          "worker, 0.01 per reader)");
+    // As measured with 5: the sequencer still waits (the storage's round trips), readers no busier.
+    const TunerObservation at5 = Obs(pays ? 390 : 335, 0.90, 0.46, 0.55, 0.72, 0, 0.25, 1.1);
+    int64_t readers = 5, most = 5;
+    for (int i = 0; i < 60; ++i) {
+      const TunerDecision next = tuner.Observe(readers == 5 ? at5 : at4);
+      readers = next.knobs.readers;
+      most = std::max(most, readers);
+      CHECK(next.knobs.reads_per_file == 16);
+    }
+    CHECK(most == 5);  // never past one per interleaved file and one
+    CHECK(readers == (pays ? 5 : 4));
   }
 }
 
