@@ -235,8 +235,7 @@ int64_t Tuner::ReadersRaiseTarget(int64_t workers, bool* cpu_blocked, bool ignor
   if (fixed_.readers || (!ignore_hold && now_seconds_ < hold_[kReaders].raise_until) || r >= limits_.max_readers) {
     return r;
   }
-  int64_t to = std::min(IoBound() ? 2 * r : r + 1, limits_.max_readers);
-  to = std::min(to, MaxReadersForMemory());
+  int64_t to = IoBound() ? 2 * r : r + 1;
   // Queued reads keep the interleave's files read ahead, a reader each; one more reader serves
   // the files opened ahead of their turn, whose first reads (a round trip each, every file
   // change) otherwise hold up an interleaved file's reader (a 20 ms mount, 16 queued reads per
@@ -250,6 +249,7 @@ int64_t Tuner::ReadersRaiseTarget(int64_t workers, bool* cpu_blocked, bool ignor
     if (IoBound() && to == most - 1) to = most;
     to = std::min(to, std::max(r, most));
   }
+  to = std::min({to, limits_.max_readers, MaxReadersForMemory()});  // after the step, which may add one
   if (to <= r) return r;
   while (to > r && !WithinCpuBudget(workers, to)) --to;
   *cpu_blocked = to == r;
@@ -692,13 +692,15 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
       return true;
     }
   }
-  // Queued reads at their most, a reader per interleaved file, the sequencer still starved of
-  // records though the readers are not saturated: readers short of turns, not of time. The
+  // Queued reads that go no higher (at their most, fixed or held off), a reader per interleaved
+  // file, the sequencer still starved of records though neither stage is saturated: readers
+  // short of turns, not of time. The
   // files opened ahead of their turn wait a round trip for their first read, every file change,
   // and a reader waiting on one is not there for an interleaved file that runs dry; one more
   // reader serves them (a 20 ms mount, 16 reads per file over 4 files: readers 46% busy, the
   // sequencer waiting 57% for records; 5 readers 16% more than 4, session 45). A trial.
-  if (!read_saturated && knobs_.reads_per_file > 1 && r >= InterleavedFiles() && s.read_wait >= kReadStarved &&
+  if (!read_saturated && !parse_saturated && knobs_.reads_per_file > 1 && r >= InterleavedFiles() &&
+      s.read_wait >= kReadStarved &&
       s.read_busy > 0 && IoBound() && ReadsPerFileRaiseTarget() <= knobs_.reads_per_file) {
     const int64_t to = ReadersRaiseTarget(w, &cpu_blocked);
     if (to > r) {

@@ -26,9 +26,10 @@
 //
 // The numbers (public constants below; the algorithm step by step in tuner.cc's top comment):
 // consumers "wait" at >= 5% of the interval; a stage is saturated at >= 85% busy, or the read
-// stage when the sequencer waits >= 25% for records while readers are >= 60% busy (or, with
-// queued reads at their most and a reader per interleaved file, however busy: one more reader
-// for the files opened ahead of their turn, see ReadersRaiseTarget); when
+// stage when the sequencer waits >= 25% for records while readers are >= 60% busy (with
+// queued reads that go no higher and a reader per interleaved file, a sequencer that waits so
+// long while neither stage is saturated gets one more reader, for the files opened ahead of
+// their turn: TryRaise, up to ReadersRaiseTarget's cap); when
 // consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried while the workers are >= 60% busy, so that parsing
@@ -77,7 +78,8 @@
 // the read-ahead budget holds) before readers do: from 1 to twice the blocks one read brings
 // (read_bytes / read_block_bytes: 1 -> 8 with 1 MiB reads and 256 KiB blocks), then x2; it
 // comes down /2, and to 1 from the step above that.
-// I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 and down /2, CPU-bound ones +-1;
+// I/O-blocked readers (read_cpu_fraction < 0.5) go up x2 (with queued reads, a step that would
+// stop one short of their cap, cycle_length + 1, goes to it) and down /2, CPU-bound ones +-1;
 // workers +-1; prefetch up x2 (as tf.data's PrefetchAutotuner doubles its buffer limit: one
 // more batch gains a few percent at most, which a trial cannot tell from noise) and down by
 // half the batches that never left the ring.

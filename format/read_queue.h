@@ -8,7 +8,8 @@
 // for; a block is read again for the next offset as soon as all of it is taken (Read, Consume).
 // So at most depth x block_bytes bytes are buffered and in flight, and the reads stay ahead of
 // the caller by that much. SetDepth changes the depth in place: the blocks held keep their bytes
-// and their reads in flight (none is asked for twice). An allowance (SetAllowance, <= depth) lowers how many blocks it
+// and their reads in flight (none is asked for twice); a queue made shallower holds up to its
+// old depth until those blocks are taken. An allowance (SetAllowance, <= depth) lowers how many blocks it
 // holds at once: a file opened ahead of its turn reads one block at a time and takes more as
 // files before it near their ends (ReadAhead hands their blocks on), so that its first records
 // are there when its turn comes. A block with nothing left to read into (the file's end) or

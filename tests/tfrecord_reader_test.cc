@@ -1199,6 +1199,7 @@ TEST_CASE("ReadQueue::SetDepth: deeper or shallower in place, the bytes in order
       return;
     }
     size_t depth = start, most = start;  // `most`: what a shallower queue may hold until taken
+    size_t drained_at = 0;  // once this much is taken, a shallower queue holds its allowance at most
     std::string got;
     size_t step = 0;
     uint8_t buf[1000];
@@ -1210,9 +1211,11 @@ TEST_CASE("ReadQueue::SetDepth: deeper or shallower in place, the bytes in order
       const size_t allowance = std::min(asked, depth);
       CHECK(q->blocks() <= std::max(allowance, most));
       most = std::max<size_t>(q->blocks(), allowance);
+      if (got.size() >= drained_at) CHECK(q->blocks() <= allowance);  // the blocks above it freed as taken
       if (!q->all_requested()) CHECK(q->blocks() >= allowance);  // a taken block is read again
       if (got.size() % 5000 < 1000 && step < steps.size()) {
         depth = steps[step++];
+        drained_at = got.size() + q->blocks() * kBlock;
         REQUIRE(q->SetDepth(depth));
         CHECK(q->depth() == depth);
         CHECK(q->allowance() == std::min(asked, depth));

@@ -1739,6 +1739,29 @@ TEST_CASE("with queued reads, readers stop at one per interleaved file and one f
   }
 }
 
+TEST_CASE("with queued reads, the step to one per interleaved file and one stays within max_readers and memory") {
+  // A shard of 4 files (max_readers 4), or a read-ahead budget that holds 4 readers' files and
+  // queues but not 5: 2 -> 4, not 5 (the step to the cap must not pass the budgets).
+  for (const bool by_memory : {false, true}) {
+    INFO((by_memory ? "memory holds 4 readers" : "max_readers 4"));
+    TunerLimits l = Limits(2, by_memory ? 0 : 64 * MiB);
+    l.max_reads_per_file = 16;
+    if (by_memory) {
+      // 4 interleaved files + 4 opened ahead, each with 16 queued reads (19 blocks) and a read-ahead.
+      l.read_ahead_budget_bytes = 8 * (19 * l.read_block_bytes + l.min_stream_buffer_bytes);
+    } else {
+      l.max_readers = 4;
+    }
+    const TunerKnobs start{.readers = 2, .stream_buffer_bytes = Tuner::StartStreamBufferBytes(l, 2, 16),
+                           .workers = 1, .prefetch = 2, .reads_per_file = 16};
+    Tuner tuner(l, start, TunerFixed{.reads_per_file = true});
+    const TunerObservation slow = Obs(250, 0.95, 0.95, 0.90, 0.30, 0, 0.25, 0.5);
+    Measure(tuner, slow);
+    const TunerDecision d = tuner.Observe(slow);
+    CHECK(d.knobs.readers == 4);
+  }
+}
+
 TEST_CASE("with queued reads at their most, a starved sequencer gets one more reader for the files opened ahead") {
   // The 20 ms mount of session 45: 16 reads per file over 4 files, 4 readers 46% busy (on
   // their reads), the sequencer waiting 57% for records, workers 64% busy; 5 readers gave 16%
