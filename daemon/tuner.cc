@@ -692,22 +692,22 @@ bool Tuner::TryRaise(const Signals& s, std::vector<TunerChange>* changes) {
       return true;
     }
   }
-  // Queued reads that go no higher (at their most, fixed or held off), a reader per interleaved
-  // file, the sequencer still starved of records though neither stage is saturated: readers
-  // short of turns, not of time. The
-  // files opened ahead of their turn wait a round trip for their first read, every file change,
-  // and a reader waiting on one is not there for an interleaved file that runs dry; one more
-  // reader serves them (a 20 ms mount, 16 reads per file over 4 files: readers 46% busy, the
-  // sequencer waiting 57% for records; 5 readers 16% more than 4, session 45). A trial.
-  if (!read_saturated && !parse_saturated && knobs_.reads_per_file > 1 && r >= InterleavedFiles() &&
-      s.read_wait >= kReadStarved &&
+  // Queued reads that go no higher (at their most, fixed or held off), the sequencer still
+  // starved of records though neither stage is saturated: readers short of turns, not of time.
+  // Each interleaved file wants a reader, and the files opened ahead of their turn wait a round
+  // trip for their first read, every file change: a reader waiting on one is not there for an
+  // interleaved file that runs dry. So readers go up to one per interleaved file and one more
+  // (ReadersRaiseTarget; a 20 ms mount, 16 reads per file over 4 files: 4 readers 46% busy, the
+  // sequencer waiting 57% for records, 5 readers 16% more; 2 readers 56% busy, waiting 77%,
+  // went to a worker trial first, session 45). A trial.
+  if (!read_saturated && !parse_saturated && knobs_.reads_per_file > 1 && s.read_wait >= kReadStarved &&
       s.read_busy > 0 && IoBound() && ReadsPerFileRaiseTarget() <= knobs_.reads_per_file) {
     const int64_t to = ReadersRaiseTarget(w, &cpu_blocked);
     if (to > r) {
       Set(kReaders, to,
           Format("%s, the sequencer waited for records %.0f%% with readers %.0f%% busy (%s) and %lld reads in "
-                 "flight per file: one more reader for the files opened ahead of their turn, whose first reads "
-                 "hold up a reader for a round trip, %s",
+                 "flight per file: readers short of turns (one per interleaved file and one for the files opened "
+                 "ahead of their turn, whose first reads hold a reader up for a round trip), %s",
                  waited.c_str(), Pct(s.read_wait), Pct(s.read_busy), read_kind.c_str(), LL(knobs_.reads_per_file),
                  cpu.c_str()),
           changes);

@@ -27,9 +27,9 @@
 // The numbers (public constants below; the algorithm step by step in tuner.cc's top comment):
 // consumers "wait" at >= 5% of the interval; a stage is saturated at >= 85% busy, or the read
 // stage when the sequencer waits >= 25% for records while readers are >= 60% busy (with
-// queued reads that go no higher and a reader per interleaved file, a sequencer that waits so
-// long while neither stage is saturated gets one more reader, for the files opened ahead of
-// their turn: TryRaise, up to ReadersRaiseTarget's cap); when
+// queued reads that go no higher, a sequencer that waits so long while neither stage is
+// saturated raises the readers too, up to one per interleaved file and one for the files opened
+// ahead of their turn: TryRaise, ReadersRaiseTarget); when
 // consumers wait and neither stage is saturated nor the output bursty (the stages take turns,
 // each waiting for the other: a loader short of CPU time rather than of one stage's
 // parallelism), one more worker is tried while the workers are >= 60% busy, so that parsing

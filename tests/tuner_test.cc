@@ -1780,9 +1780,9 @@ TEST_CASE("with queued reads at their most, a starved sequencer gets one more re
     REQUIRE(d.changes.size() == 1);
     CHECK(ToString(d.changes[0]) ==
           "readers 4 -> 5: consumers waited 92% of 0.25 s, the sequencer waited for records 57% with readers 46% busy "
-          "(2% CPU: I/O-blocked, x2 step) and 16 reads in flight per file: one more reader for the files opened ahead "
-          "of their turn, whose first reads hold up a reader for a round trip, 1.00 of 2 cores used (0.64 per "
-          "worker, 0.01 per reader)");
+          "(2% CPU: I/O-blocked, x2 step) and 16 reads in flight per file: readers short of turns (one per "
+          "interleaved file and one for the files opened ahead of their turn, whose first reads hold a reader up "
+          "for a round trip), 1.00 of 2 cores used (0.64 per worker, 0.01 per reader)");
     // As measured with 5: the sequencer still waits (the storage's round trips), readers no busier.
     const TunerObservation at5 = Obs(pays ? 390 : 335, 0.90, 0.46, 0.55, 0.72, 0, 0.25, 1.1);
     int64_t readers = 5, most = 5;
@@ -1795,6 +1795,18 @@ TEST_CASE("with queued reads at their most, a starved sequencer gets one more re
     CHECK(most == 5);  // never past one per interleaved file and one
     CHECK(readers == (pays ? 5 : 4));
   }
+  // The same with fewer readers than interleaved files (2 readers 56% busy, the sequencer
+  // waiting 77%): the x2 step, to the cap, before any worker is tried.
+  TunerKnobs two = start;
+  two.readers = 2;
+  Tuner tuner(l, two, {});
+  const TunerObservation at2 = Obs(280, 0.90, 0.56, 0.77, 0.70, 0, 0.25, 1.0);
+  Measure(tuner, at2);
+  const TunerDecision d = tuner.Observe(at2);
+  REQUIRE(d.changes.size() == 1);
+  CHECK(d.changes[0].knob == "readers");
+  CHECK(d.knobs.readers == 5);
+  CHECK(d.knobs.workers == 1);
 }
 
 }  // namespace
