@@ -23,7 +23,8 @@
 //  5. Once the current knobs have been measured for >= kTrialIntervalSeconds since they last
 //     changed (their "stretch", the trial's before-throughput; before the first change, in the
 //     first kStartupRampSeconds with consumers, an interval > kRaiseGain over it restarts it:
-//     the start-up ramp), at most one change (one trial), so that its effect can be judged alone:
+//     the start-up ramp; at start with reads blocked beyond doubt, 0.25 s: StartBlockedOnReads),
+//     at most one change (one trial), so that its effect can be judged alone:
 //     consumers wait -> readers and workers together after a pair hint (TryPair), else raise
 //     the stage that limits (see TryRaise), or trade CPU from the stage
 //     with slack to it; when no stage limits, or the reads limit but readers are held off, or
@@ -414,6 +415,12 @@ void Tuner::ClearHolds() {
 
 bool Tuner::ReadsLimit(const Signals& s) {
   return s.read_busy >= kSaturatedBusy || (s.read_wait >= kReadStarved && s.read_busy >= kReadStarvedBusy);
+}
+
+bool Tuner::StartBlockedOnReads(const Signals& s) const {
+  return !changed_once_ && s.throughput > 0 && s.wait >= kStartBlockedFraction &&
+         s.read_wait >= kStartBlockedFraction && s.read_busy >= kStartBlockedFraction && IoBound() &&
+         ReadsPerFileRaiseTarget() > knobs_.reads_per_file;
 }
 
 void Tuner::StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs) {
@@ -1157,8 +1164,14 @@ TunerDecision Tuner::Observe(const TunerObservation& o) {
   }
   if (trial_ && EvaluateTrial(s, &changes)) return Finish(std::move(changes), true);
 
-  // Not before the current knobs have been measured long enough to compare a trial with.
-  if (stretch_seconds_ < kTrialIntervalSeconds - 1e-9) return Finish({}, shifted);
+  // Not before the current knobs have been measured long enough to compare a trial with;
+  // at start with reads blocked beyond doubt, after one short interval: the start-up ramp and
+  // the noise of a few reads per interval (+-10% at 1 MiB per 20 ms round trip) kept a 20 ms
+  // mount at one read in flight for its first 3 s, a third of the time to 90% of its
+  // throughput, for a raise that then gained 5x (docs/benchmarks.md, session 46). A ramp
+  // cannot fake such a gain; a raise that does not pay is taken back as any other.
+  const double measured_enough = StartBlockedOnReads(s) ? kShortIntervalSeconds : kTrialIntervalSeconds;
+  if (stretch_seconds_ < measured_enough - 1e-9) return Finish({}, shifted);
 
   // 5. One change (a trial), and beside it the read-ahead a measured need asks for: not a
   // trial, and in a round of its own it held every raise of readers on slow storage back by

@@ -41,7 +41,8 @@
 // change is made only once the current knobs have been measured for >= 1 s since they last
 // changed (a 0.25 s interval on a shared machine moves by 10-20%; in the first 2 s with
 // consumers and before any change, an interval > 5% over that measurement starts it again: the
-// start-up ramp is no baseline), and a raise is kept when
+// start-up ramp is no baseline; at start, with reads blocked beyond doubt and queued reads that
+// can go up, after one 0.25 s interval: StartBlockedOnReads), and a raise is kept when
 // throughput gains >= 5% over that measurement (a positive gain under 5% on its interval:
 // judged again on that interval and the next together), else it is taken back
 // and the knob is not raised again for 5 s the first time (one noisy interval), 120 s the second
@@ -268,6 +269,7 @@ class Tuner {
   static constexpr double kSettleIntervalSeconds = 0.5;   // ... and the one new readers ramp in
   static constexpr double kStretchWindowSeconds = 4.0;    // a trial's before-throughput: the last 4 s at most
   static constexpr double kStartupRampSeconds = 2.0;      // consumer time in which a rising interval restarts it
+  static constexpr double kStartBlockedFraction = 0.75;   // at start, reads blocked beyond doubt (StartBlockedOnReads)
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;
@@ -397,6 +399,11 @@ class Tuner {
   // Whether the reads limit: readers saturated, or the sequencer starved of records while the
   // readers are mostly busy.
   static bool ReadsLimit(const Signals& s);
+  // Before the first change: consumers, the sequencer and the readers all >= kStartBlockedFraction
+  // (75%) waiting or busy, the readers blocked in I/O (IoBound), records flowing, and queued reads
+  // that can go up: storage with a round trip per read and one read at a time. The first raise
+  // of reads_per_file then comes after one short interval instead of 1 s of a settled level.
+  bool StartBlockedOnReads(const Signals& s) const;
   void StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs);
   // The stretch starts again with `records` in `seconds` (0, 0: empty).
   void ResetStretch(double records = 0, double seconds = 0);

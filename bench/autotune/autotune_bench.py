@@ -272,7 +272,7 @@ class Bench:
                         pass
 
     def write_config(self, job, files_glob, knobs):
-        pipeline = ", ".join(f"{k}: {v}" for k, v in knobs.items())
+        pipeline = ", ".join(f"{k}: {v}" for k, v in {**self.a.pipeline, **knobs}.items())
         path = os.path.join(self.work, job + ".yaml")
         with open(path, "w") as f:
             f.write(f"job: {job}\n")
@@ -703,6 +703,9 @@ def main():
     ap.add_argument("--prefetch", default="2,8")
     ap.add_argument("--reads-per-file", type=int, default=0,
                     help="also run the fixed grid with pipeline.reads_per_file fixed at this (0: no such runs)")
+    ap.add_argument("--pipeline", default="",
+                    help="more pipeline keys for every ringfeed run, KEY=VALUE[,KEY=VALUE...] "
+                         "(e.g. read_ahead=64KiB); the grid's own knobs take precedence")
     ap.add_argument("--autotune-runs", type=int, default=2, choices=[1, 2])
     ap.add_argument("--confirm", type=int, default=3,
                     help="rounds of autotune + the grid's two best fixed settings run again, interleaved (0: none)")
@@ -722,6 +725,10 @@ def main():
     a.readers = [int(x) for x in a.readers.split(",")]
     a.workers = [int(x) for x in a.workers.split(",")]
     a.prefetch = [int(x) for x in a.prefetch.split(",")]
+    try:
+        a.pipeline = dict(kv.split("=", 1) for kv in a.pipeline.split(",") if kv.strip())
+    except ValueError:
+        ap.error(f"--pipeline: expected KEY=VALUE[,KEY=VALUE...], got '{a.pipeline}'")
     files = glob.glob(os.path.join(a.data, a.set, "*.tfrecord"))
     if not files:
         ap.error(f"no *.tfrecord files in {os.path.join(a.data, a.set)} (run_autotune_bench.sh makes them)")
@@ -749,7 +756,7 @@ def main():
         "tf_version": next((r["result"].get("tf_version") for r in runs if r.get("kind") == "tfdata" and "result" in r), ""),
         "cpus": a.cpus, "nice": a.nice, "seconds": a.seconds, "steady": a.steady, "batch": a.batch,
         "budget": a.budget, "deterministic": a.deterministic, "set": a.set, "files": len(files), "scenarios": a.scenarios,
-        "load_start": load_start, "load_end": loadavg(),
+        "pipeline": a.pipeline, "load_start": load_start, "load_end": loadavg(),
         "load_range": f"1-min load {min(loads):.1f}-{max(loads):.1f}" if loads else "n/a",
         "runs": runs,
     }
