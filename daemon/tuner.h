@@ -42,7 +42,7 @@
 // changed (a 0.25 s interval on a shared machine moves by 10-20%; in the first 2 s with
 // consumers and before any change, an interval > 5% over that measurement starts it again: the
 // start-up ramp is no baseline; at start, with reads blocked beyond doubt and queued reads that
-// can go up, after one 0.25 s interval: StartBlockedOnReads), and a raise is kept when
+// can go up, after 0.25 s, and that raise must gain 50%: StartBlockedOnReads), and a raise is kept when
 // throughput gains >= 5% over that measurement (a positive gain under 5% on its interval:
 // judged again on that interval and the next together), else it is taken back
 // and the knob is not raised again for 5 s the first time (one noisy interval), 120 s the second
@@ -270,6 +270,7 @@ class Tuner {
   static constexpr double kStretchWindowSeconds = 4.0;    // a trial's before-throughput: the last 4 s at most
   static constexpr double kStartupRampSeconds = 2.0;      // consumer time in which a rising interval restarts it
   static constexpr double kStartBlockedFraction = 0.75;   // at start, reads blocked beyond doubt (StartBlockedOnReads)
+  static constexpr double kEarlyRaiseGain = 0.5;          // ... that raise, on a short measurement, must gain this much
   static constexpr double kMaxIntervalSeconds = 2.0;
   static constexpr double kIntervalGrowth = 1.5;
   static constexpr uint64_t kStreamBufferAlign = 4096;
@@ -310,16 +311,18 @@ class Tuner {
   enum Knob { kReaders = 0, kWorkers = 1, kPrefetch = 2, kReadsPerFile = 3, kKnobCount = 4 };
   // A change on probation: kept if the next interval confirms it, else taken back.
   struct Trial {
-    bool raise = true;               // a raise (must gain kRaiseGain) or a step down
+    bool raise = true;               // a raise (must gain `gain`) or a step down
     bool consumers_waited = false;   // a step down while consumers waited (a CPU trade): must not lose
     TunerKnobs before;               // what to go back to
     std::vector<Knob> knobs;         // the knobs changed
-    double throughput = 0;           // records/s with the knobs before the change (their stretch, >= 1 s)
+    double throughput = 0;           // records/s with the knobs before the change (their stretch, >= 1 s,
+                                     // or >= 0.25 s for the early raise: StartBlockedOnReads)
     double consumer_wait = 0;
     int64_t consumers = 0;
     int settle_intervals = 0;        // intervals still to let pass before judging (see kReaderSettleIntervals)
-    bool extended = false;           // judged once more: a gain under kRaiseGain (see EvaluateTrial)
+    bool extended = false;           // judged once more: a gain under `gain` (see EvaluateTrial)
     bool pair = false;               // readers and workers raised together after a pair hint (TryPair)
+    double gain = kRaiseGain;        // a raise stays when it gains this much (kEarlyRaiseGain: the early raise)
   };
   struct Hold {
     double raise_until = 0;          // tuner time (s) before which the knob is not raised
@@ -402,7 +405,10 @@ class Tuner {
   // Before the first change: consumers, the sequencer and the readers all >= kStartBlockedFraction
   // (75%) waiting or busy, the readers blocked in I/O (IoBound), records flowing, and queued reads
   // that can go up: storage with a round trip per read and one read at a time. The first raise
-  // of reads_per_file then comes after one short interval instead of 1 s of a settled level.
+  // of reads_per_file then comes once kShortIntervalSeconds are measured (maybe the very first
+  // interval) instead of 1 s of a settled level, and must gain kEarlyRaiseGain (50%) to stay:
+  // more than a start-up ramp or one short interval's noise can show (it gained 2.4-3.4x on a
+  // 2 ms mount, 6x on a 20 ms one).
   bool StartBlockedOnReads(const Signals& s) const;
   void StartTrial(bool raise, const Signals& s, const TunerKnobs& before, std::vector<Knob> knobs);
   // The stretch starts again with `records` in `seconds` (0, 0: empty).
@@ -442,7 +448,8 @@ class Tuner {
   // The current knobs' measurement: records and seconds since they last changed (or since a
   // change of readers settled, or the regime shifted), the last kStretchWindowSeconds of it. A
   // trial's "before" throughput is this stretch's, and a change waits until it covers
-  // kTrialIntervalSeconds, as the trial does.
+  // kTrialIntervalSeconds, as the trial does (the early raise: kShortIntervalSeconds,
+  // StartBlockedOnReads).
   std::deque<std::pair<double, double>> stretch_;  // (records, seconds) per interval, oldest first
   double stretch_records_ = 0;                     // their sums
   double stretch_seconds_ = 0;

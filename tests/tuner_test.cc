@@ -676,7 +676,8 @@ TunerObservation Obs(uint64_t records, double wait, double read_busy, double rea
 const TunerKnobs kTwoWorkers{.readers = 1, .stream_buffer_bytes = 13418496, .workers = 2, .prefetch = 2};
 
 // The tuner changes nothing until the current knobs have been measured for 1 s
-// (Tuner::kTrialIntervalSeconds): feeds `o` for that second less one interval, checking that
+// (Tuner::kTrialIntervalSeconds; at start with reads blocked beyond doubt 0.25 s, see
+// Tuner::StartBlockedOnReads): feeds `o` for that second less one interval, checking that
 // nothing changes; the next Observe may change something.
 void Measure(Tuner& tuner, const TunerObservation& o) {
   for (double seconds = o.interval_seconds; seconds < Tuner::kTrialIntervalSeconds - 1e-9; seconds += o.interval_seconds) {
@@ -1707,37 +1708,58 @@ TEST_CASE("at start, reads blocked beyond doubt raise reads_per_file after one s
   t.start_stream_buffer_bytes = 256 * KiB;
   const TunerKnobs start{.readers = 1, .stream_buffer_bytes = 256 * KiB, .workers = 1, .prefetch = 2};
   auto slow = [](uint64_t records, double interval = 0.25) { return Obs(records, 0.97, 0.99, 0.96, 0.04, 0, interval); };
-  SECTION("noisy intervals: raised after the second (the first 0.1 s less than one short interval)") {
+  SECTION("noisy intervals: raised after the second (the first 0.1 s less than 0.25 s), and judged") {
     Tuner tuner(t, start, {});
     REQUIRE(tuner.Observe(slow(4800, 0.1)).changes.empty());
-    TunerDecision d = tuner.Observe(slow(25500));
+    TunerDecision d = tuner.Observe(slow(25500));  // 102k records/s, +112% over the first: a ramp, or noise
     REQUIRE(d.changes.size() == 2);  // reads_per_file, and the read-ahead beside the queue
     CHECK_THAT(ToString(d.changes[0]), Catch::StartsWith("reads_per_file 1 -> 8: consumers waited 97% of 0.25 s"));
-    // The settle interval, then 1 s at 5x: the raise stays (its gain reads as a regime shift
-    // against the first intervals, and a raise that throughput followed up stays), and the next
-    // step comes with the usual 1 s of the new level behind it.
+    // The settle interval, then 1 s at 5.7x: judged (the ramp's shift from 48k to 102k does
+    // not drop the trial) and kept; the next step comes with 1 s of the new level behind it.
     REQUIRE(tuner.Observe(slow(290000, 0.5)).changes.empty());
     d = tuner.Observe(slow(580000, 1.0));
+    CHECK_THAT(d.note, Catch::StartsWith("kept: reads_per_file 8 gave 580000 records/s, +468.6% over 102000"));
     REQUIRE(d.changes.size() >= 1);
     CHECK_THAT(ToString(d.changes[0]), Catch::StartsWith("reads_per_file 8 -> 16: "));
   }
-  SECTION("a first raise that does not pay is taken back as any other") {
+  SECTION("a first raise that loses is taken back at once, and not raised again within its hold-off") {
     Tuner tuner(t, start, {});
     REQUIRE(tuner.Observe(slow(25000)).knobs.reads_per_file == 8);
     REQUIRE(tuner.Observe(slow(48000, 0.5)).changes.empty());
     const TunerDecision d = tuner.Observe(slow(96000, 1.0));  // less than before
     REQUIRE(d.changes.size() >= 1);
-    CHECK_THAT(ToString(d.changes[0]), Catch::StartsWith("reads_per_file 8 -> 1: taken back"));
+    CHECK(ToString(d.changes[0]) ==
+          "reads_per_file 8 -> 1: taken back: reads_per_file 8 gave 96000 records/s, less than 50% over 100000 "
+          "records/s with reads_per_file 1; not raised again for 5 s");
+    for (int i = 0; i < 8; ++i) CHECK(tuner.Observe(slow(25000)).knobs.reads_per_file == 1);  // 2 s of the 5
+  }
+  SECTION("a gain under 50% does not keep it (one short interval's noise shows 10-20%)") {
+    Tuner tuner(t, start, {});
+    REQUIRE(tuner.Observe(slow(25000)).knobs.reads_per_file == 8);
+    REQUIRE(tuner.Observe(slow(57500, 0.5)).changes.empty());
+    TunerDecision d = tuner.Observe(slow(115000, 1.0));  // +15%: judged once more
+    CHECK(d.changes.empty());
+    CHECK_THAT(d.note, Catch::EndsWith("judged once more, on two intervals"));
+    d = tuner.Observe(slow(115000, 1.0));
+    REQUIRE(d.changes.size() >= 1);
+    CHECK_THAT(ToString(d.changes[0]), Catch::StartsWith("reads_per_file 8 -> 1: taken back: reads_per_file 8 gave "
+                                                         "115000 records/s, less than 50% over 100000"));
   }
   SECTION("not beyond doubt: the usual 1 s first") {
+    auto quiet_for_a_while = [&](const TunerObservation& o) {
+      Tuner tuner(t, start, {});
+      for (int i = 0; i < 3; ++i) CHECK(tuner.Observe(o).changes.empty());
+    };
     Tuner tuner(t, start, {});
     auto busy70 = Obs(25000, 0.97, 0.70, 0.96, 0.04);  // readers 70% busy (the reads still limit)
     Measure(tuner, busy70);
     CHECK(tuner.Observe(busy70).knobs.reads_per_file == 8);
-    Tuner on_cpu(t, start, {});
+    quiet_for_a_while(busy70);
+    quiet_for_a_while(Obs(25000, 0.70, 0.99, 0.96, 0.04));  // consumers waiting 70%
+    quiet_for_a_while(Obs(25000, 0.97, 0.99, 0.70, 0.04));  // the sequencer waiting 70% for records
     TunerObservation cpu = slow(25000);
     cpu.read_cpu_fraction = 0.9;  // readers on the CPU: not waiting for storage
-    for (int i = 0; i < 8; ++i) CHECK(on_cpu.Observe(cpu).knobs.reads_per_file == 1);
+    quiet_for_a_while(cpu);
     Tuner fixed(t, start, TunerFixed{.reads_per_file = true});
     for (int i = 0; i < 3; ++i) CHECK(fixed.Observe(slow(25000)).changes.empty());
   }
