@@ -1699,9 +1699,10 @@ TEST_CASE("beside queued reads the read-ahead per file is a hand-over's worth") 
 
 TEST_CASE("at start, reads blocked beyond doubt raise reads_per_file after one short interval") {
   // A 20 ms mount at start: one read of 1 MiB at a time, consumers, the sequencer and the reader
-  // all ~95-99% waiting or busy, 2% of it CPU (a 2 ms mount: 83-98%, 12-14% CPU). Intervals of 0.25 s hold 12 reads or so, +-10%
-  // (session 46: 48k, 102k, 87k, 93k, 103k, 87k, 96k records/s): the start-up ramp and regime
-  // shifts kept restarting the 1 s the tuner measures before a trial, and the raise came at 3 s.
+  // all ~95-99% waiting or busy, 2% of it CPU (a 2 ms mount: 83-98%, 12-14% CPU). Intervals of
+  // 0.25 s hold 12 reads or so, +-10% (session 46: 48k, 102k, 87k, 93k, 103k, 87k, 96k
+  // records/s): the start-up ramp and regime shifts kept restarting the 1 s the tuner measures
+  // before a trial, and the raise came at 3 s.
   TunerLimits t = Limits(2, 64 * MiB);
   t.max_reads_per_file = 16;
   t.max_stream_buffer_bytes = 1 * MiB;
