@@ -487,10 +487,10 @@ bool Tuner::EvaluateTrial(const Signals& s, std::vector<TunerChange>* changes) {
   if (t.raise) {
     keep = after > 0 && after >= t.throughput * (1 + t.gain);  // 0 -> 0 is no gain
     if (!keep && !t.extended && after > t.throughput) {
-      // A positive gain under the trial's (kRaiseGain) on one interval: one more. One interval on a shared
-      // machine moves by +-5-10%; a worker that the grid shows gaining 10-15% measured +3.8%
-      // once and was taken back (2 ms mount, docs/benchmarks.md, session 12). The two
-      // intervals together face the same 5% bar with half the variance of one; a raise that
+      // A positive gain under the trial's bar (kRaiseGain, or kEarlyRaiseGain) on one interval:
+      // one more. One interval on a shared machine moves by +-5-10%; a worker that the grid shows
+      // gaining 10-15% measured +3.8% once and was taken back (2 ms mount, docs/benchmarks.md,
+      // session 12). The two intervals together face the same bar with half the variance of one; a raise that
       // measured no gain at all goes back at once.
       trial_ = t;
       trial_->extended = true;
