@@ -146,6 +146,10 @@ class LockFile {
     const std::string& path = path_;
     const auto start = std::chrono::steady_clock::now();
     bool waiting = false;
+    // The pid last seen stopping. Its stop signal, once taken, is no longer pending, and its
+    // handler writes " stopping" a moment later (longer under a sanitizer): in between, the
+    // process is still stopping, not "already running" (a CI run under TSan hit that window).
+    std::string stopping_pid;
     for (;;) {
       Open();
       if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
@@ -176,7 +180,9 @@ class LockFile {
       // the file does not name it).
       const char state = ProcessState(pid);
       const bool stopping = state != '\0' && state != 'Z' &&
-                            (content.find(" stopping") != std::string::npos || StopSignalPending(pid));
+                            (pid == stopping_pid || content.find(" stopping") != std::string::npos ||
+                             StopSignalPending(pid));
+      if (stopping) stopping_pid = pid;
       // A stop waits at most kStopGrace for storage; but a stop sent while the daemon reserves
       // a ring of many GiB takes effect once that is done (tens of seconds): waited for while
       // the process runs, as systemd would wait for it to start.

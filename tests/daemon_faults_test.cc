@@ -12,6 +12,7 @@
 //   * broken configs: exit status 2 and file:line:column: key.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
@@ -1679,6 +1680,80 @@ TEST_CASE("a start while the job's daemon has a stop pending (sent while it rese
   const auto status = old.Wait();
   REQUIRE(status);
   CHECK(status->ToString() == "exit 0");
+  CHECK_THAT(again.Stderr(), !Catch::Contains("already running"));
+  CHECK(again.Status()["pid"] == again.pid());
+  CHECK(again.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("a start while the job's previous daemon takes its stop signal (no longer pending, \"stopping\" not yet "
+          "written): it goes on waiting") {
+  // The window between a stop signal leaving the pending set and the handler writing
+  // "PID stopping" to the lock file: a start saw neither and refused the job as "already
+  // running" (a CI run under TSan, where the handler runs later). Held open here for 1 s by a
+  // stand-in for the previous daemon: a child that holds the job's lock with its pid in it.
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess again(dir.path(), "window", IdJobConfig("window", dir.file("data.tfrecord"), "epochs: 0\n"));
+  std::filesystem::create_directories(again.runtime_dir());
+  int ready[2], go[2];
+  REQUIRE(::pipe(ready) == 0);
+  REQUIRE(::pipe(go) == 0);
+  const std::string lock_path = again.lock_path();
+  const pid_t previous = ::fork();
+  REQUIRE(previous >= 0);
+  if (previous == 0) {  // async-signal-safe calls only: the test program has threads
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    ::sigprocmask(SIG_BLOCK, &term, nullptr);
+    const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT, 0644);
+    if (fd < 0 || ::flock(fd, LOCK_EX) != 0) ::_exit(3);
+    char line[32];
+    int n = 0;
+    for (pid_t p = ::getpid(); p > 0; p /= 10) line[n++] = static_cast<char>('0' + p % 10);
+    std::reverse(line, line + n);
+    line[n++] = '\n';
+    if (::write(fd, line, static_cast<size_t>(n)) != n || ::write(ready[1], "r", 1) != 1) ::_exit(4);
+    char byte;
+    if (::read(go[0], &byte, 1) != 1) ::_exit(5);
+    int taken = 0;
+    ::sigwait(&term, &taken);  // the stop signal taken: no longer pending
+    const timespec second{1, 0};
+    ::nanosleep(&second, nullptr);  // ... and "stopping" not written
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(go[0]);
+  struct Reap {
+    pid_t pid;
+    int go;
+    ~Reap() {
+      ::close(go);
+      if (pid <= 0) return;  // reaped below
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reap{previous, go[1]};
+  char byte;
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  ::close(ready[0]);
+  REQUIRE(::kill(previous, SIGTERM) == 0);  // pending: the child blocks it
+  DaemonStart brief;
+  brief.timeout = std::chrono::milliseconds(1);
+  REQUIRE_FALSE(again.Start(brief));
+  REQUIRE(again.WaitForStderr("the job's previous ringfeedd (pid " + std::to_string(previous) +
+                              ") is stopping: waiting for it to exit (at most 300 s)"));
+  REQUIRE(::write(reap.go, "g", 1) == 1);
+  int status = 0;
+  REQUIRE(::waitpid(previous, &status, 0) == previous);
+  reap.pid = 0;
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  INFO(again.Stderr());
+  const std::string pid_line = std::to_string(again.pid()) + "\n";
+  REQUIRE(WaitUntil([&] { return ReadFile(again.lock_path()) == pid_line || !again.running(); }));
+  REQUIRE(again.running());
+  CHECK(again.WaitForStderr("the previous ringfeedd let go of the job's lock"));
   CHECK_THAT(again.Stderr(), !Catch::Contains("already running"));
   CHECK(again.Status()["pid"] == again.pid());
   CHECK(again.Stop().ToString() == "exit 0");
