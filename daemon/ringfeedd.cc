@@ -150,6 +150,7 @@ class LockFile {
     // handler writes " stopping" a moment later (longer under a sanitizer): in between, the
     // process is still stopping, not "already running" (a CI run under TSan hit that window).
     std::string stopping_pid;
+    std::optional<std::chrono::steady_clock::time_point> unsure_since;
     for (;;) {
       Open();
       if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
@@ -168,17 +169,25 @@ class LockFile {
       const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
       Close();
       const std::string content = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
-      const auto waited = std::chrono::steady_clock::now() - start;
-      // Taken a moment ago by a daemon that has not written its pid yet: read it again.
-      if (content.empty() && waited < std::chrono::milliseconds(200)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        continue;
-      }
+      const auto now = std::chrono::steady_clock::now();
+      const auto waited = now - start;
       const std::string pid = content.empty() ? "unknown" : content.substr(0, content.find_first_of(" \n"));
       // Its state: a stopped process (T: SIGSTOP, Ctrl-Z, a debugger) neither serves nor exits
       // until continued; one that is gone does not hold the lock (another process does, and
       // the file does not name it).
       const char state = ProcessState(pid);
+      // Not sure yet, for up to 200 ms: a daemon that took the lock a moment ago and has not
+      // written its pid yet; or the one named exited between the flock and the look at its
+      // state (its lock went with its files, before it became a zombie): try the lock again.
+      if (content.empty() || state == '\0' || state == 'Z') {
+        if (!unsure_since) unsure_since = now;
+        if (now - *unsure_since < std::chrono::milliseconds(200)) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+      } else {
+        unsure_since.reset();
+      }
       const bool stopping = state != '\0' && state != 'Z' &&
                             (pid == stopping_pid || content.find(" stopping") != std::string::npos ||
                              StopSignalPending(pid));
