@@ -251,7 +251,7 @@ void Autotune::Run() {
 
 nlohmann::json Autotune::StatusJson() const {
   std::unique_lock lock(mutex_);
-  if (pipeline_.ended()) run_returned_cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return run_returned_; });
+  if (pipeline_.ended()) run_returned_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return run_returned_; });
   const TunerLimits& l = options_.limits;
   const TunerObservation& m = last_observation_;
   const TunerFixed& f = options_.fixed;

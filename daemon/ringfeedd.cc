@@ -146,11 +146,11 @@ class LockFile {
     const std::string& path = path_;
     const auto start = std::chrono::steady_clock::now();
     bool waiting = false;
-    // The pid last seen stopping. Its stop signal, once taken, is no longer pending, and its
-    // handler writes " stopping" a moment later (longer under a sanitizer): in between, the
-    // process is still stopping, not "already running" (a CI run under TSan hit that window).
+    // The pid last seen stopping: its stop signal, once taken, is no longer pending, and its
+    // handler writes " stopping" a moment later; in between it is still stopping.
     std::string stopping_pid;
-    std::optional<std::chrono::steady_clock::time_point> unsure_since;
+    // Since when a look at the lock found no stop to wait for (a refusal follows).
+    std::optional<std::chrono::steady_clock::time_point> refusing_since;
     for (;;) {
       Open();
       if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
@@ -176,22 +176,24 @@ class LockFile {
       // until continued; one that is gone does not hold the lock (another process does, and
       // the file does not name it).
       const char state = ProcessState(pid);
-      // Not sure yet, for up to 200 ms: a daemon that took the lock a moment ago and has not
-      // written its pid yet; or the one named exited between the flock and the look at its
-      // state (its lock went with its files, before it became a zombie): try the lock again.
-      if (content.empty() || state == '\0' || state == 'Z') {
-        if (!unsure_since) unsure_since = now;
-        if (now - *unsure_since < std::chrono::milliseconds(200)) {
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-          continue;
-        }
-      } else {
-        unsure_since.reset();
-      }
       const bool stopping = state != '\0' && state != 'Z' &&
                             (pid == stopping_pid || content.find(" stopping") != std::string::npos ||
                              StopSignalPending(pid));
       if (stopping) stopping_pid = pid;
+      // A refusal only on a view that holds for kRefuseAfter: each look is a few reads apart,
+      // and they may catch a moment between two steps of another process: a daemon that took
+      // the lock and has not written its pid yet; one that exited between the flock and the
+      // look at its state (its lock went with its files, before it became a zombie); one that
+      // took its stop signal and has not yet written " stopping" (a CI run under TSan hit it).
+      if (stopping) {
+        refusing_since.reset();
+      } else {
+        if (!refusing_since) refusing_since = now;
+        if (now - *refusing_since < kRefuseAfter) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+      }
       // A stop waits at most kStopGrace for storage; but a stop sent while the daemon reserves
       // a ring of many GiB takes effect once that is done (tens of seconds): waited for while
       // the process runs, as systemd would wait for it to start.
@@ -261,6 +263,7 @@ class LockFile {
   // as a systemd unit may take to start (TimeoutStartSec=5min in the shipped unit).
   static constexpr auto kStopWait = kStopGrace + std::chrono::seconds(3);
   static constexpr auto kLongStopWait = std::chrono::minutes(5);
+  static constexpr auto kRefuseAfter = std::chrono::milliseconds(300);
 
   void Open() {
     const std::string& path = path_;
@@ -845,7 +848,6 @@ int RunDaemon(const DaemonOptions& options) {
     const auto started = Clock::now();
     RateWindow window(started);
     std::atomic<bool> done_producing{false};
-    std::atomic<double> production_seconds{-1};  // from start to production's end (-1: running)
     std::atomic<int> exit_status{0};
 
     std::unique_ptr<Pipeline> pipeline;
@@ -855,8 +857,11 @@ int RunDaemon(const DaemonOptions& options) {
       const auto now = Clock::now();
       const double uptime = std::chrono::duration<double>(now - started).count();
       const auto [rate_records, rate_bytes] = window.Rates(now, s.records, s.record_bytes);
-      // The overall rates stop at production's end: they are then the whole run's.
-      const double produced_for = production_seconds.load();
+      // The overall rates stop at production's end: they are then the whole run's. (From the
+      // pipeline's end time, stored before its end state, which consumers see first: not from
+      // on_end, which runs after.)
+      const double produced_for =
+          s.end == PipelineEnd::kRunning ? -1 : std::chrono::duration<double>(pipeline->ended_at() - started).count();
       const double overall_seconds = produced_for >= 0 ? produced_for : uptime;
       nlohmann::json consumers_json = nlohmann::json::array();
       for (const auto& c : consumers.List()) {
@@ -990,7 +995,6 @@ int RunDaemon(const DaemonOptions& options) {
     segment_guard.SocketBound(server.socket_id());
 
     pipeline = std::make_unique<Pipeline>(po, parser, ring, [&](PipelineEnd end, const std::string& message) {
-      production_seconds = std::chrono::duration<double>(Clock::now() - started).count();
       consumers.SetProductionEnded(end == PipelineEnd::kEndOfData);
       if (end == PipelineEnd::kEndOfData) {
         if (message.empty()) spdlog::info("all epochs produced (end of data)");
