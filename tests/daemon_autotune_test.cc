@@ -500,11 +500,13 @@ TEST_CASE("status measures a trainer soon after it attaches, also after a long s
         const json& m = s["autotune"]["measured"];
         return m["consumers"].get<int64_t>() >= 1 && m["records_per_second"].get<double>() > 0;
       },
-      std::chrono::seconds(5));
+      kEventually);
   const double after = std::chrono::duration<double>(Clock::now() - attached).count();
   INFO(s["autotune"].dump(2) << "\nseen " << after << " s after the attach");
   REQUIRE(seen);
-  CHECK(after < (kSanitized ? 2.0 : 0.8));
+  // Under a sanitizer `after` is mostly the idle sample, the interval and the ringfeedctl
+  // execs, slowed 5-15x on saturated cores: no bound there says anything about the tuner.
+  if (!kSanitized) CHECK(after < 0.8);
   daemon.Stop();
 }
 
@@ -527,18 +529,22 @@ TEST_CASE("consumers that come and go every few milliseconds do not keep the tun
     return n;
   };
   const size_t before = observed();
-  // A second consumer attaches and leaves every ~20 ms for 2 s (each attach ends an interval).
+  // A second consumer attaches and leaves every ~20 ms (each attach ends an interval), for 2 s
+  // and at least 20 times (round trips are slow under a sanitizer on saturated cores).
   const auto start = Clock::now();
   int flaps = 0;
-  while (Clock::now() - start < std::chrono::seconds(2)) {
+  while ((flaps < 20 || Clock::now() - start < std::chrono::seconds(2)) && Clock::now() - start < kEventually) {
     Client::Attach(daemon.client_options()).reset();
     ++flaps;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   const size_t during = observed() - before;
-  INFO(flaps << " attaches; " << during << " intervals observed meanwhile");
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  INFO(flaps << " attaches in " << elapsed << " s; " << during << " intervals observed meanwhile");
   CHECK(flaps >= 20);
-  CHECK(during >= 4);  // intervals of 0.1 s and more: up to 20 in 2 s
+  // Intervals of 0.1 to 0.25 s while consumers come and go (4 to 10 a second): at least 2 a
+  // second (4 in 2 s). An attach that discarded the interval would leave none.
+  CHECK(during >= static_cast<size_t>(2 * elapsed));
   daemon.Stop();
 }
 

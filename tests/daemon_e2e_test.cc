@@ -233,14 +233,26 @@ TEST_CASE("ranks mode: after a cascade of timeouts the rank that holds batches i
   RINGFEED_REQUIRE_STARTED(daemon);
   auto rank0 = Client::Attach(daemon.client_options(0));
   auto rank2 = Client::Attach(daemon.client_options(2));  // attached, never takes a batch
+  const nlohmann::json pipeline = daemon.Status()["pipeline"];
+  const uint64_t depth = std::min<uint64_t>(pipeline["workers"].get<uint64_t>() + pipeline["prefetch"].get<uint64_t>(),
+                                            rank0->slot_count());
   Batch batch;
   {
     auto rank1 = Client::Attach(daemon.client_options(1));
-    // Ranks 0 and 1 take what comes until production stops at rank 2's untaken batches.
-    for (Client* c : {rank0.get(), rank1.get(), rank0.get(), rank1.get()}) {
-      while (c->Next(std::chrono::milliseconds(300), &batch) == Client::Status::kBatch) batch.Release();
-    }
-    batch.Release();
+    // Ranks 0 and 1 take what comes until production stops at rank 2's untaken batches: the
+    // whole prefetch depth (workers + prefetch, the ring's slots at most) is rank 2's and ready,
+    // so nothing else can be. A Next that times out does not say so: the daemon may just be
+    // slow (under TSan).
+    std::vector<uint64_t> seen;
+    const bool stopped = WaitUntil([&] {
+      for (Client* c : {rank0.get(), rank1.get()}) {
+        while (c->Next(std::chrono::milliseconds(20), &batch) == Client::Status::kBatch) batch.Release();
+      }
+      seen = rank0->ready_per_rank();
+      return seen.size() == 3 && seen[0] == 0 && seen[1] == 0 && seen[2] >= depth;
+    });
+    INFO("depth " << depth << ", ready per rank " << Catch::Detail::stringify(seen));
+    REQUIRE(stopped);
   }  // rank 1's trainer gives up and leaves, holding nothing
   REQUIRE(WaitUntil([&] { return rank0->ranks_without_consumer() == std::vector<uint32_t>{1}; }));
   const std::vector<uint64_t> ready = rank0->ready_per_rank();
@@ -268,10 +280,23 @@ TEST_CASE("ranks mode: a rank that does not take its batches is named by the cli
   RINGFEED_REQUIRE_STARTED(daemon);
   auto rank0 = Client::Attach(daemon.client_options(0));
   auto rank1 = Client::Attach(daemon.client_options(1));  // attached, never takes a batch
+  const nlohmann::json pipeline = daemon.Status()["pipeline"];
+  const uint64_t depth = std::min<uint64_t>(pipeline["workers"].get<uint64_t>() + pipeline["prefetch"].get<uint64_t>(),
+                                            rank0->slot_count());
   Batch batch;
   uint64_t taken = 0;
-  while (rank0->Next(std::chrono::milliseconds(500), &batch) == Client::Status::kBatch) ++taken;
+  // Rank 0 takes what comes until production stops: the whole prefetch depth (workers +
+  // prefetch, the ring's slots at most) is rank 1's and ready. A Next that times out does not
+  // say so: the daemon may just be slow (under TSan).
+  std::vector<uint64_t> seen;
+  const bool stopped = WaitUntil([&] {
+    while (rank0->Next(std::chrono::milliseconds(20), &batch) == Client::Status::kBatch) ++taken;
+    seen = rank0->ready_per_rank();
+    return seen.size() == 2 && seen[0] == 0 && seen[1] >= depth;
+  });
   batch.Release();
+  INFO("depth " << depth << ", ready per rank " << Catch::Detail::stringify(seen));
+  REQUIRE(stopped);
   CHECK(taken >= 1);
   const std::vector<uint64_t> ready = rank0->ready_per_rank();
   REQUIRE(ready.size() == 2);

@@ -1580,7 +1580,13 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
     repairs = now;
   };
   auto every_ready_word = [&](const std::function<uint64_t(const shm::SlotWord&)>& forge) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the ring refilled
+    // The ring refilled (a batch is ready once more).
+    CHECK(WaitUntil([&] {
+      for (uint32_t s = 0; s < ring.slot_count; ++s) {
+        if (shm::SlotWord::Unpack(ring.header(s)->word.load()).state == shm::SlotState::kReady) return true;
+      }
+      return false;
+    }));
     int forged = 0;
     for (uint32_t s = 0; s < ring.slot_count; ++s) {
       const shm::SlotWord w = shm::SlotWord::Unpack(ring.header(s)->word.load());

@@ -785,7 +785,12 @@ TEST_CASE("ReadAhead: empty records count against the stream buffer too (a file 
   constexpr uint64_t kBuffer = 64 << 10;
   ReadAhead read_ahead({}, 2, kBuffer);
   auto stream = read_ahead.Open(0, path);
-  // Nobody takes the records: the reader stops once the buffer is full.
+  // Nobody takes the records: the reader stops once the buffer is full. First it fills it (up
+  // to 10 s: under a loaded ctest -j2 the reader thread may wait long for a core), then it
+  // reads no more.
+  for (int i = 0; i < 2000 && read_ahead.buffered_bytes() < kBuffer; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   uint64_t last = UINT64_MAX;
   for (int i = 0; i < 200 && read_ahead.records_read() != last; ++i) {
     last = read_ahead.records_read();
