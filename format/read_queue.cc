@@ -298,6 +298,7 @@ void ReadQueue::SubmitHedge(size_t index) {
   if (sqe == nullptr) return;  // no free entry: no hedge (the read it doubles goes on)
   io_uring_prep_read(sqe, registered_ ? 0 : fd_, hedge_bytes_.get(), static_cast<unsigned>(b.length), b.offset);
   b.hedge_id = next_id_++;
+  hedge_submitted_ns_ = MonotonicNs();
   io_uring_sqe_set_data64(sqe, b.hedge_id);
   io_uring_sqe_set_flags(sqe, IOSQE_ASYNC | (registered_ ? IOSQE_FIXED_FILE : 0));
   hedge_in_flight_ = true;
@@ -353,6 +354,16 @@ void ReadQueue::Completed(uint64_t id, int res, bool timely) {
         // Again: a read the kernel cancelled (its worker went away with the thread that queued
         // it, e.g. a reader the tuner retired) is not an error of the file.
         Submit(index);
+      } else if (res < 0 && b.hedge_id != 0 && b.filled == 0) {
+        // Failed while its hedge is in flight (a straggler that timed out, as network file
+        // systems answer one): the hedge becomes the block's read, and its answer decides.
+        std::swap(b.bytes, hedge_bytes_);
+        b.read_id = b.hedge_id;
+        b.submitted_ns = hedge_submitted_ns_;
+        b.hedge_id = 0;
+        b.in_flight = true;
+        hedge_in_flight_ = false;
+        return;
       } else if (res < 0) {
         b.error = -res;
       } else if (res == 0) {

@@ -25,9 +25,11 @@
 // performance guidelines retry slow requests the same way). The other answer lands in memory
 // kept until it arrives. Only the block the caller waits on is sent again, one at a time, and
 // the spare blocks are at most kMaxSpareBlocks: a queue holds at most depth + kMaxSpareBlocks
-// blocks. Each hedge takes a token of this process's HedgeBudget (format/hedge_budget.h): where
-// hedges do not answer first (a bandwidth cap: the second read queues behind the same limit)
-// they stop after a few, and one is tried every 10 s. Create's `hedge` = false sends none.
+// blocks. A read that fails while its hedge is in flight (a straggler that timed out) leaves
+// the block to the hedge, whose answer decides. Each hedge takes a token of this process's
+// HedgeBudget (format/hedge_budget.h): where hedges do not answer first (a bandwidth cap: the
+// second read queues behind the same limit) they stop after a few, and one is tried every 10 s.
+// Create's `hedge` = false sends none.
 //
 // Errors: Create returns nullptr (and says why) when io_uring is not available (seccomp
 // profiles that block it, io_uring_disabled) or cannot read files (IORING_OP_READ: Linux < 5.6);
@@ -208,6 +210,7 @@ class ReadQueue {
   uint64_t next_id_ = 1;
   std::unique_ptr<uint8_t[]> hedge_bytes_;  // the hedged read's block (kept for the next one)
   bool hedge_in_flight_ = false;
+  int64_t hedge_submitted_ns_ = 0;  // when the hedge in flight was sent (CLOCK_MONOTONIC)
   std::vector<Orphan> orphans_;
   uint64_t hedges_sent_ = 0, hedges_won_ = 0;
 };

@@ -487,6 +487,65 @@ QueuedReads ReadThroughQueues(const std::vector<std::string>& paths, const std::
 
 }  // namespace
 
+TEST_CASE("ReadQueue: a read that fails while its hedge is in flight (a straggler timed out) leaves the block to the "
+          "hedge") {
+  // slowfs --tail-error: a straggler answers EIO after its delay, as gcsfuse and s3fs answer a
+  // request that timed out. Stragglers are picked by a hash of the request's number: at
+  // --tail-fraction=0.12, requests 0-2 are not, 3 is, 4 is not. Every read on `slow` takes
+  // 100 ms; the usual round trip is made ~20 ms first, so the hedge of request 3 (request 4)
+  // goes at ~40 ms and answers at ~140 ms, after request 3's EIO at ~100 ms.
+  TempDir warm_source, slow_source;
+  const std::string warm_content = RandomBytes(48 * 4096, 8);
+  const std::string content = RandomBytes(64 * 1024, 9);
+  WriteFile(warm_source.file("warm.bin"), warm_content);
+  WriteFile(slow_source.file("first.bin"), RandomBytes(3 * 4096, 10));
+  WriteFile(slow_source.file("f.bin"), content);
+  SlowMount warm20(warm_source.path().string(), {"--latency-ms=20"});
+  if (!warm20.mounted()) return warm20.PrintSkip();
+  SlowMount warm5(warm_source.path().string(), {"--latency-ms=5"});
+  if (!warm5.mounted()) return warm5.PrintSkip();
+  SlowMount slow(slow_source.path().string(),
+                 {"--latency-ms=100", "--tail-latency-ms=0.01", "--tail-fraction=0.12", "--tail-error"});
+  if (!slow.mounted()) return slow.PrintSkip();
+  if (!QueuedReadsOrSkip()) return;
+  // The mean round trip towards 20 ms (it moves 1/16 of the way per read it counts).
+  const QueuedReads warmed = ReadThroughQueues({warm20.path("warm.bin"), warm20.path("warm.bin")}, warm_content,
+                                               4096, 1, /*hedge=*/false);
+  REQUIRE(warmed.failure.empty());
+  const int64_t mean = ringfeed::ReadQueue::MeanRoundTripNs();
+  INFO("mean round trip " << mean / 1e6 << " ms");
+  REQUIRE(mean >= 12'000'000);
+  REQUIRE(mean <= 30'000'000);
+  // Requests 0-2 of `slow`: three plain reads (the mount is direct_io: one request each).
+  {
+    const int fd = ::open(slow.path("first.bin").c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    std::string page(4096, '\0');
+    for (int i = 0; i < 3; ++i) CHECK(::pread(fd, page.data(), page.size(), i * 4096) == 4096);
+    ::close(fd);
+  }
+  ringfeed::ReadQueue::ResetHedgeBudget();
+  std::string why;
+  const int fd = ::open(slow.path("f.bin").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  auto q = ringfeed::ReadQueue::Create(fd, 0, content.size(), content.size(), 2, &why);
+  REQUIRE(q != nullptr);
+  std::string got(content.size(), '\0');
+  const ssize_t n = q->Read(reinterpret_cast<uint8_t*>(got.data()), got.size());
+  INFO("errno " << (n < 0 ? std::strerror(errno) : "-"));
+  CHECK(n == static_cast<ssize_t>(content.size()));  // the hedge's bytes, not the straggler's EIO
+  const bool same = got == content;
+  CHECK(same);
+  CHECK(q->hedges_sent() == 1);
+  q.reset();
+  ::close(fd);
+  const nlohmann::json stats = slow.Stats();
+  CHECK(stats.at("tail_reads").get<uint64_t>() == 1);  // request 3, and only it, was a straggler
+  CHECK(stats.at("reads").get<uint64_t>() == 5);
+  // The mean back near 5 ms for the cases after this one.
+  CHECK(ReadThroughQueues({warm5.path("warm.bin")}, warm_content, 4096, 1, false).failure.empty());
+}
+
 TEST_CASE("ReadQueue: under a bandwidth cap hedges do not answer first, and stop after a few") {
   // 1 ms a read but 40 MB/s for the whole mount, 4 readers each reading 8 files in turn: the
   // reads queue behind the cap, and a file's first reads behind the other files' (the oldest
@@ -637,11 +696,14 @@ TEST_CASE("TFRecordReader: reads in flight changed mid-file are not read twice (
   }
 }
 
-TEST_CASE("slowfs: a tail fraction above 1 is refused (exit 2) before mounting") {
+TEST_CASE("slowfs: a tail fraction above 1, or --tail-error without stragglers, is refused (exit 2) before mounting") {
+  const auto [options, message] = GENERATE(table<std::string, std::string>(
+      {{"--tail-latency-ms=10 --tail-fraction=1.5", "--tail-fraction: give a fraction from 0 to 1"},
+       {"--tail-error", "--tail-error needs --tail-fraction"}}));
   TempDir source;
   std::filesystem::create_directory(source.path() / "mnt");
   const std::string command = std::string(RINGFEED_SLOWFS_BIN) + " " + source.path().string() + " " +
-                              (source.path() / "mnt").string() + " --tail-latency-ms=10 --tail-fraction=1.5 2>&1";
+                              (source.path() / "mnt").string() + " " + options + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
   std::string output;
@@ -651,7 +713,7 @@ TEST_CASE("slowfs: a tail fraction above 1 is refused (exit 2) before mounting")
   INFO(output);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 2);
-  CHECK(output.find("--tail-fraction: give a fraction from 0 to 1") != std::string::npos);
+  CHECK(output.find(message) != std::string::npos);
 }
 
 TEST_CASE("slowfs: parallel readers overlap their latencies") {

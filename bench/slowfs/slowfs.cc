@@ -3,7 +3,7 @@
 // every read request cost a fixed latency, under a global bandwidth cap.
 //
 //   slowfs SOURCE_DIR MOUNTPOINT [--latency-ms=F] [--bandwidth-mbps=F]
-//          [--tail-latency-ms=F --tail-fraction=F] [--foreground] ...
+//          [--tail-latency-ms=F --tail-fraction=F [--tail-error]] [--foreground] ...
 //   (`slowfs --help`; README.md beside this file; bench/slowfs/with_slowfs.sh mounts it for one
 //   command.)
 //
@@ -11,7 +11,7 @@
 //   done = max(t + latency, previous_done) + n / bandwidth        (bandwidth: 1 MB/s = 1e6 B/s)
 //   (+ the tail latency for the requests picked as stragglers: --tail-fraction of them, chosen
 //   by a hash of the request's number, so a run's pattern repeats; previous_done leaves it out,
-//   so a straggler holds up no other request)
+//   so a straggler holds up no other request; with --tail-error it answers EIO at its `done`)
 //   the request is answered at `done` (the real pread() runs first; its time is part of the wait).
 // The second term is a token bucket with a burst of one request (a virtual-clock shaper, GCRA),
 // shared by all requests: the total stays under the cap, whatever the number of readers. Without
@@ -86,6 +86,7 @@ struct Settings {
   double bandwidth_mbps = 0;  // 0 = no cap
   double tail_latency_ms = 0;  // added to the requests picked as stragglers
   double tail_fraction = 0;    // of the requests that pay the latency, 0..1
+  bool tail_error = false;     // stragglers answer EIO after their delay instead of their bytes
   unsigned threads = kDefaultThreads;
   bool foreground = false;
   bool debug = false;
@@ -180,6 +181,7 @@ std::string StatsJson() {
   j["bandwidth_mbps"] = g_settings.bandwidth_mbps;
   j["tail_latency_ms"] = g_settings.tail_latency_ms;
   j["tail_fraction"] = g_settings.tail_fraction;
+  j["tail_error"] = g_settings.tail_error;
   j["threads"] = g_settings.threads;
   j["source"] = g_settings.source_dir;
   j["pid"] = static_cast<int64_t>(::getpid());
@@ -367,6 +369,7 @@ int Read(const char*, char* buf, size_t size, off_t offset, fuse_file_info* fi) 
     g_counters.requests.fetch_add(1, std::memory_order_relaxed);
     if (!tail) g_counters.reads.fetch_add(1, std::memory_order_relaxed);
     if (straggler) g_counters.tail_reads.fetch_add(1, std::memory_order_relaxed);
+    if (straggler && g_settings.tail_error) result = -EIO;  // a request that timed out
     g_counters.bytes.fetch_add(got, std::memory_order_relaxed);
     g_counters.delay_ns.fetch_add(static_cast<uint64_t>(NowNs() - arrived), std::memory_order_relaxed);
   }
@@ -446,6 +449,8 @@ options:
                        20 ms: --latency-ms=20 --tail-latency-ms=180 --tail-fraction=0.01).
                        The requests are picked by a hash of their number (the same pattern
                        every run); default 0 = none
+  --tail-error         the stragglers answer EIO (after their delay) instead of their bytes: a
+                       request that timed out, as gcsfuse and s3fs report one
   --threads=N          FUSE worker threads = most requests served at once (default 64)
   -f, --foreground     stay in the foreground (default: daemonize once mounted)
   -d, --debug          libfuse debug output (implies --foreground)
@@ -509,6 +514,8 @@ Settings ParseArgs(int argc, char** argv) {
     } else if (name == "--tail-fraction") {
       s.tail_fraction = ParseNonNegative(name, take_value());
       if (s.tail_fraction > 1) UsageError("--tail-fraction: give a fraction from 0 to 1");
+    } else if (name == "--tail-error") {
+      s.tail_error = true;
     } else if (name == "--threads") {
       double t = ParseNonNegative(name, take_value());
       if (t < 1 || t > 100000 || t != static_cast<double>(static_cast<unsigned>(t))) {
@@ -530,6 +537,7 @@ Settings ParseArgs(int argc, char** argv) {
     }
   }
   if (s.tail_fraction > 0 && s.tail_latency_ms == 0) UsageError("--tail-fraction needs --tail-latency-ms");
+  if (s.tail_error && s.tail_fraction == 0) UsageError("--tail-error needs --tail-fraction");
   if (positional.size() != 2) {
     UsageError("expected SOURCE_DIR and MOUNTPOINT, got " + std::to_string(positional.size()) + " arguments");
   }
