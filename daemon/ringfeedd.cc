@@ -219,10 +219,12 @@ class LockFile {
                                    : "ps -o stat,wchan -p " + pid + " shows where it is held; if it does not go, "
                                      "kill -KILL " + pid + " and start the job again"));
       }
+      // (A stop signal it took just before the SIGSTOP shows nowhere until it runs again: hence
+      // "or finishes a stop".)
       if (frozen) {
         throw StartupError("ringfeedd for job '" + job + "' (pid " + pid + ", lock " + path + ") is stopped (SIGSTOP, " +
                            "Ctrl-Z or a debugger): it neither serves its trainers nor exits until continued (kill -CONT " +
-                           pid + "); stop it first");
+                           pid + ": it serves again, or finishes a stop it was sent); stop it first");
       }
       if (state == '\0' && !content.empty()) {
         throw StartupError("ringfeedd for job '" + job + "' is already running: another process holds the lock " + path +
