@@ -57,4 +57,38 @@ void SetLogPattern(spdlog::logger& logger, bool journal) {
   logger.set_formatter(std::move(formatter));
 }
 
+void FormatLogTime(int64_t unix_ns, long utc_offset_seconds, char* out) {
+  const int64_t local_ms = unix_ns / 1'000'000 + int64_t{utc_offset_seconds} * 1000;
+  const int64_t ms_of_day = ((local_ms % 86'400'000) + 86'400'000) % 86'400'000;
+  const int64_t days = (local_ms - ms_of_day) / 86'400'000;
+  // civil_from_days: eras of 400 years (146097 days) from 0000-03-01.
+  const int64_t z = days + 719468;
+  const int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+  const int64_t doe = z - era * 146097;                                  // [0, 146096]
+  const int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;  // [0, 399]
+  const int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);          // [0, 365]
+  const int64_t mp = (5 * doy + 2) / 153;                                // [0, 11], from March
+  const int64_t day = doy - (153 * mp + 2) / 5 + 1;
+  const int64_t month = mp < 10 ? mp + 3 : mp - 9;
+  const int64_t year = yoe + era * 400 + (month <= 2 ? 1 : 0);
+  auto put = [&out](int64_t value, int digits) {
+    for (int i = digits - 1; i >= 0; --i, value /= 10) out[i] = static_cast<char>('0' + value % 10);
+    out += digits;
+  };
+  put(year, 4);
+  *out++ = '-';
+  put(month, 2);
+  *out++ = '-';
+  put(day, 2);
+  *out++ = ' ';
+  put(ms_of_day / 3'600'000, 2);
+  *out++ = ':';
+  put(ms_of_day / 60'000 % 60, 2);
+  *out++ = ':';
+  put(ms_of_day / 1000 % 60, 2);
+  *out++ = '.';
+  put(ms_of_day % 1000, 3);
+  *out = ' ';
+}
+
 }  // namespace ringfeed

@@ -16,6 +16,8 @@
 
 #include <spdlog/logger.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -27,5 +29,14 @@ std::string EscapeLogMessage(std::string_view message);
 // Sets `logger`'s pattern: with the time, or (journal: under systemd, JOURNAL_STREAM set)
 // without; either way the message escaped as above.
 void SetLogPattern(spdlog::logger& logger, bool journal);
+
+// The time at the start of a log line with the time, "YYYY-MM-DD HH:MM:SS.mmm " (SetLogPattern's
+// "%Y-%m-%d %H:%M:%S.%e "), for `unix_ns` (nanoseconds since the epoch, CLOCK_REALTIME, from
+// 1970 on) in a zone `utc_offset_seconds` east of UTC (localtime_r's tm_gmtoff). Writes
+// kLogTimeBytes bytes to `out`, no NUL. Async-signal-safe, arithmetic only, for a signal handler
+// (which may not call localtime_r): the date from the day count by H. Hinnant's
+// civil_from_days ("chrono-Compatible Low-Level Date Algorithms").
+inline constexpr size_t kLogTimeBytes = 24;
+void FormatLogTime(int64_t unix_ns, long utc_offset_seconds, char* out);
 
 }  // namespace ringfeed

@@ -9,6 +9,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -136,6 +138,38 @@ char ProcessState(const std::string& pid) {
   return name_end != std::string::npos && name_end + 2 < stat.size() ? stat[name_end + 2] : '\0';
 }
 
+// The command that shows the job's daemon: `ringfeedctl status JOB`, with --runtime-dir where
+// that is not the default one.
+std::string StatusCommand(const std::string& job, const std::string& runtime_dir) {
+  return "ringfeedctl status " + job + (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir);
+}
+
+// The pid of a process that listens on the Unix socket at `path` (0 when it listens but its
+// backlog is full, so no credentials came back); nullopt when nothing listens there (a socket
+// left by a daemon that was killed: connect answers ECONNREFUSED) or it cannot be told (no
+// socket there, or no permission to connect). SO_PEERCRED gives the listener's pid as of its
+// listen() (unix(7)).
+std::optional<pid_t> SocketListener(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof address.sun_path) return std::nullopt;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return std::nullopt;
+  std::optional<pid_t> listener;
+  // Non-blocking: a listener whose backlog is full (a daemon stopped with SIGSTOP and connected
+  // to since) answers EAGAIN at once, where a blocking connect would wait for it.
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+    ucred peer{};
+    socklen_t size = sizeof peer;
+    listener = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 ? peer.pid : 0;
+  } else if (errno == EAGAIN) {
+    listener = 0;
+  }
+  ::close(fd);
+  return listener;
+}
+
 // The job's lock file: held (flock) for the daemon's lifetime; holds its pid, and once the
 // daemon stops, "PID stopping". A daemon started while the job's previous one is stopping
 // (within kStopGrace, ~0.1 s on healthy storage), or has a stop pending (sent while it
@@ -149,8 +183,10 @@ class LockFile {
     // The pid last seen stopping: its stop signal, once taken, is no longer pending, and its
     // handler writes " stopping" a moment later; in between it is still stopping.
     std::string stopping_pid;
-    // Since when a look at the lock found no stop to wait for (a refusal follows).
-    std::optional<std::chrono::steady_clock::time_point> refusing_since;
+    // Since when a look at the lock found no stop to wait for (a refusal follows); the epoch
+    // while the last look found one. (Not a std::optional: GCC 12 warns that it may be read
+    // uninitialized.)
+    std::chrono::steady_clock::time_point refusing_since{};
     for (;;) {
       Open();
       if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
@@ -186,10 +222,10 @@ class LockFile {
       // look at its state (its lock went with its files, before it became a zombie); one that
       // took its stop signal and has not yet written " stopping" (a CI run under TSan hit it).
       if (stopping) {
-        refusing_since.reset();
+        refusing_since = {};
       } else {
-        if (!refusing_since) refusing_since = now;
-        if (now - *refusing_since < kRefuseAfter) {
+        if (refusing_since == std::chrono::steady_clock::time_point{}) refusing_since = now;
+        if (now - refusing_since < kRefuseAfter) {
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
           continue;
         }
@@ -208,8 +244,7 @@ class LockFile {
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
         continue;
       }
-      const std::string status_command =
-          "ringfeedctl status " + job + (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir);
+      const std::string status_command = StatusCommand(job, runtime_dir);
       if (stopping) {
         const std::string seconds = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count());
         throw StartupError("ringfeedd for job '" + job + "' (pid " + pid + ", lock " + path + ") was stopped but has " +
@@ -312,11 +347,16 @@ class LockFile {
 // A stop (SIGINT, SIGTERM, SIGHUP) before the segment is made (waiting for the job's previous
 // daemon to exit, listing and sampling the files, which on slow storage takes a while): the
 // process ends at once, exit status 0, as for a stop later, removing the one thing it made,
-// the lock file, once it holds it. Async-signal-safe: lstat, unlink, write, _exit. From the
-// point where RunDaemon blocks those signals, asio's signal_set takes them over.
+// the lock file, once it holds it, and logging a line as the logger would (with its time, but
+// under systemd). Armed first thing in main (ArmStartupStop): a stop right after exec ends the
+// process so too, not by the signal's default action (exit status 143). Async-signal-safe:
+// clock_gettime, lstat, unlink, write, _exit. From the point where RunDaemon blocks those
+// signals, asio's signal_set takes them over.
 struct EarlyStop {
   static inline char lock_path[4096] = {};  // "" until the lock is held
   static inline shm::FileId lock_id;
+  static inline bool journal = false;  // under systemd: no time in the line (SetLogPattern)
+  static inline long utc_offset_seconds = 0;
 
   // `path`, `id`: the lock file once held; "" before.
   static void Arm(const std::string& path = "", shm::FileId id = {}) {
@@ -327,6 +367,10 @@ struct EarlyStop {
     pthread_sigmask(SIG_BLOCK, &stops, &old);  // no handler in the middle of the copy
     std::memcpy(lock_path, path.c_str(), path.size() + 1);
     lock_id = id;
+    journal = std::getenv("JOURNAL_STREAM") != nullptr;
+    const time_t now = ::time(nullptr);
+    tm local{};
+    if (::localtime_r(&now, &local) != nullptr) utc_offset_seconds = local.tm_gmtoff;
     struct sigaction action {};
     action.sa_handler = OnStop;
     sigemptyset(&action.sa_mask);
@@ -335,8 +379,14 @@ struct EarlyStop {
   }
   static void OnStop(int signal) {
     if (lock_path[0] != '\0') shm::UnlinkIfSame(lock_path, lock_id);
+    char time[kLogTimeBytes + 1] = {};
+    if (!journal) {
+      timespec now{};
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      FormatLogTime(int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec, utc_offset_seconds, time);
+    }
     const char* const name = signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
-    for (const char* part : {"[info] ringfeedd: stopped by ", name,
+    for (const char* part : {static_cast<const char*>(time), "[info] ringfeedd: stopped by ", name,
                              " during start-up (before the ring was made: nothing else to clean up)\n"}) {
       if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
     }
@@ -535,6 +585,8 @@ void CheckOpenFileLimit(const TuningPlan& plan) {
 
 }  // namespace
 
+void ArmStartupStop() { EarlyStop::Arm(); }
+
 int RunDaemon(const DaemonOptions& options) {
   // A reader of stderr that goes away (`ringfeedd ... | head`, a FIFO, a closed terminal's
   // pipe) must not end a data loader: with SIGPIPE ignored a log write fails with EPIPE, which
@@ -545,7 +597,9 @@ int RunDaemon(const DaemonOptions& options) {
   // name with a newline) are escaped: daemon/log_format.h.
   SetLogPattern(*logger, std::getenv("JOURNAL_STREAM") != nullptr);
   spdlog::set_default_logger(logger);
-  EarlyStop::Arm();  // a stop while the config is read (a FIFO not written yet) ends it the same way
+  // Armed in main already (ArmStartupStop); again for a RunDaemon called without it. A stop
+  // while the config is read (a FIFO not written yet) ends it the same way.
+  EarlyStop::Arm();
 
   JobConfig config;
   try {
@@ -611,6 +665,16 @@ int RunDaemon(const DaemonOptions& options) {
                              std::to_string(st.st_uid) + "), where ringfeedd puts its socket; remove it, or use "
                              "another runtime directory",
                          2);
+    }
+    // A socket that still answers is a running daemon of this job whose lock file went (removed
+    // by hand, or by a cleaner of old files such as systemd-tmpfiles): starting would take its
+    // segment's and socket's names from under it, and two daemons would serve one job.
+    if (const std::optional<pid_t> listener = SocketListener(socket_path)) {
+      const std::string pid = *listener > 0 ? std::to_string(*listener) : "unknown";
+      throw StartupError("ringfeedd for job '" + config.job + "' is already running (pid " + pid +
+                         ", which answers at the control socket " + socket_path + ") though its lock file " +
+                         lock.path() + " was removed (by hand, or by a cleaner of old files such as "
+                         "systemd-tmpfiles); stop it first (" + StatusCommand(config.job, runtime_dir) + ")");
     }
 
     // 2. Files, parser, geometry.

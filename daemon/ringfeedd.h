@@ -32,6 +32,12 @@ struct DaemonOptions {
   uint64_t start_epoch = 0;
 };
 
+// From now until RunDaemon hands them to its event loop, a stop signal (SIGINT, SIGTERM, SIGHUP)
+// ends the process at once with exit status 0 and a log line saying so (the lock file removed
+// once RunDaemon holds it): called first thing in main, so that a stop right after exec is a
+// clean exit too. Not thread-safe: before any thread starts.
+void ArmStartupStop();
+
 // Runs the daemon until it is stopped; returns the process exit status (0 clean stop or done,
 // 1 runtime failure, 2 bad config or command line).
 int RunDaemon(const DaemonOptions& options);

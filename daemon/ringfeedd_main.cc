@@ -13,6 +13,7 @@
 
 int main(int argc, char** argv) {
   ringfeed::OccupyClosedStandardFds();  // the log to /dev/null rather than into the socket or segment
+  ringfeed::ArmStartupStop();           // a stop from here on is a clean exit (status 0)
   ringfeed::DaemonOptions options;
   CLI::App app(
       "ringfeedd: reads the TFRecord files of one job, parses tf.train.Example records, shuffles and batches "

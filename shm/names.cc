@@ -87,7 +87,10 @@ std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
   // The device, not the inode: systemd recreates a unit's RuntimeDirectory (a new inode) at
   // every restart, and the next daemon must find a crashed one's segment under the same name.
   struct stat st {};
-  if (::stat(identity.c_str(), &st) == 0) identity += ":" + std::to_string(st.st_dev);
+  if (::stat(identity.c_str(), &st) == 0) {
+    identity += ':';  // two appends: `":" + to_string` sets off GCC 12's false -Wrestrict (PR 105329)
+    identity += std::to_string(st.st_dev);
+  }
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016llx", static_cast<unsigned long long>(Fnv1a64(identity)));
   std::string name = "/ringfeed.";

@@ -521,6 +521,41 @@ TEST_CASE("a second ringfeedd for the same job refuses to start and names the ru
   CHECK(first.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("a second ringfeedd refuses the job while the first answers at its socket, though its lock file was removed") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  const std::string config = IdJobConfig("unlocked-job", dir.file("data.tfrecord"));
+  DaemonProcess first(dir.path(), "unlocked-job", config);
+  RINGFEED_REQUIRE_STARTED(first);
+  const auto segment_before = std::filesystem::last_write_time(first.segment_path());
+  struct stat socket_before {};
+  REQUIRE(::lstat(first.socket_path().c_str(), &socket_before) == 0);
+  // Removed by hand, or by a cleaner of old files: the lock it held no longer has a name.
+  REQUIRE(std::filesystem::remove(first.lock_path()));
+  DaemonProcess second(dir.path(), "unlocked-job", config, "second.yaml");
+  CHECK_FALSE(second.Start());
+  const auto status = second.Wait();
+  REQUIRE(status);
+  INFO("second stderr:\n" << second.Stderr());
+  CHECK(status->ToString() == "exit 1");
+  CHECK_THAT(second.Stderr(), Catch::Contains("ringfeedd for job 'unlocked-job' is already running (pid " +
+                                              std::to_string(first.pid()) + ", which answers at the control socket " +
+                                              first.socket_path() + ") though its lock file " + first.lock_path() +
+                                              " was removed"));
+  // Before, the second one replaced the first's segment and socket and served the job beside it.
+  struct stat socket_after {};
+  REQUIRE(::lstat(first.socket_path().c_str(), &socket_after) == 0);
+  CHECK(socket_after.st_ino == socket_before.st_ino);
+  CHECK(std::filesystem::last_write_time(first.segment_path()) == segment_before);
+  CHECK(first.running());
+  CHECK(first.Status()["pid"] == first.pid());
+  // The lock file the second one made is not left behind (it exited before the ring).
+  CHECK_FALSE(std::filesystem::exists(first.lock_path()));
+  INFO("first stderr:\n" << first.Stderr());
+  CHECK(first.Stop().ToString() == "exit 0");
+  CHECK_THAT(first.Stderr(), !Catch::Contains("was replaced while ringfeedd runs"));
+}
+
 TEST_CASE("something other than a socket at the socket's path: a start-up error that says so, and it stays") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
