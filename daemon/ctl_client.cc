@@ -1,8 +1,6 @@
 #include "daemon/ctl_client.h"
 
 #include <signal.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -287,17 +285,7 @@ std::vector<std::string> Subdirectories(const std::string& runtime_dir) {
 
 // True when a daemon accepts connections on the Unix socket at `path` (a killed daemon's socket
 // file refuses them).
-bool Accepts(const std::string& path) {
-  sockaddr_un addr{};
-  if (path.size() >= sizeof addr.sun_path) return false;
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  const bool ok = ::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
-  ::close(fd);
-  return ok;
-}
+bool Accepts(const std::string& path) { return shm::SocketListener(path).has_value(); }
 
 // A runtime directory that exists but cannot be listed (`what` "read") or entered ("enter"):
 // an error that says so, never "no jobs"; for a permission error, whose permissions deny it

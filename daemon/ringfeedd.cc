@@ -9,7 +9,6 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -142,32 +141,6 @@ char ProcessState(const std::string& pid) {
 // that is not the default one.
 std::string StatusCommand(const std::string& job, const std::string& runtime_dir) {
   return "ringfeedctl status " + job + (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir);
-}
-
-// The pid of a process that listens on the Unix socket at `path` (0 when it listens but its
-// backlog is full, so no credentials came back); nullopt when nothing listens there (a socket
-// left by a daemon that was killed: connect answers ECONNREFUSED) or it cannot be told (no
-// socket there, or no permission to connect). SO_PEERCRED gives the listener's pid as of its
-// listen() (unix(7)).
-std::optional<pid_t> SocketListener(const std::string& path) {
-  sockaddr_un address{};
-  if (path.size() >= sizeof address.sun_path) return std::nullopt;
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (fd < 0) return std::nullopt;
-  std::optional<pid_t> listener;
-  // Non-blocking: a listener whose backlog is full (a daemon stopped with SIGSTOP and connected
-  // to since) answers EAGAIN at once, where a blocking connect would wait for it.
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
-    ucred peer{};
-    socklen_t size = sizeof peer;
-    listener = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 ? peer.pid : 0;
-  } else if (errno == EAGAIN) {
-    listener = 0;
-  }
-  ::close(fd);
-  return listener;
 }
 
 // The job's lock file: held (flock) for the daemon's lifetime; holds its pid, and once the
@@ -669,7 +642,7 @@ int RunDaemon(const DaemonOptions& options) {
     // A socket that still answers is a running daemon of this job whose lock file went (removed
     // by hand, or by a cleaner of old files such as systemd-tmpfiles): starting would take its
     // segment's and socket's names from under it, and two daemons would serve one job.
-    if (const std::optional<pid_t> listener = SocketListener(socket_path)) {
+    if (const std::optional<pid_t> listener = shm::SocketListener(socket_path)) {
       const std::string pid = *listener > 0 ? std::to_string(*listener) : "unknown";
       throw StartupError("ringfeedd for job '" + config.job + "' is already running (pid " + pid +
                          ", which answers at the control socket " + socket_path + ") though its lock file " +

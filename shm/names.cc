@@ -1,7 +1,9 @@
 #include "shm/names.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -73,6 +75,27 @@ std::vector<std::string> SubdirectoriesWithSocket(const std::string& runtime_dir
   }
   std::sort(found.begin(), found.end());
   return found;
+}
+
+std::optional<pid_t> SocketListener(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof address.sun_path) return std::nullopt;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return std::nullopt;
+  std::optional<pid_t> listener;
+  // Non-blocking: a listener whose backlog is full (a daemon stopped with SIGSTOP and connected
+  // to since) answers EAGAIN at once, where a blocking connect would wait for it.
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+    ucred peer{};
+    socklen_t size = sizeof peer;
+    listener = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 ? peer.pid : 0;
+  } else if (errno == EAGAIN) {
+    listener = 0;
+  }
+  ::close(fd);
+  return listener;
 }
 
 std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
