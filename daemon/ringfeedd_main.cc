@@ -15,19 +15,25 @@ int main(int argc, char** argv) {
   ringfeed::OccupyClosedStandardFds();  // the log to /dev/null rather than into the socket or segment
   ringfeed::ArmStartupStop();           // a stop from here on is a clean exit (status 0)
   ringfeed::DaemonOptions options;
+  // CLI11 (2.3) does not wrap text: the lines are broken here, at most 95 columns as ringfeedctl's.
   CLI::App app(
-      "ringfeedd: reads the TFRecord files of one job, parses tf.train.Example records, shuffles and batches "
-      "them, and serves ready batches to trainer processes through a shared-memory ring.\n"
-      "Trainers attach with the client library (client/client.h, client/ringfeed.h); watch it with "
-      "`ringfeedctl status JOB`. Stop it with SIGTERM, SIGINT (Ctrl-C) or SIGHUP.\n"
-      "Exit status: 0 stopped cleanly (or done, with --exit-when-done), 1 runtime failure (also: a ringfeedd already "
-      "running for the job, --exit-when-done "
-      "after an on_error: fail failure, too little free /dev/shm, a stop blocked on storage), 2 usage or config "
-      "error, or a start-up error a restart would not fix (--start-epoch not below epochs, a ring larger than "
-      "/dev/shm, a permissions.group that does not exist or the user is not in, the memory budget, the open-file "
-      "limit, a runtime directory that cannot be made or used, a lock file, socket path or segment name held by "
-      "what ringfeedd does not remove).",
+      "ringfeedd: reads the TFRecord files of one job, parses tf.train.Example records, shuffles and\n"
+      "batches them, and serves ready batches to trainer processes through a shared-memory ring.",
       "ringfeedd");
+  app.footer(
+      "Trainers attach with the client library (client/client.h, client/ringfeed.h, Python's\n"
+      "ringfeed package); watch it with `ringfeedctl status JOB`. Stop it with SIGTERM, SIGINT\n"
+      "(Ctrl-C) or SIGHUP. Under systemd: the ringfeed@.service unit (docs/operations.md).\n"
+      "\n"
+      "Exit status:\n"
+      "  0  stopped cleanly (or done, with --exit-when-done)\n"
+      "  1  runtime failure; also: a ringfeedd already running for the job, --exit-when-done after\n"
+      "     an on_error: fail failure, too little free /dev/shm, a stop blocked on storage\n"
+      "  2  usage or config error, or a start-up error a restart would not fix: --start-epoch not\n"
+      "     below epochs, a ring larger than /dev/shm, a permissions.group that does not exist or\n"
+      "     the user is not in, the memory budget, the open-file limit, a runtime directory that\n"
+      "     cannot be made or used, a lock file, socket path or segment name held by what\n"
+      "     ringfeedd does not remove");
   app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
       ->required()
       // Not CLI::ExistingFile, which says "File does not exist" for a file this user may not

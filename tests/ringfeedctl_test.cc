@@ -18,6 +18,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -881,6 +882,25 @@ TEST_CASE("an empty --runtime-dir or a JOB no config could name is a usage error
     CHECK(r.status.ToString() == "exit 2");
     CHECK_THAT(r.err, Catch::StartsWith("ringfeedctl " + std::string(command) +
                                         ": JOB: invalid job name '../../etc/passwd'; expected 1 to 64 characters"));
+  }
+}
+
+TEST_CASE("ringfeedd --help: what it does, its options, and each exit status on a line of its own") {
+  const CommandResult r = RunCommand({DaemonBinary(), "--help"});
+  INFO(r.out << r.err);
+  CHECK(r.status.ToString() == "exit 0");
+  CHECK_THAT(r.out, Catch::StartsWith("ringfeedd: reads the TFRecord files of one job"));
+  for (const char* option : {"-c,--config FILE REQUIRED", "--log-level", "--runtime-dir DIR", "--exit-when-done",
+                             "--start-epoch EPOCH", "--version"}) {
+    CHECK_THAT(r.out, Catch::Contains(option));
+  }
+  CHECK_THAT(r.out, Catch::Contains("\nExit status:\n  0  stopped cleanly"));
+  CHECK_THAT(r.out, Catch::Contains("\n  1  runtime failure"));
+  CHECK_THAT(r.out, Catch::Contains("\n  2  usage or config error"));
+  // The prose is wrapped (CLI11 does not wrap): only option lines may run long.
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("  -")) CHECK(line.size() <= 100);
   }
 }
 
