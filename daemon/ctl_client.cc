@@ -636,7 +636,17 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   char buf[512];
   out << "job        " << s.String("job") << "   (pid " << s.Integer("pid") << ", config " << s.String("config")
       << ")\n";
-  out << "state      " << state << ", up " << Seconds(s.Number("uptime_seconds")) << "\n";
+  out << "state      " << state << ", up " << Seconds(s.Number("uptime_seconds"));
+  if (state == "end_of_data") {
+    // Production's end, not the trainers': batches may still wait in the ring.
+    const int64_t ready = ring.Integer("ready"), in_hand = ring.Integer("held");
+    if (ready > 0 || in_hand > 0) {
+      out << " (every batch is made; " << ready << " ready for trainers to take, " << in_hand << " held by them)";
+    } else {
+      out << " (every batch is made and was taken)";
+    }
+  }
+  out << "\n";
   const int64_t start_epoch = s.Integer("start_epoch");
   // Counted from 1 for people, with the batches' 0-based epoch beside it: that is the number
   // --start-epoch and checkpoints use.

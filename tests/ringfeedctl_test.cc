@@ -239,6 +239,13 @@ TEST_CASE("status after production ended: the whole run's rates, and the tuner's
                         Catch::Contains("           CPU (the last 0.25 s of production): 0.50 of") &&
                         Catch::Contains("\n           the last 0.25 s of production: 800 records/s, "));
   CHECK_THAT(table("failed"), Catch::Contains(" from start to the failure (7.5 s ago)\n"));
+  // The end of production is not the trainers': the state line says what is left in the ring.
+  CHECK_THAT(ended, Catch::Contains("\nstate      end_of_data, up 10.0 s (every batch is made and was taken)\n"));
+  CHECK_THAT(StatusTable(R"({"type":"status","job":"fake","state":"end_of_data","uptime_seconds":2.0,)"
+                         R"("ring":{"slots":8,"free":3,"ready":4,"held":1}})"),
+             Catch::Contains("\nstate      end_of_data, up 2.0 s (every batch is made; 4 ready for trainers to take, "
+                             "1 held by them)\n"));
+  CHECK_THAT(table("failed"), Catch::Contains("\nstate      failed, up 10.0 s\n"));
   // A stretch that waited for the trainers says so after the end too; under 0.01 s in ms.
   const std::string waited = StatusTable(
       R"({"type":"status","job":"fake","state":"end_of_data","uptime_seconds":1.0,"throughput":{"production_seconds":)"
