@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -136,14 +137,29 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
   owner_pid_ = getpid();
   fd_ = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) throw ClientError(std::string("cannot create a Unix socket: ") + std::strerror(errno));
+  // A daemon whose queue of connections is full (stopped with SIGSTOP while clients kept
+  // connecting) would hold a blocking connect forever: a Unix socket's connect waits at most
+  // SO_SNDTIMEO (unix(7)), then fails with EAGAIN. Set back to no limit once connected.
+  const timeval connect_timeout{kConnectTimeoutSeconds, 0};
+  setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &connect_timeout, sizeof connect_timeout);
   int rc;
   do {
     rc = connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
   } while (rc != 0 && errno == EINTR);
+  if (rc == 0) {
+    const timeval no_limit{0, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &no_limit, sizeof no_limit);
+  }
   if (rc != 0) {
     const int err = errno;
     close(fd_);
     fd_ = -1;
+    if (err == EAGAIN) {
+      throw ClientError("ringfeedd for job " + job + " at " + path + " takes no connection: its queue of " +
+                        "connections stayed full for " + std::to_string(kConnectTimeoutSeconds) +
+                        " s (a ringfeedd stopped with SIGSTOP, or one that does not keep up with its clients; ps -o "
+                        "pid,stat -C ringfeedd shows a stopped one as T)");
+    }
     std::string message = "cannot connect to ringfeedd for job " + job + " at " + path + ": " + std::strerror(err);
     struct stat st {};
     if (err == ECONNREFUSED && ::lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {

@@ -50,8 +50,10 @@ class ControlConnection {
 
   // Connects to the Unix socket at `path`; `job` is for messages and names the lock file beside
   // it. Throws ClientError: DaemonNotRunningError when nothing listens there, DaemonGoneError
-  // when that is because the daemon that made the socket is gone.
+  // when that is because the daemon that made the socket is gone, a plain ClientError when the
+  // daemon's queue of connections stays full for kConnectTimeoutSeconds (it is stopped).
   void Connect(const std::string& path, const std::string& job);
+  static constexpr int kConnectTimeoutSeconds = 5;
   // Writes `line` + '\n' completely. Throws ClientError; not when the daemon closed the
   // connection after writing a line (its refusal): ReadLine returns that line next.
   void SendLine(const std::string& line);

@@ -640,7 +640,9 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   if (state == "end_of_data") {
     // Production's end, not the trainers': batches may still wait in the ring.
     const int64_t ready = ring.Integer("ready"), in_hand = ring.Integer("held");
-    if (ready > 0 || in_hand > 0) {
+    if (s.Count("batches") == 0) {
+      out << " (no batch was made)";
+    } else if (ready > 0 || in_hand > 0) {
       out << " (every batch is made; " << ready << " ready for trainers to take, " << in_hand << " held by them)";
     } else {
       out << " (every batch is made and was taken)";

@@ -143,6 +143,103 @@ std::string StatusCommand(const std::string& job, const std::string& runtime_dir
   return "ringfeedctl status " + job + (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir);
 }
 
+// The base name of process `pid`'s program (argv[0] in /proc/PID/cmdline, which every user
+// may read); "" when it cannot be read.
+std::string ProgramName(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
+  std::string argv0;
+  std::getline(in, argv0, '\0');
+  return argv0.substr(argv0.find_last_of('/') + 1);
+}
+
+// What listens at the job's control socket while this daemon starts: a ringfeedd of the job
+// whose lock file was removed (by hand, or by a cleaner of old files such as systemd-tmpfiles),
+// or another program. Starting would take its names from under it, and two daemons would
+// serve one job: throws the start-up error that says which. Returns when nothing listens.
+void RefuseIfSocketServed(const std::string& socket_path, const std::string& job, const std::string& runtime_dir,
+                          const std::string& lock_path) {
+  const std::optional<pid_t> listener = shm::SocketListener(socket_path);
+  if (!listener) return;
+  if (*listener == 0) {
+    throw StartupError("a process listens at the control socket " + socket_path + " of job '" + job +
+                       "' but takes no connection (its queue is full), though no daemon held the job's lock file " +
+                       lock_path + ": a ringfeedd of the job stopped with SIGSTOP, its lock file removed by hand or by "
+                       "a cleaner of old files? Find it (ps -C ringfeedd -o pid,stat,args), then kill -CONT or stop it");
+  }
+  const std::string pid = std::to_string(*listener);
+  if (const std::string program = ProgramName(*listener); !program.empty() && !program.starts_with("ringfeedd")) {
+    throw StartupError("the control socket " + socket_path + " of job '" + job + "' is held by another program, " +
+                           program + " (pid " + pid + "), which listens there: not ringfeedd's to replace; stop it, "
+                           "or use another runtime directory",
+                       2);
+  }
+  throw StartupError("ringfeedd for job '" + job + "' is already running (pid " + pid +
+                     ", which answers at the control socket " + socket_path + ") though its lock file " + lock_path +
+                     " was removed (by hand, or by a cleaner of old files such as systemd-tmpfiles); stop it first (" +
+                     StatusCommand(job, runtime_dir) + ")");
+}
+
+// A stop (SIGINT, SIGTERM, SIGHUP) before the segment is made (waiting for the job's previous
+// daemon to exit, listing and sampling the files, which on slow storage takes a while): the
+// process ends at once, exit status 0, as for a stop later, removing the one thing it made,
+// the lock file, once it holds it, and logging a line as the logger would (with its time, but
+// under systemd). Armed first thing in main (ArmStartupStop): a stop right after exec ends the
+// process so too, not by the signal's default action (exit status 143). Async-signal-safe:
+// clock_gettime, lstat, unlink, write, _exit. From the point where RunDaemon blocks those
+// signals, asio's signal_set takes them over.
+struct EarlyStop {
+  static inline char lock_path[4096] = {};  // "" until the lock is held
+  static inline shm::FileId lock_id;
+  static inline bool journal = false;  // under systemd: no time in the line (SetLogPattern)
+  static inline long utc_offset_seconds = 0;
+
+  // `path`, `id`: the lock file once held; "" before.
+  static void Arm(const std::string& path = "", shm::FileId id = {}) {
+    if (path.size() >= sizeof lock_path) return;  // the handler then leaves the lock file
+    sigset_t stops, old;
+    sigemptyset(&stops);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, signal);
+    pthread_sigmask(SIG_BLOCK, &stops, &old);  // no handler in the middle of the copy
+    std::memcpy(lock_path, path.c_str(), path.size() + 1);
+    lock_id = id;
+    journal = std::getenv("JOURNAL_STREAM") != nullptr;
+    const time_t now = ::time(nullptr);
+    tm local{};
+    if (::localtime_r(&now, &local) != nullptr) utc_offset_seconds = local.tm_gmtoff;
+    struct sigaction action {};
+    action.sa_handler = OnStop;
+    action.sa_mask = stops;  // one stop at a time: a second one waits (and never comes back: _exit)
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  }
+  static void OnStop(int signal) {
+    if (lock_path[0] != '\0') shm::UnlinkIfSame(lock_path, lock_id);
+    // One write of the whole line (the other stop signals are blocked while this runs): no
+    // second signal's line in the middle of it, however slow stderr is.
+    char line[256];
+    size_t n = 0;
+    if (!journal) {
+      timespec now{};
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      FormatLogTime(int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec, utc_offset_seconds, line);
+      n = kLogTimeBytes;
+    }
+    const char* const name = signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
+    for (const char* part : {"[info] ringfeedd: stopped by ", name,
+                             " during start-up (before the ring was made: nothing else to clean up)\n"}) {
+      const size_t length = std::min(std::strlen(part), sizeof line - n);
+      std::memcpy(line + n, part, length);
+      n += length;
+    }
+    for (size_t written = 0; written < n;) {
+      const ssize_t r = ::write(STDERR_FILENO, line + written, n - written);
+      if (r <= 0 && errno != EINTR) break;
+      if (r > 0) written += static_cast<size_t>(r);
+    }
+    ::_exit(0);
+  }
+};
+
 // The job's lock file: held (flock) for the daemon's lifetime; holds its pid, and once the
 // daemon stops, "PID stopping". A daemon started while the job's previous one is stopping
 // (within kStopGrace, ~0.1 s on healthy storage), or has a stop pending (sent while it
@@ -161,19 +258,9 @@ class LockFile {
     // uninitialized.)
     std::chrono::steady_clock::time_point refusing_since{};
     for (;;) {
-      Open();
-      if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
-        // Taken; but the daemon that held it may have removed its name first (it does as it
-        // exits): a lock on a file no longer at the path locks nothing. Then again, afresh.
-        struct stat held {}, named {};
-        if (::fstat(fd_, &held) == 0 && ::stat(path.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
-            held.st_ino == named.st_ino) {
-          id_ = shm::FileId::Of(held);
-          break;
-        }
-        Close();
-        continue;
-      }
+      const Take take = TryTake();
+      if (take == Take::kTaken) break;
+      if (take == Take::kStale) continue;
       char buf[64] = {};
       const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
       Close();
@@ -242,7 +329,28 @@ class LockFile {
                          "); stop it first (" + status_command + ")");
     }
     if (waiting) spdlog::info("the previous ringfeedd let go of the job's lock");
-    WriteContent(std::to_string(::getpid()) + "\n");
+  }
+  // Before the daemon takes the segment's and the socket's names: whether the lock file at the
+  // path is still this lock. One removed meanwhile (by hand, a cleaner of old files; start-up
+  // may take minutes on slow storage) is taken again, a new file locked and written as at
+  // start; false when another process holds the one there now (a second ringfeedd for the job
+  // took it): then this daemon must not take the job's names from under that one.
+  bool Reassert() {
+    if (struct stat named {}; ::stat(path_.c_str(), &named) == 0 && shm::FileId::Of(named) == id_) return true;
+    const int old_fd = fd_;
+    fd_ = -1;
+    Take take = Take::kStale;
+    for (int tries = 0; tries < 10 && take == Take::kStale; ++tries) take = TryTake();
+    if (take != Take::kTaken) {
+      if (fd_ >= 0) Close();
+      fd_ = old_fd;
+      return false;
+    }
+    ::close(old_fd);  // the lock on the file without a name
+    spdlog::warn("the lock file {} was removed while ringfeedd started (by hand, or by a cleaner of old files): "
+                 "made it again",
+                 path_);
+    return true;
   }
   // Says in the file that this daemon is stopping (a daemon started now waits for it).
   // Longer than the pid line it overwrites, so no truncation: a start reading it meanwhile
@@ -274,6 +382,36 @@ class LockFile {
   static constexpr auto kStopWait = kStopGrace + std::chrono::seconds(3);
   static constexpr auto kLongStopWait = std::chrono::minutes(5);
   static constexpr auto kRefuseAfter = std::chrono::milliseconds(300);
+
+  enum class Take { kTaken, kHeld, kStale };
+  // One try at the lock. kTaken: locked, the pid written, and the start-up stop handler told
+  // the file (EarlyStop). kHeld: another process holds it (fd_ left open for a look at what it
+  // says). kStale: locked, but the name went meanwhile (a daemon removes it as it exits), so
+  // the lock locks nothing: again, afresh.
+  Take TryTake() {
+    // From the file's creation until the stop handler knows it: a stop meanwhile waits (a few
+    // system calls), so that it removes the file too, as its line says.
+    sigset_t stops, old;
+    sigemptyset(&stops);
+    for (int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, signal);
+    pthread_sigmask(SIG_BLOCK, &stops, &old);
+    struct Restore {
+      const sigset_t& mask;
+      ~Restore() { pthread_sigmask(SIG_SETMASK, &mask, nullptr); }
+    } restore{old};
+    Open();
+    if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) return Take::kHeld;
+    struct stat held {}, named {};
+    if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 && held.st_dev == named.st_dev &&
+        held.st_ino == named.st_ino) {
+      id_ = shm::FileId::Of(held);
+      WriteContent(std::to_string(::getpid()) + "\n");
+      EarlyStop::Arm(path_, id_);
+      return Take::kTaken;
+    }
+    Close();
+    return Take::kStale;
+  }
 
   void Open() {
     const std::string& path = path_;
@@ -317,55 +455,17 @@ class LockFile {
   shm::FileId id_;
 };
 
-// A stop (SIGINT, SIGTERM, SIGHUP) before the segment is made (waiting for the job's previous
-// daemon to exit, listing and sampling the files, which on slow storage takes a while): the
-// process ends at once, exit status 0, as for a stop later, removing the one thing it made,
-// the lock file, once it holds it, and logging a line as the logger would (with its time, but
-// under systemd). Armed first thing in main (ArmStartupStop): a stop right after exec ends the
-// process so too, not by the signal's default action (exit status 143). Async-signal-safe:
-// clock_gettime, lstat, unlink, write, _exit. From the point where RunDaemon blocks those
-// signals, asio's signal_set takes them over.
-struct EarlyStop {
-  static inline char lock_path[4096] = {};  // "" until the lock is held
-  static inline shm::FileId lock_id;
-  static inline bool journal = false;  // under systemd: no time in the line (SetLogPattern)
-  static inline long utc_offset_seconds = 0;
-
-  // `path`, `id`: the lock file once held; "" before.
-  static void Arm(const std::string& path = "", shm::FileId id = {}) {
-    if (path.size() >= sizeof lock_path) return;  // the handler then leaves the lock file
-    sigset_t stops, old;
-    sigemptyset(&stops);
-    for (int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, signal);
-    pthread_sigmask(SIG_BLOCK, &stops, &old);  // no handler in the middle of the copy
-    std::memcpy(lock_path, path.c_str(), path.size() + 1);
-    lock_id = id;
-    journal = std::getenv("JOURNAL_STREAM") != nullptr;
-    const time_t now = ::time(nullptr);
-    tm local{};
-    if (::localtime_r(&now, &local) != nullptr) utc_offset_seconds = local.tm_gmtoff;
-    struct sigaction action {};
-    action.sa_handler = OnStop;
-    sigemptyset(&action.sa_mask);
-    for (int signal : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(signal, &action, nullptr);
-    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+// Before this daemon takes the job's segment or socket name: its lock is still the job's lock
+// (LockFile::Reassert makes a removed one again), and no other daemon answers at the socket.
+void TakeJobNamesCheck(LockFile& lock, const std::string& socket_path, const std::string& job,
+                       const std::string& runtime_dir) {
+  if (!lock.Reassert()) {
+    throw StartupError("the lock file " + lock.path() + " was removed while ringfeedd started (by hand, or by a "
+                       "cleaner of old files), and another process took the job's lock meanwhile (" +
+                       StatusCommand(job, runtime_dir) + "): not starting beside it");
   }
-  static void OnStop(int signal) {
-    if (lock_path[0] != '\0') shm::UnlinkIfSame(lock_path, lock_id);
-    char time[kLogTimeBytes + 1] = {};
-    if (!journal) {
-      timespec now{};
-      ::clock_gettime(CLOCK_REALTIME, &now);
-      FormatLogTime(int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec, utc_offset_seconds, time);
-    }
-    const char* const name = signal == SIGINT ? "SIGINT" : signal == SIGHUP ? "SIGHUP" : "SIGTERM";
-    for (const char* part : {static_cast<const char*>(time), "[info] ringfeedd: stopped by ", name,
-                             " during start-up (before the ring was made: nothing else to clean up)\n"}) {
-      if (::write(STDERR_FILENO, part, std::strlen(part)) < 0) break;
-    }
-    ::_exit(0);
-  }
-};
+  RefuseIfSocketServed(socket_path, job, runtime_dir, lock.path());
+}
 
 uint64_t RandomId() {
   uint64_t id = 0;
@@ -627,8 +727,13 @@ int RunDaemon(const DaemonOptions& options) {
     if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {
       throw StartupError(problem, 2);
     }
-    LockFile lock(runtime_dir, config.job);
-    EarlyStop::Arm(lock.path(), lock.id());
+    // A daemon of the job still answering at its socket though its lock file is gone: refused
+    // before a lock file is made, which that daemon's check of its names (once a second) could
+    // take for a second daemon's.
+    if (struct stat st {}; ::lstat((runtime_dir + "/" + config.job + ".lock").c_str(), &st) != 0 && errno == ENOENT) {
+      RefuseIfSocketServed(socket_path, config.job, runtime_dir, runtime_dir + "/" + config.job + ".lock");
+    }
+    LockFile lock(runtime_dir, config.job);  // arms EarlyStop with the lock file
     // The socket's name: a socket there is a killed daemon's, replaced below; anything else needs
     // an operator (exit 2: no restart moves it), said before the files are read and the ring made.
     if (struct stat st {}; ::lstat(socket_path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
@@ -639,16 +744,8 @@ int RunDaemon(const DaemonOptions& options) {
                              "another runtime directory",
                          2);
     }
-    // A socket that still answers is a running daemon of this job whose lock file went (removed
-    // by hand, or by a cleaner of old files such as systemd-tmpfiles): starting would take its
-    // segment's and socket's names from under it, and two daemons would serve one job.
-    if (const std::optional<pid_t> listener = shm::SocketListener(socket_path)) {
-      const std::string pid = *listener > 0 ? std::to_string(*listener) : "unknown";
-      throw StartupError("ringfeedd for job '" + config.job + "' is already running (pid " + pid +
-                         ", which answers at the control socket " + socket_path + ") though its lock file " +
-                         lock.path() + " was removed (by hand, or by a cleaner of old files such as "
-                         "systemd-tmpfiles); stop it first (" + StatusCommand(config.job, runtime_dir) + ")");
-    }
+    // Checked again now that the lock is this daemon's: a lock file removed just before.
+    RefuseIfSocketServed(socket_path, config.job, runtime_dir, lock.path());
 
     // 2. Files, parser, geometry.
     std::vector<std::string> files;
@@ -800,6 +897,9 @@ int RunDaemon(const DaemonOptions& options) {
     for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM}) sigaddset(&stop_signals, s);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     const std::string segment_name = shm::SegmentName(runtime_dir, config.job);
+    // Listing and sampling the files may have taken minutes: before the job's segment and socket
+    // are taken, the lock must still be this daemon's, and no daemon must have taken the job.
+    TakeJobNamesCheck(lock, socket_path, config.job, runtime_dir);
     // A ring larger than all of /dev/shm needs an operator, as a config error does: exit 2,
     // which the unit does not retry. Too little free space may pass (another job's segment, or
     // one trainers still map after a crash), as may other errors: exit 1, retried.
@@ -1029,6 +1129,7 @@ int RunDaemon(const DaemonOptions& options) {
       return {{"type", "error"},
               {"message", "unknown request " + quoted + (type.size() > 64 ? "..." : "") + " (status, files)"}};
     };
+    TakeJobNamesCheck(lock, socket_path, config.job, runtime_dir);  // reserving a large ring takes a while too
     ControlServer server(io, socket_path, mode, group,
                          {config.job, segment_name, instance_id}, std::move(handlers));
     segment_guard.SocketBound(server.socket_id());

@@ -94,8 +94,8 @@ void RuntimeNames::Check() {
   }
   if (const auto state = lock_file_.Changed()) {
     if (*state == shm::PathState::kGone) {
-      spdlog::error("the lock file {} was removed{} while ringfeedd runs: nothing keeps a second ringfeedd for job "
-                    "'{}' from starting and taking over the job's socket and segment; restart the job, and {}",
+      spdlog::error("the lock file {} was removed{} while ringfeedd runs: a second ringfeedd for job '{}' is "
+                    "refused only while this one answers at its socket; restart the job, and {}",
                     lock_file_.name.path, with_dir, job_, kFindRemover);
     } else if (*state == shm::PathState::kReplaced) {
       spdlog::error("the lock file {} was replaced while ringfeedd runs: {}; this daemon leaves that file when it "

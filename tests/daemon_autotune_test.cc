@@ -750,6 +750,57 @@ TEST_CASE("a stop while start-up lists and samples files on slow storage: exit 0
   CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
 }
 
+TEST_CASE("the lock file removed while start-up samples slow storage: made again, or the start gives way to the "
+          "daemon that took the job meanwhile",
+          "[slowfs]") {
+  TempDir source;
+  for (int f = 0; f < 4; ++f) WriteBlobFile(source.file("part-" + std::to_string(f) + ".tfrecord"), f * 200, 200, 16 << 10);
+  SlowMount mount(source.path().string(), {"--latency-ms=400"});
+  if (!mount.mounted()) {
+    mount.PrintSkip();
+    return;
+  }
+  const std::string config = "job: relock\nsource: {files: [\"" + mount.path("part-*.tfrecord").string() +
+                             "\"]}\nfeatures:\n" + BlobFeaturesYaml() + "batch: {size: 16}\nepochs: 0\n";
+  const bool second_daemon = GENERATE(false, true);
+  INFO((second_daemon ? "a second daemon starts meanwhile" : "no other daemon"));
+  TempDir dir;
+  DaemonProcess first(dir.path(), "relock", config);
+  DaemonStart brief;
+  brief.timeout = std::chrono::milliseconds(300);
+  REQUIRE_FALSE(first.Start(brief));  // still sampling: 400 ms a read
+  REQUIRE(WaitUntil([&] { return ReadFile(first.lock_path()) == std::to_string(first.pid()) + "\n"; }));
+  REQUIRE(std::filesystem::remove(first.lock_path()));
+  if (!second_daemon) {
+    INFO(first.Stderr());
+    REQUIRE(first.WaitForStderr("] ready: socket "));
+    CHECK_THAT(first.Stderr(), Catch::Contains("the lock file " + first.lock_path() +
+                                               " was removed while ringfeedd started (by hand, or by a cleaner of old "
+                                               "files): made it again"));
+    CHECK(ReadFile(first.lock_path()) == std::to_string(first.pid()) + "\n");
+    CHECK(first.Stop().ToString() == "exit 0");
+    CHECK_FALSE(std::filesystem::exists(first.lock_path()));
+    return;
+  }
+  // The second takes the job's lock while the first still samples; the first, done sampling,
+  // gives way (before, it took the second's segment and socket names: two daemons, one job).
+  DaemonProcess second(dir.path(), "relock", config, "second.yaml");
+  REQUIRE_FALSE(second.Start(brief));  // sampling too
+  REQUIRE(WaitUntil([&] { return ReadFile(second.lock_path()) == std::to_string(second.pid()) + "\n"; }));
+  const auto status = first.Wait();
+  REQUIRE(status);
+  INFO("first stderr:\n" << first.Stderr());
+  CHECK(status->ToString() == "exit 1");
+  CHECK_THAT(first.Stderr(), Catch::Contains("the lock file " + first.lock_path() +
+                                             " was removed while ringfeedd started (by hand, or by a cleaner of old "
+                                             "files), and another process took the job's lock meanwhile"));
+  INFO("second stderr:\n" << second.Stderr());
+  REQUIRE(second.WaitForStderr("] ready: socket "));
+  CHECK(second.Status()["pid"] == second.pid());
+  CHECK(second.Stop().ToString() == "exit 0");
+  CHECK_THAT(second.Stderr(), !Catch::Contains("was replaced"));
+}
+
 TEST_CASE("storage that stops answering: a stop names the blocked call and removes the segment within 5 s",
           "[slowfs]") {
   TempDir source;

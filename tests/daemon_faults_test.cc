@@ -556,6 +556,90 @@ TEST_CASE("a second ringfeedd refuses the job while the first answers at its soc
   CHECK_THAT(first.Stderr(), !Catch::Contains("was replaced while ringfeedd runs"));
 }
 
+namespace {
+
+// A Unix socket listening at `path` (backlog `backlog`), or -1.
+int ListenAt(const std::string& path, int backlog) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(fd, backlog) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+}  // namespace
+
+TEST_CASE("another program listening at the job's socket path: exit 2 naming it, its socket left alone") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "squatted-job", IdJobConfig("squatted-job", dir.file("data.tfrecord")));
+  std::filesystem::create_directories(daemon.runtime_dir());
+  const int listener = ListenAt(daemon.socket_path(), 16);  // this test program: not a ringfeedd
+  REQUIRE(listener >= 0);
+  CHECK_FALSE(daemon.Start());
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO(daemon.Stderr());
+  CHECK(status->ToString() == "exit 2");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("the control socket " + daemon.socket_path() +
+                                              " of job 'squatted-job' is held by another program, daemon_faults_test (pid " +
+                                              std::to_string(::getpid()) + "), which listens there"));
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));  // refused before a lock file was made
+  CHECK(std::filesystem::is_socket(daemon.socket_path()));
+  ::close(listener);
+}
+
+TEST_CASE("a listener whose queue of connections is full: the start says so, and a trainer's attach fails in 5 s") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "full-job", IdJobConfig("full-job", dir.file("data.tfrecord")));
+  std::filesystem::create_directories(daemon.runtime_dir());
+  // A listener that never accepts (as a ringfeedd stopped with SIGSTOP), its queue filled.
+  const int listener = ListenAt(daemon.socket_path(), 1);
+  REQUIRE(listener >= 0);
+  std::vector<int> queued;
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, daemon.socket_path().c_str(), daemon.socket_path().size() + 1);
+  for (int i = 0; i < 64; ++i) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    REQUIRE(fd >= 0);
+    if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+      REQUIRE(errno == EAGAIN);
+      ::close(fd);
+      break;
+    }
+    queued.push_back(fd);
+  }
+  REQUIRE(queued.size() < 64);
+  CHECK_FALSE(daemon.Start());
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  INFO(daemon.Stderr());
+  CHECK(status->ToString() == "exit 1");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("a process listens at the control socket " + daemon.socket_path() +
+                                              " of job 'full-job' but takes no connection (its queue is full)"));
+  // Before, the trainer's connect waited for room in the queue without a limit.
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  try {
+    Client::Attach(daemon.client_options());
+  } catch (const ClientError& e) {
+    error = e.what();
+  }
+  const auto waited = std::chrono::steady_clock::now() - start;
+  CHECK_THAT(error, Catch::Contains("takes no connection: its queue of connections stayed full for 5 s"));
+  CHECK(waited >= std::chrono::milliseconds(4900));
+  CHECK(waited < std::chrono::seconds(30));
+  for (int fd : queued) ::close(fd);
+  ::close(listener);
+}
+
 TEST_CASE("something other than a socket at the socket's path: a start-up error that says so, and it stays") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
@@ -1930,7 +2014,7 @@ TEST_CASE("the runtime directory removed and a second daemon started there: the 
   CHECK(first.WaitForStderr("the control socket " + first.socket_path() + " was removed"));
   CHECK(first.WaitForStderr("the lock file " + first.lock_path() + " was removed"));
   CHECK_THAT(first.Stderr(), Catch::Contains("new ones (and ringfeedctl) cannot connect; restart the job") &&
-                                 Catch::Contains("nothing keeps a second ringfeedd for job 'rtdir-job' from starting"));
+                                 Catch::Contains("a second ringfeedd for job 'rtdir-job' is refused only while this one answers at its socket"));
 
   std::filesystem::create_directory(first.runtime_dir());
   DaemonProcess second(dir.path(), "rtdir-job", config, "second.yaml");

@@ -240,8 +240,11 @@ TEST_CASE("status after production ended: the whole run's rates, and the tuner's
                         Catch::Contains("\n           the last 0.25 s of production: 800 records/s, "));
   CHECK_THAT(table("failed"), Catch::Contains(" from start to the failure (7.5 s ago)\n"));
   // The end of production is not the trainers': the state line says what is left in the ring.
-  CHECK_THAT(ended, Catch::Contains("\nstate      end_of_data, up 10.0 s (every batch is made and was taken)\n"));
-  CHECK_THAT(StatusTable(R"({"type":"status","job":"fake","state":"end_of_data","uptime_seconds":2.0,)"
+  CHECK_THAT(ended, Catch::Contains("\nstate      end_of_data, up 10.0 s (no batch was made)\n"));
+  CHECK_THAT(StatusTable(R"({"type":"status","job":"fake","state":"end_of_data","uptime_seconds":2.0,"batches":5,)"
+                         R"("ring":{"slots":8,"free":8,"ready":0,"held":0}})"),
+             Catch::Contains("\nstate      end_of_data, up 2.0 s (every batch is made and was taken)\n"));
+  CHECK_THAT(StatusTable(R"({"type":"status","job":"fake","state":"end_of_data","uptime_seconds":2.0,"batches":9,)"
                          R"("ring":{"slots":8,"free":3,"ready":4,"held":1}})"),
              Catch::Contains("\nstate      end_of_data, up 2.0 s (every batch is made; 4 ready for trainers to take, "
                              "1 held by them)\n"));
