@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cctype>
 #include <cerrno>
 #include <cstdint>
@@ -140,12 +141,22 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
   // A daemon whose queue of connections is full (stopped with SIGSTOP while clients kept
   // connecting) would hold a blocking connect forever: a Unix socket's connect waits at most
   // SO_SNDTIMEO (unix(7)), then fails with EAGAIN. Set back to no limit once connected.
-  const timeval connect_timeout{kConnectTimeoutSeconds, 0};
-  setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &connect_timeout, sizeof connect_timeout);
+  // A signal (EINTR) starts the connect again with what is left of the limit.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kConnectTimeoutSeconds);
   int rc;
-  do {
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      rc = -1;
+      errno = EAGAIN;
+      break;
+    }
+    const timeval connect_timeout{static_cast<time_t>(left.count() / 1'000'000),
+                                  static_cast<suseconds_t>(left.count() % 1'000'000)};
+    setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &connect_timeout, sizeof connect_timeout);
     rc = connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof addr);
-  } while (rc != 0 && errno == EINTR);
+    if (rc == 0 || errno != EINTR) break;
+  }
   if (rc == 0) {
     const timeval no_limit{0, 0};
     setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &no_limit, sizeof no_limit);

@@ -143,13 +143,21 @@ std::string StatusCommand(const std::string& job, const std::string& runtime_dir
   return "ringfeedctl status " + job + (runtime_dir == shm::RuntimeDir() ? "" : " --runtime-dir " + runtime_dir);
 }
 
-// The base name of process `pid`'s program (argv[0] in /proc/PID/cmdline, which every user
-// may read); "" when it cannot be read.
-std::string ProgramName(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-  std::string argv0;
-  std::getline(in, argv0, '\0');
-  return argv0.substr(argv0.find_last_of('/') + 1);
+// The base name of process `pid`'s executable (/proc/PID/exe: a ringfeedd started through a
+// link of another name is still ringfeedd), else of its argv[0] (/proc/PID/cmdline, which
+// every user may read, where exe is another user's); "" when neither can be read. `*gone`:
+// there is no such process (a listening socket can outlive the process that made it, passed
+// on to a child).
+std::string ProgramName(pid_t pid, bool* gone) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  *gone = ::access(proc.c_str(), F_OK) != 0 && errno == ENOENT;
+  std::error_code ec;
+  std::string path = std::filesystem::read_symlink(proc + "/exe", ec).string();
+  if (ec) {
+    std::ifstream in(proc + "/cmdline");
+    std::getline(in, path, '\0');
+  }
+  return path.substr(path.find_last_of('/') + 1);
 }
 
 // What listens at the job's control socket while this daemon starts: a ringfeedd of the job
@@ -158,25 +166,40 @@ std::string ProgramName(pid_t pid) {
 // serve one job: throws the start-up error that says which. Returns when nothing listens.
 void RefuseIfSocketServed(const std::string& socket_path, const std::string& job, const std::string& runtime_dir,
                           const std::string& lock_path) {
-  const std::optional<pid_t> listener = shm::SocketListener(socket_path);
+  const std::optional<shm::SocketPeer> listener = shm::SocketListener(socket_path);
   if (!listener) return;
-  if (*listener == 0) {
+  if (listener->queue_full) {
     throw StartupError("a process listens at the control socket " + socket_path + " of job '" + job +
                        "' but takes no connection (its queue is full), though no daemon held the job's lock file " +
                        lock_path + ": a ringfeedd of the job stopped with SIGSTOP, its lock file removed by hand or by "
                        "a cleaner of old files? Find it (ps -C ringfeedd -o pid,stat,args), then kill -CONT or stop it");
   }
-  const std::string pid = std::to_string(*listener);
-  if (const std::string program = ProgramName(*listener); !program.empty() && !program.starts_with("ringfeedd")) {
-    throw StartupError("the control socket " + socket_path + " of job '" + job + "' is held by another program, " +
-                           program + " (pid " + pid + "), which listens there: not ringfeedd's to replace; stop it, "
-                           "or use another runtime directory",
+  const std::string removed = " though its lock file " + lock_path +
+                              " was removed (by hand, or by a cleaner of old files such as systemd-tmpfiles); stop it "
+                              "first (" + StatusCommand(job, runtime_dir) + ")";
+  if (listener->pid == 0) {  // in another PID namespace (a container sharing the runtime directory)
+    throw StartupError("ringfeedd for job '" + job + "' is already running (in another PID namespace: its pid is not " +
+                       "visible here; it answers at the control socket " + socket_path + ")" + removed);
+  }
+  const std::string pid = std::to_string(listener->pid);
+  bool gone = false;
+  const std::string program = ProgramName(listener->pid, &gone);
+  if (gone || (!program.empty() && !program.starts_with("ringfeedd"))) {
+    throw StartupError("the control socket " + socket_path + " of job '" + job + "' is held by another program" +
+                           (gone ? ": the process that listened there (pid " + pid + ") is gone, and one it passed "
+                                   "the socket on to still listens"
+                                 : ", " + program + " (pid " + pid + "), which listens there") +
+                           ": not ringfeedd's to replace; stop it, or use another runtime directory",
                        2);
   }
+  const char state = ProcessState(pid);
+  if (state == 'T' || state == 't') {
+    throw StartupError("ringfeedd for job '" + job + "' (pid " + pid + ", at the control socket " + socket_path +
+                       ") is stopped (SIGSTOP, Ctrl-Z or a debugger) though its lock file " + lock_path +
+                       " was removed: kill -CONT " + pid + " and stop it first");
+  }
   throw StartupError("ringfeedd for job '" + job + "' is already running (pid " + pid +
-                     ", which answers at the control socket " + socket_path + ") though its lock file " + lock_path +
-                     " was removed (by hand, or by a cleaner of old files such as systemd-tmpfiles); stop it first (" +
-                     StatusCommand(job, runtime_dir) + ")");
+                     ", which answers at the control socket " + socket_path + ")" + removed);
 }
 
 // A stop (SIGINT, SIGTERM, SIGHUP) before the segment is made (waiting for the job's previous
@@ -336,7 +359,7 @@ class LockFile {
   // start; false when another process holds the one there now (a second ringfeedd for the job
   // took it): then this daemon must not take the job's names from under that one.
   bool Reassert() {
-    if (struct stat named {}; ::stat(path_.c_str(), &named) == 0 && shm::FileId::Of(named) == id_) return true;
+    if (struct stat named {}; ::lstat(path_.c_str(), &named) == 0 && shm::FileId::Of(named) == id_) return true;
     const int old_fd = fd_;
     fd_ = -1;
     Take take = Take::kStale;
@@ -456,15 +479,32 @@ class LockFile {
 };
 
 // Before this daemon takes the job's segment or socket name: its lock is still the job's lock
-// (LockFile::Reassert makes a removed one again), and no other daemon answers at the socket.
+// (LockFile::Reassert makes a removed one again), no other daemon answers at the socket, and
+// (`segment_path`: once this daemon made it) the segment's name is still its segment: a daemon
+// started after the lock file was removed may have replaced it.
 void TakeJobNamesCheck(LockFile& lock, const std::string& socket_path, const std::string& job,
-                       const std::string& runtime_dir) {
+                       const std::string& runtime_dir, const std::string& segment_path = "",
+                       shm::FileId segment_id = {}) {
+  if (!std::filesystem::is_directory(runtime_dir)) {
+    throw StartupError("the runtime directory " + runtime_dir + " was removed while ringfeedd started (by hand, or "
+                       "by a cleaner of old files): start the job again");
+  }
   if (!lock.Reassert()) {
+    std::ifstream in(lock.path());
+    std::string holder;
+    std::getline(in, holder);
+    holder = holder.substr(0, holder.find(' '));
     throw StartupError("the lock file " + lock.path() + " was removed while ringfeedd started (by hand, or by a "
                        "cleaner of old files), and another process took the job's lock meanwhile (" +
+                       (holder.empty() ? std::string("it names no pid") : "it names pid " + holder) + "; " +
                        StatusCommand(job, runtime_dir) + "): not starting beside it");
   }
   RefuseIfSocketServed(socket_path, job, runtime_dir, lock.path());
+  if (!segment_path.empty() && shm::StateOf(segment_path.c_str(), segment_id) != shm::PathState::kSame) {
+    throw StartupError("the shared-memory segment " + segment_path + " was removed or replaced while ringfeedd " +
+                       "started (another ringfeedd for job '" + job + "' started after the lock file " + lock.path() +
+                       " was removed?): not going on without it; start the job again");
+  }
 }
 
 uint64_t RandomId() {
@@ -1129,7 +1169,9 @@ int RunDaemon(const DaemonOptions& options) {
       return {{"type", "error"},
               {"message", "unknown request " + quoted + (type.size() > 64 ? "..." : "") + " (status, files)"}};
     };
-    TakeJobNamesCheck(lock, socket_path, config.job, runtime_dir);  // reserving a large ring takes a while too
+    // Reserving a large ring takes a while too.
+    TakeJobNamesCheck(lock, socket_path, config.job, runtime_dir, remover.path, remover.id);
+    segment_guard.LockFileIs(lock.id());
     ControlServer server(io, socket_path, mode, group,
                          {config.job, segment_name, instance_id}, std::move(handlers));
     segment_guard.SocketBound(server.socket_id());

@@ -102,6 +102,8 @@ SegmentGuard::SegmentGuard(const void* base, uint64_t bytes, const std::string& 
   }
 }
 
+void SegmentGuard::LockFileIs(shm::FileId id) { g_state.lock_id = id; }
+
 void SegmentGuard::SocketBound(shm::FileId id) {
   g_state.socket_id = id;
   std::atomic_signal_fence(std::memory_order_seq_cst);  // stored before this thread's next access can fault

@@ -45,6 +45,9 @@ class SegmentGuard {
   // The control socket is bound: `id` is its file. Call before starting the threads that touch
   // the segment (they see it through the thread start).
   void SocketBound(shm::FileId id);
+  // The lock file was made again during start-up (LockFile::Reassert): `id` is the new one.
+  // Before the threads start, as SocketBound.
+  void LockFileIs(shm::FileId id);
 
 };
 

@@ -77,22 +77,22 @@ std::vector<std::string> SubdirectoriesWithSocket(const std::string& runtime_dir
   return found;
 }
 
-std::optional<pid_t> SocketListener(const std::string& path) {
+std::optional<SocketPeer> SocketListener(const std::string& path) {
   sockaddr_un address{};
   if (path.size() >= sizeof address.sun_path) return std::nullopt;
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return std::nullopt;
-  std::optional<pid_t> listener;
+  std::optional<SocketPeer> listener;
   // Non-blocking: a listener whose backlog is full (a daemon stopped with SIGSTOP and connected
   // to since) answers EAGAIN at once, where a blocking connect would wait for it.
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
     ucred peer{};
     socklen_t size = sizeof peer;
-    listener = ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 ? peer.pid : 0;
+    listener = SocketPeer{::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 ? peer.pid : 0, false};
   } else if (errno == EAGAIN) {
-    listener = 0;
+    listener = SocketPeer{0, true};
   }
   ::close(fd);
   return listener;

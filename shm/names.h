@@ -16,13 +16,14 @@
 //                       ringfeed@.service its own, /run/ringfeed/<instance>. Whether a daemon
 //                       listens there is the caller's to check (SocketListener).
 //   SocketListener(path)
-//                       the pid of the process listening on the Unix socket at path (0 when it
-//                       listens but its backlog is full, so no credentials came back), or
-//                       nullopt when nothing listens there (a socket file left by a daemon that
-//                       was killed answers ECONNREFUSED) or that cannot be told (no socket
-//                       there, no permission to connect). One non-blocking connect, closed at
-//                       once: the daemon sees a connection that says no hello. SO_PEERCRED
-//                       gives the listener's pid as of its listen() (unix(7)).
+//                       the process listening on the Unix socket at path: its pid as of its
+//                       listen() (SO_PEERCRED, unix(7); 0 when it is in a PID namespace this
+//                       process cannot see, or when its queue of connections is full, so no
+//                       credentials came back: `queue_full`), or nullopt when nothing listens
+//                       there (a socket file left by a daemon that was killed answers
+//                       ECONNREFUSED) or that cannot be told (no socket there, no permission to
+//                       connect). One non-blocking connect, closed at once: the daemon sees a
+//                       connection that says no hello.
 //   SegmentName(d, job) "/ringfeed." + job + "." + 16 lower-case hex digits of FNV-1a-64 of the
 //                       directory's identity: its canonical path (symbolic links and a relative
 //                       d resolved), then ":<st_dev>" of its file system when it exists. So two
@@ -85,7 +86,11 @@ bool IsValidJobName(std::string_view job);
 std::string RuntimeDir();
 std::string SocketPath(std::string_view runtime_dir, std::string_view job);
 std::vector<std::string> SubdirectoriesWithSocket(const std::string& runtime_dir, std::string_view job);
-std::optional<pid_t> SocketListener(const std::string& path);
+struct SocketPeer {
+  pid_t pid = 0;
+  bool queue_full = false;
+};
+std::optional<SocketPeer> SocketListener(const std::string& path);
 std::string SegmentName(std::string_view runtime_dir, std::string_view job);
 std::string RuntimeDirPermissions(std::string_view runtime_dir);
 std::string FallbackRuntimeDir();
