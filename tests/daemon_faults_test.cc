@@ -558,11 +558,16 @@ TEST_CASE("a second ringfeedd refuses the job while the first answers at its soc
 
 namespace {
 
-// A Unix socket listening at `path` (backlog `backlog`), or -1.
-int ListenAt(const std::string& path, int backlog) {
+sockaddr_un UnixAddress(const std::string& path) {
   sockaddr_un address{};
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  return address;
+}
+
+// A Unix socket listening at `path` (backlog `backlog`), or -1.
+int ListenAt(const std::string& path, int backlog) {
+  const sockaddr_un address = UnixAddress(path);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 ||
       ::listen(fd, backlog) != 0) {
@@ -603,9 +608,7 @@ TEST_CASE("a listener whose queue of connections is full: the start says so, and
   const int listener = ListenAt(daemon.socket_path(), 1);
   REQUIRE(listener >= 0);
   std::vector<int> queued;
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, daemon.socket_path().c_str(), daemon.socket_path().size() + 1);
+  const sockaddr_un address = UnixAddress(daemon.socket_path());
   for (int i = 0; i < 64; ++i) {
     const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     REQUIRE(fd >= 0);
