@@ -275,14 +275,17 @@ bool DaemonProcess::Start(const DaemonStart& options) {
     ::_exit(127);
   }
   ::close(log);
-  const std::string pid_line = std::to_string(pid_) + "\n";
   const auto deadline = Clock::now() + options.timeout;
   while (Clock::now() < deadline) {
     if (!running()) return false;
-    if (ReadText(lock_path()) == pid_line && SocketAccepts(socket_path())) return true;
+    if (Serves()) return true;
     std::this_thread::sleep_for(kPollInterval);
   }
   return false;
+}
+
+bool DaemonProcess::Serves() const {
+  return pid_ > 0 && ReadText(lock_path()) == std::to_string(pid_) + "\n" && SocketAccepts(socket_path());
 }
 
 bool DaemonProcess::running() {

@@ -105,6 +105,9 @@ class DaemonProcess {
   bool Start(const DaemonStart& options = {});
 
   pid_t pid() const { return pid_; }
+  // Whether this start serves the job now: its lock file names its pid and its socket accepts
+  // connections (what Start waits for).
+  bool Serves() const;
   // Every Wait that sees the daemon end checks that it logged no "ring repaired" (its consumers
   // kept to the protocol); a test that writes the ring's words itself turns that off.
   void ExpectRingRepairs() { expect_ring_repairs_ = true; }
