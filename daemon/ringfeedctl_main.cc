@@ -228,20 +228,21 @@ Command AddCheckCommand(CLI::App& parent) {
       "a batch would not fit a ring slot, 2: usage or config error, a file list that cannot be\n"
       "expanded (a pattern that matches nothing, a missing {a,b} file), a job ringfeedd would refuse\n"
       "to start (a memory budget, the open-file limit, a permissions.group that does not exist, a ring\n"
-      "larger than all of /dev/shm) or a batch too large to build in memory. With --strict the\n"
-      "warnings (a spec feature that no record has, SequenceExample records whose feature lists are\n"
-      "dropped, no batch at all, a memory or CPU budget above what the process may use, ring.slots not\n"
-      "more than the ranks' consumers.count, a ring larger than /dev/shm has free now) exit 1 too.\n"
+      "larger than all of /dev/shm) or a batch too large to build in memory. With --strict every\n"
+      "warning exits 1 too: a spec feature that no record has, SequenceExample records whose feature\n"
+      "lists are dropped, no batch at all, a memory or CPU budget above what the process may use (or\n"
+      "fixed workers above a set cpu_budget), ring.slots not more than the ranks' consumers.count, a\n"
+      "ring larger than /dev/shm has free now, auto slots sized from the mean record, a batch of the\n"
+      "largest records that would not fit a slot in a shuffled or interleaved order, records that do\n"
+      "not parse in batches ringfeedd drops unparsed.\n"
       "\n"
       "Examples:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data\n"
       "  ringfeedctl check --strict job.yaml            # in CI: a misspelt VarLen feature fails it");
   cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required()->option_text("REQUIRED");
   cmd->add_flag("--strict", *strict,
-                "Warnings count as problems (exit 1): a spec feature that no record has (a misspelt VarLen name "
-                "gives empty rows), SequenceExample records (their feature lists are dropped), no batch at all, a "
-                "memory or CPU budget above what the process may use, ring.slots not more than consumers.count in "
-                "ranks mode, a ring larger than /dev/shm has free now");
+                "Warnings count as problems (exit 1): every warning of the list below (a misspelt VarLen name "
+                "gives empty rows: a spec feature that no record has)");
   auto run = [config_path, strict]() {
     ringfeed::JobConfig config;
     try {

@@ -1254,7 +1254,11 @@ int RunDaemon(const DaemonOptions& options) {
               // same error) until it is stopped, so the reason belongs in its status line.
               notifier.Status("failed: " + s.last_error);
             } else {
-              notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch) + ", " +
+              // The epoch counted from 1, as `ringfeedctl status`'s table counts it, with the
+              // 0-based number of the log, the batches and --start-epoch beside it.
+              notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch + 1) + " of " +
+                              (config.epochs == 0 ? std::string("unlimited") : std::to_string(config.epochs)) +
+                              " (0-based " + std::to_string(s.epoch) + "), " +
                               std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
                               " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");
             }

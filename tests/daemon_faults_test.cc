@@ -763,6 +763,46 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK_THAT(failed, Catch::Contains(bad + ": record 6 at byte") && Catch::Contains("corrupted record data"));
     CHECK(daemon.Stop().ToString() == "exit 1");  // it failed: exit status 1 once stopped
   }
+  SECTION("skip under systemd (NOTIFY_SOCKET): the unit's status line counts epochs as ringfeedctl status does") {
+    const std::string notify_path = dir.file("notify");
+    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    REQUIRE(notify_path.size() < sizeof addr.sun_path);
+    std::strcpy(addr.sun_path, notify_path.c_str());
+    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const timeval timeout{10, 0};
+    REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0);
+    DaemonProcess daemon(dir.path(), "skip-unit", config("skip-unit", "skip") + "epochs: 2\n");
+    DaemonStart start;
+    start.wrapper = {"env", "NOTIFY_SOCKET=" + notify_path};
+    RINGFEED_REQUIRE_STARTED(daemon, start);
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    REQUIRE(report.end == "end");
+    CHECK(report.batches.size() == 10);  // 19 records an epoch in batches of 4
+    std::vector<std::string> received;
+    std::string ended;
+    while (ended.empty() && received.size() < 100) {
+      char buf[4096];
+      const ssize_t n = recv(fd, buf, sizeof buf, 0);
+      if (n < 0) break;  // nothing for 10 s
+      received.emplace_back(buf, static_cast<size_t>(n));
+      if (received.back().rfind("STATUS=end_of_data: ", 0) == 0) ended = received.back();
+    }
+    close(fd);
+    INFO("notifications:\n" << [&] { std::string all; for (const auto& m : received) all += m + "\n"; return all; }()
+         << "ringfeedd stderr:\n" << daemon.Stderr());
+    CHECK_THAT(ended, Catch::Matches("STATUS=end_of_data: epoch 2 of 2 \\(0-based 1\\), 10 batches, \\d+ records/s, "
+                                     "\\d+ MB/s"));
+    const json status = daemon.Status();
+    CHECK(status["epoch"] == 1);
+    CHECK_THAT(RunCommand({CtlBinary(), "status", "skip-unit", "--runtime-dir", daemon.runtime_dir()}).out,
+               Catch::Contains("progress   epoch 2 of 2 (0-based 1"));
+    CHECK(daemon.Stop().ToString() == "exit 0");
+  }
   SECTION("skip: every other record arrives, one skip counted") {
     DaemonProcess daemon(dir.path(), "skip-job", config("skip-job", "skip"));
     RINGFEED_REQUIRE_STARTED(daemon);
