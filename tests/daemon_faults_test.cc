@@ -102,6 +102,51 @@ int WaitingRank1(const ClientOptions& options, ChildIo& io) {
   return 0;
 }
 
+// systemd's notify socket, for a ringfeedd started with NOTIFY_SOCKET=path(): a bound datagram
+// socket (sd_notify(3)).
+class NotifySocket {
+ public:
+  explicit NotifySocket(std::string path) : path_(std::move(path)) {
+    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    REQUIRE(path_.size() < sizeof addr.sun_path);
+    std::strcpy(addr.sun_path, path_.c_str());
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    const timeval timeout{10, 0};
+    REQUIRE(::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0);
+  }
+  ~NotifySocket() { ::close(fd_); }
+  NotifySocket(const NotifySocket&) = delete;
+  NotifySocket& operator=(const NotifySocket&) = delete;
+  const std::string& path() const { return path_; }
+
+  // Receives notifications (into received()) until one starts with `prefix`, which it returns;
+  // "" when none came for 10 s or after 100.
+  std::string ReceiveUntil(const std::string& prefix) {
+    while (received_.size() < 100) {
+      char buf[4096];
+      const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+      if (n < 0) break;
+      received_.emplace_back(buf, static_cast<size_t>(n));
+      if (received_.back().rfind(prefix, 0) == 0) return received_.back();
+    }
+    return "";
+  }
+  const std::vector<std::string>& received() const { return received_; }
+  std::string ReceivedText() const {
+    std::string all;
+    for (const std::string& m : received_) all += m + "\n";
+    return all;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::vector<std::string> received_;
+};
+
 }  // namespace
 
 TEST_CASE("a consumer killed while holding 2 batches: reclaimed, counted, the rest goes to another") {
@@ -732,69 +777,31 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK(status->ToString() == "exit 1");
   }
   SECTION("fail under systemd (NOTIFY_SOCKET): the unit's status line names the failure") {
-    // A datagram socket standing in for systemd's notify socket (sd_notify(3)).
-    const std::string notify_path = dir.file("notify");
-    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    REQUIRE(notify_path.size() < sizeof addr.sun_path);
-    std::strcpy(addr.sun_path, notify_path.c_str());
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    const timeval timeout{10, 0};
-    REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0);
+    NotifySocket notify(dir.file("notify"));
     DaemonProcess daemon(dir.path(), "fail-unit", config("fail-unit", "fail"));
     DaemonStart start;
-    start.wrapper = {"env", "NOTIFY_SOCKET=" + notify_path};
+    start.wrapper = {"env", "NOTIFY_SOCKET=" + notify.path()};
     RINGFEED_REQUIRE_STARTED(daemon, start);
-    std::vector<std::string> received;
-    std::string failed;
-    while (failed.empty() && received.size() < 100) {
-      char buf[4096];
-      const ssize_t n = recv(fd, buf, sizeof buf, 0);
-      if (n < 0) break;  // nothing for 10 s
-      received.emplace_back(buf, static_cast<size_t>(n));
-      if (received.back().rfind("STATUS=failed: ", 0) == 0) failed = received.back();
-    }
-    close(fd);
-    INFO("notifications:\n" << [&] { std::string all; for (const auto& m : received) all += m + "\n"; return all; }()
-         << "ringfeedd stderr:\n" << daemon.Stderr());
+    const std::string failed = notify.ReceiveUntil("STATUS=failed: ");
+    INFO("notifications:\n" << notify.ReceivedText() << "ringfeedd stderr:\n" << daemon.Stderr());
+    const std::vector<std::string>& received = notify.received();
     CHECK(std::find(received.begin(), received.end(), "READY=1") != received.end());
     CHECK_THAT(failed, Catch::Contains(bad + ": record 6 at byte") && Catch::Contains("corrupted record data"));
     CHECK(daemon.Stop().ToString() == "exit 1");  // it failed: exit status 1 once stopped
   }
   SECTION("skip under systemd (NOTIFY_SOCKET): the unit's status line counts epochs as ringfeedctl status does") {
-    const std::string notify_path = dir.file("notify");
-    const int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    REQUIRE(fd >= 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    REQUIRE(notify_path.size() < sizeof addr.sun_path);
-    std::strcpy(addr.sun_path, notify_path.c_str());
-    REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    const timeval timeout{10, 0};
-    REQUIRE(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0);
+    NotifySocket notify(dir.file("notify"));
     DaemonProcess daemon(dir.path(), "skip-unit", config("skip-unit", "skip") + "epochs: 2\n");
     DaemonStart start;
-    start.wrapper = {"env", "NOTIFY_SOCKET=" + notify_path};
+    start.wrapper = {"env", "NOTIFY_SOCKET=" + notify.path()};
     RINGFEED_REQUIRE_STARTED(daemon, start);
     ConsumerSpec spec;
     spec.client = daemon.client_options();
     const ConsumerReport report = ConsumeInProcess(spec);
     REQUIRE(report.end == "end");
     CHECK(report.batches.size() == 10);  // 19 records an epoch in batches of 4
-    std::vector<std::string> received;
-    std::string ended;
-    while (ended.empty() && received.size() < 100) {
-      char buf[4096];
-      const ssize_t n = recv(fd, buf, sizeof buf, 0);
-      if (n < 0) break;  // nothing for 10 s
-      received.emplace_back(buf, static_cast<size_t>(n));
-      if (received.back().rfind("STATUS=end_of_data: ", 0) == 0) ended = received.back();
-    }
-    close(fd);
-    INFO("notifications:\n" << [&] { std::string all; for (const auto& m : received) all += m + "\n"; return all; }()
-         << "ringfeedd stderr:\n" << daemon.Stderr());
+    const std::string ended = notify.ReceiveUntil("STATUS=end_of_data: ");
+    INFO("notifications:\n" << notify.ReceivedText() << "ringfeedd stderr:\n" << daemon.Stderr());
     CHECK_THAT(ended, Catch::Matches("STATUS=end_of_data: epoch 2 of 2 \\(0-based 1\\), 10 batches, \\d+ records/s, "
                                      "\\d+ MB/s"));
     const json status = daemon.Status();
