@@ -105,17 +105,8 @@ std::optional<LockHolder> ReadLockHolder(const std::string& socket_path, const s
       (std::strcmp(end, "\n") != 0 && std::strcmp(end, " stopping\n") != 0 && *end != '\0')) {
     return std::nullopt;
   }
-  LockHolder holder{pid, std::strcmp(end, " stopping\n") == 0, false};
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {  // EPERM: another user's live process
-    holder.gone = true;
-    return holder;
-  }
-  // A process that exited but that its parent has not reaped yet (a zombie: a parent that
-  // never waits keeps it so) still has its pid: gone all the same.
-  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  const size_t name_end = stat.rfind(')');  // "PID (COMM) STATE ...": COMM may hold spaces and ')'
-  holder.gone = name_end != std::string::npos && name_end + 2 < stat.size() && stat[name_end + 2] == 'Z';
-  return holder;
+  // A zombie (exited, its parent has not reaped it) is gone all the same.
+  return LockHolder{pid, std::strcmp(end, " stopping\n") == 0, shm::ProcessExited(static_cast<pid_t>(pid))};
 }
 
 std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job) {

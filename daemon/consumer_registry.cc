@@ -2,7 +2,6 @@
 
 #include <signal.h>
 
-#include <cerrno>
 
 #include <spdlog/spdlog.h>
 

@@ -16,11 +16,9 @@
 // thread attaches and detaches, the autotuner's thread lists).
 #pragma once
 
-#include <signal.h>
 #include <sys/types.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <mutex>
@@ -28,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "shm/names.h"
 #include "shm/ring.h"
 
 namespace ringfeed {
@@ -42,7 +41,7 @@ class ConsumerRegistry {
   // Detaches consumer `id` if it is still the one with `pid` (the id may have been given to a
   // new consumer after ReapDead). Returns the number of slots reclaimed.
   uint32_t Detach(uint32_t id, pid_t pid);
-  // Detaches every consumer whose process no longer exists (kill(pid, 0) says ESRCH).
+  // Detaches every consumer whose process no longer exists or is a zombie (shm::ProcessExited).
   void ReapDead();
 
   struct Info {
@@ -113,9 +112,10 @@ class ConsumerRegistry {
   };
   uint32_t DetachLocked(uint32_t id, pid_t pid);
   // An attached consumer whose process has exited (its connection held open by a child it
-  // forked, else the connection's end would have detached it). Pid 0 (another pid namespace):
+  // forked, else the connection's end would have detached it), a zombie its parent has not
+  // reaped included (a launcher that does not wait for it). Pid 0 (another pid namespace):
   // not known, false.
-  static bool ProcessGone(const Entry& e) { return e.attached && e.pid > 0 && ::kill(e.pid, 0) != 0 && errno == ESRCH; }
+  static bool ProcessGone(const Entry& e) { return e.attached && shm::ProcessExited(e.pid); }
   uint32_t AttachedLocked() const;  // consumers attached now
   // Ranks mode: per rank, its attached consumer or nullptr.
   std::vector<const Entry*> ConsumerOfRankLocked() const;

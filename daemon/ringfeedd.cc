@@ -130,11 +130,8 @@ bool StopSignalPending(const std::string& pid) {
 // Process `pid`'s state letter from /proc/PID/stat (R, S, D, T, t, Z, ...); '\0' when there is
 // no such process or its pid is no number.
 char ProcessState(const std::string& pid) {
-  if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return '\0';
-  std::ifstream in("/proc/" + pid + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t name_end = stat.rfind(')');  // "PID (COMM) STATE ...": COMM may hold spaces and ')'
-  return name_end != std::string::npos && name_end + 2 < stat.size() ? stat[name_end + 2] : '\0';
+  if (pid.empty() || pid.size() > 9 || pid.find_first_not_of("0123456789") != std::string::npos) return '\0';
+  return shm::ProcessState(static_cast<pid_t>(std::stol(pid)));
 }
 
 // The command that shows the job's daemon: `ringfeedctl status JOB`, with --runtime-dir where

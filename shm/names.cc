@@ -1,6 +1,7 @@
 #include "shm/names.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -75,6 +76,29 @@ std::vector<std::string> SubdirectoriesWithSocket(const std::string& runtime_dir
   }
   std::sort(found.begin(), found.end());
   return found;
+}
+
+char ProcessState(pid_t pid) {
+  if (pid <= 0) return '\0';
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return '\0';
+  char buf[512];  // "PID (COMM) STATE ...": COMM is at most 16 bytes (TASK_COMM_LEN) but may hold ')'
+  ssize_t n;
+  do {
+    n = ::read(fd, buf, sizeof buf);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n <= 0) return '\0';
+  const std::string_view stat(buf, static_cast<size_t>(n));
+  const size_t name_end = stat.rfind(')');
+  return name_end != std::string_view::npos && name_end + 2 < stat.size() ? stat[name_end + 2] : '\0';
+}
+
+bool ProcessExited(pid_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;  // EPERM: another user's live process
+  const char state = ProcessState(pid);
+  return state == 'Z' || state == 'X';
 }
 
 std::optional<SocketPeer> SocketListener(const std::string& path) {

@@ -62,6 +62,13 @@
 //                       search (x), else "owned by uid U, mode 0000; ringfeedd creates it ...;
 //                       <the fix>"; "" when d cannot be stat'ed.
 //   ModeText(mode)      a file's permission bits (mode & 07777) as four octal digits: "0755".
+//   ProcessState(pid)   the process's state letter from /proc/PID/stat (proc(5): R, S, D, T, t,
+//                       Z, ...); '\0' when there is no such process in this process's /proc, or
+//                       pid <= 0.
+//   ProcessExited(pid)  whether process `pid` has exited: no such process (kill(pid, 0) says
+//                       ESRCH), or a zombie (exited, not reaped yet by its parent: a launcher that
+//                       does not wait keeps it so, with its pid taken). False for pid <= 0 (not
+//                       known) and for a live process, also another user's.
 //
 // FNV-1a: http://www.isthe.com/chongo/tech/comp/fnv/ (64-bit offset basis 0xcbf29ce484222325,
 // prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).
@@ -98,6 +105,8 @@ std::string RuntimeDirProblem(const std::string& runtime_dir);
 std::string UntrustedDaemon(const std::string& socket_path, uid_t peer_uid);
 std::string DirectoryOf(const std::string& path);
 std::string ModeText(mode_t mode);
+char ProcessState(pid_t pid);
+bool ProcessExited(pid_t pid);
 
 uint64_t Fnv1a64(std::string_view bytes);
 
