@@ -93,7 +93,8 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   // Takes the next batch into *out (releasing what *out held first), waiting at most
-  // `timeout` (0 = just look; std::chrono::milliseconds::max() = no limit). kTimeout and
+  // `timeout` (0 or negative = just look; std::chrono::milliseconds::max() = no limit; the C
+  // API's rf_next reads a negative timeout as no limit). kTimeout and
   // kEndOfData leave *out empty. A null `out` throws ClientError.
   Status Next(std::chrono::milliseconds timeout, Batch* out);
 

@@ -508,6 +508,11 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
         const bool running_now = s.String("state") == "running";
         const std::string pace = running_now ? TrainersPace(s) : std::string();
         if (!pace.empty()) where = "   (the trainers' pace: " + pace + ")" + where;
+        if (const size_t problems = s.Strings("problems").size(); problems > 0) {
+          // Its segment, socket or lock file removed or replaced: `status` says which and what to do.
+          where = "   (" + std::to_string(problems) + (problems == 1 ? " problem" : " problems") +
+                  ": its segment, socket or lock file is gone or replaced; ringfeedctl status says which)" + where;
+        }
         // Running: the last 10 s. Production over: the whole run's rate (the last 10 s only
         // fall towards 0 once nothing is produced, status's "overall").
         std::snprintf(line, sizeof line, "%-*s %-12s %8lld %10s %12.0f %10zu", name_width, j.job.c_str(),
@@ -649,6 +654,7 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
     }
   }
   out << "\n";
+  for (const std::string& problem : s.Strings("problems")) out << "problem    " << problem << "\n";
   const int64_t start_epoch = s.Integer("start_epoch");
   // Counted from 1 for people, with the batches' 0-based epoch beside it: that is the number
   // --start-epoch and checkpoints use.

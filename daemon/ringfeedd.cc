@@ -1028,6 +1028,8 @@ int RunDaemon(const DaemonOptions& options) {
 
     std::unique_ptr<Pipeline> pipeline;
     std::unique_ptr<Autotune> autotune;
+    // RuntimeNames::Problems as of its last check (below; on the io thread, as status is).
+    std::vector<std::string> name_problems;
     auto status_json = [&]() {
       const PipelineStats s = pipeline->Snapshot();
       const auto now = Clock::now();
@@ -1054,6 +1056,9 @@ int RunDaemon(const DaemonOptions& options) {
           {"type", "status"},
           {"job", config.job},
           {"state", EndName(s.end)},
+          // What keeps new trainers (or ringfeedctl) from this daemon, or a second daemon
+          // out: its segment, socket or lock file removed or replaced under it.
+          {"problems", name_problems},
           {"pid", ::getpid()},
           {"config", config.path},
           {"instance_id", Hex16(instance_id)},
@@ -1336,6 +1341,7 @@ int RunDaemon(const DaemonOptions& options) {
       reap_timer.async_wait([&](const boost::system::error_code& ec) {
         if (ec) return;
         names.Check();
+        name_problems = names.Problems();
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.
         pipeline->RepairRing([&](uint32_t id) { return consumers.IsAttached(id); });

@@ -46,9 +46,9 @@ constexpr const char* kFindRemover =
 RuntimeNames::RuntimeNames(std::string job, std::string runtime_dir, Name segment_file, Name socket, Name lock_file)
     : job_(std::move(job)),
       runtime_dir_(std::move(runtime_dir)),
-      segment_file_{segment_file, shm::PathState::kSame, segment_file.id},
-      socket_{socket, shm::PathState::kSame, socket.id},
-      lock_file_{lock_file, shm::PathState::kSame, lock_file.id} {}
+      segment_file_{segment_file, shm::PathState::kSame, segment_file.id, {}},
+      socket_{socket, shm::PathState::kSame, socket.id, {}},
+      lock_file_{lock_file, shm::PathState::kSame, lock_file.id, {}} {}
 
 std::optional<shm::PathState> RuntimeNames::Watched::Changed() {
   shm::FileId now;
@@ -59,50 +59,72 @@ std::optional<shm::PathState> RuntimeNames::Watched::Changed() {
   return current;
 }
 
-bool RuntimeNames::Watched::Ours() const { return shm::StateOf(name.path.c_str(), name.id) == shm::PathState::kSame; }
-
 void RuntimeNames::Check() {
   std::error_code dir_ec;
   const std::string with_dir =
       std::filesystem::exists(runtime_dir_, dir_ec) || dir_ec ? "" : " with its runtime directory " + runtime_dir_;
   if (const auto state = segment_file_.Changed()) {
     if (*state == shm::PathState::kGone) {
-      spdlog::error("the shared-memory segment {} was removed while ringfeedd runs (a cleanup of /dev/shm, or "
-                    "systemd-logind's RemoveIPC=yes for this user?): trainers attached now go on, new ones "
-                    "cannot attach; restart the job",
-                    segment_file_.name.path);
+      segment_file_.problem = fmt::format(
+          "the shared-memory segment {} was removed while ringfeedd runs (a cleanup of /dev/shm, or "
+          "systemd-logind's RemoveIPC=yes for this user?): trainers attached now go on, new ones cannot attach; "
+          "restart the job",
+          segment_file_.name.path);
     } else if (*state == shm::PathState::kReplaced) {
-      spdlog::error("the shared-memory segment {} was replaced by another file while ringfeedd runs (another "
-                    "ringfeedd for job '{}' started, or a process wrote that file): trainers attached now go on, "
-                    "new ones get the other file, not this daemon's ring; this daemon leaves that file when it "
-                    "stops. Stop the daemons of this job and restart it",
-                    segment_file_.name.path, job_);
+      segment_file_.problem = fmt::format(
+          "the shared-memory segment {} was replaced by another file while ringfeedd runs (another ringfeedd for "
+          "job '{}' started, or a process wrote that file): trainers attached now go on, new ones get the other "
+          "file, not this daemon's ring; this daemon leaves that file when it stops. Stop the daemons of this job "
+          "and restart it",
+          segment_file_.name.path, job_);
     }
+    segment_file_.Report(*state);
   }
   if (const auto state = socket_.Changed()) {
     if (*state == shm::PathState::kGone) {
-      spdlog::error("the control socket {} was removed{} while ringfeedd runs: trainers attached now go on, new "
-                    "ones (and ringfeedctl) cannot connect; restart the job, and {}",
-                    socket_.name.path, with_dir, kFindRemover);
+      socket_.problem = fmt::format(
+          "the control socket {} was removed{} while ringfeedd runs: trainers attached now go on, new ones (and "
+          "ringfeedctl) cannot connect; restart the job, and {}",
+          socket_.name.path, with_dir, kFindRemover);
     } else if (*state == shm::PathState::kReplaced) {
-      spdlog::error("the control socket {} was replaced while ringfeedd runs (another ringfeedd for job '{}' "
-                    "started?): trainers attached now go on, new ones (and ringfeedctl) reach the other one, not "
-                    "this daemon; this daemon leaves that socket when it stops. Stop the daemons of this job and "
-                    "restart it",
-                    socket_.name.path, job_);
+      socket_.problem = fmt::format(
+          "the control socket {} was replaced while ringfeedd runs (another ringfeedd for job '{}' started?): "
+          "trainers attached now go on, new ones (and ringfeedctl) reach the other one, not this daemon; this "
+          "daemon leaves that socket when it stops. Stop the daemons of this job and restart it",
+          socket_.name.path, job_);
     }
+    socket_.Report(*state);
   }
   if (const auto state = lock_file_.Changed()) {
     if (*state == shm::PathState::kGone) {
-      spdlog::error("the lock file {} was removed{} while ringfeedd runs: a second ringfeedd for job '{}' is "
-                    "refused only while this one answers at its socket; restart the job, and {}",
-                    lock_file_.name.path, with_dir, job_, kFindRemover);
+      lock_file_.problem = fmt::format(
+          "the lock file {} was removed{} while ringfeedd runs: a second ringfeedd for job '{}' is refused only "
+          "while this one answers at its socket; restart the job, and {}",
+          lock_file_.name.path, with_dir, job_, kFindRemover);
     } else if (*state == shm::PathState::kReplaced) {
-      spdlog::error("the lock file {} was replaced while ringfeedd runs: {}; this daemon leaves that file when it "
-                    "stops. Stop the daemons of this job and restart it",
-                    lock_file_.name.path, LockHolder(lock_file_.name.path, job_));
+      lock_file_.problem = fmt::format(
+          "the lock file {} was replaced while ringfeedd runs: {}; this daemon leaves that file when it stops. Stop "
+          "the daemons of this job and restart it",
+          lock_file_.name.path, LockHolder(lock_file_.name.path, job_));
     }
+    lock_file_.Report(*state);
   }
+}
+
+void RuntimeNames::Watched::Report(shm::PathState now) {
+  if (now == shm::PathState::kSame) {
+    problem.clear();  // its own file again (a rename back)
+  } else {
+    spdlog::error("{}", problem);
+  }
+}
+
+std::vector<std::string> RuntimeNames::Problems() const {
+  std::vector<std::string> problems;
+  for (const Watched* name : {&segment_file_, &socket_, &lock_file_}) {
+    if (!name->problem.empty()) problems.push_back(name->problem);
+  }
+  return problems;
 }
 
 std::string RuntimeNames::Removal() const {

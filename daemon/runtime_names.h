@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shm/file_id.h"
 
@@ -27,6 +28,9 @@ class RuntimeNames {
 
   // Logs (spdlog::error) every name removed or replaced since the last call, once per change.
   void Check();
+  // What the last Check found removed or replaced and not back: per name, the message it
+  // logged (what it means, what to do); empty when every name is still this daemon's.
+  std::vector<std::string> Problems() const;
   // For the stop's log line: "removed SOCKET and SEGMENT", or which were already gone, replaced
   // by another file (left), or could not be checked (left).
   std::string Removal() const;
@@ -39,8 +43,10 @@ class RuntimeNames {
     shm::FileId seen;
     // The new state when it changed since the last call; nullopt when unchanged or when it
     // can't be told (lstat failed otherwise than with ENOENT).
+    std::string problem;  // what the state means, when not kSame (the message logged)
     std::optional<shm::PathState> Changed();
-    bool Ours() const;
+    // After Changed said `now` and `problem` was set for it: logs it, or clears it for kSame.
+    void Report(shm::PathState now);
   };
   std::string job_, runtime_dir_;
   Watched segment_file_, socket_, lock_file_;

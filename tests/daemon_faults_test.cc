@@ -2036,6 +2036,7 @@ TEST_CASE("the segment removed under the daemon: logged, attached trainers go on
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
   DaemonProcess daemon(dir.path(), "unlinked", IdJobConfig("unlinked", dir.file("data.tfrecord"), "epochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
+  CHECK(daemon.Status()["problems"] == json::array());
   auto attached = Client::Attach(daemon.client_options());
   REQUIRE(std::filesystem::remove(daemon.segment_path()));  // a cleanup of /dev/shm, logind's RemoveIPC
   Batch batch;
@@ -2057,6 +2058,18 @@ TEST_CASE("the segment removed under the daemon: logged, attached trainers go on
   CHECK_THAT(daemon.Stderr(), Catch::Contains("the shared-memory segment " + daemon.segment_path() +
                                               " was removed while ringfeedd runs"));
   REQUIRE(attached->Next(kEventually, &batch) == Client::Status::kBatch);  // still served
+  // ringfeedctl says it too (before, status and list said "running" and nothing more).
+  const std::string problem = "the shared-memory segment " + daemon.segment_path() +
+                              " was removed while ringfeedd runs (a cleanup of /dev/shm, or systemd-logind's "
+                              "RemoveIPC=yes for this user?): trainers attached now go on, new ones cannot attach; "
+                              "restart the job";
+  CHECK(daemon.Status()["problems"] == json::array({problem}));
+  const CommandResult table = RunCommand({CtlBinary(), "status", "unlinked", "--runtime-dir", daemon.runtime_dir()});
+  CHECK_THAT(table.out, Catch::Contains("\nproblem    " + problem + "\n"));
+  const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", daemon.runtime_dir()});
+  CHECK_THAT(list.out, Catch::Contains(" running ") &&
+                           Catch::Contains("   (1 problem: its segment, socket or lock file is gone or replaced; "
+                                           "ringfeedctl status says which)"));
 }
 
 TEST_CASE("the runtime directory removed and a second daemon started there: the first one's stop leaves the "
