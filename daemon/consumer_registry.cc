@@ -1,8 +1,5 @@
 #include "daemon/consumer_registry.h"
 
-#include <signal.h>
-
-
 #include <spdlog/spdlog.h>
 
 #include "shm/futex.h"

@@ -41,9 +41,9 @@ class RuntimeNames {
     Name name;
     shm::PathState state = shm::PathState::kSame;
     shm::FileId seen;
+    std::string problem;  // what the state means, when not kSame (the message logged)
     // The new state when it changed since the last call; nullopt when unchanged or when it
     // can't be told (lstat failed otherwise than with ENOENT).
-    std::string problem;  // what the state means, when not kSame (the message logged)
     std::optional<shm::PathState> Changed();
     // After Changed said `now` and `problem` was set for it: logs it, or clears it for kSame.
     void Report(shm::PathState now);
