@@ -78,27 +78,42 @@ std::vector<std::string> SubdirectoriesWithSocket(const std::string& runtime_dir
   return found;
 }
 
-char ProcessState(pid_t pid) {
-  if (pid <= 0) return '\0';
-  const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return '\0';
-  char buf[512];  // "PID (COMM) STATE ...": COMM is at most 16 bytes (TASK_COMM_LEN) but may hold ')'
+namespace {
+
+// The first bytes (up to 4 KiB) of /proc/PID/<file>; "" when it cannot be read.
+std::string ProcFile(pid_t pid, const char* file) {
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/" + file).c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  char buf[4096];
   ssize_t n;
   do {
     n = ::read(fd, buf, sizeof buf);
   } while (n < 0 && errno == EINTR);
   ::close(fd);
-  if (n <= 0) return '\0';
-  const std::string_view stat(buf, static_cast<size_t>(n));
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+}
+
+}  // namespace
+
+char ProcessState(pid_t pid) {
+  if (pid <= 0) return '\0';
+  // "PID (COMM) STATE ...": COMM is at most 16 bytes (TASK_COMM_LEN) but may hold ')'.
+  const std::string stat = ProcFile(pid, "stat");
   const size_t name_end = stat.rfind(')');
-  return name_end != std::string_view::npos && name_end + 2 < stat.size() ? stat[name_end + 2] : '\0';
+  return name_end != std::string::npos && name_end + 2 < stat.size() ? stat[name_end + 2] : '\0';
 }
 
 bool ProcessExited(pid_t pid) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;  // EPERM: another user's live process
   const char state = ProcessState(pid);
-  return state == 'Z' || state == 'X';
+  if (state != 'Z' && state != 'X') return false;
+  // The process's main thread shows Z as soon as it exits, also when it left with
+  // pthread_exit and other threads go on (a trainer whose main thread ended): exited only
+  // when it is the last one, "Threads: 1" in /proc/PID/status (the zombie leader counts).
+  const std::string status = ProcFile(pid, "status");
+  const size_t threads = status.find("\nThreads:");
+  return threads == std::string::npos || std::strtol(status.c_str() + threads + 9, nullptr, 10) <= 1;
 }
 
 std::optional<SocketPeer> SocketListener(const std::string& path) {

@@ -67,8 +67,10 @@
 //                       pid <= 0.
 //   ProcessExited(pid)  whether process `pid` has exited: no such process (kill(pid, 0) says
 //                       ESRCH), or a zombie (exited, not reaped yet by its parent: a launcher that
-//                       does not wait keeps it so, with its pid taken). False for pid <= 0 (not
-//                       known) and for a live process, also another user's.
+//                       does not wait keeps it so, with its pid taken) with no thread left. False
+//                       for pid <= 0 (not known) and for a live process, also another user's and
+//                       one whose main thread ended with pthread_exit while others go on (its
+//                       /proc/PID/stat says Z too).
 //
 // FNV-1a: http://www.isthe.com/chongo/tech/comp/fnv/ (64-bit offset basis 0xcbf29ce484222325,
 // prime 0x100000001b3), over the bytes of the string. Thread-safe (reads the environment).

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <set>
@@ -272,6 +274,37 @@ TEST_CASE("ranks mode: a trainer that died while a child it forked holds its con
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
   CHECK(daemon.WaitForStderr("has exited but its control connection is still open (a child it forked holds it?); "
                              "detaching it for the new consumer of its rank"));
+}
+
+TEST_CASE("a trainer whose main thread ended (pthread_exit) while another thread holds its client stays attached") {
+  // Its /proc/PID/stat says Z, as a zombie's does: a check on that letter alone detached a
+  // live trainer and freed the slots it was reading (helper-127).
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(dir.path(), "leaderless", IdJobConfig("leaderless", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const ClientOptions options = daemon.client_options();
+  ChildProcess trainer([options](ChildIo& io) {
+    std::shared_ptr<Client> client = Client::Attach(options);
+    auto batch = std::make_shared<Batch>();
+    if (client->Next(kEventually, batch.get()) != Client::Status::kBatch) return 3;
+    std::thread([client, batch] { ::sleep(60); }).detach();  // holds the client and its batch
+    io.WriteLine("holding");
+    // This thread alone ends, as pthread_exit's would, without unwinding the test's frames.
+    ::syscall(SYS_exit, 0);
+    return 4;
+  });
+  REQUIRE(trainer.WaitForLine("holding"));
+  REQUIRE(WaitUntil([&] { return shm::ProcessState(trainer.pid()) == 'Z'; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // two of the daemon's checks
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK_FALSE(shm::ProcessExited(trainer.pid()));
+  const json status = daemon.Status();
+  REQUIRE(status["consumers"].size() == 1);
+  CHECK(status["consumers"][0]["pid"] == trainer.pid());
+  CHECK(status["consumers"][0]["slots_held"] == 1);
+  CHECK_THAT(daemon.Stderr(), !Catch::Contains("has exited but its control connection is still open") &&
+                                  !Catch::Contains("ring repaired"));
 }
 
 TEST_CASE("ranks mode: a daemon in its own pid namespace sees trainers as pid 0: a taken rank is neither freed nor "
