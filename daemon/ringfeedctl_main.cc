@@ -230,8 +230,9 @@ Command AddCheckCommand(CLI::App& parent) {
       "to start (a memory budget, the open-file limit, a permissions.group that does not exist, a ring\n"
       "larger than all of /dev/shm) or a batch too large to build in memory. With --strict every\n"
       "warning exits 1 too: a spec feature that no record has, SequenceExample records whose feature\n"
-      "lists are dropped, no batch at all, a memory or CPU budget above what the process may use (or\n"
-      "fixed workers above a set cpu_budget), ring.slots not more than the ranks' consumers.count, a\n"
+      "lists are dropped, no batch at all (or none for any rank), a memory or CPU budget above what\n"
+      "the process may use (or fixed workers above a set cpu_budget; without one, fixed workers above\n"
+      "the machine's cores are a note), ring.slots not more than the ranks' consumers.count, a\n"
       "ring larger than /dev/shm has free now, auto slots sized from the mean record, a batch of the\n"
       "largest records that would not fit a slot in a shuffled or interleaved order, records that do\n"
       "not parse in batches ringfeedd drops unparsed.\n"
@@ -302,7 +303,19 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cout << " (on_error: fail stopped the epoch in file " << r.files_read << " of " << r.files_in_shard << ")";
     }
     std::cout << "\n";
-    if (r.batches == 0 && !r.failed) {
+    // No batch for the trainers: none at all, or in ranks mode fewer than one round (ringfeedd
+    // delivers whole rounds). Said once: the plan's batch_size_warning, when it has one, says
+    // the same of batch.size (printed below).
+    const uint64_t rank_count =
+        config.consumers.mode == ringfeed::DeliveryMode::kRanks ? static_cast<uint64_t>(config.consumers.count) : 1;
+    const bool no_batch = !r.failed && r.batches < rank_count && r.batch_size_warning.empty();
+    if (no_batch && r.batches > 0) {
+      std::cout.flush();
+      std::cerr << "warning: no batch for any rank: the " << r.batches << " batch(es) of an epoch do not fill a round of "
+                << rank_count << " ranks, and ringfeedd delivers whole rounds (the rest is dropped); a smaller "
+                << "batch.size gives every rank a batch (at most " << std::max<uint64_t>(1, r.records / rank_count)
+                << " here)\n";
+    } else if (no_batch) {
       std::cout.flush();
       const uint64_t skipped = r.read_errors + r.parse_errors;
       std::cerr << "warning: no batch: "
@@ -340,7 +353,11 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.shuffle_buffer_note.empty()) std::cout << "shuffle: " << r.shuffle_buffer_note << "\n";
     if (!r.batch_size_note.empty()) std::cout << "batch: " << r.batch_size_note << "\n";
     if (!r.memory_budget_warning.empty()) std::cerr << "warning: " << r.memory_budget_warning << "\n";
-    if (!r.cpu_budget_warning.empty()) std::cerr << "warning: " << r.cpu_budget_warning << "\n";
+    // Fixed workers above the machine's cores, with no cpu_budget set, depend on the machine
+    // check runs on: a note, not a warning that --strict counts.
+    if (!r.cpu_budget_warning.empty()) {
+      std::cerr << (config.pipeline.cpu_budget ? "warning: " : "note: ") << r.cpu_budget_warning << "\n";
+    }
     if (!r.batch_size_warning.empty()) std::cerr << "warning: " << r.batch_size_warning << "\n";
     if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";
     if (!r.shm_warning.empty()) std::cerr << "warning: " << r.shm_warning << "\n";
@@ -404,7 +421,7 @@ Command AddCheckCommand(CLI::App& parent) {
       return bad_records();
     }
     if (r.read_errors + r.parse_errors > 0) return bad_records();
-    const size_t warnings = r.sample_warnings.size() + (r.batches == 0 && !r.failed ? 1 : 0) +
+    const size_t warnings = r.sample_warnings.size() + (no_batch ? 1 : 0) +
                             (r.memory_budget_warning.empty() ? 0 : 1) +
                             (r.cpu_budget_warning.empty() || !config.pipeline.cpu_budget ? 0 : 1) +
                             (r.batch_size_warning.empty() ? 0 : 1) +

@@ -1504,6 +1504,40 @@ TEST_CASE("a shard with no records: check warns, the daemon ends its data at onc
   CHECK_THAT(skipped.err, Catch::Contains("warning: no batch: every record was skipped (20 parse and 0 read errors, "
                                           "the first ones above: a features block that no record matches skips them "
                                           "all)"));
+  // One cause, one warning: batch.size above the epoch's 20 records under drop_remainder
+  // (before, "no batch" and the plan's batch.size warning, counted as 2 by --strict).
+  WriteFile(dir.file("too-big.yaml"), IdJobConfig("too-big", dir.file("data.tfrecord"),
+                                                  "batch: {size: 30, drop_remainder: true}\n"));
+  const CommandResult too_big = RunCommand({CtlBinary(), "check", "--strict", dir.file("too-big.yaml")});
+  INFO("check stdout:\n" << too_big.out << "\nstderr:\n" << too_big.err);
+  CHECK(too_big.status.ToString() == "exit 1");
+  CHECK_THAT(too_big.err, Catch::Contains("warning: batch.size 30 is more than the 20 records this shard reads per "
+                                          "epoch (counted at start): with drop_remainder: true no batch is made") &&
+                              !Catch::Contains("warning: no batch") &&
+                              Catch::EndsWith("\nringfeedctl check --strict: 1 warning above, counted as problems "
+                                              "(exit 1)\n"));
+  // Ranks mode: 2 batches of 8 for 3 ranks, and only whole rounds go out: no rank gets one.
+  WriteFile(dir.file("ranks.yaml"), IdJobConfig("ranks", dir.file("data.tfrecord"),
+                                                "batch: {size: 8, drop_remainder: true}\n"
+                                                "consumers: {mode: ranks, count: 3}\n"));
+  const CommandResult ranks = RunCommand({CtlBinary(), "check", "--strict", dir.file("ranks.yaml")});
+  INFO("check stdout:\n" << ranks.out << "\nstderr:\n" << ranks.err);
+  CHECK(ranks.status.ToString() == "exit 1");
+  CHECK_THAT(ranks.out, Catch::Contains("; ranks: 0 per rank, the last 2 dropped each epoch"));
+  CHECK_THAT(ranks.err, Catch::Contains("warning: no batch for any rank: the 2 batch(es) of an epoch do not fill a "
+                                        "round of 3 ranks, and ringfeedd delivers whole rounds (the rest is dropped); "
+                                        "a smaller batch.size gives every rank a batch (at most 6 here)\n") &&
+                            Catch::EndsWith("\nringfeedctl check --strict: 1 warning above, counted as problems "
+                                            "(exit 1)\n"));
+  // Fixed workers above the machine's cores, no cpu_budget set: a note, which --strict does
+  // not count (it depends on the machine check runs on).
+  WriteFile(dir.file("workers.yaml"), IdJobConfig("workers", dir.file("data.tfrecord"), "pipeline: {workers: 64}\n"));
+  const CommandResult workers = RunCommand({CtlBinary(), "check", "--strict", dir.file("workers.yaml")});
+  INFO("check stdout:\n" << workers.out << "\nstderr:\n" << workers.err);
+  if (std::thread::hardware_concurrency() < 64) {  // else 64 workers are within the default budget
+    CHECK_THAT(workers.err, Catch::Contains("note: pipeline.workers 64 is more than the cpu_budget of ") &&
+                                !Catch::Contains("warning: pipeline.workers"));
+  }
 }
 
 TEST_CASE("GZIP files read as compression: none: the start-up log claims no count or size it could not read") {
