@@ -1257,12 +1257,18 @@ int RunDaemon(const DaemonOptions& options) {
               notifier.Status("failed: " + s.last_error);
             } else {
               // The epoch counted from 1, as `ringfeedctl status`'s table counts it, with the
-              // 0-based number of the log, the batches and --start-epoch beside it.
-              notifier.Status(std::string(EndName(s.end)) + ": epoch " + std::to_string(s.epoch + 1) + " of " +
-                              (config.epochs == 0 ? std::string("unlimited") : std::to_string(config.epochs)) +
-                              " (0-based " + std::to_string(s.epoch) + "), " +
-                              std::to_string(s.batches) + " batches, " + std::to_string(static_cast<uint64_t>(r)) +
-                              " records/s, " + std::to_string(static_cast<uint64_t>(b / 1e6)) + " MB/s");
+              // 0-based number of the log, the batches and --start-epoch beside it. The rates:
+              // the last 10 s while production runs, the whole run's once it ended (as the table
+              // and `list` give them; the last 10 s would fall towards 0).
+              const bool running = s.end == PipelineEnd::kRunning;
+              const double produced_for = std::chrono::duration<double>(pipeline->ended_at() - started).count();
+              const double records_rate = running || produced_for <= 0 ? r : s.records / produced_for;
+              const double mb_rate = (running || produced_for <= 0 ? b : s.record_bytes / produced_for) / 1e6;
+              notifier.Status(fmt::format("{}: epoch {} of {} (0-based {}), {} batches, {:.0f} records/s, {:.1f} MB/s{}",
+                                          EndName(s.end), s.epoch + 1,
+                                          config.epochs == 0 ? std::string("unlimited") : std::to_string(config.epochs),
+                                          s.epoch, s.batches, records_rate, mb_rate,
+                                          running ? "" : " over the run"));
             }
             next_sample = now + std::chrono::seconds(1);
           }

@@ -112,8 +112,9 @@ void RuntimeNames::Check() {
 }
 
 void RuntimeNames::Watched::Report(shm::PathState now) {
-  if (now == shm::PathState::kSame) {
-    problem.clear();  // its own file again (a rename back)
+  if (now == shm::PathState::kSame) {  // its own file again (renamed back)
+    if (!problem.empty()) spdlog::info("{} is this daemon's own file again: the error about it is over", name.path);
+    problem.clear();
   } else {
     spdlog::error("{}", problem);
   }

@@ -844,7 +844,9 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     const std::string ended = notify.ReceiveUntil("STATUS=end_of_data: ");
     INFO("notifications:\n" << notify.ReceivedText() << "ringfeedd stderr:\n" << daemon.Stderr());
     CHECK_THAT(ended, Catch::Matches("STATUS=end_of_data: epoch 2 of 2 \\(0-based 1\\), 10 batches, \\d+ records/s, "
-                                     "\\d+ MB/s"));
+                                     "\\d+\\.\\d MB/s over the run"));
+    // The whole run's rate (38 records), not the last 10 s's, which fall towards 0.
+    CHECK(std::stod(ended.substr(ended.find(" batches, ") + 10)) > 0);
     const json status = daemon.Status();
     CHECK(status["epoch"] == 1);
     CHECK_THAT(RunCommand({CtlBinary(), "status", "skip-unit", "--runtime-dir", daemon.runtime_dir()}).out,
@@ -2137,6 +2139,25 @@ TEST_CASE("the segment removed under the daemon: logged, attached trainers go on
   CHECK_THAT(list.out, Catch::Contains(" running ") &&
                            Catch::Contains("   (1 problem: its segment, socket or lock file is gone or replaced; "
                                            "ringfeedctl status says which)"));
+}
+
+TEST_CASE("the lock file renamed away and back: a problem while it is away, over once it is back") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "renamed", IdJobConfig("renamed", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const std::string away = dir.file("renamed.lock.away");
+  std::filesystem::rename(daemon.lock_path(), away);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  REQUIRE(WaitUntil([&] { return daemon.Status()["problems"].size() == 1; }));
+  CHECK_THAT(daemon.Status()["problems"][0].get<std::string>(),
+             Catch::StartsWith("the lock file " + daemon.lock_path() + " was removed while ringfeedd runs"));
+  std::filesystem::rename(away, daemon.lock_path());
+  CHECK(WaitUntil([&] { return daemon.Status()["problems"].empty(); }));
+  CHECK(daemon.WaitForStderr("[info] " + daemon.lock_path() +
+                             " is this daemon's own file again: the error about it is over\n"));
+  CHECK(daemon.Stop().ToString() == "exit 0");
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));  // its own: removed at the stop
 }
 
 TEST_CASE("the runtime directory removed and a second daemon started there: the first one's stop leaves the "
