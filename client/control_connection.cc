@@ -172,7 +172,15 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
                   : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
                   : S_ISLNK(st.st_mode)  ? "a symbolic link to what is no socket"
                                          : "another kind of file") +
-                 ", not a socket: no ringfeedd made it (remove it, or use another runtime directory)";
+                 ", not a socket";
+      // A live daemon whose socket was replaced so: it makes its socket again once the path is free.
+      if (const std::optional<LockHolder> holder = ReadLockHolder(path, job); holder && !holder->gone) {
+        message += ": ringfeedd (pid " + std::to_string(holder->pid) + ") holds the job's lock but cannot be " +
+                   "reached while that file is in the way of its socket; remove the file, and the daemon makes " +
+                   "its socket again within a second";
+      } else {
+        message += ": no ringfeedd made it (remove it, or use another runtime directory)";
+      }
       throw DaemonNotRunningError(message);
     }
     // Refused because the daemon that made the socket is gone: said so, as ringfeedctl status says it.

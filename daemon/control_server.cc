@@ -287,6 +287,8 @@ ControlServer::ControlServer(asio::io_context& io, std::string socket_path, mode
                              Welcome welcome, Handlers handlers)
     : io_(io),
       socket_path_(std::move(socket_path)),
+      mode_(mode),
+      group_(group),
       welcome_(std::move(welcome)),
       handlers_(std::move(handlers)),
       acceptor_(io),
@@ -303,20 +305,7 @@ ControlServer::ControlServer(asio::io_context& io, std::string socket_path, mode
   if (::unlink(socket_path_.c_str()) == 0) {
     spdlog::info("replaced the socket left at {} (its daemon is gone: this one holds the job's lock)", socket_path_);
   }
-  boost::system::error_code ec;
-  acceptor_.open(stream_protocol(), ec);
-  // Created with the final mode: no window in which another user could connect.
-  const mode_t old_umask = ::umask(0777 & ~mode);
-  if (!ec) acceptor_.bind(stream_protocol::endpoint(socket_path_), ec);
-  ::umask(old_umask);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw std::runtime_error("control socket " + socket_path_ + ": " + ec.message());
-  if (group && ::chown(socket_path_.c_str(), static_cast<uid_t>(-1), *group) != 0) {
-    throw std::runtime_error("control socket " + socket_path_ + ": cannot give it to group " +
-                             std::to_string(*group) + ": " + std::strerror(errno));
-  }
-  ::chmod(socket_path_.c_str(), mode);
-  if (::lstat(socket_path_.c_str(), &st) == 0) socket_id_ = shm::FileId::Of(st);
+  Bind();
   Accept();
 }
 
@@ -327,9 +316,38 @@ ControlServer::~ControlServer() {
   shm::UnlinkIfSame(socket_path_.c_str(), socket_id_);
 }
 
+void ControlServer::Rebind() {
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);  // the accept pending on it ends with operation_aborted
+  backoff_.cancel();
+  Bind();
+  Accept();
+}
+
+void ControlServer::Bind() {
+  boost::system::error_code ec;
+  acceptor_.open(stream_protocol(), ec);
+  // Created with the final mode: no window in which another user could connect.
+  const mode_t old_umask = ::umask(0777 & ~mode_);
+  if (!ec) acceptor_.bind(stream_protocol::endpoint(socket_path_), ec);
+  ::umask(old_umask);
+  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    boost::system::error_code ignored;
+    acceptor_.close(ignored);
+    throw std::runtime_error("control socket " + socket_path_ + ": " + ec.message());
+  }
+  if (group_ && ::chown(socket_path_.c_str(), static_cast<uid_t>(-1), *group_) != 0) {
+    throw std::runtime_error("control socket " + socket_path_ + ": cannot give it to group " +
+                             std::to_string(*group_) + ": " + std::strerror(errno));
+  }
+  ::chmod(socket_path_.c_str(), mode_);
+  if (struct stat st {}; ::lstat(socket_path_.c_str(), &st) == 0) socket_id_ = shm::FileId::Of(st);
+}
+
 void ControlServer::Accept() {
   acceptor_.async_accept([this, alive = alive_](const boost::system::error_code& ec, stream_protocol::socket socket) {
-    if (!*alive) return;
+    if (!*alive || ec == asio::error::operation_aborted) return;  // closed (Rebind makes a new one)
     if (ec) {
       if (!acceptor_.is_open()) return;
       // Out of file descriptors or similar: retry later rather than spin on the error, and say

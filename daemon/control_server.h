@@ -63,16 +63,25 @@ class ControlServer {
   // the socket this server bound (another daemon may have put its own there meanwhile).
   ~ControlServer();
 
+  // Binds and listens at socket_path() again, after its file was removed under the daemon (a
+  // cleaner of the runtime directory): the old listening socket is closed, open connections
+  // (attached trainers) stay. The caller has made sure that nothing is at the path and that
+  // this daemon still holds the job's lock. Throws std::runtime_error naming the path.
+  void Rebind();
+
   const std::string& socket_path() const { return socket_path_; }
   // The socket file as bound (shm/file_id.h).
   shm::FileId socket_id() const { return socket_id_; }
 
  private:
   class Connection;
+  void Bind();  // a new listening socket at socket_path_, with mode_ and group_; sets socket_id_
   void Accept();
 
   boost::asio::io_context& io_;
   std::string socket_path_;
+  mode_t mode_;
+  std::optional<gid_t> group_;
   shm::FileId socket_id_;
   Welcome welcome_;
   Handlers handlers_;

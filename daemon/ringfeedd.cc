@@ -28,6 +28,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -350,26 +351,36 @@ class LockFile {
     }
     if (waiting) spdlog::info("the previous ringfeedd let go of the job's lock");
   }
-  // Before the daemon takes the segment's and the socket's names: whether the lock file at the
-  // path is still this lock. One removed meanwhile (by hand, a cleaner of old files; start-up
-  // may take minutes on slow storage) is taken again, a new file locked and written as at
-  // start; false when another process holds the one there now (a second ringfeedd for the job
-  // took it): then this daemon must not take the job's names from under that one.
-  bool Reassert() {
+  // Whether the lock file at the path is still this lock. One removed (by hand, a cleaner of old
+  // files: start-up may take minutes on slow storage, and a daemon runs for days) is taken
+  // again, a new file locked and written as at start; false when another process holds the one
+  // there now (a second ringfeedd for the job took it): then this daemon must not take the
+  // job's names from under that one. `running`: called once the daemon serves (asio's
+  // signal_set has the stop signals: the start-up stop handler is not armed again); the caller
+  // says what happened. During start-up it is logged here.
+  bool Reassert(bool running = false) {
     if (struct stat named {}; ::lstat(path_.c_str(), &named) == 0 && shm::FileId::Of(named) == id_) return true;
     const int old_fd = fd_;
     fd_ = -1;
     Take take = Take::kStale;
-    for (int tries = 0; tries < 10 && take == Take::kStale; ++tries) take = TryTake();
+    try {
+      for (int tries = 0; tries < 10 && take == Take::kStale; ++tries) take = TryTake(/*arm_early_stop=*/!running);
+    } catch (...) {  // a file there that is no lock file of this user (StartupError)
+      if (fd_ >= 0) Close();
+      fd_ = old_fd;
+      throw;
+    }
     if (take != Take::kTaken) {
       if (fd_ >= 0) Close();
       fd_ = old_fd;
       return false;
     }
     ::close(old_fd);  // the lock on the file without a name
-    spdlog::warn("the lock file {} was removed while ringfeedd started (by hand, or by a cleaner of old files): "
-                 "made it again",
-                 path_);
+    if (!running) {
+      spdlog::warn("the lock file {} was removed while ringfeedd started (by hand, or by a cleaner of old files): "
+                   "made it again",
+                   path_);
+    }
     return true;
   }
   // Says in the file that this daemon is stopping (a daemon started now waits for it).
@@ -380,6 +391,18 @@ class LockFile {
     if (::pwrite(fd_, content.data(), content.size(), 0) < 0) {
       spdlog::warn("cannot write to {}: {}", path_, std::strerror(errno));
     }
+  }
+  // Writes "PID\n" to the lock file again when it says something else (another program or a
+  // person wrote it in place: a start reading "PID stopping" there would wait minutes for a stop
+  // that never comes); returns what it said then, nullopt when it was right. Not after
+  // MarkStopping. A few system calls: called once a second.
+  std::optional<std::string> RestoreContent() const {
+    const std::string content = std::to_string(::getpid()) + "\n";
+    char buf[64] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf, 0);
+    if (n < 0 || std::string_view(buf, static_cast<size_t>(n)) == content) return std::nullopt;
+    WriteContent(content);
+    return std::string(buf, static_cast<size_t>(n));
   }
   // Removes the lock file's name, keeping the lock: a process that cannot finish exiting (a
   // thread held by storage that does not answer) must not keep the job from starting again.
@@ -407,8 +430,9 @@ class LockFile {
   // One try at the lock. kTaken: locked, the pid written, and the start-up stop handler told
   // the file (EarlyStop). kHeld: another process holds it (fd_ left open for a look at what it
   // says). kStale: locked, but the name went meanwhile (a daemon removes it as it exits), so
-  // the lock locks nothing: again, afresh.
-  Take TryTake() {
+  // the lock locks nothing: again, afresh. `arm_early_stop`: false once asio's signal_set
+  // handles the stop signals (its handler must stay).
+  Take TryTake(bool arm_early_stop = true) {
     // From the file's creation until the stop handler knows it: a stop meanwhile waits (a few
     // system calls), so that it removes the file too, as its line says.
     sigset_t stops, old;
@@ -426,7 +450,7 @@ class LockFile {
         held.st_ino == named.st_ino) {
       id_ = shm::FileId::Of(held);
       WriteContent(std::to_string(::getpid()) + "\n");
-      EarlyStop::Arm(path_, id_);
+      if (arm_early_stop) EarlyStop::Arm(path_, id_);
       return Take::kTaken;
     }
     Close();
@@ -474,6 +498,28 @@ class LockFile {
   int fd_ = -1;
   shm::FileId id_;
 };
+
+// Creates the runtime directory if needed and checks it (shm::RuntimeDirProblem): at start, and
+// when it was removed under a running daemon. Throws StartupError.
+void MakeRuntimeDir(const std::string& runtime_dir) {
+  // The fallback in /tmp: writable by this user alone whatever the umask (others reach the
+  // socket through it, as permissions.group allows: 0755).
+  if (runtime_dir == shm::FallbackRuntimeDir()) ::mkdir(runtime_dir.c_str(), 0755);
+  std::error_code ec;
+  std::filesystem::create_directories(runtime_dir, ec);
+  if (ec) {
+    // Permissions, a file in the way, a read-only file system: no restart mends those (exit 2,
+    // not retried by the unit); no space or an I/O error may pass (exit 1).
+    const bool lasting = ec == std::errc::permission_denied || ec == std::errc::not_a_directory ||
+                         ec == std::errc::read_only_file_system || ec == std::errc::file_exists ||
+                         ec == std::errc::operation_not_permitted || ec == std::errc::filename_too_long ||
+                         ec == std::errc::too_many_symbolic_link_levels;
+    throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message(), lasting ? 2 : 1);
+  }
+  if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {
+    throw StartupError(problem, 2);
+  }
+}
 
 // Before this daemon takes the job's segment or socket name: its lock is still the job's lock
 // (LockFile::Reassert makes a removed one again), no other daemon answers at the socket, and
@@ -747,23 +793,7 @@ int RunDaemon(const DaemonOptions& options) {
                              "); use a shorter runtime directory (--runtime-dir, RINGFEED_RUNTIME_DIR) or job name",
                          2);
     }
-    // The fallback in /tmp: writable by this user alone whatever the umask (others reach the
-    // socket through it, as permissions.group allows: 0755).
-    if (runtime_dir == shm::FallbackRuntimeDir()) ::mkdir(runtime_dir.c_str(), 0755);
-    std::error_code ec;
-    std::filesystem::create_directories(runtime_dir, ec);
-    if (ec) {
-      // Permissions, a file in the way, a read-only file system: no restart mends those (exit 2,
-      // not retried by the unit); no space or an I/O error may pass (exit 1).
-      const bool lasting = ec == std::errc::permission_denied || ec == std::errc::not_a_directory ||
-                           ec == std::errc::read_only_file_system || ec == std::errc::file_exists ||
-                           ec == std::errc::operation_not_permitted || ec == std::errc::filename_too_long ||
-                           ec == std::errc::too_many_symbolic_link_levels;
-      throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message(), lasting ? 2 : 1);
-    }
-    if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {
-      throw StartupError(problem, 2);
-    }
+    MakeRuntimeDir(runtime_dir);
     // A daemon of the job still answering at its socket though its lock file is gone: refused
     // before a lock file is made, which that daemon's check of its names (once a second) could
     // take for a second daemon's.
@@ -1338,8 +1368,37 @@ int RunDaemon(const DaemonOptions& options) {
     if (options.exit_when_done) check_done();
     // The names this daemon created, checked once a second (reap, below) and at the stop; the
     // stop removes only those that still name this daemon's files.
+    // A removed lock file or socket is made again while this daemon holds the job's lock.
+    const auto remake_lock = [&](std::string* why) {
+      try {
+        MakeRuntimeDir(runtime_dir);
+        if (!lock.Reassert(/*running=*/true)) return shm::FileId{};  // another process holds it: Check says who
+      } catch (const std::exception& e) {
+        *why = std::string("could not make it again: ") + e.what();
+        return shm::FileId{};
+      }
+      segment_guard.LockFileIs(lock.id());
+      return lock.id();
+    };
+    const auto remake_socket = [&](std::string* why) {
+      try {
+        MakeRuntimeDir(runtime_dir);
+        if (!lock.Reassert(/*running=*/true)) {
+          *why = "not made again: another process holds the job's lock " + lock.path() + " now";
+          return shm::FileId{};
+        }
+        segment_guard.LockFileIs(lock.id());
+        server.Rebind();
+      } catch (const std::exception& e) {
+        *why = std::string("could not make it again: ") + e.what();
+        return shm::FileId{};
+      }
+      segment_guard.SocketBound(server.socket_id());
+      return server.socket_id();
+    };
     RuntimeNames names(config.job, runtime_dir, {shm::Segment::Path(segment_name), segment.file_id()},
-                       {server.socket_path(), server.socket_id()}, {lock.path(), lock.id()});
+                       {server.socket_path(), server.socket_id()}, {lock.path(), lock.id()}, remake_socket,
+                       remake_lock);
     // Consumers whose process died while a forked child keeps their connection open.
     asio::steady_timer reap_timer(io);
     std::function<void()> reap = [&] {
@@ -1348,6 +1407,12 @@ int RunDaemon(const DaemonOptions& options) {
         if (ec) return;
         names.Check();
         name_problems = names.Problems();
+        if (const std::optional<std::string> was = lock.RestoreContent()) {
+          spdlog::warn("the lock file {} was written by another program while ringfeedd runs ({} bytes: {}): wrote "
+                       "this daemon's pid to it again; find what writes files there",
+                       lock.path(), was->size(), nlohmann::json(*was).dump(-1, ' ', false,
+                                                                           nlohmann::json::error_handler_t::replace));
+        }
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.
         pipeline->RepairRing([&](uint32_t id) { return consumers.IsAttached(id); });
@@ -1375,7 +1440,7 @@ int RunDaemon(const DaemonOptions& options) {
     // Stop: consumers see kStopped with the reason (unless production already ended).
     notifier.Stopping();
     lock.MarkStopping();
-    names.Check();  // a change since the last tick is logged too
+    names.Check(/*remake=*/false);  // a change since the last tick is logged too
     pipeline->RequestStop(stop_reason);
     // A thread blocked in a read of storage that does not answer (a hung network mount) would
     // hold the stop until systemd's SIGKILL (TimeoutStopSec=30s in the shipped unit) and leave

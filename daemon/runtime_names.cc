@@ -43,9 +43,12 @@ constexpr const char* kFindRemover =
 
 }  // namespace
 
-RuntimeNames::RuntimeNames(std::string job, std::string runtime_dir, Name segment_file, Name socket, Name lock_file)
+RuntimeNames::RuntimeNames(std::string job, std::string runtime_dir, Name segment_file, Name socket, Name lock_file,
+                           Remake remake_socket, Remake remake_lock)
     : job_(std::move(job)),
       runtime_dir_(std::move(runtime_dir)),
+      remake_socket_(std::move(remake_socket)),
+      remake_lock_(std::move(remake_lock)),
       segment_file_{segment_file, shm::PathState::kSame, segment_file.id, {}},
       socket_{socket, shm::PathState::kSame, socket.id, {}},
       lock_file_{lock_file, shm::PathState::kSame, lock_file.id, {}} {}
@@ -59,7 +62,7 @@ std::optional<shm::PathState> RuntimeNames::Watched::Changed() {
   return current;
 }
 
-void RuntimeNames::Check() {
+void RuntimeNames::Check(bool remake) {
   std::error_code dir_ec;
   const std::string with_dir =
       std::filesystem::exists(runtime_dir_, dir_ec) || dir_ec ? "" : " with its runtime directory " + runtime_dir_;
@@ -80,35 +83,71 @@ void RuntimeNames::Check() {
     }
     segment_file_.Report(*state);
   }
-  if (const auto state = socket_.Changed()) {
-    if (*state == shm::PathState::kGone) {
-      socket_.problem = fmt::format(
-          "the control socket {} was removed{} while ringfeedd runs: trainers attached now go on, new ones (and "
-          "ringfeedctl) cannot connect; restart the job, and {}",
-          socket_.name.path, with_dir, kFindRemover);
-    } else if (*state == shm::PathState::kReplaced) {
-      socket_.problem = fmt::format(
-          "the control socket {} was replaced while ringfeedd runs (another ringfeedd for job '{}' started?): "
-          "trainers attached now go on, new ones (and ringfeedctl) reach the other one, not this daemon; this "
-          "daemon leaves that socket when it stops. Stop the daemons of this job and restart it",
-          socket_.name.path, job_);
-    }
-    socket_.Report(*state);
-  }
+  // The lock file before the socket: the socket is made again only while the lock is this
+  // daemon's.
   if (const auto state = lock_file_.Changed()) {
-    if (*state == shm::PathState::kGone) {
-      lock_file_.problem = fmt::format(
-          "the lock file {} was removed{} while ringfeedd runs: a second ringfeedd for job '{}' is refused only "
-          "while this one answers at its socket; restart the job, and {}",
-          lock_file_.name.path, with_dir, job_, kFindRemover);
-    } else if (*state == shm::PathState::kReplaced) {
-      lock_file_.problem = fmt::format(
-          "the lock file {} was replaced while ringfeedd runs: {}; this daemon leaves that file when it stops. Stop "
-          "the daemons of this job and restart it",
-          lock_file_.name.path, LockHolder(lock_file_.name.path, job_));
+    std::string why;
+    const shm::FileId remade = *state != shm::PathState::kSame && remake && remake_lock_ ? remake_lock_(&why) : shm::FileId{};
+    if (remade.valid()) {
+      if (*state == shm::PathState::kGone) {
+        spdlog::warn("the lock file {} was removed{} while ringfeedd runs: made it again and locked it (a second "
+                     "ringfeedd for job '{}' is refused as before); {}",
+                     lock_file_.name.path, with_dir, job_, kFindRemover);
+      } else {
+        spdlog::warn("the lock file {} was replaced by a file no process held while ringfeedd runs: locked that one "
+                     "and wrote this daemon's pid to it (a second ringfeedd for job '{}' is refused as before); find "
+                     "what writes files there",
+                     lock_file_.name.path, job_);
+      }
+      lock_file_.Remade(remade);
+    } else {
+      if (*state == shm::PathState::kGone) {
+        lock_file_.problem = fmt::format(
+            "the lock file {} was removed{} while ringfeedd runs: a second ringfeedd for job '{}' is refused only "
+            "while this one answers at its socket; restart the job, and {}",
+            lock_file_.name.path, with_dir, job_, kFindRemover);
+      } else if (*state == shm::PathState::kReplaced) {
+        lock_file_.problem = fmt::format(
+            "the lock file {} was replaced while ringfeedd runs: {}; this daemon leaves that file when it stops. Stop "
+            "the daemons of this job and restart it",
+            lock_file_.name.path, LockHolder(lock_file_.name.path, job_));
+      }
+      if (!why.empty()) lock_file_.problem += " (" + why + ")";
+      lock_file_.Report(*state);
     }
-    lock_file_.Report(*state);
   }
+  if (const auto state = socket_.Changed()) {
+    std::string why;
+    const shm::FileId remade = *state == shm::PathState::kGone && remake && remake_socket_ ? remake_socket_(&why) : shm::FileId{};
+    if (remade.valid()) {
+      spdlog::warn("the control socket {} was removed{} while ringfeedd runs: made it again (new trainers and "
+                   "ringfeedctl reach this daemon again; attached ones were not disturbed); {}",
+                   socket_.name.path, with_dir, kFindRemover);
+      socket_.Remade(remade);
+    } else {
+      if (*state == shm::PathState::kGone) {
+        socket_.problem = fmt::format(
+            "the control socket {} was removed{} while ringfeedd runs: trainers attached now go on, new ones (and "
+            "ringfeedctl) cannot connect; restart the job, and {}",
+            socket_.name.path, with_dir, kFindRemover);
+      } else if (*state == shm::PathState::kReplaced) {
+        socket_.problem = fmt::format(
+            "the control socket {} was replaced while ringfeedd runs (another ringfeedd for job '{}' started?): "
+            "trainers attached now go on, new ones (and ringfeedctl) reach the other one, not this daemon; this "
+            "daemon leaves that socket when it stops. Stop the daemons of this job and restart it",
+            socket_.name.path, job_);
+      }
+      if (!why.empty()) socket_.problem += " (" + why + ")";
+      socket_.Report(*state);
+    }
+  }
+}
+
+void RuntimeNames::Watched::Remade(shm::FileId id) {
+  name.id = id;
+  seen = id;
+  state = shm::PathState::kSame;
+  problem.clear();
 }
 
 void RuntimeNames::Watched::Report(shm::PathState now) {

@@ -4,12 +4,16 @@
 // /dev/shm, logind's RemoveIPC) and re-created by another process, e.g. a second ringfeedd for
 // the job, which starts once the lock file is gone. Trainers attached go on either way, but new
 // ones cannot connect, or reach the other daemon: Check logs each removal or replacement once,
-// as an error saying what it means and what to do. Removal (the stop) names what is still this
-// daemon's to remove (shm/file_id.h: the stop removes only those).
+// as an error saying what it means and what to do. A removed socket, and a lock file removed or
+// replaced by one no process holds, are made again (the Remake functions) as long as this
+// daemon still holds the job's lock: then a warning says so and nothing stays wrong. A removed
+// segment cannot be named again (its file has no name left to link). Removal (the stop) names
+// what is still this daemon's to remove (shm/file_id.h: the stop removes only those).
 //
 // Thread-safety: one thread (ringfeedd's io thread: its 1 s timer and the stop).
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,10 +28,17 @@ class RuntimeNames {
     std::string path;
     shm::FileId id;  // the file it named when the daemon created it
   };
-  RuntimeNames(std::string job, std::string runtime_dir, Name segment_file, Name socket, Name lock_file);
+  // Makes a name again: the new file's id, or an invalid one with `*why` set (a sentence).
+  using Remake = std::function<shm::FileId(std::string* why)>;
+  // `remake_lock`: called when the lock file is gone or replaced (it fails when another process
+  // holds the new one); `remake_socket`: when the socket is gone, after the lock file's check
+  // (so the lock is this daemon's again first). Null: not made again.
+  RuntimeNames(std::string job, std::string runtime_dir, Name segment_file, Name socket, Name lock_file,
+               Remake remake_socket = nullptr, Remake remake_lock = nullptr);
 
-  // Logs (spdlog::error) every name removed or replaced since the last call, once per change.
-  void Check();
+  // Logs (spdlog::error) every name removed or replaced since the last call, once per change;
+  // `remake`: makes them again where the Remake functions can (false at the stop).
+  void Check(bool remake = true);
   // What the last Check found removed or replaced and not back: per name, the message it
   // logged (what it means, what to do); empty when every name is still this daemon's.
   std::vector<std::string> Problems() const;
@@ -47,8 +58,11 @@ class RuntimeNames {
     std::optional<shm::PathState> Changed();
     // After Changed said `now` and `problem` was set for it: logs it, or clears it for kSame.
     void Report(shm::PathState now);
+    // `remake` made the name again as `id`: it is this daemon's again, no problem.
+    void Remade(shm::FileId id);
   };
   std::string job_, runtime_dir_;
+  Remake remake_socket_, remake_lock_;
   Watched segment_file_, socket_, lock_file_;
 };
 

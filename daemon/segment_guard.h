@@ -43,10 +43,11 @@ class SegmentGuard {
   SegmentGuard& operator=(const SegmentGuard&) = delete;
 
   // The control socket is bound: `id` is its file. Call before starting the threads that touch
-  // the segment (they see it through the thread start).
+  // the segment (they see it through the thread start); again when the daemon made its socket
+  // again (RuntimeNames): a SIGBUS in the few instructions of that store may read a torn id and
+  // leave the socket (the next start replaces a socket left so).
   void SocketBound(shm::FileId id);
-  // The lock file was made again during start-up (LockFile::Reassert): `id` is the new one.
-  // Before the threads start, as SocketBound.
+  // The lock file was made again (LockFile::Reassert): `id` is the new one. As SocketBound.
   void LockFileIs(shm::FileId id);
 
 };

@@ -624,10 +624,16 @@ TEST_CASE("a second ringfeedd refuses the job while the first answers at its soc
   REQUIRE(status);
   INFO("second stderr:\n" << second.Stderr());
   CHECK(status->ToString() == "exit 1");
+  // Told by the first's socket ("which answers at the control socket ... though its lock file
+  // ... was removed"), or by its lock, when the first made it again (once a second) before the
+  // second looked.
   CHECK_THAT(second.Stderr(), Catch::Contains("ringfeedd for job 'unlocked-job' is already running (pid " +
-                                              std::to_string(first.pid()) + ", which answers at the control socket " +
-                                              first.socket_path() + ") though its lock file " + first.lock_path() +
-                                              " was removed"));
+                                              std::to_string(first.pid()) + ", "));
+  if (second.Stderr().find(", which answers at") != std::string::npos) {
+    CHECK_THAT(second.Stderr(), Catch::Contains("(pid " + std::to_string(first.pid()) +
+                                                ", which answers at the control socket " + first.socket_path() +
+                                                ") though its lock file " + first.lock_path() + " was removed"));
+  }
   // Before, the second one replaced the first's segment and socket and served the job beside it.
   struct stat socket_after {};
   REQUIRE(::lstat(first.socket_path().c_str(), &socket_after) == 0);
@@ -635,11 +641,18 @@ TEST_CASE("a second ringfeedd refuses the job while the first answers at its soc
   CHECK(std::filesystem::last_write_time(first.segment_path()) == segment_before);
   CHECK(first.running());
   CHECK(first.Status()["pid"] == first.pid());
-  // The lock file the second one made is not left behind (it exited before the ring).
-  CHECK_FALSE(std::filesystem::exists(first.lock_path()));
+  // The first made its lock file again (the second removed the one it made as it exited).
   INFO("first stderr:\n" << first.Stderr());
+  CHECK(WaitUntil([&] {
+    return std::filesystem::exists(first.lock_path()) && ReadFile(first.lock_path()) == std::to_string(first.pid()) + "\n";
+  }));
+  CHECK(first.WaitForStderr("the lock file " + first.lock_path() + " was removed while ringfeedd runs: made it again "
+                            "and locked it (a second ringfeedd for job 'unlocked-job' is refused as before)"));
+  CHECK(WaitUntil([&] { return first.Status()["problems"] == json::array(); }));
   CHECK(first.Stop().ToString() == "exit 0");
-  CHECK_THAT(first.Stderr(), !Catch::Contains("was replaced while ringfeedd runs"));
+  CHECK_THAT(first.Stderr(), !Catch::Contains("the control socket " + first.socket_path() + " was replaced") &&
+                                 !Catch::Contains("segment " + first.segment_path() + " was replaced"));
+  CHECK_FALSE(std::filesystem::exists(first.lock_path()));  // its own again: removed at the stop
 }
 
 namespace {
@@ -2141,26 +2154,99 @@ TEST_CASE("the segment removed under the daemon: logged, attached trainers go on
                                            "ringfeedctl status says which)"));
 }
 
-TEST_CASE("the lock file renamed away and back: a problem while it is away, over once it is back") {
+TEST_CASE("the lock file removed, or replaced by a file no process holds, under the daemon: locked again within a "
+          "second; a second daemon stays refused") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
-  DaemonProcess daemon(dir.path(), "renamed", IdJobConfig("renamed", dir.file("data.tfrecord"), "epochs: 0\n"));
+  const std::string config = IdJobConfig("relocked", dir.file("data.tfrecord"), "epochs: 0\n");
+  DaemonProcess daemon(dir.path(), "relocked", config);
   RINGFEED_REQUIRE_STARTED(daemon);
-  const std::string away = dir.file("renamed.lock.away");
-  std::filesystem::rename(daemon.lock_path(), away);
+  const std::string pid_line = std::to_string(daemon.pid()) + "\n";
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
-  REQUIRE(WaitUntil([&] { return daemon.Status()["problems"].size() == 1; }));
-  CHECK_THAT(daemon.Status()["problems"][0].get<std::string>(),
-             Catch::StartsWith("the lock file " + daemon.lock_path() + " was removed while ringfeedd runs"));
+  const std::string away = dir.file("relocked.lock.away");
+  std::filesystem::rename(daemon.lock_path(), away);  // a cleaner moving old files aside
+  REQUIRE(daemon.WaitForStderr("[warning] the lock file " + daemon.lock_path() + " was removed while ringfeedd runs: "
+                               "made it again and locked it (a second ringfeedd for job 'relocked' is refused as "
+                               "before); find what removes files there"));
+  CHECK(ReadFile(daemon.lock_path()) == pid_line);
+  CHECK(daemon.Status()["problems"] == json::array());
+  DaemonProcess second(dir.path(), "relocked", config, "second.yaml");
+  CHECK_FALSE(second.Start());
+  CHECK_THAT(second.Stderr(), Catch::Contains("already running (pid " + std::to_string(daemon.pid()) + ", lock " +
+                                              daemon.lock_path() + ")"));
+
+  // The old file renamed back over the new one: nobody holds a lock on it any more.
   std::filesystem::rename(away, daemon.lock_path());
-  CHECK(WaitUntil([&] { return daemon.Status()["problems"].empty(); }));
-  CHECK(daemon.WaitForStderr("[info] " + daemon.lock_path() +
-                             " is this daemon's own file again: the error about it is over\n"));
+  CHECK(daemon.WaitForStderr("[warning] the lock file " + daemon.lock_path() + " was replaced by a file no process "
+                             "held while ringfeedd runs: locked that one and wrote this daemon's pid to it"));
+  // Another program's file in its place (renamed over it: one change, never an empty name): the same.
+  WriteFile(dir.file("junk"), "hello world\n");
+  std::filesystem::rename(dir.file("junk"), daemon.lock_path());
+  CHECK(WaitUntil([&] { return ReadFile(daemon.lock_path()) == pid_line; }));
+  CHECK(daemon.Status()["problems"] == json::array());
+  DaemonProcess third(dir.path(), "relocked", config, "third.yaml");
+  CHECK_FALSE(third.Start());
+  CHECK_THAT(third.Stderr(), Catch::Contains("already running (pid " + std::to_string(daemon.pid()) + ", lock "));
+
+  // Its content written over in place (same file): "PID stopping" there would make a start
+  // wait up to 5 minutes for a stop that never comes. Written back within a second.
+  WriteFile(daemon.lock_path(), std::to_string(daemon.pid()) + " stopping\n");
+  CHECK(daemon.WaitForStderr("[warning] the lock file " + daemon.lock_path() + " was written by another program "
+                             "while ringfeedd runs (" + std::to_string(pid_line.size() + 9) + " bytes: \"" +
+                             std::to_string(daemon.pid()) + " stopping\\n\"): wrote this daemon's pid to it again"));
+  CHECK(ReadFile(daemon.lock_path()) == pid_line);
+  CHECK_THAT(daemon.Stderr(), !Catch::Contains("[error]"));
   CHECK(daemon.Stop().ToString() == "exit 0");
   CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));  // its own: removed at the stop
 }
 
-TEST_CASE("the runtime directory removed and a second daemon started there: the first one's stop leaves the "
+TEST_CASE("the runtime directory removed under the daemon: it makes the directory, its lock file and its socket "
+          "again; trainers attach, ringfeedctl reaches it, a second daemon is refused") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  const std::string config = IdJobConfig("rtdir-back", dir.file("data.tfrecord"), "epochs: 0\n");
+  DaemonProcess daemon(dir.path(), "rtdir-back", config);
+  RINGFEED_REQUIRE_STARTED(daemon);
+  auto attached = Client::Attach(daemon.client_options());
+  std::filesystem::remove_all(daemon.runtime_dir());  // a tmp cleaner
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.WaitForStderr("[warning] the lock file " + daemon.lock_path() + " was removed with its runtime "
+                             "directory " + daemon.runtime_dir() + " while ringfeedd runs: made it again and locked it"));
+  CHECK(daemon.WaitForStderr("[warning] the control socket " + daemon.socket_path() + " was removed with its runtime "
+                             "directory " + daemon.runtime_dir() + " while ringfeedd runs: made it again (new trainers "
+                             "and ringfeedctl reach this daemon again; attached ones were not disturbed); find what "
+                             "removes files there"));
+  CHECK(ReadFile(daemon.lock_path()) == std::to_string(daemon.pid()) + "\n");
+  struct stat socket {};
+  REQUIRE(::lstat(daemon.socket_path().c_str(), &socket) == 0);
+  CHECK(S_ISSOCK(socket.st_mode));
+  CHECK((socket.st_mode & 0777) == 0600);
+  const CommandResult status = RunCommand({CtlBinary(), "status", "rtdir-back", "--runtime-dir", daemon.runtime_dir()});
+  INFO("ringfeedctl status:\n" << status.out << status.err);
+  CHECK(status.status.ToString() == "exit 0");
+  CHECK(daemon.Status()["problems"] == json::array());
+  Batch batch;
+  REQUIRE(attached->Next(kEventually, &batch) == Client::Status::kBatch);  // not disturbed
+  batch = Batch();
+  {
+    auto client = Client::Attach(daemon.client_options());  // through the new socket
+    REQUIRE(client->Next(kEventually, &batch) == Client::Status::kBatch);
+    batch = Batch();
+  }
+  DaemonProcess second(dir.path(), "rtdir-back", config, "second.yaml");
+  CHECK_FALSE(second.Start());
+  CHECK_THAT(second.Stderr(), Catch::Contains("already running (pid " + std::to_string(daemon.pid())));
+  attached.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("stopped: removed " + daemon.socket_path() + " and " +
+                                              daemon.segment_path() + "\n") &&
+                                  !Catch::Contains("[error]"));
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
+}
+
+TEST_CASE("the runtime directory removed and a second daemon started there before the first looked: the first one's "
+          "stop leaves the "
           "second one's socket, lock and segment") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
@@ -2168,17 +2254,16 @@ TEST_CASE("the runtime directory removed and a second daemon started there: the 
   DaemonProcess first(dir.path(), "rtdir-job", config);
   RINGFEED_REQUIRE_STARTED(first);
   auto attached = Client::Attach(first.client_options());
+  // The first cannot make its names again before the second takes them: it is stopped.
+  first.Kill(SIGSTOP);
+  REQUIRE(WaitUntil([&] { return ReadFile("/proc/" + std::to_string(first.pid()) + "/stat").find(") T ") !=
+                                 std::string::npos; }));
   std::filesystem::remove_all(first.runtime_dir());  // a tmp cleaner
   INFO("first ringfeedd stderr:\n" << first.Stderr());
-  CHECK(first.WaitForStderr("the control socket " + first.socket_path() + " was removed"));
-  CHECK(first.WaitForStderr("the lock file " + first.lock_path() + " was removed"));
-  CHECK_THAT(first.Stderr(), Catch::Contains("new ones (and ringfeedctl) cannot connect; restart the job") &&
-                                 Catch::Contains("a second ringfeedd for job 'rtdir-job' is refused only while this one answers at its socket"));
-
-  std::filesystem::create_directory(first.runtime_dir());
   DaemonProcess second(dir.path(), "rtdir-job", config, "second.yaml");
   RINGFEED_REQUIRE_STARTED(second);  // nothing holds the lock: it starts, with the same segment name
   REQUIRE(second.segment_path() == first.segment_path());
+  first.Kill(SIGCONT);
   CHECK(first.WaitForStderr("the shared-memory segment " + first.segment_path() +
                             " was replaced by another file while ringfeedd runs"));
   CHECK(first.WaitForStderr("the control socket " + first.socket_path() + " was replaced while ringfeedd runs"));
@@ -2242,24 +2327,46 @@ TEST_CASE("the segment replaced by another file under the daemon: logged once wi
   std::filesystem::remove(daemon.segment_path());
 }
 
-TEST_CASE("a lock file overwritten by another program and a socket removed: said as they are, at once and at the stop") {
+TEST_CASE("the socket replaced by a regular file under the daemon: ringfeedctl names the daemon behind it; the file "
+          "removed, the daemon makes its socket again") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
-  DaemonProcess daemon(dir.path(), "junk-lock", IdJobConfig("junk-lock", dir.file("data.tfrecord"), "epochs: 0\n"));
+  DaemonProcess daemon(dir.path(), "filed", IdJobConfig("filed", dir.file("data.tfrecord"), "epochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
-  REQUIRE(std::filesystem::remove(daemon.lock_path()));
-  WriteFile(daemon.lock_path(), "hello world\n");  // not a pid, and nobody holds a lock on it
-  REQUIRE(std::filesystem::remove(daemon.socket_path()));
+  WriteFile(dir.file("junk"), "not a socket\n");
+  std::filesystem::rename(dir.file("junk"), daemon.socket_path());
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
-  CHECK(daemon.WaitForStderr("the lock file " + daemon.lock_path() + " was replaced while ringfeedd runs: no process "
-                             "holds it (another program wrote it), but a second ringfeedd for job 'junk-lock' can "
-                             "now start"));
-  CHECK(daemon.WaitForStderr("the control socket " + daemon.socket_path() + " was removed while ringfeedd runs"));
+  CHECK(daemon.WaitForStderr("[error] the control socket " + daemon.socket_path() + " was replaced while ringfeedd runs"));
+  const CommandResult status = RunCommand({CtlBinary(), "status", "filed", "--runtime-dir", daemon.runtime_dir()});
+  CHECK(status.status.ToString() == "exit 1");
+  CHECK_THAT(status.err, Catch::Contains(daemon.socket_path() + " is a regular file, not a socket: ringfeedd (pid " +
+                                         std::to_string(daemon.pid()) + ") holds the job's lock but cannot be reached "
+                                         "while that file is in the way of its socket; remove the file, and the daemon "
+                                         "makes its socket again within a second"));
+  std::string error;
+  try {
+    Client::Attach(daemon.client_options());
+  } catch (const ClientError& e) {
+    error = e.what();
+  }
+  CHECK_THAT(error, Catch::Contains("ringfeedd (pid " + std::to_string(daemon.pid()) + ") holds the job's lock but "
+                                    "cannot be reached"));
+  CHECK(ReadFile(daemon.socket_path()) == "not a socket\n");  // not the daemon's to remove
+  REQUIRE(std::filesystem::remove(daemon.socket_path()));
+  CHECK(daemon.WaitForStderr("[warning] the control socket " + daemon.socket_path() + " was removed while ringfeedd "
+                             "runs: made it again"));
+  CHECK(WaitUntil([&] { return daemon.Status()["problems"] == json::array(); }));
+  Batch batch;
+  {
+    auto client = Client::Attach(daemon.client_options());
+    REQUIRE(client->Next(kEventually, &batch) == Client::Status::kBatch);
+    batch = Batch();
+  }
   CHECK(daemon.Stop().ToString() == "exit 0");
-  CHECK_THAT(daemon.Stderr(), Catch::Contains("stopped: removed " + daemon.segment_path() + "; " +
-                                              daemon.socket_path() + " already gone\n"));
-  CHECK(ReadFile(daemon.lock_path()) == "hello world\n");  // not this daemon's: left
-  std::filesystem::remove(daemon.lock_path());
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("stopped: removed " + daemon.socket_path() + " and " +
+                                              daemon.segment_path() + "\n"));
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
 }
 
 TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the path and the fix") {
