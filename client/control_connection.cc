@@ -200,13 +200,14 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
       }
       // The lock held by a live daemon that does not listen (yet, or any more): one starting
       // (listing and sampling the files, reserving the ring) after one that was killed left its
-      // socket, or one stopping.
+      // socket, one stopping, or one whose socket was removed (it makes it again within 1 s).
       if (const std::optional<LockHolder> holder = ReadLockHolder(path, job); holder && !holder->gone) {
         throw DaemonNotRunningError(
             message + "; ringfeedd (pid " + std::to_string(holder->pid) + ") holds the job's lock but does not " +
             (holder->stopping ? std::string("listen any more: it is stopping")
                               : std::string("listen yet: it is starting (listing and sampling the files, reserving "
-                                            "the ring); wait for it (attach_timeout) or see its log")));
+                                            "the ring), or its socket was removed and it makes it again within a "
+                                            "second; wait for it (attach_timeout) or see its log")));
       }
       message += "; is ringfeedd running for job " + job +
                  " (ringfeedctl list; under systemd: systemctl status 'ringfeed@*', the instance named after the config "

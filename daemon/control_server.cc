@@ -317,6 +317,15 @@ ControlServer::~ControlServer() {
 }
 
 void ControlServer::Rebind() {
+  // The connections waiting in the old socket's queue (clients that connected before its name
+  // went, a trainer among them) are taken first: closing it would reset them.
+  boost::system::error_code ec;
+  acceptor_.non_blocking(true, ec);
+  while (!ec) {
+    stream_protocol::socket socket(io_);
+    acceptor_.accept(socket, ec);
+    if (!ec) Admit(std::move(socket));
+  }
   boost::system::error_code ignored;
   acceptor_.close(ignored);  // the accept pending on it ends with operation_aborted
   backoff_.cancel();
@@ -370,27 +379,31 @@ void ControlServer::Accept() {
       });
       return;
     }
-    if (connections_ >= kMaxControlConnections) {  // refuse this one, saying why (best effort)
-      const std::string message = nlohmann::json{{"type", "error"},
-                                                  {"message", "ringfeedd has " + std::to_string(kMaxControlConnections) +
-                                                                  " control connections open already; try again"}}
-                                      .dump() + "\n";
-      boost::system::error_code ignored;
-      socket.non_blocking(true, ignored);
-      socket.write_some(asio::buffer(message), ignored);
-      socket.close(ignored);
-      ++refused_connections_;
-      if (const auto now = std::chrono::steady_clock::now(); now >= next_refusal_warning_) {
-        next_refusal_warning_ = now + kRefusalWarningEvery;
-        spdlog::warn("refused a connection: {} control connections are open already (trainers attaching now are "
-                     "refused too; ringfeedctl list / ss -xp shows who holds them) [{} refused so far]",
-                     kMaxControlConnections, refused_connections_);
-      }
-    } else {
-      std::make_shared<Connection>(this, std::move(socket))->Start();
-    }
+    Admit(std::move(socket));
     if (acceptor_.is_open()) Accept();
   });
+}
+
+void ControlServer::Admit(stream_protocol::socket socket) {
+  if (connections_ >= kMaxControlConnections) {  // refuse this one, saying why (best effort)
+    const std::string message = nlohmann::json{{"type", "error"},
+                                                {"message", "ringfeedd has " + std::to_string(kMaxControlConnections) +
+                                                                " control connections open already; try again"}}
+                                    .dump() + "\n";
+    boost::system::error_code ignored;
+    socket.non_blocking(true, ignored);
+    socket.write_some(asio::buffer(message), ignored);
+    socket.close(ignored);
+    ++refused_connections_;
+    if (const auto now = std::chrono::steady_clock::now(); now >= next_refusal_warning_) {
+      next_refusal_warning_ = now + kRefusalWarningEvery;
+      spdlog::warn("refused a connection: {} control connections are open already (trainers attaching now are "
+                   "refused too; ringfeedctl list / ss -xp shows who holds them) [{} refused so far]",
+                   kMaxControlConnections, refused_connections_);
+    }
+  } else {
+    std::make_shared<Connection>(this, std::move(socket))->Start();
+  }
 }
 
 }  // namespace ringfeed

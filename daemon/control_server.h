@@ -77,6 +77,8 @@ class ControlServer {
   class Connection;
   void Bind();  // a new listening socket at socket_path_, with mode_ and group_; sets socket_id_
   void Accept();
+  // A connection accepted: served, or refused over kMaxControlConnections.
+  void Admit(boost::asio::local::stream_protocol::socket socket);
 
   boost::asio::io_context& io_;
   std::string socket_path_;

@@ -394,15 +394,20 @@ class LockFile {
   }
   // Writes "PID\n" to the lock file again when it says something else (another program or a
   // person wrote it in place: a start reading "PID stopping" there would wait minutes for a stop
-  // that never comes); returns what it said then, nullopt when it was right. Not after
+  // that never comes); returns what it said then (its first 64 bytes, "..." after them when
+  // longer), nullopt when it was right. Not after
   // MarkStopping. A few system calls: called once a second.
   std::optional<std::string> RestoreContent() const {
     const std::string content = std::to_string(::getpid()) + "\n";
     char buf[64] = {};
     const ssize_t n = ::pread(fd_, buf, sizeof buf, 0);
-    if (n < 0 || std::string_view(buf, static_cast<size_t>(n)) == content) return std::nullopt;
+    struct stat st {};
+    if (n < 0 || ::fstat(fd_, &st) != 0 ||
+        (std::string_view(buf, static_cast<size_t>(n)) == content && st.st_size == static_cast<off_t>(n))) {
+      return std::nullopt;
+    }
     WriteContent(content);
-    return std::string(buf, static_cast<size_t>(n));
+    return st.st_size > n ? std::string(buf, static_cast<size_t>(n)) + "..." : std::string(buf, static_cast<size_t>(n));
   }
   // Removes the lock file's name, keeping the lock: a process that cannot finish exiting (a
   // thread held by storage that does not answer) must not keep the job from starting again.
@@ -481,6 +486,11 @@ class LockFile {
       Close();
       throw StartupError("the lock file " + path + " is not a regular file of this user (uid " +
                              std::to_string(::geteuid()) + "): ringfeedd makes one there; remove it",
+                         2);
+    } else if (st.st_nlink > 1) {  // the pid written below would change the file under its other names
+      Close();
+      throw StartupError("the lock file " + path + " has " + std::to_string(st.st_nlink) + " hard links: ringfeedd " +
+                             "writes its pid to that file, which would change it under its other names too; remove it",
                          2);
     }
   }
@@ -1388,6 +1398,12 @@ int RunDaemon(const DaemonOptions& options) {
           return shm::FileId{};
         }
         segment_guard.LockFileIs(lock.id());
+        // A socket nobody listens on (this daemon's own, moved away and back after it made a new
+        // one) is replaced, as at start; anything else there is not this daemon's to remove.
+        if (struct stat st {}; ::lstat(server.socket_path().c_str(), &st) == 0) {
+          if (!S_ISSOCK(st.st_mode) || shm::SocketListener(server.socket_path())) return shm::FileId{};
+          ::unlink(server.socket_path().c_str());
+        }
         server.Rebind();
       } catch (const std::exception& e) {
         *why = std::string("could not make it again: ") + e.what();
@@ -1408,10 +1424,9 @@ int RunDaemon(const DaemonOptions& options) {
         names.Check();
         name_problems = names.Problems();
         if (const std::optional<std::string> was = lock.RestoreContent()) {
-          spdlog::warn("the lock file {} was written by another program while ringfeedd runs ({} bytes: {}): wrote "
+          spdlog::warn("the lock file {} was written by another program while ringfeedd runs (it said {}): wrote "
                        "this daemon's pid to it again; find what writes files there",
-                       lock.path(), was->size(), nlohmann::json(*was).dump(-1, ' ', false,
-                                                                           nlohmann::json::error_handler_t::replace));
+                       lock.path(), nlohmann::json(*was).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         }
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.

@@ -7,21 +7,38 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 namespace ringfeed {
 
 namespace {
 
-// Who holds the lock file now at `path`: "another ringfeedd for job 'J' (pid P) holds the job
-// now" when the file is locked (flock) and names a pid, else what it is. The shared lock taken
-// to find out is let go at once: a ringfeedd starting in those microseconds would be refused.
+// What is at `path`, the job's lock file's name, now that it is not this daemon's lock: a file
+// that no ringfeedd can use as its lock ("a directory, where ...");  "another ringfeedd for job
+// 'J' (pid P) holds the job now" when the file is locked (flock) by a ringfeedd; another
+// process's lock; or a file nobody holds. The shared lock taken to find out is let go at once: a
+// ringfeedd starting in those microseconds would be refused.
 std::string LockHolder(const std::string& path, const std::string& job) {
+  const std::string unusable = "a second ringfeedd for job '" + job + "' cannot start while it is there, nor can this "
+                               "daemon lock it; remove it, and this daemon makes its lock file again within a second";
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1)) {
+    const std::string what = S_ISDIR(st.st_mode)    ? "a directory"
+                             : S_ISLNK(st.st_mode)  ? "a symbolic link"
+                             : S_ISFIFO(st.st_mode) ? "a FIFO"
+                             : !S_ISREG(st.st_mode) ? "not a regular file"
+                             : st.st_uid != ::geteuid() ? "a file of another user (uid " + std::to_string(st.st_uid) + ")"
+                                                         : "a file with " + std::to_string(st.st_nlink) + " hard links";
+    return "it is " + what + ", where ringfeedd keeps its lock file: " + unusable;
+  }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-  if (fd < 0) return "it is not a lock file ringfeedd can read";
+  if (fd < 0) return "it is not a lock file ringfeedd can read (" + std::string(std::strerror(errno)) + ")";
   const bool held = ::flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
   if (!held) ::flock(fd, LOCK_UN);
   char buf[32] = {};
@@ -29,13 +46,33 @@ std::string LockHolder(const std::string& path, const std::string& job) {
   ::close(fd);
   std::string pid(buf, n > 0 ? static_cast<size_t>(n) : 0);
   pid = pid.substr(0, pid.find('\n'));
-  const bool numeric = !pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos;
+  const bool numeric = !pid.empty() && pid.size() < 10 && pid.find_first_not_of("0123456789") == std::string::npos;
+  std::string program;  // of the pid the file names
+  if (numeric) std::getline(std::ifstream("/proc/" + pid + "/comm"), program);
+  if (held && program == "ringfeedd") {
+    return "another ringfeedd for job '" + job + "' (pid " + pid + ") holds the job now, and new trainers reach that "
+           "one, not this daemon; this daemon leaves that file when it stops. Stop the daemons of this job and "
+           "restart it";
+  }
   if (held) {
-    return "another ringfeedd for job '" + job + "'" + (numeric ? " (pid " + pid + ")" : "") +
-           " holds the job now, and new trainers reach that one, not this daemon";
+    return "another process holds a lock on it" + (numeric ? " (the file names pid " + pid + (program.empty() ? "" : ", " + program) + ")" : std::string()) +
+           ": a second ringfeedd for job '" + job + "' is refused while it does, and this daemon locks the file "
+           "again once it is let go";
   }
   return "no process holds it (another program wrote it), but a second ringfeedd for job '" + job +
          "' can now start and take over the job's socket and segment";
+}
+
+// What is at a socket's path: "a regular file", ..., "a socket".
+std::string FileKind(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return "nothing";
+  return S_ISSOCK(st.st_mode)   ? "a socket"
+         : S_ISREG(st.st_mode)  ? "a regular file"
+         : S_ISDIR(st.st_mode)  ? "a directory"
+         : S_ISLNK(st.st_mode)  ? "a symbolic link"
+         : S_ISFIFO(st.st_mode) ? "a FIFO"
+                                : "another kind of file";
 }
 
 constexpr const char* kFindRemover =
@@ -49,9 +86,9 @@ RuntimeNames::RuntimeNames(std::string job, std::string runtime_dir, Name segmen
       runtime_dir_(std::move(runtime_dir)),
       remake_socket_(std::move(remake_socket)),
       remake_lock_(std::move(remake_lock)),
-      segment_file_{segment_file, shm::PathState::kSame, segment_file.id, {}},
-      socket_{socket, shm::PathState::kSame, socket.id, {}},
-      lock_file_{lock_file, shm::PathState::kSame, lock_file.id, {}} {}
+      segment_file_{segment_file, shm::PathState::kSame, segment_file.id, {}, {}},
+      socket_{socket, shm::PathState::kSame, socket.id, {}, {}},
+      lock_file_{lock_file, shm::PathState::kSame, lock_file.id, {}, {}} {}
 
 std::optional<shm::PathState> RuntimeNames::Watched::Changed() {
   shm::FileId now;
@@ -84,61 +121,84 @@ void RuntimeNames::Check(bool remake) {
     segment_file_.Report(*state);
   }
   // The lock file before the socket: the socket is made again only while the lock is this
-  // daemon's.
-  if (const auto state = lock_file_.Changed()) {
+  // daemon's. Each is tried again at every check while it is not this daemon's own: a remake
+  // that failed (a cleaner racing it, something in the way for a while, another process's
+  // lock) succeeds once the way is clear. A failure is logged when it is new or says something
+  // new; at the stop (`remake` false) a name that is gone is left to the stop's line.
+  {
+    const std::optional<shm::PathState> changed = lock_file_.Changed();
+    const shm::PathState state = changed ? *changed : lock_file_.state;
     std::string why;
-    const shm::FileId remade = *state != shm::PathState::kSame && remake && remake_lock_ ? remake_lock_(&why) : shm::FileId{};
+    const shm::FileId remade =
+        state != shm::PathState::kSame && remake && remake_lock_ ? remake_lock_(&why) : shm::FileId{};
     if (remade.valid()) {
-      if (*state == shm::PathState::kGone) {
+      if (state == shm::PathState::kGone) {
         spdlog::warn("the lock file {} was removed{} while ringfeedd runs: made it again and locked it (a second "
                      "ringfeedd for job '{}' is refused as before); {}",
                      lock_file_.name.path, with_dir, job_, kFindRemover);
       } else {
-        spdlog::warn("the lock file {} was replaced by a file no process held while ringfeedd runs: locked that one "
-                     "and wrote this daemon's pid to it (a second ringfeedd for job '{}' is refused as before); find "
-                     "what writes files there",
+        spdlog::warn("the lock file {} was replaced by another file, which no process holds, while ringfeedd runs: "
+                     "locked it and wrote this daemon's pid to it (a second ringfeedd for job '{}' is refused as "
+                     "before); find what writes files there",
                      lock_file_.name.path, job_);
       }
       lock_file_.Remade(remade);
-    } else {
-      if (*state == shm::PathState::kGone) {
+    } else if (changed || why != lock_file_.why) {
+      lock_file_.why = why;
+      if (state == shm::PathState::kGone) {
         lock_file_.problem = fmt::format(
             "the lock file {} was removed{} while ringfeedd runs: a second ringfeedd for job '{}' is refused only "
-            "while this one answers at its socket; restart the job, and {}",
+            "while this one answers at its socket; {}",
             lock_file_.name.path, with_dir, job_, kFindRemover);
-      } else if (*state == shm::PathState::kReplaced) {
-        lock_file_.problem = fmt::format(
-            "the lock file {} was replaced while ringfeedd runs: {}; this daemon leaves that file when it stops. Stop "
-            "the daemons of this job and restart it",
-            lock_file_.name.path, LockHolder(lock_file_.name.path, job_));
+      } else if (state == shm::PathState::kReplaced) {
+        lock_file_.problem = fmt::format("the lock file {} was replaced while ringfeedd runs: {}",
+                                         lock_file_.name.path, LockHolder(lock_file_.name.path, job_));
       }
       if (!why.empty()) lock_file_.problem += " (" + why + ")";
-      lock_file_.Report(*state);
+      if (remake || state != shm::PathState::kGone) lock_file_.Report(state);
     }
   }
-  if (const auto state = socket_.Changed()) {
+  {
+    const std::optional<shm::PathState> changed = socket_.Changed();
+    const shm::PathState state = changed ? *changed : socket_.state;
+    const std::string kind = state == shm::PathState::kReplaced ? FileKind(socket_.name.path) : "";
     std::string why;
-    const shm::FileId remade = *state == shm::PathState::kGone && remake && remake_socket_ ? remake_socket_(&why) : shm::FileId{};
+    const shm::FileId remade =
+        state != shm::PathState::kSame && remake && remake_socket_ ? remake_socket_(&why) : shm::FileId{};
     if (remade.valid()) {
-      spdlog::warn("the control socket {} was removed{} while ringfeedd runs: made it again (new trainers and "
-                   "ringfeedctl reach this daemon again; attached ones were not disturbed); {}",
-                   socket_.name.path, with_dir, kFindRemover);
+      if (state == shm::PathState::kGone) {
+        spdlog::warn("the control socket {} was removed{} while ringfeedd runs: made it again (new trainers and "
+                     "ringfeedctl reach this daemon again; attached ones were not disturbed); {}",
+                     socket_.name.path, with_dir, kFindRemover);
+      } else {
+        spdlog::warn("the control socket {} was replaced by another socket, on which no process listens (moved away "
+                     "and back?), while ringfeedd runs: put its own there again (new trainers and ringfeedctl reach "
+                     "this daemon again); {}",
+                     socket_.name.path, kFindRemover);
+      }
       socket_.Remade(remade);
-    } else {
-      if (*state == shm::PathState::kGone) {
+    } else if (changed || why != socket_.why) {
+      socket_.why = why;
+      if (state == shm::PathState::kGone) {
         socket_.problem = fmt::format(
             "the control socket {} was removed{} while ringfeedd runs: trainers attached now go on, new ones (and "
-            "ringfeedctl) cannot connect; restart the job, and {}",
+            "ringfeedctl) cannot connect; {}",
             socket_.name.path, with_dir, kFindRemover);
-      } else if (*state == shm::PathState::kReplaced) {
+      } else if (state == shm::PathState::kReplaced && kind == "a socket") {
         socket_.problem = fmt::format(
             "the control socket {} was replaced while ringfeedd runs (another ringfeedd for job '{}' started?): "
             "trainers attached now go on, new ones (and ringfeedctl) reach the other one, not this daemon; this "
             "daemon leaves that socket when it stops. Stop the daemons of this job and restart it",
             socket_.name.path, job_);
+      } else if (state == shm::PathState::kReplaced) {
+        socket_.problem = fmt::format(
+            "the control socket {} was replaced by {} while ringfeedd runs: trainers attached now go on, new ones "
+            "(and ringfeedctl) cannot reach this daemon (they are told its pid); remove that file, and this daemon "
+            "makes its socket again within a second",
+            socket_.name.path, kind);
       }
       if (!why.empty()) socket_.problem += " (" + why + ")";
-      socket_.Report(*state);
+      if (remake || state != shm::PathState::kGone) socket_.Report(state);
     }
   }
 }
@@ -148,6 +208,7 @@ void RuntimeNames::Watched::Remade(shm::FileId id) {
   seen = id;
   state = shm::PathState::kSame;
   problem.clear();
+  why.clear();
 }
 
 void RuntimeNames::Watched::Report(shm::PathState now) {

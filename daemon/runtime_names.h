@@ -6,9 +6,10 @@
 // ones cannot connect, or reach the other daemon: Check logs each removal or replacement once,
 // as an error saying what it means and what to do. A removed socket, and a lock file removed or
 // replaced by one no process holds, are made again (the Remake functions) as long as this
-// daemon still holds the job's lock: then a warning says so and nothing stays wrong. A removed
-// segment cannot be named again (its file has no name left to link). Removal (the stop) names
-// what is still this daemon's to remove (shm/file_id.h: the stop removes only those).
+// daemon still holds the job's lock (tried again at every check until it works): then a
+// warning says so and nothing stays wrong. A removed segment cannot be named again (its file
+// has no name left to link). Removal (the stop) names what is still this daemon's to remove
+// (shm/file_id.h: the stop removes only those).
 //
 // Thread-safety: one thread (ringfeedd's io thread: its 1 s timer and the stop).
 #pragma once
@@ -30,9 +31,10 @@ class RuntimeNames {
   };
   // Makes a name again: the new file's id, or an invalid one with `*why` set (a sentence).
   using Remake = std::function<shm::FileId(std::string* why)>;
-  // `remake_lock`: called when the lock file is gone or replaced (it fails when another process
-  // holds the new one); `remake_socket`: when the socket is gone, after the lock file's check
-  // (so the lock is this daemon's again first). Null: not made again.
+  // `remake_lock`: called at each check while the lock file is gone or replaced (it fails while
+  // another process holds the new one); `remake_socket`: while the socket is gone or replaced
+  // (it fails unless the path is free, or a socket nobody listens on), after the lock file's
+  // check (so the lock is this daemon's again first). Null: not made again.
   RuntimeNames(std::string job, std::string runtime_dir, Name segment_file, Name socket, Name lock_file,
                Remake remake_socket = nullptr, Remake remake_lock = nullptr);
 
@@ -53,6 +55,7 @@ class RuntimeNames {
     shm::PathState state = shm::PathState::kSame;
     shm::FileId seen;
     std::string problem;  // what the state means, when not kSame (the message logged)
+    std::string why;      // why the last remake failed, when it said
     // The new state when it changed since the last call; nullopt when unchanged or when it
     // can't be told (lstat failed otherwise than with ENOENT).
     std::optional<shm::PathState> Changed();

@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -2154,7 +2155,7 @@ TEST_CASE("the segment removed under the daemon: logged, attached trainers go on
                                            "ringfeedctl status says which)"));
 }
 
-TEST_CASE("the lock file removed, or replaced by a file no process holds, under the daemon: locked again within a "
+TEST_CASE("the lock file removed or replaced by a file no process holds under the daemon: locked again within a "
           "second; a second daemon stays refused") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
@@ -2177,8 +2178,8 @@ TEST_CASE("the lock file removed, or replaced by a file no process holds, under 
 
   // The old file renamed back over the new one: nobody holds a lock on it any more.
   std::filesystem::rename(away, daemon.lock_path());
-  CHECK(daemon.WaitForStderr("[warning] the lock file " + daemon.lock_path() + " was replaced by a file no process "
-                             "held while ringfeedd runs: locked that one and wrote this daemon's pid to it"));
+  CHECK(daemon.WaitForStderr("[warning] the lock file " + daemon.lock_path() + " was replaced by another file, which "
+                             "no process holds, while ringfeedd runs: locked it and wrote this daemon's pid to it"));
   // Another program's file in its place (renamed over it: one change, never an empty name): the same.
   WriteFile(dir.file("junk"), "hello world\n");
   std::filesystem::rename(dir.file("junk"), daemon.lock_path());
@@ -2192,8 +2193,8 @@ TEST_CASE("the lock file removed, or replaced by a file no process holds, under 
   // wait up to 5 minutes for a stop that never comes. Written back within a second.
   WriteFile(daemon.lock_path(), std::to_string(daemon.pid()) + " stopping\n");
   CHECK(daemon.WaitForStderr("[warning] the lock file " + daemon.lock_path() + " was written by another program "
-                             "while ringfeedd runs (" + std::to_string(pid_line.size() + 9) + " bytes: \"" +
-                             std::to_string(daemon.pid()) + " stopping\\n\"): wrote this daemon's pid to it again"));
+                             "while ringfeedd runs (it said \"" + std::to_string(daemon.pid()) +
+                             " stopping\\n\"): wrote this daemon's pid to it again"));
   CHECK(ReadFile(daemon.lock_path()) == pid_line);
   CHECK_THAT(daemon.Stderr(), !Catch::Contains("[error]"));
   CHECK(daemon.Stop().ToString() == "exit 0");
@@ -2336,7 +2337,10 @@ TEST_CASE("the socket replaced by a regular file under the daemon: ringfeedctl n
   WriteFile(dir.file("junk"), "not a socket\n");
   std::filesystem::rename(dir.file("junk"), daemon.socket_path());
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
-  CHECK(daemon.WaitForStderr("[error] the control socket " + daemon.socket_path() + " was replaced while ringfeedd runs"));
+  CHECK(daemon.WaitForStderr("[error] the control socket " + daemon.socket_path() + " was replaced by a regular file "
+                             "while ringfeedd runs: trainers attached now go on, new ones (and ringfeedctl) cannot "
+                             "reach this daemon (they are told its pid); remove that file, and this daemon makes its "
+                             "socket again within a second"));
   const CommandResult status = RunCommand({CtlBinary(), "status", "filed", "--runtime-dir", daemon.runtime_dir()});
   CHECK(status.status.ToString() == "exit 1");
   CHECK_THAT(status.err, Catch::Contains(daemon.socket_path() + " is a regular file, not a socket: ringfeedd (pid " +
@@ -2367,6 +2371,121 @@ TEST_CASE("the socket replaced by a regular file under the daemon: ringfeedctl n
                                               daemon.segment_path() + "\n"));
   CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
   CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
+}
+
+TEST_CASE("a remake that fails is tried again at every check: the runtime directory's path taken by a file for a "
+          "while") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "retried", IdJobConfig("retried", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  std::filesystem::remove_all(daemon.runtime_dir());
+  WriteFile(daemon.runtime_dir(), "");  // where the directory was: nothing can be made under it
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  REQUIRE(daemon.WaitForStderr("(could not make it again: cannot create the runtime directory " +
+                               daemon.runtime_dir() + ": "));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2200));  // two more checks fail the same way: said once
+  const std::string err = daemon.Stderr();
+  const std::string failed = "the control socket " + daemon.socket_path() + " was removed with its runtime directory";
+  CHECK(err.find(failed) == err.rfind(failed));
+  std::filesystem::remove(daemon.runtime_dir());  // the way is clear again
+  CHECK(daemon.WaitForStderr("[warning] the control socket " + daemon.socket_path() + " was removed"));
+  CHECK(WaitUntil([&] { return std::filesystem::exists(daemon.socket_path()); }));
+  CHECK(daemon.Status()["problems"] == json::array());
+  CHECK(ReadFile(daemon.lock_path()) == std::to_string(daemon.pid()) + "\n");
+  CHECK(daemon.Stop().ToString() == "exit 0");
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
+}
+
+TEST_CASE("the socket moved away and back after the daemon made a new one: it puts its own there again") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "moved", IdJobConfig("moved", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const std::string aside = dir.file("moved.sock.aside");
+  std::filesystem::rename(daemon.socket_path(), aside);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  REQUIRE(daemon.WaitForStderr("[warning] the control socket " + daemon.socket_path() + " was removed while ringfeedd "
+                               "runs: made it again"));
+  std::filesystem::rename(aside, daemon.socket_path());  // the old one: nobody listens on it any more
+  CHECK(daemon.WaitForStderr("[warning] the control socket " + daemon.socket_path() + " was replaced by another "
+                             "socket, on which no process listens (moved away and back?), while ringfeedd runs: put "
+                             "its own there again"));
+  CHECK(daemon.Status()["pid"] == daemon.pid());
+  CHECK(daemon.Status()["problems"] == json::array());
+  CHECK_THAT(daemon.Stderr(), !Catch::Contains("[error]"));
+  CHECK(daemon.Stop().ToString() == "exit 0");
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+}
+
+TEST_CASE("clients that connected before the socket was removed are served when the daemon makes it again") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "queued", IdJobConfig("queued", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  // Stopped, the daemon accepts nothing: three clients connect and wait in the socket's queue.
+  daemon.Kill(SIGSTOP);
+  REQUIRE(WaitUntil([&] { return ReadFile("/proc/" + std::to_string(daemon.pid()) + "/stat").find(") T ") !=
+                                 std::string::npos; }));
+  const std::string status = CtlBinary() + " status queued --json --runtime-dir " + daemon.runtime_dir();
+  std::string clients;  // in the background, their output in files: the shell returns at once
+  for (const char* name : {"1.json", "2.json", "3.json"}) clients += status + " > " + dir.file(name) + " 2>&1 & ";
+  REQUIRE(RunCommand({"/bin/sh", "-c", clients}).status.ToString() == "exit 0");
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  REQUIRE(std::filesystem::remove(daemon.socket_path()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // its once-a-second check is due when it goes on
+  daemon.Kill(SIGCONT);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.WaitForStderr("the control socket " + daemon.socket_path() + " was removed while ringfeedd runs: made "
+                             "it again"));
+  for (const char* name : {"1.json", "2.json", "3.json"}) {
+    std::string reply;
+    CHECK(WaitUntil([&] {
+      reply = ReadFile(dir.file(name));
+      return json::accept(reply) && json::parse(reply)["pid"] == daemon.pid();  // not reset by the new socket
+    }));
+    INFO(name << ": " << reply);
+  }
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("the lock file replaced by one another program holds: said as such, and locked once it is let go") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "held", IdJobConfig("held", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  WriteFile(dir.file("other"), "x\n");
+  const int other = ::open(dir.file("other").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(other >= 0);
+  REQUIRE(::flock(other, LOCK_EX) == 0);  // `flock FILE sleep 100` in another program
+  std::filesystem::rename(dir.file("other"), daemon.lock_path());
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  const std::string problem = "the lock file " + daemon.lock_path() + " was replaced while ringfeedd runs: another "
+                              "process holds a lock on it: a second ringfeedd for job 'held' is refused while it does, "
+                              "and this daemon locks the file again once it is let go";
+  CHECK(daemon.WaitForStderr("[error] " + problem + "\n"));
+  CHECK(daemon.Status()["problems"] == json::array({problem}));
+  ::close(other);
+  CHECK(daemon.WaitForStderr("[warning] the lock file " + daemon.lock_path() + " was replaced by another file, which "
+                             "no process holds, while ringfeedd runs: locked it"));
+  CHECK(ReadFile(daemon.lock_path()) == std::to_string(daemon.pid()) + "\n");
+  CHECK(daemon.Status()["problems"] == json::array());
+
+  // A hard link at its name: not written to (that would change the file under its other name).
+  WriteFile(dir.file("precious"), "precious data\n");
+  std::filesystem::create_hard_link(dir.file("precious"), dir.file("link"));
+  std::filesystem::rename(dir.file("link"), daemon.lock_path());
+  CHECK(daemon.WaitForStderr("the lock file " + daemon.lock_path() + " was replaced while ringfeedd runs: it is a file "
+                             "with 2 hard links, where ringfeedd keeps its lock file"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1200));
+  CHECK(ReadFile(dir.file("precious")) == "precious data\n");
+  std::filesystem::remove(daemon.lock_path());
+  CHECK(WaitUntil([&] {
+    return std::filesystem::exists(daemon.lock_path()) && ReadFile(daemon.lock_path()) == std::to_string(daemon.pid()) + "\n";
+  }));
+  CHECK(ReadFile(dir.file("precious")) == "precious data\n");
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the path and the fix") {
