@@ -190,6 +190,10 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
                             ") is gone and left its socket " + path +
                             " (killed or crashed: its log says why); starting the job again cleans up");
     }
+    if (err == ENOENT && ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      throw DaemonNotRunningError(message + "; " + path + " is a symbolic link to a file that does not exist, not a " +
+                                  "socket: no ringfeedd made it (remove it, or use another runtime directory)");
+    }
     if (err == ENOENT || err == ECONNREFUSED) {
       const size_t slash = path.find_last_of('/');
       if (err == ENOENT && slash != std::string::npos) {

@@ -357,7 +357,10 @@ struct Reply {
 Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann::json& request) {
   const std::string path = shm::SocketPath(JobRuntimeDir(runtime_dir, job), job);
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) {
+  // Not followed: a dangling symbolic link there is something in the way (Connect says what).
+  const std::filesystem::file_status socket_status = std::filesystem::symlink_status(path, ec);
+  if (socket_status.type() == std::filesystem::file_type::not_found) ec.clear();  // as exists(path, ec) does
+  if (!std::filesystem::exists(socket_status)) {
     // Not "not running": the socket may be there, behind a directory this user cannot enter.
     if (ec) {
       const std::runtime_error why = UnreadableRuntimeDir(std::filesystem::path(path).parent_path().string(), ec, "enter");

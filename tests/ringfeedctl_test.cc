@@ -874,6 +874,14 @@ TEST_CASE("a JOB.sock that is not a socket is said to be one; a .sock no job cou
   const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", dir.path().string()});
   CHECK_THAT(list.out, Catch::Contains(dir.file("dir.sock") + " is a directory, not a socket"));
   CHECK_THAT(list.out, !Catch::Contains("bad name") && !Catch::Contains("\x1b"));
+  // A dangling symbolic link: something in the way too (before: "not running ... (no JOB.sock);
+  // jobs there: JOB").
+  std::filesystem::create_symlink(dir.file("nowhere"), dir.file("link.sock"));
+  const CommandResult link = RunCommand({CtlBinary(), "status", "link", "--runtime-dir", dir.path().string()});
+  CHECK(link.status.ToString() == "exit 1");
+  CHECK_THAT(link.err, Catch::Contains(dir.file("link.sock") + " is a symbolic link to a file that does not exist, not "
+                                       "a socket: no ringfeedd made it") &&
+                           !Catch::Contains("is not running in"));
 }
 
 TEST_CASE("an empty --runtime-dir or a JOB no config could name is a usage error") {
