@@ -997,11 +997,14 @@ int RunDaemon(const DaemonOptions& options) {
       }
     }();
     if (!replaced.empty()) {
-      // The lock is this daemon's: no live daemon of the job made it. Most often the segment of
-      // one that was killed (SIGKILL, OOM killer) or lost its power.
-      spdlog::warn("replaced what was at {}: {} (left by a daemon of this job that did not stop cleanly, or made "
-                   "by another process)",
-                   shm::Segment::Path(segment_name), replaced);
+      // The lock is this daemon's: most often the segment of a daemon of the job that was killed
+      // (SIGKILL, OOM killer) or lost its power; rarely one that still runs, its lock file
+      // removed under it before it could make it again.
+      const bool alive = replaced.find("which still runs") != std::string::npos;
+      spdlog::warn("replaced what was at {}: {}{}", shm::Segment::Path(segment_name), replaced,
+                   alive ? ": that daemon goes on serving the trainers attached to it, new ones reach this one; stop "
+                           "it (see its log)"
+                         : " (left by a daemon of this job that did not stop cleanly, or made by another process)");
     }
     // Every way out removes the segment's name, unless it names another file by then.
     struct SegmentRemover {

@@ -1,5 +1,8 @@
 #include "shm/segment.h"
 
+#include "shm/names.h"
+
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -7,6 +10,7 @@
 
 #include <cerrno>
 #include <cinttypes>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -30,6 +34,21 @@ std::string JobOfSegment(const std::string& name) {
   size_t dot = rest.rfind('.');
   if (dot == std::string_view::npos) return std::string(rest);
   return std::string(rest.substr(0, dot));
+}
+
+// The pid in the superblock of the ringfeedd segment at `path`, or 0 when it is no segment of
+// this layout. Read with pread, not mapped: a file truncated meanwhile reads short, no SIGBUS.
+int32_t SegmentDaemonPid(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (fd < 0) return 0;
+  char head[offsetof(Superblock, daemon_pid) + sizeof(int32_t)] = {};
+  const bool whole = ::pread(fd, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head);
+  ::close(fd);
+  uint32_t version = 0;
+  int32_t pid = 0;
+  std::memcpy(&version, head + offsetof(Superblock, layout_version), sizeof version);
+  std::memcpy(&pid, head + offsetof(Superblock, daemon_pid), sizeof pid);
+  return whole && std::memcmp(head, kMagic, sizeof kMagic) == 0 && version == kLayoutVersion && pid > 0 ? pid : 0;
 }
 
 }  // namespace
@@ -122,6 +141,7 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
                                 " is a directory (uid " + std::to_string(before.st_uid) +
                                 "), not a segment; remove it, or use another runtime directory");
   }
+  const int32_t previous_pid = existed && S_ISREG(before.st_mode) ? SegmentDaemonPid(path) : 0;
   bip::shared_memory_object::remove(name.c_str());
   bip::shared_memory_object object;
   try {
@@ -192,6 +212,11 @@ Segment Segment::Create(const std::string& name, uint64_t segment_bytes, mode_t 
                                 : S_ISLNK(before.st_mode) ? std::string("a symbolic link")
                                                           : std::string("a special file")) +
                     ", uid " + std::to_string(before.st_uid) + ", modified " + when;
+        if (previous_pid != 0) {
+          *replaced += ", the ring of ringfeedd pid " + std::to_string(previous_pid) +
+                       (ProcessExited(previous_pid) ? ", which has exited"
+                                                    : ", which still runs (the job's lock file was removed under it)");
+        }
       }
     }
     return Segment(name, std::move(region), FileId::Of(st));

@@ -62,7 +62,9 @@ class Segment {
   // — e.g. when /dev/shm has too little free space, after removing what it created — and
   // SegmentNameTakenError when the name is held by what this user may not or should not
   // remove (another user's file, a directory). `replaced`, when given: what was removed to make
-  // room ("a file of 925696 bytes, uid 0, modified 2026-12-05 18:31:02 UTC"), or "".
+  // room ("a file of 925696 bytes, uid 0, modified 2026-12-05 18:31:02 UTC", and for a ring
+  // ", the ring of ringfeedd pid P, which has exited" or "..., which still runs (the job's lock
+  // file was removed under it)"), or "".
   static Segment Create(const std::string& name, uint64_t segment_bytes, mode_t mode = 0600,
                         std::optional<gid_t> group = std::nullopt, std::string* replaced = nullptr);
 

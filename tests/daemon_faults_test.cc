@@ -508,7 +508,9 @@ TEST_CASE("the daemon dies while a consumer waits in Next: Next throws within 2 
     CHECK_THAT(again.Stderr(), Catch::Contains("[warning] replaced what was at " + again.segment_path() +
                                                ": a file of ") &&
                                    Catch::Contains(" bytes, uid " + std::to_string(::geteuid()) + ", modified ") &&
-                                   Catch::Contains("(left by a daemon of this job that did not stop cleanly") &&
+                                   Catch::Contains(", the ring of ringfeedd pid " + std::to_string(daemon.pid()) +
+                                                   ", which has exited (left by a daemon of this job that did not "
+                                                   "stop cleanly") &&
                                    Catch::Contains("replaced the socket left at " + again.socket_path()));
     CHECK(again.Stop().ToString() == "exit 0");
     CHECK_FALSE(std::filesystem::exists(again.segment_path()));
@@ -2264,6 +2266,9 @@ TEST_CASE("the runtime directory removed and a second daemon started there befor
   DaemonProcess second(dir.path(), "rtdir-job", config, "second.yaml");
   RINGFEED_REQUIRE_STARTED(second);  // nothing holds the lock: it starts, with the same segment name
   REQUIRE(second.segment_path() == first.segment_path());
+  CHECK_THAT(second.Stderr(), Catch::Contains(", the ring of ringfeedd pid " + std::to_string(first.pid()) +
+                                              ", which still runs (the job's lock file was removed under it): that "
+                                              "daemon goes on serving the trainers attached to it"));
   first.Kill(SIGCONT);
   CHECK(first.WaitForStderr("the shared-memory segment " + first.segment_path() +
                             " was replaced by another file while ringfeedd runs"));
