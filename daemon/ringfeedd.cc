@@ -343,8 +343,11 @@ class LockFile {
                            pid + ": it serves again, or finishes a stop it was sent); stop it first");
       }
       if (state == '\0' && !content.empty()) {
+        const bool numeric = pid.find_first_not_of("0123456789") == std::string::npos;
         throw StartupError("ringfeedd for job '" + job + "' is already running: another process holds the lock " + path +
-                           " (it says pid " + pid + ", which is not running: the file was written by something else)");
+                           (numeric ? " (it says pid " + pid + ", which is not running: the file was written by something else)"
+                                    : " (it names no pid: the file was written by something else; fuser -v " + path +
+                                          " shows who holds it)"));
       }
       throw StartupError("ringfeedd for job '" + job + "' is already running (pid " + pid + ", lock " + path +
                          "); stop it first (" + status_command + ")");
@@ -466,7 +469,7 @@ class LockFile {
     const std::string& path = path_;
     // Not through a symbolic link, and only this user's regular file: the pid written below
     // truncates it.
-    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);  // no wait on a FIFO
     if (fd_ < 0 && errno == ELOOP) {
       throw StartupError("the lock file " + path + " is a symbolic link: not followed (ringfeedd makes a regular "
                          "file there); remove it",
@@ -512,11 +515,19 @@ class LockFile {
 // Creates the runtime directory if needed and checks it (shm::RuntimeDirProblem): at start, and
 // when it was removed under a running daemon. Throws StartupError.
 void MakeRuntimeDir(const std::string& runtime_dir) {
-  // The fallback in /tmp: writable by this user alone whatever the umask (others reach the
-  // socket through it, as permissions.group allows: 0755).
-  if (runtime_dir == shm::FallbackRuntimeDir()) ::mkdir(runtime_dir.c_str(), 0755);
+  // Each missing directory on the way made 0755 less the umask: writable by this user alone
+  // whatever the umask (others reach the socket through it, as permissions.group allows), never
+  // 0777 under a umask of 0, which RuntimeDirProblem would then refuse (std::filesystem::
+  // create_directories gives 0777 less the umask).
   std::error_code ec;
-  std::filesystem::create_directories(runtime_dir, ec);
+  for (size_t slash = runtime_dir.find('/', 1); !ec; slash = runtime_dir.find('/', slash + 1)) {
+    const std::string part = runtime_dir.substr(0, slash);
+    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) ec = std::error_code(errno, std::generic_category());
+    if (slash == std::string::npos) break;
+  }
+  if (!ec && !std::filesystem::is_directory(runtime_dir, ec) && !ec) {
+    ec = std::make_error_code(std::errc::not_a_directory);
+  }
   if (ec) {
     // Permissions, a file in the way, a read-only file system: no restart mends those (exit 2,
     // not retried by the unit); no space or an I/O error may pass (exit 1).
@@ -1393,6 +1404,7 @@ int RunDaemon(const DaemonOptions& options) {
       segment_guard.LockFileIs(lock.id());
       return lock.id();
     };
+    shm::FileId asked_socket;  // the socket at the path last asked whether anyone listens on it
     const auto remake_socket = [&](std::string* why) {
       try {
         MakeRuntimeDir(runtime_dir);
@@ -1403,8 +1415,11 @@ int RunDaemon(const DaemonOptions& options) {
         segment_guard.LockFileIs(lock.id());
         // A socket nobody listens on (this daemon's own, moved away and back after it made a new
         // one) is replaced, as at start; anything else there is not this daemon's to remove.
+        // Asked once per file: each ask is a connection the listener sees.
         if (struct stat st {}; ::lstat(server.socket_path().c_str(), &st) == 0) {
-          if (!S_ISSOCK(st.st_mode) || shm::SocketListener(server.socket_path())) return shm::FileId{};
+          if (!S_ISSOCK(st.st_mode) || shm::FileId::Of(st) == asked_socket) return shm::FileId{};
+          asked_socket = shm::FileId::Of(st);
+          if (!shm::NobodyListens(server.socket_path())) return shm::FileId{};
           ::unlink(server.socket_path().c_str());
         }
         server.Rebind();

@@ -102,14 +102,20 @@ std::optional<shm::PathState> RuntimeNames::Watched::Changed() {
 void RuntimeNames::Check(bool remake) {
   std::error_code dir_ec;
   const std::string with_dir =
-      std::filesystem::exists(runtime_dir_, dir_ec) || dir_ec ? "" : " with its runtime directory " + runtime_dir_;
+      std::filesystem::is_directory(runtime_dir_, dir_ec) || (dir_ec && dir_ec != std::errc::no_such_file_or_directory &&
+                                                              dir_ec != std::errc::not_a_directory)
+          ? ""
+          : " with its runtime directory " + runtime_dir_;
+  const shm::PathState segment_before = segment_file_.state;
   if (const auto state = segment_file_.Changed()) {
     if (*state == shm::PathState::kGone) {
       segment_file_.problem = fmt::format(
-          "the shared-memory segment {} was removed while ringfeedd runs (a cleanup of /dev/shm, or "
-          "systemd-logind's RemoveIPC=yes for this user?): trainers attached now go on, new ones cannot attach; "
-          "restart the job",
-          segment_file_.name.path);
+          "the shared-memory segment {} was removed while ringfeedd runs ({}): trainers attached now go on, new ones "
+          "cannot attach; restart the job",
+          segment_file_.name.path,
+          segment_before == shm::PathState::kReplaced
+              ? "the file that had replaced it is gone too: the other ringfeedd of the job stopped?"
+              : "a cleanup of /dev/shm, or systemd-logind's RemoveIPC=yes for this user?");
     } else if (*state == shm::PathState::kReplaced) {
       segment_file_.problem = fmt::format(
           "the shared-memory segment {} was replaced by another file while ringfeedd runs (another ringfeedd for "
@@ -186,9 +192,10 @@ void RuntimeNames::Check(bool remake) {
             socket_.name.path, with_dir, kFindRemover);
       } else if (state == shm::PathState::kReplaced && kind == "a socket") {
         socket_.problem = fmt::format(
-            "the control socket {} was replaced while ringfeedd runs (another ringfeedd for job '{}' started?): "
-            "trainers attached now go on, new ones (and ringfeedctl) reach the other one, not this daemon; this "
-            "daemon leaves that socket when it stops. Stop the daemons of this job and restart it",
+            "the control socket {} was replaced by another socket, on which another process listens (another "
+            "ringfeedd for job '{}' started?): trainers attached now go on, new ones (and ringfeedctl) reach that "
+            "process, not this daemon; this daemon leaves that socket when it stops. Stop the daemons of this job "
+            "and restart it",
             socket_.name.path, job_);
       } else if (state == shm::PathState::kReplaced) {
         socket_.problem = fmt::format(

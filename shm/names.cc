@@ -137,6 +137,19 @@ std::optional<SocketPeer> SocketListener(const std::string& path) {
   return listener;
 }
 
+bool NobodyListens(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof address.sun_path) return false;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return false;
+  const bool refused = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 &&
+                       errno == ECONNREFUSED;
+  ::close(fd);
+  return refused;
+}
+
 std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
   const std::filesystem::path dir{std::string(runtime_dir)};
   std::error_code ec;
@@ -330,10 +343,10 @@ std::string RuntimeDirPermissions(std::string_view runtime_dir) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "";
   const bool mine = st.st_uid == ::geteuid();
-  // ringfeedd makes it with create_directories (0777 less the umask) and changes nothing after;
+  // ringfeedd makes it 0755 less the umask (MakeRuntimeDir) and changes nothing after;
   // permissions.group applies to the socket and the segment, not to the directory.
   return describe(st) +
-         "; ringfeedd creates it with mode 0777 less its umask (0755 with the usual umask 022), "
+         "; ringfeedd creates it with mode 0755 (less its umask), "
          "ringfeed@.service with RuntimeDirectoryMode=0755; " +
          (mine ? "give it back: chmod 0755 " + path : "ask its owner to let this user in (chmod 0755 " + path + ")");
 }

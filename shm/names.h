@@ -15,6 +15,9 @@
 //                       systemd's RuntimeDirectory=ringfeed/%i gives each instance of
 //                       ringfeed@.service its own, /run/ringfeed/<instance>. Whether a daemon
 //                       listens there is the caller's to check (SocketListener).
+//   NobodyListens(path) whether the socket at path is one nobody listens on: a connect is
+//                       refused (ECONNREFUSED); false for any other answer (a listener, a
+//                       full queue, no permission, no socket).
 //   SocketListener(path)
 //                       the process listening on the Unix socket at path: its pid as of its
 //                       listen() (SO_PEERCRED, unix(7); 0 when it is in a PID namespace this
@@ -100,6 +103,7 @@ struct SocketPeer {
   bool queue_full = false;
 };
 std::optional<SocketPeer> SocketListener(const std::string& path);
+bool NobodyListens(const std::string& path);
 std::string SegmentName(std::string_view runtime_dir, std::string_view job);
 std::string RuntimeDirPermissions(std::string_view runtime_dir);
 std::string FallbackRuntimeDir();

@@ -2272,7 +2272,8 @@ TEST_CASE("the runtime directory removed and a second daemon started there befor
   first.Kill(SIGCONT);
   CHECK(first.WaitForStderr("the shared-memory segment " + first.segment_path() +
                             " was replaced by another file while ringfeedd runs"));
-  CHECK(first.WaitForStderr("the control socket " + first.socket_path() + " was replaced while ringfeedd runs"));
+  CHECK(first.WaitForStderr("the control socket " + first.socket_path() + " was replaced by another socket, on which "
+                            "another process listens (another ringfeedd for job 'rtdir-job' started?)"));
   CHECK(first.WaitForStderr("the lock file " + first.lock_path() +
                             " was replaced while ringfeedd runs: another ringfeedd for job 'rtdir-job' (pid " +
                             std::to_string(second.pid()) + ") holds the job now"));
@@ -2452,6 +2453,49 @@ TEST_CASE("clients that connected before the socket was removed are served when 
     }));
     INFO(name << ": " << reply);
   }
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("under umask 0 the runtime directory is made again 0755, not refused as writable by every user") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "umask0", IdJobConfig("umask0", dir.file("data.tfrecord"), "epochs: 0\n"));
+  DaemonStart start;
+  start.wrapper = {"bash", "-c", "umask 000 && exec \"$@\"", "bash"};
+  RINGFEED_REQUIRE_STARTED(daemon, start);
+  std::filesystem::remove_all(daemon.runtime_dir());
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  REQUIRE(daemon.WaitForStderr("[warning] the control socket " + daemon.socket_path() + " was removed with its "
+                               "runtime directory"));
+  struct stat st {};
+  REQUIRE(::stat(daemon.runtime_dir().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0755);  // before: 0777, then refused at every check
+  CHECK(daemon.Status()["problems"] == json::array());
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("another program's socket put at the socket's path is asked once whether it listens, and left alone") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "foreign", IdJobConfig("foreign", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const int listener = ListenAt(dir.file("other.sock"), 16);
+  REQUIRE(listener >= 0);
+  std::filesystem::rename(dir.file("other.sock"), daemon.socket_path());
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.WaitForStderr("[error] the control socket " + daemon.socket_path() + " was replaced by another socket, "
+                             "on which another process listens"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // two more checks
+  int connections = 0;
+  ::fcntl(listener, F_SETFL, O_NONBLOCK);
+  for (int fd; (fd = ::accept(listener, nullptr, nullptr)) >= 0; ++connections) ::close(fd);
+  CHECK(connections == 1);  // before: one a second
+  struct stat st {};
+  CHECK(::lstat(daemon.socket_path().c_str(), &st) == 0);  // still the other program's
+  ::close(listener);
+  std::filesystem::remove(daemon.socket_path());
+  CHECK(daemon.WaitForStderr("[warning] the control socket " + daemon.socket_path() + " was removed while ringfeedd "
+                             "runs: made it again"));
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 

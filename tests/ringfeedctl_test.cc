@@ -428,8 +428,8 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
   } restore{fake.runtime_dir};
   const std::string uid = as_user.empty() ? std::to_string(::geteuid()) : "65534";
   const std::string permissions = "(owned by uid " + uid + " (this user), mode 0000; ringfeedd creates it with mode "
-                                  "0777 less its umask (0755 with the usual umask 022), ringfeed@.service with "
-                                  "RuntimeDirectoryMode=0755; give it back: chmod 0755 " + fake.runtime_dir + ")";
+                                  "0755 (less its umask), ringfeed@.service with RuntimeDirectoryMode=0755; give it "
+                                  "back: chmod 0755 " + fake.runtime_dir + ")";
 
   const CommandResult list = ctl({"list"});
   INFO("list:\n" << list.out << list.err);
