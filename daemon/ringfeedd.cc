@@ -344,10 +344,11 @@ class LockFile {
       }
       if (state == '\0' && !content.empty()) {
         const bool numeric = pid.find_first_not_of("0123456789") == std::string::npos;
-        throw StartupError("ringfeedd for job '" + job + "' is already running: another process holds the lock " + path +
-                           (numeric ? " (it says pid " + pid + ", which is not running: the file was written by something else)"
-                                    : " (it names no pid: the file was written by something else; fuser -v " + path +
-                                          " shows who holds it)"));
+        throw StartupError(
+            "ringfeedd for job '" + job + "' is already running: another process holds the lock " + path +
+            (numeric ? " (it says pid " + pid + ", which is not running: the file was written by something else)"
+                     : " (it names no pid: the file was written by something else; fuser -v " + path +
+                           " shows who holds it)"));
       }
       throw StartupError("ringfeedd for job '" + job + "' is already running (pid " + pid + ", lock " + path +
                          "); stop it first (" + status_command + ")");
@@ -1444,7 +1445,8 @@ int RunDaemon(const DaemonOptions& options) {
         if (const std::optional<std::string> was = lock.RestoreContent()) {
           spdlog::warn("the lock file {} was written by another program while ringfeedd runs (it said {}): wrote "
                        "this daemon's pid to it again; find what writes files there",
-                       lock.path(), nlohmann::json(*was).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+                       lock.path(),
+                       nlohmann::json(*was).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         }
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.

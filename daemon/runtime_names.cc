@@ -29,12 +29,13 @@ std::string LockHolder(const std::string& path, const std::string& job) {
                                "daemon lock it; remove it, and this daemon makes its lock file again within a second";
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0 && (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1)) {
-    const std::string what = S_ISDIR(st.st_mode)    ? "a directory"
-                             : S_ISLNK(st.st_mode)  ? "a symbolic link"
-                             : S_ISFIFO(st.st_mode) ? "a FIFO"
-                             : !S_ISREG(st.st_mode) ? "not a regular file"
-                             : st.st_uid != ::geteuid() ? "a file of another user (uid " + std::to_string(st.st_uid) + ")"
-                                                         : "a file with " + std::to_string(st.st_nlink) + " hard links";
+    const std::string what =
+        S_ISDIR(st.st_mode)        ? "a directory"
+        : S_ISLNK(st.st_mode)      ? "a symbolic link"
+        : S_ISFIFO(st.st_mode)     ? "a FIFO"
+        : !S_ISREG(st.st_mode)     ? "not a regular file"
+        : st.st_uid != ::geteuid() ? "a file of another user (uid " + std::to_string(st.st_uid) + ")"
+                                   : "a file with " + std::to_string(st.st_nlink) + " hard links";
     return "it is " + what + ", where ringfeedd keeps its lock file: " + unusable;
   }
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
@@ -55,7 +56,8 @@ std::string LockHolder(const std::string& path, const std::string& job) {
            "restart it";
   }
   if (held) {
-    return "another process holds a lock on it" + (numeric ? " (the file names pid " + pid + (program.empty() ? "" : ", " + program) + ")" : std::string()) +
+    const std::string named = program.empty() ? pid : pid + ", " + program;
+    return "another process holds a lock on it" + (numeric ? " (the file names pid " + named + ")" : std::string()) +
            ": a second ringfeedd for job '" + job + "' is refused while it does, and this daemon locks the file "
            "again once it is let go";
   }
@@ -101,11 +103,10 @@ std::optional<shm::PathState> RuntimeNames::Watched::Changed() {
 
 void RuntimeNames::Check(bool remake) {
   std::error_code dir_ec;
-  const std::string with_dir =
-      std::filesystem::is_directory(runtime_dir_, dir_ec) || (dir_ec && dir_ec != std::errc::no_such_file_or_directory &&
-                                                              dir_ec != std::errc::not_a_directory)
-          ? ""
-          : " with its runtime directory " + runtime_dir_;
+  const bool dir_there =
+      std::filesystem::is_directory(runtime_dir_, dir_ec) ||
+      (dir_ec && dir_ec != std::errc::no_such_file_or_directory && dir_ec != std::errc::not_a_directory);
+  const std::string with_dir = dir_there ? "" : " with its runtime directory " + runtime_dir_;
   const shm::PathState segment_before = segment_file_.state;
   if (const auto state = segment_file_.Changed()) {
     if (*state == shm::PathState::kGone) {
