@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
@@ -262,9 +263,16 @@ bool DaemonProcess::Start(const DaemonStart& options) {
   const int log = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) SysFail("open " + log_path_);
   Argv args(argv);
+  const pid_t test_pid = ::getpid();
   pid_ = ::fork();
   if (pid_ < 0) SysFail("fork");
   if (pid_ == 0) {
+    // A test binary that dies (an abort in Catch2, a crash) takes its daemons with it: a stop
+    // signal, so they remove their names (left running, they held /dev/shm segments and
+    // runtime directories for hours). Daemons are started from the test's main thread, whose
+    // end is the process's.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != test_pid) ::_exit(127);  // the test died before the prctl
     ::signal(SIGPIPE, SIG_DFL);
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
