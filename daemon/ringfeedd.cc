@@ -1407,13 +1407,11 @@ int RunDaemon(const DaemonOptions& options) {
     };
     shm::FileId asked_socket;  // the socket at the path last asked whether anyone listens on it
     const auto remake_socket = [&](std::string* why) {
+      if (!remake_lock(why).valid()) {  // the directory and the lock first
+        if (why->empty()) *why = "not made again: another process holds the job's lock " + lock.path() + " now";
+        return shm::FileId{};
+      }
       try {
-        MakeRuntimeDir(runtime_dir);
-        if (!lock.Reassert(/*running=*/true)) {
-          *why = "not made again: another process holds the job's lock " + lock.path() + " now";
-          return shm::FileId{};
-        }
-        segment_guard.LockFileIs(lock.id());
         // A socket nobody listens on (this daemon's own, moved away and back after it made a new
         // one) is replaced, as at start; anything else there is not this daemon's to remove.
         // Asked once per file: each ask is a connection the listener sees.

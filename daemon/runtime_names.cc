@@ -128,87 +128,87 @@ void RuntimeNames::Check(bool remake) {
     segment_file_.Report(*state);
   }
   // The lock file before the socket: the socket is made again only while the lock is this
-  // daemon's. Each is tried again at every check while it is not this daemon's own: a remake
-  // that failed (a cleaner racing it, something in the way for a while, another process's
-  // lock) succeeds once the way is clear. A failure is logged when it is new or says something
-  // new; at the stop (`remake` false) a name that is gone is left to the stop's line.
-  {
-    const std::optional<shm::PathState> changed = lock_file_.Changed();
-    const shm::PathState state = changed ? *changed : lock_file_.state;
-    std::string why;
-    const shm::FileId remade =
-        state != shm::PathState::kSame && remake && remake_lock_ ? remake_lock_(&why) : shm::FileId{};
-    if (remade.valid()) {
-      if (state == shm::PathState::kGone) {
-        spdlog::warn("the lock file {} was removed{} while ringfeedd runs: made it again and locked it (a second "
-                     "ringfeedd for job '{}' is refused as before); {}",
-                     lock_file_.name.path, with_dir, job_, kFindRemover);
-      } else {
-        spdlog::warn("the lock file {} was replaced by another file, which no process holds, while ringfeedd runs: "
-                     "locked it and wrote this daemon's pid to it (a second ringfeedd for job '{}' is refused as "
-                     "before); find what writes files there",
-                     lock_file_.name.path, job_);
-      }
-      lock_file_.Remade(remade);
-    } else if (changed || why != lock_file_.why) {
-      lock_file_.why = why;
-      if (state == shm::PathState::kGone) {
-        lock_file_.problem = fmt::format(
-            "the lock file {} was removed{} while ringfeedd runs: a second ringfeedd for job '{}' is refused only "
-            "while this one answers at its socket; {}",
-            lock_file_.name.path, with_dir, job_, kFindRemover);
-      } else if (state == shm::PathState::kReplaced) {
-        lock_file_.problem = fmt::format("the lock file {} was replaced while ringfeedd runs: {}",
-                                         lock_file_.name.path, LockHolder(lock_file_.name.path, job_));
-      }
-      if (!why.empty()) lock_file_.problem += " (" + why + ")";
-      if (remake || state != shm::PathState::kGone) lock_file_.Report(state);
-    }
-  }
-  {
-    const std::optional<shm::PathState> changed = socket_.Changed();
-    const shm::PathState state = changed ? *changed : socket_.state;
-    const std::string kind = state == shm::PathState::kReplaced ? FileKind(socket_.name.path) : "";
-    std::string why;
-    const shm::FileId remade =
-        state != shm::PathState::kSame && remake && remake_socket_ ? remake_socket_(&why) : shm::FileId{};
-    if (remade.valid()) {
-      if (state == shm::PathState::kGone) {
-        spdlog::warn("the control socket {} was removed{} while ringfeedd runs: made it again (new trainers and "
-                     "ringfeedctl reach this daemon again; attached ones were not disturbed); {}",
-                     socket_.name.path, with_dir, kFindRemover);
-      } else {
-        spdlog::warn("the control socket {} was replaced by another socket, on which no process listens (moved away "
-                     "and back?), while ringfeedd runs: put its own there again (new trainers and ringfeedctl reach "
-                     "this daemon again); {}",
-                     socket_.name.path, kFindRemover);
-      }
-      socket_.Remade(remade);
-    } else if (changed || why != socket_.why) {
-      socket_.why = why;
-      if (state == shm::PathState::kGone) {
-        socket_.problem = fmt::format(
-            "the control socket {} was removed{} while ringfeedd runs: trainers attached now go on, new ones (and "
-            "ringfeedctl) cannot connect; {}",
-            socket_.name.path, with_dir, kFindRemover);
-      } else if (state == shm::PathState::kReplaced && kind == "a socket") {
-        socket_.problem = fmt::format(
-            "the control socket {} was replaced by another socket, on which another process listens (another "
-            "ringfeedd for job '{}' started?): trainers attached now go on, new ones (and ringfeedctl) reach that "
-            "process, not this daemon; this daemon leaves that socket when it stops. Stop the daemons of this job "
-            "and restart it",
-            socket_.name.path, job_);
-      } else if (state == shm::PathState::kReplaced) {
-        socket_.problem = fmt::format(
+  // daemon's.
+  lock_file_.Recheck(
+      remake, remake_lock_,
+      [&](shm::PathState state) {
+        if (state == shm::PathState::kGone) {
+          spdlog::warn("the lock file {} was removed{} while ringfeedd runs: made it again and locked it (a second "
+                       "ringfeedd for job '{}' is refused as before); {}",
+                       lock_file_.name.path, with_dir, job_, kFindRemover);
+        } else {
+          spdlog::warn("the lock file {} was replaced by another file, which no process holds, while ringfeedd runs: "
+                       "locked it and wrote this daemon's pid to it (a second ringfeedd for job '{}' is refused as "
+                       "before); find what writes files there",
+                       lock_file_.name.path, job_);
+        }
+      },
+      [&](shm::PathState state) {
+        if (state == shm::PathState::kGone) {
+          return fmt::format(
+              "the lock file {} was removed{} while ringfeedd runs: a second ringfeedd for job '{}' is refused only "
+              "while this one answers at its socket; {}",
+              lock_file_.name.path, with_dir, job_, kFindRemover);
+        }
+        return fmt::format("the lock file {} was replaced while ringfeedd runs: {}", lock_file_.name.path,
+                           LockHolder(lock_file_.name.path, job_));
+      });
+  const std::string kind = FileKind(socket_.name.path);  // before a remake that may replace it
+  socket_.Recheck(
+      remake, remake_socket_,
+      [&](shm::PathState state) {
+        if (state == shm::PathState::kGone) {
+          spdlog::warn("the control socket {} was removed{} while ringfeedd runs: made it again (new trainers and "
+                       "ringfeedctl reach this daemon again; attached ones were not disturbed); {}",
+                       socket_.name.path, with_dir, kFindRemover);
+        } else {
+          spdlog::warn("the control socket {} was replaced by another socket, on which no process listens (moved "
+                       "away and back?), while ringfeedd runs: put its own there again (new trainers and ringfeedctl "
+                       "reach this daemon again); {}",
+                       socket_.name.path, kFindRemover);
+        }
+      },
+      [&](shm::PathState state) {
+        if (state == shm::PathState::kGone) {
+          return fmt::format(
+              "the control socket {} was removed{} while ringfeedd runs: trainers attached now go on, new ones (and "
+              "ringfeedctl) cannot connect; {}",
+              socket_.name.path, with_dir, kFindRemover);
+        }
+        if (kind == "a socket") {
+          return fmt::format(
+              "the control socket {} was replaced by another socket, on which another process listens (another "
+              "ringfeedd for job '{}' started?): trainers attached now go on, new ones (and ringfeedctl) reach that "
+              "process, not this daemon; this daemon leaves that socket when it stops. Stop the daemons of this job "
+              "and restart it",
+              socket_.name.path, job_);
+        }
+        return fmt::format(
             "the control socket {} was replaced by {} while ringfeedd runs: trainers attached now go on, new ones "
             "(and ringfeedctl) cannot reach this daemon (they are told its pid); remove that file, and this daemon "
             "makes its socket again within a second",
             socket_.name.path, kind);
-      }
-      if (!why.empty()) socket_.problem += " (" + why + ")";
-      if (remake || state != shm::PathState::kGone) socket_.Report(state);
-    }
+      });
+}
+
+void RuntimeNames::Watched::Recheck(bool remake, const Remake& remake_name,
+                                    const std::function<void(shm::PathState)>& log_remade,
+                                    const std::function<std::string(shm::PathState)>& problem_for) {
+  const std::optional<shm::PathState> changed = Changed();
+  const shm::PathState now = changed ? *changed : state;
+  std::string failed;
+  const shm::FileId remade =
+      now != shm::PathState::kSame && remake && remake_name ? remake_name(&failed) : shm::FileId{};
+  if (remade.valid()) {
+    log_remade(now);
+    Remade(remade);
+    return;
   }
+  if (!changed && failed == why) return;  // as before: said already
+  why = failed;
+  if (now != shm::PathState::kSame) problem = problem_for(now);
+  if (!why.empty()) problem += " (" + why + ")";
+  if (remake || now != shm::PathState::kGone) Report(now);  // at the stop, a gone name is the stop line's
 }
 
 void RuntimeNames::Watched::Remade(shm::FileId id) {

@@ -63,6 +63,14 @@ class RuntimeNames {
     void Report(shm::PathState now);
     // `remake` made the name again as `id`: it is this daemon's again, no problem.
     void Remade(shm::FileId id);
+    // For a name the daemon can make again (the lock file, the socket): Changed, then, while it
+    // is not this daemon's own and `remake`, `remake_name` at every check (one that failed,
+    // a cleaner racing it or something in the way for a while, succeeds once the way is
+    // clear): `log_remade(state)` once it worked; else `problem_for(state)` (state kGone or
+    // kReplaced) logged when the state changed or the failure says something new. At the stop
+    // (`remake` false) a name that is gone is left to the stop's line.
+    void Recheck(bool remake, const Remake& remake_name, const std::function<void(shm::PathState)>& log_remade,
+                 const std::function<std::string(shm::PathState)>& problem_for);
   };
   std::string job_, runtime_dir_;
   Remake remake_socket_, remake_lock_;

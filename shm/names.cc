@@ -116,21 +116,33 @@ bool ProcessExited(pid_t pid) {
   return threads == std::string::npos || std::strtol(status.c_str() + threads + 9, nullptr, 10) <= 1;
 }
 
-std::optional<SocketPeer> SocketListener(const std::string& path) {
+namespace {
+// A non-blocking connect to the Unix socket at `path`: the socket (the caller closes it), or -1
+// when none could be made (a path too long, no descriptor); `*error`: connect's errno, 0 when
+// connected. Non-blocking: a listener whose backlog is full (a daemon stopped with SIGSTOP and
+// connected to since) answers EAGAIN at once, where a blocking connect would wait for it.
+int ConnectNonBlocking(const std::string& path, int* error) {
   sockaddr_un address{};
-  if (path.size() >= sizeof address.sun_path) return std::nullopt;
+  if (path.size() >= sizeof address.sun_path) return -1;
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  *error = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0 ? 0 : errno;
+  return fd;
+}
+}  // namespace
+
+std::optional<SocketPeer> SocketListener(const std::string& path) {
+  int error = 0;
+  const int fd = ConnectNonBlocking(path, &error);
   if (fd < 0) return std::nullopt;
   std::optional<SocketPeer> listener;
-  // Non-blocking: a listener whose backlog is full (a daemon stopped with SIGSTOP and connected
-  // to since) answers EAGAIN at once, where a blocking connect would wait for it.
-  if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) {
+  if (error == 0) {
     ucred peer{};
     socklen_t size = sizeof peer;
     listener = SocketPeer{::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 ? peer.pid : 0, false};
-  } else if (errno == EAGAIN) {
+  } else if (error == EAGAIN) {
     listener = SocketPeer{0, true};
   }
   ::close(fd);
@@ -138,16 +150,11 @@ std::optional<SocketPeer> SocketListener(const std::string& path) {
 }
 
 bool NobodyListens(const std::string& path) {
-  sockaddr_un address{};
-  if (path.size() >= sizeof address.sun_path) return false;
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int error = 0;
+  const int fd = ConnectNonBlocking(path, &error);
   if (fd < 0) return false;
-  const bool refused = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 &&
-                       errno == ECONNREFUSED;
   ::close(fd);
-  return refused;
+  return error == ECONNREFUSED;
 }
 
 std::string SegmentName(std::string_view runtime_dir, std::string_view job) {
