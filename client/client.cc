@@ -45,12 +45,6 @@ constexpr std::chrono::seconds kCorruptQueueGrace{3};
 // A daemon's heartbeat period is trusted up to this (a garbage value must not disable the check).
 constexpr uint64_t kMaxHeartbeatPeriodNs = 60'000'000'000ull;
 
-std::string Hex64(uint64_t v) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016" PRIx64, v);
-  return text;
-}
-
 bool ParseHex64(const std::string& text, uint64_t* value) {
   if (text.empty() || text.size() > 16) return false;
   uint64_t v = 0;
@@ -220,7 +214,7 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
   const shm::Superblock& sb = copy.sb();
   if (sb.instance_id != instance_id) {
     throw ClientError("ringfeed segment " + segment_name + " belongs to another ringfeedd instance (" +
-                      Hex64(sb.instance_id) + ") than the one that answered (" + Hex64(instance_id) +
+                      shm::InstanceIdText(sb.instance_id) + ") than the one that answered (" + shm::InstanceIdText(instance_id) +
                       "): ringfeedd for job " + a->job + " restarted while this trainer attached; attach again");
   }
   a->ring = shm::Ring::Of(copy.bytes);

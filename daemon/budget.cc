@@ -729,6 +729,14 @@ ProcessMemory ReadProcessMemory(pid_t pid, const SystemPaths& paths) {
   return memory;
 }
 
+uint64_t PrivateRssBytes() {
+  try {
+    return ReadProcessMemory().private_rss();
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 uint64_t ShuffleHeldBytes(uint64_t records, uint64_t payload_bytes) {
   return SatAdd(payload_bytes, SatMul(records, kRecordOverheadBytes));
 }

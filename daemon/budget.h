@@ -330,6 +330,8 @@ struct ProcessMemory {
 
 // From /proc/<pid>/status (pid 0 = this process). Throws std::runtime_error naming the file.
 ProcessMemory ReadProcessMemory(pid_t pid = 0, const SystemPaths& paths = {});
+// This process's private RSS (ReadProcessMemory().private_rss()); 0 when /proc cannot be read.
+uint64_t PrivateRssBytes();
 
 // "4.0 MiB", "512 B", "1.5 GiB": one decimal, binary units (shm::HumanBytes).
 std::string FormatBytes(uint64_t bytes);

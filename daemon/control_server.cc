@@ -78,11 +78,6 @@ std::string Quoted(const nlohmann::json& value) {
   return text;
 }
 
-std::string Hex16(uint64_t v) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 }  // namespace
 
 class ControlServer::Connection : public std::enable_shared_from_this<Connection> {
@@ -195,7 +190,7 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
                                 {"protocol", shm::kProtocolVersion},
                                 {"job", server_->welcome_.job},
                                 {"segment", server_->welcome_.segment},
-                                {"instance_id", Hex16(server_->welcome_.instance_id)},
+                                {"instance_id", shm::InstanceIdText(server_->welcome_.instance_id)},
                                 {"daemon_pid", static_cast<int64_t>(getpid())}};
       if (role == "consumer") {
         std::optional<int> rank;

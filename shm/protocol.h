@@ -19,7 +19,10 @@
 // so that every "\x" in one starts an escape. FileNameFromWire gives the path's bytes back.
 #pragma once
 
+#include <cinttypes>
 #include <cstddef>
+#include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 
@@ -34,6 +37,13 @@ inline constexpr char kMessageError[] = "error";
 inline constexpr char kMessageBye[] = "bye";
 inline constexpr char kRoleConsumer[] = "consumer";
 inline constexpr char kRoleControl[] = "control";
+
+// Superblock::instance_id as the welcome and the status reply carry it: 16 lower-case hex digits.
+inline std::string InstanceIdText(uint64_t id) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016" PRIx64, id);
+  return text;
+}
 
 inline std::string FileNameFromWire(std::string_view text) {
   const auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
