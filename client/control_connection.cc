@@ -22,6 +22,7 @@
 #include "client/client_error.h"
 #include "shm/names.h"
 #include "shm/protocol.h"
+#include "shm/segment.h"
 
 namespace ringfeed::detail {
 namespace {
@@ -66,6 +67,26 @@ std::string JobOneLevelDown(const std::string& dir, const std::string& job) {
   for (size_t i = 0; i < found.size() && i < 4; ++i) list += (i == 0 ? "" : ", ") + found[i];
   return "; a job " + job + " runs one directory down in each of " + list +
          (found.size() > 4 ? ", ..." : "") + ": set RINGFEED_RUNTIME_DIR (or the client's runtime_dir) to the one to attach to";
+}
+
+// What a file that is not a socket is, for messages: "a directory", "a regular file", ...
+const char* KindOfFile(mode_t mode) {
+  return S_ISDIR(mode) ? "a directory" : S_ISREG(mode) ? "a regular file" : S_ISFIFO(mode) ? "a FIFO (named pipe)"
+         : S_ISLNK(mode) ? "a symbolic link" : "another kind of file";
+}
+
+// The pid of the live ringfeedd whose segment is the job's (its superblock names it), for a job
+// whose lock file names no live daemon (replaced by a directory, say): 0 when there is no such
+// segment, or its daemon has exited, or that pid is another program's now.
+long LiveSegmentDaemonPid(const std::string& socket_path, const std::string& job) {
+  const int32_t pid = shm::Segment::DaemonPid(shm::SegmentName(shm::DirectoryOf(socket_path), job));
+  if (pid <= 0 || shm::ProcessExited(pid)) return 0;
+  char comm[32] = {};
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/comm").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t n = ::read(fd, comm, sizeof comm - 1);
+  ::close(fd);
+  return n > 0 && std::strncmp(comm, "ringfeedd", 9) == 0 ? pid : 0;
 }
 
 }  // namespace
@@ -167,17 +188,24 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
     if (err == ECONNREFUSED && ::lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
       // connect() says "refused" for any path that is not a listening socket.
       message += std::string("; ") + path + " is " +
-                 (S_ISDIR(st.st_mode)    ? "a directory"
-                  : S_ISREG(st.st_mode)  ? "a regular file"
-                  : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
-                  : S_ISLNK(st.st_mode)  ? "a symbolic link to what is no socket"
-                                         : "another kind of file") +
+                 (S_ISLNK(st.st_mode) ? "a symbolic link to what is no socket" : KindOfFile(st.st_mode)) +
                  ", not a socket";
       // A live daemon whose socket was replaced so: it makes its socket again once the path is free.
       if (const std::optional<LockHolder> holder = ReadLockHolder(path, job); holder && !holder->gone) {
         message += ": ringfeedd (pid " + std::to_string(holder->pid) + ") holds the job's lock but cannot be " +
                    "reached while that file is in the way of its socket; remove the file, and the daemon makes " +
                    "its socket again within a second";
+      } else if (const long pid = LiveSegmentDaemonPid(path, job); pid > 0) {
+        // Its lock file is no lock file it can take again either (a directory there, another
+        // user's file): it makes its socket only through its lock.
+        const std::string lock = shm::DirectoryOf(path) + "/" + job + ".lock";
+        struct stat lock_st {};
+        const std::string there = ::lstat(lock.c_str(), &lock_st) != 0 ? "is missing"
+                                  : S_ISREG(lock_st.st_mode)          ? "names no running ringfeedd"
+                                                                      : std::string("is ") + KindOfFile(lock_st.st_mode);
+        message += ": ringfeedd (pid " + std::to_string(pid) + "), whose shared-memory segment is the job's, runs " +
+                   "but cannot be reached while that file is in the way of its socket, and its lock file " + lock +
+                   " " + there + "; remove what is at both paths, and the daemon makes them again within a second";
       } else {
         message += ": no ringfeedd made it (remove it, or use another runtime directory)";
       }

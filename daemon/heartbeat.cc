@@ -9,8 +9,9 @@
 #include "daemon/thread_name.h"
 
 namespace ringfeed {
-
+namespace {
 using Clock = std::chrono::steady_clock;
+}  // namespace
 
 HeartbeatThread::HeartbeatThread(const shm::Ring& ring, Pipeline& pipeline, SystemdNotifier& notifier,
                                  RateWindow& window, const JobStatusFacts& facts,

@@ -39,7 +39,8 @@ class HeartbeatThread {
   HeartbeatThread& operator=(const HeartbeatThread&) = delete;
   ~HeartbeatThread() { Stop(); }
 
-  // Ends the thread and joins it (within one kPeriod). Idempotent.
+  // Ends the thread and joins it (within one kPeriod, or a once-a-second sample under way).
+  // Idempotent.
   void Stop();
 
  private:

@@ -32,8 +32,7 @@ class StartupError : public std::runtime_error {
 };
 
 // How long a stop waits for file system calls under way (a read-ahead turn, opening a file) to
-// return before ringfeedd gives up on them (docs/operations.md, "Stopping"). A start waits
-// about this long for the job's previous daemon to finish its stop.
+// return before ringfeedd gives up on them (docs/operations.md, "Stopping").
 inline constexpr auto kStopGrace = std::chrono::milliseconds(5000);
 
 // Until RunDaemon blocks the stop signals and hands them to its event loop: a stop (SIGINT,
@@ -90,9 +89,10 @@ class LockFile {
   shm::FileId id() const { return id_; }
 
  private:
-  // The longest a start waits for a stopping daemon: its stop's grace for storage, and then
-  // some; for one that runs but has a stop pending (a large ring still being reserved), as long
-  // as a systemd unit may take to start (TimeoutStartSec=5min in the shipped unit).
+  // How long a start waits for a stopping daemon: one stopped (SIGSTOP) while it stops, its
+  // stop's grace for storage and then some (kStopWait); one that runs (a stop pending while it
+  // reserves a large ring, or finishing its stop), as long as a systemd unit may take to start
+  // (kLongStopWait: TimeoutStartSec=5min in the shipped unit).
   static constexpr auto kStopWait = kStopGrace + std::chrono::seconds(3);
   static constexpr auto kLongStopWait = std::chrono::minutes(5);
   static constexpr auto kRefuseAfter = std::chrono::milliseconds(300);

@@ -557,6 +557,9 @@ int RunDaemon(const DaemonOptions& options) {
                                       .memory_budget_source = plan.autotune.memory_budget_source,
                                       .memory = plan.memory,
                                       .shuffle_buffer = config.shuffle.buffer};
+    const std::function<nlohmann::json()> autotune_status = [&] {
+      return autotune ? autotune->StatusJson() : nlohmann::json(nullptr);
+    };
     auto status_json = [&]() {
       const PipelineStats s = pipeline->Snapshot();
       return StatusJson(status_facts, {.stats = s,
@@ -565,7 +568,7 @@ int RunDaemon(const DaemonOptions& options) {
                                        .window = window,
                                        .consumers = consumers,
                                        .all_held_advice = all_held_advice,
-                                       .autotune = autotune ? autotune->StatusJson() : nlohmann::json(nullptr),
+                                       .autotune = autotune_status,
                                        .problems = name_problems,
                                        .private_rss_bytes = PrivateRssBytes()});
     };

@@ -130,7 +130,7 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
                                                        : "on"},
         {"queued_read_round_trip_seconds", static_cast<double>(s.read_round_trip_ns) / 1e9},
         {"read_ahead_bytes", s.read_ahead_bytes}}},
-      {"autotune", now.autotune},
+      {"autotune", now.autotune()},
       {"memory",
        {{"segment_bytes", f.segment_bytes},
         {"private_rss_bytes", private_rss},

@@ -2,9 +2,11 @@
 // `status` reply that `ringfeedctl status` shows (its fields: docs/operations.md, "Status and
 // troubleshooting"), the job's file list page by page (`files`), and the 10-second throughput window
 // that status and systemd's STATUS= line (SystemdStatusLine) share. RunDaemon (daemon/ringfeedd.cc) gathers the
-// inputs; nothing here touches the pipeline, the ring or the socket.
+// inputs (a pipeline snapshot, the consumer registry, callbacks for the ring's holders and the
+// tuner); nothing here reads the pipeline or the socket itself.
 //
-// Thread-safety: RateWindow is thread-safe; the rest are functions of their arguments.
+// Thread-safety: RateWindow is thread-safe; StatusJson runs where its inputs may be read (the
+// daemon's event loop); the rest are functions of their arguments.
 #pragma once
 
 #include <chrono>
@@ -77,13 +79,15 @@ struct JobStatusFacts {
 struct JobStatusNow {
   const PipelineStats& stats;
   std::chrono::steady_clock::time_point at;
-  std::chrono::steady_clock::time_point ended_at;  // Pipeline::ended_at(): read once stats.end is not kRunning
+  std::chrono::steady_clock::time_point ended_at;  // Pipeline::ended_at(): used once stats.end is not kRunning
   const RateWindow& window;
   const ConsumerRegistry& consumers;
   // Who holds the ring's slots and what to do (shm::AllHeldAdvice): called only when every slot
   // is held while production runs.
   const std::function<std::string()>& all_held_advice;
-  nlohmann::json autotune;                  // Autotune::StatusJson(), null when nothing is tuned
+  // Autotune::StatusJson(), or null when nothing is tuned: called last (it may wait for the
+  // tuner's thread).
+  const std::function<nlohmann::json()>& autotune;
   const std::vector<std::string>& problems;  // RuntimeNames::Problems()
   uint64_t private_rss_bytes = 0;
 };

@@ -267,4 +267,6 @@ bool Segment::Remove(const std::string& name) {
 
 std::string Segment::Path(const std::string& name) { return std::string(kShmDir) + name; }
 
+int32_t Segment::DaemonPid(const std::string& name) { return SegmentDaemonPid(Path(name)); }
+
 }  // namespace ringfeed::shm

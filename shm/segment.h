@@ -81,6 +81,11 @@ class Segment {
   // The segment's path, /dev/shm + name.
   static std::string Path(const std::string& name);
 
+  // The pid of the ringfeedd that made segment `name` (its superblock's daemon_pid), read with
+  // pread, not mapped (a file truncated meanwhile reads short: no SIGBUS); 0 when there is no such
+  // file or it is no segment of this layout. That process may have exited since.
+  static int32_t DaemonPid(const std::string& name);
+
   bool valid() const { return data_ != nullptr; }
   const std::string& name() const { return name_; }
   uint8_t* data() const { return data_; }

@@ -2379,6 +2379,41 @@ TEST_CASE("the socket replaced by a regular file under the daemon: ringfeedctl n
   CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
 }
 
+TEST_CASE("the socket and the lock file both replaced by directories: ringfeedctl names the daemon from its segment; "
+          "both removed, the daemon makes them again") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "dirs", IdJobConfig("dirs", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  REQUIRE(std::filesystem::remove(daemon.lock_path()));
+  std::filesystem::create_directory(daemon.lock_path());
+  REQUIRE(std::filesystem::remove(daemon.socket_path()));
+  std::filesystem::create_directory(daemon.socket_path());
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  REQUIRE(daemon.WaitForStderr("the lock file " + daemon.lock_path()));
+  const CommandResult status = RunCommand({CtlBinary(), "status", "dirs", "--runtime-dir", daemon.runtime_dir()});
+  CHECK(status.status.ToString() == "exit 1");
+  // Before: "... is a directory, not a socket: no ringfeedd made it" (no lock file to read a pid from).
+  CHECK_THAT(status.err, Catch::Contains(daemon.socket_path() + " is a directory, not a socket: ringfeedd (pid " +
+                                         std::to_string(daemon.pid()) + "), whose shared-memory segment is the job's, "
+                                         "runs but cannot be reached while that file is in the way of its socket, and "
+                                         "its lock file " + daemon.lock_path() + " is a directory; remove what is at "
+                                         "both paths, and the daemon makes them again within a second"));
+  std::filesystem::remove(daemon.socket_path());
+  std::filesystem::remove(daemon.lock_path());
+  CHECK(WaitUntil([&] { return std::filesystem::exists(daemon.socket_path()); }));
+  CHECK(WaitUntil([&] { return daemon.Status()["problems"] == json::array(); }));
+  CHECK(ReadFile(daemon.lock_path()) == std::to_string(daemon.pid()) + "\n");
+  CHECK(daemon.Stop().ToString() == "exit 0");
+  CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
+  CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
+  // The daemon gone, its segment gone with it: a directory at the socket path is nobody's again.
+  std::filesystem::create_directory(daemon.socket_path());
+  const CommandResult after = RunCommand({CtlBinary(), "status", "dirs", "--runtime-dir", daemon.runtime_dir()});
+  CHECK_THAT(after.err, Catch::Contains(" is a directory, not a socket: no ringfeedd made it"));
+  std::filesystem::remove(daemon.socket_path());
+}
+
 TEST_CASE("a remake that fails is tried again at every check: the runtime directory's path taken by a file for a "
           "while") {
   TempDir dir;
