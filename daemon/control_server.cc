@@ -335,18 +335,27 @@ void ControlServer::Bind() {
   const mode_t old_umask = ::umask(0777 & ~mode_);
   if (!ec) acceptor_.bind(stream_protocol::endpoint(socket_path_), ec);
   ::umask(old_umask);
-  if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) {
+  shm::FileId bound;  // the file bind() made, once known
+  const auto fail = [&](const std::string& why) {
     boost::system::error_code ignored;
     acceptor_.close(ignored);
-    throw std::runtime_error("control socket " + socket_path_ + ": " + ec.message());
+    shm::UnlinkIfSame(socket_path_.c_str(), bound);
+    throw std::runtime_error("control socket " + socket_path_ + ": " + why);
+  };
+  if (ec) fail(ec.message());
+  // The file's identity, group and mode before it listens: a client can connect from listen()
+  // on, and a file put at the path after that (by a test, a cleaner) must not be taken for this
+  // socket (the daemon would then never report it, and remove it at its stop).
+  if (struct stat st {}; ::lstat(socket_path_.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+    bound = shm::FileId::Of(st);
+    socket_id_ = bound;
   }
   if (group_ && ::chown(socket_path_.c_str(), static_cast<uid_t>(-1), *group_) != 0) {
-    throw std::runtime_error("control socket " + socket_path_ + ": cannot give it to group " +
-                             std::to_string(*group_) + ": " + std::strerror(errno));
+    fail("cannot give it to group " + std::to_string(*group_) + ": " + std::strerror(errno));
   }
   ::chmod(socket_path_.c_str(), mode_);
-  if (struct stat st {}; ::lstat(socket_path_.c_str(), &st) == 0) socket_id_ = shm::FileId::Of(st);
+  acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) fail(ec.message());
 }
 
 void ControlServer::Accept() {

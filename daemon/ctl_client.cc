@@ -659,6 +659,12 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   out << "\n";
   for (const std::string& problem : s.Strings("problems")) out << "problem    " << problem << "\n";
   const int64_t start_epoch = s.Integer("start_epoch");
+  const uint64_t start_batch = s.Count("start_batch");
+  std::string started_at;
+  if (start_epoch > 0) started_at += "; started at --start-epoch " + std::to_string(start_epoch);
+  if (start_batch > 0) {
+    started_at += (start_epoch > 0 ? " --start-batch " : "; started at --start-batch ") + std::to_string(start_batch);
+  }
   // Counted from 1 for people, with the batches' 0-based epoch beside it: that is the number
   // --start-epoch and checkpoints use.
   std::snprintf(buf, sizeof buf,
@@ -666,7 +672,7 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                 "files of this epoch done\n",
                 static_cast<long long>(s.Integer("epoch")) + 1,
                 epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(), static_cast<long long>(s.Integer("epoch")),
-                start_epoch > 0 ? ("; started at --start-epoch " + std::to_string(start_epoch)).c_str() : "",
+                started_at.c_str(),
                 static_cast<unsigned long long>(files.Count("done_in_epoch")),
                 static_cast<unsigned long long>(files.Count("in_shard")));
   out << buf;

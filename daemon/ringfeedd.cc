@@ -177,17 +177,26 @@ void CheckOpenFileLimit(const TuningPlan& plan) {
   if (!problem.empty()) throw StartupError(problem, 2);
 }
 
-// The --start-epoch notes: which epochs are not produced, and that without determinism the
-// resumed epoch's batches may differ from the run it resumes.
-void LogStartEpoch(uint64_t start_epoch, bool deterministic) {
-  if (start_epoch == 0) return;
-  spdlog::info("starting at epoch {} (--start-epoch): {} not produced", start_epoch,
-               start_epoch == 1 ? std::string("epoch 0 is") : "epochs 0 to " + std::to_string(start_epoch - 1) + " are");
+// The --start-epoch and --start-batch notes: what is not produced, and that without determinism
+// the resumed epoch's batches may differ from the run it resumes.
+void LogStart(uint64_t start_epoch, uint64_t start_batch, bool deterministic) {
+  if (start_epoch == 0 && start_batch == 0) return;
+  if (start_epoch > 0) {
+    spdlog::info("starting at epoch {} (--start-epoch): {} not produced", start_epoch,
+                 start_epoch == 1 ? std::string("epoch 0 is")
+                                  : "epochs 0 to " + std::to_string(start_epoch - 1) + " are");
+  }
+  if (start_batch > 0) {
+    spdlog::info("starting at batch {} of epoch {} (--start-batch): {} read and dropped, not delivered", start_batch,
+                 start_epoch,
+                 start_batch == 1 ? std::string("batch 0 is")
+                                  : "batches 0 to " + std::to_string(start_batch - 1) + " are");
+  }
   if (!deterministic) {
-    spdlog::warn("--start-epoch {} with deterministic: false: epoch {} has the same records, but maybe in other "
-                 "batches and another order than in the run you resume (set deterministic: true for an exact "
-                 "resume)",
-                 start_epoch, start_epoch);
+    spdlog::warn("{} with deterministic: false: epoch {} has the same records, but maybe in other batches and another "
+                 "order than in the run you resume{} (set deterministic: true for an exact resume)",
+                 start_batch > 0 ? "--start-batch " + std::to_string(start_batch) : "--start-epoch " + std::to_string(start_epoch),
+                 start_epoch, start_batch > 0 ? ", so the batches dropped are not those delivered before" : "");
   }
 }
 
@@ -229,8 +238,8 @@ void LogPlan(const TuningPlan& plan) {
 
 // The pipeline's options: the order's inputs from the config (daemon/sequencer.h), the reader's,
 // and the starting knobs and limits from the plan.
-PipelineOptions PipelineOptionsFor(const JobConfig& config, uint64_t start_epoch, const std::vector<std::string>& files,
-                                   uint32_t queues, const TuningPlan& plan) {
+PipelineOptions PipelineOptionsFor(const JobConfig& config, const DaemonOptions& options,
+                                   const std::vector<std::string>& files, uint32_t queues, const TuningPlan& plan) {
   PipelineOptions po;
   po.sequencer.files = files;
   po.sequencer.cycle_length = config.pipeline.cycle_length;
@@ -239,7 +248,8 @@ PipelineOptions PipelineOptionsFor(const JobConfig& config, uint64_t start_epoch
   po.sequencer.shuffle_files = config.shuffle.files;
   po.sequencer.seed = config.shuffle.seed;
   po.sequencer.epochs = config.epochs;
-  po.sequencer.first_epoch = start_epoch;
+  po.sequencer.first_epoch = options.start_epoch;
+  po.sequencer.first_batch = options.start_batch;
   po.sequencer.queues = queues;
   po.sequencer.shard_index = config.shard.index;
   po.sequencer.shard_count = config.shard.count;
@@ -370,6 +380,15 @@ int RunDaemon(const DaemonOptions& options) {
                   options.start_epoch, config.path, config.epochs, config.epochs - 1);
     return 2;
   }
+  if (const int64_t ranks = config.consumers.count;
+      config.consumers.mode == DeliveryMode::kRanks && options.start_batch % static_cast<uint64_t>(ranks) != 0) {
+    spdlog::error("--start-batch {}: {} delivers to {} ranks (consumers.mode: ranks), batch k to rank k mod {}, and "
+                  "every rank takes one batch per step: give the steps taken in the epoch times {} ({} or {})",
+                  options.start_batch, config.path, ranks, ranks, ranks,
+                  options.start_batch / static_cast<uint64_t>(ranks) * static_cast<uint64_t>(ranks),
+                  (options.start_batch / static_cast<uint64_t>(ranks) + 1) * static_cast<uint64_t>(ranks));
+    return 2;
+  }
 
   SystemdNotifier notifier;
   try {
@@ -424,7 +443,7 @@ int RunDaemon(const DaemonOptions& options) {
     const bool ranks = config.consumers.mode == DeliveryMode::kRanks;
     const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;
 
-    LogStartEpoch(options.start_epoch, config.deterministic);
+    LogStart(options.start_epoch, options.start_batch, config.deterministic);
 
     const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
     const std::vector<uint32_t> shard_files = shard.Files(files.size());
@@ -444,7 +463,7 @@ int RunDaemon(const DaemonOptions& options) {
     // Whether a read can be hedged at all in this run: queued reads (io_uring, reads_per_file
     // above 1 or auto) and not switched off. Status says "off" otherwise.
     const bool hedging = config.pipeline.hedged_reads && queued_reads && plan.autotune.limits.max_reads_per_file > 1;
-    const PipelineOptions po = PipelineOptionsFor(config, options.start_epoch, files, queues, plan);
+    const PipelineOptions po = PipelineOptionsFor(config, options, files, queues, plan);
     const uint32_t slot_count = plan.slot_count;
     const uint64_t slot_bytes = plan.slot_bytes;
     const shm::Geometry geometry = plan.geometry;
@@ -544,6 +563,7 @@ int RunDaemon(const DaemonOptions& options) {
                                       .deterministic = config.deterministic,
                                       .epochs = config.epochs,
                                       .start_epoch = options.start_epoch,
+                                      .start_batch = options.start_batch,
                                       .files_total = files.size(),
                                       .files_in_shard = shard_files.size(),
                                       .shard = shard,

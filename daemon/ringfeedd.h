@@ -32,6 +32,10 @@ struct DaemonOptions {
   // The first epoch produced (--start-epoch), 0-based as Batch::epoch(): resuming a job from a
   // checkpoint. Epoch e's batches do not depend on the epochs before it (daemon/sequencer.h).
   uint64_t start_epoch = 0;
+  // The first batch of start_epoch produced (--start-batch), 0-based as Batch::index(): resuming
+  // mid-epoch. The batches before it are read and dropped, not parsed; in ranks mode a multiple
+  // of consumers.count (every rank took as many).
+  uint64_t start_batch = 0;
 };
 
 // From now until RunDaemon hands them to its event loop, a stop signal (SIGINT, SIGTERM, SIGHUP)

@@ -30,10 +30,10 @@ int main(int argc, char** argv) {
       "  1  runtime failure; also: a ringfeedd already running for the job, --exit-when-done after\n"
       "     an on_error: fail failure, too little free /dev/shm, a stop blocked on storage\n"
       "  2  usage or config error, or a start-up error a restart would not fix: --start-epoch not\n"
-      "     below epochs, a ring larger than /dev/shm, a permissions.group that does not exist or\n"
-      "     the user is not in, the memory budget, the open-file limit, a runtime directory that\n"
-      "     cannot be made or used, a lock file, socket path or segment name held by what\n"
-      "     ringfeedd does not remove");
+      "     below epochs, --start-batch no multiple of the ranks, a ring larger than /dev/shm, a\n"
+      "     permissions.group that does not exist or the user is not in, the memory budget, the\n"
+      "     open-file limit, a runtime directory that cannot be made or used, a lock file, socket\n"
+      "     path or segment name held by what ringfeedd does not remove");
   app.add_option("-c,--config", options.config_path, "Job config (YAML; docs/config.md)")
       ->required()
       // Not CLI::ExistingFile, which says "File does not exist" for a file this user may not
@@ -66,24 +66,35 @@ int main(int argc, char** argv) {
                "Exit once every epoch is produced and every batch has been released by a consumer; "
                "after a failure (on_error: fail), once every batch before it was taken and a "
                "consumer has attached, so that one got the error (default: keep serving until stopped)");
+  // Decimal only: CLI11 would read "010" (a zero-padded checkpoint name) as octal 8.
+  const auto decimal = [](const char* what, const char* name) {
+    return CLI::Validator(
+        [what](std::string& text) {
+          const size_t digits = text.find_first_not_of('0');
+          const std::string value = digits == std::string::npos ? "0" : text.substr(digits);
+          if (text.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string::npos) {
+            return std::string("expected a whole number of ") + what + " from 0 to 10^18 - 1, got '" + text + "'";
+          }
+          text = value;
+          return std::string();
+        },
+        name);
+  };
   app.add_option("--start-epoch", options.start_epoch,
                  "Start at this epoch (0-based, as the batches' epoch field) instead of 0, e.g. to resume training "
                  "from a checkpoint: its batches are the same as when the epochs before it ran (each epoch's order "
                  "comes from the seed and the epoch number only); less than the config's epochs unless epochs is 0 (else exit "
                  "status 2; default: 0)")
-      ->transform(CLI::Validator(
-          [](std::string& text) {
-            // Decimal only: CLI11 would read "010" (a zero-padded checkpoint name) as octal 8.
-            const size_t digits = text.find_first_not_of('0');
-            const std::string value = digits == std::string::npos ? "0" : text.substr(digits);
-            if (text.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string::npos) {
-              return "expected a whole number of epochs from 0 to 10^18 - 1, got '" + text + "'";
-            }
-            text = value;
-            return std::string();
-          },
-          "EPOCH"))
+      ->transform(decimal("epochs", "EPOCH"))
       ->option_text("EPOCH");
+  app.add_option("--start-batch", options.start_batch,
+                 "Resume mid-epoch: the first batch produced is this batch of the start epoch (--start-epoch, else "
+                 "0; 0-based, as the batches' index field); the batches before it are read and dropped, the ones after "
+                 "it are those of an uninterrupted run (deterministic: true). In ranks mode the steps taken times "
+                 "consumers.count (else exit status 2); past the epoch's last batch the job fails at that epoch's end "
+                 "(default: 0)")
+      ->transform(decimal("batches", "BATCH"))
+      ->option_text("BATCH");
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
   // Usage errors name the program, as its other messages do (journald shows them beside others').
   app.failure_message([](const CLI::App*, const CLI::Error& e) {

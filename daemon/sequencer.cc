@@ -38,6 +38,16 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
     if (!RunEpoch(e, emit, &counts) || stop_.load()) {
       return failure_.empty() ? Outcome::kStopped : Outcome::kFailed;
     }
+    // A resume point past the epoch's end is a mistake in the checkpoint's arithmetic: said,
+    // rather than going on with another epoch than the one asked for.
+    if (counts.delivered == 0 && counts.before_start > 0) {
+      failure_ = "--start-batch " + std::to_string(options_.first_batch) + " is past the end of epoch " +
+                 std::to_string(e) + ", which has " + std::to_string(counts.before_start) + " batch" +
+                 (counts.before_start == 1 ? "" : "es") + " (0 to " + std::to_string(counts.before_start - 1) +
+                 "): a checkpoint taken at the end of epoch " + std::to_string(e) + " resumes with --start-epoch " +
+                 std::to_string(e + 1) + " and no --start-batch";
+      return Outcome::kFailed;
+    }
     // An epoch that delivers nothing would loop forever with epochs: 0; the last one's trainers
     // get nothing either. Both say why.
     if (counts.delivered == 0) {
@@ -127,6 +137,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
   files_done_.store(0, std::memory_order_relaxed);
   const bool last_epoch = options_.epochs != 0 && e + 1 == static_cast<uint64_t>(options_.epochs);
   const uint64_t round = options_.queues;
+  const uint64_t first_batch = e == options_.first_epoch ? options_.first_batch : 0;
 
   // Batches are held back until the next round is complete, so the last delivered round can
   // be flagged end-of-epoch (and an incomplete final round dropped in ranks mode).
@@ -137,6 +148,10 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     for (size_t i = 0; i < n; ++i) {
       BatchJob job = std::move(complete.front());
       complete.pop_front();
+      if (job.index < first_batch) {  // resuming mid-epoch: delivered before the restart
+        ++counts->before_start;
+        continue;
+      }
       job.seq = next_seq_++;
       job.flags = flags;
       ++counts->delivered;

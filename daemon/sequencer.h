@@ -1,7 +1,8 @@
 // Sequencer: the one place that decides the order of records and batches. It runs on a single
 // thread and turns the job's file list into a sequence of BatchJobs:
 //
-//   for epoch e = first_epoch (0 unless resuming), first_epoch + 1, ... (epochs, 0 = forever):
+//   for epoch e = first_epoch (0 unless resuming), first_epoch + 1, ... (epochs, 0 = forever;
+//   of first_epoch only the batches from first_batch on are delivered, step 5):
 //     1. files: the shard's files (shard below), in sorted order, or Fisher-Yates shuffled with
 //        the RNG for (shuffle.seed, kFileOrder, e) when shuffle.files (daemon/shuffle.h).
 //     2. interleave (tf.data's interleave, block length 1, deterministic): cycle positions
@@ -66,6 +67,11 @@ struct SequencerOptions {
   // takes its orders from its own RNG streams (seed, use, e) and starts with an empty shuffle
   // buffer, so epoch e's batches are the same whether or not the epochs before it ran.
   uint64_t first_epoch = 0;
+  // The first batch of first_epoch that Run delivers (ringfeedd --start-batch): batches 0 to
+  // first_batch - 1 of that epoch are formed (their records read, in the same order) and dropped,
+  // so the ones after keep their index, content and queue. Past the epoch's last deliverable
+  // batch, Run fails (kFailed) at that epoch's end.
+  uint64_t first_batch = 0;
   uint32_t queues = 1;
   int64_t shard_index = 0;
   int64_t shard_count = 1;
@@ -145,6 +151,7 @@ class Sequencer {
   // What an epoch read, for the message of one that delivered no batch (EmptyEpochCause).
   struct EpochCounts {
     uint64_t delivered = 0;  // batches emitted
+    uint64_t before_start = 0;  // batches formed and dropped before SequencerOptions::first_batch
     uint64_t records = 0;    // records of this shard put into batches (or the shuffle buffer)
     uint64_t skipped = 0;    // error items skipped under on_error: skip
     uint64_t batches = 0;    // batches formed, the short last one counted unless drop_remainder dropped it

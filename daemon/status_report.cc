@@ -86,6 +86,7 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
       {"epoch", s.epoch},
       {"epochs", f.epochs},
       {"start_epoch", f.start_epoch},
+      {"start_batch", f.start_batch},
       {"files", {{"total", f.files_total}, {"in_shard", f.files_in_shard}, {"done_in_epoch", s.files_done_in_epoch}}},
       {"shard", {{"index", f.shard.index}, {"count", f.shard.count}, {"by", f.shard.by_record ? "record" : "file"}}},
       {"records", s.records},

@@ -60,6 +60,7 @@ struct JobStatusFacts {
   bool deterministic = true;
   int64_t epochs = 0;        // 0: endless
   uint64_t start_epoch = 0;  // --start-epoch
+  uint64_t start_batch = 0;  // --start-batch
   size_t files_total = 0;
   size_t files_in_shard = 0;
   Shard shard;

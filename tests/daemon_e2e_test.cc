@@ -101,10 +101,12 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
   auto run = [&](const std::string& job, int workers, int readers, bool deterministic,
                  std::vector<std::string> args = {}) {
     DaemonProcess daemon(dir.path(), job, config(job, workers, readers, deterministic));
-    const int64_t start_epoch = args.size() == 2 && args[0] == "--start-epoch" ? std::stoll(args[1]) : 0;
+    const int64_t start_epoch = args.size() >= 2 && args[0] == "--start-epoch" ? std::stoll(args[1]) : 0;
+    const int64_t start_batch = args.size() == 4 && args[2] == "--start-batch" ? std::stoll(args[3]) : 0;
     args.push_back("--exit-when-done");
     RINGFEED_REQUIRE_STARTED(daemon, WithArgs(args));
     CHECK(daemon.Status()["start_epoch"] == start_epoch);
+    CHECK(daemon.Status()["start_batch"] == start_batch);
     ConsumerSpec spec;
     spec.client = daemon.client_options();
     ConsumerReport report = ConsumeInProcess(spec);
@@ -153,6 +155,30 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
                                           Catch::Contains("runs epochs: 2 (epochs 0 to 1"));
   }
 
+  SECTION("--start-epoch 0 --start-batch 25 gives the full run from batch 25 of epoch 0 on") {
+    const std::vector<BatchInfo> resumed = run("det-mid", 2, 2, true, {"--start-epoch", "0", "--start-batch", "25"});
+    const std::vector<BatchInfo> tail(one.begin() + 25, one.end());
+    CHECK(Describe(resumed) == Describe(tail));
+    CHECK(resumed == tail);
+    CHECK(resumed.front().index == 25);
+  }
+
+  SECTION("--start-batch past the epoch's last batch: the job fails at the epoch's end, saying so") {
+    DaemonProcess daemon(dir.path(), "det-past-batch", config("det-past-batch", 1, 1, true));
+    RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--start-epoch", "1", "--start-batch", "29", "--exit-when-done"}));
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    const ConsumerReport report = ConsumeInProcess(spec);
+    INFO("ringfeedd stderr:\n" << daemon.Stderr());
+    CHECK(report.batches.empty());
+    CHECK_THAT(report.error, Catch::Contains("--start-batch 29 is past the end of epoch 1, which has 29 batches (0 to "
+                                             "28): a checkpoint taken at the end of epoch 1 resumes with --start-epoch "
+                                             "2 and no --start-batch"));
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    CHECK(status->ToString() == "exit 1");
+  }
+
   SECTION("deterministic: false still delivers every record once per epoch") {
     const std::vector<BatchInfo> loose = run("det-loose", 4, 4, false);
     std::set<std::pair<uint64_t, uint64_t>> indices;
@@ -161,6 +187,28 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
     CHECK(loose.size() == 2 * 29);
     for (uint64_t e = 0; e < 2; ++e) CHECK(EpochIds(loose, e) == Iota(0, total));
   }
+}
+
+TEST_CASE("resuming mid-epoch in ranks mode: --start-batch a multiple of the ranks, or exit 2 naming the two nearest") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  const std::string config = IdJobConfig("resume-ranks", dir.file("data.tfrecord"),
+                                          "consumers: {mode: ranks, count: 3}\nbatch: {size: 2}\n");
+  DaemonProcess odd(dir.path(), "resume-ranks", config);
+  CHECK_FALSE(odd.Start(WithArgs({"--start-batch", "4"})));
+  REQUIRE(odd.exit_status());
+  CHECK(odd.exit_status()->ToString() == "exit 2");
+  CHECK_THAT(odd.Stderr(), Catch::Contains("--start-batch 4: ") &&
+                               Catch::Contains("every rank takes one batch per step: give the steps taken in the epoch "
+                                               "times 3 (3 or 6)"));
+  DaemonProcess whole(dir.path(), "resume-ranks", config);
+  RINGFEED_REQUIRE_STARTED(whole, WithArgs({"--start-batch", "3"}));
+  Batch batch;
+  auto rank1 = Client::Attach(whole.client_options(1));
+  REQUIRE(rank1->Next(kEventually, &batch) == Client::Status::kBatch);
+  CHECK(batch.index() == 4);  // batches 0 to 2 (one round) skipped: rank 1's first is 4
+  batch = Batch();
+  CHECK(whole.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {

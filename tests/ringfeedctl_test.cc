@@ -909,7 +909,7 @@ TEST_CASE("ringfeedd --help: what it does, its options, and each exit status on 
   CHECK(r.status.ToString() == "exit 0");
   CHECK_THAT(r.out, Catch::StartsWith("ringfeedd: reads the TFRecord files of one job"));
   for (const char* option : {"-c,--config FILE REQUIRED", "--log-level", "--runtime-dir DIR", "--exit-when-done",
-                             "--start-epoch EPOCH", "--version"}) {
+                             "--start-epoch EPOCH", "--start-batch BATCH", "--version"}) {
     CHECK_THAT(r.out, Catch::Contains(option));
   }
   CHECK_THAT(r.out, Catch::Contains("\nExit status:\n  0  stopped cleanly"));

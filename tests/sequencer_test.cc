@@ -411,7 +411,8 @@ TEST_CASE("a shuffle buffer of the epoch's records gives the batches of any larg
   CHECK(Flatten(RunAll(o, 2, 1 << 20), 0) != Flatten(reference, 0));
 }
 
-TEST_CASE("first_epoch: a run started at epoch e gives the batches the full run gives from e on") {
+TEST_CASE("first_epoch and first_batch: a run resumed at epoch e (batch k) gives the batches the full run gives from "
+          "there on") {
   TempDir dir;
   SequencerOptions o;
   o.files = WriteFiles(dir, {50, 7, 0, 33, 1, 120, 9, 64});
@@ -436,6 +437,41 @@ TEST_CASE("first_epoch: a run started at epoch e gives the batches the full run 
     CHECK(resumed.front().index == 0);
     CHECK(resumed.back().flags == (shm::kBatchEndOfEpoch | shm::kBatchEndOfData));
   }
+  // Mid-epoch: 284 records -> 17 full batches and a short one -> 9 rounds of 2 ranks, 18 batches.
+  for (const auto& [epoch, batch] : std::vector<std::pair<uint64_t, uint64_t>>{{0, 2}, {1, 6}, {3, 16}}) {
+    INFO("epoch " << epoch << ", batch " << batch);
+    o.first_epoch = epoch;
+    o.first_batch = batch;
+    const auto resumed = RunAll(o, 2, 1000);
+    std::vector<Seen> expected;
+    for (const Seen& s : full) {
+      if (s.epoch > epoch || (s.epoch == epoch && s.index >= batch)) expected.push_back(s);
+    }
+    REQUIRE(!expected.empty());
+    CHECK(resumed == expected);
+    CHECK(resumed.front().epoch == epoch);
+    CHECK(resumed.front().index == batch);
+    CHECK(resumed.front().queue == batch % 2);
+    CHECK(resumed.back().flags == (shm::kBatchEndOfEpoch | shm::kBatchEndOfData));
+  }
+}
+
+TEST_CASE("first_batch past the end of its epoch: the run fails there, naming the epoch's batches") {
+  TempDir dir;
+  SequencerOptions o;
+  o.files = WriteFiles(dir, {7, 5, 0});
+  o.batch_size = 2;
+  o.epochs = 3;
+  o.first_epoch = 1;
+  o.first_batch = 6;  // 12 records: batches 0 to 5
+  ReadAhead read_ahead({}, 1, 1 << 20);
+  Sequencer sequencer(o, &read_ahead, nullptr);
+  uint64_t emitted = 0;
+  CHECK(sequencer.Run([&](BatchJob&&) { return ++emitted, true; }) == Sequencer::Outcome::kFailed);
+  CHECK(emitted == 0);
+  CHECK(sequencer.failure() == "--start-batch 6 is past the end of epoch 1, which has 6 batches (0 to 5): a checkpoint "
+                               "taken at the end of epoch 1 resumes with --start-epoch 2 and no --start-batch");
+  CHECK_FALSE(sequencer.failed_on_read_error());
 }
 
 TEST_CASE("ranks mode: batch k goes to queue k mod N, and only whole rounds are delivered") {
