@@ -14,7 +14,8 @@
 // itself (the client library installs no handler). A SIGBUS elsewhere (another address, a hardware memory error, kill -BUS)
 // goes to the action that was in place before the guard.
 //
-// Only async-signal-safe calls in the handler (write, lstat, unlink, sigaction, raise, _exit);
+// Only async-signal-safe calls in the handler (write, lstat, unlink, sigaction, raise, and the
+// exit_group system call);
 // the names are copied into fixed buffers at construction. One guard at a time per process.
 // Thread-safety: construct and destroy on one thread, before and after the threads that touch
 // the segment.
