@@ -75,18 +75,35 @@ const char* KindOfFile(mode_t mode) {
          : S_ISLNK(mode) ? "a symbolic link" : "another kind of file";
 }
 
+// Whether process `pid` runs and is a ringfeedd (its executable's name, /proc/PID/exe, else
+// its command name, /proc/PID/comm, where exe is another user's): a pid read from a file may be
+// another program's (a file written by hand, a pid reused since). Another ringfeedd's reused
+// pid is not told apart.
+bool RunsRingfeedd(long pid) {
+  if (pid <= 0 || shm::ProcessExited(static_cast<pid_t>(pid))) return false;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  char name[4096] = {};
+  ssize_t n = ::readlink((proc + "/exe").c_str(), name, sizeof name - 1);
+  const char* base = name;
+  if (n > 0) {
+    name[n] = '\0';
+    if (const char* slash = std::strrchr(name, '/')) base = slash + 1;
+  } else {
+    const int fd = ::open((proc + "/comm").c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    n = ::read(fd, name, sizeof name - 1);
+    ::close(fd);
+    if (n <= 0) return false;
+  }
+  return std::strncmp(base, "ringfeedd", 9) == 0;
+}
+
 // The pid of the live ringfeedd whose segment is the job's (its superblock names it), for a job
 // whose lock file names no live daemon (replaced by a directory, say): 0 when there is no such
 // segment, or its daemon has exited, or that pid is another program's now.
 long LiveSegmentDaemonPid(const std::string& socket_path, const std::string& job) {
   const int32_t pid = shm::Segment::DaemonPid(shm::SegmentName(shm::DirectoryOf(socket_path), job));
-  if (pid <= 0 || shm::ProcessExited(pid)) return 0;
-  char comm[32] = {};
-  const int fd = ::open(("/proc/" + std::to_string(pid) + "/comm").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  const ssize_t n = ::read(fd, comm, sizeof comm - 1);
-  ::close(fd);
-  return n > 0 && std::strncmp(comm, "ringfeedd", 9) == 0 ? pid : 0;
+  return RunsRingfeedd(pid) ? pid : 0;
 }
 
 }  // namespace
@@ -191,7 +208,8 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
                  (S_ISLNK(st.st_mode) ? "a symbolic link to what is no socket" : KindOfFile(st.st_mode)) +
                  ", not a socket";
       // A live daemon whose socket was replaced so: it makes its socket again once the path is free.
-      if (const std::optional<LockHolder> holder = ReadLockHolder(path, job); holder && !holder->gone) {
+      if (const std::optional<LockHolder> holder = ReadLockHolder(path, job);
+          holder && !holder->gone && RunsRingfeedd(holder->pid)) {
         message += ": ringfeedd (pid " + std::to_string(holder->pid) + ") holds the job's lock but cannot be " +
                    "reached while that file is in the way of its socket; remove the file, and the daemon makes " +
                    "its socket again within a second";
@@ -201,7 +219,7 @@ void ControlConnection::Connect(const std::string& path, const std::string& job)
         const std::string lock = shm::DirectoryOf(path) + "/" + job + ".lock";
         struct stat lock_st {};
         const std::string there = ::lstat(lock.c_str(), &lock_st) != 0 ? "is missing"
-                                  : S_ISREG(lock_st.st_mode)          ? "names no running ringfeedd"
+                                  : S_ISREG(lock_st.st_mode)          ? "names no running ringfeedd (not its lock)"
                                                                       : std::string("is ") + KindOfFile(lock_st.st_mode);
         message += ": ringfeedd (pid " + std::to_string(pid) + "), whose shared-memory segment is the job's, runs " +
                    "but cannot be reached while that file is in the way of its socket, and its lock file " + lock +

@@ -49,6 +49,15 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const s
                                             ReadAhead::UsesChunks(options_.sequencer.shuffle_buffer));
   read_ahead_->SetQueuedStreams(static_cast<size_t>(std::max<int64_t>(1, options_.sequencer.cycle_length)));
   if (options_.inflate_unplanned) read_ahead_->WarnOnCompressed();
+  if (!options_.sequencer.skip_errors && options_.sequencer.first_batch > 0) {
+    options_.sequencer.check_dropped = [this](const OwnedRecord& record) {
+      ParseError error;
+      if (parser_.Check(record.bytes(), &error)) return std::string();
+      const JobFiles files(options_.sequencer.files,
+                           [this](uint32_t file_index) { return read_ahead_->CompressionOf(file_index); });
+      return files.Place(record) + ": " + error.message + " (on_error: fail)";
+    };
+  }
   sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
     NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample);
   });

@@ -380,13 +380,14 @@ int RunDaemon(const DaemonOptions& options) {
                   options.start_epoch, config.path, config.epochs, config.epochs - 1);
     return 2;
   }
-  if (const int64_t ranks = config.consumers.count;
-      config.consumers.mode == DeliveryMode::kRanks && options.start_batch % static_cast<uint64_t>(ranks) != 0) {
+  if (const auto ranks = static_cast<uint64_t>(config.consumers.count);
+      config.consumers.mode == DeliveryMode::kRanks && options.start_batch % ranks != 0) {
+    // The two nearest multiples (the upper one only where --start-batch takes it).
+    const uint64_t below = options.start_batch / ranks * ranks, above = below + ranks;
     spdlog::error("--start-batch {}: {} delivers to {} ranks (consumers.mode: ranks), batch k to rank k mod {}, and "
-                  "every rank takes one batch per step: give the steps taken in the epoch times {} ({} or {})",
+                  "every rank takes one batch per step: give the steps taken in the epoch times {} ({})",
                   options.start_batch, config.path, ranks, ranks, ranks,
-                  options.start_batch / static_cast<uint64_t>(ranks) * static_cast<uint64_t>(ranks),
-                  (options.start_batch / static_cast<uint64_t>(ranks) + 1) * static_cast<uint64_t>(ranks));
+                  above <= kMaxStartBatch ? fmt::format("{} or {}", below, above) : std::to_string(below));
     return 2;
   }
 

@@ -18,11 +18,15 @@
 // Thread-safety: Run() on the main thread; it owns everything.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "config/job_config.h"
 
 namespace ringfeed {
+
+// The largest --start-epoch and --start-batch the command line takes: 10^18 - 1 (18 digits).
+inline constexpr uint64_t kMaxStartBatch = 999'999'999'999'999'999;
 
 struct DaemonOptions {
   std::string config_path;

@@ -72,6 +72,7 @@ int main(int argc, char** argv) {
         [what](std::string& text) {
           const size_t digits = text.find_first_not_of('0');
           const std::string value = digits == std::string::npos ? "0" : text.substr(digits);
+          // At most 18 digits: kMaxStartBatch.
           if (text.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string::npos) {
             return std::string("expected a whole number of ") + what + " from 0 to 10^18 - 1, got '" + text + "'";
           }

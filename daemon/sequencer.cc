@@ -53,6 +53,9 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
     if (counts.delivered == 0) {
       const bool more = options_.epochs == 0 || e + 1 < static_cast<uint64_t>(options_.epochs);
       empty_epoch_ = "epoch " + std::to_string(e) + " delivered no batch: " + EmptyEpochCause(counts) +
+                     (e == options_.first_epoch && options_.first_batch > 0
+                          ? " (and --start-batch " + std::to_string(options_.first_batch) + " asked for a batch of it)"
+                          : "") +
                      (more ? "; ended there, before the last epoch, since the epochs after it would deliver none "
                              "either; restart the job once the cause is fixed"
                            : "; the last epoch; restart the job once the cause is fixed");
@@ -150,6 +153,13 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       complete.pop_front();
       if (job.index < first_batch) {  // resuming mid-epoch: delivered before the restart
         ++counts->before_start;
+        for (const OwnedRecord& record : job.records) {
+          if (!options_.check_dropped) break;
+          if (std::string error = options_.check_dropped(record); !error.empty()) {
+            failure_ = std::move(error);
+            return false;
+          }
+        }
         continue;
       }
       job.seq = next_seq_++;

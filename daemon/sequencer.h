@@ -72,6 +72,11 @@ struct SequencerOptions {
   // so the ones after keep their index, content and queue. Past the epoch's last deliverable
   // batch, Run fails (kFailed) at that epoch's end.
   uint64_t first_batch = 0;
+  // Under on_error: fail, each record of a batch dropped before first_batch is checked with this
+  // (a non-empty answer is the error): the run fails there as an uninterrupted one would have
+  // when parsing that batch. Unset: not checked (under on_error: skip the readers check every
+  // record already).
+  std::function<std::string(const OwnedRecord&)> check_dropped;
   uint32_t queues = 1;
   int64_t shard_index = 0;
   int64_t shard_count = 1;

@@ -211,6 +211,27 @@ TEST_CASE("resuming mid-epoch in ranks mode: --start-batch a multiple of the ran
   CHECK(whole.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("resuming mid-epoch under on_error: fail: a bad record in the batches dropped fails the job, as an "
+          "uninterrupted run would have") {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int64_t id = 0; id < 30; ++id) records.push_back(id == 5 ? std::string("\xff\xff not an Example") : IdRecord(id));
+  WriteFile(dir.file("data.tfrecord"), FrameRecords(records));
+  const std::string config = IdJobConfig("resume-bad", dir.file("data.tfrecord"), "batch: {size: 4}\n");
+  DaemonProcess daemon(dir.path(), "resume-bad", config);
+  RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--start-batch", "3", "--exit-when-done"}));  // records 0 to 11 dropped
+  ConsumerSpec spec;
+  spec.client = daemon.client_options();
+  const ConsumerReport report = ConsumeInProcess(spec);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(report.batches.empty());
+  CHECK_THAT(report.error, Catch::Contains(dir.file("data.tfrecord") + ": record 5 at byte ") &&
+                               Catch::Contains("(on_error: fail)"));
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  CHECK(status->ToString() == "exit 1");
+}
+
 TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 40);

@@ -456,6 +456,37 @@ TEST_CASE("first_epoch and first_batch: a run resumed at epoch e (batch k) gives
   }
 }
 
+TEST_CASE("first_batch under on_error: fail: check_dropped's error on a dropped record fails the run there") {
+  TempDir dir;
+  SequencerOptions o;
+  o.files = WriteFiles(dir, {7, 5, 0});
+  o.batch_size = 2;
+  o.epochs = 2;
+  o.first_batch = 3;  // records of batches 0 to 2 dropped, each checked
+  std::vector<std::pair<uint32_t, uint64_t>> checked;
+  o.check_dropped = [&](const OwnedRecord& r) {
+    checked.push_back({r.file_index, r.record_index});
+    return r.file_index == 1 && r.record_index == 2 ? std::string("bad record") : std::string();
+  };
+  ReadAhead read_ahead({}, 1, 1 << 20);
+  Sequencer sequencer(o, &read_ahead, nullptr);
+  uint64_t emitted = 0;
+  CHECK(sequencer.Run([&](BatchJob&&) { return ++emitted, true; }) == Sequencer::Outcome::kFailed);
+  CHECK(emitted == 0);
+  CHECK(sequencer.failure() == "bad record");
+  // The interleave over files 0 and 1 (cycle_length 4, file 2 empty): 0:0 1:0 0:1 1:1 0:2 1:2.
+  const std::vector<std::pair<uint32_t, uint64_t>> expected{{0, 0}, {1, 0}, {0, 1}, {1, 1}, {0, 2}, {1, 2}};
+  CHECK(checked == expected);
+  // A check that passes everything: the run goes on from batch 3 as without it.
+  o.check_dropped = [](const OwnedRecord&) { return std::string(); };
+  ReadAhead read_ahead2({}, 1, 1 << 20);
+  Sequencer passing(o, &read_ahead2, nullptr);
+  std::vector<uint64_t> indices;
+  CHECK(passing.Run([&](BatchJob&& job) { return indices.push_back(job.index), true; }) ==
+        Sequencer::Outcome::kEndOfData);
+  CHECK(indices == std::vector<uint64_t>{3, 4, 5, 0, 1, 2, 3, 4, 5});
+}
+
 TEST_CASE("first_batch past the end of its epoch: the run fails there, naming the epoch's batches") {
   TempDir dir;
   SequencerOptions o;
