@@ -37,7 +37,8 @@ struct DaemonOptions {
   // checkpoint. Epoch e's batches do not depend on the epochs before it (daemon/sequencer.h).
   uint64_t start_epoch = 0;
   // The first batch of start_epoch produced (--start-batch), 0-based as Batch::index(): resuming
-  // mid-epoch. The batches before it are read and dropped, not parsed; in ranks mode a multiple
+  // mid-epoch. The batches before it are read and dropped (their records checked under
+  // on_error: fail), not put in the ring; in ranks mode a multiple
   // of consumers.count (every rank took as many).
   uint64_t start_batch = 0;
 };
