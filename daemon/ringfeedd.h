@@ -2,20 +2,21 @@
 // the pipeline, the control socket, the heartbeat and systemd notifications, and a clean stop.
 //
 // Start-up, in order (each failure is a clear message and a non-zero exit, nothing left behind):
-//   1. runtime directory (shm/names.h) created; `<job>.lock` locked (flock) — a second daemon
-//      for the job refuses to start and names the running pid, also when the lock file was
-//      removed but that daemon still answers at the job's socket;
+//   1. runtime directory (shm/names.h) created; `<job>.lock` locked (flock, daemon/job_lock.h) —
+//      a second daemon for the job refuses to start and names the running pid, also when the
+//      lock file was removed but that daemon still answers at the job's socket;
 //   2. files expanded (daemon/file_list.h); slot size estimated from the first records
 //      (ring.slot_bytes: auto) — exact for FixedLen features, for variable ones
 //      1.5 x the sampled mean per row plus the largest sampled row;
 //   3. the lock checked again (a lock file removed meanwhile is made again; one another daemon
 //      took meanwhile ends this start); segment created (a stale one of the same name
 //      replaced; /dev/shm space checked and reserved), superblock written and marked ready last;
-//   4. control socket listening, pipeline started, READY=1 to systemd.
+//   4. control socket listening, pipeline and heartbeat (daemon/heartbeat.h) started, READY=1
+//      to systemd; status requests answered from daemon/status_report.h.
 // Stop (SIGTERM/SIGINT): pipeline stopped, consumers told (state kStopped with the reason),
 // STOPPING=1, socket and segment removed, lock released.
 //
-// Thread-safety: Run() on the main thread; it owns everything.
+// Thread-safety: RunDaemon on the main thread; it owns everything.
 #pragma once
 
 #include <cstdint>
