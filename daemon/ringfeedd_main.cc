@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
       ->option_text("EPOCH");
   app.add_option("--start-batch", options.start_batch,
                  "Resume mid-epoch: the first batch produced is this batch of the start epoch (--start-epoch, else "
-                 "0; 0-based, as the batches' index field); the batches before it are read and dropped, the ones after "
+                 "0; 0-based: the client's Batch::index(), dump's \"batch\"); the batches before it are read and dropped, the ones after "
                  "it are those of an uninterrupted run (deterministic: true). In ranks mode the steps taken times "
                  "consumers.count (else exit status 2); past the epoch's last batch the job fails at that epoch's end "
                  "(default: 0)")

@@ -41,11 +41,13 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
     // A resume point past the epoch's end is a mistake in the checkpoint's arithmetic: said,
     // rather than going on with another epoch than the one asked for.
     if (counts.delivered == 0 && counts.before_start > 0) {
+      const bool last = options_.epochs != 0 && e + 1 == static_cast<uint64_t>(options_.epochs);
       failure_ = "--start-batch " + std::to_string(options_.first_batch) + " is past the end of epoch " +
                  std::to_string(e) + ", which has " + std::to_string(counts.before_start) + " batch" +
                  (counts.before_start == 1 ? "" : "es") + " (0 to " + std::to_string(counts.before_start - 1) +
-                 "): a checkpoint taken at the end of epoch " + std::to_string(e) + " resumes with --start-epoch " +
-                 std::to_string(e + 1) + " and no --start-batch";
+                 "): a checkpoint taken at the end of epoch " + std::to_string(e) +
+                 (last ? ", the job's last (epochs: " + std::to_string(options_.epochs) + "), has nothing left to resume"
+                       : " resumes with --start-epoch " + std::to_string(e + 1) + " and no --start-batch");
       return Outcome::kFailed;
     }
     // An epoch that delivers nothing would loop forever with epochs: 0; the last one's trainers

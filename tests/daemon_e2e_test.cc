@@ -172,8 +172,8 @@ TEST_CASE("determinism: the batch sequence is the same whatever readers and work
     INFO("ringfeedd stderr:\n" << daemon.Stderr());
     CHECK(report.batches.empty());
     CHECK_THAT(report.error, Catch::Contains("--start-batch 29 is past the end of epoch 1, which has 29 batches (0 to "
-                                             "28): a checkpoint taken at the end of epoch 1 resumes with --start-epoch "
-                                             "2 and no --start-batch"));
+                                             "28): a checkpoint taken at the end of epoch 1, the job's last (epochs: "
+                                             "2), has nothing left to resume"));
     const auto status = daemon.Wait();
     REQUIRE(status);
     CHECK(status->ToString() == "exit 1");
