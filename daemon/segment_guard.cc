@@ -74,7 +74,7 @@ void OnSigbus(int signal, siginfo_t* info, void*) {
   shm::UnlinkIfSame(g_state.lock_path, g_state.lock_id);
   // At once, every thread: the daemon's once-a-second check of its names would make a removed
   // socket and lock file again. (_exit is exit_group too, but ThreadSanitizer's _exit waits a
-  // second first, its atexit_sleep_ms, and a TSan run of daemon_faults_test found both made
+  // second first, its atexit_sleep_ms, and a TSan run of the daemon tests found both made
   // again.)
   ::syscall(SYS_exit_group, 1);
   ::_exit(1);  // not reached

@@ -71,7 +71,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
 
 step "build with ThreadSanitizer and run the multi-threaded tests (ring, client, sequencer, daemon)"
-tsan_tests="shm_ring_test shm_claim_test client_test cuda_uploader_test sequencer_test daemon_e2e_test daemon_faults_test daemon_autotune_test"
+tsan_tests="shm_ring_test shm_claim_test client_test cuda_uploader_test sequencer_test daemon_e2e_test daemon_consumers_test daemon_names_test daemon_data_limits_test daemon_control_signals_test daemon_autotune_test"
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRINGFEED_BENCH=OFF \
   -DCMAKE_C_FLAGS=-fsanitize=thread "-DCMAKE_CXX_FLAGS=-fsanitize=thread -Wno-tsan" \
   -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null

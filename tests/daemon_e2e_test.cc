@@ -63,12 +63,6 @@ bool BindStaleSocket(const std::string& path) {
   return bound;
 }
 
-std::vector<int64_t> Iota(int64_t first, int64_t count) {
-  std::vector<int64_t> v(static_cast<size_t>(count));
-  std::iota(v.begin(), v.end(), first);
-  return v;
-}
-
 std::string Describe(const std::vector<BatchInfo>& batches) {
   std::ostringstream s;
   for (const BatchInfo& b : batches) s << b.ToLine() << "\n";

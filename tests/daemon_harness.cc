@@ -11,12 +11,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <numeric>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -657,6 +659,23 @@ void SkipOrFail(const std::string& why) {
   const char* ci = std::getenv("CI");
   if (ci != nullptr && std::string(ci) == "true") FAIL("CI=true but this test cannot run here: " << why);
   Skip(why);
+}
+
+std::vector<int64_t> Iota(int64_t first_id, int64_t count) {
+  std::vector<int64_t> ids(static_cast<size_t>(count));
+  std::iota(ids.begin(), ids.end(), first_id);
+  return ids;
+}
+
+std::vector<int64_t> SortedIds(const std::vector<BatchInfo>& batches) {
+  std::vector<int64_t> ids;
+  for (const BatchInfo& b : batches) ids.insert(ids.end(), b.ids.begin(), b.ids.end());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace ringfeed::testing

@@ -233,6 +233,13 @@ std::string IdFeaturesYaml();
 // IdFeaturesYaml features, then `extra` (whole YAML lines, e.g. "epochs: 0\n").
 std::string IdJobConfig(const std::string& job, const std::string& files, const std::string& extra = "");
 
+// first_id, first_id + 1, ..., first_id + count - 1: the ids WriteIdFile writes.
+std::vector<int64_t> Iota(int64_t first_id, int64_t count);
+// Every row's id across `batches`, sorted (which consumer or batch held it is dropped).
+std::vector<int64_t> SortedIds(const std::vector<BatchInfo>& batches);
+// Seconds (steady clock) since `start`.
+double SecondsSince(std::chrono::steady_clock::time_point start);
+
 // "RINGFEED_SKIP: <why>" on stdout, or a failure with CI=true (as TfxDirOrSkip). The caller
 // returns after it.
 void SkipOrFail(const std::string& why);

@@ -15,14 +15,22 @@ ringfeed_test(daemon_e2e_test SOURCES daemon_e2e_test.cc TIMEOUT 120
   LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format nlohmann_json::nlohmann_json)
 ringfeed_test(daemon_golden_test SOURCES daemon_golden_test.cc TIMEOUT 120
   LIBS ringfeed_daemon_harness ringfeed_client nlohmann_json::nlohmann_json ZLIB::ZLIB)
-ringfeed_test(daemon_faults_test SOURCES daemon_faults_test.cc TIMEOUT 120
+# When things go wrong, by area (one program each, so CTest runs them side by side):
+ringfeed_test(daemon_consumers_test SOURCES daemon_consumers_test.cc TIMEOUT 120
+  LIBS ringfeed_daemon_harness ringfeed_client nlohmann_json::nlohmann_json)
+ringfeed_test(daemon_names_test SOURCES daemon_names_test.cc TIMEOUT 120
+  LIBS ringfeed_daemon_harness ringfeed_client nlohmann_json::nlohmann_json)
+ringfeed_test(daemon_data_limits_test SOURCES daemon_data_limits_test.cc TIMEOUT 120
   LIBS ringfeed_daemon_harness ringfeed_client ringfeed_format ringfeed_budget nlohmann_json::nlohmann_json)
+ringfeed_test(daemon_control_signals_test SOURCES daemon_control_signals_test.cc TIMEOUT 120
+  LIBS ringfeed_daemon_harness ringfeed_client nlohmann_json::nlohmann_json)
 ringfeed_test(daemon_devshm_test SOURCES daemon_devshm_test.cc TIMEOUT 60 LIBS ringfeed_daemon_harness ringfeed_format)
 # ringfeedctl list / status / dump against a fake daemon (replies of other types, another job's
 # welcome) and dump's timeout in ranks mode.
 ringfeed_test(ringfeedctl_test SOURCES ringfeedctl_test.cc TIMEOUT 120
   LIBS ringfeed_daemon_harness ringfeed_client nlohmann_json::nlohmann_json)
-foreach(t daemon_e2e_test daemon_golden_test daemon_faults_test daemon_devshm_test ringfeedctl_test)
+foreach(t daemon_e2e_test daemon_golden_test daemon_consumers_test daemon_names_test daemon_data_limits_test
+    daemon_control_signals_test daemon_devshm_test ringfeedctl_test)
   add_dependencies(${t} ringfeedd ringfeedctl)
 endforeach()
 add_dependencies(daemon_e2e_test example_trainer)

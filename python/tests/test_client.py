@@ -389,7 +389,7 @@ def test_daemon_killed_while_waiting_raises_within_2s(daemon_factory, tmp_path):
 
 
 def test_on_error_fail_message_reaches_python(daemon_factory, tmp_path):
-    """ids 0..9 with record 6's payload corrupted (tests/daemon_faults_test.cc)."""
+    """ids 0..9 with record 6's payload corrupted (tests/daemon_data_limits_test.cc)."""
     data = b""
     corrupt_at = 0
     for i in range(10):
