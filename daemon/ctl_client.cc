@@ -665,16 +665,19 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   if (start_batch > 0) {
     started_at += (start_epoch > 0 ? " --start-batch " : "; started at --start-batch ") + std::to_string(start_batch);
   }
+  // Batches formed, ahead of those taken (an older ringfeedd does not send the field).
+  const std::string batches_made =
+      s.Has("batches_in_epoch") ? ", " + std::to_string(s.Count("batches_in_epoch")) + " of its batches made" : "";
   // Counted from 1 for people, with the batches' 0-based epoch beside it: that is the number
   // --start-epoch and checkpoints use.
   std::snprintf(buf, sizeof buf,
                 "progress   epoch %lld of %s (0-based %lld, as in batches and --start-epoch%s), %llu of %llu "
-                "files of this epoch done\n",
+                "files of this epoch done%s\n",
                 static_cast<long long>(s.Integer("epoch")) + 1,
                 epochs == 0 ? "unlimited" : std::to_string(epochs).c_str(), static_cast<long long>(s.Integer("epoch")),
                 started_at.c_str(),
                 static_cast<unsigned long long>(files.Count("done_in_epoch")),
-                static_cast<unsigned long long>(files.Count("in_shard")));
+                static_cast<unsigned long long>(files.Count("in_shard")), batches_made.c_str());
   out << buf;
   const ReplyFields shard = s.Object("shard");
   if (shard.Count("count", 1) > 1) {

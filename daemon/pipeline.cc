@@ -650,6 +650,7 @@ PipelineStats Pipeline::Snapshot() const {
   PipelineStats s;
   s.epoch = sequencer_->epoch();
   s.files_done_in_epoch = sequencer_->files_done_in_epoch();
+  s.batches_in_epoch = sequencer_->batches_in_epoch();
   s.records = records_.load(std::memory_order_relaxed);
   s.batches = batches_.load(std::memory_order_relaxed);
   s.record_bytes = record_bytes_.load(std::memory_order_relaxed);

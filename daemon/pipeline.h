@@ -67,6 +67,7 @@ enum class PipelineEnd { kRunning, kEndOfData, kFailed, kStopped };
 struct PipelineStats {
   uint64_t epoch = 0;
   uint64_t files_done_in_epoch = 0;
+  uint64_t batches_in_epoch = 0;  // Sequencer::batches_in_epoch
   uint64_t records = 0;         // records published in batches
   uint64_t batches = 0;         // batches published
   uint64_t record_bytes = 0;    // serialized record bytes published

@@ -140,6 +140,7 @@ void Sequencer::OpenAhead(uint64_t e, bool last_epoch, size_t live) {
 
 bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts) {
   files_done_.store(0, std::memory_order_relaxed);
+  batches_in_epoch_.store(0, std::memory_order_relaxed);
   const bool last_epoch = options_.epochs != 0 && e + 1 == static_cast<uint64_t>(options_.epochs);
   const uint64_t round = options_.queues;
   const uint64_t first_batch = e == options_.first_epoch ? options_.first_batch : 0;
@@ -153,6 +154,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     for (size_t i = 0; i < n; ++i) {
       BatchJob job = std::move(complete.front());
       complete.pop_front();
+      batches_in_epoch_.store(job.index + 1, std::memory_order_relaxed);
       if (job.index < first_batch) {  // resuming mid-epoch: delivered before the restart
         ++counts->before_start;
         for (const OwnedRecord& record : job.records) {

@@ -145,6 +145,10 @@ class Sequencer {
   // Progress, readable from any thread.
   uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
   uint64_t files_done_in_epoch() const { return files_done_.load(std::memory_order_relaxed); }
+  // Batches of epoch() formed so far (handed on, or dropped before --start-batch): the index
+  // its next batch gets. Runs ahead of the batches trainers took by those in the ring and the
+  // workers, and by up to two rounds held back to flag the epoch's last.
+  uint64_t batches_in_epoch() const { return batches_in_epoch_.load(std::memory_order_relaxed); }
   uint64_t records_skipped() const { return records_skipped_.load(std::memory_order_relaxed); }
   uint64_t batches_dropped() const { return batches_dropped_.load(std::memory_order_relaxed); }
   // The records in the shuffle buffer now and their payload bytes (the memory plan counts them
@@ -202,6 +206,7 @@ class Sequencer {
   std::atomic<size_t> lookahead_;
   std::atomic<uint64_t> epoch_{0};
   std::atomic<uint64_t> files_done_{0};
+  std::atomic<uint64_t> batches_in_epoch_{0};
   std::atomic<uint64_t> records_skipped_{0};
   std::atomic<uint64_t> batches_dropped_{0};
   std::atomic<uint64_t> shuffle_records_{0}, shuffle_bytes_{0};

@@ -84,6 +84,7 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
       {"uptime_seconds", uptime},
       {"deterministic", f.deterministic},
       {"epoch", s.epoch},
+      {"batches_in_epoch", s.batches_in_epoch},
       {"epochs", f.epochs},
       {"start_epoch", f.start_epoch},
       {"start_batch", f.start_batch},

@@ -185,8 +185,10 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK(std::stod(ended.substr(ended.find(" batches, ") + 10)) > 0);
     const json status = daemon.Status();
     CHECK(status["epoch"] == 1);
+    CHECK(status["batches_in_epoch"] == 5);  // the last epoch's, all made
     CHECK_THAT(RunCommand({CtlBinary(), "status", "skip-unit", "--runtime-dir", daemon.runtime_dir()}).out,
-               Catch::Contains("progress   epoch 2 of 2 (0-based 1"));
+               Catch::Contains("progress   epoch 2 of 2 (0-based 1") &&
+                   Catch::Contains("2 of 2 files of this epoch done, 5 of its batches made\n"));
     CHECK(daemon.Stop().ToString() == "exit 0");
   }
   SECTION("skip: every other record arrives, one skip counted") {

@@ -68,6 +68,9 @@ std::vector<Seen> RunAll(const SequencerOptions& options, size_t readers, uint64
   uint64_t expected_seq = 0;
   const auto result = sequencer.Run([&](BatchJob&& job) {
     REQUIRE(job.seq == expected_seq++);
+    // The progress status shows: the batch handed on is the epoch's latest formed.
+    REQUIRE(sequencer.epoch() == job.epoch);
+    REQUIRE(sequencer.batches_in_epoch() == job.index + 1);
     Seen s{job.epoch, job.index, job.queue, job.flags, {}};
     for (const OwnedRecord& r : job.records) {
       const std::string text(reinterpret_cast<const char*>(r.bytes().data()), r.size);
