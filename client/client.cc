@@ -129,32 +129,43 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
   const auto attach_deadline = Clock::now() + attach_timeout;
   a->interrupted = options.interrupted;
   a->connection.SetInterrupted(options.interrupted);
+  // Until attach_timeout: nothing listens at the socket yet, or a daemon took the connection and
+  // stopped before answering (one being restarted: it resets the connections queued at its
+  // socket as it closes it), and the next one may be starting.
+  auto wait_or_throw = [&](const std::string& reason, bool stopping) {
+    const auto now = Clock::now();
+    if (attach_timeout.count() == 0) {
+      if (stopping) throw;  // as it came: the daemon was there
+      throw DaemonNotRunningError(reason +
+                                      ". To wait for a daemon that is starting, set attach_timeout (ClientOptions; "
+                                      "attach_timeout= in Python)",
+                                  reason);
+    }
+    if (now >= attach_deadline) {
+      const double seconds = std::chrono::duration<double>(attach_timeout).count();
+      char waited[32];
+      std::snprintf(waited, sizeof waited, seconds >= 100 ? "%.0f" : "%.3g", seconds);  // 0.05, 1.5, 600
+      throw DaemonNotRunningError(reason + " (tried for " + waited + " s: attach_timeout)", reason);
+    }
+    if (options.interrupted && options.interrupted()) {
+      throw ClientInterrupted("attaching to ringfeedd for job " + a->job + " was interrupted");
+    }
+    std::this_thread::sleep_for(std::min<Clock::duration>(kAttachRetry, attach_deadline - now));
+  };
+  std::string line;
   for (;;) {
     try {
       a->connection.Connect(a->socket_path, a->job);
+      a->connection.SendLine(HelloLine(options.rank));
+      line = a->connection.ReadLine(std::max(a->liveness_timeout, std::chrono::milliseconds(1000)));
       break;
     } catch (const DaemonNotRunningError& e) {
-      const auto now = Clock::now();
-      if (attach_timeout.count() == 0) {
-        throw DaemonNotRunningError(e.reason() +
-                                        ". To wait for a daemon that is starting, set attach_timeout (ClientOptions; "
-                                        "attach_timeout= in Python)",
-                                    e.reason());
-      }
-      if (now >= attach_deadline) {
-        const double seconds = std::chrono::duration<double>(attach_timeout).count();
-        char waited[32];
-        std::snprintf(waited, sizeof waited, seconds >= 100 ? "%.0f" : "%.3g", seconds);  // 0.05, 1.5, 600
-        throw DaemonNotRunningError(e.reason() + " (tried for " + waited + " s: attach_timeout)", e.reason());
-      }
-      if (options.interrupted && options.interrupted()) {
-        throw ClientInterrupted("attaching to ringfeedd for job " + a->job + " was interrupted");
-      }
-      std::this_thread::sleep_for(std::min<Clock::duration>(kAttachRetry, attach_deadline - now));
+      wait_or_throw(e.reason(), false);
+    } catch (const detail::ConnectionClosedError& e) {
+      a->connection.Close();
+      wait_or_throw(e.what(), true);
     }
   }
-  a->connection.SendLine(HelloLine(options.rank));
-  const std::string line = a->connection.ReadLine(std::max(a->liveness_timeout, std::chrono::milliseconds(1000)));
   const json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (message.is_discarded() || !message.is_object()) {
     throw ClientError("ringfeedd's answer on " + a->socket_path + " is not a JSON object: " + line.substr(0, 300));

@@ -60,7 +60,8 @@ struct ClientOptions {
   // (2^31 - 1 ms); values outside are clamped.
   std::chrono::milliseconds liveness_timeout{10000};
   // How long Attach waits for the daemon when nothing listens at the job's socket yet (a
-  // trainer launched together with its daemon): it tries again every 100 ms until this has
+  // trainer launched together with its daemon), or the daemon there closes the connection
+  // before answering (it is stopping: a restart): it tries again every 100 ms until this has
   // passed, then throws DaemonNotRunningError. 0 (the default): one try. Other errors (a
   // refused rank, a protocol mismatch, permissions) are thrown at once. Values outside 0 ms to
   // ~24.8 days are clamped.

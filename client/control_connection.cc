@@ -314,7 +314,11 @@ void ControlConnection::SendLine(const std::string& line) {
         return;
       } catch (const ClientError&) {
       }
-      throw ClientError("cannot write to ringfeedd's control socket " + path_ + ": " + std::strerror(err));
+      const std::string message = "cannot write to ringfeedd's control socket " + path_ + ": " + std::strerror(err);
+      if (err == EPIPE || err == ECONNRESET) {
+        throw ConnectionClosedError(message + " (is it stopping or restarting? attach again once it runs)");
+      }
+      throw ClientError(message);
     }
     sent += static_cast<size_t>(n);
   }
@@ -350,12 +354,15 @@ std::string ControlConnection::ReadLine(std::chrono::milliseconds timeout) {
     if (n < 0 && errno == EINTR) continue;
     // Both happen when the daemon stops (or exits) between accepting the connection and answering.
     if (n < 0) {
-      throw ClientError("cannot read ringfeedd's control socket " + path_ + ": " + std::strerror(errno) +
-                        " (is it stopping or restarting? attach again once it runs)");
+      const int err = errno;
+      const std::string message = "cannot read ringfeedd's control socket " + path_ + ": " + std::strerror(err) +
+                                  " (is it stopping or restarting? attach again once it runs)";
+      if (err == ECONNRESET) throw ConnectionClosedError(message);
+      throw ClientError(message);
     }
     if (n == 0) {
-      throw ClientError("ringfeedd closed the control connection on " + path_ +
-                        " before answering (is it stopping or restarting? attach again once it runs)");
+      throw ConnectionClosedError("ringfeedd closed the control connection on " + path_ +
+                                  " before answering (is it stopping or restarting? attach again once it runs)");
     }
     buffered_.append(chunk, static_cast<size_t>(n));
   }
@@ -378,6 +385,7 @@ bool ControlConnection::DaemonClosed() {
 }
 
 void ControlConnection::Close() {
+  buffered_.clear();
   if (fd_ < 0) return;
   // A forked child closes only its copy of the descriptor: the bye would speak for the parent.
   if (getpid() != owner_pid_) {

@@ -23,6 +23,15 @@ class DaemonGoneError : public DaemonNotRunningError {
   using DaemonNotRunningError::DaemonNotRunningError;
 };
 
+// What ReadLine and SendLine throw when the daemon closed or reset the connection before a whole
+// line came: in Attach, a daemon that accepted the connection and then stopped (SIGTERM, a
+// restart: the connections still queued at its socket are reset as it closes it), which
+// ClientOptions::attach_timeout waits out as it waits for a daemon that does not run yet.
+class ConnectionClosedError : public ClientError {
+ public:
+  using ClientError::ClientError;
+};
+
 // The pid in the job's lock file beside the socket at `socket_path` (`<dir>/<job>.lock`, written
 // by the ringfeedd that held it) when no process has that pid any more, or its process exited
 // and is not reaped yet (a zombie): the daemon is gone and its socket was left behind (SIGKILL, a
@@ -54,18 +63,20 @@ class ControlConnection {
   // daemon's queue of connections stays full for kConnectTimeoutSeconds (it is stopped).
   void Connect(const std::string& path, const std::string& job);
   static constexpr int kConnectTimeoutSeconds = 5;
-  // Writes `line` + '\n' completely. Throws ClientError; not when the daemon closed the
-  // connection after writing a line (its refusal): ReadLine returns that line next.
+  // Writes `line` + '\n' completely. Throws ClientError (ConnectionClosedError where the daemon
+  // closed or reset the connection); not when the daemon closed the connection after writing a
+  // line (its refusal): ReadLine returns that line next.
   void SendLine(const std::string& line);
   // Reads up to and excluding the next '\n', waiting at most `timeout`. Throws ClientError on
-  // timeout, EOF or a line longer than shm::kMaxMessageBytes.
+  // timeout or a line longer than shm::kMaxMessageBytes; ConnectionClosedError at EOF or a reset.
   std::string ReadLine(std::chrono::milliseconds timeout);
   // Asked every 100 ms while ReadLine waits: true ends the wait with ClientInterrupted.
   void SetInterrupted(std::function<bool()> interrupted) { interrupted_ = std::move(interrupted); }
   // Non-blocking: true once the daemon has closed its end (EOF, hang-up or error). Anything
   // the daemon sends after the welcome is read and dropped.
   bool DaemonClosed();
-  // Sends {"type":"bye"} (best effort) and closes. Idempotent.
+  // Sends {"type":"bye"} (best effort) and closes; what was read past the last line is dropped,
+  // so the object can connect again. Idempotent.
   void Close();
 
  private:

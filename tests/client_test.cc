@@ -1,7 +1,10 @@
 // The client library against a test producer in a forked process (real shared memory, real
 // control socket): batch contents, end of data, timeouts without CPU burn, the daemon dying
 // (SIGKILL), freezing (SIGSTOP), failing, refusing, restarting; invalid batches; threads.
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include <thread>
 
 #include "client/client.h"
+#include "shm/names.h"
 #include "shm/ring.h"
 #include "shm/segment.h"
 #include "tests/ring_test_producer.h"
@@ -347,6 +351,50 @@ TEST_CASE("client: the daemon stopping is an error with its reason") {
   CHECK_THROWS_WITH(client->Next(10s, &batch), Catch::EndsWith("for job train stopped: SIGTERM"));
 }
 
+// A daemon that stops just after taking connections, as seen by a trainer attaching then: a
+// socket at `path` whose connections are accepted and closed unanswered (a stopping ringfeedd
+// resets those still queued as it closes its socket), until Remove() takes it away.
+class ClosingListener {
+ public:
+  explicit ClosingListener(std::string path) : path_(std::move(path)) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    REQUIRE(path_.size() < sizeof addr.sun_path);
+    std::strcpy(addr.sun_path, path_.c_str());
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    thread_ = std::thread([this] {
+      while (!stop_.load()) {
+        pollfd pfd{fd_, POLLIN, 0};
+        if (::poll(&pfd, 1, 20) <= 0) continue;
+        const int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) continue;
+        ::close(c);
+        closed_.fetch_add(1);
+      }
+    });
+  }
+  ~ClosingListener() { Remove(); }
+  // Stops taking connections, closes the socket and removes its file.
+  void Remove() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    thread_.join();
+    ::close(fd_);
+    ::unlink(path_.c_str());
+  }
+  int closed() const { return closed_.load(); }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> closed_{0};
+  std::thread thread_;
+};
+
 TEST_CASE("client: attach_timeout waits for a daemon that starts later, and gives up naming the wait") {
   TempDir dir;
   SECTION("no daemon: DaemonNotRunningError after attach_timeout") {
@@ -390,6 +438,60 @@ TEST_CASE("client: attach_timeout waits for a daemon that starts later, and give
     Batch batch;
     REQUIRE(client->Next(10s, &batch) == Status::kBatch);
     CheckTestBatch(batch, 4, 0);
+  }
+  SECTION("a daemon that takes the connection and stops before answering: waited out, the next one attached") {
+    ClosingListener stopping(shm::SocketPath(dir.path().string(), "train"));
+    ClientOptions o = Attach(dir);
+    o.attach_timeout = 20s;
+    std::unique_ptr<Client> client;
+    std::string error;
+    std::thread trainer([&] {
+      try {
+        client = Client::Attach(o);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    });
+    // Once it has tried twice, the stopping daemon is gone and the next one starts.
+    for (int i = 0; i < 500 && stopping.closed() < 2; ++i) std::this_thread::sleep_for(10ms);
+    CHECK(stopping.closed() >= 2);
+    stopping.Remove();
+    ChildProcess producer = ForkProducer(Options(dir), [](RingTestProducer& p) { p.PublishBatch(0, 0); });
+    trainer.join();
+    INFO(error);
+    REQUIRE(client);
+    Batch batch;
+    REQUIRE(client->Next(10s, &batch) == Status::kBatch);
+    CheckTestBatch(batch, 4, 0);
+  }
+  SECTION("a daemon that closes every connection unanswered: the reason after attach_timeout; at once without one") {
+    ClosingListener stopping(shm::SocketPath(dir.path().string(), "train"));
+    ClientOptions o = Attach(dir);
+    o.attach_timeout = 400ms;
+    const auto t0 = Clock::now();
+    try {
+      Client::Attach(o);
+      FAIL("attached to a socket that answers nothing");
+    } catch (const DaemonNotRunningError& e) {
+      CHECK(Seconds(Clock::now() - t0) >= 0.39);
+      // Closed with the hello unread: a reset, or an end of file where the close came first.
+      CHECK_THAT(e.what(), Catch::Contains("(is it stopping or restarting? attach again once it runs)") &&
+                               Catch::Contains("(tried for 0.4 s: attach_timeout)"));
+    }
+    CHECK(stopping.closed() >= 2);
+    o.attach_timeout = 0ms;
+    try {
+      Client::Attach(o);
+      FAIL("attached to a socket that answers nothing");
+    } catch (const DaemonNotRunningError& e) {
+      FAIL("no attach_timeout: the daemon's end as it came, not a wait's");
+    } catch (const ClientError& e) {
+      // Closed before the hello was sent, or after it with the hello unread, or at once.
+      CHECK_THAT(e.what(), (Catch::StartsWith("cannot write to ringfeedd's control socket ") ||
+                            Catch::StartsWith("cannot read ringfeedd's control socket ") ||
+                            Catch::StartsWith("ringfeedd closed the control connection on ")) &&
+                               Catch::EndsWith("(is it stopping or restarting? attach again once it runs)"));
+    }
   }
 }
 

@@ -90,7 +90,9 @@ class Client:
         (about 24.8 days, ``inf`` included) count as that.
     attach_timeout : float
         Seconds to wait for the daemon when nothing listens at the job's socket yet (a trainer
-        launched together with its daemon): attaching is tried again every 100 ms until then.
+        launched together with its daemon), or the daemon there closes the connection before
+        answering (it is stopping: re-attaching while it restarts): attaching is tried again
+        every 100 ms until then.
         0 (default): one try. >= 0; Ctrl-C interrupts the wait. Other refusals are raised at once.
 
     Raises
