@@ -345,7 +345,8 @@ Command AddCheckCommand(CLI::App& parent) {
     if (r.batches > 0) {
       std::cout << "; the largest batch here needs " << r.largest_batch_bytes << " bytes ("
                 << ringfeed::shm::HumanBytes(r.largest_batch_bytes) << ", batch " << r.largest_batch_index
-                << " in file order)";
+                << " in file order" << (r.reordered ? ", not ringfeedd's batch of that index: its order differs" : "")
+                << ")";
     }
     std::cout << "\n";
     std::cout << r.memory_plan;
