@@ -357,14 +357,8 @@ TEST_CASE("client: the daemon stopping is an error with its reason") {
 class ClosingListener {
  public:
   explicit ClosingListener(std::string path) : path_(std::move(path)) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    fd_ = testing::BindUnixSocket(path_, SOCK_STREAM, 16);
     REQUIRE(fd_ >= 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    REQUIRE(path_.size() < sizeof addr.sun_path);
-    std::strcpy(addr.sun_path, path_.c_str());
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(fd_, 16) == 0);
     thread_ = std::thread([this] {
       while (!stop_.load()) {
         pollfd pfd{fd_, POLLIN, 0};

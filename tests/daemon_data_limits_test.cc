@@ -39,19 +39,13 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-
 // systemd's notify socket, for a ringfeedd started with NOTIFY_SOCKET=path(): a bound datagram
 // socket (sd_notify(3)).
 class NotifySocket {
  public:
   explicit NotifySocket(std::string path) : path_(std::move(path)) {
-    fd_ = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    fd_ = BindUnixSocket(path_, SOCK_DGRAM);
     REQUIRE(fd_ >= 0);
-    sockaddr_un addr{};
-    addr.sun_family = AF_UNIX;
-    REQUIRE(path_.size() < sizeof addr.sun_path);
-    std::strcpy(addr.sun_path, path_.c_str());
-    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
     const timeval timeout{10, 0};
     REQUIRE(::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout) == 0);
   }

@@ -107,35 +107,13 @@ TEST_CASE("a second ringfeedd refuses the job while the first answers at its soc
   CHECK_FALSE(std::filesystem::exists(first.lock_path()));  // its own again: removed at the stop
 }
 
-namespace {
-
-sockaddr_un UnixAddress(const std::string& path) {
-  sockaddr_un address{};
-  address.sun_family = AF_UNIX;
-  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
-  return address;
-}
-
-// A Unix socket listening at `path` (backlog `backlog`), or -1.
-int ListenAt(const std::string& path, int backlog) {
-  const sockaddr_un address = UnixAddress(path);
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 ||
-      ::listen(fd, backlog) != 0) {
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-}  // namespace
 
 TEST_CASE("another program listening at the job's socket path: exit 2 naming it, its socket left alone") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
   DaemonProcess daemon(dir.path(), "squatted-job", IdJobConfig("squatted-job", dir.file("data.tfrecord")));
   std::filesystem::create_directories(daemon.runtime_dir());
-  const int listener = ListenAt(daemon.socket_path(), 16);  // this test program: not a ringfeedd
+  const int listener = BindUnixSocket(daemon.socket_path(), SOCK_STREAM, 16);  // this test program: not a ringfeedd
   REQUIRE(listener >= 0);
   CHECK_FALSE(daemon.Start());
   const auto status = daemon.Wait();
@@ -156,7 +134,7 @@ TEST_CASE("a listener whose queue of connections is full: the start says so, and
   DaemonProcess daemon(dir.path(), "full-job", IdJobConfig("full-job", dir.file("data.tfrecord")));
   std::filesystem::create_directories(daemon.runtime_dir());
   // A listener that never accepts (as a ringfeedd stopped with SIGSTOP), its queue filled.
-  const int listener = ListenAt(daemon.socket_path(), 1);
+  const int listener = BindUnixSocket(daemon.socket_path(), SOCK_STREAM, 1);
   REQUIRE(listener >= 0);
   std::vector<int> queued;
   const sockaddr_un address = UnixAddress(daemon.socket_path());
@@ -812,7 +790,7 @@ TEST_CASE("another program's socket put at the socket's path is asked once wheth
   WriteIdFile(dir.file("data.tfrecord"), 0, 10);
   DaemonProcess daemon(dir.path(), "foreign", IdJobConfig("foreign", dir.file("data.tfrecord"), "epochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
-  const int listener = ListenAt(dir.file("other.sock"), 16);
+  const int listener = BindUnixSocket(dir.file("other.sock"), SOCK_STREAM, 16);
   REQUIRE(listener >= 0);
   std::filesystem::rename(dir.file("other.sock"), daemon.socket_path());
   INFO("ringfeedd stderr:\n" << daemon.Stderr());

@@ -1,10 +1,13 @@
 #include "tests/test_support.h"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <fstream>
@@ -27,6 +30,30 @@ TempDir::TempDir() {
 TempDir::~TempDir() {
   std::error_code ec;
   std::filesystem::remove_all(path_, ec);
+}
+
+sockaddr_un UnixAddress(const std::string& path) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), std::min(path.size() + 1, sizeof address.sun_path));
+  return address;
+}
+
+int BindUnixSocket(const std::string& path, int type, int backlog) {
+  if (path.size() >= sizeof(sockaddr_un::sun_path)) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  const sockaddr_un address = UnixAddress(path);
+  const int fd = ::socket(AF_UNIX, type | SOCK_CLOEXEC, 0);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0 ||
+      (backlog > 0 && ::listen(fd, backlog) != 0)) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
 }
 
 std::string ReadFile(const std::string& path) {

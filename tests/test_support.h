@@ -2,6 +2,8 @@
 // compression, and locating ../shared/data (skipping visibly where it is absent).
 #pragma once
 
+#include <sys/un.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -23,6 +25,13 @@ class TempDir {
   std::filesystem::path path_;
 };
 
+// The address of the Unix socket at `path` (shorter than sizeof sun_path: checked by the caller,
+// or by BindUnixSocket).
+sockaddr_un UnixAddress(const std::string& path);
+// A Unix socket of `type` (SOCK_STREAM, SOCK_DGRAM; close-on-exec) bound at `path`, and
+// listening with `backlog` when that is > 0: the descriptor, or -1 (errno set) when a call fails
+// or the path is too long for a Unix socket.
+int BindUnixSocket(const std::string& path, int type, int backlog = 0);
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& bytes);
 
