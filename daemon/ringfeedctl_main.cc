@@ -467,7 +467,8 @@ Command AddListCommand(CLI::App& parent) {
       "list",
       "List the ringfeed jobs whose sockets are in one runtime directory and its subdirectories (--runtime-dir)");
   cmd->footer(
-      "One line per job: JOB, STATE, PID, UPTIME, RECORDS/S (last 10 s), CONSUMERS; a job found in a\n"
+      "One line per job: JOB, STATE, PID, UPTIME, RECORDS/S (the last 10 s while it produces, the\n"
+      "whole run's once production ended), CONSUMERS; a job found in a\n"
       "subdirectory ends with \"(in DIR)\"; a socket left by a daemon that is gone (killed, crashed)\n"
       "shows as gone, with its pid, one whose daemon does not answer as unreachable, one this user may\n"
       "not connect to as denied, one whose daemon answers with what ringfeedctl cannot read as bad\n"
@@ -503,7 +504,7 @@ Command AddStatusCommand(CLI::App& parent) {
   CLI::App* cmd = parent.add_subcommand("status", "Show what a running ringfeedd is doing");
   cmd->footer(
       "Shows state, uptime, epoch and file progress, records and batches produced, throughput\n"
-      "(last 10 s and overall), ring occupancy (free / filling / ready / held), consumers (pid, rank,\n"
+      "(last 10 s and overall; the whole run's once production ended), ring occupancy (free / filling / ready / held), consumers (pid, rank,\n"
       "batches taken, time spent waiting), readers and workers, memory (segment, daemon private RSS,\n"
       "budget) and errors with the last one. Fields: docs/operations.md.\n"
       "Exit status 0: shown, 1: the daemon is not running, did not answer, serves another job or sent\n"

@@ -91,8 +91,8 @@ int main(int argc, char** argv) {
   app.add_option("--start-batch", options.start_batch,
                  "Resume mid-epoch: the first batch produced is this batch of the start epoch (--start-epoch, else "
                  "0; 0-based: the client's Batch::index(), dump's \"batch\"); the batches before it are read and dropped, the ones after "
-                 "it are those of an uninterrupted run (deterministic: true). In ranks mode the steps taken times "
-                 "consumers.count (else exit status 2); past the epoch's last batch the job fails at that epoch's end "
+                 "it are those of an uninterrupted run (deterministic: true). In ranks mode it must be a multiple of "
+                 "consumers.count, the steps every rank took times the ranks (else exit status 2); past the epoch's last batch the job fails at that epoch's end "
                  "(default: 0)")
       ->transform(decimal("batches", "BATCH"))
       ->option_text("BATCH");

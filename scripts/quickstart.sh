@@ -47,3 +47,7 @@ echo; echo "\$ kill -TERM ringfeedd"
 kill -TERM $daemon
 wait $daemon
 trap - EXIT
+echo
+echo "# Next: your own data (README.md, \"Using it on your data\"); a longer run for a steadier"
+echo "# rate: RINGFEED_EPOCHS=50 scripts/quickstart.sh"
+
