@@ -132,10 +132,9 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
   // Until attach_timeout: nothing listens at the socket yet, or a daemon took the connection and
   // stopped before answering (one being restarted: it resets the connections queued at its
   // socket as it closes it), and the next one may be starting.
-  auto wait_or_throw = [&](const std::string& reason, bool stopping) {
+  auto wait_or_throw = [&](const std::string& reason) {
     const auto now = Clock::now();
     if (attach_timeout.count() == 0) {
-      if (stopping) throw;  // as it came: the daemon was there
       throw DaemonNotRunningError(reason +
                                       ". To wait for a daemon that is starting, set attach_timeout (ClientOptions; "
                                       "attach_timeout= in Python)",
@@ -160,10 +159,11 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
       line = a->connection.ReadLine(std::max(a->liveness_timeout, std::chrono::milliseconds(1000)));
       break;
     } catch (const DaemonNotRunningError& e) {
-      wait_or_throw(e.reason(), false);
+      wait_or_throw(e.reason());
     } catch (const detail::ConnectionClosedError& e) {
       a->connection.Close();
-      wait_or_throw(e.what(), true);
+      if (attach_timeout.count() == 0) throw;  // as it came: the daemon was there
+      wait_or_throw(e.what());
     }
   }
   const json message = json::parse(line, nullptr, /*allow_exceptions=*/false);

@@ -311,6 +311,12 @@ ControlServer::~ControlServer() {
   shm::UnlinkIfSame(socket_path_.c_str(), socket_id_);
 }
 
+void ControlServer::StopListening() {
+  boost::system::error_code ignored;
+  acceptor_.close(ignored);
+  backoff_.cancel();
+}
+
 void ControlServer::Rebind() {
   // The connections waiting in the old socket's queue (clients that connected before its name
   // went, a trainer among them) are taken first: closing it would reset them.

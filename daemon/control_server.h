@@ -68,6 +68,11 @@ class ControlServer {
   // (attached trainers) stay. The caller has made sure that nothing is at the path and that
   // this daemon still holds the job's lock. Throws std::runtime_error naming the path.
   void Rebind();
+  // Stops listening, as the daemon stops: the connections waiting in the socket's queue are
+  // reset and later ones refused, so that a trainer attaching then is told so at once (and
+  // waits for the next daemon with attach_timeout) instead of waiting for a welcome no one
+  // sends. Open connections stay; the socket file stays until the destructor.
+  void StopListening();
 
   const std::string& socket_path() const { return socket_path_; }
   // The socket file as bound (shm/file_id.h).

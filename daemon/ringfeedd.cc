@@ -792,7 +792,9 @@ int RunDaemon(const DaemonOptions& options) {
     pthread_sigmask(SIG_UNBLOCK, &stop_signals, nullptr);
     io.run();
 
-    // Stop: consumers see kStopped with the reason (unless production already ended).
+    // Stop: nothing is accepted from here on (io.run has returned); consumers see kStopped with
+    // the reason (unless production already ended).
+    server.StopListening();
     notifier.Stopping();
     lock.MarkStopping();
     names.Check(/*remake=*/false);  // a change since the last tick is logged too

@@ -33,7 +33,10 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
     }
   } closer{this};
   for (uint64_t e = options_.first_epoch; options_.epochs == 0 || e < static_cast<uint64_t>(options_.epochs); ++e) {
-    epoch_.store(e, std::memory_order_relaxed);
+    // The epoch's counts start at 0 before status shows it (not the last epoch's with it).
+    files_done_.store(0, std::memory_order_relaxed);
+    batches_in_epoch_.store(0, std::memory_order_relaxed);
+    epoch_.store(e, std::memory_order_release);
     EpochCounts counts;
     if (!RunEpoch(e, emit, &counts) || stop_.load()) {
       return failure_.empty() ? Outcome::kStopped : Outcome::kFailed;
@@ -139,8 +142,6 @@ void Sequencer::OpenAhead(uint64_t e, bool last_epoch, size_t live) {
 }
 
 bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit, EpochCounts* counts) {
-  files_done_.store(0, std::memory_order_relaxed);
-  batches_in_epoch_.store(0, std::memory_order_relaxed);
   const bool last_epoch = options_.epochs != 0 && e + 1 == static_cast<uint64_t>(options_.epochs);
   const uint64_t round = options_.queues;
   const uint64_t first_batch = e == options_.first_epoch ? options_.first_batch : 0;

@@ -143,11 +143,12 @@ class Sequencer {
   Shard shard() const { return shard_; }
 
   // Progress, readable from any thread.
-  uint64_t epoch() const { return epoch_.load(std::memory_order_relaxed); }
+  uint64_t epoch() const { return epoch_.load(std::memory_order_acquire); }
   uint64_t files_done_in_epoch() const { return files_done_.load(std::memory_order_relaxed); }
   // Batches of epoch() handed on so far (or dropped before --start-batch): the index the next
   // one handed on gets. Runs ahead of the batches trainers took by those in the ring and the
-  // workers; up to two rounds more are formed and held back, to flag the epoch's last.
+  // workers; more are formed and held back (up to two rounds of the ranks), to flag the
+  // epoch's last.
   uint64_t batches_in_epoch() const { return batches_in_epoch_.load(std::memory_order_relaxed); }
   uint64_t records_skipped() const { return records_skipped_.load(std::memory_order_relaxed); }
   uint64_t batches_dropped() const { return batches_dropped_.load(std::memory_order_relaxed); }

@@ -51,7 +51,9 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
   const double attach_s = std::min(attach_timeout_s, kMaxLivenessSeconds);
   const auto attach_deadline = Clock::now() + Millis(attach_s);
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(attach_deadline - Clock::now());
+    // Rounded up: a slice of 0 ms would be one try, which gives a closed connection back as it
+    // came instead of the wait's DaemonNotRunningError.
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(attach_deadline - Clock::now());
     options.attach_timeout = std::clamp(left, std::chrono::milliseconds(0), kSlice);
     try {
       GilRelease unlocked;  // the hello may take up to liveness_timeout
