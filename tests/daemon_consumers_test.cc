@@ -178,7 +178,10 @@ TEST_CASE("ranks mode: a trainer that died while a child it forked holds its con
   const pid_t child = static_cast<pid_t>(std::stol(forked->substr(7)));
   trainer.Kill(SIGKILL);
   if (zombie) {
-    REQUIRE(WaitUntil([&] { return shm::ProcessState(trainer.pid()) == 'Z'; }));
+    // Exited as the daemon tells it (shm::ProcessExited): the main thread shows Z before the
+    // process's other threads are gone (under ThreadSanitizer its own thread, which a TSan run
+    // caught still there: the daemon then rightly took the trainer for alive).
+    REQUIRE(WaitUntil([&] { return shm::ProcessState(trainer.pid()) == 'Z' && shm::ProcessExited(trainer.pid()); }));
   } else {
     trainer.Wait();  // reaped: its pid no longer exists
   }
