@@ -155,6 +155,7 @@ std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::str
 ControlConnection::~ControlConnection() { Close(); }
 
 void ControlConnection::Connect(const std::string& path, const std::string& job) {
+  Close();
   path_ = path;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;

@@ -61,6 +61,7 @@ class ControlConnection {
   // it. Throws ClientError: DaemonNotRunningError when nothing listens there, DaemonGoneError
   // when that is because the daemon that made the socket is gone, a plain ClientError when the
   // daemon's queue of connections stays full for kConnectTimeoutSeconds (it is stopped).
+  // A connection still open (an attach trying again) is closed first, as Close does.
   void Connect(const std::string& path, const std::string& job);
   static constexpr int kConnectTimeoutSeconds = 5;
   // Writes `line` + '\n' completely. Throws ClientError (ConnectionClosedError where the daemon
