@@ -188,6 +188,19 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
     error->message = path_ + ": " + std::string(ReadErrorKindName(kind)) + ": " + detail;
     return Status::kError;
   }
+  // A file that ends here after some good records: say what is lost (on_error: skip goes on with
+  // the next file, and one error counted must not hide the rest of a file).
+  if (!recoverable && index_ > 0 && kind != ReadErrorKind::kTruncatedRecord) {
+    detail += "; the rest of the file is not read";
+    if (kind == ReadErrorKind::kCorruptedLength && plain_file_size_ > offset_) {
+      detail += " (its last " + std::to_string(plain_file_size_ - offset_) +
+                " bytes, from this record on: no record boundary can be found past a bad length)";
+    } else if (kind == ReadErrorKind::kCorruptedLength) {
+      detail += " (no record boundary can be found past a bad length)";
+    } else if (kind == ReadErrorKind::kDecompression) {
+      detail += " (nothing past this point can be decompressed)";
+    }
+  }
   error->message = RecordPlace(path_, index_, offset_, compression_) + ": " + std::string(ReadErrorKindName(kind)) +
                    ": " + detail;
   return Status::kError;
@@ -542,6 +555,17 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
   if (!Ensure(kRecordHeaderBytes)) return MakeError(stream_error_kind_, stream_error_, error);
   const size_t have = end_ - begin_;
   if (have == 0) {
+    // A plain file that ends before the size it had when opened shrank while it was read
+    // (rewritten in place: `cp new old`, O_TRUNC): the records past its new end are gone. Said,
+    // not a silent end at a record boundary (a cut inside a record is a truncated record).
+    if (plain_file_size_ > 0 && compression_ == Compression::kNone && offset_ < plain_file_size_) {
+      return MakeError(ReadErrorKind::kTruncatedRecord,
+                       "the file ends here, at byte " + std::to_string(offset_) + ", but had " +
+                           std::to_string(plain_file_size_) +
+                           " bytes when it was opened: it shrank while it was read (rewritten in place?), and the "
+                           "records that were past this point are not read",
+                       error);
+    }
     // The end: the queue's blocks and the window go now, not when the reader is destroyed (a
     // read-ahead stream lives on until its last records are taken, while the next file's
     // blocks are already being read).

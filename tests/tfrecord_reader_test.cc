@@ -268,6 +268,81 @@ TEST_CASE("bad input 4: absurd lengths are rejected before allocating; text file
   CHECK_THAT(out.errors[0].message, Catch::Contains("does not look like a TFRecord file"));
 }
 
+TEST_CASE("a bad length after good records: the error says the rest of the file is not read, and how much") {
+  TempDir dir;
+  const std::string good = FrameRecord("abc") + FrameRecord("defg");
+  std::string bad = FrameRecord("hijkl");
+  bad[8] = static_cast<char>(bad[8] ^ 0x01);  // the length's CRC
+  WriteFile(dir.file("cut.tfrecord"), good + bad + FrameRecord("mn"));
+  Outcome out = ReadAll(dir.file("cut.tfrecord"));
+  REQUIRE(out.records.size() == 2);
+  REQUIRE(out.errors.size() == 1);
+  CHECK(out.errors[0].kind == ReadErrorKind::kCorruptedLength);
+  CHECK_FALSE(out.errors[0].recoverable);
+  CHECK(out.errors[0].message ==
+        dir.file("cut.tfrecord") + ": record 2 at byte " + std::to_string(good.size()) +
+            ": corrupted record length: length CRC mismatch (length field reads 5); the rest of the file is not read "
+            "(its last " + std::to_string(bad.size() + FrameRecord("mn").size()) +
+            " bytes, from this record on: no record boundary can be found past a bad length)");
+  // At record 0 the whole file is unread, and the error is about what the file is instead.
+  WriteFile(dir.file("first.tfrecord"), bad + FrameRecord("mn"));
+  out = ReadAll(dir.file("first.tfrecord"));
+  REQUIRE(out.errors.size() == 1);
+  CHECK_THAT(out.errors[0].message, !Catch::Contains("the rest of the file"));
+}
+
+TEST_CASE("a plain file cut at a record boundary while it is read: an error saying so, not a silent end") {
+  // A shard rewritten in place (`cp new old`, O_TRUNC) under a reader: cut inside a record it
+  // is a truncated record; cut between two, the reader used to end there without a word.
+  TempDir dir;
+  std::vector<std::string> records;
+  std::string bytes;
+  for (int i = 0; i < 10; ++i) {
+    records.push_back(std::string(1000, static_cast<char>('a' + i)));
+    bytes += FrameRecord(records.back());
+  }
+  const std::string path = dir.file("shrinks.tfrecord");
+  WriteFile(path, bytes);
+  const uint64_t record_bytes = 1000 + 16;
+  ReaderOptions o;
+  o.buffer_bytes = 64;  // the least: what is read ahead of the records taken stays small
+  TFRecordReader reader(path, o);
+  Record record;
+  ReadError error;
+  std::vector<std::string> got;
+  for (int i = 0; i < 2; ++i) {
+    REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
+    got.emplace_back(record.data.begin(), record.data.end());
+  }
+  REQUIRE(::truncate(path.c_str(), static_cast<off_t>(6 * record_bytes)) == 0);  // records 0 to 5 left
+  TFRecordReader::Status status;
+  while ((status = reader.Next(&record, &error)) == TFRecordReader::Status::kRecord) {
+    got.emplace_back(record.data.begin(), record.data.end());
+  }
+  CHECK(got == std::vector<std::string>(records.begin(), records.begin() + 6));
+  REQUIRE(status == TFRecordReader::Status::kError);
+  CHECK(error.kind == ReadErrorKind::kTruncatedRecord);
+  CHECK_FALSE(error.recoverable);
+  CHECK(error.record_index == 6);
+  CHECK(error.message == path + ": record 6 at byte " + std::to_string(6 * record_bytes) +
+                             ": truncated record: the file ends here, at byte " + std::to_string(6 * record_bytes) +
+                             ", but had " + std::to_string(bytes.size()) +
+                             " bytes when it was opened: it shrank while it was read (rewritten in place?), and the "
+                             "records that were past this point are not read");
+  CHECK(reader.Next(&record, &error) == TFRecordReader::Status::kEnd);
+  // A file that grew while it was read ends where it ended when opened, as before: no error.
+  WriteFile(path, FrameRecord("x"));
+  TFRecordReader grows(path, o);
+  REQUIRE(grows.Next(&record, &error) == TFRecordReader::Status::kRecord);
+  {
+    std::ofstream append(path, std::ios::app | std::ios::binary);
+    append << FrameRecord("y");
+  }
+  while ((status = grows.Next(&record, &error)) == TFRecordReader::Status::kRecord) {
+  }
+  CHECK(status == TFRecordReader::Status::kEnd);
+}
+
 TEST_CASE("bad input 6: a header claiming 2^31+ bytes is rejected with size and limit, no 32-bit overflow") {
   TempDir dir;
   const uint64_t claimed = (uint64_t{1} << 31) + 7;
@@ -586,7 +661,9 @@ TEST_CASE("an inflate error mid-stream (an invalid block) comes after every reco
         // output were cut up (ReadAll also compares the messages of every read mode).
         const std::string& message = out.errors[0].message;
         INFO(message << " (damage at " << boundary << ")");
-        CHECK_THAT(message, Catch::EndsWith(", found at compressed byte " + std::to_string(boundary + 1)));
+        CHECK_THAT(message, Catch::EndsWith(", found at compressed byte " + std::to_string(boundary + 1) +
+                                            "; the rest of the file is not read (nothing past this point can be "
+                                            "decompressed)"));
       }
     }
   }
