@@ -75,10 +75,8 @@ const char* KindOfFile(mode_t mode) {
          : S_ISLNK(mode) ? "a symbolic link" : "another kind of file";
 }
 
-// Whether process `pid` runs and is a ringfeedd (its executable's name, /proc/PID/exe, else
-// its command name, /proc/PID/comm, where exe is another user's): a pid read from a file may be
-// another program's (a file written by hand, a pid reused since). Another ringfeedd's reused
-// pid is not told apart.
+}  // namespace
+
 bool RunsRingfeedd(long pid) {
   if (pid <= 0 || shm::ProcessExited(static_cast<pid_t>(pid))) return false;
   const std::string proc = "/proc/" + std::to_string(pid);
@@ -97,6 +95,8 @@ bool RunsRingfeedd(long pid) {
   }
   return std::strncmp(base, "ringfeedd", 9) == 0;
 }
+
+namespace {
 
 // The pid of the live ringfeedd whose segment is the job's (its superblock names it), for a job
 // whose lock file names no live daemon (replaced by a directory, say): 0 when there is no such
@@ -157,6 +157,7 @@ ControlConnection::~ControlConnection() { Close(); }
 void ControlConnection::Connect(const std::string& path, const std::string& job) {
   Close();
   path_ = path;
+  job_ = job;
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path) {
@@ -325,6 +326,23 @@ void ControlConnection::SendLine(const std::string& line) {
   }
 }
 
+std::string ControlConnection::WhyNoAnswer() const {
+  // The daemon's lock file names it: its state tells a stopped one from one that runs but
+  // cannot take the connection (out of file descriptors: its accept fails, the connection
+  // waits in the socket's queue).
+  const std::optional<LockHolder> holder = ReadLockHolder(path_, job_);
+  if (!holder || holder->gone || !RunsRingfeedd(holder->pid)) return " (stopped or frozen?)";
+  const std::string pid = std::to_string(holder->pid);
+  const char state = shm::ProcessState(static_cast<pid_t>(holder->pid));
+  if (state == 'T' || state == 't') {
+    return ": ringfeedd (pid " + pid + ") for job " + job_ + " is stopped (state " + std::string(1, state) +
+           ": SIGSTOP, Ctrl-Z or a debugger); it answers once continued (kill -CONT " + pid + ")";
+  }
+  return ": ringfeedd (pid " + pid + ") for job " + job_ + " runs (state " + std::string(1, state ? state : '?') +
+         ") but did not answer: out of file descriptors (its log then says \"cannot accept a connection: Too many "
+         "open files\"), or its main thread is stuck; see its log";
+}
+
 std::string ControlConnection::ReadLine(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
@@ -340,7 +358,7 @@ std::string ControlConnection::ReadLine(std::chrono::milliseconds timeout) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       throw ClientError("ringfeedd did not answer the hello on " + path_ + " within " +
-                        std::to_string(timeout.count()) + " ms (stopped or frozen?)");
+                        std::to_string(timeout.count()) + " ms" + WhyNoAnswer());
     }
     if (interrupted_ && interrupted_()) {
       throw ClientInterrupted("the wait for ringfeedd's answer on " + path_ + " was interrupted");

@@ -40,6 +40,12 @@ class ConnectionClosedError : public ClientError {
 // taking the lock to test it would refuse a ringfeedd starting at that moment.
 std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job);
 
+// Whether process `pid` runs and is a ringfeedd (its executable's name, /proc/PID/exe, else
+// its command name, /proc/PID/comm, where exe is another user's): a pid read from a file may be
+// another program's (a file written by hand, a pid reused since). Another ringfeedd's reused
+// pid is not told apart.
+bool RunsRingfeedd(long pid);
+
 // What the job's lock file beside the socket says: the pid of the ringfeedd that holds (or
 // held) it, whether it wrote that it is stopping, and whether that process is gone (as
 // GoneDaemonPid). nullopt when there is no such file or it names no pid.
@@ -81,9 +87,14 @@ class ControlConnection {
   void Close();
 
  private:
+  // Why the daemon at path_ may not have answered, from its lock file and its process state:
+  // " (stopped or frozen?)" when neither tells.
+  std::string WhyNoAnswer() const;
+
   int fd_ = -1;
   int owner_pid_ = 0;  // the process that connected
   std::string path_;
+  std::string job_;
   std::string buffered_;  // bytes read past the last line
   std::function<bool()> interrupted_;
 };

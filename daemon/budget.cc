@@ -750,14 +750,29 @@ std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, i
   const std::string raise = "raise pipeline.memory_budget to at least " + FormatBytes(total);
   const uint64_t shuffle_held = ShuffleHeldBytes(used.shuffle_records, used.shuffle_bytes);
   if (shuffle_buffer > 1 && used.shuffle_records > 0 && shuffle_held > plan.shuffle_bytes) {
-    const uint64_t each = CeilDiv(used.shuffle_bytes, used.shuffle_records);
+    const uint64_t mean = CeilDiv(used.shuffle_bytes, used.shuffle_records);
+    // The advice holds for the records to come if they are as large as the largest seen: the
+    // memory in use now is only a lower bound (raised to it, the job stops again a few records
+    // later while larger records keep filling the buffer).
+    const uint64_t each = std::max(mean, used.largest_shuffle_record);
+    const std::string size = each > mean ? "the largest so far, " + FormatBytes(each) : FormatBytes(each);
     const uint64_t fit = plan.shuffle_bytes / (each + kRecordOverheadBytes);
+    // shuffle.buffer records of that size in the buffer's share, the other parts as planned; the
+    // safety margin grows with the budget (1/20 of it).
+    const uint64_t wanted_share = SatMul(static_cast<uint64_t>(shuffle_buffer), each + kRecordOverheadBytes);
+    const uint64_t enough = std::max(
+        total, SatAdd(plan.budget_bytes, CeilDiv(SatMul(wanted_share - std::min(wanted_share, plan.shuffle_bytes),
+                                                        kSafetyMarginDivisor),
+                                                 kSafetyMarginDivisor - 1)));
     return text + "the shuffle buffer holds " + Plural(static_cast<int64_t>(used.shuffle_records), "record", "records") +
-           " of " + FormatBytes(used.shuffle_bytes) + " (" + FormatBytes(each) + " each on average), where the memory " +
+           " of " + FormatBytes(used.shuffle_bytes) + " (" + FormatBytes(mean) + " each on average), where the memory " +
            "plan gave it " + FormatBytes(plan.shuffle_bytes) + " for shuffle.buffer " + std::to_string(shuffle_buffer) +
-           " from the records sampled at start: the records later in the files are larger; " + raise +
-           (fit >= 2 ? ", or lower shuffle.buffer to " + std::to_string(fit) + " (what its share holds of records this size)"
-                     : ", or lower shuffle.buffer (its share does not hold 2 records of this size)");
+           " from the records sampled at start: the records later in the files are larger; raise " +
+           "pipeline.memory_budget to at least " + FormatBytes(enough) + " (room for shuffle.buffer " +
+           std::to_string(shuffle_buffer) + " records of " + size + ")" +
+           (fit >= 2 ? ", or lower shuffle.buffer to " + std::to_string(fit) + " (what its share holds of records of " +
+                           size + ")"
+                     : ", or lower shuffle.buffer (its share does not hold 2 records of " + size + ")");
   }
   return text + "the memory plan counts records at 1.5 x the mean of those sampled at start, and larger records " +
          "later in the files hold more (in batches being made, read ahead); " + raise +

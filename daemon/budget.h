@@ -345,6 +345,9 @@ struct MemoryInUse {
   uint64_t segment_bytes = 0;    // the ring's segment
   uint64_t shuffle_records = 0;  // in the shuffle buffer now (Sequencer::shuffle_records)
   uint64_t shuffle_bytes = 0;    // ... their payload bytes
+  // The largest record the shuffle buffer took this epoch (payload bytes; 0: not known, then
+  // the buffer's mean stands for it).
+  uint64_t largest_shuffle_record = 0;
 };
 
 // The shuffle buffer's memory as the plan counts it (MemoryPlan::shuffle_bytes): its records'

@@ -57,7 +57,8 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
   for (uint32_t i = 0; i < entries_.size(); ++i) {
     Entry& e = entries_[i];
     if (e.attached) continue;
-    e = Entry{true, pid, rank.value_or(-1), std::chrono::steady_clock::now()};
+    const auto now = std::chrono::steady_clock::now();
+    e = Entry{true, pid, rank.value_or(-1), now, 0, now};
     shm::ConsumerEntry& c = ring_.sb->consumers[i];
     c.pid = pid;
     c.rank = e.rank;
@@ -96,8 +97,21 @@ uint32_t ConsumerRegistry::AttachedLocked() const {
   return attached;
 }
 
+void ConsumerRegistry::NoteTakesLocked(std::chrono::steady_clock::time_point now) const {
+  for (uint32_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (!e.attached) continue;
+    const uint64_t taken = ring_.sb->consumers[i].batches_taken.load(std::memory_order_relaxed);
+    if (taken != e.seen_taken) {
+      e.seen_taken = taken;
+      e.taken_at = now;
+    }
+  }
+}
+
 void ConsumerRegistry::ReapDead() {
   std::lock_guard lock(mutex_);
+  NoteTakesLocked(std::chrono::steady_clock::now());
   for (uint32_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
     if (ProcessGone(e)) {
@@ -282,6 +296,7 @@ std::vector<ConsumerRegistry::Info> ConsumerRegistry::List() const {
   std::lock_guard lock(mutex_);
   std::vector<Info> out;
   const auto now = std::chrono::steady_clock::now();
+  NoteTakesLocked(now);
   const std::vector<uint32_t> held = shm::HeldPerConsumer(ring_);
   for (uint32_t i = 0; i < entries_.size(); ++i) {
     const Entry& e = entries_[i];
@@ -289,7 +304,7 @@ std::vector<ConsumerRegistry::Info> ConsumerRegistry::List() const {
     const shm::ConsumerEntry& c = ring_.sb->consumers[i];
     out.push_back({i + 1, e.pid, e.rank, c.batches_taken.load(std::memory_order_relaxed),
                    c.wait_ns.load(std::memory_order_relaxed), std::chrono::duration<double>(now - e.since).count(),
-                   held[i + 1]});
+                   held[i + 1], std::chrono::duration<double>(now - e.taken_at).count()});
   }
   return out;
 }

@@ -41,7 +41,8 @@ class ConsumerRegistry {
   // Detaches consumer `id` if it is still the one with `pid` (the id may have been given to a
   // new consumer after ReapDead). Returns the number of slots reclaimed.
   uint32_t Detach(uint32_t id, pid_t pid);
-  // Detaches every consumer whose process no longer exists or is a zombie (shm::ProcessExited).
+  // Detaches every consumer whose process no longer exists or is a zombie (shm::ProcessExited);
+  // notes which consumers took batches (Info::seconds_since_take). Called once a second.
   void ReapDead();
 
   struct Info {
@@ -52,6 +53,9 @@ class ConsumerRegistry {
     uint64_t wait_ns;
     double attached_seconds;
     uint32_t slots_held;  // slots whose batch it has not released, now (shm::HeldPerConsumer)
+    // Seconds since it last took a batch (since it attached, if it has taken none), as seen at
+    // the last look (ReapDead, once a second, or List): a trainer that stopped taking batches.
+    double seconds_since_take;
   };
   std::vector<Info> List() const;
   // Whether consumer `id` (1..shm::kMaxConsumers) is attached now.
@@ -109,7 +113,13 @@ class ConsumerRegistry {
     pid_t pid = 0;
     int rank = -1;
     std::chrono::steady_clock::time_point since;
+    // Its batches_taken when last looked at (NoteTakesLocked, also from const List: bookkeeping
+    // under mutex_), and since when it has been that.
+    mutable uint64_t seen_taken = 0;
+    mutable std::chrono::steady_clock::time_point taken_at;
   };
+  // Notes which consumers took a batch since the last look (their batches_taken moved).
+  void NoteTakesLocked(std::chrono::steady_clock::time_point now) const;
   uint32_t DetachLocked(uint32_t id, pid_t pid);
   // An attached consumer whose process has exited (its connection held open by a child it
   // forked, else the connection's end would have detached it), a zombie its parent has not

@@ -82,6 +82,11 @@ struct DaemonGone : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The job's daemon runs but has no socket: it is starting, or stopping (SocketlessDaemon).
+struct DaemonStarting : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // "ringfeedd at SOCKET sent a reply ringfeedctl cannot read (WHAT); is it the same version?"
 ReplyError UnreadableReply(const std::string& socket, const std::string& what) {
   return ReplyError("ringfeedd at " + socket + " sent a reply ringfeedctl cannot read (" + what +
@@ -113,9 +118,43 @@ nlohmann::json ParseReply(const std::string& line, const std::string& socket) {
 }  // namespace
 
 namespace {
+// A job's ringfeedd that holds the job's lock file but has no socket: one starting (it makes its
+// socket once the first records are sampled and its ring is reserved, which takes a while on slow
+// storage or with a large ring) or stopping (it closed its socket and wrote "stopping" in the
+// lock file).
+struct SocketlessDaemon {
+  long pid = 0;
+  bool stopping = false;
+};
+
+// The job's ringfeedd in `dir` without a socket there (nothing at the socket's path, the lock
+// file naming a live ringfeedd); nullopt otherwise.
+std::optional<SocketlessDaemon> SocketlessDaemonIn(const std::string& dir, const std::string& job) {
+  const std::string socket = shm::SocketPath(dir, job);
+  std::error_code ec;
+  if (std::filesystem::symlink_status(socket, ec).type() != std::filesystem::file_type::not_found) return std::nullopt;
+  const std::optional<detail::LockHolder> holder = detail::ReadLockHolder(socket, job);
+  if (!holder || holder->gone || !detail::RunsRingfeedd(holder->pid)) return std::nullopt;
+  return SocketlessDaemon{holder->pid, holder->stopping};
+}
+
+// "job 'J' is starting: ringfeedd (pid P) ..." or "... is stopping: ...", for status and list.
+std::string SocketlessText(const std::string& job, const std::string& dir, const SocketlessDaemon& d) {
+  const std::string daemon = "ringfeedd (pid " + std::to_string(d.pid) + ")";
+  if (d.stopping) {
+    return "job '" + job + "' is stopping: " + daemon + " closed its socket in " + dir +
+           " and is finishing its stop (its log says why it stops)";
+  }
+  return "job '" + job + "' is starting: " + daemon + " holds its lock file " + dir + "/" + job + ".lock" +
+         " and opens its socket once it has sampled the first records and reserved its ring (a while on slow storage "
+         "or with a large ring; its log says what it does); ask again in a moment";
+}
+
 struct JobSocket {
   std::string job;
   std::string runtime_dir;  // where its socket is: the runtime directory or one of its subdirectories
+  // Set for a job whose ringfeedd has no socket there (starting or stopping): `list` shows it.
+  std::optional<SocketlessDaemon> without_socket;
 };
 
 bool IsDirectory(const std::filesystem::path& p) {
@@ -123,7 +162,8 @@ bool IsDirectory(const std::filesystem::path& p) {
   return std::filesystem::is_directory(p, ec);
 }
 
-// The job sockets in `dir` (sorted by job).
+// The job sockets in `dir`, and the jobs whose ringfeedd is there without a socket (starting or
+// stopping), sorted by job.
 std::vector<JobSocket> SocketsIn(const std::string& dir) {
   std::vector<JobSocket> jobs;
   std::error_code ec;
@@ -131,7 +171,12 @@ std::vector<JobSocket> SocketsIn(const std::string& dir) {
     // A name no job may have (shm::IsValidJobName: a space, an escape sequence) is no
     // ringfeedd's socket: not listed (its name printed raw could drive the terminal).
     const std::string job = entry.path().stem().string();
-    if (entry.path().extension() == ".sock" && shm::IsValidJobName(job)) jobs.push_back({job, dir});
+    if (!shm::IsValidJobName(job)) continue;
+    if (entry.path().extension() == ".sock") {
+      jobs.push_back({job, dir, std::nullopt});
+    } else if (entry.path().extension() == ".lock") {
+      if (const std::optional<SocketlessDaemon> d = SocketlessDaemonIn(dir, job)) jobs.push_back({job, dir, d});
+    }
   }
   std::sort(jobs.begin(), jobs.end(), [](const JobSocket& a, const JobSocket& b) { return a.job < b.job; });
   return jobs;
@@ -233,8 +278,13 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
       if (ec == std::errc::permission_denied) throw AccessDeniedError(why.what());  // `list`: denied
       throw why;
     }
+    // A ringfeedd of the job that has no socket yet (or no more) is not "not running".
+    const std::vector<JobSocket> all = JobSockets(runtime_dir);
+    for (const JobSocket& j : all) {
+      if (j.job == job && j.without_socket) throw DaemonStarting(SocketlessText(job, j.runtime_dir, *j.without_socket));
+    }
     std::string jobs;
-    for (const JobSocket& j : JobSockets(runtime_dir)) {
+    for (const JobSocket& j : all) {
       jobs += (jobs.empty() ? "" : ", ") + j.job + (j.runtime_dir == runtime_dir ? "" : " (in " + j.runtime_dir + ")");
     }
     const std::error_code unlisted = ListingError(runtime_dir);
@@ -320,6 +370,13 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
     int running = 0;
     for (const JobSocket& j : jobs) {
       nlohmann::json entry = {{"job", j.job}, {"runtime_dir", j.runtime_dir}};
+      if (j.without_socket) {
+        entry["state"] = j.without_socket->stopping ? "stopping" : "starting";
+        entry["pid"] = j.without_socket->pid;
+        entry["error"] = SocketlessText(j.job, j.runtime_dir, *j.without_socket);
+        list["jobs"].push_back(std::move(entry));
+        continue;
+      }
       try {
         const Reply reply = Ask(j.runtime_dir, j.job, {{"type", "status"}});
         std::string state;
@@ -355,6 +412,15 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
   int running = 0;
   for (const JobSocket& j : jobs) {
     std::string where = j.runtime_dir == runtime_dir ? "" : "   (in " + j.runtime_dir + ")";
+    if (j.without_socket) {
+      std::snprintf(line, sizeof line, "%-*s %-12s %8ld %10s %12s %10s", name_width, j.job.c_str(),
+                    j.without_socket->stopping ? "stopping" : "starting", j.without_socket->pid, "-", "-", "-");
+      out << line << "   ("
+          << (j.without_socket->stopping ? "its socket is closed: it is finishing its stop"
+                                         : "no socket yet: it opens it once its ring is set up")
+          << ")" << where << "\n";
+      continue;
+    }
     try {
       const Reply reply = Ask(j.runtime_dir, j.job, {{"type", "status"}});
       ReadingReply(reply.socket, [&] {

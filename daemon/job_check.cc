@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <optional>
 
 #include "daemon/budget.h"
@@ -38,6 +39,9 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     result->cpu_budget_cores = plan.autotune.cpu_budget_cores;
     result->cpu_budget_source = plan.autotune.cpu_budget_source;
     result->memory_plan = plan.memory.Describe();
+    result->memory_budget_bytes = plan.memory.budget_bytes;
+    result->shuffle_share_bytes = plan.memory.shuffle_bytes;
+    result->shuffle_buffer = plan.shuffle_buffer;
     result->knob_caps = plan.knob_caps;
     result->shuffle_buffer_note = plan.shuffle_buffer_note;
     result->batch_size_note = plan.batch_size_note;
@@ -204,6 +208,21 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     }
     return position / size >= *delivered_batches;
   };
+  // The shuffle buffer's memory where its records come in file order: the largest total of
+  // shuffle.buffer consecutive records that go into it (ShuffleBudgetWarning). In ringfeedd's
+  // interleave the buffer mixes cycle_length files; consecutive records of one file are the
+  // estimate that catches large records late in the files without adding up rare ones.
+  struct WindowRecord {
+    uint64_t bytes;
+    uint32_t file_index;
+    uint64_t record_index, offset;
+    Compression compression;
+  };
+  std::deque<WindowRecord> window;
+  uint64_t window_bytes = 0, window_most_bytes = 0, window_most_records = 0;
+  std::optional<WindowRecord> window_most_first;
+  const uint64_t window_records = result.shuffle_buffer > 1 ? static_cast<uint64_t>(result.shuffle_buffer) : 0;
+  uint64_t record_bytes_total = 0, records_counted = 0;  // for the mean: records that go into batches
   for (const uint32_t file_index : shard_files) {
     const std::string& file = files[file_index];
     ++result.files_read;
@@ -231,6 +250,21 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         worst.Add(one);
         slot_sizes.Add(one);
         if (++slot_rows == static_cast<size_t>(config.batch.size)) slot_batch_done();
+        record_bytes_total += record.data.size();
+        ++records_counted;
+        if (window_records > 0) {
+          window.push_back({record.data.size(), file_index, record.index, record.offset, reader.compression()});
+          window_bytes += record.data.size();
+          if (window.size() > window_records) {
+            window_bytes -= window.front().bytes;
+            window.pop_front();
+          }
+          if (window_bytes > window_most_bytes) {
+            window_most_bytes = window_bytes;
+            window_most_records = window.size();
+            window_most_first = window.front();
+          }
+        }
       }
       result.bytes += record.data.size();
       if (record.data.size() > largest_record_bytes) {
@@ -298,6 +332,30 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   result.reordered = config.shuffle.buffer > 1 || config.shuffle.files || !config.deterministic ||
                      (config.pipeline.cycle_length > 1 && shard_files.size() > 1);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (records_counted > 0) result.mean_record_bytes = record_bytes_total / records_counted;
+  // The buffer's share of the plan, as ringfeedd's sequencer checks it (Sequencer: over_budget).
+  const uint64_t window_held = ShuffleHeldBytes(window_most_records, window_most_bytes);
+  if (result.plan_error.empty() && window_most_first && result.shuffle_share_bytes > 0 &&
+      window_held > result.shuffle_share_bytes) {
+    const WindowRecord& first = *window_most_first;
+    const uint64_t mean = window_most_bytes / window_most_records + kRecordOverheadBytes;
+    const uint64_t fit = result.shuffle_share_bytes / mean;
+    // shuffle.buffer records like these in the buffer's share, the rest of the plan as it is;
+    // the safety margin grows with the budget (1/20 of it).
+    const uint64_t enough = result.memory_budget_bytes +
+                            ((window_held - result.shuffle_share_bytes) * kSafetyMarginDivisor +
+                             kSafetyMarginDivisor - 2) / (kSafetyMarginDivisor - 1);
+    result.shuffle_budget_warning =
+        "the shuffle buffer may outgrow its share of the memory budget: the " + std::to_string(window_most_records) +
+        " consecutive records from " +
+        RecordPlace(files[first.file_index], first.record_index, first.offset, first.compression) +
+        " on take " + FormatBytes(window_held) + " (payload + " + std::to_string(kRecordOverheadBytes) +
+        " B of bookkeeping each), where ringfeedd's plan gives the buffer " + FormatBytes(result.shuffle_share_bytes) +
+        " for shuffle.buffer " + std::to_string(result.shuffle_buffer) + " from the first " +
+        std::to_string(result.sample_records) + " records it samples at start; ringfeedd stops at the budget once " +
+        "records like these fill its buffer: raise pipeline.memory_budget to at least " + FormatBytes(enough) +
+        (fit >= 2 ? ", or lower shuffle.buffer to " + std::to_string(fit) : std::string(", or lower shuffle.buffer"));
+  }
   // Below source.max_record_bytes (which this check's reader applied), the limit is the budget's.
   if (!result.record_limit_why.empty() && largest_record_bytes > result.record_limit_bytes) {
     result.record_over_limit = result.largest_record +

@@ -72,6 +72,16 @@ struct JobCheckResult {
   uint64_t largest_batch_bytes = 0;
   uint64_t largest_batch_index = 0;
   std::string largest_record;
+  uint64_t mean_record_bytes = 0;  // of the records that go into batches
+  // ringfeedd's plan: its memory budget, the shuffle buffer's share of it, and the buffer's
+  // records (TuningPlan::shuffle_buffer: shuffle.buffer, or fewer when the shard has fewer).
+  uint64_t memory_budget_bytes = 0;
+  uint64_t shuffle_share_bytes = 0;
+  int64_t shuffle_buffer = 0;
+  // Non-empty when shuffle.buffer consecutive records (in this check's file order) take more
+  // than the buffer's share: ringfeedd stops at the budget when such records fill its buffer
+  // (the records sampled at start being smaller); what to raise or lower.
+  std::string shuffle_budget_warning;
   // The slot the largest batch in any order of this epoch's records needs (WorstBatch: the
   // batch.size largest together, per column), and whether ringfeedd's order differs from this
   // check's file order (shuffle, an interleave of several files, deterministic: false).

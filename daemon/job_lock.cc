@@ -302,7 +302,10 @@ std::optional<std::string> LockFile::RestoreContent() const {
       (std::string_view(buf, static_cast<size_t>(n)) == content && st.st_size == static_cast<off_t>(n))) {
     return std::nullopt;
   }
+  // What is there after this daemon's own write failed (a full file system) is its own doing.
+  const bool own_failed_write = write_error_ != 0;
   WriteContent(content);
+  if (own_failed_write) return std::nullopt;
   return st.st_size > n ? std::string(buf, static_cast<size_t>(n)) + "..." : std::string(buf, static_cast<size_t>(n));
 }
 
@@ -377,9 +380,19 @@ void LockFile::Close() {
 }
 
 void LockFile::WriteContent(const std::string& content) const {
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, content.data(), content.size(), 0) < 0) {
-    spdlog::warn("cannot write the pid to {}: {}", path_, std::strerror(errno));
+  errno = 0;
+  const bool written = ::ftruncate(fd_, 0) == 0 &&
+                       ::pwrite(fd_, content.data(), content.size(), 0) == static_cast<ssize_t>(content.size());
+  const int err = written ? 0 : errno != 0 ? errno : ENOSPC;  // a short write: the file system is full
+  // Said once per cause, not at each try (RestoreContent tries again every second).
+  if (err != 0 && err != write_error_) {
+    spdlog::warn("cannot write the pid to {}: {}; the lock holds, but until the pid is written a start of the job "
+                 "and ringfeedctl cannot say which process holds it (tried again every second)",
+                 path_, std::strerror(err));
+  } else if (err == 0 && write_error_ != 0) {
+    spdlog::info("wrote the pid to {} again", path_);
   }
+  write_error_ = err;
 }
 
 void MakeRuntimeDir(const std::string& runtime_dir) {

@@ -77,8 +77,9 @@ class LockFile {
   // Writes "PID\n" to the lock file again when it says something else (another program or a
   // person wrote it in place: a start reading "PID stopping" there would wait minutes for a stop
   // that never comes); returns what it said then (its first 64 bytes, "..." after them when
-  // longer), nullopt when it was right. Not after MarkStopping. A few system calls: called once
-  // a second.
+  // longer), nullopt when it was right, or when what it said is this daemon's own write that
+  // failed (a full file system: WriteContent warns once per cause, and says when it succeeds
+  // again). Not after MarkStopping. A few system calls: called once a second.
   std::optional<std::string> RestoreContent() const;
   // Removes the lock file's name, keeping the lock: a process that cannot finish exiting (a
   // thread held by storage that does not answer) must not keep the job from starting again.
@@ -113,6 +114,7 @@ class LockFile {
   std::string path_;
   int fd_ = -1;
   shm::FileId id_;
+  mutable int write_error_ = 0;  // errno of the last WriteContent that failed; 0 once one succeeded
 };
 
 // Creates the runtime directory if needed (each missing directory 0755 less the umask) and

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <spdlog/fmt/fmt.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -59,7 +60,7 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const s
     };
   }
   sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
-    NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample);
+    NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample, !error.recoverable);
   });
   if (options_.sequencer.skip_errors) {
     // A batch holds batch.size good records (short only at the end of an epoch), so a record
@@ -88,14 +89,22 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const s
   }
 }
 
-void Pipeline::NoteSkipped(const std::string& message, bool parse_error) {
+void Pipeline::NoteSkipped(const std::string& message, bool parse_error, bool ends_file) {
   (parse_error ? parse_errors_skipped_ : read_errors_skipped_).fetch_add(1, std::memory_order_relaxed);
+  if (ends_file) files_ended_early_.fetch_add(1, std::memory_order_relaxed);
   const uint64_t n = skip_logged_.fetch_add(1, std::memory_order_relaxed);
   const int64_t now = MonotonicNs();
   if (n < kLogBurst || now >= skip_log_next_ns_.load(std::memory_order_relaxed)) {
     skip_log_next_ns_.store(now + 1'000'000'000, std::memory_order_relaxed);
-    spdlog::warn("skipped (on_error: skip): {} [{} skipped so far]", message,
-                 read_errors_skipped_.load() + parse_errors_skipped_.load());
+    const uint64_t not_logged = skip_not_logged_.exchange(0, std::memory_order_relaxed);
+    spdlog::warn("skipped (on_error: skip): {} [{} skipped so far{}]", message,
+                 read_errors_skipped_.load() + parse_errors_skipped_.load(),
+                 not_logged == 0 ? std::string()
+                                 : fmt::format("; {} more since the last such line, not logged: one line a second "
+                                               "after the first {}",
+                                               not_logged, kLogBurst));
+  } else {
+    skip_not_logged_.fetch_add(1, std::memory_order_relaxed);
   }
   std::lock_guard lock(mutex_);
   last_error_ = message;
@@ -384,7 +393,7 @@ void Pipeline::RunWorker(size_t id) {
     } catch (const std::exception& e) {
       result.error = "parse worker " + std::to_string(id) + ": " + e.what();
     }
-    for (const std::string& skipped : result.skipped) NoteSkipped(skipped, true);
+    for (const std::string& skipped : result.skipped) NoteSkipped(skipped, /*parse_error=*/true);
     if (!result.error.empty()) {
       bool fail_now = true;
       std::string error = result.error;
@@ -656,6 +665,7 @@ PipelineStats Pipeline::Snapshot() const {
   s.record_bytes = record_bytes_.load(std::memory_order_relaxed);
   s.read_errors_skipped = read_errors_skipped_.load(std::memory_order_relaxed);
   s.parse_errors_skipped = parse_errors_skipped_.load(std::memory_order_relaxed);
+  s.files_ended_early = files_ended_early_.load(std::memory_order_relaxed);
   s.batches_dropped = sequencer_->batches_dropped();
   s.shuffle_records = sequencer_->shuffle_records();
   s.shuffle_bytes = sequencer_->shuffle_bytes();

@@ -73,6 +73,10 @@ struct PipelineStats {
   uint64_t record_bytes = 0;    // serialized record bytes published
   uint64_t read_errors_skipped = 0;
   uint64_t parse_errors_skipped = 0;
+  // Read errors skipped after which the reader gave up on the rest of their file (a bad length,
+  // the compressed stream broken, a read error, a file that could not be opened): each such file
+  // lost its later records, not only the one counted in read_errors_skipped.
+  uint64_t files_ended_early = 0;
   uint64_t batches_dropped = 0; // ranks mode: incomplete final rounds
   uint64_t shuffle_records = 0, shuffle_bytes = 0;  // in the shuffle buffer now (payload bytes)
   uint64_t read_ahead_bytes = 0;
@@ -195,8 +199,9 @@ class Pipeline {
   bool AcquireSlot(uint32_t* slot);
   void Complete(uint64_t seq, const Done& done);
   void Fail(const std::string& message);
-  // Counts and logs (rate-limited) a record skipped under on_error: skip; keeps it as the last error.
-  void NoteSkipped(const std::string& message, bool parse_error);
+  // Counts and logs (rate-limited) a record skipped under on_error: skip; keeps it as the last
+  // error. `ends_file`: the reader gave up on the rest of the file (ReadError::recoverable false).
+  void NoteSkipped(const std::string& message, bool parse_error, bool ends_file = false);
   void Finish(PipelineEnd end, const std::string& message);
 
   PipelineOptions options_;
@@ -244,7 +249,7 @@ class Pipeline {
   std::string stop_reason_ = "ringfeedd stopped";
 
   std::atomic<uint64_t> records_{0}, batches_{0}, record_bytes_{0}, parse_errors_skipped_{0};
-  std::atomic<uint64_t> read_errors_skipped_{0};
+  std::atomic<uint64_t> read_errors_skipped_{0}, files_ended_early_{0};
   std::atomic<uint64_t> parse_busy_ns_{0}, parse_cpu_ns_{0}, slot_wait_ns_{0}, prefetch_wait_ns_{0};
   std::atomic<uint64_t> sequencer_cpu_ns_{0};      // its CPU time when it returned
   std::atomic<clockid_t> sequencer_clock_{0};       // its thread's CPU clock (pthread_getcpuclockid)
@@ -252,6 +257,7 @@ class Pipeline {
   std::atomic<int64_t> slot_wait_since_{0};  // MonotonicNs when a wait for a slot began; 0: none
   // Rate limit for skip logs: the first kLogBurst, then one per second with a count.
   std::atomic<uint64_t> skip_logged_{0};
+  std::atomic<uint64_t> skip_not_logged_{0};  // skips since the last logged line that were not logged
   std::atomic<int64_t> skip_log_next_ns_{0};
 };
 

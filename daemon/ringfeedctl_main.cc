@@ -303,6 +303,9 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cout << " (on_error: fail stopped the epoch in file " << r.files_read << " of " << r.files_in_shard << ")";
     }
     std::cout << "\n";
+    if (!r.largest_record.empty()) {
+      std::cout << "records: " << r.mean_record_bytes << " bytes on average; the largest: " << r.largest_record << "\n";
+    }
     // No batch for the trainers: none at all, or in ranks mode fewer than one round (ringfeedd
     // delivers whole rounds). Said once: the plan's batch_size_warning, when it has one, says
     // the same of batch.size (printed below).
@@ -362,6 +365,7 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.batch_size_warning.empty()) std::cerr << "warning: " << r.batch_size_warning << "\n";
     if (!r.ring_slots_warning.empty()) std::cerr << "warning: " << r.ring_slots_warning << "\n";
     if (!r.shm_warning.empty()) std::cerr << "warning: " << r.shm_warning << "\n";
+    if (!r.shuffle_budget_warning.empty()) std::cerr << "warning: " << r.shuffle_budget_warning << "\n";
     if (r.unparsed_in_dropped_batches > 0) {
       std::cerr << "warning: " << r.unparsed_in_dropped_batches
                 << " record(s) that do not parse fall in batches ringfeedd drops without parsing them (a short last "
@@ -427,6 +431,7 @@ Command AddCheckCommand(CLI::App& parent) {
                             (r.cpu_budget_warning.empty() || !config.pipeline.cpu_budget ? 0 : 1) +
                             (r.batch_size_warning.empty() ? 0 : 1) +
                             (r.ring_slots_warning.empty() ? 0 : 1) + (r.shm_warning.empty() ? 0 : 1) +
+                            (r.shuffle_budget_warning.empty() ? 0 : 1) +
                             (r.unparsed_in_dropped_batches > 0 ? 1 : 0) +
                             (r.slot_bytes_note.empty() ? 0 : 1) +
                             (r.SlotMayBeTooSmall() && !r.SlotTooSmall() ? 1 : 0);

@@ -260,8 +260,8 @@ PipelineOptions PipelineOptionsFor(const JobConfig& config, const DaemonOptions&
   po.sequencer.shuffle_buffer = config.shuffle.buffer;
   po.sequencer.shuffle_share_bytes = plan.memory.shuffle_bytes;
   po.sequencer.over_budget = [memory = plan.memory, segment = plan.geometry.segment_bytes,
-                              buffer = config.shuffle.buffer](uint64_t records, uint64_t bytes) {
-    return OverBudgetWarning(memory, MemoryInUse{PrivateRssBytes(), segment, records, bytes}, buffer);
+                              buffer = config.shuffle.buffer](uint64_t records, uint64_t bytes, uint64_t largest) {
+    return OverBudgetWarning(memory, MemoryInUse{PrivateRssBytes(), segment, records, bytes, largest}, buffer);
   };
   po.deterministic = config.deterministic;
   const TunerKnobs& start = plan.autotune.initial;
@@ -448,6 +448,12 @@ int RunDaemon(const DaemonOptions& options) {
 
     const Shard shard = Shard::For(files.size(), config.shard.count, config.shard.index);
     const std::vector<uint32_t> shard_files = shard.Files(files.size());
+    // Sampling reads the files' first records (all of small files): seconds on slow storage,
+    // while nothing else is logged and `ringfeedctl status` finds no socket yet.
+    spdlog::info("starting job '{}' (pid {}): sampling the first records of its {} file{} to size the ring and plan "
+                 "the memory budget",
+                 config.job, ::getpid(), shard_files.size(), shard_files.size() == 1 ? "" : "s");
+    notifier.Status("starting: sampling records");
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
     // As ringfeedctl check says them: a misspelt VarLen name otherwise gives empty rows, silently.
     for (const std::string& warning : sample.warnings) spdlog::warn("{}", warning);
@@ -489,6 +495,7 @@ int RunDaemon(const DaemonOptions& options) {
     // Listing and sampling the files may have taken minutes: before the job's segment and socket
     // are taken, the lock must still be this daemon's, and no daemon must have taken the job.
     TakeJobNamesCheck(lock, socket_path, config.job, runtime_dir);
+    notifier.Status("starting: reserving the ring (" + shm::HumanBytes(geometry.segment_bytes) + ")");
     shm::Segment segment = CreateSegment(segment_name, geometry.segment_bytes, mode, group);
     // Every way out removes the segment's name, unless it names another file by then.
     struct SegmentRemover {
@@ -559,6 +566,7 @@ int RunDaemon(const DaemonOptions& options) {
     std::vector<std::string> name_problems;
     const JobStatusFacts status_facts{.job = config.job,
                                       .config_path = config.path,
+                                      .socket_path = socket_path,
                                       .instance_id = instance_id,
                                       .started = started,
                                       .deterministic = config.deterministic,
@@ -646,8 +654,11 @@ int RunDaemon(const DaemonOptions& options) {
     pipeline = std::make_unique<Pipeline>(po, parser, ring, [&](PipelineEnd end, const std::string& message) {
       consumers.SetProductionEnded(end == PipelineEnd::kEndOfData);
       if (end == PipelineEnd::kEndOfData) {
-        if (message.empty()) spdlog::info("all epochs produced (end of data)");
-        else spdlog::warn("end of data: {}", message);
+        if (message.empty()) {
+          spdlog::info("all epochs produced (end of data): {}", ProgressLogText(status_facts, pipeline->Snapshot()));
+        } else {
+          spdlog::warn("end of data: {}", message);
+        }
       }
       if (end == PipelineEnd::kFailed) {
         spdlog::error("stopped producing: {}", message);
@@ -666,7 +677,7 @@ int RunDaemon(const DaemonOptions& options) {
       if (ec) return;
       lock.MarkStopping();  // first: a start from now on waits for this daemon to go
       stop_reason = std::string("ringfeedd stopped by SIG") + sigabbrev_np(signal);
-      spdlog::info("{}: stopping", stop_reason);
+      spdlog::info("{}: stopping at {}", stop_reason, ProgressLogText(status_facts, pipeline->Snapshot()));
       io.stop();
     });
     asio::signal_set ignored_signals(io, SIGUSR1, SIGUSR2, SIGALRM);
@@ -756,6 +767,9 @@ int RunDaemon(const DaemonOptions& options) {
                        remake_lock);
     // Consumers whose process died while a forked child keeps their connection open.
     asio::steady_timer reap_timer(io);
+    uint64_t logged_epoch = status_facts.start_epoch;  // the epoch the last "begun" line named
+    auto epoch_logged_at = status_facts.started;  // when it was logged (the start before)
+    auto next_epoch_log = std::chrono::steady_clock::now();
     std::function<void()> reap = [&] {
       reap_timer.expires_after(std::chrono::seconds(1));
       reap_timer.async_wait([&](const boost::system::error_code& ec) {
@@ -771,7 +785,21 @@ int RunDaemon(const DaemonOptions& options) {
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.
         pipeline->RepairRing([&](uint32_t id) { return consumers.IsAttached(id); });
-        if (ranks) consumers.WatchRanks(pipeline->Snapshot().ready_per_queue);
+        const PipelineStats s = pipeline->Snapshot();
+        if (ranks) consumers.WatchRanks(s.ready_per_queue);
+        // An epoch begun: logged at most once a minute (a small data set's epochs may take
+        // milliseconds), the epochs begun since the last line counted.
+        if (const auto now = std::chrono::steady_clock::now();
+            s.end == PipelineEnd::kRunning && s.epoch != logged_epoch && now >= next_epoch_log) {
+          const uint64_t begun = s.epoch - logged_epoch;
+          spdlog::info("{} begun in the last {}: now at {}",
+                       begun == 1 ? std::string("an epoch") : fmt::format("{} epochs", begun),
+                       fmt::format("{:.1f} s", std::chrono::duration<double>(now - epoch_logged_at).count()),
+                       ProgressLogText(status_facts, s));
+          logged_epoch = s.epoch;
+          epoch_logged_at = now;
+          next_epoch_log = now + std::chrono::minutes(1);
+        }
         reap();
       });
     };
@@ -784,8 +812,12 @@ int RunDaemon(const DaemonOptions& options) {
       autotune->Start();
     }
     notifier.Ready();
-    spdlog::info("ready: socket {}, mode {:04o} ({})", server.socket_path(), mode,
-                 group ? "the daemon's user and group " + config.permissions.group : std::string("the daemon's user only"));
+    spdlog::info("ready: socket {}, mode {:04o} ({}); starting at epoch {} of {} (0-based {}), batch {}",
+                 server.socket_path(), mode,
+                 group ? "the daemon's user and group " + config.permissions.group : std::string("the daemon's user only"),
+                 status_facts.start_epoch + 1,
+                 status_facts.epochs == 0 ? std::string("unlimited") : std::to_string(status_facts.epochs),
+                 status_facts.start_epoch, status_facts.start_batch);
     // Only now, after every thread of the pipeline and the tuner has started (they inherit the
     // blocked mask, as do the threads they start later): the stop signals reach this thread
     // alone, and a stop requested during start-up arrives now.

@@ -216,9 +216,11 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
   // The buffer's size at which over_budget is asked next (SequencerOptions::shuffle_share_bytes).
   uint64_t next_budget_check = options_.shuffle_share_bytes;
   std::string over_budget;  // set by push: the run stops as a failure, once what was read is delivered
+  uint64_t largest_pushed = 0;  // the largest record the buffer took this epoch (for over_budget's advice)
   auto push = [&](OwnedRecord&& record) {
     if (!shuffling) return add(std::move(record));
     shuffle_bytes += record.size;
+    largest_pushed = std::max<uint64_t>(largest_pushed, record.size);
     const uint32_t file = record.file_index;
     const uint64_t index = record.record_index;
     if (!shuffle.full()) {
@@ -234,7 +236,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     const uint64_t held = ShuffleHeldBytes(shuffle.size(), shuffle_bytes);
     if (held <= next_budget_check) return true;
     next_budget_check = held + kOverBudgetCheckBytes;
-    std::string why = options_.over_budget(shuffle.size(), shuffle_bytes);
+    std::string why = options_.over_budget(shuffle.size(), shuffle_bytes, largest_pushed);
     if (why.empty()) return true;
     over_budget = "stopped at record " + std::to_string(index) + " of " + options_.files[file] + ": " + why;
     return false;

@@ -84,11 +84,12 @@ struct SequencerOptions {
   // The memory budget's hard cap on the shuffle buffer. `shuffle_share_bytes`: what the memory
   // plan gave the buffer (payload + kRecordOverheadBytes per record, daemon/budget.h). Once the
   // buffer holds more (its records larger than those sampled at start), `over_budget` is called
-  // with the buffer's records and payload bytes, again after each further kOverBudgetCheckBytes;
-  // a non-empty answer (ringfeedd: private RSS + segment over pipeline.memory_budget, and why)
-  // stops the run as a failure once the records read so far are delivered. Unset: no check.
+  // with the buffer's records and payload bytes and the largest record it took this epoch (bytes),
+  // again after each further kOverBudgetCheckBytes; a non-empty answer (ringfeedd: private RSS +
+  // segment over pipeline.memory_budget, and why) stops the run as a failure once the records
+  // read so far are delivered. Unset: no check.
   uint64_t shuffle_share_bytes = 0;
-  std::function<std::string(uint64_t records, uint64_t bytes)> over_budget;
+  std::function<std::string(uint64_t records, uint64_t bytes, uint64_t largest)> over_budget;
   // Files opened ahead of their turn in the interleave, so the read-ahead can start on them
   // (0: cycle_length). Once an epoch's files are all open, the next epoch's first ones are
   // opened ahead (unless the epoch is the last), never more streams than the shard has files.

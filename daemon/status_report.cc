@@ -68,7 +68,8 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
                               {"batches_taken", c.batches_taken},
                               {"slots_held", c.slots_held},
                               {"wait_seconds", static_cast<double>(c.wait_ns) / 1e9},
-                              {"attached_seconds", c.attached_seconds}});
+                              {"attached_seconds", c.attached_seconds},
+                              {"seconds_since_take", c.seconds_since_take}});
   }
   const uint64_t private_rss = now.private_rss_bytes;
   return nlohmann::json{
@@ -80,6 +81,10 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
       {"problems", now.problems},
       {"pid", ::getpid()},
       {"config", f.config_path},
+      {"socket", f.socket_path},
+      // ringfeedd's version, for monitoring that reads these fields: new fields are added, and
+      // a field's meaning changes only with the version (docs/operations.md).
+      {"version", RINGFEED_VERSION},
       {"instance_id", shm::InstanceIdText(f.instance_id)},
       {"uptime_seconds", uptime},
       {"deterministic", f.deterministic},
@@ -138,6 +143,7 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
         {"private_rss_bytes", private_rss},
         {"budget_bytes", f.memory_budget_bytes},
         {"budget_source", f.memory_budget_source},
+        {"shuffle_buffer", f.shuffle_buffer},
         {"shuffle_buffer_records", s.shuffle_records},
         {"shuffle_buffer_bytes", s.shuffle_bytes},
         {"shuffle_buffer_planned_bytes", f.memory.shuffle_bytes},
@@ -146,8 +152,20 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
       {"errors",
        {{"read_errors_skipped", s.read_errors_skipped},
         {"parse_errors_skipped", s.parse_errors_skipped},
+        {"files_ended_early", s.files_ended_early},
         {"batches_dropped", s.batches_dropped},
         {"last_error", s.last_error}}}};
+}
+
+std::string ProgressLogText(const JobStatusFacts& f, const PipelineStats& s) {
+  std::string text = fmt::format("epoch {} of {} (0-based {}), {} of its batches made; {} records in {} batches in all",
+                                 s.epoch + 1, f.epochs == 0 ? std::string("unlimited") : std::to_string(f.epochs),
+                                 s.epoch, s.batches_in_epoch, s.records, s.batches);
+  if (s.read_errors_skipped + s.parse_errors_skipped > 0) {
+    text += fmt::format("; {} read and {} parse errors skipped", s.read_errors_skipped, s.parse_errors_skipped);
+    if (s.files_ended_early > 0) text += fmt::format(" ({} of them ended a file early)", s.files_ended_early);
+  }
+  return text;
 }
 
 std::string SystemdStatusLine(const JobStatusFacts& f, const PipelineStats& s,

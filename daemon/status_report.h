@@ -55,6 +55,7 @@ std::string_view EndName(PipelineEnd end);
 struct JobStatusFacts {
   std::string job;
   std::string config_path;  // absolute
+  std::string socket_path;  // its control socket (in its runtime directory)
   uint64_t instance_id = 0;
   std::chrono::steady_clock::time_point started;
   bool deterministic = true;
@@ -96,6 +97,14 @@ struct JobStatusNow {
 // The `status` reply: {"type": "status", "job": ..., "state": ..., ...}, its fields documented in
 // docs/operations.md ("Status and troubleshooting").
 nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now);
+
+// The job's progress for the log (ringfeedd's lines at the end of the data, at a stop, at each
+// epoch begun), as the status table words it, e.g.
+//   "epoch 3 of 10 (0-based 2), 57 of its batches made; 123456 records in 964 batches in all;
+//    64 read and 5 parse errors skipped (1 of them ended a file early)"
+// The skip counts count every time a record was skipped (a bad record again in every epoch);
+// they are left out when 0.
+std::string ProgressLogText(const JobStatusFacts& f, const PipelineStats& s);
 
 // systemd's STATUS= line (`systemctl status`): "failed: <the error>" once the job failed, else
 // "<state>: epoch E of N (0-based E-1), B batches, R records/s, M MB/s" — the epoch counted from

@@ -152,6 +152,9 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   char buf[512];
   out << "job        " << s.String("job") << "   (pid " << s.Integer("pid") << ", config " << s.String("config")
       << ")\n";
+  // Which daemon answered: with the job in several runtime directories, `status JOB` asks the
+  // one in the directory itself first (a daemon before `socket` has none).
+  if (const std::string socket = s.String("socket"); !socket.empty()) out << "socket     " << socket << "\n";
   out << "state      " << state << ", up " << SecondsText(s.Number("uptime_seconds"));
   if (state == "end_of_data") {
     // Production's end, not the trainers': batches may still wait in the ring.
@@ -202,6 +205,15 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                 static_cast<unsigned long long>(batches), batches == 1 ? "" : "es",
                 BytesText(s.Number("record_bytes")).c_str());
   out << buf;
+  // Nothing produced yet while the shuffle buffer fills: the first batch waits for it (minutes
+  // on slow storage with a large buffer), which the rates below do not explain.
+  if (const uint64_t in_buffer = memory.Count("shuffle_buffer_records"), buffer = memory.Count("shuffle_buffer");
+      state == "running" && batches == 0 && in_buffer > 0 && buffer > 1) {
+    std::snprintf(buf, sizeof buf,
+                  "           filling the shuffle buffer before the first batch: %llu of %llu records (shuffle.buffer)\n",
+                  static_cast<unsigned long long>(in_buffer), static_cast<unsigned long long>(buffer));
+    out << buf;
+  }
   const ReplyFields records_per_second = tp.Object("records_per_second"), mb_per_second = tp.Object("mb_per_second");
   if (tp.Has("production_seconds")) {
     // Production has ended: the whole run's rates (a window over the time since would only fall).
@@ -310,10 +322,16 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
       const uint64_t held = c.Count("slots_held");
       holds = ", holds " + std::to_string(held) + (held == 1 ? " slot" : " slots");
     }
-    std::snprintf(buf, sizeof buf, "           id %lld pid %lld%s: %llu %s taken%s, waited %.1f s, attached %s\n",
+    // A trainer that has taken nothing for a while (stopped, stuck, or slow by design): said
+    // while the job runs, from 5 s on (a daemon before seconds_since_take has none).
+    std::string last;
+    if (const double since = c.Number("seconds_since_take", -1); since >= 5 && state == "running") {
+      last = taken == 0 ? " (none in " + SecondsText(since) + ")" : " (the last " + SecondsText(since) + " ago)";
+    }
+    std::snprintf(buf, sizeof buf, "           id %lld pid %lld%s: %llu %s taken%s%s, waited %.1f s, attached %s\n",
                   static_cast<long long>(c.Integer("id")), static_cast<long long>(c.Integer("pid")), rank.c_str(),
-                  static_cast<unsigned long long>(taken), taken == 1 ? "batch" : "batches", holds.c_str(),
-                  c.Number("wait_seconds"), SecondsText(c.Number("attached_seconds")).c_str());
+                  static_cast<unsigned long long>(taken), taken == 1 ? "batch" : "batches", last.c_str(),
+                  holds.c_str(), c.Number("wait_seconds"), SecondsText(c.Number("attached_seconds")).c_str());
     out << buf;
   }
   const std::vector<int64_t> missing = s.Integers("ranks_without_consumer");
@@ -349,9 +367,15 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                   since);
     out << buf;
   }
-  std::snprintf(buf, sizeof buf, "errors     %llu read and %llu parse errors skipped, %llu batches dropped (ranks remainder)\n",
+  // files_ended_early: only from daemons that send it, and only when some file did.
+  const uint64_t ended_early = errors.Count("files_ended_early");
+  const std::string ended_early_text =
+      ended_early == 0 ? ""
+                       : " (" + std::to_string(ended_early) + " of the read errors ended a file early: the records " +
+                             "after them not read)";
+  std::snprintf(buf, sizeof buf, "errors     %llu read and %llu parse errors skipped%s, %llu batches dropped (ranks remainder)\n",
                 static_cast<unsigned long long>(errors.Count("read_errors_skipped")),
-                static_cast<unsigned long long>(errors.Count("parse_errors_skipped")),
+                static_cast<unsigned long long>(errors.Count("parse_errors_skipped")), ended_early_text.c_str(),
                 static_cast<unsigned long long>(errors.Count("batches_dropped")));
   out << buf;
   const std::string last = errors.String("last_error");

@@ -852,8 +852,8 @@ std::string Tuner::WhyNoRaise(const Signals& s) const {
     // The ring is full although the consumers wait: its batches are ready for consumers that do
     // not take them (ranks mode: another rank's) or held by consumers that do not release them.
     return Format("%s, but production waited for a free ring slot %.0f%% of the time: the ring holds batches that "
-                  "no trainer takes or releases (in ranks mode another rank's; see the consumers lines), so more "
-                  "threads would not help",
+                  "trainers have not taken or not released yet (in ranks mode those of a rank slower than the "
+                  "others, or stopped; see the consumers lines), so more threads would not help",
                   waited.c_str(), Pct(s.slot_wait));
   }
   if (cpu_full) {

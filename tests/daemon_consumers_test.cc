@@ -473,7 +473,10 @@ TEST_CASE("the daemon frozen (SIGSTOP): Next throws naming the heartbeat after a
   daemon.Kill(SIGCONT);
   INFO(dump.out << dump.err);
   CHECK(dump.status.ToString() == "exit 1");
-  CHECK_THAT(dump.err, Catch::Contains("did not answer the hello"));
+  CHECK_THAT(dump.err, Catch::Contains("did not answer the hello on " + daemon.socket_path() + " within 2000 ms: ringfeedd "
+                                       "(pid " + std::to_string(daemon.pid()) + ") for job frozen-job is stopped (state "
+                                       "T: SIGSTOP, Ctrl-Z or a debugger); it answers once continued (kill -CONT " +
+                                       std::to_string(daemon.pid()) + ")"));
   CHECK(dump_seconds > 1.5);
   CHECK(dump_seconds < 5.0);
 

@@ -156,7 +156,11 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     const std::string failed = notify.ReceiveUntil("STATUS=failed: ");
     INFO("notifications:\n" << notify.ReceivedText() << "ringfeedd stderr:\n" << daemon.Stderr());
     const std::vector<std::string>& received = notify.received();
-    CHECK(std::find(received.begin(), received.end(), "READY=1") != received.end());
+    // Start-up says what it does before READY (a slow start shows in `systemctl status`).
+    REQUIRE(received.size() >= 3);
+    CHECK(received[0] == "STATUS=starting: sampling records");
+    CHECK_THAT(received[1], Catch::StartsWith("STATUS=starting: reserving the ring (") && Catch::EndsWith(")"));
+    CHECK(std::find(received.begin() + 2, received.end(), "READY=1") != received.end());
     CHECK_THAT(failed, Catch::Contains(bad + ": record 6 at byte") && Catch::Contains("corrupted record data"));
     CHECK(daemon.Stop().ToString() == "exit 1");  // it failed: exit status 1 once stopped
   }
@@ -203,6 +207,59 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK_THAT(daemon.Stderr(), Catch::Contains("skipped (on_error: skip)"));
     CHECK(daemon.Stop().ToString() == "exit 0");
   }
+}
+
+TEST_CASE("on_error: skip with a bad length mid-file: the rest of that file is said lost and counted; the log sums up") {
+  TempDir dir;
+  // ids 0..9, the length CRC of record 4 flipped: records 4 to 9 cannot be found. Another file
+  // holds ids 10..19, whole.
+  std::string bytes;
+  size_t bad_at = 0;
+  for (int64_t id = 0; id < 10; ++id) {
+    if (id == 4) bad_at = bytes.size();
+    bytes += FrameRecord(IdRecord(id));
+  }
+  bytes[bad_at + 8] = static_cast<char>(bytes[bad_at + 8] ^ 0x01);  // the length's CRC
+  const std::string bad = dir.file("a-bad.tfrecord");
+  WriteFile(bad, bytes);
+  WriteIdFile(dir.file("b-good.tfrecord"), 10, 10);
+  DaemonProcess daemon(dir.path(), "length-job",
+                       "job: length-job\n"
+                       "source: {files: [\"" + dir.file("*.tfrecord") + "\"], on_error: skip}\n"
+                       "features:\n" + IdFeaturesYaml() +
+                       "batch: {size: 4}\nepochs: 2\n");
+  RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+  const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
+  INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
+  REQUIRE(report.end == "end");
+  std::vector<int64_t> want = Iota(0, 4);
+  for (int64_t id = 10; id < 20; ++id) want.push_back(id);
+  std::vector<int64_t> twice;
+  for (int64_t id : want) twice.insert(twice.end(), {id, id});
+  CHECK(SortedIds(report.batches) == twice);  // both epochs: ids 0..3 and 10..19
+  const std::string lost = bad + ": record 4 at byte " + std::to_string(bad_at) +
+                           ": corrupted record length: length CRC mismatch (length field reads " +
+                           std::to_string(IdRecord(4).size()) + "); the rest of the file is not read (its last " +
+                           std::to_string(bytes.size() - bad_at) +
+                           " bytes, from this record on: no record boundary can be found past a bad length)";
+  const json status = daemon.Status();
+  CHECK(status["errors"]["read_errors_skipped"] == 2);  // once in each epoch
+  CHECK(status["errors"]["files_ended_early"] == 2);
+  CHECK(status["errors"]["last_error"] == lost);
+  CHECK_THAT(RunCommand({CtlBinary(), "status", "length-job", "--runtime-dir", daemon.runtime_dir()}).out,
+             Catch::Contains("errors     2 read and 0 parse errors skipped (2 of the read errors ended a file early: "
+                             "the records after them not read), 0 batches dropped"));
+  const auto exited = daemon.Wait();
+  REQUIRE(exited);
+  CHECK(exited->ToString() == "exit 0");
+  const std::string log = daemon.Stderr();
+  CHECK_THAT(log, Catch::Contains("skipped (on_error: skip): " + lost + " [1 skipped so far]") &&
+                      Catch::Contains("skipped (on_error: skip): " + lost + " [2 skipped so far]"));
+  CHECK_THAT(log, Catch::Contains("ready: socket " + daemon.socket_path() +
+                                  ", mode 0600 (the daemon's user only); starting at epoch 1 of 2 (0-based 0), batch 0"));
+  CHECK_THAT(log, Catch::Contains("all epochs produced (end of data): epoch 2 of 2 (0-based 1), 4 of its batches made; "
+                                  "28 records in 8 batches in all; 2 read and 0 parse errors skipped (2 of them ended "
+                                  "a file early)"));
 }
 
 TEST_CASE("a record past the start-up sample that the memory budget cannot hold is refused as too large, never read") {
@@ -316,7 +373,22 @@ TEST_CASE("a shuffle buffer whose records outgrow the start-up sample: the job s
   // Near the budget (one check's step of 1 MiB over it, and VmHWM counts the binary's and
   // libraries' pages too: 56 MiB here), far from the 128 MiB the buffer would have taken.
   CHECK(ReadProcessMemory(daemon.pid()).vm_hwm < (80u << 20));
+  // The advice is for the records to come: room for shuffle.buffer records of the largest so
+  // far (3000 x (64 KiB + the id) ~ 188 MiB), not the memory in use when it stopped.
+  CHECK_THAT(report.error, Catch::Contains("(room for shuffle.buffer 3000 records of the largest so far, 64.0 KiB)"));
   daemon.Stop();
+  // check warns before a daemon runs: its records in file order fill the buffer past its share.
+  const CommandResult check = RunCommand({CtlBinary(), "check", daemon.config_path()});
+  INFO("check:\n" << check.out << check.err);
+  CHECK(check.status.ToString() == "exit 0");
+  CHECK_THAT(check.out, Catch::Contains("\nrecords: ") &&
+                            Catch::Contains(" bytes on average; the largest: " + dir.file("grows.tfrecord") + ": record "));
+  CHECK_THAT(check.err, Catch::Contains("warning: the shuffle buffer may outgrow its share of the memory budget: the "
+                                        "3000 consecutive records from " + dir.file("grows.tfrecord") +
+                                        ": record 0 at byte 0 on take 125.") &&
+                            Catch::Contains("ringfeedd stops at the budget once records like these fill its buffer: "
+                                            "raise pipeline.memory_budget to at least "));
+  CHECK(RunCommand({CtlBinary(), "check", "--strict", daemon.config_path()}).status.ToString() == "exit 1");
 }
 
 TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run time fatal, even under on_error: skip") {

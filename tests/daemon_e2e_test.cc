@@ -751,8 +751,8 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   const CommandResult table = RunCommand({CtlBinary(), "status", job, "--runtime-dir", daemon.runtime_dir()});
   INFO("status:\n" << table.out << table.err);
   CHECK(table.status.ToString() == "exit 0");
-  CHECK_THAT(table.out, Catch::Contains("job        " + job + "   (pid " + pid + ", config " + daemon.config_path()));
-  CHECK_THAT(table.out, Catch::Contains("state      running"));
+  CHECK_THAT(table.out, Catch::Contains("job        " + job + "   (pid " + pid + ", config " + daemon.config_path() +
+                                        ")\nsocket     " + daemon.socket_path() + "\nstate      running"));
   CHECK_THAT(table.out, Catch::Contains("consumers  1 attached"));
   CHECK_THAT(table.out, Catch::Contains("id " + std::to_string(client->consumer_id()) + " pid " + me + ":"));
 
@@ -762,11 +762,15 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   CHECK(status["state"] == "running");
   CHECK(status["pid"] == daemon.pid());
   CHECK(status["config"] == daemon.config_path());
+  CHECK(status["socket"] == daemon.socket_path());
   CHECK(status["epochs"] == 0);
   REQUIRE(status["consumers"].size() == 1);
   CHECK(status["consumers"][0]["pid"] == ::getpid());
   CHECK(status["consumers"][0]["id"] == client->consumer_id());
   CHECK(status["consumers"][0]["rank"].is_null());
+  CHECK(status["consumers"][0]["seconds_since_take"].get<double>() >= 0);
+  CHECK(status["consumers"][0]["seconds_since_take"].get<double>() <=
+        status["consumers"][0]["attached_seconds"].get<double>());
   CHECK(status["batches_reclaimed"] == 0);
 
   INFO("ringfeedd stderr:\n" << daemon.Stderr());

@@ -11,15 +11,18 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -339,6 +342,31 @@ TEST_CASE("status: the files being read, none at the end; batches reclaimed coun
                               Catch::Contains("consumers  0 attached, 1 batch reclaimed from consumers"));
   CHECK_THAT(table(3, 2), Catch::Contains("(taking turns on 3 files being read; ") &&
                               Catch::Contains(", 2 batches reclaimed from consumers"));
+}
+
+TEST_CASE("status: a trainer that has taken nothing for 5 s or more says since when; the socket that answered") {
+  const auto table = [](const std::string& state, uint64_t taken, double since) {
+    return StatusTable(R"({"type":"status","job":"fake","state":")" + state + R"(","socket":"/run/x/fake.sock",)"
+                       R"("consumers":[{"id":1,"pid":42,"batches_taken":)" + std::to_string(taken) +
+                       R"(,"slots_held":5,"wait_seconds":0.0,"attached_seconds":60.0,"seconds_since_take":)" +
+                       std::to_string(since) + "}]}");
+  };
+  CHECK_THAT(table("running", 384, 15.2),
+             Catch::Contains("\n           id 1 pid 42: 384 batches taken (the last 15.2 s ago), holds 5 slots, waited "
+                             "0.0 s, attached 60.0 s\n") &&
+                 Catch::Contains("(pid 0, config )\nsocket     /run/x/fake.sock\nstate "));
+  CHECK_THAT(table("running", 0, 7.0), Catch::Contains(": 0 batches taken (none in 7.0 s), holds 5 slots"));
+  // Before the first batch, the shuffle buffer filling says why nothing is produced.
+  const auto filling = [](uint64_t batches) {
+    return StatusTable(R"({"type":"status","job":"fake","state":"running","batches":)" + std::to_string(batches) +
+                       R"(,"memory":{"shuffle_buffer":10000,"shuffle_buffer_records":5119}})");
+  };
+  CHECK_THAT(filling(0), Catch::Contains("\nproduced   0 records in 0 batches, 0 B\n           filling the shuffle "
+                                         "buffer before the first batch: 5119 of 10000 records (shuffle.buffer)\n"));
+  CHECK_THAT(filling(1), !Catch::Contains("filling the shuffle buffer"));
+  CHECK_THAT(table("running", 384, 4.9), Catch::Contains(": 384 batches taken, holds 5 slots"));
+  // Once production ended, trainers that stopped taking may simply be done.
+  CHECK_THAT(table("end_of_data", 384, 15.2), Catch::Contains(": 384 batches taken, holds 5 slots"));
 }
 
 TEST_CASE("status names a rank that holds the others up from the daemon's holds_up, after 5 s") {
@@ -831,6 +859,68 @@ TEST_CASE("a stale socket whose lock file is a FIFO: status, list, dump and the 
     CHECK_THAT(std::string(e.what()), refused);
   }
   std::filesystem::remove(daemon.segment_path());  // the killed daemon's, which no start replaces here
+}
+
+TEST_CASE("a ringfeedd holding the job's lock without a socket: status and list say starting, or stopping") {
+  // A ringfeedd samples records and reserves its ring before it opens its socket (seconds on
+  // slow storage); meanwhile its lock file names it. Stood in for by a process whose executable
+  // is named ringfeedd (a copy of sleep): a real start is over too soon to be caught there.
+  TempDir dir;
+  const std::string fake = dir.file("ringfeedd");
+  std::filesystem::copy_file("/bin/sleep", fake);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::execl(fake.c_str(), "ringfeedd", "30", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  struct Reaper {
+    pid_t pid;
+    ~Reaper() {
+      if (pid <= 0) return;  // never kill(-1): every process this user may signal
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  } reaper{pid};
+  // Its exec done: /proc/PID/exe names the copy.
+  for (int i = 0; i < 500 && std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe").filename() !=
+                                  "ringfeedd";
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const std::string run = dir.file("run");
+  std::filesystem::create_directory(run);
+  { std::ofstream(run + "/slow.lock") << pid << "\n"; }
+  const CommandResult starting = RunCommand({CtlBinary(), "status", "slow", "--runtime-dir", run});
+  CHECK(starting.status.ToString() == "exit 1");
+  CHECK_THAT(starting.err, Catch::Contains("job 'slow' is starting: ringfeedd (pid " + std::to_string(pid) +
+                                           ") holds its lock file " + run + "/slow.lock and opens its socket once it "
+                                           "has sampled the first records and reserved its ring") &&
+                               !Catch::Contains("not running"));
+  const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", run});
+  INFO("list:\n" << list.out << list.err);
+  CHECK_THAT(list.out, Catch::Matches("(.|\n)*\nslow +starting +" + std::to_string(pid) +
+                                      " +- +- +-   \\(no socket yet: it opens it once its ring is set up\\)\n"));
+  const json listed = json::parse(RunCommand({CtlBinary(), "list", "--json", "--runtime-dir", run}).out);
+  REQUIRE(listed["jobs"].size() == 1);
+  CHECK(listed["jobs"][0]["state"] == "starting");
+  CHECK(listed["jobs"][0]["pid"] == pid);
+  // In a subdirectory (systemd's per-instance one) too, once it stops.
+  std::filesystem::create_directory(run + "/instance");
+  std::filesystem::rename(run + "/slow.lock", run + "/instance/slow.lock");
+  { std::ofstream(run + "/instance/slow.lock") << pid << " stopping\n"; }
+  const CommandResult stopping = RunCommand({CtlBinary(), "status", "slow", "--runtime-dir", run});
+  CHECK_THAT(stopping.err, Catch::Contains("job 'slow' is stopping: ringfeedd (pid " + std::to_string(pid) +
+                                           ") closed its socket in " + run + "/instance and is finishing its stop"));
+  CHECK_THAT(RunCommand({CtlBinary(), "list", "--runtime-dir", run}).out,
+             Catch::Matches("(.|\n)*\nslow +stopping +" + std::to_string(pid) + " +- +- +-   \\(its socket is closed: "
+                            "it is finishing its stop\\)   \\(in " + run + "/instance\\)\n"));
+  // Gone: not running, as before.
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  reaper.pid = 0;
+  const CommandResult gone = RunCommand({CtlBinary(), "status", "slow", "--runtime-dir", run});
+  CHECK_THAT(gone.err, Catch::Contains("job 'slow' is not running in " + run));
 }
 
 TEST_CASE("list: a long job name widens the JOB column; a row without a status says which subdirectory") {

@@ -364,7 +364,7 @@ TEST_CASE("the shuffle buffer past its share of the budget: over_budget asked; i
   o.shuffle_share_bytes = 50 * (6 + kRecordOverheadBytes);
   std::vector<uint64_t> asked;  // the buffer's records at each call
   std::string answer;
-  o.over_budget = [&](uint64_t records, uint64_t bytes) {
+  o.over_budget = [&](uint64_t records, uint64_t bytes, uint64_t /*largest*/) {
     CHECK(bytes >= records * 4);
     asked.push_back(records);
     return answer;

@@ -793,8 +793,8 @@ TEST_CASE("consumers wait and nothing can be raised: the decision says why (stat
     const TunerDecision d = tuner.Observe(o);
     CHECK(d.changes.empty());
     CHECK(d.holding == "consumers waited 50%, but production waited for a free ring slot 100% of the time: the ring "
-                       "holds batches that no trainer takes or releases (in ranks mode another rank's; see the "
-                       "consumers lines), so more threads would not help");
+                       "holds batches that trainers have not taken or not released yet (in ranks mode those of a rank "
+                       "slower than the others, or stopped; see the consumers lines), so more threads would not help");
   }
   SECTION("the loader's own batches at the prefetch depth, the ring nearly empty: they wait for the workers") {
     // As an operator saw it (session 28): workers fixed at 1, the sequencer waiting 80% for a

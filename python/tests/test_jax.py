@@ -24,6 +24,7 @@ if importlib.util.find_spec("jax") is None:
 CHILD = textwrap.dedent('''
     import json, subprocess, sys
     import numpy as np
+    import jax
     import jax.numpy as jnp
     import ringfeed
     sys.path.insert(0, sys.argv[4])
@@ -50,6 +51,15 @@ CHILD = textwrap.dedent('''
         # Zero-copy: the ring's columns are 64-byte aligned, which JAX's CPU backend accepts as
         # is; the jax array then holds the NumPy array (DLPack deleter), and so the slot.
         assert x.unsafe_buffer_pointer() == vec.__array_interface__["data"][0]
+        # int64 (ids, row_splits): in 32-bit JAX (its default) from_dlpack narrows them to
+        # int32, a copy, silently (docs/python.md); with jax_enable_x64, int64 and zero-copy.
+        id_col = batch["id"]
+        assert jnp.from_dlpack(id_col).dtype == jnp.int32
+        jax.config.update("jax_enable_x64", True)
+        x64 = jnp.from_dlpack(id_col)
+        assert x64.dtype == jnp.int64 and x64.tolist() == ids
+        assert x64.unsafe_buffer_pointer() == id_col.__array_interface__["data"][0]
+        del x64, id_col
         del vec, values, splits
         batch.close()
         assert held() == 1
