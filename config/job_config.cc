@@ -53,9 +53,8 @@ constexpr int64_t kMaxRingSlots = 256;                 // shm::kMaxSlots
 constexpr size_t kMaxFeatureCount = 256;               // shm::kMaxFeatures: the superblock's schema
 constexpr size_t kMaxFeatureNameBytes = 127;           // shm::kMaxNameBytes - 1 (NUL-terminated)
 
-// `s` for messages: control characters (a NUL from "\0" in a quoted scalar, a tab) as \xHH, so
-// that a message is never cut short or garbled by them, and with `ascii_only` every byte above
-// 0x7E too (else UTF-8 is kept as written).
+}  // namespace
+
 std::string Escaped(std::string_view s, bool ascii_only) {
   std::string out;
   for (const char c : s) {
@@ -70,6 +69,8 @@ std::string Escaped(std::string_view s, bool ascii_only) {
   }
   return out;
 }
+namespace {
+
 // Bytes that are not printable ASCII as \xHH.
 std::string Printable(const std::string& s) { return Escaped(s, /*ascii_only=*/true); }
 constexpr size_t kMaxShapeRank = 8;                    // shm::kMaxRank

@@ -151,6 +151,11 @@ class ConfigError : public std::runtime_error {
 // endless file (a wrong path, /dev/zero) is refused before it is parsed.
 inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 
+// `s` for messages: control characters (a NUL from "\0" in a quoted scalar, a tab, a newline
+// from a ${VAR}) as \xHH, so that a message is never cut short or garbled by them, and with
+// `ascii_only` every byte above 0x7E too (else UTF-8 is kept as written).
+std::string Escaped(std::string_view s, bool ascii_only = false);
+
 // Why `name` cannot be a job name ("invalid job name 'x/y'; expected ..."), or "" when it can.
 std::string JobNameProblem(const std::string& name);
 

@@ -12,6 +12,8 @@
 #include <set>
 #include <utility>
 
+#include "config/job_config.h"
+
 namespace ringfeed {
 namespace {
 
@@ -207,14 +209,16 @@ std::string WhyNotFound(const std::string& item) {
 [[noreturn]] void NoMatch(const std::string& origin, const std::string& pattern, const std::string& item,
                           const std::string& written) {
   std::string message = origin.empty() ? "source.files: " : origin;
+  // A newline or another control character (from a ${VAR}) shown as \xHH: printed raw it split
+  // the message over lines.
   if (HasWildcard(item)) {
-    message += "pattern '" + item + "' matches no file";
+    message += "pattern '" + Escaped(item) + "' matches no file";
   } else if (const std::string why = WhyNotFound(item); !why.empty()) {
-    message += "cannot open '" + item + "': " + why;
+    message += "cannot open '" + Escaped(item) + "': " + why;
   } else {
-    message += "no such file '" + item + "'";
+    message += "no such file '" + Escaped(item) + "'";
   }
-  if (item != pattern) message += " (from '" + pattern + "')";
+  if (item != pattern) message += " (from '" + Escaped(pattern) + "')";
   if (t_glob_error.error != 0) {
     message += "; directory '" + t_glob_error.path + "' could not be read: " + std::strerror(t_glob_error.error);
   }

@@ -217,6 +217,9 @@ TEST_CASE("a pattern that matches nothing is an error naming it and its config l
   // A missing shard inside braces is not silently dropped.
   CHECK_THROWS_WITH(ExpandFiles({dir.path().string() + "/g{1,9}.tfrecord"}),
                     Catch::Contains("no such file '" + dir.file("g9.tfrecord") + "'"));
+  // A control character (a newline from a ${VAR}) is shown escaped: the message stays one line.
+  CHECK_THROWS_WITH(ExpandFiles({dir.file("g1.tfrecord") + "\n"}),
+                    Catch::Contains("no such file '" + dir.file("g1.tfrecord") + "\\x0A'") && !Catch::Contains("\n"));
   // The same file named twice is read once: under another spelling, a symbolic link or a hard
   // link (the same inode), by its first path in sorted order.
   CHECK(ExpandFiles({dir.file("g1.tfrecord"), dir.path().string() + "/./g1.tfrecord"}).size() == 1);
