@@ -767,7 +767,7 @@ int RunDaemon(const DaemonOptions& options) {
                        remake_lock);
     // Consumers whose process died while a forked child keeps their connection open.
     asio::steady_timer reap_timer(io);
-    uint64_t logged_epoch = status_facts.start_epoch;  // the epoch the last "begun" line named
+    uint64_t logged_epoch = status_facts.start_epoch;  // the epoch the last "began" line named
     auto epoch_logged_at = status_facts.started;  // when it was logged (the start before)
     auto next_epoch_log = std::chrono::steady_clock::now();
     std::function<void()> reap = [&] {
@@ -792,8 +792,8 @@ int RunDaemon(const DaemonOptions& options) {
         if (const auto now = std::chrono::steady_clock::now();
             s.end == PipelineEnd::kRunning && s.epoch != logged_epoch && now >= next_epoch_log) {
           const uint64_t begun = s.epoch - logged_epoch;
-          spdlog::info("{} begun in the last {}: now at {}",
-                       begun == 1 ? std::string("an epoch") : fmt::format("{} epochs", begun),
+          spdlog::info("{} began in the last {}; now at {}",
+                       begun == 1 ? std::string("1 epoch") : fmt::format("{} epochs", begun),
                        fmt::format("{:.1f} s", std::chrono::duration<double>(now - epoch_logged_at).count()),
                        ProgressLogText(status_facts, s));
           logged_epoch = s.epoch;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -260,6 +261,32 @@ TEST_CASE("on_error: skip with a bad length mid-file: the rest of that file is s
   CHECK_THAT(log, Catch::Contains("all epochs produced (end of data): epoch 2 of 2 (0-based 1), 4 of its batches made; "
                                   "28 records in 8 batches in all; 2 read and 0 parse errors skipped (2 of them ended "
                                   "a file early)"));
+
+  // Endless, with a trainer taking every batch: the epochs begun are logged (its first tick, a
+  // second in: many short epochs in one line), and the stop says where production was.
+  DaemonProcess endless(dir.path(), "length-endless",
+                        "job: length-endless\n"
+                        "source: {files: [\"" + dir.file("*.tfrecord") + "\"], on_error: skip}\n"
+                        "features:\n" + IdFeaturesYaml() +
+                        "batch: {size: 4}\nepochs: 0\n");
+  RINGFEED_REQUIRE_STARTED(endless);
+  std::atomic<bool> stop{false};
+  std::thread trainer([&] {
+    auto client = Client::Attach(endless.client_options());
+    Batch batch;
+    while (!stop && client->Next(std::chrono::milliseconds(100), &batch) != Client::Status::kEndOfData) batch.Release();
+  });
+  CHECK(endless.WaitForStderr(" began in the last "));
+  stop = true;
+  trainer.join();
+  CHECK(endless.Stop().ToString() == "exit 0");
+  const std::string endless_log = endless.Stderr();
+  INFO("ringfeedd stderr:\n" << endless_log);
+  CHECK_THAT(endless_log, Catch::Matches("(.|\n)*\\] \\d+ epochs? began in the last \\d+\\.\\d s; now at epoch \\d+ of "
+                                         "unlimited \\(0-based \\d+\\), \\d+ of its batches made; \\d+ records in \\d+ "
+                                         "batches in all; \\d+ read and 0 parse errors skipped \\(\\d+ of them ended a "
+                                         "file early\\)\n(.|\n)*"));
+  CHECK_THAT(endless_log, Catch::Contains("ringfeedd stopped by SIGTERM: stopping at epoch "));
 }
 
 TEST_CASE("a record past the start-up sample that the memory budget cannot hold is refused as too large, never read") {
