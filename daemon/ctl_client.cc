@@ -428,6 +428,15 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
         const bool running_now = s.String("state") == "running";
         const std::string pace = running_now ? TrainersPace(s) : std::string();
         if (!pace.empty()) where = "   (the trainers' pace: " + pace + ")" + where;
+        // Ranks mode: a rank that holds every rank up, as status names it (after 5 s): the
+        // other ranks wait, so the job's rate falls with no trainers' pace to show.
+        for (const ReplyFields& r : s.Objects("ranks")) {
+          if (running_now && r.Bool("holds_up") && r.Number("seconds_since_take") >= 5) {
+            where = "   (rank " + std::to_string(r.Integer("rank")) + " holds the other ranks up: `ringfeedctl " +
+                    "status " + j.job + "` names its trainer)" + where;
+            break;
+          }
+        }
         if (const size_t problems = s.Strings("problems").size(); problems > 0) {
           // Its segment, socket or lock file removed or replaced: `status` says which and what to do.
           where = "   (" + std::to_string(problems) + (problems == 1 ? " problem" : " problems") +

@@ -164,7 +164,7 @@ TEST_CASE("status and list: a reply of other JSON types is one clear error namin
       {R"({"type":"status","job":"fake","state":"running","ranks_without_consumer":["1"]})",
        "ranks_without_consumer[0]: expected an integer", ""},
       {R"({"type":"status","job":"fake","state":"running","ranks":[{"rank":1,"ready":2,"holds_up":1}]})",
-       "ranks[0].holds_up: expected true or false", ""},
+       "ranks[0].holds_up: expected true or false", "ranks[0].holds_up: expected true or false"},
       {R"({"type":5})", "type: expected a string", "type: expected a string"},
       {R"(["status"])", R"(not a JSON object: "[\"status\"]")", R"(not a JSON object: "[\"status\"]")"},
       {"HTTP/1.0 400 Bad Request", R"(not a JSON object: "HTTP/1.0 400 Bad Request")",
@@ -391,6 +391,13 @@ TEST_CASE("status names a rank that holds the others up from the daemon's holds_
              !Catch::Contains("has not taken any"));
   // From a daemon that does not send holds_up: no line rather than a guess.
   CHECK_THAT(table("running", R"({"rank":1,"ready":3,"seconds_since_take":7})"), !Catch::Contains("has not taken any"));
+  // list says so on the job's line (its rate falls, and the trainers' pace does not explain it).
+  TempDir dir;
+  Fake fake(dir, Welcome(kJob),
+            R"({"type":"status","job":"fake","state":"running","ranks":[{"rank":0,"ready":0,"seconds_since_take":0,)"
+            R"("holds_up":false},{"rank":1,"ready":3,"seconds_since_take":7,"holds_up":true}]})");
+  CHECK_THAT(fake.Ctl({"list"}).out, Catch::EndsWith("   (rank 1 holds the other ranks up: `ringfeedctl status fake` "
+                                                     "names its trainer)\n"));
 }
 
 TEST_CASE("status, list and dump refuse a welcome that names another job") {
