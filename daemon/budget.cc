@@ -300,6 +300,8 @@ MemoryLimit MemTotal(const SystemPaths& paths) {
 
 std::string FormatBytes(uint64_t bytes) { return shm::HumanBytes(bytes); }
 
+std::string ConfigMiB(uint64_t bytes) { return std::to_string(CeilDiv(bytes, uint64_t{1} << 20)) + "MiB"; }
+
 // ---- CPU ----------------------------------------------------------------------------------------
 
 CpuBudget DetectCpuBudget(const SystemPaths& paths) {
@@ -645,7 +647,7 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) + " bytes: " +
                FormatBytes(needed - needed_margin) + " for the job + " + FormatBytes(needed_margin) +
                " safety margin, which lowering the job's parts does not shrink); raise pipeline.memory_budget to at "
-               "least " + std::to_string(CeilDiv(needed, mib)) + "MiB" +
+               "least " + ConfigMiB(needed) +
                (knobs.empty()       ? std::string()
                 : knobs.size() == 1 ? ", or lower " + knobs[0].Text()
                                     : ", or lower " + knobs[0].Text() + " or " + knobs[1].Text());
@@ -747,7 +749,7 @@ std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, i
   std::string text = "memory over pipeline.memory_budget " + FormatBytes(plan.budget_bytes) + ": private RSS " +
                      FormatBytes(used.private_rss) + " + segment " + FormatBytes(used.segment_bytes) + " = " +
                      FormatBytes(total) + "; ";
-  const std::string raise = "raise pipeline.memory_budget to at least " + FormatBytes(total);
+  const std::string raise = "raise pipeline.memory_budget to at least " + ConfigMiB(total);
   const uint64_t shuffle_held = ShuffleHeldBytes(used.shuffle_records, used.shuffle_bytes);
   if (shuffle_buffer > 1 && used.shuffle_records > 0 && shuffle_held > plan.shuffle_bytes) {
     const uint64_t mean = CeilDiv(used.shuffle_bytes, used.shuffle_records);
@@ -768,7 +770,7 @@ std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, i
            " of " + FormatBytes(used.shuffle_bytes) + " (" + FormatBytes(mean) + " each on average), where the memory " +
            "plan gave it " + FormatBytes(plan.shuffle_bytes) + " for shuffle.buffer " + std::to_string(shuffle_buffer) +
            " from the records sampled at start: the records later in the files are larger; raise " +
-           "pipeline.memory_budget to at least " + FormatBytes(enough) + " (room for shuffle.buffer " +
+           "pipeline.memory_budget to at least " + ConfigMiB(enough) + " (room for shuffle.buffer " +
            std::to_string(shuffle_buffer) + " records of " + size + ")" +
            (fit >= 2 ? ", or lower shuffle.buffer to " + std::to_string(fit) + " (what its share holds of records of " +
                            size + ")"

@@ -335,6 +335,9 @@ uint64_t PrivateRssBytes();
 
 // "4.0 MiB", "512 B", "1.5 GiB": one decimal, binary units (shm::HumanBytes).
 std::string FormatBytes(uint64_t bytes);
+// `bytes` rounded up to whole MiB as a config takes it ("128MiB"): what advice to raise
+// pipeline.memory_budget names, so that it can be pasted (FormatBytes' "127.8 MiB" cannot).
+std::string ConfigMiB(uint64_t bytes);
 
 // ---- Over the budget ---------------------------------------------------------------------------
 

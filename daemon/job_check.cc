@@ -353,7 +353,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         " B of bookkeeping each), where ringfeedd's plan gives the buffer " + FormatBytes(result.shuffle_share_bytes) +
         " for shuffle.buffer " + std::to_string(result.shuffle_buffer) + " from the first " +
         std::to_string(result.sample_records) + " records it samples at start; ringfeedd stops at the budget once " +
-        "records like these fill its buffer: raise pipeline.memory_budget to at least " + FormatBytes(enough) +
+        "records like these fill its buffer: raise pipeline.memory_budget to at least " + ConfigMiB(enough) +
         (fit >= 2 ? ", or lower shuffle.buffer to " + std::to_string(fit) : std::string(", or lower shuffle.buffer"));
   }
   // Below source.max_record_bytes (which this check's reader applied), the limit is the budget's.

@@ -147,8 +147,11 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
         {"shuffle_buffer_records", s.shuffle_records},
         {"shuffle_buffer_bytes", s.shuffle_bytes},
         {"shuffle_buffer_planned_bytes", f.memory.shuffle_bytes},
-        {"over_budget", OverBudgetWarning(f.memory, {private_rss, f.segment_bytes, s.shuffle_records,
-                                                        s.shuffle_bytes}, f.shuffle_buffer)}}},
+        // Not once the job failed (its error says it, as the heartbeat's warning does not).
+        {"over_budget", s.end == PipelineEnd::kFailed
+                            ? std::string()
+                            : OverBudgetWarning(f.memory, {private_rss, f.segment_bytes, s.shuffle_records,
+                                                           s.shuffle_bytes}, f.shuffle_buffer)}}},
       {"errors",
        {{"read_errors_skipped", s.read_errors_skipped},
         {"parse_errors_skipped", s.parse_errors_skipped},
@@ -158,7 +161,7 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
 }
 
 std::string ProgressLogText(const JobStatusFacts& f, const PipelineStats& s) {
-  std::string text = fmt::format("epoch {} of {} (0-based {}), {} of its batches made; {} records in {} batches in all",
+  std::string text = fmt::format("epoch {} of {} (0-based {}), {} of its batches formed; {} records in {} batches in all",
                                  s.epoch + 1, f.epochs == 0 ? std::string("unlimited") : std::to_string(f.epochs),
                                  s.epoch, s.batches_in_epoch, s.records, s.batches);
   if (s.read_errors_skipped + s.parse_errors_skipped > 0) {

@@ -100,7 +100,7 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now);
 
 // The job's progress for the log (ringfeedd's lines at the end of the data, at a stop, at each
 // epoch begun), as the status table words it, e.g.
-//   "epoch 3 of 10 (0-based 2), 57 of its batches made; 123456 records in 964 batches in all;
+//   "epoch 3 of 10 (0-based 2), 57 of its batches formed; 123456 records in 964 batches in all;
 //    64 read and 5 parse errors skipped (1 of them ended a file early)"
 // The skip counts count every time a record was skipped (a bad record again in every epoch);
 // they are left out when 0.

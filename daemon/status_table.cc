@@ -178,7 +178,7 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   }
   // Batches formed, ahead of those taken (an older ringfeedd does not send the field).
   const std::string batches_made =
-      s.Has("batches_in_epoch") ? ", " + std::to_string(s.Count("batches_in_epoch")) + " of its batches made" : "";
+      s.Has("batches_in_epoch") ? ", " + std::to_string(s.Count("batches_in_epoch")) + " of its batches formed" : "";
   // Counted from 1 for people, with the batches' 0-based epoch beside it: that is the number
   // --start-epoch and checkpoints use.
   std::snprintf(buf, sizeof buf,

@@ -919,13 +919,14 @@ TEST_CASE("OverBudgetWarning: silent within the budget; over it, the arithmetic 
         "memory over pipeline.memory_budget 256.0 MiB: private RSS 420.0 MiB + segment 40.0 MiB = 460.0 MiB; the "
         "shuffle buffer holds 10000 records of 390.6 MiB (40.0 KiB each on average), where the memory plan gave it "
         "30.1 MiB for shuffle.buffer 10000 from the records sampled at start: the records later in the files are "
-        "larger; raise pipeline.memory_budget to at least 636.3 MiB (room for shuffle.buffer 10000 records of 40.0 "
+        "larger; raise pipeline.memory_budget to at least 637MiB (room for shuffle.buffer 10000 records of 40.0 "
         "KiB), or lower shuffle.buffer to 768 (what its share holds of records of 40.0 KiB)");
   // 768 = 31'529'216 / (40 KiB + 80 B of bookkeeping each); 636.3 MiB = 256 MiB + (10000 x (40 KiB
-  // + 80 B) - 31'529'216) x 20/19 (the margin is 1/20 of the budget): 667'246'808 bytes.
+  // + 80 B) - 31'529'216) x 20/19 (the margin is 1/20 of the budget): 667'246'808 bytes, 637 MiB
+  // rounded up (what a config takes).
   // Records larger than the buffer's mean came last: the advice is for records of the largest.
   CHECK_THAT(OverBudgetWarning(plan, {420 * MiB, 40 * MiB, 10'000, 10'000 * 40 * KiB, 200 * KiB}, 10000),
-             Catch::EndsWith("raise pipeline.memory_budget to at least 2.2 GiB (room for shuffle.buffer 10000 records "
+             Catch::EndsWith("raise pipeline.memory_budget to at least 2282MiB (room for shuffle.buffer 10000 records "
                              "of the largest so far, 200.0 KiB), or lower shuffle.buffer to 153 (what its share holds "
                              "of records of the largest so far, 200.0 KiB)"));
   // 153 = 31'529'216 / 204'880; 256 MiB + (10000 x 204'880 - 31'529'216) x 20/19 = 2'391'878'387 bytes.
@@ -940,7 +941,7 @@ TEST_CASE("OverBudgetWarning: silent within the budget; over it, the arithmetic 
   const std::string general = OverBudgetWarning(plan, {300 * MiB, 40 * MiB, 10'000, 20 * MiB}, 10000);
   CHECK_THAT(general, Catch::Matchers::StartsWith("memory over pipeline.memory_budget 256.0 MiB: private RSS 300.0 MiB "
                                                   "+ segment 40.0 MiB = 340.0 MiB; the memory plan counts records"));
-  CHECK_THAT(general, Catch::Matchers::EndsWith("raise pipeline.memory_budget to at least 340.0 MiB (`ringfeedctl "
+  CHECK_THAT(general, Catch::Matchers::EndsWith("raise pipeline.memory_budget to at least 340MiB (`ringfeedctl "
                                                 "check` reads every record and says the largest)"));
   CHECK(OverBudgetWarning(plan, {300 * MiB, 40 * MiB, 0, 0}, 0) == general);
 }

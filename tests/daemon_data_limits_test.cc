@@ -187,7 +187,7 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK(status["batches_in_epoch"] == 5);  // the last epoch's, all made
     CHECK_THAT(RunCommand({CtlBinary(), "status", "skip-unit", "--runtime-dir", daemon.runtime_dir()}).out,
                Catch::Contains("progress   epoch 2 of 2 (0-based 1") &&
-                   Catch::Contains("2 of 2 files of this epoch done, 5 of its batches made\n"));
+                   Catch::Contains("2 of 2 files of this epoch done, 5 of its batches formed\n"));
     CHECK(daemon.Stop().ToString() == "exit 0");
   }
   SECTION("skip: every other record arrives, one skip counted") {
@@ -258,7 +258,7 @@ TEST_CASE("on_error: skip with a bad length mid-file: the rest of that file is s
                       Catch::Contains("skipped (on_error: skip): " + lost + " [2 skipped so far]"));
   CHECK_THAT(log, Catch::Contains("ready: socket " + daemon.socket_path() +
                                   ", mode 0600 (the daemon's user only); starting at epoch 1 of 2 (0-based 0), batch 0"));
-  CHECK_THAT(log, Catch::Contains("all epochs produced (end of data): epoch 2 of 2 (0-based 1), 4 of its batches made; "
+  CHECK_THAT(log, Catch::Contains("all epochs produced (end of data): epoch 2 of 2 (0-based 1), 4 of its batches formed; "
                                   "28 records in 8 batches in all; 2 read and 0 parse errors skipped (2 of them ended "
                                   "a file early)"));
 
@@ -283,7 +283,7 @@ TEST_CASE("on_error: skip with a bad length mid-file: the rest of that file is s
   const std::string endless_log = endless.Stderr();
   INFO("ringfeedd stderr:\n" << endless_log);
   CHECK_THAT(endless_log, Catch::Matches("(.|\n)*\\] \\d+ epochs? began in the last \\d+\\.\\d s; now at epoch \\d+ of "
-                                         "unlimited \\(0-based \\d+\\), \\d+ of its batches made; \\d+ records in \\d+ "
+                                         "unlimited \\(0-based \\d+\\), \\d+ of its batches formed; \\d+ records in \\d+ "
                                          "batches in all; \\d+ read and 0 parse errors skipped \\(\\d+ of them ended a "
                                          "file early\\)\n(.|\n)*"));
   CHECK_THAT(endless_log, Catch::Contains("ringfeedd stopped by SIGTERM: stopping at epoch "));
