@@ -906,8 +906,9 @@ TEST_CASE("a ringfeedd holding the job's lock without a socket: status and list 
                                !Catch::Contains("not running"));
   const CommandResult list = RunCommand({CtlBinary(), "list", "--runtime-dir", run});
   INFO("list:\n" << list.out << list.err);
-  CHECK_THAT(list.out, Catch::Matches("(.|\n)*\nslow +starting +" + std::to_string(pid) +
-                                      " +- +- +-   \\(no socket yet: it opens it once its ring is set up\\)\n"));
+  CHECK_THAT(LineWith(list.out, "slow "), Catch::Matches("slow +starting +" + std::to_string(pid) +
+                                                         " +- +- +-   \\(no socket yet: it opens it once its ring is "
+                                                         "set up\\)"));
   const json listed = json::parse(RunCommand({CtlBinary(), "list", "--json", "--runtime-dir", run}).out);
   REQUIRE(listed["jobs"].size() == 1);
   CHECK(listed["jobs"][0]["state"] == "starting");
@@ -919,9 +920,9 @@ TEST_CASE("a ringfeedd holding the job's lock without a socket: status and list 
   const CommandResult stopping = RunCommand({CtlBinary(), "status", "slow", "--runtime-dir", run});
   CHECK_THAT(stopping.err, Catch::Contains("job 'slow' is stopping: ringfeedd (pid " + std::to_string(pid) +
                                            ") closed its socket in " + run + "/instance and is finishing its stop"));
-  CHECK_THAT(RunCommand({CtlBinary(), "list", "--runtime-dir", run}).out,
-             Catch::Matches("(.|\n)*\nslow +stopping +" + std::to_string(pid) + " +- +- +-   \\(its socket is closed: "
-                            "it is finishing its stop\\)   \\(in " + run + "/instance\\)\n"));
+  CHECK_THAT(LineWith(RunCommand({CtlBinary(), "list", "--runtime-dir", run}).out, "slow "),
+             Catch::Matches("slow +stopping +" + std::to_string(pid) + " +- +- +-   \\(its socket is closed: "
+                            "it is finishing its stop\\)   \\(in " + run + "/instance\\)"));
   // Gone: not running, as before.
   ::kill(pid, SIGKILL);
   ::waitpid(pid, nullptr, 0);

@@ -56,6 +56,15 @@ int BindUnixSocket(const std::string& path, int type, int backlog) {
   return fd;
 }
 
+std::string LineWith(const std::string& text, const std::string& needle) {
+  const size_t at = text.find(needle);
+  if (at == std::string::npos) return "";
+  const size_t begin = text.rfind('\n', at);
+  const size_t from = begin == std::string::npos ? 0 : begin + 1;
+  const size_t end = text.find('\n', at);
+  return text.substr(from, end == std::string::npos ? std::string::npos : end - from);
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("cannot read " + path);

@@ -33,6 +33,10 @@ sockaddr_un UnixAddress(const std::string& path);
 // or the path is too long for a Unix socket.
 int BindUnixSocket(const std::string& path, int type, int backlog = 0);
 std::string ReadFile(const std::string& path);
+// The first line of `text` that contains `needle`, without its newline; "" when none does. For
+// checking one line of a log or a table with Catch::Matches: std::regex matches recursively, and
+// a pattern such as "(.|\n)*" over a whole log overflows the stack (it did under ASan).
+std::string LineWith(const std::string& text, const std::string& needle);
 void WriteFile(const std::string& path, const std::string& bytes);
 
 // Concatenated framed records (plain TFRecord bytes).
