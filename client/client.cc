@@ -502,11 +502,9 @@ void Client::CheckHeartbeat() {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(age) / 1e9);
     const std::string pid = std::to_string(a.daemon_pid);
-    const char state = shm::ProcessState(a.daemon_pid);
-    if (state == 'T' || state == 't') {  // said as such: the fix is one command
-      throw ClientError(a.DaemonName() + " has not written its heartbeat for " + seconds +
-                        " s: it is stopped (state " + std::string(1, state) +
-                        ": SIGSTOP, Ctrl-Z or a debugger); continue it (kill -CONT " + pid + "), then attach again");
+    if (const std::string stopped = shm::StoppedProcess(a.daemon_pid); !stopped.empty()) {  // the fix is one command
+      throw ClientError(a.DaemonName() + " has not written its heartbeat for " + seconds + " s: it is " + stopped +
+                        "; continue it (kill -CONT " + pid + "), then attach again");
     }
     throw ClientError(a.DaemonName() + " has not written its heartbeat for " + seconds +
                       " s (stopped or frozen?); check it (ps -o stat= -p " + pid +

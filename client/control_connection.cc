@@ -333,11 +333,11 @@ std::string ControlConnection::WhyNoAnswer() const {
   const std::optional<LockHolder> holder = ReadLockHolder(path_, job_);
   if (!holder || holder->gone || !RunsRingfeedd(holder->pid)) return " (stopped or frozen?)";
   const std::string pid = std::to_string(holder->pid);
-  const char state = shm::ProcessState(static_cast<pid_t>(holder->pid));
-  if (state == 'T' || state == 't') {
-    return ": ringfeedd (pid " + pid + ") for job " + job_ + " is stopped (state " + std::string(1, state) +
-           ": SIGSTOP, Ctrl-Z or a debugger); it answers once continued (kill -CONT " + pid + ")";
+  if (const std::string stopped = shm::StoppedProcess(static_cast<pid_t>(holder->pid)); !stopped.empty()) {
+    return ": ringfeedd (pid " + pid + ") for job " + job_ + " is " + stopped +
+           "; it answers once continued (kill -CONT " + pid + ")";
   }
+  const char state = shm::ProcessState(static_cast<pid_t>(holder->pid));
   return ": ringfeedd (pid " + pid + ") for job " + job_ + " runs (state " + std::string(1, state ? state : '?') +
          ") but did not answer: out of file descriptors (its log then says \"cannot accept a connection: Too many "
          "open files\"), or its main thread is stuck; see its log";

@@ -398,6 +398,18 @@ std::string Plural(int64_t n, const char* one, const char* many) {
 
 }  // namespace
 
+uint64_t BudgetHolding(uint64_t rest) {
+  // B - ceil(B / 20) = floor(19 B / 20) >= rest  <=>  B >= ceil(20 rest / 19).
+  const U128 by_share =
+      (static_cast<U128>(rest) * kSafetyMarginDivisor + kSafetyMarginDivisor - 2) / (kSafetyMarginDivisor - 1);
+  return std::max(SatAdd(rest, kSafetyMarginMinBytes),
+                  by_share > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(by_share));
+}
+
+uint64_t BudgetHoldingMore(uint64_t budget, uint64_t more) {
+  return BudgetHolding(SatAdd(budget - std::min(budget, MarginFor(budget)), more));
+}
+
 MemoryPlan PlanMemory(const MemoryInputs& in) {
   Require(in.budget_bytes > 0, "the memory budget is 0 bytes; it must be at least 1 byte");
   Require(in.cycle_length >= 1, "cycle_length is " + std::to_string(in.cycle_length) + "; it must be at least 1");
@@ -558,13 +570,8 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
 
   if (plan.read_ahead_bytes < plan.min_read_ahead_bytes || plan.read_ahead_bytes == 0) {
     const uint64_t min_memory = MemoryFor(std::max<uint64_t>(plan.min_read_ahead_bytes, 1), mean, tail);
-    // Smallest budget B with B - margin(B) - fixed >= min_memory (the margin grows with B).
-    const uint64_t rest = SatAdd(fixed_without_margin, min_memory);
-    // B - ceil(B / 20) = floor(19 B / 20) >= rest  <=>  B >= ceil(20 rest / 19).
-    const U128 by_share =
-        (static_cast<U128>(rest) * kSafetyMarginDivisor + kSafetyMarginDivisor - 2) / (kSafetyMarginDivisor - 1);
-    const uint64_t needed = std::max(SatAdd(rest, kSafetyMarginMinBytes),
-                                     by_share > UINT64_MAX ? UINT64_MAX : static_cast<uint64_t>(by_share));
+    // Smallest budget B with B - margin(B) - fixed >= min_memory.
+    const uint64_t needed = BudgetHolding(SatAdd(fixed_without_margin, min_memory));
     std::string message = (in.budget_source.empty() ? std::string("the memory budget") : in.budget_source) + " " +
                           FormatBytes(in.budget_bytes) + " is too small for this job:\n";
     for (const auto& line : plan.lines) {
@@ -759,13 +766,10 @@ std::string OverBudgetWarning(const MemoryPlan& plan, const MemoryInUse& used, i
     const uint64_t each = std::max(mean, used.largest_shuffle_record);
     const std::string size = each > mean ? "the largest so far, " + FormatBytes(each) : FormatBytes(each);
     const uint64_t fit = plan.shuffle_bytes / (each + kRecordOverheadBytes);
-    // shuffle.buffer records of that size in the buffer's share, the other parts as planned; the
-    // safety margin grows with the budget (1/20 of it).
+    // shuffle.buffer records of that size in the buffer's share, the other parts as planned.
     const uint64_t wanted_share = SatMul(static_cast<uint64_t>(shuffle_buffer), each + kRecordOverheadBytes);
     const uint64_t enough = std::max(
-        total, SatAdd(plan.budget_bytes, CeilDiv(SatMul(wanted_share - std::min(wanted_share, plan.shuffle_bytes),
-                                                        kSafetyMarginDivisor),
-                                                 kSafetyMarginDivisor - 1)));
+        total, BudgetHoldingMore(plan.budget_bytes, wanted_share - std::min(wanted_share, plan.shuffle_bytes)));
     return text + "the shuffle buffer holds " + Plural(static_cast<int64_t>(used.shuffle_records), "record", "records") +
            " of " + FormatBytes(used.shuffle_bytes) + " (" + FormatBytes(mean) + " each on average), where the memory " +
            "plan gave it " + FormatBytes(plan.shuffle_bytes) + " for shuffle.buffer " + std::to_string(shuffle_buffer) +

@@ -333,6 +333,13 @@ ProcessMemory ReadProcessMemory(pid_t pid = 0, const SystemPaths& paths = {});
 // This process's private RSS (ReadProcessMemory().private_rss()); 0 when /proc cannot be read.
 uint64_t PrivateRssBytes();
 
+// The smallest memory budget that leaves `rest` bytes beside its safety margin: B - margin(B)
+// >= rest, the margin (max(B / 20, 8 MiB)) growing with B. UINT64_MAX when no budget does.
+uint64_t BudgetHolding(uint64_t rest);
+// The smallest budget that holds `more` bytes beyond what `budget` holds beside its margin:
+// the figure advice to raise pipeline.memory_budget names.
+uint64_t BudgetHoldingMore(uint64_t budget, uint64_t more);
+
 // "4.0 MiB", "512 B", "1.5 GiB": one decimal, binary units (shm::HumanBytes).
 std::string FormatBytes(uint64_t bytes);
 // `bytes` rounded up to whole MiB as a config takes it ("128MiB"): what advice to raise

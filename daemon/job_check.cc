@@ -340,11 +340,9 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     const WindowRecord& first = *window_most_first;
     const uint64_t mean = window_most_bytes / window_most_records + kRecordOverheadBytes;
     const uint64_t fit = result.shuffle_share_bytes / mean;
-    // shuffle.buffer records like these in the buffer's share, the rest of the plan as it is;
-    // the safety margin grows with the budget (1/20 of it).
-    const uint64_t enough = result.memory_budget_bytes +
-                            ((window_held - result.shuffle_share_bytes) * kSafetyMarginDivisor +
-                             kSafetyMarginDivisor - 2) / (kSafetyMarginDivisor - 1);
+    // shuffle.buffer records like these in the buffer's share, the rest of the plan as it is.
+    const uint64_t enough =
+        BudgetHoldingMore(result.memory_budget_bytes, window_held - result.shuffle_share_bytes);
     result.shuffle_budget_warning =
         "the shuffle buffer may outgrow its share of the memory budget: the " + std::to_string(window_most_records) +
         " consecutive records from " +

@@ -103,6 +103,12 @@ char ProcessState(pid_t pid) {
   return name_end != std::string::npos && name_end + 2 < stat.size() ? stat[name_end + 2] : '\0';
 }
 
+std::string StoppedProcess(pid_t pid) {
+  const char state = ProcessState(pid);
+  if (state != 'T' && state != 't') return "";
+  return std::string("stopped (state ") + state + ": SIGSTOP, Ctrl-Z or a debugger)";
+}
+
 bool ProcessExited(pid_t pid) {
   if (pid <= 0) return false;
   if (::kill(pid, 0) != 0 && errno == ESRCH) return true;  // EPERM: another user's live process

@@ -68,6 +68,9 @@
 //   ProcessState(pid)   the process's state letter from /proc/PID/stat (proc(5): R, S, D, T, t,
 //                       Z, ...); '\0' when there is no such process in this process's /proc, or
 //                       pid <= 0.
+//   StoppedProcess(pid) "stopped (state T: SIGSTOP, Ctrl-Z or a debugger)" (t: traced) when the
+//                       process is stopped, else "": for messages about a daemon that does not
+//                       answer or write its heartbeat.
 //   ProcessExited(pid)  whether process `pid` has exited: no such process (kill(pid, 0) says
 //                       ESRCH), or a zombie (exited, not reaped yet by its parent: a launcher that
 //                       does not wait keeps it so, with its pid taken) with no thread left. False
@@ -112,6 +115,7 @@ std::string UntrustedDaemon(const std::string& socket_path, uid_t peer_uid);
 std::string DirectoryOf(const std::string& path);
 std::string ModeText(mode_t mode);
 char ProcessState(pid_t pid);
+std::string StoppedProcess(pid_t pid);
 bool ProcessExited(pid_t pid);
 
 uint64_t Fnv1a64(std::string_view bytes);

@@ -711,6 +711,30 @@ TEST_CASE("PlanMemory: 'needed at least' is exact also when the 5% margin is the
   }
 }
 
+TEST_CASE("BudgetHolding: the smallest budget whose room beside its margin holds the bytes", "[plan]") {
+  // The room beside the margin: B - max(ceil(B / 20), 8 MiB), negative below 8 MiB.
+  __extension__ typedef __int128 I128;
+  auto room = [](uint64_t budget) -> I128 {
+    return static_cast<I128>(budget) -
+           std::max<uint64_t>((budget + kSafetyMarginDivisor - 1) / kSafetyMarginDivisor, kSafetyMarginMinBytes);
+  };
+  for (uint64_t rest : {uint64_t{0}, uint64_t{1}, 100 * MiB, 152 * MiB - 1, 152 * MiB, 152 * MiB + 1, 190 * MiB,
+                        190 * MiB + 7, uint64_t{3'000'000'007}}) {
+    INFO("rest " << rest);
+    const uint64_t budget = BudgetHolding(rest);
+    CHECK((room(budget) >= rest));
+    CHECK((room(budget - 1) < rest));
+  }
+  CHECK(BudgetHolding(0) == 8 * MiB);           // the least margin
+  CHECK(BudgetHolding(100 * MiB) == 108 * MiB);  // 8 MiB > 108 MiB / 20
+  CHECK(BudgetHolding(190 * MiB) == 200 * MiB);  // 200 MiB / 20 = 10 MiB
+  CHECK(BudgetHolding(UINT64_MAX - 1) == UINT64_MAX);
+  // More than a budget holds now: 200 MiB holds 190 MiB beside its margin.
+  CHECK(BudgetHoldingMore(200 * MiB, 19 * MiB) == 220 * MiB);
+  CHECK(BudgetHoldingMore(100 * MiB, 0) == 100 * MiB);
+  CHECK(BudgetHoldingMore(UINT64_MAX, 1) == UINT64_MAX);
+}
+
 TEST_CASE("PlanMemory: nonsense inputs are errors, huge ones saturate", "[plan]") {
   MemoryInputs in = ExampleInputs(0);
   CHECK_THROWS_WITH(PlanMemory(in), Catch::Contains("the memory budget is 0 bytes"));
