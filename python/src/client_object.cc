@@ -47,30 +47,14 @@ ClientObject::ClientObject(const std::string& job, int rank, const std::string& 
     nb::gil_scoped_acquire gil;
     return PyErr_CheckSignals() != 0;
   };
-  // attach_timeout in slices, so that Ctrl-C (and other signals) interrupt a long wait.
-  const double attach_s = std::min(attach_timeout_s, kMaxLivenessSeconds);
-  const auto attach_deadline = Clock::now() + Millis(attach_s);
-  for (;;) {
-    // Rounded up: a slice of 0 ms would be one try, which gives a closed connection back as it
-    // came instead of the wait's DaemonNotRunningError.
-    const auto left = std::chrono::ceil<std::chrono::milliseconds>(attach_deadline - Clock::now());
-    options.attach_timeout = std::clamp(left, std::chrono::milliseconds(0), kSlice);
-    try {
-      GilRelease unlocked;  // the hello may take up to liveness_timeout
-      client_ = Client::Attach(options);
-      break;
-    } catch (const ClientInterrupted&) {
-      throw nb::python_error();  // what PyErr_CheckSignals set
-    } catch (const DaemonNotRunningError& e) {
-      if (Clock::now() >= attach_deadline) {
-        if (attach_s <= 0) throw;
-        char tried[32];
-        std::snprintf(tried, sizeof tried, attach_s >= 100 ? "%.0f" : "%.3g", attach_s);  // 0.05, 1.5, 600
-        throw DaemonNotRunningError(e.reason() + " (tried for " + std::string(tried) + " s: attach_timeout)",
-                                    e.reason());
-      }
-      if (PyErr_CheckSignals() != 0) throw nb::python_error();
-    }
+  // Attach waits up to attach_timeout for a daemon that is starting (its "(tried for N s)"
+  // message), asking options.interrupted every 100 ms.
+  options.attach_timeout = Millis(std::min(attach_timeout_s, kMaxLivenessSeconds));
+  try {
+    GilRelease unlocked;  // the hello may take up to liveness_timeout
+    client_ = Client::Attach(options);
+  } catch (const ClientInterrupted&) {
+    throw nb::python_error();  // what PyErr_CheckSignals set
   }
   auto info = std::make_shared<SchemaInfo>();
   info->schema = client_->schema();
