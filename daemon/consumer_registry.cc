@@ -225,14 +225,21 @@ std::vector<const ConsumerRegistry::Entry*> ConsumerRegistry::ConsumerOfRankLock
 std::vector<bool> ConsumerRegistry::HoldsUpLocked(const std::vector<const Entry*>& consumer_of,
                                                   const std::vector<uint32_t>& ready_per_rank) const {
   std::vector<bool> holds_up(ranks_, false);
-  if (production_ended_.load(std::memory_order_acquire)) return holds_up;
-  const auto ready = [&](uint32_t r) { return r < ready_per_rank.size() ? ready_per_rank[r] : 0u; };
-  bool some_rank_starves = false;  // an attached rank with nothing ready whose trainer waits
+  if (!SomeRankStarvesLocked(consumer_of, ready_per_rank)) return holds_up;
   for (uint32_t r = 0; r < ranks_; ++r) {
-    some_rank_starves |= consumer_of[r] != nullptr && ready(r) == 0 && rank_progress_[r].waiting;
+    holds_up[r] = consumer_of[r] != nullptr && r < ready_per_rank.size() && ready_per_rank[r] > 0;
   }
-  for (uint32_t r = 0; r < ranks_; ++r) holds_up[r] = some_rank_starves && consumer_of[r] != nullptr && ready(r) > 0;
   return holds_up;
+}
+
+bool ConsumerRegistry::SomeRankStarvesLocked(const std::vector<const Entry*>& consumer_of,
+                                             const std::vector<uint32_t>& ready_per_rank) const {
+  if (production_ended_.load(std::memory_order_acquire)) return false;
+  for (uint32_t r = 0; r < ranks_; ++r) {
+    const uint32_t ready = r < ready_per_rank.size() ? ready_per_rank[r] : 0u;
+    if (consumer_of[r] != nullptr && ready == 0 && rank_progress_[r].waiting) return true;
+  }
+  return false;
 }
 
 void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
@@ -256,6 +263,7 @@ void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
     p.consumer_wait_ns = wait_ns;
   }
   const std::vector<bool> holds_up = HoldsUpLocked(consumer_of, ready_per_rank);
+  const bool some_rank_starves = SomeRankStarvesLocked(consumer_of, ready_per_rank);
   const auto ready = [&](uint32_t r) { return r < ready_per_rank.size() ? ready_per_rank[r] : 0u; };
   for (uint32_t r = 0; r < ranks_; ++r) {
     RankProgress& p = rank_progress_[r];
@@ -280,6 +288,16 @@ void ConsumerRegistry::WatchRanks(const std::vector<uint32_t>& ready_per_rank) {
                    "peers?",
                    r, static_cast<uint32_t>(consumer - entries_.data()) + 1, consumer->pid, ready(r), p.seconds_since,
                    ranks_);
+    } else if (!p.warned && consumer == nullptr && ready(r) > 0 && some_rank_starves &&
+               now - p.since >= kRankStallWarning) {
+      // A rank no trainer attached as (never, or not since its last one left: that detach was
+      // warned about when it happened) holds the others up the same way.
+      p.warned = true;
+      spdlog::warn("rank {} of {} has no consumer attached and {} ready batches waiting for one (for {:.0f} s) "
+                   "while other ranks wait: ranks mode gives batch k of an epoch to rank k mod {} and stops producing "
+                   "at the prefetch depth, so every rank waits for it; start that rank's trainer (it attaches as "
+                   "rank {}), or set consumers.count to the number of trainers",
+                   r, ranks_, ready(r), p.seconds_since, ranks_, r);
     }
   }
 }

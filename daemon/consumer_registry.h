@@ -68,10 +68,11 @@ class ConsumerRegistry {
   // Ranks mode, called once a second (ringfeedd's reap timer) with the ready batches per rank
   // (PipelineStats::ready_per_queue): notes which ranks took a batch since the last call (their
   // delivery queue's `taken` moved) and whose trainers waited in Next for at least half of the
-  // time since (their consumer's wait grew), and warns once per stall about an attached rank
-  // that has left its ready batches untaken for kRankStallWarning while another rank has none
-  // ready and its trainer waits (ranks mode stops producing at the prefetch depth, so one
-  // stopped, stuck or much slower trainer holds up all of them). Shared mode: does nothing.
+  // time since (their consumer's wait grew), and warns once per stall about a rank that has left
+  // its ready batches untaken for kRankStallWarning while another rank has none ready and its
+  // trainer waits (ranks mode stops producing at the prefetch depth, so one stopped, stuck or
+  // much slower trainer, or a rank no trainer attached as, holds up all of them). Shared mode:
+  // does nothing.
   void WatchRanks(const std::vector<uint32_t>& ready_per_rank);
   // Ranks mode, per rank, for `status`'s `ranks` (empty in shared mode):
   //   seconds_since_take: since its queue last advanced (since the daemon started, or the
@@ -132,6 +133,10 @@ class ConsumerRegistry {
   // Ranks mode: per rank, whether it holds every rank up (RankState::holds_up).
   std::vector<bool> HoldsUpLocked(const std::vector<const Entry*>& consumer_of,
                                   const std::vector<uint32_t>& ready_per_rank) const;
+  // Ranks mode: whether an attached rank with nothing ready has a trainer that waits (as of the
+  // last WatchRanks), production not ended: then every rank with batches ready holds it up.
+  bool SomeRankStarvesLocked(const std::vector<const Entry*>& consumer_of,
+                             const std::vector<uint32_t>& ready_per_rank) const;
 
   const shm::Ring ring_;
   uint32_t ranks_;

@@ -249,6 +249,36 @@ TEST_CASE("Client::ranks_without_consumer names the ranks nobody attached as") {
   rank1.reset();
   CHECK(daemon.Stop().ToString() == "exit 0");
 
+  // A rank nobody attaches as, while another rank's trainer waits: the daemon says so once the
+  // wait has lasted kRankStallWarning (10 s), naming the rank and what to do.
+  DaemonProcess never(dir.path(), "never-attached",
+                      IdJobConfig("never-attached", dir.file("data.tfrecord"),
+                                  "consumers: {mode: ranks, count: 2}\nepochs: 0\nbatch: {size: 2}\n"));
+  RINGFEED_REQUIRE_STARTED(never);
+  {
+    auto rank0 = Client::Attach(never.client_options(0));
+    std::atomic<bool> stop_waiting{false};
+    std::thread waiter([&] {
+      Batch b;
+      while (!stop_waiting.load()) {
+        if (rank0->Next(std::chrono::milliseconds(200), &b) == Client::Status::kBatch) b.Release();
+      }
+    });
+    const bool warned = never.WaitForStderr("rank 1 of 2 has no consumer attached and ", std::chrono::seconds(20));
+    stop_waiting = true;
+    waiter.join();
+    const std::string log = never.Stderr();
+    INFO(log);
+    REQUIRE(warned);
+    CHECK_THAT(LineWith(log, "rank 1 of 2 has no consumer attached"),
+               Catch::Contains(" ready batches waiting for one (for 1") &&
+                   Catch::Contains(" s) while other ranks wait: ranks mode gives batch k of an epoch to rank k mod 2 "
+                                   "and stops producing at the prefetch depth, so every rank waits for it; start that "
+                                   "rank's trainer (it attaches as rank 1), or set consumers.count to the number of "
+                                   "trainers"));
+  }
+  CHECK(never.Stop().ToString() == "exit 0");
+
   DaemonProcess shared(dir.path(), "shared-ranks", IdJobConfig("shared-ranks", dir.file("data.tfrecord")));
   RINGFEED_REQUIRE_STARTED(shared);
   CHECK(Client::Attach(shared.client_options())->ranks_without_consumer().empty());

@@ -137,8 +137,12 @@ class RingfeedIterable(_Base):
     Notes
     -----
     Each ``iter()`` attaches a new ``ringfeed.Client`` (so it works in DataLoader worker
-    processes, each a consumer of its own: in shared mode the workers split the batches) and
-    detaches when the iteration ends. End of data ends the iteration; daemon errors raise
+    processes, each a consumer of its own: in shared mode the workers split the batches; batches
+    that workers took ahead and the loop never got, after a ``break``, are not delivered again)
+    and detaches when the iteration ends. A rank is one consumer: with ``rank`` set, a
+    DataLoader with ``num_workers`` above 1 raises ``ValueError``; ``num_workers=0`` is the
+    setting ringfeed wants (the daemon reads and parses in parallel already, and tensors made in
+    the main process are views of the ring, not copies). End of data ends the iteration; daemon errors raise
     ``ringfeed.ClientError``. In a plain training loop at most two slots are held (the batch
     being used and the one being taken); keeping tensors of k batches holds k slots.
     """
@@ -183,6 +187,14 @@ class RingfeedIterable(_Base):
                 f"RingfeedIterable(device={str(self.device)!r}): PyTorch sees no CUDA device "
                 f"(torch.cuda.is_available() is False: no GPU, no NVIDIA driver, or a CPU-only torch "
                 f"{torch.__version__}); use device='cpu'")
+        worker = torch.utils.data.get_worker_info()
+        if self.rank is not None and worker is not None and worker.num_workers > 1:
+            # Every worker would attach as the same rank, and all but one be refused ("rank R is
+            # already attached by pid P"), naming a sibling worker rather than the cause.
+            raise ValueError(
+                f"RingfeedIterable(rank={self.rank}) in a DataLoader with num_workers={worker.num_workers}: a "
+                f"rank is one consumer, and each worker would attach as rank {self.rank}; use num_workers=0 "
+                f"(ringfeedd reads and parses in parallel already) or 1")
         client = ringfeed.Client(self.job, rank=self.rank, timeout=self.timeout, runtime_dir=self.runtime_dir,
                                  liveness_timeout=self.liveness_timeout, attach_timeout=self.attach_timeout)
         self.client = client

@@ -25,6 +25,7 @@ constexpr double kForeverSeconds = 1e9;
 constexpr double kMaxLivenessSeconds = 2147483.0;
 // A wait without a timeout that has seen every slot of the ring held for this long gets a
 // RuntimeWarning (the daemon logs the same after 10 s): nothing moves until a batch is released.
+// So does one in ranks mode that another rank holds up (not attached, or not taking its batches).
 constexpr std::chrono::seconds kStuckWarning{10};
 
 // Seconds (finite, 0..kForeverSeconds) as whole milliseconds, rounded up.
@@ -97,6 +98,7 @@ nb::object ClientObject::Next(double timeout_s) {
   // First look without giving up the GIL: the common case when the daemon keeps ahead.
   Client::Status status = client->Next(std::chrono::milliseconds(0), &lease->batch);
   std::optional<Clock::time_point> all_held_since;  // every slot held, without a break, since
+  const auto wait_began = Clock::now();
   bool warned = false;
   while (status == Client::Status::kTimeout) {
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
@@ -121,6 +123,13 @@ nb::object ClientObject::Next(double timeout_s) {
         // Who holds them and what to do (unless a slot was released meanwhile: then no warning yet).
         const std::string reason = client->timeout_reason();
         if (reason.starts_with("all ")) why = reason + "; the wait ends only when one of them releases a batch";
+      }
+      // Ranks mode: a rank nobody attached as, or whose trainer leaves its batches untaken, holds
+      // this one up (the daemon logs the same).
+      if (why.empty() && schema_->schema.mode == shm::DeliveryMode::kRanks && now - wait_began >= kStuckWarning) {
+        if (const std::string reason = client->timeout_reason(); !reason.empty() && !reason.starts_with("all ")) {
+          why = reason;
+        }
       }
       if (!why.empty()) {
         warned = true;  // once per wait

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -329,6 +330,25 @@ def test_a_timeout_names_the_rank_without_a_consumer(daemon_factory, tmp_path):
                 got += 1
                 assert got < 50, "the daemon did not stop at its prefetch depth"
         assert got > 0
+
+
+def test_a_wait_without_timeout_held_up_by_a_rank_never_attached_warns_after_10s(daemon_factory, tmp_path):
+    # timeout=None would wait forever for rank 1's trainer: after 10 s the wait says why, and a
+    # "error" warning filter ends it there.
+    d = daemon_factory(id_job(tmp_path, count=400, batch=4, extra="consumers: {mode: ranks, count: 2}\n"))
+    with d.client(rank=0) as client:
+        for _ in range(3):
+            client.next(timeout=EVENTUALLY).release()
+        started = time.monotonic()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with pytest.raises(RuntimeWarning, match=r"waiting 10 s \(timeout=None\) for a batch of job .*: rank 1 "
+                                                     r"of 2 has no consumer attached; ranks mode gives batch k"):
+                while True:
+                    batch = client.next(timeout=None)
+                    assert batch is not None
+                    batch.release()
+        assert 10 <= time.monotonic() - started < 10 + EVENTUALLY
 
 
 def test_a_timeout_names_the_rank_whose_trainer_does_not_take_its_batches(daemon_factory, tmp_path):

@@ -69,6 +69,25 @@ def test_iterable_in_a_dataloader(daemon_factory, tmp_path):
     assert sorted(ids) == list(range(40))  # a 2-slot ring: the loop never held more than two
 
 
+def test_iterable_in_dataloader_workers(daemon_factory, tmp_path):
+    # Shared mode: two worker processes, each a consumer of its own, split the batches.
+    (tmp_path / "s").mkdir()
+    (tmp_path / "r").mkdir()
+    d = daemon_factory(id_job(tmp_path / "s", count=40, batch=4), args=("--exit-when-done",))
+    dataset = RingfeedIterable(d.job, runtime_dir=str(d.runtime_dir), timeout=10, features=["id"])
+    ids = []
+    for out in torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2):
+        ids += out["id"].tolist()
+    assert sorted(ids) == list(range(40))
+    # Ranks mode: a rank is one consumer; two workers would both attach as it.
+    r = daemon_factory(id_job(tmp_path / "r", count=40, batch=4, extra="consumers: {mode: ranks, count: 2}\n"))
+    ranked = RingfeedIterable(r.job, rank=0, runtime_dir=str(r.runtime_dir), timeout=10)
+    with pytest.raises(ValueError, match=r"RingfeedIterable\(rank=0\) in a DataLoader with num_workers=2: a rank "
+                                         r"is one consumer, and each worker would attach as rank 0; use "
+                                         r"num_workers=0"):
+        next(iter(torch.utils.data.DataLoader(ranked, batch_size=None, num_workers=2)))
+
+
 def test_upload_to_cuda_goes_through_the_uploader(daemon_factory, tmp_path, shim):
     """_upload_to_cuda with the C++ uploader over the libcuda stand-in ("device memory" is host
     memory, so the tensors are allocated on the CPU here): values arrive in the destination
