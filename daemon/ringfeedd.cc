@@ -678,6 +678,10 @@ int RunDaemon(const DaemonOptions& options) {
       lock.MarkStopping();  // first: a start from now on waits for this daemon to go
       stop_reason = std::string("ringfeedd stopped by SIG") + sigabbrev_np(signal);
       spdlog::info("{}: stopping at {}", stop_reason, ProgressLogText(status_facts, pipeline->Snapshot()));
+      // What consumers are told (the superblock's error): what to do next.
+      stop_reason += "; restart it and attach again (ringfeedd --start-epoch E --start-batch K starts at batch K "
+                     "of epoch E, 0-based: the one after the last this trainer took; docs/operations.md, Restarts, "
+                     "checkpoints and resuming)";
       io.stop();
     });
     asio::signal_set ignored_signals(io, SIGUSR1, SIGUSR2, SIGALRM);

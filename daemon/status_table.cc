@@ -45,7 +45,7 @@ std::string TrainersPace(const ReplyFields& s) {
   // After production ended, a trainer of its last stretch may have come and gone within it.
   if (s.String("state") != "running") return "no trainer attached at its end, or none for much of it";
   // The interval is the tuner's last one: a trainer may have attached since.
-  return s.Objects("consumers").empty() ? "none attached" : "none attached during that interval";
+  return s.Objects("consumers").empty() ? "no trainer attached" : "no trainer attached during that interval";
 }
 
 namespace {

@@ -24,7 +24,7 @@ std::string BytesText(double b);
 
 // Why a status's rates are the trainers' pace and not the loader's speed (production waited for
 // them for most of the tuner's last interval: the ring full, or no trainer attached), as a phrase
-// ("ring full or prefetch depth reached", "none attached", ...); "" when they are the loader's.
+// ("ring full or prefetch depth reached", "no trainer attached", ...); "" when they are the loader's.
 std::string TrainersPace(const ReplyFields& status);
 
 // Writes the status table (job, state, progress, throughput, ring, pipeline, memory, autotune,

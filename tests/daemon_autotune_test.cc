@@ -493,7 +493,7 @@ TEST_CASE("status measures a trainer soon after it attaches, also after a long s
   const auto attached = Clock::now();
   // The attach ends the tuner's interval and a short one follows: status counts the trainer
   // and its records within a moment, not when the long interval would have ended (it said
-  // "0 records/s, none attached during that interval" for up to 2 s).
+  // "0 records/s, no trainer attached during that interval" for up to 2 s).
   json s;
   const bool seen = WaitUntil(
       [&] {

@@ -508,7 +508,12 @@ TEST_CASE("the daemon stopped (SIGTERM) while a consumer waits: Next throws with
   const auto line = consumer.WaitForLine("threw", kEventually);
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
   REQUIRE(line);
-  CHECK_THAT(*line, Catch::Contains("stopped: ringfeedd stopped by SIGTERM"));
+  CHECK_THAT(*line, Catch::Contains("stopped: ringfeedd stopped by SIGTERM; restart it and attach again (ringfeedd "
+                                    "--start-epoch E --start-batch K starts at batch K of epoch E, 0-based: the one "
+                                    "after the last this trainer took;"));
+  // The log's line says where it stopped, without the advice meant for trainers.
+  CHECK_THAT(LineWith(daemon.Stderr(), "ringfeedd stopped by SIGTERM"),
+             Catch::Contains("ringfeedd stopped by SIGTERM: stopping at epoch 1 of "));
   CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
   CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
 }

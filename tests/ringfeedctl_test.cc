@@ -290,7 +290,7 @@ TEST_CASE("status says when its rates are the trainers' pace: production waited 
   };
   CHECK_THAT(table(0.9, 0.0, 0),
              Catch::Contains("\n           production waited 90% of the last 1.00 s for the trainers to take batches "
-                             "(none attached): these rates do not show the loader's speed\n"));
+                             "(no trainer attached): these rates do not show the loader's speed\n"));
   CHECK_THAT(table(0.9, 0.0, 2), Catch::Contains("(ring full or prefetch depth reached)"));
   CHECK_THAT(table(0.2, 0.0, 2), !Catch::Contains("production waited"));
   CHECK_THAT(table(0.9, 0.8, 2), !Catch::Contains("production waited"));  // trainers wait too: not their pace
@@ -310,12 +310,12 @@ TEST_CASE("status says when its rates are the trainers' pace: production waited 
   };
   CHECK_THAT(list(0.9, 0.0, 2), Catch::Contains(ListLine(kJob, "running")) &&
                                     Catch::EndsWith("   (the trainers' pace: ring full or prefetch depth reached)\n"));
-  CHECK_THAT(list(0.9, 0.0, 0), Catch::EndsWith("   (the trainers' pace: none attached)\n"));
+  CHECK_THAT(list(0.9, 0.0, 0), Catch::EndsWith("   (the trainers' pace: no trainer attached)\n"));
   // A trainer that attached after the tuner's interval: the reason is that interval's.
   CHECK_THAT(StatusTable(R"({"type":"status","job":"fake","state":"running","autotune":{"measured":{)"
                          R"("interval_seconds":2.0,"sequencer_slot_wait_fraction":1.0,"consumer_wait_fraction":0.0,)"
                          R"("consumers":0}},"consumers":[{"id":1,"pid":10}]})"),
-             Catch::Contains("for the trainers to take batches (none attached during that interval)") &&
+             Catch::Contains("for the trainers to take batches (no trainer attached during that interval)") &&
                  Catch::Contains("consumers  1 attached"));
   CHECK_THAT(list(0.2, 0.0, 2), !Catch::Contains("pace"));
 }
