@@ -124,8 +124,9 @@ class RingfeedIterable(_Base):
     stream : torch.cuda.Stream, optional
         CUDA devices: the stream the copies run on (default: the current stream).
     metadata : bool
-        Add ``"_batch": {"epoch", "index", "rows", "end_of_epoch", "end_of_data"}`` (ints and
-        bools) to each dict.
+        Add ``"_batch": {"epoch", "index", "rows", "end_of_epoch", "end_of_data", "sources"}`` to
+        each dict: ints and bools, and ``sources`` = ``(file_index, record_index)``, two int64
+        tensors ``(rows,)`` (copies; ``Batch.sources``): where each row came from.
 
     Yields
     ------
@@ -206,8 +207,10 @@ class RingfeedIterable(_Base):
             for batch in client:
                 out = {name: batch.strings(name) for name in strings}
                 if self.metadata:
+                    file_index, record_index = batch.sources
                     out["_batch"] = {"epoch": batch.epoch, "index": batch.index, "rows": batch.rows,
-                                     "end_of_epoch": batch.end_of_epoch, "end_of_data": batch.end_of_data}
+                                     "end_of_epoch": batch.end_of_epoch, "end_of_data": batch.end_of_data,
+                                     "sources": (torch.from_numpy(file_index), torch.from_numpy(record_index))}
                 if self.device.type == "cpu":
                     for name in numeric:
                         out[name] = feature_tensors(batch, name)

@@ -69,6 +69,21 @@ def test_iterable_in_a_dataloader(daemon_factory, tmp_path):
     assert sorted(ids) == list(range(40))  # a 2-slot ring: the loop never held more than two
 
 
+def test_iterable_metadata_says_each_batch_and_where_each_row_came_from(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=10, batch=4, epochs=2), args=("--exit-when-done",))
+    dataset = RingfeedIterable(d.job, runtime_dir=str(d.runtime_dir), timeout=10, features=["id"], metadata=True)
+    seen = []
+    for out in torch.utils.data.DataLoader(dataset, batch_size=None):
+        assert list(out) == ["id", "_batch"]
+        meta = out["_batch"]
+        file_index, record_index = meta["sources"]
+        assert file_index.dtype == torch.int64 and file_index.tolist() == [0] * meta["rows"]
+        assert record_index.tolist() == out["id"].tolist()  # one file of ids 0..9 in order
+        seen.append((meta["epoch"], meta["index"], meta["rows"], meta["end_of_epoch"], meta["end_of_data"]))
+    assert seen == [(0, 0, 4, False, False), (0, 1, 4, False, False), (0, 2, 2, True, False),
+                    (1, 0, 4, False, False), (1, 1, 4, False, False), (1, 2, 2, True, True)]
+
+
 def test_iterable_in_dataloader_workers(daemon_factory, tmp_path):
     # Shared mode: two worker processes, each a consumer of its own, split the batches.
     (tmp_path / "s").mkdir()
