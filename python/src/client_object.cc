@@ -93,6 +93,7 @@ nb::object ClientObject::Next(double timeout_s) {
   lease->live.assign(schema_->schema.features.size(), 0);
   lease->owner_pid = owner_pid_;
   if (std::isnan(timeout_s)) throw nb::value_error("timeout must be None (wait forever) or >= 0 seconds, got nan");
+  if (pending_) return nb::cast(BatchObject(std::exchange(pending_, nullptr)));  // the interrupted call's
   const bool forever = timeout_s < 0 || timeout_s > kForeverSeconds;
   const auto deadline = forever ? Clock::time_point::max() : Clock::now() + Millis(timeout_s);
   // First look without giving up the GIL: the common case when the daemon keeps ahead.
@@ -165,10 +166,20 @@ nb::object ClientObject::Next(double timeout_s) {
     status = client->Next(std::min(left, kSlice), &lease->batch);
   }
   if (status == Client::Status::kEndOfData) return nb::none();
+  // A signal that came while the batch was being taken (Ctrl-C during the wait, the GIL
+  // released): its handler runs now, not as this call returns, where an exception would drop
+  // the batch with the return value. If it raises, the next call returns the batch.
+  if (PyErr_CheckSignals() != 0) {
+    pending_ = std::move(lease);
+    throw nb::python_error();
+  }
   return nb::cast(BatchObject(std::move(lease)));
 }
 
-void ClientObject::Close() { client_.reset(); }
+void ClientObject::Close() {
+  pending_.reset();
+  client_.reset();
+}
 
 std::string ClientObject::mode() const {
   return schema_->schema.mode == shm::DeliveryMode::kShared ? "shared" : "ranks";

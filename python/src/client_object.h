@@ -80,6 +80,10 @@ class ClientObject {
   uint32_t consumer_id_ = 0;
   std::string segment_name_;
   std::pair<uintptr_t, uint64_t> slots_region_{0, 0};
+  // A batch that a next() had taken when a signal handler's exception (Ctrl-C's
+  // KeyboardInterrupt) ended that call: the next call returns it, so an interrupted wait loses
+  // no batch. Released by close().
+  std::shared_ptr<SlotLease> pending_;
 };
 
 }  // namespace ringfeed::python
