@@ -143,8 +143,13 @@ std::optional<LockHolder> ReadLockHolder(const std::string& socket_path, const s
       (std::strcmp(end, "\n") != 0 && std::strcmp(end, " stopping\n") != 0 && *end != '\0')) {
     return std::nullopt;
   }
-  // A zombie (exited, its parent has not reaped it) is gone all the same.
-  return LockHolder{pid, std::strcmp(end, " stopping\n") == 0, shm::ProcessExited(static_cast<pid_t>(pid))};
+  // A zombie (exited, its parent has not reaped it) is gone all the same, and so is a pid that
+  // another program has taken since the daemon died (else taken for a daemon that is starting:
+  // attach_timeout would wait for nothing). A process this /proc does not show (hidepid, another
+  // user's) is not known to be another program.
+  const bool exited = shm::ProcessExited(static_cast<pid_t>(pid));
+  const bool reused = !exited && shm::ProcessState(static_cast<pid_t>(pid)) != '\0' && !RunsRingfeedd(pid);
+  return LockHolder{pid, std::strcmp(end, " stopping\n") == 0, exited || reused};
 }
 
 std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job) {

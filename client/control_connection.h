@@ -33,11 +33,12 @@ class ConnectionClosedError : public ClientError {
 };
 
 // The pid in the job's lock file beside the socket at `socket_path` (`<dir>/<job>.lock`, written
-// by the ringfeedd that held it) when no process has that pid any more, or its process exited
-// and is not reaped yet (a zombie): the daemon is gone and its socket was left behind (SIGKILL, a
-// crash, the OOM killer). nullopt when there is no such file, it names no pid, or the process
-// is there (it may also be another process that got the pid: not said then). Only reads:
-// taking the lock to test it would refuse a ringfeedd starting at that moment.
+// by the ringfeedd that held it) when no ringfeedd has that pid any more: no process has it, its
+// process exited and is not reaped yet (a zombie), or another program got the pid since: the
+// daemon is gone and its socket was left behind (SIGKILL, a crash, the OOM killer). nullopt when
+// there is no such file, it names no pid, or a ringfeedd has that pid (another ringfeedd that
+// got the pid is not told apart). Only reads: taking the lock to test it would refuse a
+// ringfeedd starting at that moment.
 std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::string& job);
 
 // Whether process `pid` runs and is a ringfeedd (its executable's name, /proc/PID/exe, else
@@ -47,8 +48,9 @@ std::optional<long> GoneDaemonPid(const std::string& socket_path, const std::str
 bool RunsRingfeedd(long pid);
 
 // What the job's lock file beside the socket says: the pid of the ringfeedd that holds (or
-// held) it, whether it wrote that it is stopping, and whether that process is gone (as
-// GoneDaemonPid). nullopt when there is no such file or it names no pid.
+// held) it, whether it wrote that it is stopping, and whether that ringfeedd is gone (as
+// GoneDaemonPid): exited, or its pid now another program's (a process this /proc shows that is
+// not a ringfeedd: RunsRingfeedd). nullopt when there is no such file or it names no pid.
 struct LockHolder {
   long pid = 0;
   bool stopping = false;

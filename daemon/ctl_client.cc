@@ -357,6 +357,26 @@ const char* ListState(const std::exception& e) {
   if (dynamic_cast<const AccessDeniedError*>(&e) != nullptr) return "denied";
   return "unreachable";
 }
+
+// `list`'s row for a job it could not get a status from: the state (ListState), and for a live
+// ringfeedd that holds the job's lock (its pid, else 0) whose socket nobody listens at, what the
+// lock file says: "stopping" (a stop that has closed the socket but not removed it yet: a
+// daemon stopped with SIGSTOP meanwhile) or "starting" (its socket not made yet after a killed
+// daemon's was left).
+struct UnansweredRow {
+  std::string state;
+  long pid = 0;
+};
+UnansweredRow Unanswered(const std::exception& e, const JobSocket& j) {
+  UnansweredRow row{ListState(e)};
+  if (row.state != "unreachable") return row;
+  const std::string socket = shm::SocketPath(j.runtime_dir, j.job);
+  const std::optional<detail::LockHolder> holder = detail::ReadLockHolder(socket, j.job);
+  if (!holder || holder->gone) return row;
+  row.pid = holder->pid;
+  if (shm::NobodyListens(socket)) row.state = holder->stopping ? "stopping" : "starting";
+  return row;
+}
 }  // namespace
 
 int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
@@ -385,7 +405,9 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
         entry["status"] = reply.json;
         ++running;
       } catch (const std::exception& e) {
-        entry["state"] = ListState(e);
+        const UnansweredRow row = Unanswered(e, j);
+        entry["state"] = row.state;
+        if (row.pid != 0) entry["pid"] = row.pid;
         entry["error"] = e.what();
       }
       list["jobs"].push_back(std::move(entry));
@@ -454,8 +476,9 @@ int ListJobs(const std::string& runtime_dir, std::ostream& out, bool json) {
       out << line << where << "\n";
     } catch (const std::exception& e) {
       // The table's columns stay in place ("-"); the reason follows, as other rows' notes do.
-      std::snprintf(line, sizeof line, "%-*s %-12s %8s %10s %12s %10s", name_width, j.job.c_str(), ListState(e), "-",
-                    "-", "-", "-");
+      const UnansweredRow row = Unanswered(e, j);
+      std::snprintf(line, sizeof line, "%-*s %-12s %8s %10s %12s %10s", name_width, j.job.c_str(), row.state.c_str(),
+                    row.pid != 0 ? std::to_string(row.pid).c_str() : "-", "-", "-", "-");
       out << line << "   (" << e.what() << ")" << where << "\n";
     }
   }

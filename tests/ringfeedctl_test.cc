@@ -133,6 +133,43 @@ std::string Unreadable(const std::string& socket, const std::string& what) {
   return "ringfeedd at " + socket + " sent a reply ringfeedctl cannot read (" + what + "); is it the same version?";
 }
 
+// A process whose executable is named ringfeedd (a copy of sleep, in `dir`), standing in for a
+// daemon that holds the job's lock without answering (starting, stopping): a real one is over
+// too soon to be caught there. Killed and reaped on destruction.
+class FakeRingfeedd {
+ public:
+  explicit FakeRingfeedd(const TempDir& dir) {
+    const std::string fake = dir.file("ringfeedd");
+    std::filesystem::copy_file("/bin/sleep", fake, std::filesystem::copy_options::overwrite_existing);
+    pid_ = ::fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      ::execl(fake.c_str(), "ringfeedd", "30", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Its exec done: /proc/PID/exe names the copy.
+    for (int i = 0; i < 500 && std::filesystem::read_symlink("/proc/" + std::to_string(pid_) + "/exe").filename() !=
+                                    "ringfeedd";
+         ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  FakeRingfeedd(const FakeRingfeedd&) = delete;
+  FakeRingfeedd& operator=(const FakeRingfeedd&) = delete;
+  ~FakeRingfeedd() { Kill(); }
+  pid_t pid() const { return pid_; }
+  void Kill() {
+    if (pid_ <= 0) return;  // never kill(-1): every process this user may signal
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = 0;
+  }
+
+ private:
+  pid_t pid_ = 0;
+};
+
+
 }  // namespace
 
 TEST_CASE("status and list: a reply of other JSON types is one clear error naming the field, with no partial table") {
@@ -745,14 +782,17 @@ TEST_CASE("a daemon killed with SIGKILL: list and status say it is gone, with it
     CHECK(other.status.ToString() == "exit 0");
     CHECK_THAT(other.out, Catch::Contains("killed                   gone "));
   }
-  // A live process holds the lock (a new daemon still listing and sampling its files): not
+  // A live ringfeedd holds the lock (a new daemon still listing and sampling its files): not
   // "stale, start the job again".
   const std::string held = ReadFile(daemon.lock_path());
-  WriteFile(daemon.lock_path(), std::to_string(::getpid()) + "\n");
-  const CommandResult starting = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
-  CHECK_THAT(starting.err, Catch::Contains("; ringfeedd (pid " + std::to_string(::getpid()) +
-                                           ") holds the job's lock but does not listen yet: it is starting") &&
-                               !Catch::Contains("start the job again"));
+  {
+    FakeRingfeedd next(dir);
+    WriteFile(daemon.lock_path(), std::to_string(next.pid()) + "\n");
+    const CommandResult starting = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
+    CHECK_THAT(starting.err, Catch::Contains("; ringfeedd (pid " + std::to_string(next.pid()) +
+                                             ") holds the job's lock but does not listen yet: it is starting") &&
+                                 !Catch::Contains("start the job again"));
+  }
   WriteFile(daemon.lock_path(), held);
   const CommandResult status = RunCommand({CtlBinary(), "status", "killed", "--runtime-dir", daemon.runtime_dir()});
   CHECK(status.status.ToString() == "exit 1");
@@ -870,31 +910,10 @@ TEST_CASE("a stale socket whose lock file is a FIFO: status, list, dump and the 
 
 TEST_CASE("a ringfeedd holding the job's lock without a socket: status and list say starting, or stopping") {
   // A ringfeedd samples records and reserves its ring before it opens its socket (seconds on
-  // slow storage); meanwhile its lock file names it. Stood in for by a process whose executable
-  // is named ringfeedd (a copy of sleep): a real start is over too soon to be caught there.
+  // slow storage); meanwhile its lock file names it.
   TempDir dir;
-  const std::string fake = dir.file("ringfeedd");
-  std::filesystem::copy_file("/bin/sleep", fake);
-  const pid_t pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    ::execl(fake.c_str(), "ringfeedd", "30", static_cast<char*>(nullptr));
-    ::_exit(127);
-  }
-  struct Reaper {
-    pid_t pid;
-    ~Reaper() {
-      if (pid <= 0) return;  // never kill(-1): every process this user may signal
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-    }
-  } reaper{pid};
-  // Its exec done: /proc/PID/exe names the copy.
-  for (int i = 0; i < 500 && std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/exe").filename() !=
-                                  "ringfeedd";
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  FakeRingfeedd daemon(dir);
+  const pid_t pid = daemon.pid();
   const std::string run = dir.file("run");
   std::filesystem::create_directory(run);
   { std::ofstream(run + "/slow.lock") << pid << "\n"; }
@@ -923,10 +942,32 @@ TEST_CASE("a ringfeedd holding the job's lock without a socket: status and list 
   CHECK_THAT(LineWith(RunCommand({CtlBinary(), "list", "--runtime-dir", run}).out, "slow "),
              Catch::Matches("slow +stopping +" + std::to_string(pid) + " +- +- +-   \\(its socket is closed: "
                             "it is finishing its stop\\)   \\(in " + run + "/instance\\)"));
+  // Stopped (SIGSTOP) while it stopped, after closing its socket but before removing it: the
+  // socket is there and nobody listens. Stopping all the same, with its pid (helper-141,
+  // session 54: "unreachable" and no pid).
+  const int closed = BindUnixSocket(run + "/instance/slow.sock", SOCK_STREAM);
+  REQUIRE(closed >= 0);
+  ::close(closed);
+  CHECK_THAT(LineWith(RunCommand({CtlBinary(), "list", "--runtime-dir", run}).out, "slow "),
+             Catch::Matches("slow +stopping +" + std::to_string(pid) + " +- +- +-   \(.*it is stopping\).*"));
+  // A start after a killed daemon left its socket: starting.
+  { std::ofstream(run + "/instance/slow.lock") << pid << "\n"; }
+  const json left = json::parse(RunCommand({CtlBinary(), "list", "--json", "--runtime-dir", run}).out);
+  REQUIRE(left["jobs"].size() == 1);
+  CHECK(left["jobs"][0]["state"] == "starting");
+  CHECK(left["jobs"][0]["pid"] == pid);
+  // The lock names a pid that another program has now (the daemon died, its pid was reused):
+  // gone, not starting (an attach_timeout would wait for nothing).
+  { std::ofstream(run + "/instance/slow.lock") << ::getpid() << "\n"; }
+  const CommandResult reused = RunCommand({CtlBinary(), "status", "slow", "--runtime-dir", run});
+  CHECK_THAT(reused.err, Catch::Contains("job 'slow' is not running: its ringfeedd (pid " + std::to_string(::getpid()) +
+                                         ") is gone and left its socket " + run + "/instance/slow.sock"));
+  CHECK_THAT(LineWith(RunCommand({CtlBinary(), "list", "--runtime-dir", run}).out, "slow "),
+             Catch::StartsWith("slow") && Catch::Contains(" gone "));
+  std::filesystem::remove(run + "/instance/slow.sock");
+  { std::ofstream(run + "/instance/slow.lock") << pid << " stopping\n"; }
   // Gone: not running, as before.
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
-  reaper.pid = 0;
+  daemon.Kill();
   const CommandResult gone = RunCommand({CtlBinary(), "status", "slow", "--runtime-dir", run});
   CHECK_THAT(gone.err, Catch::Contains("job 'slow' is not running in " + run));
 }
