@@ -560,10 +560,25 @@ void PrintFiles(const std::string& runtime_dir, const std::string& job, bool jso
   }
 }
 
+namespace {
+volatile std::sig_atomic_t dump_stop_signal = 0;
+extern "C" void NoteDumpStop(int signal) { dump_stop_signal = signal; }
+// The longest wait in Next between looks at dump_stop_signal.
+constexpr std::chrono::milliseconds kDumpWaitSlice{100};
+}  // namespace
+
 DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
   // A reader that goes away (`| head`) makes writes fail with EPIPE instead of killing us, so
   // the batch in hand is released and the daemon sees a clean detach, not a dead consumer.
   std::signal(SIGPIPE, SIG_IGN);
+  // Ctrl-C (or a stop) ends the dump between batches: one taken from the job is printed first
+  // (killed there, it would be lost to every consumer). Once: a second one ends it at once.
+  dump_stop_signal = 0;
+  struct sigaction stop {};
+  stop.sa_handler = NoteDumpStop;
+  stop.sa_flags = SA_RESETHAND;
+  sigemptyset(&stop.sa_mask);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(s, &stop, nullptr);
   ClientOptions co;
   co.job = options.job;
   co.rank = options.rank;
@@ -571,6 +586,7 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
   // --timeout bounds every wait, the answer to the hello included (a frozen daemon).
   co.liveness_timeout = std::min(co.liveness_timeout, std::chrono::milliseconds(std::max<int64_t>(
                                                           1, static_cast<int64_t>(options.timeout_seconds * 1000))));
+  co.interrupted = [] { return dump_stop_signal != 0; };
   std::unique_ptr<Client> client;
   try {
     client = Client::Attach(co);
@@ -589,7 +605,15 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
   uint64_t& printed = result.printed;
   Batch batch;
   while (!options.batches || printed < *options.batches) {
-    const Client::Status status = client->Next(timeout, &batch);
+    // In slices, so that a stop signal ends the wait within kDumpWaitSlice.
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    Client::Status status = Client::Status::kTimeout;
+    for (auto left = timeout; dump_stop_signal == 0;) {
+      status = client->Next(std::min<std::chrono::milliseconds>(left, kDumpWaitSlice), &batch);
+      left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (status != Client::Status::kTimeout || left.count() <= 0) break;
+    }
+    if (status == Client::Status::kTimeout && dump_stop_signal != 0) break;  // nothing taken
     if (status == Client::Status::kEndOfData) {
       result.end_of_data = true;
       result.end_reason = client->end_reason();
@@ -628,8 +652,10 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
       break;
     }
     ++printed;
+    if (dump_stop_signal != 0) break;  // after printing the batch taken
   }
   out.flush();
+  result.stopped_by = dump_stop_signal;
   return result;
 }
 

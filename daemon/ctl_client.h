@@ -73,6 +73,10 @@ struct DumpResult {
   bool end_of_data = false;
   std::string end_reason;  // at the end of data: why, when the daemon ended it early (Client::end_reason)
   int write_errno = 0;  // writing `out` failed with this (EPIPE: the reader went away); 0: it did not
+  // SIGINT, SIGTERM or SIGHUP ended the dump (its number; 0: none): a batch already taken was
+  // printed first, so the job loses none that the dump did not show. A second such signal
+  // ends the process at once (the default action).
+  int stopped_by = 0;
 };
 DumpResult DumpBatches(const DumpOptions& options, std::ostream& out);
 

@@ -561,7 +561,8 @@ Command AddDumpCommand(CLI::App& parent) {
       "other consumers.\n"
       "Exit status 0: done (batch count reached or end of data), 1: the job is not running, refused\n"
       "this consumer, failed or went away, or sent no batch within --timeout seconds (in ranks mode\n"
-      "the message names the ranks without a consumer, which stall every rank).\n"
+      "the message names the ranks without a consumer, which stall every rank); 130 (143, 129):\n"
+      "stopped by Ctrl-C (SIGTERM, SIGHUP) after printing the batch it had taken.\n"
       "\n"
       "Example:\n"
       "  ringfeedctl dump taxi-train --batches 1 | jq '.features.fare.values[:4]'");
@@ -587,6 +588,12 @@ Command AddDumpCommand(CLI::App& parent) {
     if (*batches > 0) o.batches = *batches;
     try {
       const ringfeed::DumpResult r = ringfeed::DumpBatches(o, std::cout);
+      if (r.stopped_by != 0 && r.write_errno == 0) {
+        std::cout.flush();
+        std::cerr << "ringfeedctl dump: stopped by SIG" << sigabbrev_np(r.stopped_by) << " after " << r.printed
+                  << " batch(es), every batch taken from the job printed\n";
+        return static_cast<ringfeed::ExitStatus>(128 + r.stopped_by);  // as a shell reports a process the signal ended
+      }
       if (r.write_errno == EPIPE) {  // the reader went away (`| head`): the documented clean end
         std::cout.clear();
         return ringfeed::kExitOk;

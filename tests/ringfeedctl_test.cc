@@ -11,9 +11,11 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <cstring>
@@ -678,6 +680,48 @@ TEST_CASE("dump's timeout in ranks mode names the ranks without a consumer, then
                                       "ring's 2 slots are too few for 2 ranks that each keep a batch while waiting "
                                       "for the next (give the job ring.slots: 4 or more); ranks mode gives"));
   CHECK(small.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("dump stopped by Ctrl-C prints the batch it took first: the job loses none that it did not show") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(dir.path(), "int-dump",
+                       IdJobConfig("int-dump", dir.file("data.tfrecord"), "batch: {size: 2}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  const std::string out_path = dir.file("dump.out"), err_path = dir.file("dump.err");
+  const std::string ctl = CtlBinary(), run = daemon.runtime_dir();
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::signal(SIGINT, SIG_DFL);  // a test started in the background of a shell has it ignored
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (out < 0 || err < 0 || ::dup2(out, 1) < 0 || ::dup2(err, 2) < 0) ::_exit(127);
+    ::execl(ctl.c_str(), "ringfeedctl", "dump", "int-dump", "--runtime-dir", run.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto lines = [](const std::string& text) { return std::count(text.begin(), text.end(), '\n'); };
+  const bool dumping =
+      WaitUntil([&] { return std::filesystem::exists(out_path) && lines(ReadFile(out_path)) >= 3; });
+  ::kill(pid, SIGINT);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  REQUIRE(dumping);
+  const std::string out = ReadFile(out_path), err = ReadFile(err_path);
+  INFO("stdout: " << out.size() << " bytes; stderr: " << err);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 130));
+  CHECK(err == "ringfeedctl dump: stopped by SIGINT after " + std::to_string(lines(out)) +
+                   " batch(es), every batch taken from the job printed\n");
+  // Every line whole; the next batch a consumer gets is the one after the last printed.
+  json last;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) last = json::parse(line);
+  const uint64_t epoch = last["epoch"], index = last["batch"];
+  auto client = Client::Attach(daemon.client_options());
+  Batch next;
+  REQUIRE(client->Next(kEventually, &next) == Client::Status::kBatch);
+  CHECK(std::make_pair(next.epoch(), next.index()) ==
+        (index + 1 < 20 ? std::make_pair(epoch, index + 1) : std::make_pair(epoch + 1, uint64_t{0})));
 }
 
 TEST_CASE("dump's timeout in shared mode says the ring is held by other consumers") {
