@@ -12,6 +12,7 @@ Reference: docs/python.md.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Dict, Iterable, Iterator, Optional, Sequence
 
 try:
@@ -88,6 +89,24 @@ def _upload_to_cuda(batch: ringfeed.Batch, names: Sequence[str], device: torch.d
     return out
 
 
+class _InterruptedWait(Exception):
+    """A KeyboardInterrupt raised in the client's wait for the next batch (not in the loop's own
+    code): RingfeedIterable keeps that client for the next iteration."""
+
+
+def _batches_of(client: ringfeed.Client):
+    """The client's batches until the end of the data, a KeyboardInterrupt in its wait raised as
+    _InterruptedWait."""
+    while True:
+        try:
+            batch = client.next()
+        except KeyboardInterrupt:
+            raise _InterruptedWait() from None
+        if batch is None:
+            return
+        yield batch
+
+
 class RingfeedIterable(_Base):
     """An ``IterableDataset`` over a ringfeedd job: yields one dict of tensors per batch.
 
@@ -137,14 +156,16 @@ class RingfeedIterable(_Base):
 
     Notes
     -----
-    Each ``iter()`` attaches a new ``ringfeed.Client`` (so it works in DataLoader worker
-    processes, each a consumer of its own: in shared mode the workers split the batches; batches
-    that workers took ahead and the loop never got, after a ``break``, are not delivered again)
-    and detaches when the iteration ends. A rank is one consumer: with ``rank`` set, a
-    DataLoader with ``num_workers`` above 1 raises ``ValueError``; ``num_workers=0`` is the
-    setting ringfeed wants (the daemon reads and parses in parallel already, and tensors made in
-    the main process are views of the ring, not copies). End of data ends the iteration; daemon errors raise
-    ``ringfeed.ClientError``. In a plain training loop at most two slots are held (the batch
+    Each ``iter()`` attaches a new ``ringfeed.Client`` and detaches when the iteration ends, so
+    it works in DataLoader worker processes, each a consumer of its own (in shared mode the
+    workers split the batches; batches that workers took ahead and the loop never got, after a
+    ``break``, are not delivered again). The exception: an iteration on the CPU that Ctrl-C
+    ended in its wait for a batch leaves its client attached, and the next ``iter()`` in the
+    same process goes on with it, from the batch that wait had taken. A rank is one consumer:
+    with ``rank`` set, a DataLoader with ``num_workers`` above 1 raises ``ValueError``;
+    ``num_workers=0`` is the setting ringfeed wants (the daemon reads and parses in parallel
+    already, and tensors made in the main process are views of the ring, not copies). End of
+    data ends the iteration; daemon errors raise ``ringfeed.ClientError``. In a plain training loop at most two slots are held (the batch
     being used and the one being taken); keeping tensors of k batches holds k slots.
     """
 
@@ -166,6 +187,9 @@ class RingfeedIterable(_Base):
         self.stream = stream
         self.metadata = metadata
         self.client: Optional[ringfeed.Client] = None  # the client of the running iteration
+        # The client of an iteration that Ctrl-C ended in its wait, and the process that made it.
+        self._interrupted: Optional[ringfeed.Client] = None
+        self._interrupted_pid = 0
 
     def _select(self, client: ringfeed.Client):
         schema = {f.name: f for f in client.schema}
@@ -196,15 +220,18 @@ class RingfeedIterable(_Base):
                 f"RingfeedIterable(rank={self.rank}) in a DataLoader with num_workers={worker.num_workers}: a "
                 f"rank is one consumer, and each worker would attach as rank {self.rank}; use num_workers=0 "
                 f"(ringfeedd reads and parses in parallel already) or 1")
-        client = ringfeed.Client(self.job, rank=self.rank, timeout=self.timeout, runtime_dir=self.runtime_dir,
-                                 liveness_timeout=self.liveness_timeout, attach_timeout=self.attach_timeout)
+        client, self._interrupted = self._interrupted, None
+        if client is None or client.closed or self._interrupted_pid != os.getpid():
+            client = ringfeed.Client(self.job, rank=self.rank, timeout=self.timeout, runtime_dir=self.runtime_dir,
+                                     liveness_timeout=self.liveness_timeout, attach_timeout=self.attach_timeout)
         self.client = client
         uploader = stream = None  # before the try: the finally needs it when _select raises
+        keep = False
         try:
             numeric, strings, order = self._select(client)
             if self.metadata:
                 order.append("_batch")
-            for batch in client:
+            for batch in _batches_of(client):
                 out = {name: batch.strings(name) for name in strings}
                 if self.metadata:
                     file_index, record_index = batch.sources
@@ -231,10 +258,20 @@ class RingfeedIterable(_Base):
                     out.update(uploaded)
                 del batch
                 yield {name: out[name] for name in order}  # the features' order (the job's, or features=)
+        except _InterruptedWait:
+            # Ctrl-C in the client's wait: the batch the wait had taken waits in the client for
+            # its next call (ringfeed.Client.next), so the next iteration of this dataset in this
+            # process goes on with this client, from that batch, instead of attaching anew (which
+            # would lose it). CPU only: a CUDA uploader registers the client's ring once.
+            keep = self.device.type == "cpu"
+            raise KeyboardInterrupt from None
         finally:
             if uploader is not None:
                 uploader.synchronize()  # every slot back before the client goes
-            client.close()
+            if keep:
+                self._interrupted, self._interrupted_pid = client, os.getpid()
+            else:
+                client.close()
 
     def _cuda_uploader(self, client: ringfeed.Client):
         """The uploader for this iteration, created in PyTorch's context for `device` (so the
