@@ -165,8 +165,9 @@ class RingfeedIterable(_Base):
     with ``rank`` set, a DataLoader with ``num_workers`` above 1 raises ``ValueError``;
     ``num_workers=0`` is the setting ringfeed wants (the daemon reads and parses in parallel
     already, and tensors made in the main process are views of the ring, not copies). End of
-    data ends the iteration; daemon errors raise ``ringfeed.ClientError``. In a plain training loop at most two slots are held (the batch
-    being used and the one being taken); keeping tensors of k batches holds k slots.
+    data ends the iteration; daemon errors raise ``ringfeed.ClientError``. In a plain training
+    loop at most two slots are held (the batch being used and the one being taken); keeping
+    tensors of k batches holds k slots.
     """
 
     def __init__(self, job: str, device="cpu", features: Optional[Iterable[str]] = None,
