@@ -6,7 +6,8 @@
 #                              the multi-threaded ones (ring, client, sequencer, daemon end to
 #                              end) under ThreadSanitizer
 #   scripts/test.sh --quick    only the first build and its tests (C++ and the Python package's)
-# A full run takes 30-45 minutes on 2 cores (three builds); --quick about 10 minutes.
+# A full run takes 20-45 minutes on 2 cores (three builds); --quick about 10 minutes. It ends
+# with a summary: what passed, and what was skipped and why.
 #
 # Environment: JOBS (parallel build jobs, default nproc), FUZZ_SECONDS (default 60),
 # CI=true makes tests that need ../shared/data fail instead of skip.
@@ -17,7 +18,7 @@ quick=0
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -26,6 +27,15 @@ jobs=${JOBS:-$(nproc)}
 scripts/install-deps.sh
 
 step() { printf '\n==== %s ====\n' "$*"; }
+
+# What passed, said again at the end (the steps' own output is long): one line per step.
+summary=()
+tests_in() { ctest --test-dir "$1" -N "${@:2}" | sed -n 's/^Total Tests: //p'; }
+finish() {
+  step "every step passed"
+  printf '  %s\n' "${summary[@]}"
+  skips build
+}
 
 # What ctest ran but skipped, and why (the RINGFEED_SKIP lines; ctest keeps a passing test's
 # output in its log only): e.g. the golden tests without ../shared/data/tfx (set TFX_DATA).
@@ -42,6 +52,7 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 skips build
+summary+=("C++ tests (build/): $(tests_in build) passed")
 
 step "python package and tests"
 # The ringfeed Python package (python/, docs/python.md) built against this checkout and its
@@ -57,18 +68,22 @@ build/pyvenv/bin/python -m pip install -q --no-build-isolation --force-reinstall
 # pytest exits 5 when it collects no test: any non-zero status fails this script. A test that
 # hangs ends the run after 300 s with every thread's stack (pytest-timeout; its thread method
 # also ends a wait inside C++ that never returns to Python), not at the CI's limit.
-RINGFEED_BUILD_DIR=build build/pyvenv/bin/python -m pytest python/tests -q -rs --timeout=300 --timeout-method=thread
+RINGFEED_BUILD_DIR=build build/pyvenv/bin/python -m pytest python/tests -q -rs --timeout=300 --timeout-method=thread \
+  | tee build/pytest-last.log
+summary+=("Python tests: $(tail -1 build/pytest-last.log | tr -d '=' | xargs)")
 
-if [ "$quick" = 1 ]; then exit 0; fi
+if [ "$quick" = 1 ]; then finish; exit 0; fi
 
 step "fuzz reader+parser for ${FUZZ_SECONDS:-60} s"
 scripts/run-fuzz.sh "${FUZZ_SECONDS:-60}"
+summary+=("fuzz: ${FUZZ_SECONDS:-60} s of the reader and parser, no findings")
 
 step "build with AddressSanitizer + UndefinedBehaviorSanitizer and test"
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DRINGFEED_SANITIZE=ON -DRINGFEED_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j "$jobs"
+summary+=("C++ tests under AddressSanitizer + UBSan (build-asan/): $(tests_in build-asan) passed")
 
 step "build with ThreadSanitizer and run the multi-threaded tests (ring, client, sequencer, daemon)"
 tsan_tests="shm_ring_test shm_claim_test client_test cuda_uploader_test sequencer_test daemon_e2e_test daemon_consumers_test daemon_names_test daemon_data_limits_test daemon_control_signals_test daemon_autotune_test"
@@ -79,3 +94,5 @@ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRINGFEED_B
 cmake --build build-tsan -j "$jobs" --target ringfeedd ringfeedctl $tsan_tests
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "^($(echo $tsan_tests | tr ' ' '|'))\$"
+summary+=("multi-threaded tests under ThreadSanitizer (build-tsan/): $(echo $tsan_tests | wc -w) passed")
+finish

@@ -993,7 +993,7 @@ TEST_CASE("a ringfeedd holding the job's lock without a socket: status and list 
   REQUIRE(closed >= 0);
   ::close(closed);
   CHECK_THAT(LineWith(RunCommand({CtlBinary(), "list", "--runtime-dir", run}).out, "slow "),
-             Catch::Matches("slow +stopping +" + std::to_string(pid) + " +- +- +-   \(.*it is stopping\).*"));
+             Catch::Matches("slow +stopping +" + std::to_string(pid) + " +- +- +-   \\(.*it is stopping\\).*"));
   // A start after a killed daemon left its socket: starting.
   { std::ofstream(run + "/instance/slow.lock") << pid << "\n"; }
   const json left = json::parse(RunCommand({CtlBinary(), "list", "--json", "--runtime-dir", run}).out);
