@@ -13,7 +13,10 @@ scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j "${JOBS:-$(nproc)}" --target ringfeedd ringfeedctl make_sample example_trainer
 
-if [ ! -d data/sample ]; then
+# RINGFEED_DATA=DIR: MNIST-shaped shards from elsewhere (config/examples/mnist.yaml reads
+# ${RINGFEED_DATA:-data/sample}/mnist-*.tfrecord.gz); the bundled sample is written otherwise.
+data="${RINGFEED_DATA:-data/sample}"
+if [ -z "${RINGFEED_DATA:-}" ] && [ ! -d data/sample ]; then
   build/examples/make_sample --out data/sample --records 10000 --shards 4
 fi
 
@@ -21,8 +24,8 @@ fi
 export RINGFEED_RUNTIME_DIR="$PWD/build/run"
 mkdir -p "$RINGFEED_RUNTIME_DIR"
 
-echo; echo "\$ ringfeedctl inspect --schema data/sample/*.tfrecord.gz"
-build/daemon/ringfeedctl inspect --schema data/sample/*.tfrecord.gz
+echo; echo "\$ ringfeedctl inspect --schema $data/mnist-*.tfrecord.gz"
+build/daemon/ringfeedctl inspect --schema "$data"/mnist-*.tfrecord.gz
 
 echo
 echo "# config/examples/mnist.yaml takes that block, with 'image' read as 784 uint8 pixels"
