@@ -578,7 +578,12 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
   stop.sa_handler = NoteDumpStop;
   stop.sa_flags = SA_RESETHAND;
   sigemptyset(&stop.sa_mask);
-  for (int s : {SIGINT, SIGTERM, SIGHUP}) ::sigaction(s, &stop, nullptr);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction was {};
+    // Ignored by whoever started it (a background job of a non-interactive shell): stays so.
+    if (::sigaction(s, nullptr, &was) == 0 && was.sa_handler == SIG_IGN) continue;
+    ::sigaction(s, &stop, nullptr);
+  }
   ClientOptions co;
   co.job = options.job;
   co.rank = options.rank;
