@@ -76,15 +76,12 @@ void HeartbeatThread::Sample(Clock::time_point now) {
   }
   // Memory over the budget: the plan was made from the records sampled at start, and records
   // later in the files can be far larger (OverBudgetWarning says which part).
-  // Not once the job failed: its failure (the shuffle buffer over the budget, say) said it with
-  // the advice for the records to come, and the buffer is gone by then.
-  const MemoryInUse in_use{PrivateRssBytes(), facts_.segment_bytes, s.shuffle_records, s.shuffle_bytes};
-  const std::string over =
-      s.end == PipelineEnd::kFailed ? std::string() : OverBudgetWarning(facts_.memory, in_use, facts_.shuffle_buffer);
+  const uint64_t private_rss = PrivateRssBytes();
+  const std::string over = OverBudgetNow(facts_, s, private_rss);
   if (!over.empty() && !over_budget_warned_) {
     over_budget_warned_ = true;
     spdlog::warn("{}", over);
-  } else if (over.empty() && (in_use.private_rss + in_use.segment_bytes) * 10 < facts_.memory.budget_bytes * 9) {
+  } else if (over.empty() && (private_rss + facts_.segment_bytes) * 10 < facts_.memory.budget_bytes * 9) {
     over_budget_warned_ = false;
   }
   notifier_.Status(SystemdStatusLine(facts_, s, pipeline_.ended_at(), rates));

@@ -147,17 +147,19 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
         {"shuffle_buffer_records", s.shuffle_records},
         {"shuffle_buffer_bytes", s.shuffle_bytes},
         {"shuffle_buffer_planned_bytes", f.memory.shuffle_bytes},
-        // Not once the job failed (its error says it, as the heartbeat's warning does not).
-        {"over_budget", s.end == PipelineEnd::kFailed
-                            ? std::string()
-                            : OverBudgetWarning(f.memory, {private_rss, f.segment_bytes, s.shuffle_records,
-                                                           s.shuffle_bytes}, f.shuffle_buffer)}}},
+        {"over_budget", OverBudgetNow(f, s, private_rss)}}},
       {"errors",
        {{"read_errors_skipped", s.read_errors_skipped},
         {"parse_errors_skipped", s.parse_errors_skipped},
         {"files_ended_early", s.files_ended_early},
         {"batches_dropped", s.batches_dropped},
         {"last_error", s.last_error}}}};
+}
+
+std::string OverBudgetNow(const JobStatusFacts& f, const PipelineStats& s, uint64_t private_rss) {
+  if (s.end == PipelineEnd::kFailed) return "";
+  return OverBudgetWarning(f.memory, {private_rss, f.segment_bytes, s.shuffle_records, s.shuffle_bytes},
+                           f.shuffle_buffer);
 }
 
 std::string ProgressLogText(const JobStatusFacts& f, const PipelineStats& s) {

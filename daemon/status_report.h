@@ -98,6 +98,12 @@ struct JobStatusNow {
 // docs/operations.md ("Status and troubleshooting").
 nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now);
 
+// The daemon's memory over its budget now (OverBudgetWarning with the job's plan and the
+// pipeline's shuffle buffer; "" within it): the heartbeat's warning and status's `over_budget`.
+// "" once the job failed: its failure (the shuffle buffer over the budget, say) said it with
+// the advice for the records to come, and the buffer is gone by then.
+std::string OverBudgetNow(const JobStatusFacts& f, const PipelineStats& s, uint64_t private_rss);
+
 // The job's progress for the log (ringfeedd's lines at the end of the data, at a stop, at each
 // epoch begun), as the status table words it, e.g.
 //   "epoch 3 of 10 (0-based 2), 57 of its batches formed; 123456 records in 964 batches in all;
