@@ -66,6 +66,9 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     c.wait_ns.store(0, std::memory_order_relaxed);
     c.attached.store(1, std::memory_order_release);
     ++consumers_seen_;
+    if (production_ended_.load(std::memory_order_acquire) && !end_of_data_.load(std::memory_order_acquire)) {
+      MarkToldLocked(e);
+    }
     membership_changes_.fetch_add(1, std::memory_order_release);
     // The id is the consumer's entry in the segment, used again once it detaches; the count of
     // attaches tells one consumer from the next in the log.
@@ -189,6 +192,25 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   e.attached = false;
   if (AttachedLocked() < ring.slot_count) crowd_warned_at_ = 0;
   return reclaimed;
+}
+
+void ConsumerRegistry::SetProductionEnded(bool end_of_data) {
+  std::lock_guard lock(mutex_);
+  end_of_data_.store(end_of_data, std::memory_order_release);
+  production_ended_.store(true, std::memory_order_release);
+  if (end_of_data) return;
+  for (const Entry& e : entries_) {
+    if (e.attached) MarkToldLocked(e);
+  }
+}
+
+std::vector<int> ConsumerRegistry::NotToldOfEnd() const {
+  std::lock_guard lock(mutex_);
+  std::vector<int> not_told;
+  for (size_t r = 0; r < told_of_end_.size(); ++r) {
+    if (!told_of_end_[r]) not_told.push_back(static_cast<int>(r));
+  }
+  return not_told;
 }
 
 std::vector<int> ConsumerRegistry::RanksWithoutConsumer() const {

@@ -18,6 +18,7 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -92,10 +93,15 @@ class ConsumerRegistry {
   // now on holding batches, with nothing of theirs left in the ring, are not counted as dead.
   // ringfeedd calls it from the pipeline's end callback, and before a detach once the pipeline
   // has recorded its end (a consumer may see the end state and leave before the callback).
-  void SetProductionEnded(bool end_of_data) {
-    end_of_data_.store(end_of_data, std::memory_order_release);
-    production_ended_.store(true, std::memory_order_release);
-  }
+  // Production ending otherwise (a failure, a stop) also marks every consumer attached now as
+  // told of it: NotToldOfEnd.
+  void SetProductionEnded(bool end_of_data);
+  // After production ended without the end of the data (a failure: on_error: fail): the ranks
+  // (0..count-1) that no consumer was attached as when it ended or has attached as since, so
+  // that none of their trainers has read the failure from the segment yet; shared mode: {0}
+  // when no consumer has, else empty. ringfeedd --exit-when-done waits for it to be empty
+  // (a trainer starting after the exit would get "cannot connect" instead of the error).
+  std::vector<int> NotToldOfEnd() const;
   uint64_t batches_reclaimed() const {
     std::lock_guard lock(mutex_);
     return batches_reclaimed_;
@@ -103,10 +109,6 @@ class ConsumerRegistry {
   // Counts attaches and detaches (a reaped consumer too): a poller sees that the consumers
   // changed since it last looked. One atomic load.
   uint64_t membership_changes() const { return membership_changes_.load(std::memory_order_acquire); }
-  uint64_t consumers_seen() const {
-    std::lock_guard lock(mutex_);
-    return consumers_seen_;
-  }
 
  private:
   struct Entry {
@@ -165,6 +167,13 @@ class ConsumerRegistry {
   std::atomic<uint64_t> membership_changes_{0};
   std::atomic<bool> end_of_data_{false};
   std::atomic<bool> production_ended_{false};
+  // Per rank (one entry in shared mode): a consumer was attached as it when production ended
+  // without the end of the data, or attached after (NotToldOfEnd).
+  std::vector<bool> told_of_end_ = std::vector<bool>(std::max<uint32_t>(ranks_, 1), false);
+  void MarkToldLocked(const Entry& e) {
+    told_of_end_[e.rank >= 0 && static_cast<uint32_t>(e.rank) < told_of_end_.size() ? static_cast<size_t>(e.rank) : 0] =
+        true;
+  }
 };
 
 }  // namespace ringfeed

@@ -704,6 +704,8 @@ int RunDaemon(const DaemonOptions& options) {
     } stop_signals_blocked_again{stop_signals};
     // --exit-when-done: poll for "produced everything and every batch was released".
     asio::steady_timer done_timer(io);
+    std::optional<std::chrono::steady_clock::time_point> untold_since;  // a failure's batches all taken
+    bool untold_logged = false;
     std::function<void()> check_done = [&] {
       done_timer.expires_after(std::chrono::milliseconds(100));
       done_timer.async_wait([&](const boost::system::error_code& ec) {
@@ -711,13 +713,26 @@ int RunDaemon(const DaemonOptions& options) {
         if (done_producing.load()) {
           const PipelineStats s = pipeline->Snapshot();
           // A failed job too waits for its batches before the failure to be taken, and for
-          // a consumer to have attached at all (it reads the failure from the segment): a
-          // trainer starting after the failure gets the error, not "cannot connect". Batches
-          // still held then need no daemon (their mapping outlives it): a trainer that got
-          // the error may keep its last one as long as it likes.
+          // a consumer of every rank (shared mode: one consumer) to have been attached at the
+          // failure or since (it reads the failure from the segment): a trainer starting
+          // after the failure gets the error, not "cannot connect". Batches still held then
+          // need no daemon (their mapping outlives it): a trainer that got the error may keep
+          // its last one as long as it likes.
           const bool failed = s.end == PipelineEnd::kFailed;
-          if (failed ? s.slots_ready == 0 && consumers.consumers_seen() > 0
-                     : s.slots_ready == 0 && s.slots_held == 0) {
+          const std::vector<int> untold = failed ? consumers.NotToldOfEnd() : std::vector<int>{};
+          if (failed && s.slots_ready == 0 && !untold.empty()) {
+            // Said once, after a while: the wait is for trainers that may be starting now.
+            const auto now = std::chrono::steady_clock::now();
+            if (!untold_since) untold_since = now;
+            if (!untold_logged && now - *untold_since >= ConsumerRegistry::kRankStallWarning) {
+              untold_logged = true;
+              spdlog::warn("--exit-when-done: waiting to exit until {} attaches and gets the failure (every batch "
+                           "before it was taken); stop ringfeedd (SIGTERM) to exit now",
+                           ranks ? fmt::format("a trainer of rank{} {}", untold.size() > 1 ? "s" : "", fmt::join(untold, ", "))
+                                 : std::string("a trainer"));
+            }
+          }
+          if (failed ? s.slots_ready == 0 && untold.empty() : s.slots_ready == 0 && s.slots_held == 0) {
             stop_reason = failed ? "ringfeedd exited: the job failed; every batch before the failure was delivered"
                                  : "ringfeedd exited: all batches delivered";
             io.stop();

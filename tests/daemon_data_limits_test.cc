@@ -148,6 +148,37 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     REQUIRE(status);
     CHECK(status->ToString() == "exit 1");
   }
+  SECTION("fail in ranks mode with --exit-when-done: ringfeedd exits once a trainer of every rank got the error") {
+    // Batches of 6: ids 0-5 (the good records before the bad one) make batch 0, rank 0's, and no
+    // round with rank 1's; a read error is cut at a whole round (operations.md), so no rank has
+    // a batch ready when the job fails.
+    std::string yaml = config("ranks-fail", "fail") + "consumers: {mode: ranks, count: 2}\n";
+    yaml.replace(yaml.find("batch: {size: 4}"), 16, "batch: {size: 6}");
+    DaemonProcess daemon(dir.path(), "ranks-fail", yaml);
+    RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+    ConsumerSpec spec;
+    spec.client = daemon.client_options();
+    spec.client.rank = 0;
+    const ConsumerReport rank0 = ConsumeInProcess(spec);
+    INFO("ringfeedd stderr:\n" << daemon.Stderr());
+    REQUIRE(rank0.end == "error");
+    CHECK_THAT(rank0.error, Catch::Contains(bad + ": record 6 at byte"));
+    // Until this fix it exited here, ~100 ms after rank 0 saw the error: rank 1's trainer got
+    // "cannot connect" instead of the failure. Now it waits, and says for whom after 10 s.
+    CHECK(daemon.WaitForStderr("--exit-when-done: waiting to exit until a trainer of rank 1 attaches and gets the "
+                               "failure",
+                               std::chrono::seconds(20)));
+    REQUIRE(daemon.running());
+    spec.client.rank = 1;
+    const ConsumerReport rank1 = ConsumeInProcess(spec);
+    REQUIRE(rank1.end == "error");
+    CHECK_THAT(rank1.error, Catch::Contains(bad + ": record 6 at byte"));
+    CHECK(rank0.batches.empty());
+    CHECK(rank1.batches.empty());
+    const auto status = daemon.Wait();
+    REQUIRE(status);
+    CHECK(status->ToString() == "exit 1");
+  }
   SECTION("fail under systemd (NOTIFY_SOCKET): the unit's status line names the failure") {
     NotifySocket notify(dir.file("notify"));
     DaemonProcess daemon(dir.path(), "fail-unit", config("fail-unit", "fail"));
