@@ -315,12 +315,26 @@ InflateStream::Status InflateStream::Fail(Status status, std::string message) {
 
 bool InflateStream::StartNextMember() {
   // Skip trailing zero padding; anything else must be a new gzip member.
+  const uint64_t member_end = compressed_offset();
   while (true) {
     while (in_pos_ < in_end_ && in_buf_[in_pos_] == 0) ++in_pos_;
     if (in_pos_ < in_end_ || !FillInput()) break;
   }
   if (final_ != Status::kOk) return false;
   if (in_pos_ == in_end_) return false;  // clean end
+  if (const uint64_t zeros = compressed_offset() - member_end; zeros > 0) {
+    // Zero bytes with more after them are no padding: a member (or more) overwritten with
+    // zeros, as a crash or a bad disk block leaves. Skipping them would lose its records
+    // without a word (gzip -d stops there too, "trailing garbage ignored"; TensorFlow fails).
+    zeros_inside_ = true;
+    Fail(Status::kDataError, std::to_string(zeros) + " zero bytes after the " +
+                                 (compression_ == Compression::kGzip ? "gzip member" : "zlib stream") +
+                                 " that ends at compressed byte " + std::to_string(member_end) +
+                                 ", then more data at compressed byte " + std::to_string(compressed_offset()) +
+                                 ": not padding (that ends the file), so part of the file was overwritten with "
+                                 "zeros, and the records it held are lost");
+    return false;
+  }
   if (compression_ == Compression::kGzip) {
     if (in_end_ - in_pos_ < 2) FillInput();
     if (in_end_ - in_pos_ >= 2 && in_buf_[in_pos_] == 0x1f && in_buf_[in_pos_ + 1] == 0x8b) {

@@ -3,7 +3,8 @@
 //
 // GZIP (RFC 1952): any number of concatenated members, any optional header fields (FEXTRA,
 // FNAME, FCOMMENT, FHCRC), any deflate block types; trailing zero bytes after the last member
-// are ignored, as `gzip -d` does. Other trailing bytes are a decompression error.
+// are ignored, as `gzip -d` does. Other trailing bytes are a decompression error, and so are
+// zero bytes with more data after them (a member overwritten with zeros: not padding).
 // ZLIB (RFC 1950): one stream; data after its end is a decompression error.
 // Backends: ISA-L igzip (isal_inflate, about 2x zlib) or zlib, chosen per stream.
 //
@@ -52,6 +53,11 @@ class InflateStream {
   uint64_t compressed_offset() const { return file_offset_ - (in_end_ - in_pos_); }
   // Bytes of the file read so far: where the next read starts.
   uint64_t input_offset() const { return file_offset_; }
+  // A read found the end of the file (0 bytes).
+  bool input_ended() const { return eof_; }
+  // The data error is zero bytes between two members (StartNextMember): the members after
+  // them may be intact, but are not read.
+  bool zeros_inside() const { return zeros_inside_; }
   // Reads the compressed bytes through `queue` from now on, instead of read(): it must read
   // the same fd from input_offset() on. nullptr: read() again, from input_offset() (the fd is
   // moved there). The previous queue is destroyed (its reads in flight are its own business,
@@ -71,6 +77,7 @@ class InflateStream {
   bool ConsumeGzipHeader();  // ISA-L path: parses (and checks) a gzip member header itself  // at a member boundary: true when another gzip member follows
 
   int fd_;
+  bool zeros_inside_ = false;  // zeros_inside()
   Compression compression_;
   InflateBackend backend_;
   std::unique_ptr<Decoder> decoder_;

@@ -170,6 +170,9 @@ std::string RecordPlace(const std::string& path, uint64_t record_index, uint64_t
 
 TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string detail, ReadError* error) {
   const bool recoverable = kind == ReadErrorKind::kCorruptedData || kind == ReadErrorKind::kRecordTooLarge;
+  // A compressed file that ended early because it shrank (before EndFile lets go of the inflater).
+  if (kind == ReadErrorKind::kDecompression && inflate_) detail += ShrankNote(0);
+  const bool zeros_inside = kind == ReadErrorKind::kDecompression && inflate_ && inflate_->zeros_inside();
   if (!recoverable) EndFile();
   error->kind = kind;
   error->file = path_;
@@ -198,12 +201,25 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
     } else if (kind == ReadErrorKind::kCorruptedLength) {
       detail += " (no record boundary can be found past a bad length)";
     } else if (kind == ReadErrorKind::kDecompression) {
-      detail += " (nothing past this point can be decompressed)";
+      detail += zeros_inside ? " (the members after the zeros are not read either)"
+                             : " (nothing past this point can be decompressed)";
     }
   }
   error->message = RecordPlace(path_, index_, offset_, compression_) + ": " + std::string(ReadErrorKindName(kind)) +
                    ": " + detail;
   return Status::kError;
+}
+
+std::string TFRecordReader::ShrankNote(uint64_t end) const {
+  if (inflate_) {
+    if (!inflate_->input_ended() || inflate_->input_offset() >= file_size_) return "";
+    return "; the file had " + std::to_string(file_size_) + " bytes when it was opened, and its reads ended at "
+           "compressed byte " + std::to_string(inflate_->input_offset()) +
+           ": it shrank while it was read (rewritten in place?)";
+  }
+  if (plain_file_size_ == 0 || end >= plain_file_size_) return "";
+  return "; the file ends at byte " + std::to_string(end) + " but had " + std::to_string(plain_file_size_) +
+         " bytes when it was opened: it shrank while it was read (rewritten in place?)";
 }
 
 bool TFRecordReader::DecompressionErrorAhead(std::string* why) {
@@ -496,7 +512,8 @@ TFRecordReader::Status TFRecordReader::ReadDirect(RecordAllocator& allocator, ui
     const size_t present = kRecordHeaderBytes + have + got + (end_ - begin_);
     return MakeError(ReadErrorKind::kTruncatedRecord,
                      "file ends inside the record: expected " + std::to_string(total) + " bytes (" +
-                         std::to_string(length) + " data + 16 framing), " + std::to_string(present) + " present",
+                         std::to_string(length) + " data + 16 framing), " + std::to_string(present) + " present" +
+                         ShrankNote(offset_ + present),
                      error);
   }
   const uint8_t* footer = window() + begin_;
@@ -537,9 +554,12 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
       begin_ = end_ = 0;
       if (!Ensure(1) || begin_ == end_) {
         if (!stream_error_.empty()) return MakeError(stream_error_kind_, stream_error_, error);
+        // Not the bytes missing: a corrupt length near 2^64 made that a 20-digit number.
         return MakeError(ReadErrorKind::kTruncatedRecord,
-                         "file ends inside the skipped too-large record (" + std::to_string(discard_) +
-                             " bytes missing)",
+                         "the file ends " + std::to_string(discard_total_ - discard_) +
+                             " bytes into the skipped too-large record (header included): its length field is "
+                             "corrupt, or the file was cut short" +
+                             ShrankNote(offset_ + (discard_total_ - discard_)),
                          error);
       }
     }
@@ -566,6 +586,18 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
                            "records that were past this point are not read",
                        error);
     }
+    // The same for a compressed file cut at the end of a gzip member (a cut inside one is the
+    // inflater's "unexpected end" error): its stream ends cleanly there.
+    if (inflate_ && inflate_->input_ended() && inflate_->input_offset() < file_size_) {
+      return MakeError(ReadErrorKind::kTruncatedRecord,
+                       "the compressed file ends here, at compressed byte " +
+                           std::to_string(inflate_->input_offset()) +
+                           (compression_ == Compression::kGzip ? " (where a gzip member ends)" : "") + ", but had " +
+                           std::to_string(file_size_) +
+                           " bytes when it was opened: it shrank while it was read (rewritten in place?), and the "
+                           "records that were past this point are not read",
+                       error);
+    }
     // The end: the queue's blocks and the window go now, not when the reader is destroyed (a
     // read-ahead stream lives on until its last records are taken, while the next file's
     // blocks are already being read).
@@ -579,7 +611,7 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
   if (have < kRecordHeaderBytes) {
     return MakeError(ReadErrorKind::kTruncatedRecord,
                      "file ends inside the record header: expected " + std::to_string(kRecordHeaderBytes) +
-                         " header bytes, " + std::to_string(have) + " present",
+                         " header bytes, " + std::to_string(have) + " present" + ShrankNote(offset_ + have),
                      error);
   }
   const uint8_t* header = window() + begin_;
@@ -647,7 +679,7 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
     return MakeError(ReadErrorKind::kTruncatedRecord,
                      "file ends inside the record: expected " + std::to_string(total) + " bytes (" +
                          std::to_string(length) + " data + 16 framing), " + std::to_string(end_ - begin_) +
-                         " present",
+                         " present" + ShrankNote(offset_ + (end_ - begin_)),
                      error);
   }
   const uint8_t* data = window() + begin_ + kRecordHeaderBytes;

@@ -242,6 +242,11 @@ class TFRecordReader {
   // (taken and dropped: for a record length that does not check, which ends the file anyway);
   // sets *why to its message.
   bool DecompressionErrorAhead(std::string* why);
+  // For a truncated record's message: "; the file ends at byte END but had S bytes when it was
+  // opened: it shrank while it was read ..." where the file is shorter than at open (`end`: the
+  // uncompressed offset where a plain file's bytes end; a compressed file's input offset is
+  // compared instead), else "".
+  std::string ShrankNote(uint64_t end) const;
   void EndFile();  // the next Next() returns kEnd; the window and the queue's reads go now
   // The queue reading this file: queue_ (plain), the inflater's (GZIP/ZLIB), or nullptr.
   class ReadQueue* ActiveQueue() const;

@@ -485,6 +485,117 @@ TEST_CASE("anything gzip -d accepts: header fields, block types, members, paddin
   }
 }
 
+TEST_CASE("a plain file cut inside a record while it is read: the truncated record's error says the file shrank") {
+  TempDir dir;
+  std::vector<std::string> records;
+  std::string bytes;
+  for (int i = 0; i < 10; ++i) {
+    records.push_back(std::string(1000, static_cast<char>('a' + i)));
+    bytes += FrameRecord(records.back());
+  }
+  const std::string path = dir.file("shrinks.tfrecord");
+  const uint64_t record_bytes = 1000 + 16;
+  for (const uint64_t cut : {6 * record_bytes + 100, 6 * record_bytes + 5}) {  // in record 6, in its header
+    INFO("cut at " << cut);
+    WriteFile(path, bytes);
+    ReaderOptions o;
+    o.buffer_bytes = 64;
+    TFRecordReader reader(path, o);
+    Record record;
+    ReadError error;
+    REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(cut)) == 0);
+    size_t got = 1;
+    TFRecordReader::Status status;
+    while ((status = reader.Next(&record, &error)) == TFRecordReader::Status::kRecord) ++got;
+    CHECK(got == 6);
+    REQUIRE(status == TFRecordReader::Status::kError);
+    CHECK(error.kind == ReadErrorKind::kTruncatedRecord);
+    CHECK(error.record_index == 6);
+    CHECK_THAT(error.message, Catch::EndsWith("; the file ends at byte " + std::to_string(cut) + " but had " +
+                                              std::to_string(bytes.size()) +
+                                              " bytes when it was opened: it shrank while it was read (rewritten "
+                                              "in place?)"));
+  }
+}
+
+TEST_CASE("zero bytes between gzip members are an error after the records before them, not a member lost quietly") {
+  // A member overwritten with zeros (a crash, a bad disk block): skipping the zeros and reading
+  // on from the next member lost its records without a word (helper-145).
+  TempDir dir;
+  auto records = TenRecords();
+  const std::string plain = FrameRecords(records);
+  const size_t half = OffsetOf(records, 5);
+  const std::string first = GzipBytes(plain.substr(0, half));
+  WriteFile(dir.file("zeroed.gz"), first + std::string(1000, '\0') + GzipBytes(plain.substr(half)));
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    for (size_t buffer : {size_t{64}, size_t{1} << 20}) {
+      INFO(InflateBackendName(backend) << " buffer " << buffer);
+      ReaderOptions o;
+      o.inflate = backend;
+      o.buffer_bytes = buffer;
+      Outcome out = ReadAll(dir.file("zeroed.gz"), o);
+      CHECK(out.records == std::vector<std::string>(records.begin(), records.begin() + 5));
+      REQUIRE(out.errors.size() == 1);
+      CHECK(out.errors[0].kind == ReadErrorKind::kDecompression);
+      CHECK(out.errors[0].record_index == 5);
+      CHECK_THAT(out.errors[0].message,
+                 Catch::Contains("1000 zero bytes after the gzip member that ends at compressed byte " +
+                                 std::to_string(first.size()) + ", then more data at compressed byte " +
+                                 std::to_string(first.size() + 1000) + ": not padding"));
+      CHECK_THAT(out.errors[0].message,
+                 Catch::EndsWith("; the rest of the file is not read (the members after the zeros are not read either)"));
+    }
+  }
+}
+
+TEST_CASE("a GZIP file cut at a member's end while it is read: an error naming the size it had, not a quiet end") {
+  TempDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 10; ++i) records.push_back(std::string(1000, static_cast<char>('a' + i)));
+  const std::string plain = FrameRecords(records);
+  const std::string first = GzipBytes(plain.substr(0, OffsetOf(records, 6)));
+  const std::string bytes = first + GzipBytes(plain.substr(OffsetOf(records, 6)));
+  const std::string path = dir.file("shrinks.gz");
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    INFO(InflateBackendName(backend));
+    WriteFile(path, bytes);
+    ReaderOptions o;
+    o.inflate = backend;
+    o.buffer_bytes = 64;  // the least: little of the file is read ahead of the records taken
+    TFRecordReader reader(path, o);
+    Record record;
+    ReadError error;
+    std::vector<std::string> got;
+    REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
+    got.emplace_back(record.data.begin(), record.data.end());
+    REQUIRE(::truncate(path.c_str(), static_cast<off_t>(first.size())) == 0);  // the first member left
+    TFRecordReader::Status status;
+    while ((status = reader.Next(&record, &error)) == TFRecordReader::Status::kRecord) {
+      got.emplace_back(record.data.begin(), record.data.end());
+    }
+    CHECK(got == std::vector<std::string>(records.begin(), records.begin() + 6));
+    REQUIRE(status == TFRecordReader::Status::kError);
+    CHECK_FALSE(error.recoverable);
+    CHECK(error.record_index == 6);
+    if (error.kind == ReadErrorKind::kTruncatedRecord) {
+      // The cut found at the member's end.
+      CHECK_THAT(error.message, Catch::Contains(": truncated record: the compressed file ends here, at compressed byte " +
+                                                std::to_string(first.size()) + " (where a gzip member ends), but had " +
+                                                std::to_string(bytes.size()) + " bytes when it was opened: it shrank"));
+    } else {
+      // ISA-L read the next member's first bytes before the cut: the stream ends inside it.
+      CHECK(error.kind == ReadErrorKind::kDecompression);
+      CHECK_THAT(error.message, Catch::Contains("unexpected end of compressed data") &&
+                                    Catch::Contains("; the file had " + std::to_string(bytes.size()) +
+                                                    " bytes when it was opened, and its reads ended at compressed "
+                                                    "byte ") &&
+                                    Catch::Contains(": it shrank while it was read"));
+    }
+    CHECK(reader.Next(&record, &error) == TFRecordReader::Status::kEnd);
+  }
+}
+
 TEST_CASE("broken compressed streams deliver the good records, then one decompression error") {
   TempDir dir;
   std::vector<std::string> records;
