@@ -4,8 +4,10 @@
  *   rf_attach_options opts = {.struct_size = sizeof opts, .job = "train", .rank = -1};
  *   rf_client* client; char err[512];
  *   if (rf_attach(&opts, &client, err, sizeof err) != RF_OK) { fprintf(stderr, "%s\n", err); ... }
- *   rf_batch* batch;
- *   while (rf_next(client, 30000, &batch, err, sizeof err) == RF_OK) {
+ *   rf_batch* batch; int status;
+ *   while ((status = rf_next(client, 30000, &batch, err, sizeof err)) != RF_END_OF_DATA) {
+ *     if (status == RF_TIMEOUT) continue;           (a status, not an error: rf_timeout_reason)
+ *     if (status == RF_ERROR) { fprintf(stderr, "%s\n", err); break; }
  *     rf_tensor t = {.struct_size = sizeof t};
  *     rf_batch_feature(batch, 0, &t);               (t.data, t.bytes, t.shape[0..t.rank-1], ...)
  *     rf_batch_release(batch);                      (hands the slot back; frees the handle)
@@ -16,7 +18,9 @@
  * the caller sets to sizeof(the struct) as it was compiled. The library reads only the fields
  * an input struct's size covers (later fields take their defaults) and writes only the fields
  * an output struct's size covers, so programs built against an older header keep working. A
- * struct_size smaller than the first version's is an error.
+ * struct_size smaller than the first version's is an error that names the size needed: for
+ * output structs (rf_batch_info, rf_tensor, rf_feature, rf_row_source) their whole size in
+ * this header, for rf_attach_options the part up to and including `job`.
  *
  * Errors: functions return RF_OK (0) or another RF_* status; RF_ERROR (-1) comes with a
  * message: written to `err` (at most err_len bytes, always NUL-terminated; err may be NULL)
@@ -162,6 +166,14 @@ int64_t rf_file_path(rf_client* client, size_t index, char* buf, size_t buf_len)
  * (every epoch served) and while the data has not ended; RF_ERROR for a NULL argument.
  * Thread-safe. */
 int64_t rf_end_reason(const rf_client* client, char* buf, size_t buf_len);
+/* Why rf_next may have timed out, from the ring as it is now (Client::timeout_reason): every
+ * slot held (by whom, and what to do), or in consumers.mode ranks the ranks that hold this one
+ * up (a rank without a consumer, or one whose trainer does not take its batches). Copies it into
+ * buf as rf_file_path does and returns its full length in bytes; 0 when nothing of that applies
+ * (slow data, or a daemon that stopped producing: ringfeedctl status JOB says which);
+ * RF_ERROR for a NULL argument. Call it after RF_TIMEOUT; a timeout sets no rf_last_error.
+ * Thread-safe. */
+int64_t rf_timeout_reason(const rf_client* client, char* buf, size_t buf_len);
 /* Hands the slot back to the daemon and frees the handle (NULL is fine): never call it twice
  * on one batch. */
 void rf_batch_release(rf_batch* batch);

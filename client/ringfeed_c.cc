@@ -69,9 +69,22 @@ void CopyOut(const T& full, T* out) {
               std::min(size, sizeof(T)) - sizeof(size_t));
 }
 
+// "FN: ARG->struct_size N is too small: set it to sizeof(TYPE) (M in this version)".
+std::string TooSmall(const char* fn, const char* arg, size_t given, size_t needed, const char* type) {
+  return std::string(fn) + ": " + arg + "->struct_size " + std::to_string(given) + " is too small: set it to sizeof(" +
+         type + ") (" + std::to_string(needed) + " in this version)";
+}
+
 template <typename T>
 bool Covers(const T* in, size_t field_offset, size_t field_size) {
   return in->struct_size >= field_offset + field_size;
+}
+
+// "rf_FUNCTION: " before a message from the C++ layer, as every message of this file has.
+std::string Prefixed(const char* what, const char* message) {
+  const size_t n = std::strlen(what);
+  if (std::strncmp(message, what, n) == 0 && message[n] == ':') return message;
+  return std::string(what) + ": " + message;
 }
 
 int Guard(const char* what, char* err, size_t err_len, auto&& body) {
@@ -80,7 +93,7 @@ int Guard(const char* what, char* err, size_t err_len, auto&& body) {
   } catch (const std::bad_alloc&) {
     return Fail(std::string(what) + ": out of memory", err, err_len);
   } catch (const std::exception& e) {
-    return Fail(e.what(), err, err_len);
+    return Fail(Prefixed(what, e.what()), err, err_len);
   } catch (...) {
     return Fail(std::string(what) + ": unknown error", err, err_len);
   }
@@ -97,7 +110,9 @@ int rf_attach(const rf_attach_options* options, rf_client** client, char* err, s
   if (options == nullptr) return Fail("rf_attach: options is NULL", err, err_len);
   if (options->struct_size < offsetof(rf_attach_options, job) + sizeof(options->job)) {
     return Fail("rf_attach: options->struct_size " + std::to_string(options->struct_size) +
-                " is too small; set it to sizeof(rf_attach_options)", err, err_len);
+                    " is too small; set it to sizeof(rf_attach_options) (at least " +
+                    std::to_string(offsetof(rf_attach_options, job) + sizeof(options->job)) + ": up to `job`)",
+                err, err_len);
   }
   return Guard("rf_attach", err, err_len, [&] {
     ringfeed::ClientOptions o;
@@ -167,7 +182,7 @@ int rf_next(rf_client* client, int64_t timeout_ms, rf_batch** batch, char* err, 
 int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info) {
   ClearError(nullptr, 0);
   if (batch == nullptr || info == nullptr) return Fail("rf_batch_get_info: NULL argument");
-  if (info->struct_size < kBatchInfoV1) return Fail("rf_batch_get_info: info->struct_size is too small");
+  if (info->struct_size < kBatchInfoV1) return Fail(TooSmall("rf_batch_get_info", "info", info->struct_size, kBatchInfoV1, "rf_batch_info"));
   return Guard("rf_batch_get_info", nullptr, 0, [&] {
     rf_batch_info full{};
     full.epoch = batch->batch.epoch();
@@ -183,7 +198,7 @@ int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info) {
 int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor) {
   ClearError(nullptr, 0);
   if (batch == nullptr || tensor == nullptr) return Fail("rf_batch_feature: NULL argument");
-  if (tensor->struct_size < kTensorV1) return Fail("rf_batch_feature: tensor->struct_size is too small");
+  if (tensor->struct_size < kTensorV1) return Fail(TooSmall("rf_batch_feature", "tensor", tensor->struct_size, kTensorV1, "rf_tensor"));
   return Guard("rf_batch_feature", nullptr, 0, [&] {
     const ringfeed::TensorView v = batch->batch.feature(index);
     rf_tensor full{};
@@ -259,10 +274,21 @@ int64_t rf_end_reason(const rf_client* client, char* buf, size_t buf_len) {
   return rc == RF_OK ? length : RF_ERROR;
 }
 
+int64_t rf_timeout_reason(const rf_client* client, char* buf, size_t buf_len) {
+  ClearError(nullptr, 0);
+  if (client == nullptr || (buf == nullptr && buf_len != 0)) return Fail("rf_timeout_reason: NULL argument");
+  int64_t length = RF_ERROR;
+  const int rc = Guard("rf_timeout_reason", nullptr, 0, [&] {
+    length = CopyOutText(client->client->timeout_reason(), buf, buf_len);
+    return RF_OK;
+  });
+  return rc == RF_OK ? length : RF_ERROR;
+}
+
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source) {
   ClearError(nullptr, 0);
   if (batch == nullptr || source == nullptr) return Fail("rf_batch_source: NULL argument");
-  if (source->struct_size < kRowSourceV1) return Fail("rf_batch_source: source->struct_size is too small");
+  if (source->struct_size < kRowSourceV1) return Fail(TooSmall("rf_batch_source", "source", source->struct_size, kRowSourceV1, "rf_row_source"));
   return Guard("rf_batch_source", nullptr, 0, [&] {
     const ringfeed::shm::RowSource s = batch->batch.source(row);
     rf_row_source full{};
@@ -287,7 +313,7 @@ size_t rf_schema_count(const rf_client* client) {
 int rf_schema_feature(const rf_client* client, size_t index, rf_feature* feature) {
   ClearError(nullptr, 0);
   if (client == nullptr || feature == nullptr) return Fail("rf_schema_feature: NULL argument");
-  if (feature->struct_size < kFeatureV1) return Fail("rf_schema_feature: feature->struct_size is too small");
+  if (feature->struct_size < kFeatureV1) return Fail(TooSmall("rf_schema_feature", "feature", feature->struct_size, kFeatureV1, "rf_feature"));
   const auto& features = client->client->schema().features;
   if (index >= features.size()) {
     return Fail("rf_schema_feature: index " + std::to_string(index) + " out of range (" +

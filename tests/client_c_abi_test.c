@@ -110,7 +110,7 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
       EXPECT(memcmp(chars + key.value_offsets[0], expected, strlen(expected)) == 0);
     }
     EXPECT(rf_batch_feature(batch, 9, &key) == RF_ERROR);
-    EXPECT(strstr(rf_last_error(), "out of range") != NULL);
+    EXPECT(strncmp(rf_last_error(), "rf_batch_feature: feature index 9 out of range", 46) == 0);
 
     rf_row_source source = {.struct_size = sizeof source};
     EXPECT(rf_batch_source(batch, info.rows - 1, &source) == RF_OK);
@@ -119,6 +119,14 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
 
     rf_tensor small = {.struct_size = 8};
     EXPECT(rf_batch_feature(batch, 0, &small) == RF_ERROR);
+    {
+      char needed[160];
+      snprintf(needed, sizeof needed,
+               "rf_batch_feature: tensor->struct_size 8 is too small: set it to sizeof(rf_tensor) (%zu in this "
+               "version)",
+               sizeof(rf_tensor));
+      EXPECT(strcmp(rf_last_error(), needed) == 0);
+    }
     if (batches == expected_batches - 1) EXPECT(info.flags == (RF_BATCH_END_OF_EPOCH | RF_BATCH_END_OF_DATA));
     rf_batch_release(batch);
     batch = NULL;

@@ -1059,6 +1059,42 @@ TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an
   }
 }
 
+TEST_CASE("rf_timeout_reason (C ABI): after RF_TIMEOUT, what holds this rank up") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(
+      dir.path(), "c-ranks",
+      IdJobConfig("c-ranks", dir.file("data.tfrecord"), "consumers: {mode: ranks, count: 2}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  rf_attach_options options = {};
+  options.struct_size = sizeof options;
+  options.job = "c-ranks";
+  options.rank = 0;
+  const std::string runtime_dir = daemon.runtime_dir();
+  options.runtime_dir = runtime_dir.c_str();
+  rf_client* c = nullptr;
+  char err[256] = "";
+  REQUIRE(rf_attach(&options, &c, err, sizeof err) == RF_OK);
+  // Rank 0 takes its batches until rank 1's, which nobody takes, fill the prefetch depth.
+  int status = RF_OK;
+  for (int i = 0; i < 200 && status == RF_OK; ++i) {
+    rf_batch* batch = nullptr;
+    status = rf_next(c, 300, &batch, err, sizeof err);
+    rf_batch_release(batch);
+  }
+  REQUIRE(status == RF_TIMEOUT);
+  CHECK(std::string(rf_last_error()).empty());  // a timeout is no error
+  const int64_t length = rf_timeout_reason(c, nullptr, 0);
+  std::string reason(static_cast<size_t>(std::max<int64_t>(length, 0)) + 1, '\0');
+  CHECK(rf_timeout_reason(c, reason.data(), reason.size()) == length);
+  reason.resize(static_cast<size_t>(std::max<int64_t>(length, 0)));
+  CHECK_THAT(reason, Catch::StartsWith("rank 1 of 2 has no consumer attached; ranks mode gives batch k of an epoch "
+                                       "to rank k mod 2"));
+  CHECK(rf_timeout_reason(nullptr, nullptr, 0) == RF_ERROR);
+  rf_detach(c);
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("batch.size far above the data: each epoch is one batch of all its records, in slots sized for them") {
   // Planned at its full size, 16,000,000 rows were refused as needing far more than the budget.
   TempDir dir;
