@@ -59,9 +59,12 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const s
       return files.Place(record) + ": " + error.message + " (on_error: fail)";
     };
   }
-  sequencer_ = std::make_unique<Sequencer>(options_.sequencer, read_ahead_.get(), [this](const ReadError& error) {
-    NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample, !error.recoverable);
-  });
+  sequencer_ = std::make_unique<Sequencer>(
+      options_.sequencer, read_ahead_.get(),
+      [this](const ReadError& error) {
+        NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample, !error.recoverable);
+      },
+      [](const std::string& message) { spdlog::warn("{}", message); });
   if (options_.sequencer.skip_errors) {
     // A batch holds batch.size good records (short only at the end of an epoch), so a record
     // that would fail to parse must go before the sequencer cuts batches: the readers parse each

@@ -1,7 +1,9 @@
 #include "daemon/sequencer.h"
 
+#include <algorithm>
 #include <deque>
 #include <memory>
+#include <utility>
 
 #include "daemon/budget.h"
 #include "daemon/shuffle.h"
@@ -10,8 +12,10 @@
 namespace ringfeed {
 
 Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
-                     std::function<void(const ReadError&)> on_skipped)
+                     std::function<void(const ReadError&)> on_skipped,
+                     std::function<void(const std::string&)> on_file_shrank)
     : options_(std::move(options)), read_ahead_(read_ahead), on_skipped_(std::move(on_skipped)),
+      on_file_shrank_(std::move(on_file_shrank)),
       lookahead_(static_cast<size_t>(options_.lookahead_files > 0 ? options_.lookahead_files
                                                                   : std::max<int64_t>(1, options_.cycle_length))) {
   if (options_.cycle_length < 1) options_.cycle_length = 1;
@@ -20,6 +24,24 @@ Sequencer::Sequencer(SequencerOptions options, ReadAhead* read_ahead,
   shard_ = Shard::For(options_.files.size(), options_.shard_count, options_.shard_index);
   shard_files_ = shard_.Files(options_.files.size());
   epoch_.store(options_.first_epoch, std::memory_order_relaxed);
+  file_records_.assign(options_.files.size(), UINT64_MAX);
+  file_records_epoch_.assign(options_.files.size(), 0);
+}
+
+void Sequencer::NoteFileEnd(uint64_t e, uint32_t file_index, uint64_t records, bool cut, int* warned) {
+  if (file_index >= file_records_.size() || cut) return;
+  const uint64_t before = std::exchange(file_records_[file_index], records);
+  const uint64_t before_epoch = std::exchange(file_records_epoch_[file_index], e);
+  if (before == UINT64_MAX || records >= before || !on_file_shrank_ || *warned >= kShrankWarningsPerEpoch) return;
+  ++*warned;
+  on_file_shrank_(options_.files[file_index] + ": " + std::to_string(records) + " record" +
+                  (records == 1 ? "" : "s") + " in epoch " + std::to_string(e) + " (0-based), fewer than the " +
+                  std::to_string(before) + " it had when epoch " + std::to_string(before_epoch) +
+                  " read it: it was cut or rewritten between epochs (in place?), and this epoch has only what it "
+                  "holds now" +
+                  (*warned == kShrankWarningsPerEpoch
+                       ? "; further files with fewer records in this epoch are not logged"
+                       : ""));
 }
 
 Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
@@ -294,6 +316,11 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
     return s;
   };
   for (size_t p = 0; p < cycle; ++p) positions[p] = take_next();
+  // Per position: the records its file has shown so far (the highest record index + 1) and
+  // whether a read error ended it; for NoteFileEnd.
+  std::vector<uint64_t> file_records(cycle, 0);
+  std::vector<char> file_cut(cycle, 0);
+  int shrank_warned = 0;
 
   // deterministic: false: position p's file if it has a record read, else the next position
   // whose file has one; when none has, waits for the first that gets one (a stop ends the wait).
@@ -317,6 +344,9 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
       // A stop ends a wait in Next with kEnd: not the end of that file.
       if (stop_.load()) return false;
       if (item.kind == StreamItem::Kind::kEnd) {
+        NoteFileEnd(e, positions[p]->file_index(), file_records[p], file_cut[p] != 0, &shrank_warned);
+        file_records[p] = 0;
+        file_cut[p] = 0;
         read_ahead_->Close(positions[p]);
         positions[p] = nullptr;
         files_done_.fetch_add(1, std::memory_order_relaxed);
@@ -325,6 +355,8 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         break;  // as tf.data's interleave: the visit that finds the end moves on, the next file waits a turn
       }
       if (item.kind == StreamItem::Kind::kError) {
+        if (!item.error->recoverable) file_cut[p] = 1;
+        file_records[p] = std::max(file_records[p], item.error->record_index + 1);
         // A bad record of another record shard is that shard's (it counts and reports it); an
         // error that ends the file concerns every shard reading it.
         if (item.error->recoverable && !shard_.OwnsRecord(item.error->record_index)) continue;
@@ -346,6 +378,7 @@ bool Sequencer::RunEpoch(uint64_t e, const std::function<bool(BatchJob&&)>& emit
         if (on_skipped_) on_skipped_(*item.error);
         continue;
       }
+      file_records[p] = std::max(file_records[p], item.record.record_index + 1);
       if (!shard_.OwnsRecord(item.record.record_index)) {
         ++counts->other_shards;
         continue;

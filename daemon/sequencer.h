@@ -115,7 +115,14 @@ class Sequencer {
   // `on_skipped` is called (on the sequencer thread) for every error item skipped under
   // on_error: skip (read errors, and records that failed ReadAhead's record check: kind
   // kInvalidExample) of this shard.
-  Sequencer(SequencerOptions options, ReadAhead* read_ahead, std::function<void(const ReadError&)> on_skipped);
+  // `on_file_shrank` (may be empty), on the sequencer thread too: a file of this shard ended
+  // with fewer records than when an earlier epoch read it to its end (rewritten or cut between
+  // epochs: the reader finds a cut while it reads, not one before it opens the file), with the
+  // message to log: "PATH: N records in epoch E (0-based), fewer than the M it had when epoch
+  // E' read it: ...". At most kShrankWarningsPerEpoch a epoch, the last of them saying so.
+  Sequencer(SequencerOptions options, ReadAhead* read_ahead, std::function<void(const ReadError&)> on_skipped,
+            std::function<void(const std::string&)> on_file_shrank = {});
+  static constexpr int kShrankWarningsPerEpoch = 3;
 
   enum class Outcome {
     kEndOfData,  // every epoch ran (never with epochs: 0 unless the data yields no batches)
@@ -198,6 +205,14 @@ class Sequencer {
   };
   Opening opening_;
   std::function<void(const ReadError&)> on_skipped_;
+  std::function<void(const std::string&)> on_file_shrank_;
+  // Per file of the job: the records it had when an epoch last read it to its end without a
+  // read error that ended it (UINT64_MAX: not yet), and that epoch; for on_file_shrank_.
+  std::vector<uint64_t> file_records_, file_records_epoch_;
+  // The files of epoch e that ended with fewer records than before: `records` counted over the
+  // file (every record index seen, other shards' and skipped ones included); `cut`: a read error
+  // ended it early (reported already).
+  void NoteFileEnd(uint64_t e, uint32_t file_index, uint64_t records, bool cut, int* warned);
   std::vector<uint32_t> shard_files_;
   Shard shard_;
   uint64_t next_seq_ = 0;

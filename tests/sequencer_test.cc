@@ -1078,3 +1078,44 @@ TEST_CASE("ReadAhead: a file whose io_uring queue cannot be set up is read one r
   CHECK(read_ahead.unqueued_files() == 2);
   CHECK(log.str().find(files[1]) == std::string::npos);
 }
+
+TEST_CASE("a file with fewer records than an earlier epoch read is named, once per change") {
+  // A file rewritten between epochs (rename over it: a stream opened before keeps the old one)
+  // is read as it is now; the sequencer says so, instead of an epoch quietly smaller.
+  TempDir dir;
+  const std::vector<std::string> files = WriteFiles(dir, {10, 4});
+  SequencerOptions o;
+  o.files = files;
+  o.cycle_length = 1;
+  o.batch_size = 2;
+  o.epochs = 4;
+  ReadAhead read_ahead({}, 1, 1 << 20);
+  std::vector<std::string> warnings;
+  Sequencer sequencer(o, &read_ahead, nullptr, [&](const std::string& w) { warnings.push_back(w); });
+  std::vector<uint64_t> records_per_epoch(4, 0);
+  bool replaced = false;
+  const auto outcome = sequencer.Run([&](BatchJob&& job) {
+    records_per_epoch[job.epoch] += job.records.size();
+    if (!replaced && job.epoch == 0 && job.index == 0) {
+      // part-000 with 3 records instead of 10, for the epochs that open it from now on.
+      const std::string fresh = dir.file("fresh.tfrecord");
+      TFRecordWriter writer(fresh);
+      for (int j = 0; j < 3; ++j) writer.Write("new" + std::to_string(j));
+      writer.Close();
+      REQUIRE(::rename(fresh.c_str(), files[0].c_str()) == 0);
+      replaced = true;
+    }
+    return true;
+  });
+  REQUIRE(outcome == Sequencer::Outcome::kEndOfData);
+  // Epoch 0 had opened part-000 already: 14 records. Epoch 1 may have opened it ahead before the
+  // rename too; the first epoch that reads the new file is named, and only that one.
+  CHECK(records_per_epoch[0] == 14);
+  CHECK(records_per_epoch[3] == 7);
+  REQUIRE(warnings.size() == 1);
+  const uint64_t first_new = records_per_epoch[1] == 7 ? 1 : 2;
+  CHECK(warnings[0] == files[0] + ": 3 records in epoch " + std::to_string(first_new) +
+                           " (0-based), fewer than the 10 it had when epoch " + std::to_string(first_new - 1) +
+                           " read it: it was cut or rewritten between epochs (in place?), and this epoch has only "
+                           "what it holds now");
+}
