@@ -182,7 +182,9 @@ int rf_next(rf_client* client, int64_t timeout_ms, rf_batch** batch, char* err, 
 int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info) {
   ClearError(nullptr, 0);
   if (batch == nullptr || info == nullptr) return Fail("rf_batch_get_info: NULL argument");
-  if (info->struct_size < kBatchInfoV1) return Fail(TooSmall("rf_batch_get_info", "info", info->struct_size, kBatchInfoV1, "rf_batch_info"));
+  if (info->struct_size < kBatchInfoV1) {
+    return Fail(TooSmall("rf_batch_get_info", "info", info->struct_size, kBatchInfoV1, "rf_batch_info"));
+  }
   return Guard("rf_batch_get_info", nullptr, 0, [&] {
     rf_batch_info full{};
     full.epoch = batch->batch.epoch();
@@ -198,7 +200,9 @@ int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info) {
 int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor) {
   ClearError(nullptr, 0);
   if (batch == nullptr || tensor == nullptr) return Fail("rf_batch_feature: NULL argument");
-  if (tensor->struct_size < kTensorV1) return Fail(TooSmall("rf_batch_feature", "tensor", tensor->struct_size, kTensorV1, "rf_tensor"));
+  if (tensor->struct_size < kTensorV1) {
+    return Fail(TooSmall("rf_batch_feature", "tensor", tensor->struct_size, kTensorV1, "rf_tensor"));
+  }
   return Guard("rf_batch_feature", nullptr, 0, [&] {
     const ringfeed::TensorView v = batch->batch.feature(index);
     rf_tensor full{};
@@ -288,7 +292,9 @@ int64_t rf_timeout_reason(const rf_client* client, char* buf, size_t buf_len) {
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source) {
   ClearError(nullptr, 0);
   if (batch == nullptr || source == nullptr) return Fail("rf_batch_source: NULL argument");
-  if (source->struct_size < kRowSourceV1) return Fail(TooSmall("rf_batch_source", "source", source->struct_size, kRowSourceV1, "rf_row_source"));
+  if (source->struct_size < kRowSourceV1) {
+    return Fail(TooSmall("rf_batch_source", "source", source->struct_size, kRowSourceV1, "rf_row_source"));
+  }
   return Guard("rf_batch_source", nullptr, 0, [&] {
     const ringfeed::shm::RowSource s = batch->batch.source(row);
     rf_row_source full{};
@@ -313,7 +319,9 @@ size_t rf_schema_count(const rf_client* client) {
 int rf_schema_feature(const rf_client* client, size_t index, rf_feature* feature) {
   ClearError(nullptr, 0);
   if (client == nullptr || feature == nullptr) return Fail("rf_schema_feature: NULL argument");
-  if (feature->struct_size < kFeatureV1) return Fail(TooSmall("rf_schema_feature", "feature", feature->struct_size, kFeatureV1, "rf_feature"));
+  if (feature->struct_size < kFeatureV1) {
+    return Fail(TooSmall("rf_schema_feature", "feature", feature->struct_size, kFeatureV1, "rf_feature"));
+  }
   const auto& features = client->client->schema().features;
   if (index >= features.size()) {
     return Fail("rf_schema_feature: index " + std::to_string(index) + " out of range (" +

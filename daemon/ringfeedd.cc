@@ -726,10 +726,12 @@ int RunDaemon(const DaemonOptions& options) {
             if (!untold_since) untold_since = now;
             if (!untold_logged && now - *untold_since >= ConsumerRegistry::kRankStallWarning) {
               untold_logged = true;
+              const std::string who =
+                  ranks ? fmt::format("a trainer of rank{} {}", untold.size() > 1 ? "s" : "", fmt::join(untold, ", "))
+                        : std::string("a trainer");
               spdlog::warn("--exit-when-done: waiting to exit until {} attaches and gets the failure (every batch "
                            "before it was taken); stop ringfeedd (SIGTERM) to exit now",
-                           ranks ? fmt::format("a trainer of rank{} {}", untold.size() > 1 ? "s" : "", fmt::join(untold, ", "))
-                                 : std::string("a trainer"));
+                           who);
             }
           }
           if (failed ? s.slots_ready == 0 && untold.empty() : s.slots_ready == 0 && s.slots_held == 0) {

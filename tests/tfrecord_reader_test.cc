@@ -543,8 +543,8 @@ TEST_CASE("zero bytes between gzip members are an error after the records before
                  Catch::Contains("1000 zero bytes after the gzip member that ends at compressed byte " +
                                  std::to_string(first.size()) + ", then more data at compressed byte " +
                                  std::to_string(first.size() + 1000) + ": not padding"));
-      CHECK_THAT(out.errors[0].message,
-                 Catch::EndsWith("; the rest of the file is not read (the members after the zeros are not read either)"));
+      CHECK_THAT(out.errors[0].message, Catch::EndsWith("; the rest of the file is not read (the members after the "
+                                                        "zeros are not read either)"));
     }
   }
 }
@@ -580,9 +580,10 @@ TEST_CASE("a GZIP file cut at a member's end while it is read: an error naming t
     CHECK(error.record_index == 6);
     if (error.kind == ReadErrorKind::kTruncatedRecord) {
       // The cut found at the member's end.
-      CHECK_THAT(error.message, Catch::Contains(": truncated record: the compressed file ends here, at compressed byte " +
-                                                std::to_string(first.size()) + " (where a gzip member ends), but had " +
-                                                std::to_string(bytes.size()) + " bytes when it was opened: it shrank"));
+      CHECK_THAT(error.message,
+                 Catch::Contains(": truncated record: the compressed file ends here, at compressed byte " +
+                                 std::to_string(first.size()) + " (where a gzip member ends), but had " +
+                                 std::to_string(bytes.size()) + " bytes when it was opened: it shrank"));
     } else {
       // ISA-L read the next member's first bytes before the cut: the stream ends inside it.
       CHECK(error.kind == ReadErrorKind::kDecompression);
