@@ -118,6 +118,13 @@ std::vector<std::string> TenRecords() {
   return r;
 }
 
+// Ten records of 1000 bytes, record i all 'a' + i: each frame is 1016 bytes.
+std::vector<std::string> ThousandByteRecords() {
+  std::vector<std::string> records;
+  for (int i = 0; i < 10; ++i) records.push_back(std::string(1000, static_cast<char>('a' + i)));
+  return records;
+}
+
 uint64_t OffsetOf(const std::vector<std::string>& records, size_t index) {
   uint64_t off = 0;
   for (size_t i = 0; i < index; ++i) off += 16 + records[i].size();
@@ -295,12 +302,8 @@ TEST_CASE("a plain file cut at a record boundary while it is read: an error sayi
   // A shard rewritten in place (`cp new old`, O_TRUNC) under a reader: cut inside a record it
   // is a truncated record; cut between two, the reader used to end there without a word.
   TempDir dir;
-  std::vector<std::string> records;
-  std::string bytes;
-  for (int i = 0; i < 10; ++i) {
-    records.push_back(std::string(1000, static_cast<char>('a' + i)));
-    bytes += FrameRecord(records.back());
-  }
+  const std::vector<std::string> records = ThousandByteRecords();
+  const std::string bytes = FrameRecords(records);
   const std::string path = dir.file("shrinks.tfrecord");
   WriteFile(path, bytes);
   const uint64_t record_bytes = 1000 + 16;
@@ -487,12 +490,7 @@ TEST_CASE("anything gzip -d accepts: header fields, block types, members, paddin
 
 TEST_CASE("a plain file cut inside a record while it is read: the truncated record's error says the file shrank") {
   TempDir dir;
-  std::vector<std::string> records;
-  std::string bytes;
-  for (int i = 0; i < 10; ++i) {
-    records.push_back(std::string(1000, static_cast<char>('a' + i)));
-    bytes += FrameRecord(records.back());
-  }
+  const std::string bytes = FrameRecords(ThousandByteRecords());
   const std::string path = dir.file("shrinks.tfrecord");
   const uint64_t record_bytes = 1000 + 16;
   for (const uint64_t cut : {6 * record_bytes + 100, 6 * record_bytes + 5}) {  // in record 6, in its header
@@ -551,8 +549,7 @@ TEST_CASE("zero bytes between gzip members are an error after the records before
 
 TEST_CASE("a GZIP file cut at a member's end while it is read: an error naming the size it had, not a quiet end") {
   TempDir dir;
-  std::vector<std::string> records;
-  for (int i = 0; i < 10; ++i) records.push_back(std::string(1000, static_cast<char>('a' + i)));
+  const std::vector<std::string> records = ThousandByteRecords();
   const std::string plain = FrameRecords(records);
   const std::string first = GzipBytes(plain.substr(0, OffsetOf(records, 6)));
   const std::string bytes = first + GzipBytes(plain.substr(OffsetOf(records, 6)));
