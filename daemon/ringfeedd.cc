@@ -340,6 +340,28 @@ shm::Segment CreateSegment(const std::string& name, uint64_t bytes, mode_t mode,
   return segment;
 }
 
+// --exit-when-done after a failure: what the daemon still waits for, as "a trainer of rank 1
+// has attached, taken its 2 ready batches and got the failure" (the ranks with batches ready or
+// no trainer attached since the failure: ConsumerRegistry::NotToldOfEnd); shared mode: "a
+// trainer has taken the 3 ready batches and got the failure".
+std::string FailedJobWaitsFor(bool ranks, uint64_t slots_ready, const std::vector<uint32_t>& ready_per_queue,
+                              const std::vector<int>& untold) {
+  const auto batches = [](uint64_t n) { return n == 1 ? std::string("1 ready batch") : fmt::format("{} ready batches", n); };
+  if (!ranks) {
+    return slots_ready > 0 ? fmt::format("a trainer has taken the {} and got the failure", batches(slots_ready))
+                           : std::string("a trainer has attached and got the failure");
+  }
+  std::vector<std::string> waits;
+  for (size_t r = 0; r < ready_per_queue.size(); ++r) {
+    const bool not_told = std::find(untold.begin(), untold.end(), static_cast<int>(r)) != untold.end();
+    if (ready_per_queue[r] == 0 && !not_told) continue;
+    waits.push_back(fmt::format("a trainer of rank {} has {}got the failure", r,
+                                ready_per_queue[r] > 0 ? "taken its " + batches(ready_per_queue[r]) + " and "
+                                                       : std::string(not_told ? "attached and " : "")));
+  }
+  return fmt::format("{}", fmt::join(waits, ", and "));
+}
+
 }  // namespace
 
 void ArmStartupStop() { ArmEarlyStop(); }
@@ -704,8 +726,8 @@ int RunDaemon(const DaemonOptions& options) {
     } stop_signals_blocked_again{stop_signals};
     // --exit-when-done: poll for "produced everything and every batch was released".
     asio::steady_timer done_timer(io);
-    std::optional<std::chrono::steady_clock::time_point> untold_since;  // a failure's batches all taken
-    bool untold_logged = false;
+    std::optional<std::chrono::steady_clock::time_point> failed_wait_since;  // a failed job's wait to exit
+    bool failed_wait_logged = false;
     std::function<void()> check_done = [&] {
       done_timer.expires_after(std::chrono::milliseconds(100));
       done_timer.async_wait([&](const boost::system::error_code& ec) {
@@ -720,25 +742,19 @@ int RunDaemon(const DaemonOptions& options) {
           // its last one as long as it likes.
           const bool failed = s.end == PipelineEnd::kFailed;
           const std::vector<int> untold = failed ? consumers.NotToldOfEnd() : std::vector<int>{};
-          if (failed && s.slots_ready == 0 && !untold.empty()) {
-            // Said once, after a while: the wait is for trainers that may be starting now.
-            const auto now = std::chrono::steady_clock::now();
-            if (!untold_since) untold_since = now;
-            if (!untold_logged && now - *untold_since >= ConsumerRegistry::kRankStallWarning) {
-              untold_logged = true;
-              const std::string who =
-                  ranks ? fmt::format("a trainer of rank{} {}", untold.size() > 1 ? "s" : "", fmt::join(untold, ", "))
-                        : std::string("a trainer");
-              spdlog::warn("--exit-when-done: waiting to exit until {} attaches and gets the failure (every batch "
-                           "before it was taken); stop ringfeedd (SIGTERM) to exit now",
-                           who);
-            }
-          }
           if (failed ? s.slots_ready == 0 && untold.empty() : s.slots_ready == 0 && s.slots_held == 0) {
             stop_reason = failed ? "ringfeedd exited: the job failed; every batch before the failure was delivered"
                                  : "ringfeedd exited: all batches delivered";
             io.stop();
             return;
+          }
+          // Said once, after a while (the trainers may be starting now): whom a failed job waits for.
+          const auto now = std::chrono::steady_clock::now();
+          if (failed && !failed_wait_since) failed_wait_since = now;
+          if (failed && !failed_wait_logged && now - *failed_wait_since >= ConsumerRegistry::kRankStallWarning) {
+            failed_wait_logged = true;
+            spdlog::warn("--exit-when-done: the job failed; ringfeedd exits once {}; stop it (SIGTERM) to exit now",
+                         FailedJobWaitsFor(ranks, s.slots_ready, s.ready_per_queue, untold));
           }
         }
         check_done();

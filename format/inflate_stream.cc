@@ -327,7 +327,7 @@ bool InflateStream::StartNextMember() {
     // zeros, as a crash or a bad disk block leaves. Skipping them would lose its records
     // without a word (gzip -d stops there too, "trailing garbage ignored"; TensorFlow fails).
     zeros_inside_ = true;
-    Fail(Status::kDataError, std::to_string(zeros) + " zero bytes after the " +
+    Fail(Status::kDataError, std::to_string(zeros) + (zeros == 1 ? " zero byte after the " : " zero bytes after the ") +
                                  (compression_ == Compression::kGzip ? "gzip member" : "zlib stream") +
                                  " that ends at compressed byte " + std::to_string(member_end) +
                                  ", then more data at compressed byte " + std::to_string(compressed_offset()) +

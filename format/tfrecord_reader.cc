@@ -201,8 +201,9 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
     } else if (kind == ReadErrorKind::kCorruptedLength) {
       detail += " (no record boundary can be found past a bad length)";
     } else if (kind == ReadErrorKind::kDecompression) {
-      detail += zeros_inside ? " (the members after the zeros are not read either)"
-                             : " (nothing past this point can be decompressed)";
+      detail += !zeros_inside                         ? " (nothing past this point can be decompressed)"
+                : compression_ == Compression::kGzip ? " (the members after the zeros are not read either)"
+                                                      : " (nothing after the zeros is read)";
     }
   }
   error->message = RecordPlace(path_, index_, offset_, compression_) + ": " + std::string(ReadErrorKindName(kind)) +
@@ -218,8 +219,8 @@ std::string TFRecordReader::ShrankNote(uint64_t end) const {
            ": it shrank while it was read (rewritten in place?)";
   }
   if (plain_file_size_ == 0 || end >= plain_file_size_) return "";
-  return "; the file ends at byte " + std::to_string(end) + " but had " + std::to_string(plain_file_size_) +
-         " bytes when it was opened: it shrank while it was read (rewritten in place?)";
+  return "; the file had " + std::to_string(plain_file_size_) + " bytes when it was opened, and its reads ended at "
+         "byte " + std::to_string(end) + ": it shrank while it was read (rewritten in place?)";
 }
 
 bool TFRecordReader::DecompressionErrorAhead(std::string* why) {

@@ -242,10 +242,10 @@ class TFRecordReader {
   // (taken and dropped: for a record length that does not check, which ends the file anyway);
   // sets *why to its message.
   bool DecompressionErrorAhead(std::string* why);
-  // For a truncated record's message: "; the file ends at byte END but had S bytes when it was
-  // opened: it shrank while it was read ..." where the file is shorter than at open (`end`: the
-  // uncompressed offset where a plain file's bytes end; a compressed file's input offset is
-  // compared instead), else "".
+  // For a truncated record's message: "; the file had S bytes when it was opened, and its reads
+  // ended at byte END: it shrank while it was read ..." where the reads ended before the size
+  // the file had at open (`end`: the offset where a plain file's bytes ended; for a compressed
+  // file, where its input reads ended, at its end), else "".
   std::string ShrankNote(uint64_t end) const;
   void EndFile();  // the next Next() returns kEnd; the window and the queue's reads go now
   // The queue reading this file: queue_ (plain), the inflater's (GZIP/ZLIB), or nullptr.

@@ -151,33 +151,41 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
   SECTION("fail in ranks mode with --exit-when-done: ringfeedd exits once a trainer of every rank got the error") {
     // Batches of 6: ids 0-5 (the good records before the bad one) make batch 0, rank 0's, and no
     // round with rank 1's; a read error is cut at a whole round (operations.md), so no rank has
-    // a batch ready when the job fails.
-    std::string yaml = config("ranks-fail", "fail") + "consumers: {mode: ranks, count: 2}\n";
-    yaml.replace(yaml.find("batch: {size: 4}"), 16, "batch: {size: 6}");
-    DaemonProcess daemon(dir.path(), "ranks-fail", yaml);
-    RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
-    ConsumerSpec spec;
-    spec.client = daemon.client_options();
-    spec.client.rank = 0;
-    const ConsumerReport rank0 = ConsumeInProcess(spec);
-    INFO("ringfeedd stderr:\n" << daemon.Stderr());
-    REQUIRE(rank0.end == "error");
-    CHECK_THAT(rank0.error, Catch::Contains(bad + ": record 6 at byte"));
-    // Until this fix it exited here, ~100 ms after rank 0 saw the error: rank 1's trainer got
-    // "cannot connect" instead of the failure. Now it waits, and says for whom after 10 s.
-    CHECK(daemon.WaitForStderr("--exit-when-done: waiting to exit until a trainer of rank 1 attaches and gets the "
-                               "failure",
-                               std::chrono::seconds(20)));
-    REQUIRE(daemon.running());
-    spec.client.rank = 1;
-    const ConsumerReport rank1 = ConsumeInProcess(spec);
-    REQUIRE(rank1.end == "error");
-    CHECK_THAT(rank1.error, Catch::Contains(bad + ": record 6 at byte"));
-    CHECK(rank0.batches.empty());
-    CHECK(rank1.batches.empty());
-    const auto status = daemon.Wait();
-    REQUIRE(status);
-    CHECK(status->ToString() == "exit 1");
+    // a batch ready when the job fails. Batches of 4: ids 0-3 for rank 0, the short batch of
+    // ids 4 and 5 waits for rank 1.
+    for (const int size : {6, 4}) {
+      INFO("batch.size " << size);
+      const std::string job = "ranks-fail-" + std::to_string(size);
+      std::string yaml = config(job, "fail") + "consumers: {mode: ranks, count: 2}\n";
+      yaml.replace(yaml.find("batch: {size: 4}"), 16, "batch: {size: " + std::to_string(size) + "}");
+      DaemonProcess daemon(dir.path(), job, yaml);
+      RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+      ConsumerSpec spec;
+      spec.client = daemon.client_options();
+      spec.client.rank = 0;
+      const ConsumerReport rank0 = ConsumeInProcess(spec);
+      INFO("ringfeedd stderr:\n" << daemon.Stderr());
+      REQUIRE(rank0.end == "error");
+      CHECK_THAT(rank0.error, Catch::Contains(bad + ": record 6 at byte"));
+      // Until this fix it exited here when rank 1 had no batch ready, ~100 ms after rank 0 saw
+      // the error: rank 1's trainer got "cannot connect" instead of the failure. Now it waits,
+      // and says for what after 10 s.
+      CHECK(daemon.WaitForStderr(
+          "--exit-when-done: the job failed; ringfeedd exits once a trainer of rank 1 has " +
+              std::string(size == 6 ? "attached" : "taken its 1 ready batch") +
+              " and got the failure; stop it (SIGTERM) to exit now",
+          std::chrono::seconds(20)));
+      REQUIRE(daemon.running());
+      spec.client.rank = 1;
+      const ConsumerReport rank1 = ConsumeInProcess(spec);
+      REQUIRE(rank1.end == "error");
+      CHECK_THAT(rank1.error, Catch::Contains(bad + ": record 6 at byte"));
+      CHECK(SortedIds(rank0.batches) == (size == 6 ? std::vector<int64_t>{} : Iota(0, 4)));
+      CHECK(SortedIds(rank1.batches) == (size == 6 ? std::vector<int64_t>{} : Iota(4, 2)));
+      const auto status = daemon.Wait();
+      REQUIRE(status);
+      CHECK(status->ToString() == "exit 1");
+    }
   }
   SECTION("fail under systemd (NOTIFY_SOCKET): the unit's status line names the failure") {
     NotifySocket notify(dir.file("notify"));

@@ -510,10 +510,10 @@ TEST_CASE("a plain file cut inside a record while it is read: the truncated reco
     REQUIRE(status == TFRecordReader::Status::kError);
     CHECK(error.kind == ReadErrorKind::kTruncatedRecord);
     CHECK(error.record_index == 6);
-    CHECK_THAT(error.message, Catch::EndsWith("; the file ends at byte " + std::to_string(cut) + " but had " +
-                                              std::to_string(bytes.size()) +
-                                              " bytes when it was opened: it shrank while it was read (rewritten "
-                                              "in place?)"));
+    CHECK_THAT(error.message, Catch::EndsWith("; the file had " + std::to_string(bytes.size()) +
+                                              " bytes when it was opened, and its reads ended at byte " +
+                                              std::to_string(cut) +
+                                              ": it shrank while it was read (rewritten in place?)"));
   }
 }
 
@@ -544,6 +544,22 @@ TEST_CASE("zero bytes between gzip members are an error after the records before
       CHECK_THAT(out.errors[0].message, Catch::EndsWith("; the rest of the file is not read (the members after the "
                                                         "zeros are not read either)"));
     }
+  }
+  // ZLIB: one stream; a zero byte and more after it.
+  const std::string z = ZlibBytes(plain);
+  WriteFile(dir.file("zeroed.zz"), z + std::string(1, '\0') + "x");
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    INFO(InflateBackendName(backend));
+    ReaderOptions o;
+    o.inflate = backend;
+    Outcome out = ReadAll(dir.file("zeroed.zz"), o);
+    CHECK(out.records == records);
+    REQUIRE(out.errors.size() == 1);
+    CHECK_THAT(out.errors[0].message,
+               Catch::Contains("1 zero byte after the zlib stream that ends at compressed byte " +
+                               std::to_string(z.size()) + ", then more data at compressed byte " +
+                               std::to_string(z.size() + 1)) &&
+                   Catch::EndsWith("(nothing after the zeros is read)"));
   }
 }
 
