@@ -21,7 +21,10 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <exception>
 #include <optional>
+#include <system_error>
+#include <thread>
 #include <vector>
 
 #include <spdlog/fmt/ranges.h>
@@ -362,6 +365,39 @@ std::string FailedJobWaitsFor(bool ranks, uint64_t slots_ready, const std::vecto
   return fmt::format("{}", fmt::join(waits, ", and "));
 }
 
+// Runs `work` on a thread of its own, the stop signals blocked there, and waits for it: a stop
+// during start-up (ArmEarlyStop's handler, which ends the process) then runs on this thread at
+// once, also while `work` waits for storage that does not answer. A thread blocked in such a
+// read runs a handler only when the read returns, and the kernel may split one read into
+// several requests that each wait (a FUSE mount: 60 s for a 1 MiB read at 30 s a request); the
+// handler's _exit ends it with the process. Returns what `work` returns and rethrows what it
+// throws; where no thread can start (a pids limit), runs it here.
+template <typename Work>
+auto AwayFromStopSignals(Work&& work) -> decltype(work()) {
+  std::optional<decltype(work())> result;
+  std::exception_ptr error;
+  sigset_t stops, old;
+  sigemptyset(&stops);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&stops, signal);
+  pthread_sigmask(SIG_BLOCK, &stops, &old);
+  std::thread thread;
+  try {
+    thread = std::thread([&] {
+      try {
+        result.emplace(work());
+      } catch (...) {
+        error = std::current_exception();
+      }
+    });
+  } catch (const std::system_error&) {
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!thread.joinable()) return work();
+  thread.join();
+  if (error) std::rethrow_exception(error);
+  return std::move(*result);
+}
+
 }  // namespace
 
 void ArmStartupStop() { ArmEarlyStop(); }
@@ -450,7 +486,8 @@ int RunDaemon(const DaemonOptions& options) {
     // 2. Files, parser, geometry.
     std::vector<std::string> files;
     try {
-      files = ExpandFiles(config.source.files, config.source.file_origins, config.source.files_as_written);
+      files = AwayFromStopSignals(
+          [&] { return ExpandFiles(config.source.files, config.source.file_origins, config.source.files_as_written); });
     } catch (const std::exception& e) {
       throw StartupError(e.what(), 2);
     }
@@ -476,7 +513,7 @@ int RunDaemon(const DaemonOptions& options) {
                  "the memory budget",
                  config.job, ::getpid(), shard_files.size(), shard_files.size() == 1 ? "" : "s");
     notifier.Status("starting: sampling records");
-    const RecordSample sample = SampleRecords(config, parser, files, shard_files);
+    const RecordSample sample = AwayFromStopSignals([&] { return SampleRecords(config, parser, files, shard_files); });
     // As ringfeedctl check says them: a misspelt VarLen name otherwise gives empty rows, silently.
     for (const std::string& warning : sample.warnings) spdlog::warn("{}", warning);
     const bool queued_reads = QueuedReadsAvailable(config);
