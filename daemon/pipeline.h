@@ -149,6 +149,12 @@ class Pipeline {
   void SetStreamBufferBytes(uint64_t bytes);
   void SetReadsPerFile(size_t n);  // reads in flight per file (ReadAhead::SetReadsPerFile), >= 1
   PipelineStats Snapshot() const;
+  // The file system calls of the read-ahead under way for at least `at_least` now, oldest first
+  // ("a read of PATH (for 8.0 s)", ReadAhead::IoInProgress): storage that does not answer,
+  // which the stages' busy figures do not show until the call returns. Any thread.
+  std::vector<std::string> IoWaiting(std::chrono::milliseconds at_least) const {
+    return read_ahead_->IoInProgress(std::chrono::duration_cast<std::chrono::nanoseconds>(at_least).count());
+  }
   // Production has ended (Snapshot().end is no longer kRunning): one atomic load, for pollers.
   bool ended() const { return ended_.load(std::memory_order_acquire); }
   // When it ended (steady_clock); meaningful once ended() is true.

@@ -338,11 +338,12 @@ Compression ReadAhead::CompressionOf(uint32_t file_index) const {
   return it == compressed_files_.end() ? Compression::kNone : it->second;
 }
 
-std::vector<std::string> ReadAhead::IoInProgress() const {
+std::vector<std::string> ReadAhead::IoInProgress(int64_t at_least_ns) const {
   const int64_t now = MonotonicNs();
   std::vector<std::string> calls;
   std::lock_guard lock(io_mutex_);
   for (const IoCall& c : io_calls_) {
+    if (now - c.since_ns < at_least_ns) continue;
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(now - c.since_ns) / 1e9);
     calls.push_back(std::string(c.what) + " " + c.path + " (for " + seconds + " s)");

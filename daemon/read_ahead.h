@@ -341,7 +341,9 @@ class ReadAhead {
   // After Stop(), empty once no thread will touch a file again; what stays in it is storage
   // that does not answer (ringfeedd names it when a stop cannot finish). Never waits for a
   // thread that is in such a call.
-  std::vector<std::string> IoInProgress() const;
+  std::vector<std::string> IoInProgress() const { return IoInProgress(0); }
+  // The same, only the calls under way for at least `at_least_ns` (status's io_waiting).
+  std::vector<std::string> IoInProgress(int64_t at_least_ns) const;
   // I/O threads in a turn now (reading a stream, or closing it after): after Stop() and 0,
   // none will touch a file again.
   int threads_in_turn() const { return threads_in_turn_.load(std::memory_order_acquire); }

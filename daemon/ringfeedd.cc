@@ -658,7 +658,8 @@ int RunDaemon(const DaemonOptions& options) {
                                        .all_held_advice = all_held_advice,
                                        .autotune = autotune_status,
                                        .problems = name_problems,
-                                       .private_rss_bytes = PrivateRssBytes()});
+                                       .private_rss_bytes = PrivateRssBytes(),
+                                       .io_waiting = pipeline->IoWaiting(std::chrono::seconds(1))});
     };
 
     ControlServer::Handlers handlers;

@@ -136,7 +136,8 @@ nlohmann::json StatusJson(const JobStatusFacts& f, const JobStatusNow& now) {
                                : s.hedged_reads_paused ? "paused"
                                                        : "on"},
         {"queued_read_round_trip_seconds", static_cast<double>(s.read_round_trip_ns) / 1e9},
-        {"read_ahead_bytes", s.read_ahead_bytes}}},
+        {"read_ahead_bytes", s.read_ahead_bytes},
+        {"io_waiting", now.io_waiting}}},
       {"autotune", now.autotune()},
       {"memory",
        {{"segment_bytes", f.segment_bytes},

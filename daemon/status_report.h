@@ -92,6 +92,8 @@ struct JobStatusNow {
   const std::function<nlohmann::json()>& autotune;
   const std::vector<std::string>& problems;  // RuntimeNames::Problems()
   uint64_t private_rss_bytes = 0;
+  // The read-ahead's file system calls under way for a second or more (Pipeline::IoWaiting).
+  std::vector<std::string> io_waiting;
 };
 
 // The `status` reply: {"type": "status", "job": ..., "state": ..., ...}, its fields documented in

@@ -288,6 +288,11 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
                          : "");
     out << buf;
   }
+  // Storage that does not answer: the busy figures below count a read only once it returns.
+  const std::vector<std::string> waiting = pipeline.Strings("io_waiting");  // none from an older ringfeedd
+  for (size_t i = 0; i < waiting.size(); ++i) {
+    out << (i == 0 ? "storage    waiting for " : "           and ") << waiting[i] << "\n";
+  }
   const std::string budget =
       memory.Has("budget_bytes") ? "budget " + BytesText(memory.Number("budget_bytes")) : "no budget set";
   std::snprintf(buf, sizeof buf, "memory     segment %s + private RSS %s (%s)\n", BytesText(memory.Number("segment_bytes")).c_str(),

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -875,4 +876,56 @@ TEST_CASE("storage that stops answering: a stop names the blocked call and remov
   REQUIRE(status);
   CHECK(status->exited);
   CHECK(status->code == 1);
+}
+
+TEST_CASE("status names a read that storage has not answered for a second or more", "[slowfs]") {
+  // The stages' busy figures count a read once it returns: a read blocked for long showed as
+  // "readers 0% busy" with nothing naming the file (helper-146).
+  TempDir source;
+  for (int f = 0; f < 2; ++f) WriteBlobFile(source.file("part-" + std::to_string(f) + ".tfrecord"), f * 48, 48, 16 << 10);
+  SlowMount mount(source.path().string(), {"--latency-ms=1500"});
+  if (!mount.mounted()) {
+    mount.PrintSkip();
+    return;
+  }
+  TempDir dir;
+  DaemonProcess daemon(dir.path(), "stalled",
+                       BlobJobConfig("stalled", mount.path("part-*.tfrecord").string(), "none",
+                                     "epochs: 0\npipeline: {readers: 1, reads_per_file: 1, cycle_length: 2}\n"));
+  DaemonStart start;
+  start.timeout = std::chrono::seconds(30);  // sampling reads at 1.5 s each
+  RINGFEED_REQUIRE_STARTED(daemon, start);
+  // A trainer keeps the readers reading.
+  std::atomic<bool> done{false};
+  std::thread trainer([&] {
+    auto client = Client::Attach(daemon.client_options());
+    Batch batch;
+    while (!done.load() && client->Next(std::chrono::milliseconds(200), &batch) != Client::Status::kEndOfData) {
+    }
+  });
+  json waiting;
+  const bool seen = WaitUntil(
+      [&] {
+        waiting = daemon.Status()["pipeline"]["io_waiting"];
+        return !waiting.empty();
+      },
+      std::chrono::seconds(20));
+  INFO(waiting.dump());
+  CHECK(seen);
+  if (seen) {
+    CHECK_THAT(waiting[0].get<std::string>(),
+               Catch::Matches("a read of " + mount.path("part-").string() + R"(\d\.tfrecord \(for \d+\.\d s\))"));
+  }
+  // ringfeedctl status's table says it too, on a line of its own.
+  std::string table;
+  CHECK(WaitUntil(
+      [&] {
+        table = RunCommand({CtlBinary(), "status", "stalled", "--runtime-dir", daemon.runtime_dir()}).out;
+        return table.find("\nstorage    waiting for a read of " + mount.path("part-").string()) != std::string::npos;
+      },
+      std::chrono::seconds(20)));
+  INFO(table);
+  done = true;
+  daemon.Stop();
+  trainer.join();
 }
