@@ -211,6 +211,23 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
   return Status::kError;
 }
 
+bool TFRecordReader::DiscardTooLarge() {
+  while (discard_ > 0) {
+    if (begin_ == end_) {
+      begin_ = end_ = 0;
+      if (!Ensure(1) || begin_ == end_) return false;
+    }
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(discard_, end_ - begin_));
+    begin_ += n;
+    discard_ -= n;
+    if (discard_ == 0) {
+      offset_ = SaturatingAdd(offset_, discard_total_);
+      ++index_;
+    }
+  }
+  return true;
+}
+
 std::string TFRecordReader::ShrankNote(uint64_t end) const {
   if (inflate_) {
     if (!inflate_->input_ended() || inflate_->input_offset() >= file_size_) return "";
@@ -548,29 +565,17 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
   if (done_) return Status::kEnd;
   if (!opened_ && !Open(error)) return Status::kError;
 
-  // Skip a too-large record (header, payload and footer) without storing it. index_ and
-  // offset_ still name it until it is gone, so a truncation inside it is reported at it.
-  while (discard_ > 0) {
-    if (begin_ == end_) {
-      begin_ = end_ = 0;
-      if (!Ensure(1) || begin_ == end_) {
-        if (!stream_error_.empty()) return MakeError(stream_error_kind_, stream_error_, error);
-        // Not the bytes missing: a corrupt length near 2^64 made that a 20-digit number.
-        return MakeError(ReadErrorKind::kTruncatedRecord,
-                         "the file ends " + std::to_string(discard_total_ - discard_) +
-                             " bytes into the skipped too-large record (header included): its length field is "
-                             "corrupt, or the file was cut short" +
-                             ShrankNote(offset_ + (discard_total_ - discard_)),
-                         error);
-      }
-    }
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(discard_, end_ - begin_));
-    begin_ += n;
-    discard_ -= n;
-    if (discard_ == 0) {
-      offset_ = SaturatingAdd(offset_, discard_total_);
-      ++index_;
-    }
+  // The rest of a too-large record the last call reported (a plain file's: a compressed file's
+  // is skipped by that call already).
+  if (discard_ > 0 && !DiscardTooLarge()) {
+    if (!stream_error_.empty()) return MakeError(stream_error_kind_, stream_error_, error);
+    // Not the bytes missing: a corrupt length near 2^64 made that a 20-digit number.
+    return MakeError(ReadErrorKind::kTruncatedRecord,
+                     "the file ends " + std::to_string(discard_total_ - discard_) +
+                         " bytes into the skipped too-large record (header included): its length field is "
+                         "corrupt, or the file was cut short" +
+                         ShrankNote(offset_ + (discard_total_ - discard_)),
+                     error);
   }
 
   if (!Ensure(kRecordHeaderBytes)) return MakeError(stream_error_kind_, stream_error_, error);
@@ -662,6 +667,19 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
     // runs into the end of the file (a truncated record).
     discard_total_ = SaturatingAdd(kRecordHeaderBytes + kRecordFooterBytes, length);
     discard_ = discard_total_;
+    if (inflate_ && !DiscardTooLarge()) {
+      // A compressed file has no size to judge the length by: it is skipped now, so that one
+      // that runs past the end of the stream is one error (it counted as two), at this record.
+      if (!stream_error_.empty()) return MakeError(stream_error_kind_, stream_error_, error);
+      s = MakeError(ReadErrorKind::kRecordTooLarge,
+                    "length " + std::to_string(length) + " bytes exceeds " + limit + ", and the file ends " +
+                        std::to_string(discard_total_ - discard_) +
+                        " bytes into this record (header included): the length is corrupt, or the file was cut short" +
+                        ShrankNote(offset_ + (discard_total_ - discard_)),
+                    error);
+      EndFile();
+      error->recoverable = false;
+    }
     return s;
   }
   if (allocator != nullptr) {

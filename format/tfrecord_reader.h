@@ -247,6 +247,10 @@ class TFRecordReader {
   // the file had at open (`end`: the offset where a plain file's bytes ended; for a compressed
   // file, where its input reads ended, at its end), else "".
   std::string ShrankNote(uint64_t end) const;
+  // Skips the rest of a too-large record (discard_ bytes: header, payload and footer) without
+  // storing it; index_ and offset_ still name it until it is gone, so an end inside it is
+  // reported at it. False when the stream ends (or fails: stream_error_) first.
+  bool DiscardTooLarge();
   void EndFile();  // the next Next() returns kEnd; the window and the queue's reads go now
   // The queue reading this file: queue_ (plain), the inflater's (GZIP/ZLIB), or nullptr.
   class ReadQueue* ActiveQueue() const;

@@ -970,19 +970,35 @@ TEST_CASE("a too-large record cut short is reported at that record") {
     CHECK(out.errors[0].offset == 18);
     CHECK_THAT(out.errors[0].message, Catch::Contains("the file has only 3 bytes after this header"));
   }
-  SECTION("GZIP: no size to judge by: skipped as too large, then the stream ends inside it") {
+  SECTION("GZIP: no size to judge by: skipped at once, the stream ends inside it: one error, and the file ends there") {
+    // It counted as two errors under on_error: skip (too large, then truncated), both at record 1.
     WriteFile(dir.file("big.tfrecord.gz"), GzipBytes(bytes));
     Outcome out = ReadAll(dir.file("big.tfrecord.gz"));
     CHECK(out.records == std::vector<std::string>{"ok"});
-    REQUIRE(out.errors.size() == 2);
+    REQUIRE(out.errors.size() == 1);
+    CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
+    CHECK_FALSE(out.errors[0].recoverable);
+    CHECK(out.errors[0].record_index == 1);
+    CHECK(out.errors[0].offset == 18);
+    CHECK_THAT(out.errors[0].message,
+               Catch::Contains("length 2147483653 bytes exceeds max_record_bytes ") &&
+                   Catch::Contains(", and the file ends 15 bytes into this record (header included): the length is "
+                                   "corrupt, or the file was cut short"));
+  }
+  SECTION("GZIP: a genuine too-large record is skipped, and the records after it are read") {
+    const std::string big(5000, 'x');
+    WriteFile(dir.file("genuine.tfrecord.gz"), GzipBytes(FrameRecord("ok") + FrameRecord(big) + FrameRecord("after")));
+    ReaderOptions o;
+    o.max_record_bytes = 4096;
+    o.buffer_bytes = 64;  // the skip spans many windows
+    Outcome out = ReadAll(dir.file("genuine.tfrecord.gz"), o);
+    CHECK(out.records == std::vector<std::string>{"ok", "after"});
+    REQUIRE(out.errors.size() == 1);
     CHECK(out.errors[0].kind == ReadErrorKind::kRecordTooLarge);
     CHECK(out.errors[0].recoverable);
+    CHECK(out.errors[0].record_index == 1);
+    CHECK(out.errors[0].offset == 18);
     CHECK_THAT(out.errors[0].message, Catch::Contains("raise max_record_bytes if the record is genuine"));
-    CHECK(out.errors[1].kind == ReadErrorKind::kTruncatedRecord);
-    for (const ReadError& e : out.errors) {
-      CHECK(e.record_index == 1);
-      CHECK(e.offset == 18);
-    }
   }
 }
 
