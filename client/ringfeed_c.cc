@@ -99,6 +99,20 @@ int Guard(const char* what, char* err, size_t err_len, auto&& body) {
   }
 }
 
+// rf_end_reason, rf_timeout_reason: the client's `text` copied out as CopyOutText does (its full
+// length), or RF_ERROR for a NULL argument (`what` names the function).
+int64_t CopyOutClientText(const char* what, const rf_client* client, std::string (ringfeed::Client::*text)() const,
+                          char* buf, size_t buf_len) {
+  ClearError(nullptr, 0);
+  if (client == nullptr || (buf == nullptr && buf_len != 0)) return Fail(std::string(what) + ": NULL argument");
+  int64_t length = RF_ERROR;
+  const int rc = Guard(what, nullptr, 0, [&] {
+    length = CopyOutText((*client->client.*text)(), buf, buf_len);
+    return RF_OK;
+  });
+  return rc == RF_OK ? length : RF_ERROR;
+}
+
 }  // namespace
 
 extern "C" {
@@ -268,25 +282,11 @@ int64_t rf_file_path(rf_client* client, size_t index, char* buf, size_t buf_len)
 }
 
 int64_t rf_end_reason(const rf_client* client, char* buf, size_t buf_len) {
-  ClearError(nullptr, 0);
-  if (client == nullptr || (buf == nullptr && buf_len != 0)) return Fail("rf_end_reason: NULL argument");
-  int64_t length = RF_ERROR;
-  const int rc = Guard("rf_end_reason", nullptr, 0, [&] {
-    length = CopyOutText(client->client->end_reason(), buf, buf_len);
-    return RF_OK;
-  });
-  return rc == RF_OK ? length : RF_ERROR;
+  return CopyOutClientText("rf_end_reason", client, &ringfeed::Client::end_reason, buf, buf_len);
 }
 
 int64_t rf_timeout_reason(const rf_client* client, char* buf, size_t buf_len) {
-  ClearError(nullptr, 0);
-  if (client == nullptr || (buf == nullptr && buf_len != 0)) return Fail("rf_timeout_reason: NULL argument");
-  int64_t length = RF_ERROR;
-  const int rc = Guard("rf_timeout_reason", nullptr, 0, [&] {
-    length = CopyOutText(client->client->timeout_reason(), buf, buf_len);
-    return RF_OK;
-  });
-  return rc == RF_OK ? length : RF_ERROR;
+  return CopyOutClientText("rf_timeout_reason", client, &ringfeed::Client::timeout_reason, buf, buf_len);
 }
 
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source) {

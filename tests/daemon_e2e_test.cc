@@ -920,12 +920,12 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   CHECK_THAT(after.out, Catch::Contains("no ringfeed jobs"));
 }
 
-// A C ABI client of `job` on `daemon` in shared mode (REQUIREs the attach); rf_detach it.
-static rf_client* AttachC(const DaemonProcess& daemon, const std::string& job) {
+// A C ABI client of `job` on `daemon`, as `rank` (-1: shared mode) (REQUIREs the attach); rf_detach it.
+static rf_client* AttachC(const DaemonProcess& daemon, const std::string& job, int32_t rank = -1) {
   rf_attach_options options = {};
   options.struct_size = sizeof options;
   options.job = job.c_str();
-  options.rank = -1;
+  options.rank = rank;
   const std::string runtime_dir = daemon.runtime_dir();
   options.runtime_dir = runtime_dir.c_str();
   rf_client* c = nullptr;
@@ -1066,15 +1066,8 @@ TEST_CASE("rf_timeout_reason (C ABI): after RF_TIMEOUT, what holds this rank up"
       dir.path(), "c-ranks",
       IdJobConfig("c-ranks", dir.file("data.tfrecord"), "consumers: {mode: ranks, count: 2}\nepochs: 0\n"));
   RINGFEED_REQUIRE_STARTED(daemon);
-  rf_attach_options options = {};
-  options.struct_size = sizeof options;
-  options.job = "c-ranks";
-  options.rank = 0;
-  const std::string runtime_dir = daemon.runtime_dir();
-  options.runtime_dir = runtime_dir.c_str();
-  rf_client* c = nullptr;
+  rf_client* c = AttachC(daemon, "c-ranks", 0);
   char err[256] = "";
-  REQUIRE(rf_attach(&options, &c, err, sizeof err) == RF_OK);
   // Rank 0 takes its batches until rank 1's, which nobody takes, fill the prefetch depth.
   int status = RF_OK;
   for (int i = 0; i < 200 && status == RF_OK; ++i) {
