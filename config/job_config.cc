@@ -192,21 +192,6 @@ std::string JoinWords(const std::string_view (&words)[N]) {
 
 // Optimal string alignment distance (Levenshtein plus adjacent transpositions), so that both
 // "sufle" and "bacth" find their key.
-size_t EditDistance(std::string_view a, std::string_view b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-      }
-    }
-  }
-  return d[a.size()][b.size()];
-}
 
 // "; did you mean 'x'?" for the closest word within kMaxSuggestionDistance, else "". A word
 // that differs only in case says so first: TensorFlow's own spellings ("GZIP", "ZLIB") are
@@ -818,6 +803,7 @@ class Loader {
            "missing required key 'features' (a mapping of feature name -> spec)");
     }
     ReadFeatures(*features, &config->features);
+    for (const auto& [name, mark] : feature_marks_) config->feature_lines[name] = mark.line >= 0 ? mark.line + 1 : 0;
 
     const Entry* batch = Find(top, "batch");
     if (batch != nullptr) ReadBatch(*batch, &config->batch);
@@ -1431,6 +1417,22 @@ std::string SizeHint(const std::string& text) {
     return "; that is 2^64 bytes or more";
   }
   return WholeSizeHint(text) + UnitSpellingHint(text);
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
 }
 
 }  // namespace ringfeed

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -109,6 +110,9 @@ struct JobConfig {
   std::string job;   // [A-Za-z0-9_.-]{1,64}; names the job's socket and shared memory
   SourceConfig source;
   FeatureSpecs features;  // in the order written in the file
+  // The 1-based line of each feature's name in `path`, for messages about a feature that name
+  // the config line; empty for hand-built configs.
+  std::map<std::string, int> feature_lines;
   BatchConfig batch;
   ShuffleConfig shuffle;
   int64_t epochs = 1;  // 0 = forever
@@ -123,6 +127,11 @@ struct JobConfig {
   PermissionsConfig permissions;
   LogLevel log_level = LogLevel::kInfo;
 };
+
+// The edit distance between two words: insertions, deletions, substitutions and swaps of two
+// neighbouring characters count 1 each (the optimal string alignment distance, Damerau 1964).
+// For "did you mean" suggestions: config keys, and feature names against those in the data.
+size_t EditDistance(std::string_view a, std::string_view b);
 
 // The config words for the enums ("shared", "ranks"; "trace" ... "off"), for logs and status
 // output that use the config's names.

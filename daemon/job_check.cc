@@ -24,12 +24,15 @@ namespace {
 // ringfeedd's start-up plan: the same sample, slot size and memory plan (PlanTuning).
 void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
                     uint64_t baseline_private_rss, JobCheckResult* result) {
+  std::string unparsable;  // ringfeedd's first start-up refusal, before its plan's
   try {
     const std::vector<uint32_t> shard_files = ShardFiles(config, files.size());
     const bool ranks = config.consumers.mode == DeliveryMode::kRanks;
     const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
     result->sample_warnings = sample.warnings;  // what ringfeedd logs at start
+    bool fatal = false;
+    if (std::string problem = SampleParseProblem(config, sample, &fatal); fatal) unparsable = std::move(problem);
     std::string ignored;
     const TuningPlan plan = PlanTuning(config, sample, static_cast<int64_t>(shard_files.size()), queues,
                                        baseline_private_rss, ReadQueue::Available(&ignored));
@@ -74,6 +77,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
   } catch (const BudgetError& e) {
     result->plan_error = e.what();
   }
+  if (!unparsable.empty()) result->plan_error = unparsable;
   // Resolved at start, as ringfeedd does (whether its user is a member, check cannot know).
   if (result->plan_error.empty() && !config.permissions.group.empty() &&
       ::getgrnam(config.permissions.group.c_str()) == nullptr) {

@@ -311,7 +311,9 @@ Command AddCheckCommand(CLI::App& parent) {
     // the same of batch.size (printed below).
     const uint64_t rank_count =
         config.consumers.mode == ringfeed::DeliveryMode::kRanks ? static_cast<uint64_t>(config.consumers.count) : 1;
-    const bool no_batch = !r.failed && r.batches < rank_count && r.batch_size_warning.empty();
+    // Not when ringfeedd would refuse the job (below): "no sampled record parses" is the cause.
+    const bool no_batch =
+        !r.failed && r.batches < rank_count && r.batch_size_warning.empty() && r.plan_error.empty();
     if (no_batch && r.batches > 0) {
       std::cout.flush();
       std::cerr << "warning: no batch for any rank: the " << r.batches << " batch(es) of an epoch do not fill a round of "
@@ -325,9 +327,10 @@ Command AddCheckCommand(CLI::App& parent) {
                 << (r.records > 0   ? "drop_remainder leaves no full batch of " + std::to_string(config.batch.size) +
                                         " from " + std::to_string(r.records) + " records"
                     : skipped > 0   ? "every record was skipped (" + std::to_string(r.parse_errors) + " parse and " +
-                                        std::to_string(r.read_errors) +
-                                        " read errors, the first ones above: a features block that no record "
-                                        "matches skips them all)"
+                                        std::to_string(r.read_errors) + " read errors, the first ones above" +
+                                        (r.parse_errors > 0 ? ": a features block that no record matches skips "
+                                                              "them all)"
+                                                            : ")")
                     : config.shard.count > 1 ? std::string("this job's shard has no records")
                                              : std::string("this job's files hold no records"))
                 << "; ringfeedd would start and end its data at once (trainers get none)\n";

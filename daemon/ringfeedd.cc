@@ -516,6 +516,15 @@ int RunDaemon(const DaemonOptions& options) {
     const RecordSample sample = AwayFromStopSignals([&] { return SampleRecords(config, parser, files, shard_files); });
     // As ringfeedctl check says them: a misspelt VarLen name otherwise gives empty rows, silently.
     for (const std::string& warning : sample.warnings) spdlog::warn("{}", warning);
+    // A dtype that does not match the data showed only once the daemon was up, as the job's
+    // failure (on_error: skip: every record skipped): when no sampled record parses, the
+    // config is wrong, and ringfeedd says so before it takes the job's names.
+    bool unparsable = false;
+    if (const std::string problem = SampleParseProblem(config, sample, &unparsable); unparsable) {
+      throw StartupError(problem, 2);
+    } else if (!problem.empty()) {
+      spdlog::warn("{}", problem);
+    }
     const bool queued_reads = QueuedReadsAvailable(config);
     TuningPlan plan;
     try {

@@ -69,21 +69,6 @@ uint64_t SlotBytesNeeded(const FeatureSpecs& specs, size_t rows, const ColumnSiz
 
 namespace {
 constexpr size_t kAbsentKeysShown = 12;
-
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t next = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] != b[j - 1])});
-      diagonal = row[j];
-      row[j] = next;
-    }
-  }
-  return row[b.size()];
-}
 }  // namespace
 
 std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
@@ -98,23 +83,40 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
                         : spec.type != FeatureType::kFixedLen ? " (every row gets an empty list)"
                         : spec.NumElements() == 0             ? " (its shape has no elements: every row is empty)"
                                                               : " (every row gets its default)");
-    std::string best;
-    size_t best_distance = 3;
+    // The nearest name the config does not use (a misspelt name's right one is among those),
+    // else the nearest of all: within 2 edits, or a third of the name's length for long names
+    // ("trip_secs" for "trip_seconds").
+    std::vector<std::string> unused;
     for (const std::string& key : keys) {
-      const size_t d = EditDistance(spec.name, key);
-      if (d < best_distance) best_distance = d, best = key;
+      if (std::none_of(specs.begin(), specs.end(), [&](const FeatureSpec& s) { return s.name == key; })) {
+        unused.push_back(key);
+      }
     }
+    const size_t most = std::max<size_t>(2, spec.name.size() / 3);
+    const auto nearest = [&](const auto& names) {
+      std::string best;
+      size_t best_distance = most + 1;
+      for (const std::string& key : names) {
+        if (const size_t d = EditDistance(spec.name, key); d < best_distance) best_distance = d, best = key;
+      }
+      return best;
+    };
+    std::string best = nearest(unused);
+    if (best.empty()) best = nearest(keys);
     if (!best.empty()) {
       line += "; did you mean '" + best + "'?";
     } else if (!keys.empty()) {
-      // No near name: what the records do have, so that a name far off is seen.
-      line += "; the records sampled have ";
+      // No near name: what the records have that the config does not name (all their names
+      // when the config names every one), so that a name far off is seen.
+      const bool all = unused.empty();
+      line += all ? "; the records sampled have " : "; the records sampled have features the config does not name: ";
       size_t shown = 0;
-      for (const std::string& key : keys) {
+      for (const std::string& key : all ? std::vector<std::string>(keys.begin(), keys.end()) : unused) {
         if (shown == kAbsentKeysShown) break;
         line += (shown++ == 0 ? "'" : ", '") + key + "'";
       }
-      if (keys.size() > shown) line += ", ... (" + std::to_string(keys.size()) + " features)";
+      const size_t listed = all ? keys.size() : unused.size();
+      if (listed > shown) line += ", ... (" + std::to_string(listed) + (all ? " features)" : " such features)");
     }
     absent.push_back(line);
   }
@@ -151,6 +153,31 @@ uint64_t ReaderBufferBytes(const RecordSample& sample) {
   const uint64_t page = 4096;
   const uint64_t rounded = (std::min(*sample.largest_file_bytes, most) + page - 1) / page * page;
   return std::clamp(rounded, kMinReaderBufferBytes, most);
+}
+
+std::string SampleParseProblem(const JobConfig& config, const RecordSample& sample, bool* fatal) {
+  *fatal = sample.parse_checked > 0 && sample.parse_failures == sample.parse_checked;
+  if (sample.parse_failures == 0) return "";
+  const std::string fix = "; ringfeedctl check " + config.path +
+                          " checks every record, and ringfeedctl inspect --schema FILE prints a file's features as a "
+                          "config";
+  if (!*fatal) {
+    return std::to_string(sample.parse_failures) + " of the " + std::to_string(sample.parse_checked) +
+           " records sampled at start do not parse with this config's features (the first: " +
+           sample.first_parse_failure + "): " +
+           (config.source.on_error == OnError::kFail ? "on_error: fail stops the job at the first of them"
+                                                     : "on_error: skip skips them") +
+           fix;
+  }
+  std::string where = config.path;
+  const auto line = config.feature_lines.find(sample.first_parse_failure_key);
+  if (line != config.feature_lines.end() && line->second > 0) {
+    where += ":" + std::to_string(line->second) + ": features." + sample.first_parse_failure_key;
+  }
+  return where + ": none of the " + std::to_string(sample.parse_checked) +
+         (sample.parse_checked == 1 ? " record sampled at start parses" : " records sampled at start parses") +
+         " with this config's features, so the job would deliver nothing; the first: " + sample.first_parse_failure +
+         fix;
 }
 
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
@@ -206,16 +233,27 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
         first_with_feature_lists = files[f] + " record " + std::to_string(record.index);
       }
       ColumnSizes one;
-      parser.Measure(record.data, &one);
+      parser.Measure(record.data, &one);  // one.records = 1
+      const uint64_t row_bytes = ColumnRegionsBytes(ColumnCapacities(specs, 1, one), 8);
+      // This shard's records only: another shard's bad record is not this job's to report. A
+      // check parses the record into a row (ExampleParser::Check): not one whose row is larger
+      // than kSampleCheckRowBytes (a FixedLen shape of 2^31 values with a default: 8 GiB), which
+      // the memory plan refuses first or counts.
+      if (shard.OwnsRecord(record.index) && row_bytes <= kSampleCheckRowBytes) {
+        ++sample.parse_checked;
+        if (ParseError parse_error; !parser.Check(record.data, &parse_error) && sample.parse_failures++ == 0) {
+          sample.first_parse_failure =
+              RecordPlace(files[f], record.index, record.offset, reader.compression()) + ": " + parse_error.message;
+          sample.first_parse_failure_key = parse_error.key;
+        }
+      }
       total.Add(one);
       worst.Add(one);
       for (size_t i = 0; i < one.features.size(); ++i) {
         largest[i].value_bytes = std::max(largest[i].value_bytes, one.features[i].value_bytes);
         largest[i].strings = std::max(largest[i].strings, one.features[i].strings);
       }
-      one.records = 1;
-      sample.largest_row_bytes =
-          std::max<uint64_t>(sample.largest_row_bytes, ColumnRegionsBytes(ColumnCapacities(specs, 1, one), 8));
+      sample.largest_row_bytes = std::max(sample.largest_row_bytes, row_bytes);
       ++records;
       bytes += record.data.size();
       sample.largest_bytes = std::max<uint64_t>(sample.largest_bytes, record.data.size());

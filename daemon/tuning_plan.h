@@ -73,7 +73,22 @@ struct RecordSample {
   // shuffle.buffer and batch.size): a later file may be GZIP.
   bool every_file_plain = false;
   bool any_file_compressed = false;  // a file the sample opened is GZIP or ZLIB
+  // Sampled records that ExampleParser::Check rejects (a dtype or shape that does not match the
+  // data, a FixedLen feature without a default that they lack, not a tf.train.Example), and
+  // the first of them: "FILE: record R at byte B: key 'fare': ..." (RecordPlace) and the
+  // feature concerned ("" for a malformed Example). ringfeedd refuses to start when every
+  // sampled record fails (StartupParseError), and warns when some do.
+  uint64_t parse_checked = 0;  // the sampled records of this shard (record sharding), all checked
+  uint64_t parse_failures = 0;
+  std::string first_parse_failure;
+  std::string first_parse_failure_key;
 };
+
+// What a sample whose records fail to parse means for the job: when every sampled record
+// fails, the start-up error ("CONFIG:LINE: features.KEY: none of the N records sampled at start
+// parses with this config ..."; the config's line of the feature when the failure names one);
+// when some do, a warning with the count and the first; "" when none does.
+std::string SampleParseProblem(const JobConfig& config, const RecordSample& sample, bool* fatal);
 
 // The size of the readers' window and compressed-input buffer (ReaderOptions::buffer_bytes,
 // the size of their read() calls): the default (1 MiB), or for files smaller than that the
@@ -90,8 +105,10 @@ uint64_t ReaderBufferBytes(const RecordSample& sample);
 // One warning per feature of `specs` whose name is not among `keys` (the feature names seen in
 // `sampled` records), saying what its rows get then:
 // "feature 'tip' is in none of the 1000 records sampled at start (every row gets its default); did you mean
-// 'tips'?" (a name within edit distance 2), or without a near name the first keys seen
-// ("; the records sampled have 'fare', 'tips', ... (18 features)").
+// 'tips'?" (the nearest name the config does not use, else the nearest of all, within edit
+// distance max(2, a third of the name's length)), or without a near name the first keys seen
+// that the config does not name ("; the records sampled have features the config does not
+// name: 'company', 'tips', ... (14 such features)"), or of all keys when it names every one.
 std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
                                         uint64_t sampled);
 
@@ -108,6 +125,9 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
 // largest_file_bytes. Throws what TFRecordReader's constructor throws for a file that cannot
 // be opened.
 inline constexpr uint64_t kSampleRecords = 1000;
+// The largest parsed row (ExampleParser::RowBytes) of a sampled record that SampleRecords
+// checks against the features (RecordSample::parse_checked).
+inline constexpr uint64_t kSampleCheckRowBytes = uint64_t{64} << 20;
 inline constexpr uint64_t kSampleBytes = 64ull << 20;
 inline constexpr uint64_t kCountFileBytes = 64ull << 20;
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,

@@ -820,13 +820,15 @@ TEST_CASE("on_error: skip with records that do not match the spec: taken out bef
 
 TEST_CASE("on_error: skip over records that are all bad, epochs: 0 or 1: no empty batches, the data ends, the log says why") {
   TempDir dir;
-  std::vector<std::string> records;
+  // Every record's data CRC is wrong. (Records that all fail to parse are refused at start: no
+  // sampled record parses, a test of its own.)
+  std::string bytes;
   for (int64_t id = 0; id < 10; ++id) {
-    ExampleBuilder b;
-    b.AddFloat("id", {static_cast<float>(id)});  // the spec says int64: every record is bad
-    records.push_back(b.Serialize());
+    std::string framed = FrameRecord(IdRecord(id));
+    framed.back() = static_cast<char>(framed.back() ^ 0x01);
+    bytes += framed;
   }
-  WriteFile(dir.file("data.tfrecord"), FrameRecords(records));
+  WriteFile(dir.file("data.tfrecord"), bytes);
   for (const int epochs : {0, 1}) {
     const std::string job = "all-bad-" + std::to_string(epochs);
     DaemonProcess daemon(dir.path(), job,
@@ -842,11 +844,10 @@ TEST_CASE("on_error: skip over records that are all bad, epochs: 0 or 1: no empt
     INFO("epochs " << epochs << ", consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
     CHECK(report.end == "end");
     CHECK(report.batches.empty());
-    CHECK(daemon.Status()["errors"]["parse_errors_skipped"] == 10);
+    CHECK(daemon.Status()["errors"]["read_errors_skipped"] == 10);
     // The cause, from what the epoch read: every record skipped, the first one named.
     CHECK_THAT(daemon.Stderr(), Catch::Contains("end of data: epoch 0 delivered no batch: all it read was skipped "
-                                                "under on_error: skip (10 errors; a features block that no record "
-                                                "matches skips every record); the first: " +
+                                                "under on_error: skip (10 errors); the first: " +
                                                 dir.file("data.tfrecord") + ": record 0 at byte 0: "));
     CHECK_THAT(daemon.Stderr(), Catch::Contains(epochs == 0 ? "; ended there, before the last epoch"
                                                             : "; the last epoch; restart the job"));
@@ -892,6 +893,60 @@ TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start
   CHECK_THAT(strict.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records sampled at start (every row gets "
                                          "an empty list); did you mean 'tag'?\n"));
   CHECK_THAT(strict.err, Catch::EndsWith("\nringfeedctl check --strict: 1 warning above, counted as problems (exit 1)\n"));
+}
+
+TEST_CASE("no sampled record parses with the config (a dtype the data does not have): ringfeedd refuses to start, "
+          "naming the feature's config line; some records: a warning, and the job runs") {
+  TempDir dir;
+  SECTION("every sampled record fails: exit 2, on_error: skip too (it would skip them all)") {
+    WriteIdFile(dir.file("data.tfrecord"), 0, 20);
+    DaemonProcess daemon(dir.path(), "wrong-dtype",
+                         "job: wrong-dtype\n"
+                         "source: {files: [\"" + dir.file("data.tfrecord") + "\"], on_error: skip}\n"
+                         "features:\n"
+                         "  id: {type: fixed, dtype: float32}\n"
+                         "batch: {size: 5}\n");
+    // Until this change it started, said "ready", and then skipped every record (on_error:
+    // fail: failed at record 0 and waited in state "failed" for a SIGTERM).
+    REQUIRE_FALSE(daemon.Start());
+    INFO(daemon.Stderr());
+    REQUIRE(daemon.exit_status());
+    CHECK(daemon.exit_status()->ToString() == "exit 2");
+    CHECK_THAT(daemon.Stderr(),
+               Catch::Contains(daemon.config_path() + ":4: features.id: none of the 20 records sampled at start parses "
+                               "with this config's features, so the job would deliver nothing; the first: " +
+                               dir.file("data.tfrecord") + ": record 0 at byte 0: key 'id': data types don't match: "
+                               "the record has int64_list, the spec expects float_list (dtype float32); for this data use "
+                               "dtype: int64; ringfeedctl check " + daemon.config_path() + " checks every record"));
+    CHECK_THAT(daemon.Stderr(), !Catch::Contains("ready: socket"));
+  }
+  SECTION("some sampled records fail: a warning with the count and the first; on_error: skip skips them") {
+    std::vector<std::string> records;
+    for (int64_t id = 0; id < 20; ++id) records.push_back(IdRecord(id));
+    ExampleBuilder no_id;
+    no_id.AddFloat("vals", {1.5f});
+    const std::string lacking = no_id.Serialize();
+    for (int i = 0; i < 5; ++i) records.push_back(lacking);
+    const std::string path = dir.file("data.tfrecord");
+    WriteFile(path, FrameRecords(records));
+    DaemonProcess daemon(dir.path(), "some-fail",
+                         "job: some-fail\n"
+                         "source: {files: [\"" + path + "\"], on_error: skip}\n"
+                         "features:\n" + IdFeaturesYaml() + "batch: {size: 5}\n");
+    RINGFEED_REQUIRE_STARTED(daemon);
+    INFO("ringfeedd stderr:\n" << daemon.Stderr());
+    uint64_t at = 0;
+    for (int64_t id = 0; id < 20; ++id) at += FrameRecord(IdRecord(id)).size();
+    CHECK_THAT(daemon.Stderr(),
+               Catch::Contains("[warning] 5 of the 25 records sampled at start do not parse with this config's features "
+                               "(the first: " + path + ": record 20 at byte " + std::to_string(at) +
+                               ": key 'id': required feature is missing") &&
+                   Catch::Contains("): on_error: skip skips them; ringfeedctl check " + daemon.config_path()));
+    const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
+    CHECK(report.end == "end");
+    CHECK(SortedIds(report.batches) == Iota(0, 20));
+    CHECK(daemon.Stop().ToString() == "exit 0");
+  }
 }
 
 TEST_CASE("ranks with ring.slots not more than consumers.count: ringfeedd warns at start and at attach with the same "
@@ -965,17 +1020,35 @@ TEST_CASE("a shard with no records: check warns, the daemon ends its data at onc
   INFO("check stdout:\n" << by_file.out << "\nstderr:\n" << by_file.err);
   CHECK_THAT(by_file.out, Catch::Contains("job by-file: 5 records from 1 of 1 file(s) of shard 1 of 2, by file (1 of 3 "
                                           "files) -> "));
-  // Every record skipped (the spec says float32, the records hold int64): check says so, not
-  // that the files are empty.
+  // No record parses (the spec says float32, the records hold int64): ringfeedd would refuse
+  // the job at start, naming the feature's line; check says so (exit 2), not that the files are
+  // empty or that ringfeedd would start.
   WriteFile(dir.file("mismatch.yaml"), "job: mismatch\nsource: {files: [\"" + dir.file("data.tfrecord") +
                                            "\"], on_error: skip}\nfeatures:\n  id: {dtype: float32}\n");
-  const CommandResult skipped = RunCommand({CtlBinary(), "check", dir.file("mismatch.yaml")});
+  const CommandResult mismatch = RunCommand({CtlBinary(), "check", dir.file("mismatch.yaml")});
+  INFO("check stdout:\n" << mismatch.out << "\nstderr:\n" << mismatch.err);
+  CHECK(mismatch.status.ToString() == "exit 2");
+  CHECK_THAT(mismatch.err, Catch::Contains("the spec expects float_list (dtype float32); for this data use dtype: int64"));
+  CHECK_THAT(mismatch.err, Catch::Contains("error: ringfeedd would refuse to start this job: " +
+                                           dir.file("mismatch.yaml") + ":4: features.id: none of the 20 records sampled "
+                                           "at start parses with this config's features"));
+  CHECK_THAT(mismatch.err, !Catch::Contains("no batch"));
+  // Every record skipped (each one's data CRC wrong): check says so, not that the files are
+  // empty, and names no features block (these are read errors).
+  std::string bad_crc;
+  for (int64_t id = 0; id < 3; ++id) {
+    std::string framed = FrameRecord(IdRecord(id));
+    framed.back() = static_cast<char>(framed.back() ^ 0x01);
+    bad_crc += framed;
+  }
+  WriteFile(dir.file("bad-crc.tfrecord"), bad_crc);
+  WriteFile(dir.file("bad-crc.yaml"), "job: bad-crc\nsource: {files: [\"" + dir.file("bad-crc.tfrecord") +
+                                          "\"], on_error: skip}\nfeatures:\n" + IdFeaturesYaml());
+  const CommandResult skipped = RunCommand({CtlBinary(), "check", dir.file("bad-crc.yaml")});
   INFO("check stdout:\n" << skipped.out << "\nstderr:\n" << skipped.err);
   CHECK(skipped.status.ToString() == "exit 1");
-  CHECK_THAT(skipped.err, Catch::Contains("the spec expects float_list (dtype float32); for this data use dtype: int64"));
-  CHECK_THAT(skipped.err, Catch::Contains("warning: no batch: every record was skipped (20 parse and 0 read errors, "
-                                          "the first ones above: a features block that no record matches skips them "
-                                          "all)"));
+  CHECK_THAT(skipped.err, Catch::Contains("warning: no batch: every record was skipped (0 parse and 3 read errors, "
+                                          "the first ones above); ringfeedd would start and end its data at once"));
   // One cause, one warning: batch.size above the epoch's 20 records under drop_remainder
   // (before, "no batch" and the plan's batch.size warning, counted as 2 by --strict).
   WriteFile(dir.file("too-big.yaml"), IdJobConfig("too-big", dir.file("data.tfrecord"),

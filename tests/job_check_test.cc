@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -377,7 +378,55 @@ TEST_CASE("spec features that no record has are reported with the closest key") 
       log, log);
   REQUIRE(far.sample_warnings.size() == 1);
   CHECK(far.sample_warnings[0] == "feature 'ride_total' is in none of the 3 records sampled at start (every row gets "
-                                  "an empty list); the records sampled have 'id', 'x'");
+                                  "an empty list); the records sampled have features the config does not name: 'id'");
+}
+
+TEST_CASE("a feature no sampled record has: the nearest name the config does not use, long names by a third of their "
+          "length; without one, the names it does not use") {
+  const auto absent = [](const std::string& features, const std::set<std::string>& keys) {
+    const JobConfig config = LoadJobConfigFromString("job: t\nsource: {files: [x]}\nfeatures:\n" + features);
+    const std::vector<std::string> lines = AbsentFeatures(config.features, keys, 10);
+    REQUIRE(lines.size() == 1);
+    return lines[0];
+  };
+  const std::string head = "feature 'trip_secs' is in none of the 10 records sampled at start (every row gets an empty list)";
+  // 3 edits from 'trip_seconds': more than 2, within a third of 9 characters (the taxi data's
+  // name, which the old limit of 2 missed and the list of 12 names cut off).
+  CHECK(absent("  trip_secs: {type: varlen, dtype: float32}\n", {"company", "fare", "trip_miles", "trip_seconds"}) ==
+        head + "; did you mean 'trip_seconds'?");
+  // 'tips' is 1 edit from 'tipsx' but the config has it: the name it does not use, 2 edits off.
+  CHECK_THAT(absent("  tips: {dtype: float32}\n  tipsx: {type: varlen, dtype: float32}\n", {"tips", "tipsxyz"}),
+             Catch::EndsWith("; did you mean 'tipsxyz'?"));
+  // Short names keep the limit of 2: 'ab' is 3 edits from 'abcde'.
+  CHECK_THAT(absent("  ab: {type: varlen, dtype: int64}\n", {"abcde"}),
+             Catch::EndsWith("; the records sampled have features the config does not name: 'abcde'"));
+  // None near: first the names the config does not use (at most 12, then their count) ...
+  std::set<std::string> many;
+  for (int i = 0; i < 15; ++i) many.insert("feature_" + std::string(1, static_cast<char>('a' + i)));
+  many.insert("zz");
+  CHECK_THAT(absent("  zz: {dtype: int64}\n  label: {type: varlen, dtype: int64}\n", many),
+             Catch::Contains("; the records sampled have features the config does not name: 'feature_a', 'feature_b'") &&
+                 Catch::EndsWith("'feature_l', ... (15 such features)"));
+  // ... and when it names every one, all of them.
+  CHECK_THAT(absent("  zz: {dtype: int64}\n  label: {type: varlen, dtype: int64}\n", {"zz"}),
+             Catch::EndsWith("; the records sampled have 'zz'"));
+}
+
+TEST_CASE("no sampled record parses with the config: check says ringfeedd would refuse it and names the feature's line") {
+  TempDir dir;
+  WriteShard(dir.file("a.tfrecord"), 0, 3);
+  const std::string path = dir.file("job.yaml");
+  WriteFile(path, "job: t\nsource: {files: [\"" + dir.file("*.tfrecord") +
+                      "\"]}\nfeatures:\n  id: {dtype: int64}\n  x: {dtype: int64}\n");
+  std::ostringstream log;
+  const JobCheckResult r = RunJobCheck(LoadJobConfig(path), log, log);
+  CHECK(r.plan_error == path + ":5: features.x: none of the 3 records sampled at start parses with this config's "
+                               "features, so the job would deliver nothing; the first: " +
+                               dir.file("a.tfrecord") +
+                               ": record 0 at byte 0: key 'x': data types don't match: the record has float_list, "
+                               "the spec expects int64_list (dtype int64); for this data use dtype: float32; ringfeedctl "
+                               "check " + path + " checks every record, and ringfeedctl inspect --schema FILE prints a "
+                               "file's features as a config");
 }
 
 // The knobs a memory budget caps, from JobCheckResult::knob_caps ("at most 2 readers (of 12; one
@@ -619,7 +668,7 @@ TEST_CASE("fixed features whose batch is more than the memory budget: the epoch 
     const JobCheckResult r = RunJobCheck(
         LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("*.tfrecord") +
                                 "\"]}\nfeatures:\n  big: {dtype: float32, shape: " + std::string(shape) +
-                                "}\npipeline: {memory_budget: 256MiB}\n"),
+                                ", default: 0}\npipeline: {memory_budget: 256MiB}\n"),
         log, log);
     CHECK_THAT(r.epoch_not_read, Catch::StartsWith("a batch of 32 rows to parse the records into (") &&
                                      Catch::Contains(" for the features' fixed shapes) is more than the memory "
