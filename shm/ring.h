@@ -134,8 +134,9 @@ std::string ConsumerTableName(const Ring& ring, uint32_t id);
 uint32_t ReclaimConsumer(const Ring& ring, uint32_t consumer_id);
 
 // Sleeps until free_futex differs from `seen` (a slot was released or reclaimed since the
-// caller read `seen`, before it looked for a free slot), a wake, or `timeout`; counted in
-// free_waiters. Callers re-check in a loop.
+// caller read `seen`, before it looked for a free slot), a wake, or `timeout`; free_waiters is
+// 1 while it sleeps and 0 after (set, not counted: one thread at a time, the daemon's, may
+// call it; a count a consumer wrote is put right by the next wait). Callers re-check in a loop.
 void WaitForFree(const Ring& ring, uint32_t seen, std::chrono::nanoseconds timeout);
 
 // ---- Consumer side ----

@@ -41,17 +41,18 @@
 //   Waking: a futex wake is a system call (about 1 us even when nobody sleeps), so each futex
 //   word has a waiter count beside it (publish_waiters, free_waiters). A sleeper increments the
 //   count before its FUTEX_WAIT and decrements it after (shm/ring.h: WaitForPublish,
-//   WaitForFree); a waker bumps the futex word, then wakes only when the count is non-zero
-//   (both sides sequentially consistent, so either the waker sees the sleeper or the sleeper's
-//   FUTEX_WAIT sees the bumped word and returns at once). A sleeper that does not count itself
-//   is still woken by its timeout.
+//   WaitForFree, whose one sleeper sets it to 1 and back to 0); a waker bumps the futex word,
+//   then wakes only when the count is non-zero (both sides sequentially consistent, so either
+//   the waker sees the sleeper or the sleeper's FUTEX_WAIT sees the bumped word and returns at
+//   once). A sleeper that does not count itself is still woken by its timeout.
 //
 // Trust: consumers map the segment read-write (NumPy/DLPack need writable buffers), so the
 // daemon acts on nothing a consumer can write without checking it against its own records:
 // it keeps the geometry and each queue's publish count itself (never read back); slot words
 // are checked against its record of each slot; free_futex and the waiter counts only decide
 // when to wake or look again (a wrong value costs a needless wake, or a wait until a 100 ms
-// slice ends; never a lost or duplicated batch); the consumer-table counters are statistics.
+// slice ends; never a lost or duplicated batch; free_waiters is set anew at each of the
+// daemon's waits); the consumer-table counters are statistics.
 // Once a second it compares the geometry, `published`, `taken`, `slot_of` and the words of
 // the slots it published with its records and puts back what differs (Pipeline::RepairRing,
 // logged as "ring repaired"), and the identity, geometry, schema and (while it runs) state
@@ -149,7 +150,7 @@ struct alignas(kPageBytes) Superblock {
 
   std::atomic<uint32_t> state;            // DaemonState
   std::atomic<uint32_t> free_futex;       // bumped by consumers on release; the daemon waits on it
-  std::atomic<uint32_t> free_waiters;     // threads sleeping on free_futex right now
+  std::atomic<uint32_t> free_waiters;     // 1 while the daemon sleeps on free_futex (WaitForFree)
   uint32_t reserved1;
   std::atomic<uint64_t> heartbeat_ns;     // CLOCK_MONOTONIC, written by the daemon's heartbeat thread
   uint64_t heartbeat_period_ns;

@@ -408,6 +408,33 @@ TEST_CASE("Release wakes a WaitForFree sleeper, Publish a WaitForPublish sleeper
   CHECK(ring.queue(0).publish_waiters.load() == 0);
 }
 
+// A consumer that wrote free_waiters (one decrement too many: 0 while the daemon sleeps) made
+// every later wait run to its timeout, since releases wake only a counted sleeper: 10x slower
+// for good, with nothing logged (helper-147). The daemon's wait sets the count.
+TEST_CASE("WaitForFree is woken by a release after a consumer wrote free_waiters") {
+  using namespace std::chrono_literals;
+  TempDir dir;
+  RingTestProducer producer(Options(dir, 1));
+  const shm::Ring& ring = producer.ring();
+  REQUIRE(producer.PublishBatch(0, 0) == 0);
+  uint32_t slot = 0;
+  uint64_t seq = 0;
+  REQUIRE(shm::TryClaim(ring, 0, 1, &slot, &seq) == ClaimResult::kClaimed);
+  ring.sb->free_waiters.store(UINT32_MAX);  // 0 - 1: a count that an increment takes to 0
+  const uint32_t seen = ring.sb->free_futex.load();
+  std::thread consumer([&] {
+    std::this_thread::sleep_for(200ms);
+    CHECK(shm::Release(ring, slot, 1, seq));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  shm::WaitForFree(ring, seen, std::chrono::seconds(20));
+  const auto waited = std::chrono::steady_clock::now() - start;
+  consumer.join();
+  CHECK(waited < 10s);  // woken by the release, not by the timeout
+  CHECK(shm::IsFree(ring, slot));
+  CHECK(ring.sb->free_waiters.load() == 0);
+}
+
 TEST_CASE("SetState writes the message before the state, closes queues on terminal states") {
   TempDir dir;
   ProducerOptions o = Options(dir, 4);
