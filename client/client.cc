@@ -132,9 +132,13 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
   // Until attach_timeout: nothing listens at the socket yet, or a daemon took the connection and
   // stopped before answering (one being restarted: it resets the connections queued at its
   // socket as it closes it), and the next one may be starting.
-  auto wait_or_throw = [&](const std::string& reason) {
+  // A daemon that refused the attach for now (its control connections all taken: `retry` in
+  // its error) is tried again too, and its refusal is the error once attach_timeout is over.
+  auto wait_or_throw = [&](const std::string& reason, bool refused = false) {
     const auto now = Clock::now();
     if (attach_timeout.count() == 0) {
+      if (refused) throw ClientError(reason + ". To try again for a while, set attach_timeout (ClientOptions; "
+                                              "attach_timeout= in Python)");
       throw DaemonNotRunningError(reason +
                                       ". To wait for a daemon that is starting, set attach_timeout (ClientOptions; "
                                       "attach_timeout= in Python)",
@@ -144,7 +148,9 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
       const double seconds = std::chrono::duration<double>(attach_timeout).count();
       char waited[32];
       std::snprintf(waited, sizeof waited, seconds >= 100 ? "%.0f" : "%.3g", seconds);  // 0.05, 1.5, 600
-      throw DaemonNotRunningError(reason + " (tried for " + waited + " s: attach_timeout)", reason);
+      const std::string tried = std::string(" (tried for ") + waited + " s: attach_timeout)";
+      if (refused) throw ClientError(reason + tried);
+      throw DaemonNotRunningError(reason + tried, reason);
     }
     if (options.interrupted && options.interrupted()) {
       throw ClientInterrupted("attaching to ringfeedd for job " + a->job + " was interrupted");
@@ -157,7 +163,13 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
       a->connection.Connect(a->socket_path, a->job);
       a->connection.SendLine(HelloLine(options.rank));
       line = a->connection.ReadLine(std::max(a->liveness_timeout, std::chrono::milliseconds(1000)));
-      break;
+      const json refusal = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!refusal.is_object() || !refusal.contains("retry") || refusal["retry"] != true) break;
+      a->connection.Close();
+      wait_or_throw("ringfeedd for job " + a->job + " refused this consumer: " +
+                        (refusal.contains("message") && refusal["message"].is_string()
+                             ? refusal["message"].get<std::string>() : refusal.dump()),
+                    /*refused=*/true);
     } catch (const DaemonNotRunningError& e) {
       wait_or_throw(e.reason());
     } catch (const detail::ConnectionClosedError& e) {
@@ -473,7 +485,8 @@ void Client::TakeBatch(uint32_t slot, uint64_t seq, Batch* out) {
   if (!shm::ReadBatch(base, a.ring.slot_bytes, a.batch_size, a.features, &out->checked_, &error)) {
     shm::Release(a.ring, slot, a.consumer_id, seq);
     throw ClientError(a.InvalidBatch(slot, seq, error) +
-                      ". The batch was dropped; this is a bug in ringfeedd or memory corruption: please report it");
+                      ". The batch was dropped. A process that maps the job's segment wrote into it (a trainer writing "
+                      "past its batch), or this is a bug in ringfeedd: please report it");
   }
   a.consumer_entry().batches_taken.fetch_add(1, std::memory_order_relaxed);
   out->attachment_ = attachment_;

@@ -398,7 +398,8 @@ void ControlServer::Admit(stream_protocol::socket socket) {
   if (connections_ >= kMaxControlConnections) {  // refuse this one, saying why (best effort)
     const std::string message = nlohmann::json{{"type", "error"},
                                                 {"message", "ringfeedd has " + std::to_string(kMaxControlConnections) +
-                                                                " control connections open already; try again"}}
+                                                                " control connections open already; try again"},
+                                                {"retry", true}}
                                     .dump() + "\n";
     boost::system::error_code ignored;
     socket.non_blocking(true, ignored);

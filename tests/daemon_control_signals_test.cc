@@ -18,6 +18,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
@@ -227,8 +228,38 @@ TEST_CASE("256 control connections held open: a trainer gets the daemon's reason
     Client::Attach(daemon.client_options());
     FAIL("attached past the connection limit");
   } catch (const ClientError& e) {
-    CHECK_THAT(e.what(), Catch::Contains("refused this consumer: ringfeedd has 256 control connections open already"));
+    CHECK_THAT(e.what(), Catch::Contains("refused this consumer: ringfeedd has 256 control connections open already; "
+                                         "try again. To try again for a while, set attach_timeout"));
   }
+  // With attach_timeout the refusal is tried again (it was thrown at once: helper-147): here
+  // until the deadline, then with the reason and the time tried ...
+  ClientOptions waiting = daemon.client_options();
+  waiting.attach_timeout = std::chrono::milliseconds(600);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    Client::Attach(waiting);
+    FAIL("attached past the connection limit");
+  } catch (const ClientError& e) {
+    CHECK_THAT(e.what(), Catch::EndsWith("refused this consumer: ringfeedd has 256 control connections open already; "
+                                         "try again (tried for 0.6 s: attach_timeout)"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 >= std::chrono::milliseconds(600));
+  // ... and a trainer that waits gets in once connections close.
+  waiting.attach_timeout = kEventually;
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    held.pop_back();
+  });
+  const auto before = std::chrono::steady_clock::now();
+  std::string waited_error;
+  try {
+    CHECK(Client::Attach(waiting) != nullptr);
+  } catch (const ClientError& e) {
+    waited_error = e.what();
+  }
+  CHECK(waited_error.empty());
+  CHECK(std::chrono::steady_clock::now() - before >= std::chrono::milliseconds(400));
+  closer.join();
   held.clear();  // closed: trainers get in again
   bool attached = false;
   std::string last_error;
