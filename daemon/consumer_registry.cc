@@ -151,8 +151,9 @@ uint32_t ConsumerRegistry::DetachLocked(uint32_t id, pid_t pid) {
   const uint32_t reclaimed = shm::ReclaimConsumer(ring, id);
   sb->consumers[id - 1].attached.store(0, std::memory_order_release);
   if (reclaimed > 0 && after_the_data) {
-    spdlog::info("consumer {} (pid {}) detached after the end of the data holding {} batch(es) (not released "
-                 "when its process exited or was killed); their slots are reclaimed", id, e.pid, reclaimed);
+    spdlog::info("consumer {} (pid {}) detached after the end of the data, with its last {} batch(es) not released "
+                 "(still in use when its process ended, as when a trainer exits after its last batch); their slots "
+                 "are reclaimed", id, e.pid, reclaimed);
   } else if (reclaimed > 0) {
     batches_reclaimed_ += reclaimed;
     // A warning: records of this epoch that no trainer trained on. Not necessarily a crash: a

@@ -561,7 +561,7 @@ size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& att
     }
     // The consumer's own CAS wins a race: only the word seen is replaced.
     if (!why.empty() && word.compare_exchange_strong(w, shm::SlotWord{}.Pack(), std::memory_order_acq_rel)) {
-      repaired("slot " + std::to_string(s) + " was " + why + "; freed (its batch is not delivered)");
+      repaired("slot " + std::to_string(s) + " was " + why + "; freed (its batch, unless a consumer had taken it, is not delivered)");
       shm::FutexWakeAll(&ring_.sb->free_futex);
     }
   }
