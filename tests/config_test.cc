@@ -1097,6 +1097,24 @@ TEST_CASE("the example in docs/config.md loads", "[config][examples]") {
   CHECK(c.consumers.count == 8);
   CHECK(c.permissions.group == "trainers");
   CHECK(c.log_level == LogLevel::kInfo);
+  CHECK(c.source.on_error == OnError::kSkip);
+  CHECK(c.batch.drop_remainder);
+  // "Every key at once": each key of the reference tables ("| `pipeline.read_ahead` |") is in
+  // the example (it lacked 9 of them: helper-148).
+  std::ifstream doc(kSourceDir + "/docs/config.md");
+  std::string row;
+  int keys = 0;
+  while (std::getline(doc, row)) {
+    if (!row.starts_with("| `") || row.find("` |") == std::string::npos) continue;
+    const std::string key = row.substr(3, row.find("` |") - 3);
+    if (key.find(' ') != std::string::npos || key.find('(') != std::string::npos) continue;  // not a key row
+    const std::string leaf = key.substr(key.rfind('.') + 1);
+    if (leaf == "NAME") continue;  // features.NAME: the feature names themselves
+    INFO(key);
+    CHECK_THAT(blocks[0], Catch::Contains(leaf + ":"));
+    ++keys;
+  }
+  CHECK(keys >= 40);
   // The shard snippets, each on top of a minimal job.
   int snippets = 0;
   for (const std::string& block : blocks) {
