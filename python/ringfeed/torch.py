@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Dict, Iterable, Iterator, Optional, Sequence
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence
 
 try:
     import torch
@@ -188,9 +188,28 @@ class RingfeedIterable(_Base):
         self.stream = stream
         self.metadata = metadata
         self.client: Optional[ringfeed.Client] = None  # the client of the running iteration
+        self._files: Optional[List[str]] = None  # the job's file list, as an iteration's client read it
         # The client of an iteration that Ctrl-C ended in its wait, and the process that made it.
         self._interrupted: Optional[ringfeed.Client] = None
         self._interrupted_pid = 0
+
+    @property
+    def files(self) -> List[str]:
+        """The job's file list, which ``_batch["sources"][0]`` (file indices) indexes: as
+        ``ringfeed.Client.files`` read it for an iteration in this process (with ``metadata=True``
+        as the iteration starts; else asked now of the running iteration's client), kept after the
+        iteration ends. Raises ``ringfeed.ClientError`` where no iteration ran in this process
+        (before the first, or in a DataLoader's main process when its workers iterate: there,
+        ``ringfeedctl status JOB --files``) or the daemon is gone."""
+        if self._files is None:
+            if self.client is None or self.client.closed:
+                raise ringfeed.ClientError(
+                    f"RingfeedIterable({self.job!r}).files: no iteration of this dataset ran in this process "
+                    f"(pid {os.getpid()}) yet, whose client would ask the daemon: iterate it first (with "
+                    f"metadata=True the list is read as the iteration starts), or see ringfeedctl status "
+                    f"{self.job} --files")
+            self._files = self.client.files
+        return list(self._files)
 
     def _select(self, client: ringfeed.Client):
         schema = {f.name: f for f in client.schema}
@@ -226,6 +245,8 @@ class RingfeedIterable(_Base):
             client = ringfeed.Client(self.job, rank=self.rank, timeout=self.timeout, runtime_dir=self.runtime_dir,
                                      liveness_timeout=self.liveness_timeout, attach_timeout=self.attach_timeout)
         self.client = client
+        # The list sources index, of this client's daemon (a restarted one may list other files).
+        self._files = client.files if self.metadata else None
         uploader = stream = None  # before the try: the finally needs it when _select raises
         keep = False
         try:

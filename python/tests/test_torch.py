@@ -85,6 +85,20 @@ def test_iterable_metadata_says_each_batch_and_where_each_row_came_from(daemon_f
         seen.append((meta["epoch"], meta["index"], meta["rows"], meta["end_of_epoch"], meta["end_of_data"]))
     assert seen == [(0, 0, 4, False, False), (0, 1, 4, False, False), (0, 2, 2, True, False),
                     (1, 0, 4, False, False), (1, 1, 4, False, False), (1, 2, 2, True, True)]
+    # The paths the file indices name, kept after the iteration (and the daemon) ended: before,
+    # that took a second client (helper-148).
+    assert dataset.files == [str(tmp_path / "data.tfrecord")]
+
+
+def test_iterable_files_before_any_iteration_says_how_to_get_them(daemon_factory, tmp_path):
+    d = daemon_factory(id_job(tmp_path, count=10, batch=4))
+    dataset = RingfeedIterable(d.job, runtime_dir=str(d.runtime_dir), features=["id"])
+    with pytest.raises(ringfeed.ClientError, match=r"no iteration of this dataset ran in this process .* iterate it "
+                                                   r"first .* ringfeedctl status .* --files"):
+        dataset.files
+    batches = iter(dataset)
+    next(batches)
+    assert dataset.files == [str(tmp_path / "data.tfrecord")]  # without metadata: asked of the running client
 
 
 def test_iterable_interrupted_in_its_wait_goes_on_from_the_batch_it_took(daemon_factory, tmp_path, sigint_after):
