@@ -653,7 +653,13 @@ int RunDaemon(const DaemonOptions& options) {
                                       .memory_budget_bytes = plan.autotune.memory_budget_bytes,
                                       .memory_budget_source = plan.autotune.memory_budget_source,
                                       .memory = plan.memory,
-                                      .shuffle_buffer = config.shuffle.buffer};
+                                      .shuffle_buffer = config.shuffle.buffer,
+                                      .batch_size = config.batch.size,
+                                      .drop_remainder = config.batch.drop_remainder,
+                                      .shuffle_files = config.shuffle.files,
+                                      .shuffle_seed = config.shuffle.seed,
+                                      .on_error = config.source.on_error == OnError::kSkip ? "skip" : "fail",
+                                      .compression = std::string(CompressionName(config.source.compression))};
     const std::function<nlohmann::json()> autotune_status = [&] {
       return autotune ? autotune->StatusJson() : nlohmann::json(nullptr);
     };

@@ -75,6 +75,14 @@ struct JobStatusFacts {
   std::string memory_budget_source;
   MemoryPlan memory;
   int64_t shuffle_buffer = 0;  // shuffle.buffer (records)
+  // The config values that shape the batches, as loaded at start (an edited config file takes
+  // effect only at a restart): status's `settings`, keyed by their config names.
+  int64_t batch_size = 0;
+  bool drop_remainder = false;
+  bool shuffle_files = false;
+  uint64_t shuffle_seed = 0;
+  std::string on_error;     // "fail", "skip"
+  std::string compression;  // "auto", "none", "gzip", "zlib"
 };
 
 // What status reports as it is now.

@@ -155,6 +155,16 @@ void PrintStatusTable(const ReplyFields& s, std::ostream& out) {
   // Which daemon answered: with the job in several runtime directories, `status JOB` asks the
   // one in the directory itself first (a daemon before `socket` has none).
   if (const std::string socket = s.String("socket"); !socket.empty()) out << "socket     " << socket << "\n";
+  // The config as the daemon loaded it at start (an older ringfeedd does not send it).
+  if (s.Has("settings")) {
+    const ReplyFields set = s.Object("settings");
+    const auto flag = [&](const char* key) { return set.Bool(key) ? "true" : "false"; };
+    out << "settings   batch.size " << set.Integer("batch.size") << " (drop_remainder " << flag("batch.drop_remainder")
+        << "), shuffle.buffer " << set.Integer("shuffle.buffer") << ", shuffle.files " << flag("shuffle.files")
+        << " (seed " << set.Count("shuffle.seed") << "), cycle_length " << set.Integer("pipeline.cycle_length")
+        << ", on_error " << set.String("source.on_error") << ", compression " << set.String("source.compression")
+        << " (as loaded at start: an edited config takes effect at a restart)\n";
+  }
   out << "state      " << state << ", up " << SecondsText(s.Number("uptime_seconds"));
   if (state == "end_of_data") {
     // Production's end, not the trainers': batches may still wait in the ring.

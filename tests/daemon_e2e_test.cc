@@ -763,6 +763,7 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
                              "  b: {type: varlen, dtype: bytes}\n"
                              "  i: {type: fixed, dtype: int64}\n"
                              "batch: {size: 2}\n"
+                             "shuffle: {files: true, seed: 7}\n"
                              "epochs: 0\n";
   DaemonProcess daemon(dir.path(), job, config);
   RINGFEED_REQUIRE_STARTED(daemon);
@@ -782,7 +783,10 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   INFO("status:\n" << table.out << table.err);
   CHECK(table.status.ToString() == "exit 0");
   CHECK_THAT(table.out, Catch::Contains("job        " + job + "   (pid " + pid + ", config " + daemon.config_path() +
-                                        ")\nsocket     " + daemon.socket_path() + "\nstate      running"));
+                                        ")\nsocket     " + daemon.socket_path() + "\nsettings   batch.size 2 "
+                                        "(drop_remainder false), shuffle.buffer 0, shuffle.files true (seed 7), "
+                                        "cycle_length 4, on_error fail, compression auto (as loaded at start: an "
+                                        "edited config takes effect at a restart)\nstate      running"));
   CHECK_THAT(table.out, Catch::Contains("consumers  1 attached"));
   CHECK_THAT(table.out, Catch::Contains("id " + std::to_string(client->consumer_id()) + " pid " + me + ":"));
 
@@ -794,6 +798,9 @@ TEST_CASE("ringfeedctl list, status and dump against a running daemon") {
   CHECK(status["config"] == daemon.config_path());
   CHECK(status["socket"] == daemon.socket_path());
   CHECK(status["epochs"] == 0);
+  CHECK(status["settings"] == json{{"batch.size", 2}, {"batch.drop_remainder", false}, {"shuffle.buffer", 0},
+                                   {"shuffle.files", true}, {"shuffle.seed", 7}, {"pipeline.cycle_length", 4},
+                                   {"source.on_error", "fail"}, {"source.compression", "auto"}});
   REQUIRE(status["consumers"].size() == 1);
   CHECK(status["consumers"][0]["pid"] == ::getpid());
   CHECK(status["consumers"][0]["id"] == client->consumer_id());
