@@ -176,8 +176,8 @@ std::string SampleParseProblem(const JobConfig& config, const RecordSample& samp
   }
   return where + ": none of the " + std::to_string(sample.parse_checked) +
          (sample.parse_checked == 1 ? " record sampled at start parses" : " records sampled at start parses") +
-         " with this config's features, so the job would deliver nothing; the first: " + sample.first_parse_failure +
-         fix;
+         " with this config's features, so the job would deliver none of them; the first: " +
+         sample.first_parse_failure + fix;
 }
 
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,

@@ -914,7 +914,7 @@ TEST_CASE("no sampled record parses with the config (a dtype the data does not h
     CHECK(daemon.exit_status()->ToString() == "exit 2");
     CHECK_THAT(daemon.Stderr(),
                Catch::Contains(daemon.config_path() + ":4: features.id: none of the 20 records sampled at start parses "
-                               "with this config's features, so the job would deliver nothing; the first: " +
+                               "with this config's features, so the job would deliver none of them; the first: " +
                                dir.file("data.tfrecord") + ": record 0 at byte 0: key 'id': data types don't match: "
                                "the record has int64_list, the spec expects float_list (dtype float32); for this data use "
                                "dtype: int64; ringfeedctl check " + daemon.config_path() + " checks every record"));

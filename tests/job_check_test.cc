@@ -421,7 +421,7 @@ TEST_CASE("no sampled record parses with the config: check says ringfeedd would 
   std::ostringstream log;
   const JobCheckResult r = RunJobCheck(LoadJobConfig(path), log, log);
   CHECK(r.plan_error == path + ":5: features.x: none of the 3 records sampled at start parses with this config's "
-                               "features, so the job would deliver nothing; the first: " +
+                               "features, so the job would deliver none of them; the first: " +
                                dir.file("a.tfrecord") +
                                ": record 0 at byte 0: key 'x': data types don't match: the record has float_list, "
                                "the spec expects int64_list (dtype int64); for this data use dtype: float32; ringfeedctl "
