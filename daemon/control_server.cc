@@ -45,6 +45,7 @@ constexpr auto kControlIdleTimeout = std::chrono::seconds(60);
 constexpr auto kAcceptBackoff = std::chrono::milliseconds(100);
 constexpr auto kAcceptWarningEvery = std::chrono::seconds(10);  // the warning while accept fails
 constexpr auto kRefusalWarningEvery = std::chrono::seconds(10);  // ... and while connections are refused
+constexpr auto kAttachRefusalLogEvery = std::chrono::seconds(1);  // a refused consumer's reason, at most
 
 // The deepest nesting of objects and arrays in `line` (a JSON text), counted outside strings;
 // stops counting once over `limit`.
@@ -204,7 +205,16 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
         }
         std::string error;
         const auto id = server_->handlers_.attach(peer_pid_, rank, &error);
-        if (!id) return Fail(error);
+        if (!id) {
+          // The trainer gets the reason; the operator sees it too (it was only the trainer's).
+          ++server_->refused_attaches_;
+          if (const auto now = std::chrono::steady_clock::now(); now >= server_->next_attach_refusal_log_) {
+            server_->next_attach_refusal_log_ = now + kAttachRefusalLogEvery;
+            spdlog::info("refused a consumer (pid {}): {} [{} refused so far]", peer_pid_, error,
+                         server_->refused_attaches_);
+          }
+          return Fail(error);
+        }
         consumer_id_ = *id;
         welcome["consumer_id"] = *id;
       } else if (role != "control") {

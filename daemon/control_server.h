@@ -97,6 +97,8 @@ class ControlServer {
   std::chrono::steady_clock::time_point next_accept_warning_{};  // rate limit of its warning
   std::chrono::steady_clock::time_point next_refusal_warning_{};  // ... and of refused connections
   uint64_t refused_connections_ = 0;
+  std::chrono::steady_clock::time_point next_attach_refusal_log_{};  // ... and of refused attaches
+  uint64_t refused_attaches_ = 0;
   size_t connections_ = 0;
   std::shared_ptr<bool> alive_;  // connections outliving the server see false
 };

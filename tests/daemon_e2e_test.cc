@@ -588,6 +588,9 @@ TEST_CASE("consumers.mode ranks: batch k only at rank k % 2, same counts, the in
     CHECK_THAT(e.what(), Catch::Contains("rank 1 is already attached by pid " + std::to_string(ranks[1]->pid())));
     CHECK_THAT(e.what(), !Catch::Contains("this process"));
   }
+  // The operator sees the refusal too (only the trainer did: helper-147); at most one a second.
+  CHECK(daemon.WaitForStderr("[info] refused a consumer (pid " + std::to_string(::getpid()) +
+                             "): rank 1 is already attached by pid " + std::to_string(ranks[1]->pid())));
   try {
     Client::Attach(daemon.client_options(5));
     FAIL("rank 5 was accepted with consumers.count 2");
