@@ -60,9 +60,11 @@ class ConsumerRegistry {
   };
   std::vector<Info> List() const;
   // Whether consumer `id` (1..shm::kMaxConsumers) is attached now.
-  bool IsAttached(uint32_t id) const {
+  // Consumer `id`'s rank (-1 in shared mode) while it is attached; nullopt when it is not.
+  std::optional<int> RankIfAttached(uint32_t id) const {
     std::lock_guard lock(mutex_);
-    return id >= 1 && id <= entries_.size() && entries_[id - 1].attached;
+    if (id < 1 || id > entries_.size() || !entries_[id - 1].attached) return std::nullopt;
+    return entries_[id - 1].rank;
   }
   // Ranks mode: the ranks (0..count-1) no consumer is attached as now; empty in shared mode.
   std::vector<int> RanksWithoutConsumer() const;

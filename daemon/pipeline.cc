@@ -483,7 +483,7 @@ void Pipeline::PublishLocked(const Done& done) {
   batches_.fetch_add(1, std::memory_order_relaxed);
 }
 
-size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& attached) {
+size_t Pipeline::RepairRing(const std::function<std::optional<int>(uint32_t consumer_id)>& rank_of) {
   std::lock_guard lock(mutex_);
   size_t repairs = 0;
   // Logged: the first kLogBurst repairs, then one line per scan, so a process that writes in a
@@ -550,8 +550,14 @@ size_t Pipeline::RepairRing(const std::function<bool(uint32_t consumer_id)>& att
     const Published& p = slot_published_[s];
     const bool as_published = sw.queue == p.queue && sw.seq == (p.seq & shm::SlotWord::kSeqMask);
     std::string why;
-    if (sw.state == shm::SlotState::kHeld && !attached(sw.owner)) {
+    const std::optional<int> holder_rank =
+        sw.state == shm::SlotState::kHeld ? rank_of(sw.owner) : std::optional<int>();
+    if (sw.state == shm::SlotState::kHeld && !holder_rank) {
       why = "held by consumer " + std::to_string(sw.owner) + ", which is not attached";
+    } else if (sw.state == shm::SlotState::kHeld && *holder_rank >= 0 && as_published &&
+               static_cast<uint32_t>(*holder_rank) != sw.queue) {
+      why = "held by consumer " + std::to_string(sw.owner) + " (rank " + std::to_string(*holder_rank) +
+            "), but its batch is rank " + std::to_string(sw.queue) + "'s";
     } else if ((sw.state == shm::SlotState::kHeld || sw.state == shm::SlotState::kReady) && !as_published) {
       why = "marked as batch " + std::to_string(sw.seq) + " of queue " + std::to_string(sw.queue) +
             ", published as batch " + std::to_string(p.seq) + " of queue " + std::to_string(p.queue);

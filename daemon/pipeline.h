@@ -37,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -166,13 +167,16 @@ class Pipeline {
   // in the ring, from the daemon's own records, so that it cannot stop delivery for good:
   // the superblock's geometry (what attaching clients read); each queue's `published` (the daemon's count) and `slot_of` entries of batches waiting; a
   // `taken` past the oldest batch waiting (or past `published`), rewound to it; slots the
-  // daemon published whose word says kFilling or no known state, or kHeld by a consumer id
-  // that `attached` says is not attached, freed. Each repair is logged as an error and
+  // daemon published whose word says kFilling or no known state, kHeld by a consumer id
+  // that `rank_of` says is not attached (nullopt), or in ranks mode kHeld by a consumer of
+  // another rank than the batch's queue (a rank forging holds on another rank's batches stalled
+  // that rank for good), freed. Each repair is logged as an error and
   // counted (PipelineStats::ring_repairs); returns how many. A consumer that forges
   // another's words while it reads them is beyond repair: it can spoil that batch (the
   // zero-copy mapping). Call periodically, not concurrently with an attach (ringfeedd: on
   // the control socket's thread).
-  size_t RepairRing(const std::function<bool(uint32_t consumer_id)>& attached);
+  // rank_of(id): nullopt when consumer `id` is not attached, else its rank (-1: shared mode).
+  size_t RepairRing(const std::function<std::optional<int>(uint32_t consumer_id)>& rank_of);
   // The superblock as the daemon wrote it (WriteSuperblock into private memory with the same
   // inputs): RepairRing puts back its identity, geometry and schema, and while production runs
   // its state and error text. Without one, only the geometry the Ring holds is checked.

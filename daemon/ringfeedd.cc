@@ -874,7 +874,7 @@ int RunDaemon(const DaemonOptions& options) {
         }
         consumers.ReapDead();
         // On this thread, as attaches: a consumer attached during the scan can't be missed.
-        pipeline->RepairRing([&](uint32_t id) { return consumers.IsAttached(id); });
+        pipeline->RepairRing([&](uint32_t id) { return consumers.RankIfAttached(id); });
         const PipelineStats s = pipeline->Snapshot();
         if (ranks) consumers.WatchRanks(s.ready_per_queue);
         // An epoch begun: logged at most once a minute (a small data set's epochs may take

@@ -56,8 +56,9 @@
 // Once a second it compares the geometry, `published`, `taken`, `slot_of` and the words of
 // the slots it published with its records and puts back what differs (Pipeline::RepairRing,
 // logged as "ring repaired"), and the identity, geometry, schema and (while it runs) state
-// and error text that clients read. Not repairable: slots forged as held by a consumer that
-// is attached (freed when it detaches).
+// and error text that clients read; in ranks mode, slots held by a consumer of another rank
+// than the batch's are freed. Not repairable: slots forged as held by a consumer that is
+// attached, of the batch's rank (freed when it detaches).
 //
 // Changing anything here changes kLayoutHash (computed from the sizes and offsets below);
 // bump kLayoutVersion for intentional format changes.

@@ -635,6 +635,54 @@ TEST_CASE("a process that writes the ring's words: the daemon keeps its own geom
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("ranks mode: a rank that marks another rank's ready batches as held by itself has them freed, and the "
+          "other rank goes on") {
+  // Before, the slots stayed held by the forger (an attached consumer, so not repaired): rank 0
+  // waited for good and the ring filled (helper-147).
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 80);
+  DaemonProcess daemon(dir.path(), "forged-rank",
+                       IdJobConfig("forged-rank", dir.file("data.tfrecord"),
+                                   "batch: {size: 4}\nepochs: 0\nring: {slots: 6}\n"
+                                   "consumers: {mode: ranks, count: 2}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  daemon.ExpectRingRepairs();
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  auto rank0 = Client::Attach(daemon.client_options(0));
+  auto rank1 = Client::Attach(daemon.client_options(1));
+  const std::string name = "/" + std::filesystem::path(daemon.segment_path()).filename().string();
+  shm::Segment segment = shm::Segment::Open(name);
+  const shm::Ring ring = shm::Ring::Of(segment.data());
+  // Rank 1's process forges holds on every ready batch of rank 0 (queue 0), as claims would
+  // write them, with its own consumer id.
+  int forged = 0;
+  REQUIRE(WaitUntil([&] {
+    for (uint32_t s = 0; s < ring.slot_count; ++s) {
+      uint64_t word = ring.header(s)->word.load();
+      const shm::SlotWord w = shm::SlotWord::Unpack(word);
+      if (w.state != shm::SlotState::kReady || w.queue != 0) continue;
+      const uint64_t held = shm::SlotWord{shm::SlotState::kHeld, 0, rank1->consumer_id(), w.seq}.Pack();
+      if (ring.header(s)->word.compare_exchange_strong(word, held)) ++forged;
+    }
+    return forged > 0;
+  }));
+  CHECK(daemon.WaitForStderr("), but its batch is rank 0's; freed (its batch, unless a consumer had taken it, is "
+                             "not delivered)"));
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("was held by consumer " + std::to_string(rank1->consumer_id()) +
+                                              " (rank 1), but its batch is rank 0's"));
+  // Rank 0 goes on (its batches after the freed ones), and so does rank 1.
+  for (int i = 0; i < 20; ++i) {
+    Batch b0, b1;
+    REQUIRE(rank0->Next(std::chrono::seconds(10), &b0) == Client::Status::kBatch);
+    REQUIRE(rank1->Next(std::chrono::seconds(10), &b1) == Client::Status::kBatch);
+    CHECK(b0.index() % 2 == 0);
+    CHECK(b1.index() % 2 == 1);
+  }
+  rank0.reset();
+  rank1.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("more consumers than ring slots, each holding a batch: warned at attach, shown in status, logged") {
   TempDir dir;
   WriteIdFile(dir.file("part-0.tfrecord"), 0, 1000);
