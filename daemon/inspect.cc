@@ -404,6 +404,16 @@ std::string Percent(uint64_t part, uint64_t whole) {
   return text;
 }
 
+// JSON text (a dump) with DEL as \u007F, which JSON leaves raw and YAML allows only escaped
+// (YAML 1.2 c-printable; the config loader refuses the raw byte, so a config inspect wrote for
+// a name with DEL was refused: helper-149). \u007F reads back as DEL in JSON and YAML alike.
+std::string EscapeDel(std::string json_text) {
+  for (size_t at = json_text.find('\x7f'); at != std::string::npos; at = json_text.find('\x7f', at + 6)) {
+    json_text.replace(at, 1, "\\u007F");
+  }
+  return json_text;
+}
+
 // A feature name for a one-line comment: as is when it is plain printable text, else quoted
 // with escapes (so a newline in a key cannot break the YAML around it).
 std::string DisplayName(const std::string& name) {
@@ -411,7 +421,7 @@ std::string DisplayName(const std::string& name) {
     return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
   });
   if (printable && TextForJson(name) == name) return name;
-  return Json(TextForJson(name)).dump();
+  return EscapeDel(Json(TextForJson(name)).dump());
 }
 
 // A feature name as a YAML mapping key: plain when unambiguous, else a double-quoted (JSON)
@@ -428,7 +438,7 @@ std::string YamlKey(const std::string& name) {
   constexpr std::array<std::string_view, 3> kYamlWords = {"null", "true", "false"};
   const bool reserved = std::find(kYamlWords.begin(), kYamlWords.end(), lower) != kYamlWords.end();
   if (plain_chars && !reserved) return name;
-  return Json(name).dump(-1, ' ', false, nlohmann::detail::error_handler_t::replace);
+  return EscapeDel(Json(name).dump(-1, ' ', false, nlohmann::detail::error_handler_t::replace));
 }
 
 // The spec of one feature for the `features:` block, or "" with *why set when it has none.

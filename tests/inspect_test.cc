@@ -934,6 +934,23 @@ TEST_CASE("inspect --schema: names beyond U+FFFF and with NUL bytes") {
   CHECK(ParseAllWithSchema(r.out, {path}) == 3);
 }
 
+TEST_CASE("inspect --schema: a name with DEL (0x7F) is written escaped, and the config loads and reads it") {
+  // JSON leaves DEL raw; YAML allows it only escaped, and the config loader refuses the raw
+  // byte anywhere in the file, the summary's comments too (helper-149).
+  TempDir dir;
+  const std::string del = "del\x7f";
+  std::vector<std::string> records;
+  for (int i = 0; i < 3; ++i) records.push_back(Example({Int64Entry(del, {i}), FloatEntry("x", {0.5f})}));
+  const std::string path = dir.file("del.tfrecord");
+  WriteRecords(path, records);
+  CtlResult r = Ctl({"inspect", "--schema", path});
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.out.find('\x7f') == std::string::npos);
+  CHECK(r.out.find("  \"del\\u007F\": {type: fixed, dtype: int64") != std::string::npos);
+  CHECK(ParseAllWithSchema(r.out, {path}) == 3);
+}
+
 TEST_CASE("inspect --schema with more features than a job holds: the first 256 in the block, the rest named, a note") {
   TempDir dir;
   std::vector<std::string> entries;
