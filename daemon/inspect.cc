@@ -501,11 +501,14 @@ void PrintSchemaTable(const Schema& schema, size_t files, std::ostream& out) {
 constexpr size_t kMaxSchemaNameBytes = 127;
 constexpr size_t kMaxSchemaFeatures = 256;
 
-// Returns how many features were left out because a job holds at most kMaxSchemaFeatures.
-size_t PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
+struct FeaturesBlock {
+  size_t specs = 0;       // features given a spec
+  size_t over_limit = 0;  // features left out because a job holds at most kMaxSchemaFeatures
+};
+FeaturesBlock PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
   if (schema.features.empty()) {
     out << "# no features found\nfeatures: {}\n";
-    return 0;
+    return {};
   }
   struct Line {
     std::string key, spec, why;
@@ -548,7 +551,7 @@ size_t PrintFeaturesBlock(const Schema& schema, std::ostream& out) {
     if (!line.why.empty()) out << std::string(spec_width - line.spec.size(), ' ') << "  # " << line.why;
     out << '\n';
   }
-  return over_limit;
+  return {.specs = specs, .over_limit = over_limit};
 }
 
 Json SchemaJson(const Schema& schema, size_t files) {
@@ -591,26 +594,36 @@ int RunSchema(const InspectOptions& options, std::ostream& out, std::ostream& er
            "tf.train.Example, so the features block below has only their context features; the feature lists "
            "are not read\n";
   }
-  uint64_t mixed = 0;
+  uint64_t block_problems = 0;  // mixed list kinds, an empty block
   for (const auto& [name, s] : schema.features) {
     if (s.KindCount() > 1) {
       err << "schema: feature '" << name << "' has two list kinds: " << KindsText(s)
           << "; no spec parses both, so it is left out of the features block\n";
-      ++mixed;
+      ++block_problems;
     }
   }
   if (options.json) {
     out << Dump(SchemaJson(schema, options.files.size())) << '\n';
   } else {
     PrintSchemaTable(schema, options.files.size(), out);
-    const size_t over_limit = PrintFeaturesBlock(schema, out);
-    if (over_limit > 0) {
-      err << "schema: " << over_limit << " more features than a job may hold (at most " << kMaxSchemaFeatures
+    const FeaturesBlock block = PrintFeaturesBlock(schema, out);
+    if (block.over_limit > 0) {
+      err << "schema: " << block.over_limit << " more features than a job may hold (at most " << kMaxSchemaFeatures
           << "): the features block has the first " << kMaxSchemaFeatures
           << " in name order and lists the others as comments; keep the ones to train on\n";
     }
+    if (block.specs == 0) {
+      // An empty block is no config (check refuses it): a problem, not a proposal (helper-149).
+      err << "schema: no feature to propose: "
+          << (schema.features.empty() ? "the " + std::to_string(schema.records) +
+                                            " records read hold no features (empty files, or SequenceExamples with "
+                                            "no context features)"
+                                      : std::string("every feature is left out (see the comments)"))
+          << "; a job config needs at least one\n";
+      ++block_problems;
+    }
   }
-  return ExitFor(schema.problems + mixed);
+  return ExitFor(schema.problems + block_problems);
 }
 
 }  // namespace

@@ -985,6 +985,26 @@ TEST_CASE("inspect --schema reports a feature seen with two kinds") {
         std::string::npos);
 }
 
+TEST_CASE("inspect --schema with no feature to propose: exit 1 and why, not an empty block as a config") {
+  // It printed `features: {}` (or a block of comments only) with exit 0, which check then
+  // refused (helper-149).
+  TempDir dir;
+  const std::string empty = dir.file("empty.tfrecord");
+  WriteRecords(empty, {});
+  CtlResult r = Ctl({"inspect", "--schema", empty});
+  INFO(r.out << r.err);
+  CHECK(r.status == 1);
+  CHECK(r.out.find("# no features found\nfeatures: {}\n") != std::string::npos);
+  CHECK(r.err == "schema: no feature to propose: the 0 records read hold no features (empty files, or "
+                 "SequenceExamples with no context features); a job config needs at least one\n");
+  const std::string mixed = dir.file("mixed.tfrecord");
+  WriteRecords(mixed, {Example({Int64Entry("x", {1})}), Example({FloatEntry("x", {1.0f})})});
+  r = Ctl({"inspect", "--schema", mixed});
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Catch::EndsWith("schema: no feature to propose: every feature is left out (see the comments); a job "
+                                    "config needs at least one\n"));
+}
+
 TEST_CASE("inspect --schema on the real taxi files round-trips through the job config") {
   const std::string tfx = testing::TfxDirOrSkip();
   if (tfx.empty()) return;
