@@ -82,8 +82,8 @@ void Batch::CheckOffsets(size_t i) const {
   std::string error;
   if (!shm::CheckColumnOffsets(base_, a.features[i], checked_.columns[i], &error)) {
     throw ClientError(a.InvalidBatch(slot_, seq_, error) +
-                      ". Release this batch. A process that maps the job's segment wrote into it (a trainer writing past "
-                      "its batch), or this is a bug in ringfeedd: please report it");
+                      ". Release this batch. A process that maps the job's segment wrote into it (a trainer "
+                      "writing past its batch), or this is a bug in ringfeedd: please report it");
   }
   word.fetch_or(bit, std::memory_order_relaxed);
 }

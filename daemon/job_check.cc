@@ -7,6 +7,7 @@
 #include <chrono>
 #include <deque>
 #include <optional>
+#include <string_view>
 
 #include "daemon/budget.h"
 #include "daemon/file_list.h"
@@ -14,6 +15,7 @@
 #include "daemon/tuning_plan.h"
 #include "format/example_batch.h"
 #include "format/example_parser.h"
+#include "format/example_wire.h"
 #include "format/read_queue.h"
 #include "format/tfrecord_reader.h"
 #include "shm/segment.h"
@@ -22,8 +24,10 @@ namespace ringfeed {
 namespace {
 
 // ringfeedd's start-up plan: the same sample, slot size and memory plan (PlanTuning).
+// *absent: the features no sampled record has (RecordSample::absent_features), whose warnings
+// open result->sample_warnings.
 void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,
-                    uint64_t baseline_private_rss, JobCheckResult* result) {
+                    uint64_t baseline_private_rss, JobCheckResult* result, std::vector<std::string>* absent) {
   std::string unparsable;  // ringfeedd's first start-up refusal, before its plan's
   try {
     const std::vector<uint32_t> shard_files = ShardFiles(config, files.size());
@@ -31,6 +35,7 @@ void PlanLikeDaemon(const JobConfig& config, const ExampleParser& parser, const 
     const uint32_t queues = ranks ? static_cast<uint32_t>(config.consumers.count) : 1;
     const RecordSample sample = SampleRecords(config, parser, files, shard_files);
     result->sample_warnings = sample.warnings;  // what ringfeedd logs at start
+    absent->assign(sample.absent_features.begin(), sample.absent_features.end());
     bool fatal = false;
     if (std::string problem = SampleParseProblem(config, sample, &fatal); fatal) unparsable = std::move(problem);
     std::string ignored;
@@ -127,8 +132,39 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   // The start-up plan first, as ringfeedd makes it: a feature that no sampled record has (a
   // misspelt key) is said before the problems it causes, which may be every record's; and a
   // batch too large for memory is refused there with the arithmetic, as the daemon refuses it.
-  PlanLikeDaemon(config, parser, files, baseline_private_rss, &result);
-  for (const std::string& warning : result.sample_warnings) problems << "warning: " << warning << "\n";
+  std::vector<std::string> absent;
+  PlanLikeDaemon(config, parser, files, baseline_private_rss, &result, &absent);
+  // A VarLen feature or one with a default that the sample lacks may come later in the files
+  // (rows before it get empty lists or defaults, correctly): its warning waits for the whole
+  // read, and goes if a record has it. The others' come first: a FixedLen feature without a
+  // default that records lack explains every parse error below (a misspelt key).
+  const auto fails_without = [&](const std::string& name) {
+    for (const FeatureSpec& spec : config.features) {
+      if (spec.name == name) return spec.RequiredInRecords();
+    }
+    return false;
+  };
+  std::vector<std::string> said;                           // warnings printed before the read
+  std::vector<std::pair<std::string, std::string>> deferred;  // (feature, its warning) for after it
+  for (size_t i = 0; i < result.sample_warnings.size(); ++i) {
+    if (i < absent.size() && !fails_without(absent[i])) {
+      deferred.emplace_back(absent[i], result.sample_warnings[i]);
+      continue;
+    }
+    problems << "warning: " << result.sample_warnings[i] << "\n";
+    said.push_back(result.sample_warnings[i]);
+  }
+  // Once the records are read (or not, at an early return): the warnings of the absent features
+  // no record read has; the others are dropped (found_after_sample).
+  const auto settle_absent = [&] {
+    for (const auto& [name, warning] : deferred) {
+      if (result.found_after_sample.count(name)) continue;
+      problems << "warning: " << warning << "\n";
+      said.push_back(warning);
+    }
+    result.sample_warnings = said;
+    deferred.clear();
+  };
   // The batch the records are parsed into: not made when its fixed columns alone are more than
   // the memory budget (the plan above has refused the job then), or when it cannot be had.
   // At most the shard's records where the sample counted them: a batch.size far above the data
@@ -148,6 +184,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
                             "; a ring slot for a batch of " + std::to_string(config.batch.size) +
                             " rows needs ring.slot_bytes of at least " + std::to_string((slot + 1023) / 1024) + "KiB (" +
                             FormatBytes(slot) + ") for them";
+    settle_absent();
     return result;
   }
   std::optional<ExampleBatch> batch_storage;
@@ -155,6 +192,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     batch_storage.emplace(parser.specs(), parse_rows);
   } catch (const std::bad_alloc&) {
     result.epoch_not_read = "out of memory making " + parse_batch;
+    settle_absent();
     return result;
   }
   ExampleBatch& batch = *batch_storage;
@@ -246,6 +284,21 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
         continue;  // a non-recoverable error makes the next Next() return kEnd
       }
       if (!shard.OwnsRecord(record.index)) continue;
+      if (result.found_after_sample.size() < deferred.size()) {
+        std::string ignored;
+        wire::ForEachFeature(
+            record.data,
+            [&](const uint8_t* key, size_t size, const wire::FeatureRef&) {
+              const std::string_view name(reinterpret_cast<const char*>(key), size);
+              const bool wanted = std::any_of(deferred.begin(), deferred.end(),
+                                              [&](const auto& d) { return d.first == name; });
+              if (wanted && !result.found_after_sample.count(std::string(name))) {
+                result.found_after_sample[std::string(name)] =
+                    RecordPlace(file, record.index, record.offset, reader.compression());
+              }
+            },
+            &ignored);
+      }
       ParseError parse_error;
       const bool parsed = parser.Parse(record.data, batch, &parse_error);
       if (parsed || !skip) {
@@ -319,6 +372,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
     report << " (" << (compression == Compression::kNone ? "not compressed" : CompressionName(compression)) << ")\n";
     if (result.failed) break;
   }
+  settle_absent();
   if (batch_rows > 0) {
     if (config.batch.drop_remainder) {
       result.dropped_records = static_cast<uint64_t>(batch_rows);

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -49,6 +50,10 @@ struct JobCheckResult {
   // What ringfeedd warns of at start from its sample (RecordSample::warnings): spec features that
   // no sampled record contains, each with a hint ("did you mean 'tips'?"), SequenceExample records.
   std::vector<std::string> sample_warnings;
+  // Features no record of the start-up sample has but a later record does: name -> "FILE:
+  // record R at byte B", the first record that has it (their sample warnings are dropped: the
+  // job reads them; ringfeedd, which sees the sample only, still warns at start).
+  std::map<std::string, std::string> found_after_sample;
 
   // ringfeedd's start-up plan for this config, from its own sample of the first records.
   std::string plan_error;        // non-empty: ringfeedd would refuse to start (the arithmetic)

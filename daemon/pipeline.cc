@@ -567,7 +567,8 @@ size_t Pipeline::RepairRing(const std::function<std::optional<int>(uint32_t cons
     }
     // The consumer's own CAS wins a race: only the word seen is replaced.
     if (!why.empty() && word.compare_exchange_strong(w, shm::SlotWord{}.Pack(), std::memory_order_acq_rel)) {
-      repaired("slot " + std::to_string(s) + " was " + why + "; freed (its batch, unless a consumer had taken it, is not delivered)");
+      repaired("slot " + std::to_string(s) + " was " + why +
+               "; freed (its batch, unless a consumer had taken it, is not delivered)");
       shm::FutexWakeAll(&ring_.sb->free_futex);
     }
   }

@@ -306,6 +306,12 @@ Command AddCheckCommand(CLI::App& parent) {
     if (!r.largest_record.empty()) {
       std::cout << "records: " << r.mean_record_bytes << " bytes on average; the largest: " << r.largest_record << "\n";
     }
+    for (const auto& [name, first] : r.found_after_sample) {
+      std::cout << "note: feature '" << name << "' is in none of the " << r.sample_records
+                << " records sampled at start, but in later ones (the first: " << first
+                << "): ringfeedd warns about it at start, and reads it; rows without it get an empty list or the "
+                   "default\n";
+    }
     // No batch for the trainers: none at all, or in ranks mode fewer than one round (ringfeedd
     // delivers whole rounds). Said once: the plan's batch_size_warning, when it has one, says
     // the same of batch.size (printed below).

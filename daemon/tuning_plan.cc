@@ -76,13 +76,13 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
   std::vector<std::string> absent;
   for (const FeatureSpec& spec : specs) {
     if (keys.count(spec.name)) continue;
-    const bool fails = spec.type == FeatureType::kFixedLen && !spec.has_default && spec.NumElements() != 0;
+    const bool fails = spec.RequiredInRecords();
     std::string line = "feature '" + spec.name + "' is in none of the " + std::to_string(sampled) +
                        (sampled == 1 ? " record sampled at start" : " records sampled at start") +
                        (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
-                        : spec.type != FeatureType::kFixedLen ? " (every row gets an empty list)"
+                        : spec.type != FeatureType::kFixedLen ? " (rows without it get an empty list)"
                         : spec.NumElements() == 0             ? " (its shape has no elements: every row is empty)"
-                                                              : " (every row gets its default)");
+                                                              : " (rows without it get its default)");
     // The nearest name the config does not use (a misspelt name's right one is among those),
     // else the nearest of all: within 2 edits, or a third of the name's length for long names
     // ("trip_secs" for "trip_seconds").
@@ -289,7 +289,12 @@ RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser,
   }
   sample.records = records;
   sample.bytes = bytes;
-  if (records > 0) sample.warnings = AbsentFeatures(specs, keys, records);
+  if (records > 0) {
+    sample.warnings = AbsentFeatures(specs, keys, records);
+    for (const FeatureSpec& spec : specs) {
+      if (!keys.count(spec.name)) sample.absent_features.push_back(spec.name);
+    }
+  }
   if (with_feature_lists > 0) {
     sample.warnings.push_back(
         (with_feature_lists == records ? "all " + std::to_string(records)

@@ -57,6 +57,10 @@ struct RecordSample {
   // tf.train.SequenceExamples (their feature lists are not read). ringfeedd logs them as
   // warnings; ringfeedctl check prints them (--strict: problems).
   std::vector<std::string> warnings;
+  // The features no sampled record has, in spec order: their AbsentFeatures lines open
+  // `warnings`, one each. ringfeedctl check, which reads every record, keeps only the lines of
+  // those no record has.
+  std::vector<std::string> absent_features;
   // The records this shard reads per epoch (after record sharding), counted at start where
   // they are fewer than shuffle.buffer or batch.size (the larger) and the shard's files hold at
   // most kCountFileBytes together (see SampleRecords); nullopt otherwise. Records that fail to read are not counted;

@@ -875,7 +875,7 @@ TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start
                        "batch: {size: 5}\n");
   RINGFEED_REQUIRE_STARTED(daemon);
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
-  CHECK_THAT(daemon.Stderr(), Catch::Contains("feature 'tagg' is in none of the 20 records sampled at start (every row gets an "
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("feature 'tagg' is in none of the 20 records sampled at start (rows without it get an "
                                               "empty list); did you mean 'tag'?"));
   CHECK_THAT(daemon.Stderr(), !Catch::Contains("feature 'id' is in none"));
   const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
@@ -890,7 +890,7 @@ TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start
   const CommandResult strict = RunCommand({CtlBinary(), "check", "--strict", daemon.config_path()});
   INFO("check --strict: " << strict.out << strict.err);
   CHECK(strict.status.ToString() == "exit 1");
-  CHECK_THAT(strict.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records sampled at start (every row gets "
+  CHECK_THAT(strict.err, Catch::Contains("warning: feature 'tagg' is in none of the 20 records sampled at start (rows without it get "
                                          "an empty list); did you mean 'tag'?\n"));
   CHECK_THAT(strict.err, Catch::EndsWith("\nringfeedctl check --strict: 1 warning above, counted as problems (exit 1)\n"));
 }
@@ -947,6 +947,54 @@ TEST_CASE("no sampled record parses with the config (a dtype the data does not h
     CHECK(SortedIds(report.batches) == Iota(0, 20));
     CHECK(daemon.Stop().ToString() == "exit 0");
   }
+}
+
+TEST_CASE("a VarLen feature that only records after the start-up sample have: ringfeedd warns at start and reads "
+          "it; check notes it and --strict passes") {
+  // check --strict failed the config inspect wrote for such data (helper-149).
+  TempDir dir;
+  const std::string path = dir.file("late.tfrecord");
+  {
+    TFRecordWriter w(path);
+    for (int64_t i = 0; i < 1100; ++i) {
+      ExampleBuilder b;
+      b.AddInt64("id", {i});
+      if (i >= 1050) b.AddFloat("late", {static_cast<float>(i)});
+      w.Write(b.Serialize());
+    }
+    w.Close();
+  }
+  DaemonProcess daemon(dir.path(), "late",
+                       "job: late\nsource: {files: [\"" + path + "\"]}\nfeatures:\n  id: {dtype: int64}\n"
+                       "  late: {type: varlen, dtype: float32}\nbatch: {size: 100}\n");
+  const CommandResult strict = RunCommand({CtlBinary(), "check", "--strict", daemon.config_path()});
+  INFO(strict.out << strict.err);
+  CHECK(strict.status.ToString() == "exit 0");
+  CHECK_THAT(strict.out, Catch::Contains("note: feature 'late' is in none of the 1000 records sampled at start, but in "
+                                         "later ones (the first: " + path + ": record 1050 at byte "));
+  CHECK_THAT(strict.err, !Catch::Contains("warning"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("[warning] feature 'late' is in none of the 1000 records sampled at start "
+                                              "(rows without it get an empty list)"));
+  auto client = Client::Attach(daemon.client_options());
+  uint64_t rows_with = 0;
+  for (Batch batch; client->Next(kEventually, &batch) == Client::Status::kBatch;) {
+    const std::span<const int64_t> splits = batch.feature("late").row_splits();
+    const std::span<const float> values = batch.feature("late").values<float>();
+    const std::span<const int64_t> ids = batch.feature("id").values<int64_t>();
+    for (size_t row = 0; row < ids.size(); ++row) {
+      const int64_t n = splits[row + 1] - splits[row];
+      CHECK(n == (ids[row] >= 1050 ? 1 : 0));
+      if (n == 1) {
+        CHECK(values[static_cast<size_t>(splits[row])] == static_cast<float>(ids[row]));
+        ++rows_with;
+      }
+    }
+  }
+  CHECK(rows_with == 50);
+  client.reset();
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("ranks with ring.slots not more than consumers.count: ringfeedd warns at start and at attach with the same "
