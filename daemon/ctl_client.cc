@@ -13,6 +13,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string_view>
+#include <thread>
 
 #include "client/client.h"
 #include "client/control_connection.h"
@@ -26,6 +27,8 @@ namespace ringfeed {
 namespace {
 
 constexpr auto kReplyTimeout = std::chrono::seconds(5);
+constexpr auto kRefusedRetryFor = std::chrono::seconds(3);  // a refusal for now (all connections taken)
+constexpr auto kRefusedRetryEvery = std::chrono::milliseconds(100);
 
 template <typename T>
 nlohmann::ordered_json Number(T v) {
@@ -299,27 +302,37 @@ Reply Ask(const std::string& runtime_dir, const std::string& job, const nlohmann
                              (hidden.empty() ? "" : "; the jobs of " + hidden + " cannot be seen: `ringfeedctl list` says why") +
                              ". Use --runtime-dir or RINGFEED_RUNTIME_DIR to look elsewhere");
   }
+  // A daemon whose control connections are all taken refuses for now (`retry` in its error):
+  // asked again for up to kRefusedRetryFor, so that status answers while a process holds many
+  // connections open (it was refused at once: helper-147).
   detail::ControlConnection connection;
-  try {
-    connection.Connect(path, job);
-  } catch (const detail::DaemonGoneError& e) {
-    throw DaemonGone(e.what());
-  } catch (const std::exception& e) {
-    // A socket nobody listens on (ECONNREFUSED) is what a killed daemon leaves.
-    const std::string_view what = e.what();
-    const bool stale = what.find(std::strerror(ECONNREFUSED)) != std::string_view::npos &&
-                       what.find(", not a socket") == std::string_view::npos &&
-                       what.find("holds the job's lock") == std::string_view::npos;
-    if (!stale) throw;
-    throw std::runtime_error(std::string(e.what()) +
-                             "; if ringfeedd was killed, the socket is stale: start the job again");
+  nlohmann::json welcome;
+  for (const auto retry_until = std::chrono::steady_clock::now() + kRefusedRetryFor;;) {
+    try {
+      connection.Connect(path, job);
+    } catch (const detail::DaemonGoneError& e) {
+      throw DaemonGone(e.what());
+    } catch (const std::exception& e) {
+      // A socket nobody listens on (ECONNREFUSED) is what a killed daemon leaves.
+      const std::string_view what = e.what();
+      const bool stale = what.find(std::strerror(ECONNREFUSED)) != std::string_view::npos &&
+                         what.find(", not a socket") == std::string_view::npos &&
+                         what.find("holds the job's lock") == std::string_view::npos;
+      if (!stale) throw;
+      throw std::runtime_error(std::string(e.what()) +
+                               "; if ringfeedd was killed, the socket is stale: start the job again");
+    }
+    connection.SendLine(nlohmann::json{{"type", shm::kMessageHello},
+                                       {"protocol", shm::kProtocolVersion},
+                                       {"role", shm::kRoleControl},
+                                       {"pid", ::getpid()}}
+                            .dump());
+    welcome = ParseReply(connection.ReadLine(kReplyTimeout), path);
+    const bool for_now = welcome.is_object() && welcome.contains("retry") && welcome["retry"] == true;
+    if (!for_now || std::chrono::steady_clock::now() >= retry_until) break;
+    connection.Close();
+    std::this_thread::sleep_for(kRefusedRetryEvery);
   }
-  connection.SendLine(nlohmann::json{{"type", shm::kMessageHello},
-                                     {"protocol", shm::kProtocolVersion},
-                                     {"role", shm::kRoleControl},
-                                     {"pid", ::getpid()}}
-                          .dump());
-  const nlohmann::json welcome = ParseReply(connection.ReadLine(kReplyTimeout), path);
   ReadingReply(path, [&] {
     const ReplyFields w(welcome);
     const std::string type = w.RequiredString("type");

@@ -260,6 +260,29 @@ TEST_CASE("256 control connections held open: a trainer gets the daemon's reason
   CHECK(waited_error.empty());
   CHECK(std::chrono::steady_clock::now() - before >= std::chrono::milliseconds(400));
   closer.join();
+  // ringfeedctl status too tries again for a while (it was refused at once), then says why.
+  // The 256th connection again, once the daemon has seen the trainer's close.
+  REQUIRE(WaitUntil([&] {
+    auto connection = std::make_unique<detail::ControlConnection>();
+    connection->Connect(daemon.socket_path(), "full");
+    connection->SendLine("{\"type\":\"hello\",\"protocol\":" + std::to_string(shm::kProtocolVersion) +
+                         ",\"role\":\"control\"}");
+    if (connection->ReadLine(std::chrono::seconds(5)).find("welcome") == std::string::npos) return false;
+    held.push_back(std::move(connection));
+    return true;
+  }));
+  const CommandResult refused = RunCommand({CtlBinary(), "status", "full", "--runtime-dir", daemon.runtime_dir()});
+  CHECK(refused.status.ToString() == "exit 1");
+  CHECK_THAT(refused.err, Catch::Contains("ringfeedd refused: ringfeedd has 256 control connections open already"));
+  std::thread freer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+    held.pop_back();
+  });
+  const CommandResult status = RunCommand({CtlBinary(), "status", "full", "--runtime-dir", daemon.runtime_dir()});
+  freer.join();
+  INFO(status.out << status.err);
+  CHECK(status.status.ToString() == "exit 0");
+  CHECK_THAT(status.out, Catch::StartsWith("job        full"));
   held.clear();  // closed: trainers get in again
   bool attached = false;
   std::string last_error;
