@@ -1,5 +1,7 @@
 #include "daemon/consumer_registry.h"
 
+#include <map>
+
 #include <spdlog/spdlog.h>
 
 #include "shm/futex.h"
@@ -90,7 +92,21 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     }
     return i + 1;
   }
-  *error = "too many consumers: " + std::to_string(shm::kMaxConsumers) + " are attached already";
+  // Whose they are (a launcher that started too many trainers, or one leaking clients).
+  std::map<pid_t, int> per_pid;
+  for (const Entry& e : entries_) per_pid[e.pid] += e.attached ? 1 : 0;
+  std::string holders;
+  size_t shown = 0;
+  for (const auto& [p, n] : per_pid) {
+    if (n == 0) continue;
+    if (shown++ == 5) {
+      holders += ", ...";
+      break;
+    }
+    holders += (holders.empty() ? "pid " : ", pid ") + std::to_string(p) + (n > 1 ? " (" + std::to_string(n) + ")" : "");
+  }
+  *error = "too many consumers: " + std::to_string(shm::kMaxConsumers) + " are attached already (" + holders +
+           "; ringfeedctl status lists them)";
   return std::nullopt;
 }
 

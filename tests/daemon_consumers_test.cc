@@ -683,6 +683,25 @@ TEST_CASE("ranks mode: a rank that marks another rank's ready batches as held by
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
+TEST_CASE("a 65th consumer is refused, naming the pids that hold the 64") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 20);
+  DaemonProcess daemon(dir.path(), "crowd", IdJobConfig("crowd", dir.file("data.tfrecord"), "epochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  std::vector<std::unique_ptr<Client>> clients;
+  for (uint32_t i = 0; i < shm::kMaxConsumers; ++i) clients.push_back(Client::Attach(daemon.client_options()));
+  try {
+    Client::Attach(daemon.client_options());
+    FAIL("a 65th consumer attached");
+  } catch (const ClientError& e) {
+    // It said only "too many consumers: 64 are attached already" (helper-147).
+    CHECK_THAT(e.what(), Catch::Contains("too many consumers: 64 are attached already (pid " +
+                                         std::to_string(::getpid()) + " (64); ringfeedctl status lists them)"));
+  }
+  clients.clear();
+  CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
 TEST_CASE("more consumers than ring slots, each holding a batch: warned at attach, shown in status, logged") {
   TempDir dir;
   WriteIdFile(dir.file("part-0.tfrecord"), 0, 1000);
