@@ -604,6 +604,11 @@ int RunSchema(const InspectOptions& options, std::ostream& out, std::ostream& er
   }
   if (options.json) {
     out << Dump(SchemaJson(schema, options.files.size())) << '\n';
+    if (schema.features.empty()) {  // as the text mode says it (a features block needs one)
+      err << "schema: no feature to propose: the " << schema.records
+          << " records read hold no features (empty files, or SequenceExamples with no context features)\n";
+      ++block_problems;
+    }
   } else {
     PrintSchemaTable(schema, options.files.size(), out);
     const FeaturesBlock block = PrintFeaturesBlock(schema, out);

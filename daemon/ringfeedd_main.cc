@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
       "     stop blocked on storage\n"
       "  2  usage or config error, or a start-up error a restart would not fix: --start-epoch not\n"
       "     below epochs, --start-batch no multiple of the ranks, no sampled record parsing with\n"
-      "     the features, a ring larger than /dev/shm, a\n"
+      "     the features (on_error: fail), a ring larger than /dev/shm, a\n"
       "     permissions.group that does not exist or the user is not in, the memory budget, the\n"
       "     open-file limit, a runtime directory that cannot be made or used, a lock file, socket\n"
       "     path or segment name held by what ringfeedd does not remove");

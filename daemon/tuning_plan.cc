@@ -81,28 +81,23 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
                        (sampled == 1 ? " record sampled at start" : " records sampled at start") +
                        (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
                         : spec.type != FeatureType::kFixedLen ? " (rows without it get an empty list)"
-                        : spec.NumElements() == 0             ? " (its shape has no elements: every row is empty)"
                                                               : " (rows without it get its default)");
-    // The nearest name the config does not use (a misspelt name's right one is among those),
-    // else the nearest of all: within 2 edits, or a third of the name's length for long names
-    // ("trip_secs" for "trip_seconds").
+    // The nearest name the config does not use (a misspelt name's right one is among those;
+    // one it uses would make a duplicate key, and the empty name is no config key), within a
+    // third of the name's length, rounded up, at least 1 edit ("tip" for "tips", "trip_secs"
+    // for "trip_seconds"; not "id" for "ab").
     std::vector<std::string> unused;
     for (const std::string& key : keys) {
-      if (std::none_of(specs.begin(), specs.end(), [&](const FeatureSpec& s) { return s.name == key; })) {
+      if (!key.empty() &&
+          std::none_of(specs.begin(), specs.end(), [&](const FeatureSpec& s) { return s.name == key; })) {
         unused.push_back(key);
       }
     }
-    const size_t most = std::max<size_t>(2, spec.name.size() / 3);
-    const auto nearest = [&](const auto& names) {
-      std::string best;
-      size_t best_distance = most + 1;
-      for (const std::string& key : names) {
-        if (const size_t d = EditDistance(spec.name, key); d < best_distance) best_distance = d, best = key;
-      }
-      return best;
-    };
-    std::string best = nearest(unused);
-    if (best.empty()) best = nearest(keys);
+    std::string best;
+    size_t best_distance = std::max<size_t>(1, (spec.name.size() + 1) / 3) + 1;
+    for (const std::string& key : unused) {
+      if (const size_t d = EditDistance(spec.name, key); d < best_distance) best_distance = d, best = key;
+    }
     if (!best.empty()) {
       line += "; did you mean '" + best + "'?";
     } else if (!keys.empty()) {
@@ -156,18 +151,20 @@ uint64_t ReaderBufferBytes(const RecordSample& sample) {
 }
 
 std::string SampleParseProblem(const JobConfig& config, const RecordSample& sample, bool* fatal) {
-  *fatal = sample.parse_checked > 0 && sample.parse_failures == sample.parse_checked;
+  const bool none = sample.parse_checked > 0 && sample.parse_failures == sample.parse_checked;
+  const bool skip = config.source.on_error == OnError::kSkip;
+  // Under skip, records past the sample may parse (the files' first ones bad, or another
+  // file's): a warning. Under fail the job would stop at the first sampled record it reaches.
+  *fatal = none && !skip;
   if (sample.parse_failures == 0) return "";
   const std::string fix = "; ringfeedctl check " + config.path +
                           " checks every record, and ringfeedctl inspect --schema FILE prints a file's features as a "
                           "config";
-  if (!*fatal) {
+  if (!none) {
     return std::to_string(sample.parse_failures) + " of the " + std::to_string(sample.parse_checked) +
            " records sampled at start do not parse with this config's features (the first: " +
            sample.first_parse_failure + "): " +
-           (config.source.on_error == OnError::kFail ? "on_error: fail stops the job at the first of them"
-                                                     : "on_error: skip skips them") +
-           fix;
+           (skip ? "on_error: skip skips them" : "on_error: fail stops the job at the first of them") + fix;
   }
   std::string where = config.path;
   const auto line = config.feature_lines.find(sample.first_parse_failure_key);
@@ -176,8 +173,11 @@ std::string SampleParseProblem(const JobConfig& config, const RecordSample& samp
   }
   return where + ": none of the " + std::to_string(sample.parse_checked) +
          (sample.parse_checked == 1 ? " record sampled at start parses" : " records sampled at start parses") +
-         " with this config's features, so the job would deliver none of them; the first: " +
-         sample.first_parse_failure + fix;
+         " with this config's features" +
+         (skip ? " (on_error: skip skips every record that does not parse: if the features are wrong, the job "
+                 "delivers nothing)"
+               : ", so the job would deliver none of them") +
+         "; the first: " + sample.first_parse_failure + fix;
 }
 
 RecordSample SampleRecords(const JobConfig& config, const ExampleParser& parser, const std::vector<std::string>& files,

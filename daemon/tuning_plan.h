@@ -81,7 +81,7 @@ struct RecordSample {
   // data, a FixedLen feature without a default that they lack, not a tf.train.Example), and
   // the first of them: "FILE: record R at byte B: key 'fare': ..." (RecordPlace) and the
   // feature concerned ("" for a malformed Example). ringfeedd refuses to start when every
-  // sampled record fails (StartupParseError), and warns when some do.
+  // sampled record fails under on_error: fail, and warns otherwise (SampleParseProblem).
   uint64_t parse_checked = 0;  // the sampled records of this shard (record sharding), all checked
   uint64_t parse_failures = 0;
   std::string first_parse_failure;
@@ -89,9 +89,10 @@ struct RecordSample {
 };
 
 // What a sample whose records fail to parse means for the job: when every sampled record
-// fails, the start-up error ("CONFIG:LINE: features.KEY: none of the N records sampled at start
-// parses with this config ..."; the config's line of the feature when the failure names one);
-// when some do, a warning with the count and the first; "" when none does.
+// fails, under on_error: fail the start-up error (*fatal; "CONFIG:LINE: features.KEY: none of
+// the N records sampled at start parses with this config ..."; the config's line of the feature
+// when the failure names one), under skip the same as a warning (later records may parse);
+// when some fail, a warning with the count and the first; "" when none does.
 std::string SampleParseProblem(const JobConfig& config, const RecordSample& sample, bool* fatal);
 
 // The size of the readers' window and compressed-input buffer (ReaderOptions::buffer_bytes,
@@ -109,10 +110,10 @@ uint64_t ReaderBufferBytes(const RecordSample& sample);
 // One warning per feature of `specs` whose name is not among `keys` (the feature names seen in
 // `sampled` records), saying what its rows get then:
 // "feature 'tip' is in none of the 1000 records sampled at start (every row gets its default); did you mean
-// 'tips'?" (the nearest name the config does not use, else the nearest of all, within edit
-// distance max(2, a third of the name's length)), or without a near name the first keys seen
-// that the config does not name ("; the records sampled have features the config does not
-// name: 'company', 'tips', ... (14 such features)"), or of all keys when it names every one.
+// 'tips'?" (the nearest name the config does not use, within edit distance max(1, a third of
+// the name's length, rounded up)), or without a near name the first keys seen that the config
+// does not name ("; the records sampled have features the config does not name: 'company',
+// 'tips', ... (14 such features)"), or of all keys when it names every one.
 std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
                                         uint64_t sampled);
 

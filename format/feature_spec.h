@@ -69,9 +69,9 @@ struct FeatureSpec {
 
   // Number of values per record for a FixedLen feature: product of `shape` (1 for a scalar).
   int64_t NumElements() const;
-  // Whether a record without this feature fails to parse: a FixedLen feature with values and no
-  // default (tf.io.FixedLenFeature without default_value).
-  bool RequiredInRecords() const { return type == FeatureType::kFixedLen && !has_default && NumElements() != 0; }
+  // Whether a record without this feature fails to parse: a FixedLen feature without a default
+  // (tf.io.FixedLenFeature without default_value; its shape [0] too, as in TensorFlow).
+  bool RequiredInRecords() const { return type == FeatureType::kFixedLen && !has_default; }
   // The tf.train.Feature list kind this feature must be read from.
   ListKind WireKind() const;
 };

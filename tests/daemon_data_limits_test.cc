@@ -820,15 +820,13 @@ TEST_CASE("on_error: skip with records that do not match the spec: taken out bef
 
 TEST_CASE("on_error: skip over records that are all bad, epochs: 0 or 1: no empty batches, the data ends, the log says why") {
   TempDir dir;
-  // Every record's data CRC is wrong. (Records that all fail to parse are refused at start: no
-  // sampled record parses, a test of its own.)
-  std::string bytes;
+  std::vector<std::string> records;
   for (int64_t id = 0; id < 10; ++id) {
-    std::string framed = FrameRecord(IdRecord(id));
-    framed.back() = static_cast<char>(framed.back() ^ 0x01);
-    bytes += framed;
+    ExampleBuilder b;
+    b.AddFloat("id", {static_cast<float>(id)});  // the spec says int64: every record is bad
+    records.push_back(b.Serialize());
   }
-  WriteFile(dir.file("data.tfrecord"), bytes);
+  WriteFile(dir.file("data.tfrecord"), FrameRecords(records));
   for (const int epochs : {0, 1}) {
     const std::string job = "all-bad-" + std::to_string(epochs);
     DaemonProcess daemon(dir.path(), job,
@@ -844,10 +842,17 @@ TEST_CASE("on_error: skip over records that are all bad, epochs: 0 or 1: no empt
     INFO("epochs " << epochs << ", consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
     CHECK(report.end == "end");
     CHECK(report.batches.empty());
-    CHECK(daemon.Status()["errors"]["read_errors_skipped"] == 10);
+    CHECK(daemon.Status()["errors"]["parse_errors_skipped"] == 10);
+    // Said at start: no sampled record parses (a refusal under on_error: fail; under skip later
+    // records might parse).
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("[warning] " + daemon.config_path() + ":4: features.id: none of the 10 "
+                                                "records sampled at start parses with this config's features (on_error: "
+                                                "skip skips every record that does not parse: if the features are wrong, "
+                                                "the job delivers nothing); the first: "));
     // The cause, from what the epoch read: every record skipped, the first one named.
     CHECK_THAT(daemon.Stderr(), Catch::Contains("end of data: epoch 0 delivered no batch: all it read was skipped "
-                                                "under on_error: skip (10 errors); the first: " +
+                                                "under on_error: skip (10 errors; a features block that no record "
+                                                "matches skips every record); the first: " +
                                                 dir.file("data.tfrecord") + ": record 0 at byte 0: "));
     CHECK_THAT(daemon.Stderr(), Catch::Contains(epochs == 0 ? "; ended there, before the last epoch"
                                                             : "; the last epoch; restart the job"));
@@ -898,16 +903,17 @@ TEST_CASE("a VarLen feature that no sampled record has: ringfeedd warns at start
 TEST_CASE("no sampled record parses with the config (a dtype the data does not have): ringfeedd refuses to start, "
           "naming the feature's config line; some records: a warning, and the job runs") {
   TempDir dir;
-  SECTION("every sampled record fails: exit 2, on_error: skip too (it would skip them all)") {
+  SECTION("every sampled record fails under on_error: fail: exit 2") {
     WriteIdFile(dir.file("data.tfrecord"), 0, 20);
     DaemonProcess daemon(dir.path(), "wrong-dtype",
                          "job: wrong-dtype\n"
-                         "source: {files: [\"" + dir.file("data.tfrecord") + "\"], on_error: skip}\n"
+                         "source: {files: [\"" + dir.file("data.tfrecord") + "\"]}\n"
                          "features:\n"
                          "  id: {type: fixed, dtype: float32}\n"
                          "batch: {size: 5}\n");
-    // Until this change it started, said "ready", and then skipped every record (on_error:
-    // fail: failed at record 0 and waited in state "failed" for a SIGTERM).
+    // Until this change it started, said "ready", failed at record 0 and waited in state
+    // "failed" for a SIGTERM (then exit 1). Under on_error: skip it starts (records past the
+    // sample may parse), with the same line as a warning: the all-bad skip test.
     REQUIRE_FALSE(daemon.Start());
     INFO(daemon.Stderr());
     REQUIRE(daemon.exit_status());
@@ -1068,19 +1074,28 @@ TEST_CASE("a shard with no records: check warns, the daemon ends its data at onc
   INFO("check stdout:\n" << by_file.out << "\nstderr:\n" << by_file.err);
   CHECK_THAT(by_file.out, Catch::Contains("job by-file: 5 records from 1 of 1 file(s) of shard 1 of 2, by file (1 of 3 "
                                           "files) -> "));
-  // No record parses (the spec says float32, the records hold int64): ringfeedd would refuse
-  // the job at start, naming the feature's line; check says so (exit 2), not that the files are
-  // empty or that ringfeedd would start.
+  // Every record skipped (the spec says float32, the records hold int64): check says so, not
+  // that the files are empty.
   WriteFile(dir.file("mismatch.yaml"), "job: mismatch\nsource: {files: [\"" + dir.file("data.tfrecord") +
                                            "\"], on_error: skip}\nfeatures:\n  id: {dtype: float32}\n");
   const CommandResult mismatch = RunCommand({CtlBinary(), "check", dir.file("mismatch.yaml")});
   INFO("check stdout:\n" << mismatch.out << "\nstderr:\n" << mismatch.err);
-  CHECK(mismatch.status.ToString() == "exit 2");
+  CHECK(mismatch.status.ToString() == "exit 1");
   CHECK_THAT(mismatch.err, Catch::Contains("the spec expects float_list (dtype float32); for this data use dtype: int64"));
-  CHECK_THAT(mismatch.err, Catch::Contains("error: ringfeedd would refuse to start this job: " +
-                                           dir.file("mismatch.yaml") + ":4: features.id: none of the 20 records sampled "
-                                           "at start parses with this config's features"));
-  CHECK_THAT(mismatch.err, !Catch::Contains("no batch"));
+  CHECK_THAT(mismatch.err, Catch::Contains("warning: no batch: every record was skipped (20 parse and 0 read errors, "
+                                           "the first ones above: a features block that no record matches skips them "
+                                           "all)"));
+  // Under on_error: fail ringfeedd would refuse the job at start, naming the feature's line;
+  // check says so (exit 2), not that ringfeedd would start and end its data at once.
+  WriteFile(dir.file("mismatch-fail.yaml"), "job: mismatch\nsource: {files: [\"" + dir.file("data.tfrecord") +
+                                                "\"]}\nfeatures:\n  id: {dtype: float32}\n");
+  const CommandResult refused = RunCommand({CtlBinary(), "check", dir.file("mismatch-fail.yaml")});
+  INFO("check stdout:\n" << refused.out << "\nstderr:\n" << refused.err);
+  CHECK(refused.status.ToString() == "exit 2");
+  CHECK_THAT(refused.err, Catch::Contains("error: ringfeedd would refuse to start this job: " +
+                                          dir.file("mismatch-fail.yaml") + ":4: features.id: none of the 20 records "
+                                          "sampled at start parses with this config's features"));
+  CHECK_THAT(refused.err, !Catch::Contains("no batch"));
   // Every record skipped (each one's data CRC wrong): check says so, not that the files are
   // empty, and names no features block (these are read errors).
   std::string bad_crc;

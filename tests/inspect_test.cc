@@ -997,6 +997,9 @@ TEST_CASE("inspect --schema with no feature to propose: exit 1 and why, not an e
   CHECK(r.out.find("# no features found\nfeatures: {}\n") != std::string::npos);
   CHECK(r.err == "schema: no feature to propose: the 0 records read hold no features (empty files, or "
                  "SequenceExamples with no context features); a job config needs at least one\n");
+  r = Ctl({"inspect", "--schema", "--json", empty});  // the same exit status (it was 0: helper-150)
+  CHECK(r.status == 1);
+  CHECK_THAT(r.err, Catch::StartsWith("schema: no feature to propose: the 0 records read hold no features"));
   const std::string mixed = dir.file("mixed.tfrecord");
   WriteRecords(mixed, {Example({Int64Entry("x", {1})}), Example({FloatEntry("x", {1.0f})})});
   r = Ctl({"inspect", "--schema", mixed});

@@ -436,9 +436,18 @@ TEST_CASE("a feature no sampled record has: the nearest name the config does not
   // 'tips' is 1 edit from 'tipsx' but the config has it: the name it does not use, 2 edits off.
   CHECK_THAT(absent("  tips: {dtype: float32}\n  tipsx: {type: varlen, dtype: float32}\n", {"tips", "tipsxyz"}),
              Catch::EndsWith("; did you mean 'tipsxyz'?"));
-  // Short names keep the limit of 2: 'ab' is 3 edits from 'abcde'.
-  CHECK_THAT(absent("  ab: {type: varlen, dtype: int64}\n", {"abcde"}),
-             Catch::EndsWith("; the records sampled have features the config does not name: 'abcde'"));
+  // A name the config uses is never the suggestion (renaming to it makes a duplicate key:
+  // helper-150), even 1 edit off.
+  CHECK_THAT(absent("  tips: {dtype: float32}\n  tip: {type: varlen, dtype: float32}\n", {"tips"}),
+             Catch::EndsWith("; the records sampled have 'tips'"));
+  // Short names: 1 edit ('ab' is 2 from 'id', 3 from 'abcde'); 'tip' is 1 from 'tips'.
+  CHECK_THAT(absent("  ab: {type: varlen, dtype: int64}\n", {"abcde", "id"}),
+             Catch::EndsWith("; the records sampled have features the config does not name: 'abcde', 'id'"));
+  CHECK_THAT(absent("  tip: {type: varlen, dtype: int64}\n", {"id", "tips"}), Catch::EndsWith("did you mean 'tips'?"));
+  // The empty name (no config can name it) is neither suggested nor listed.
+  CHECK_THAT(absent("  y: {type: varlen, dtype: int64}\n", {"", "x"}), Catch::EndsWith("did you mean 'x'?"));
+  CHECK_THAT(absent("  zzzz: {type: varlen, dtype: int64}\n", {"", "abc"}),
+             Catch::EndsWith("; the records sampled have features the config does not name: 'abc'"));
   // None near: first the names the config does not use (at most 12, then their count) ...
   std::set<std::string> many;
   for (int i = 0; i < 15; ++i) many.insert("feature_" + std::string(1, static_cast<char>('a' + i)));

@@ -204,9 +204,9 @@ class RingfeedIterable(_Base):
         if self._files is None:
             if self.client is None or self.client.closed:
                 raise ringfeed.ClientError(
-                    f"RingfeedIterable({self.job!r}).files: no iteration of this dataset ran in this process "
-                    f"(pid {os.getpid()}) yet, whose client would ask the daemon: iterate it first (with "
-                    f"metadata=True the list is read as the iteration starts), or see ringfeedctl status "
+                    f"RingfeedIterable({self.job!r}).files: no iteration of this dataset runs in this process "
+                    f"(pid {os.getpid()}), and none read the list: ask while one runs, or give metadata=True "
+                    f"(the list is then read as an iteration starts and kept), or see ringfeedctl status "
                     f"{self.job} --files")
             self._files = self.client.files
         return list(self._files)

@@ -93,8 +93,8 @@ def test_iterable_metadata_says_each_batch_and_where_each_row_came_from(daemon_f
 def test_iterable_files_before_any_iteration_says_how_to_get_them(daemon_factory, tmp_path):
     d = daemon_factory(id_job(tmp_path, count=10, batch=4))
     dataset = RingfeedIterable(d.job, runtime_dir=str(d.runtime_dir), features=["id"])
-    with pytest.raises(ringfeed.ClientError, match=r"no iteration of this dataset ran in this process .* iterate it "
-                                                   r"first .* ringfeedctl status .* --files"):
+    with pytest.raises(ringfeed.ClientError, match=r"no iteration of this dataset runs in this process .* none read "
+                                                   r"the list: .* metadata=True .* ringfeedctl status .* --files"):
         dataset.files
     batches = iter(dataset)
     next(batches)
