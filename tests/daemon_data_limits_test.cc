@@ -960,16 +960,7 @@ TEST_CASE("a VarLen feature that only records after the start-up sample have: ri
   // check --strict failed the config inspect wrote for such data (helper-149).
   TempDir dir;
   const std::string path = dir.file("late.tfrecord");
-  {
-    TFRecordWriter w(path);
-    for (int64_t i = 0; i < 1100; ++i) {
-      ExampleBuilder b;
-      b.AddInt64("id", {i});
-      if (i >= 1050) b.AddFloat("late", {static_cast<float>(i)});
-      w.Write(b.Serialize());
-    }
-    w.Close();
-  }
+  const uint64_t late_at = WriteLateFeatureFile(path);
   DaemonProcess daemon(dir.path(), "late",
                        "job: late\nsource: {files: [\"" + path + "\"]}\nfeatures:\n  id: {dtype: int64}\n"
                        "  late: {type: varlen, dtype: float32}\nbatch: {size: 100}\n");
@@ -977,7 +968,8 @@ TEST_CASE("a VarLen feature that only records after the start-up sample have: ri
   INFO(strict.out << strict.err);
   CHECK(strict.status.ToString() == "exit 0");
   CHECK_THAT(strict.out, Catch::Contains("note: feature 'late' is in none of the 1000 records sampled at start, but in "
-                                         "later ones (the first: " + path + ": record 1050 at byte "));
+                                         "later ones (the first: " + path + ": record 1050 at byte " +
+                                         std::to_string(late_at) + ")"));
   CHECK_THAT(strict.err, !Catch::Contains("warning"));
   RINGFEED_REQUIRE_STARTED(daemon);
   INFO("ringfeedd stderr:\n" << daemon.Stderr());

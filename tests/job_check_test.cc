@@ -387,16 +387,7 @@ TEST_CASE("a feature that only records after the start-up sample have: no warnin
   // empty list, though the job read the values (helper-149).
   TempDir dir;
   const std::string path = dir.file("late.tfrecord");
-  {
-    TFRecordWriter w(path);
-    for (int64_t i = 0; i < 1100; ++i) {
-      ExampleBuilder b;
-      b.AddInt64("id", {i});
-      if (i >= 1050) b.AddFloat("late", {0.5f});
-      w.Write(b.Serialize());
-    }
-    w.Close();
-  }
+  const uint64_t at = WriteLateFeatureFile(path);
   const std::string config = dir.file("late.yaml");
   WriteFile(config, "job: late\nsource: {files: [\"" + path +
                         "\"]}\nfeatures:\n  id: {dtype: int64}\n  late: {type: varlen, dtype: float32}\n"
@@ -405,12 +396,6 @@ TEST_CASE("a feature that only records after the start-up sample have: no warnin
   const JobCheckResult r = RunJobCheck(LoadJobConfig(config), log, log);
   INFO(log.str());
   REQUIRE(r.found_after_sample.size() == 1);
-  uint64_t at = 0;
-  for (int64_t i = 0; i < 1050; ++i) {
-    ExampleBuilder b;
-    b.AddInt64("id", {i});
-    at += FrameRecord(b.Serialize()).size();
-  }
   CHECK(r.found_after_sample.at("late") == path + ": record 1050 at byte " + std::to_string(at));
   // The feature no record has keeps its warning.
   REQUIRE(r.sample_warnings.size() == 1);

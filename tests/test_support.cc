@@ -17,6 +17,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "format/example_builder.h"
 #include "format/tfrecord_writer.h"
 
 namespace ringfeed::testing {
@@ -83,6 +84,20 @@ std::string FrameRecords(const std::vector<std::string>& records) {
   std::string out;
   for (const auto& r : records) out += FrameRecord(r);
   return out;
+}
+
+uint64_t WriteLateFeatureFile(const std::string& path) {
+  std::vector<std::string> records;
+  uint64_t late_at = 0;
+  for (int64_t i = 0; i < 1100; ++i) {
+    ExampleBuilder b;
+    b.AddInt64("id", {i});
+    if (i >= 1050) b.AddFloat("late", {static_cast<float>(i)});
+    records.push_back(b.Serialize());
+    if (i < 1050) late_at += FrameRecord(records.back()).size();
+  }
+  WriteFile(path, FrameRecords(records));
+  return late_at;
 }
 
 namespace {

@@ -42,6 +42,11 @@ void WriteFile(const std::string& path, const std::string& bytes);
 // Concatenated framed records (plain TFRecord bytes).
 std::string FrameRecords(const std::vector<std::string>& records);
 
+// Records 0..1099 with an int64 "id" = index, and from record 1050 on (past the start-up
+// sample's 1000 records) a float "late" = index: the records of a feature only later ones have.
+// Returns the byte offset of record 1050.
+uint64_t WriteLateFeatureFile(const std::string& path);
+
 // Compresses `plain` as a gzip member (with optional header fields) or a zlib stream.
 struct GzipOptions {
   int level = 6;
