@@ -157,18 +157,22 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
     }
     std::this_thread::sleep_for(std::min<Clock::duration>(kAttachRetry, attach_deadline - now));
   };
+  // The reason an error answer gives.
+  const auto reason_in = [](const json& answer) {
+    return answer.contains("message") && answer["message"].is_string() ? answer["message"].get<std::string>()
+                                                                       : answer.dump();
+  };
   std::string line;
+  json message;  // the answer to the hello
   for (;;) {
     try {
       a->connection.Connect(a->socket_path, a->job);
       a->connection.SendLine(HelloLine(options.rank));
       line = a->connection.ReadLine(std::max(a->liveness_timeout, std::chrono::milliseconds(1000)));
-      const json refusal = json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (!refusal.is_object() || !refusal.contains("retry") || refusal["retry"] != true) break;
+      message = json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!message.is_object() || !message.contains("retry") || message["retry"] != true) break;
       a->connection.Close();
-      wait_or_throw("ringfeedd for job " + a->job + " refused this consumer: " +
-                        (refusal.contains("message") && refusal["message"].is_string()
-                             ? refusal["message"].get<std::string>() : refusal.dump()),
+      wait_or_throw("ringfeedd for job " + a->job + " refused this consumer: " + reason_in(message),
                     /*refused=*/true);
     } catch (const DaemonNotRunningError& e) {
       wait_or_throw(e.reason());
@@ -178,16 +182,13 @@ std::unique_ptr<Client> Client::Attach(const ClientOptions& options) {
       wait_or_throw(e.what());
     }
   }
-  const json message = json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (message.is_discarded() || !message.is_object()) {
     throw ClientError("ringfeedd's answer on " + a->socket_path + " is not a JSON object: " + line.substr(0, 300));
   }
   const Answer answer{message, a->socket_path};
   const std::string type = answer.String("type");
   if (type == shm::kMessageError) {
-    std::string why = message.contains("message") && message["message"].is_string()
-                          ? message["message"].get<std::string>() : message.dump();
-    throw ClientError("ringfeedd for job " + a->job + " refused this consumer: " + why);
+    throw ClientError("ringfeedd for job " + a->job + " refused this consumer: " + reason_in(message));
   }
   if (type != shm::kMessageWelcome) answer.Bad("type", "an unexpected value in");
   if (answer.Int("protocol") != shm::kProtocolVersion) {

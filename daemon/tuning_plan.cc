@@ -73,6 +73,15 @@ constexpr size_t kAbsentKeysShown = 12;
 
 std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::set<std::string>& keys,
                                         uint64_t sampled) {
+  // The names the config does not use: a misspelt name's right one is among those (one it
+  // uses would make a duplicate key, and the empty name is no config key).
+  std::vector<std::string> unused;
+  for (const std::string& key : keys) {
+    if (!key.empty() &&
+        std::none_of(specs.begin(), specs.end(), [&](const FeatureSpec& s) { return s.name == key; })) {
+      unused.push_back(key);
+    }
+  }
   std::vector<std::string> absent;
   for (const FeatureSpec& spec : specs) {
     if (keys.count(spec.name)) continue;
@@ -82,17 +91,8 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
                        (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
                         : spec.type != FeatureType::kFixedLen ? " (rows without it get an empty list)"
                                                               : " (rows without it get its default)");
-    // The nearest name the config does not use (a misspelt name's right one is among those;
-    // one it uses would make a duplicate key, and the empty name is no config key), within a
-    // third of the name's length, rounded up, at least 1 edit ("tip" for "tips", "trip_secs"
-    // for "trip_seconds"; not "id" for "ab").
-    std::vector<std::string> unused;
-    for (const std::string& key : keys) {
-      if (!key.empty() &&
-          std::none_of(specs.begin(), specs.end(), [&](const FeatureSpec& s) { return s.name == key; })) {
-        unused.push_back(key);
-      }
-    }
+    // The nearest name the config does not use, within a third of the name's length, rounded
+    // up, at least 1 edit ("tip" for "tips", "trip_secs" for "trip_seconds"; not "id" for "ab").
     std::string best;
     size_t best_distance = std::max<size_t>(1, (spec.name.size() + 1) / 3) + 1;
     for (const std::string& key : unused) {
