@@ -637,7 +637,12 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     }
     knobs.push_back({"batches in flight", batch_keys, plan.batches_bytes});
     if (queued > 0) {  // a fixed reads_per_file above 1 (auto starts at 1)
-      knobs.push_back({"queued reads", {"pipeline.reads_per_file"}, SatMul(static_cast<uint64_t>(plan.open_files), queued),
+      // Their share of the read-ahead's minimum, its bookkeeping per record included (with small
+      // records the larger part): what reads_per_file: 1 would take off.
+      const uint64_t without_queued = SatMul(static_cast<uint64_t>(plan.open_files), in.min_stream_buffer_bytes);
+      const uint64_t queued_memory = min_memory - std::min(min_memory, MemoryFor(std::max<uint64_t>(without_queued, 1),
+                                                                                   mean, tail));
+      knobs.push_back({"queued reads", {"pipeline.reads_per_file"}, queued_memory,
                        "; 1 or auto: one read at a time until reads are slow"});
     }
     std::erase_if(knobs, [](const Knob& k) { return k.keys.empty() || k.bytes == 0; });

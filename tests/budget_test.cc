@@ -567,8 +567,10 @@ TEST_CASE("PlanMemory: reads_per_file fixed above 1 counts its queued reads in t
   CHECK(message.find("read-ahead at least: 8 open files x (256.0 KiB min stream buffer + 19 x 256.0 KiB for 16 "
                      "queued reads (pipeline.reads_per_file), the block being read and hedged reads' spares)") !=
         std::string::npos);
-  // The queued reads are among the largest parts the user can lower: the advice names them.
-  CHECK(message.find(" or the queued reads (38.0 MiB: pipeline.reads_per_file; 1 or auto: one read at a time "
+  // The queued reads are the largest part the user can lower: the advice names them first, with
+  // what lowering them takes off, 38.0 MiB of blocks + 1.5 x 224 B per 2 KiB record of them:
+  // 8 x 19 x 256 KiB x (1 + 672 / 4096) = 46,383,104 B.
+  CHECK(message.find(", or lower the queued reads (44.2 MiB: pipeline.reads_per_file; 1 or auto: one read at a time "
                      "until reads are slow)") != std::string::npos);
   in.budget_bytes = NeededBytes(message);
   CHECK(PlanMemory(in).read_ahead_bytes >= 8 * (256 * KiB + 19 * 256 * KiB));
