@@ -75,7 +75,7 @@ std::string ProgramName(pid_t pid, bool* gone) {
 struct EarlyStop {
   static inline char lock_path[4096] = {};  // "" until the lock is held
   static inline shm::FileId lock_id;
-  static inline bool journal = false;  // under systemd: no time in the line (SetLogPattern)
+  static inline bool journal = false;  // under systemd: a priority, not the time (SetLogPattern)
   static inline long utc_offset_seconds = 0;
 
   // `path`, `id`: the lock file once held; "" before.
@@ -103,7 +103,10 @@ struct EarlyStop {
     // second signal's line in the middle of it, however slow stderr is.
     char line[256];
     size_t n = 0;
-    if (!journal) {
+    if (journal) {
+      std::memcpy(line, "<6>", 3);  // info's priority (JournalPriority)
+      n = 3;
+    } else {
       timespec now{};
       ::clock_gettime(CLOCK_REALTIME, &now);
       FormatLogTime(int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec, utc_offset_seconds, line);
@@ -371,6 +374,9 @@ void LockFile::Open() {
     throw StartupError("the lock file " + path + " has " + std::to_string(st.st_nlink) + " hard links: ringfeedd " +
                            "writes its pid to that file, which would change it under its other names too; remove it",
                        2);
+  } else if ((st.st_mode & 07777) != 0644) {
+    // 0644 whatever the umask: ringfeedctl and trainers of other users read the pid in it.
+    ::fchmod(fd_, 0644);
   }
 }
 
@@ -396,14 +402,19 @@ void LockFile::WriteContent(const std::string& content) const {
 }
 
 void MakeRuntimeDir(const std::string& runtime_dir) {
-  // Each missing directory on the way made 0755 less the umask: writable by this user alone
-  // whatever the umask (others reach the socket through it, as permissions.group allows), never
-  // 0777 under a umask of 0, which RuntimeDirProblem would then refuse (std::filesystem::
-  // create_directories gives 0777 less the umask).
+  // Each missing directory on the way made 0755 whatever the umask: writable by this user alone,
+  // and others reach the socket through it as its own mode (0600, or 0660 with permissions.group)
+  // allows. Not 0777 less the umask (std::filesystem::create_directories): under a umask of 0
+  // RuntimeDirProblem would refuse it as writable by every user, and under 077 the group of
+  // permissions.group could not reach a socket made for it.
   std::error_code ec;
   for (size_t slash = runtime_dir.find('/', 1); !ec; slash = runtime_dir.find('/', slash + 1)) {
     const std::string part = runtime_dir.substr(0, slash);
-    if (::mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) ec = std::error_code(errno, std::generic_category());
+    if (::mkdir(part.c_str(), 0755) == 0) {
+      if (::chmod(part.c_str(), 0755) != 0) ec = std::error_code(errno, std::generic_category());
+    } else if (errno != EEXIST) {
+      ec = std::error_code(errno, std::generic_category());
+    }
     if (slash == std::string::npos) break;
   }
   if (!ec && !std::filesystem::is_directory(runtime_dir, ec) && !ec) {

@@ -117,7 +117,7 @@ class LockFile {
   mutable int write_error_ = 0;  // errno of the last WriteContent that failed; 0 once one succeeded
 };
 
-// Creates the runtime directory if needed (each missing directory 0755 less the umask) and
+// Creates the runtime directory if needed (each missing directory 0755, whatever the umask) and
 // checks it (shm::RuntimeDirProblem): at start, and when it was removed under a running daemon.
 // Throws StartupError.
 void MakeRuntimeDir(const std::string& runtime_dir);

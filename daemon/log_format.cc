@@ -42,7 +42,27 @@ class EscapedMessage : public spdlog::custom_flag_formatter {
   std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<EscapedMessage>(); }
 };
 
+// %J in the pattern: "<P>", the journal's priority prefix (JournalPriority).
+class JournalPrefix : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&, spdlog::memory_buf_t& dest) override {
+    const char prefix[3] = {'<', static_cast<char>('0' + JournalPriority(msg.level)), '>'};
+    dest.append(prefix, prefix + 3);
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override { return std::make_unique<JournalPrefix>(); }
+};
+
 }  // namespace
+
+int JournalPriority(spdlog::level::level_enum level) {
+  switch (level) {
+    case spdlog::level::critical: return 2;  // LOG_CRIT
+    case spdlog::level::err: return 3;       // LOG_ERR
+    case spdlog::level::warn: return 4;      // LOG_WARNING
+    case spdlog::level::info: return 6;      // LOG_INFO
+    default: return 7;                       // LOG_DEBUG: debug, trace
+  }
+}
 
 std::string EscapeLogMessage(std::string_view message) {
   std::string out;
@@ -53,7 +73,8 @@ std::string EscapeLogMessage(std::string_view message) {
 
 void SetLogPattern(spdlog::logger& logger, bool journal) {
   auto formatter = std::make_unique<spdlog::pattern_formatter>();
-  formatter->add_flag<EscapedMessage>('*').set_pattern(journal ? "[%l] %*" : "%Y-%m-%d %H:%M:%S.%e [%l] %*");
+  formatter->add_flag<EscapedMessage>('*').add_flag<JournalPrefix>('J').set_pattern(
+      journal ? "%J[%l] %*" : "%Y-%m-%d %H:%M:%S.%e [%l] %*");
   logger.set_formatter(std::move(formatter));
 }
 

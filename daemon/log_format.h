@@ -1,5 +1,8 @@
-// ringfeedd's log lines: "<time> [<level>] <message>" ("[<level>] <message>" under systemd,
-// whose journal adds its own time), one log record per line as far as a reader can tell.
+// ringfeedd's log lines: "<time> [<level>] <message>", one log record per line as far as a
+// reader can tell. Under systemd (JOURNAL_STREAM set) "<P>[<level>] <message>": no time (the
+// journal adds its own) and the level as a syslog priority P that journald takes from the line's
+// start (sd-daemon(3)'s SD_ERR etc.: critical 2, error 3, warning 4, info 6, debug and trace 7),
+// so `journalctl -p warning` shows the warnings and errors.
 //
 // A message may carry text from outside: file names from a glob over a data directory, a
 // config's values. A file named "x\n2026-12-05 10:00:00.000 [error] ..." must not print a
@@ -26,9 +29,12 @@ namespace ringfeed {
 // The escaped form of `message`, as the log line shows it.
 std::string EscapeLogMessage(std::string_view message);
 
-// Sets `logger`'s pattern: with the time, or (journal: under systemd, JOURNAL_STREAM set)
-// without; either way the message escaped as above.
+// Sets `logger`'s pattern: with the time, or (journal: under systemd, JOURNAL_STREAM set) with
+// the priority prefix instead; either way the message escaped as above.
 void SetLogPattern(spdlog::logger& logger, bool journal);
+
+// The syslog priority of `level` for the journal's "<P>" prefix (sd-daemon(3)).
+int JournalPriority(spdlog::level::level_enum level);
 
 // The time at the start of a log line with the time, "YYYY-MM-DD HH:MM:SS.mmm " (SetLogPattern's
 // "%Y-%m-%d %H:%M:%S.%e "), for `unix_ns` (nanoseconds since the epoch, CLOCK_REALTIME, from

@@ -309,6 +309,36 @@ Access AccessFor(const PermissionsConfig& permissions) {
   return {0660, gid};
 }
 
+// Why members of group `gid` (named `group`), not its owner, cannot reach a socket in
+// `runtime_dir`: the first directory from it up to / that does not let them search it (the
+// group's bits when the directory belongs to that group, else the others' bits); "" when none
+// or when a directory cannot be stat'ed (the trainer's own error names it then).
+std::string GroupReachProblem(const std::string& runtime_dir, gid_t gid, const std::string& group) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(runtime_dir, ec).lexically_normal();
+  if (ec) return "";
+  if (!dir.has_filename() && dir.has_parent_path() && dir != dir.root_path()) dir = dir.parent_path();
+  for (;;) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0) return "";
+    const bool group_bits = st.st_gid == gid;
+    if (!(st.st_mode & (group_bits ? S_IXGRP : S_IXOTH))) {
+      const struct group* owner_group = ::getgrgid(st.st_gid);
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      return "permissions.group " + group + ": its members cannot enter " + dir.string() + " (mode " + mode +
+             (group_bits ? ", group " + group
+                         : ", group " + (owner_group ? std::string(owner_group->gr_name) : std::to_string(st.st_gid)) +
+                               ", which they may not be in") +
+             "), so trainers of that group cannot reach the socket made for them; let them through (chmod " +
+             (group_bits ? "g+x " : "o+x ") + dir.string() + ") or use a runtime directory they can reach " +
+             "(--runtime-dir, RINGFEED_RUNTIME_DIR)";
+    }
+    if (dir == dir.root_path() || !dir.has_parent_path()) return "";
+    dir = dir.parent_path();
+  }
+}
+
 // The job's segment, created (its space reserved), replacing a stale one of the name (said in a
 // warning). A ring larger than all of /dev/shm needs an operator, as a config error does: exit
 // 2, which the unit does not retry. Too little free space may pass (another job's segment, or
@@ -545,6 +575,12 @@ int RunDaemon(const DaemonOptions& options) {
 
     // 3. Segment.
     const auto [mode, group] = AccessFor(config.permissions);
+    if (group) {
+      if (const std::string problem = GroupReachProblem(runtime_dir, *group, config.permissions.group);
+          !problem.empty()) {
+        spdlog::warn("{}", problem);
+      }
+    }
     // From here the stop signals (SIGINT, SIGTERM, SIGHUP) and the ones ringfeedd ignores with a
     // warning (SIGUSR1, SIGUSR2, SIGALRM: their default action would end it without cleaning up)
     // wait (blocked) until their handlers are in place: a stop

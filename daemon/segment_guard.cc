@@ -1,12 +1,16 @@
 #include "daemon/segment_guard.h"
 
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+
+#include "daemon/log_format.h"
 
 namespace ringfeed {
 namespace {
@@ -23,6 +27,8 @@ struct GuardState {
   shm::FileId socket_id;   // {} until the socket is bound
   shm::FileId lock_id;
   struct sigaction previous {};  // the action before the guard, for faults that are not ours
+  bool journal = false;           // under systemd: the line starts with a priority, not the time
+  long utc_offset_seconds = 0;    // the log's time zone (localtime_r is not async-signal-safe)
 };
 GuardState g_state;
 
@@ -60,7 +66,17 @@ void OnSigbus(int signal, siginfo_t* info, void*) {
     if (info->si_code <= 0) ::raise(signal);
     return;
   }
-  // "[error]" as the log's own lines have it (no time: formatting one is not async-signal-safe).
+  // The line as the log's own error lines start (SetLogPattern): the time, or the journal's
+  // priority (JournalPriority: error 3).
+  if (g_state.journal) {
+    Write("<3>");
+  } else {
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    char time[kLogTimeBytes + 1] = {};
+    FormatLogTime(int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec, g_state.utc_offset_seconds, time);
+    Write(time);
+  }
   Write("[error] ringfeedd: the shared-memory segment ");
   Write(g_state.segment_name);
   Write(" was truncated by another process (an access at byte ");
@@ -98,6 +114,9 @@ SegmentGuard::SegmentGuard(const void* base, uint64_t bytes, const std::string& 
   g_state.segment_id = segment_id;
   g_state.socket_id = {};
   g_state.bytes = bytes;
+  g_state.journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  const time_t now = ::time(nullptr);
+  if (tm local{}; ::localtime_r(&now, &local) != nullptr) g_state.utc_offset_seconds = local.tm_gmtoff;
   g_state.base = static_cast<const volatile uint8_t*>(base);
   struct sigaction action {};
   action.sa_sigaction = OnSigbus;

@@ -356,10 +356,10 @@ std::string RuntimeDirPermissions(std::string_view runtime_dir) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) return "";
   const bool mine = st.st_uid == ::geteuid();
-  // ringfeedd makes it 0755 less the umask (MakeRuntimeDir) and changes nothing after;
+  // ringfeedd makes it 0755 whatever the umask (MakeRuntimeDir) and changes nothing after;
   // permissions.group applies to the socket and the segment, not to the directory.
   return describe(st) +
-         "; ringfeedd creates it with mode 0755 (less its umask), "
+         "; ringfeedd creates it with mode 0755, "
          "ringfeed@.service with RuntimeDirectoryMode=0755; " +
          (mine ? "give it back: chmod 0755 " + path : "ask its owner to let this user in (chmod 0755 " + path + ")");
 }

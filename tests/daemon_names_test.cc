@@ -7,6 +7,7 @@
 //     daemon's own, and its stop removes only what is still its own;
 //   * permissions: other users' directories and segments, groups, umask.
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/socket.h>
@@ -387,6 +388,12 @@ TEST_CASE("the segment truncated under the daemon: it says so, removes socket an
                                   Catch::Contains("was truncated by another process (an access at byte ") &&
                                   Catch::Contains("failed with SIGBUS); stopping, its socket, segment and lock file "
                                                   "removed: trainers mapping it may die of SIGBUS too"));
+  // Written by the signal handler, its line starts as the logger's do: the time (under systemd,
+  // error's priority).
+  const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
+  CHECK_THAT(daemon.Stderr(), Catch::Matches(std::string(R"(([\s\S]*\n)?)") +
+                                             (journal ? "<3>" : R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} )") +
+                                             R"(\[error\] ringfeedd: the shared-memory segment [\s\S]*)"));
   CHECK_FALSE(std::filesystem::exists(daemon.socket_path()));
   CHECK_FALSE(std::filesystem::exists(daemon.segment_path()));
   CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
@@ -783,6 +790,49 @@ TEST_CASE("under umask 0 the runtime directory is made again 0755, not refused a
   CHECK((st.st_mode & 0777) == 0755);  // before: 0777, then refused at every check
   CHECK(daemon.Status()["problems"] == json::array());
   CHECK(daemon.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("under umask 077 with permissions.group the runtime directory is 0755 and the lock file 0644") {
+  const struct group* g = ::getgrgid(65534);  // Debian's nogroup
+  if (g == nullptr || ::geteuid() != 0) {
+    SkipOrFail("needs root and a group of gid 65534, to give the socket to a group it is not in");
+    return;
+  }
+  const std::string group = g->gr_name;
+  // Before: 0700 and 0600 under this umask, while the ready line said the socket was the group's.
+  TempDir dir;
+  std::filesystem::permissions(dir.path(), std::filesystem::perms(0755));
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "umask77", IdJobConfig("umask77", dir.file("data.tfrecord"),
+                                                          "epochs: 0\npermissions: {group: " + group + "}\n"));
+  DaemonStart start;
+  start.wrapper = {"bash", "-c", "umask 077 && exec \"$@\"", "bash"};
+  RINGFEED_REQUIRE_STARTED(daemon, start);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  struct stat st {};
+  REQUIRE(::stat(daemon.runtime_dir().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0755);
+  REQUIRE(::stat((daemon.runtime_dir() + "/umask77.lock").c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0644);
+  REQUIRE(::stat(daemon.socket_path().c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0660);
+  CHECK(st.st_gid == g->gr_gid);
+  CHECK_THAT(daemon.Stderr(), !Catch::Contains("its members cannot enter"));
+  CHECK(daemon.Stop().ToString() == "exit 0");
+
+  // A directory on the way that the group cannot enter: said at start, with the fix.
+  TempDir closed;
+  std::filesystem::permissions(closed.path(), std::filesystem::perms(0700));
+  WriteIdFile(closed.file("data.tfrecord"), 0, 10);
+  DaemonProcess shut(closed.path(), "shut", IdJobConfig("shut", closed.file("data.tfrecord"),
+                                                        "epochs: 0\npermissions: {group: " + group + "}\n"));
+  RINGFEED_REQUIRE_STARTED(shut);
+  INFO("ringfeedd stderr:\n" << shut.Stderr());
+  CHECK_THAT(shut.Stderr(), Catch::Contains("[warning] permissions.group " + group + ": its members cannot enter " +
+                                            closed.path().string() + " (mode 0700, group root, which they may not be "
+                                            "in), so trainers of that group cannot reach the socket made for them; "
+                                            "let them through (chmod o+x " + closed.path().string() + ")"));
+  CHECK(shut.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("another program's socket put at the socket's path is asked once whether it listens, and left alone") {

@@ -27,9 +27,16 @@ TEST_CASE("log messages: a newline is followed by an indent, other control chara
   // A file named to forge a record: its newline no longer starts a line with "[error]".
   logger.warn("cannot read {}: gone", "/data/x\n[error] forged.tfrecord");
   logger.info("memory budget 64.0 MiB:\n  ring: 2 slots");
+  logger.error("e");
+  logger.critical("c");
+  logger.set_level(spdlog::level::trace);
+  logger.debug("d");
+  logger.trace("t");
+  // Under systemd each line starts with its syslog priority, which journald takes for the entry.
   CHECK(out.str() ==
-        "[warning] cannot read /data/x\n    [error] forged.tfrecord: gone\n"
-        "[info] memory budget 64.0 MiB:\n      ring: 2 slots\n");
+        "<4>[warning] cannot read /data/x\n    [error] forged.tfrecord: gone\n"
+        "<6>[info] memory budget 64.0 MiB:\n      ring: 2 slots\n"
+        "<3>[error] e\n<2>[critical] c\n<7>[debug] d\n<7>[trace] t\n");
 
   std::ostringstream timed;
   spdlog::logger with_time("test", std::make_shared<spdlog::sinks::ostream_sink_st>(timed));

@@ -502,7 +502,7 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
   } restore{fake.runtime_dir};
   const std::string uid = as_user.empty() ? std::to_string(::geteuid()) : "65534";
   const std::string permissions = "(owned by uid " + uid + " (this user), mode 0000; ringfeedd creates it with mode "
-                                  "0755 (less its umask), ringfeed@.service with RuntimeDirectoryMode=0755; give it "
+                                  "0755, ringfeed@.service with RuntimeDirectoryMode=0755; give it "
                                   "back: chmod 0755 " + fake.runtime_dir + ")";
 
   const CommandResult list = ctl({"list"});
@@ -582,8 +582,18 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
     INFO("list of a socket this user may not connect to:\n" << denied.out << denied.err);
     CHECK(denied.status.ToString() == "exit 0");
     CHECK_THAT(denied.out, Catch::Contains(ListErrorLine(kJob, "denied")) &&
-                               Catch::Contains("run this process as the daemon's user or as a member of the job's "
-                                               "permissions.group"));
+                               Catch::Contains("the socket is user root's with mode 0755, which lets only that user "
+                                               "connect (the job sets no permissions.group): run this process as "
+                                               "root, or give the job a permissions.group this process is in (id "
+                                               "-Gn) and restart it"));
+    // A socket of a group nobody is not in (a job's permissions.group): that group is named.
+    ::chmod(fake.socket.c_str(), 0770);
+    const CommandResult other_group = ctl({"list"});
+    INFO("list of a socket of another group:\n" << other_group.out << other_group.err);
+    CHECK_THAT(other_group.out, Catch::Contains("the socket is user root's and group root's (mode 0770, the job's "
+                                                "permissions.group), and this process is in neither (id -Gn): add "
+                                                "its user to the group (usermod -aG root nobody, then log in again) "
+                                                "or run it as root"));
     // A runtime directory this user may list but not enter (root's, 0744): denied too.
     REQUIRE(::chown(fake.runtime_dir.c_str(), 0, 0) == 0);
     std::filesystem::permissions(fake.runtime_dir, std::filesystem::perms::owner_all |
