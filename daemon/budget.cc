@@ -794,6 +794,7 @@ FileDescriptorPlan PlanFileDescriptors(int64_t open_files, bool queued_reads, ui
   const uint64_t files = static_cast<uint64_t>(std::max<int64_t>(open_files, 1));
   FileDescriptorPlan plan;
   plan.needed = SatAdd(SatMul(files, queued_reads ? 2 : 1), SatAdd(connections, kOtherFileDescriptors));
+  plan.least = SatAdd(queued_reads ? 2 : 1, SatAdd(connections, kOtherFileDescriptors));
   plan.arithmetic = Plural(static_cast<int64_t>(files), "data file", "data files") +
                     (queued_reads ? " x 2 (each with its io_uring queue)" : "") + " + " +
                     std::to_string(connections) + " control connections + " + std::to_string(kOtherFileDescriptors) +
@@ -803,10 +804,15 @@ FileDescriptorPlan PlanFileDescriptors(int64_t open_files, bool queued_reads, ui
 
 std::string OpenFileLimitProblem(const FileDescriptorPlan& fds, uint64_t limit, uint64_t hard) {
   if (fds.needed <= limit) return "";
-  return "this job may hold " + std::to_string(fds.needed) + " file descriptors at once (" + fds.arithmetic +
-         "), more than the open-file limit " + std::to_string(limit) + " (RLIMIT_NOFILE, hard limit " +
-         std::to_string(hard) + "): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit) or lower "
-         "pipeline.cycle_length";
+  std::string text = "this job may hold " + std::to_string(fds.needed) + " file descriptors at once (" +
+                     fds.arithmetic + "), more than the open-file limit " + std::to_string(limit) +
+                     " (RLIMIT_NOFILE, hard limit " + std::to_string(hard) +
+                     "): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit)";
+  if (fds.least > limit) {
+    return text + "; no config fits under it: with one data file the control connections and the daemon's own " +
+           "still need " + std::to_string(fds.least);
+  }
+  return fds.lower.empty() ? text : text + ", or " + fds.lower;
 }
 
 namespace {

@@ -281,6 +281,10 @@ struct FileDescriptorPlan {
   uint64_t needed = 0;
   // "1116 data files x 2 (each with its io_uring queue) + 256 control connections + 64 others = 2552"
   std::string arithmetic;
+  uint64_t least = 0;  // needed with one data file: no config lowers the count below it
+  // The config keys that lower the data files' part, with what each gives (set by PlanTuning,
+  // which knows which are fixed): "set pipeline.readers to 1 (5 data files open)"; "" for none.
+  std::string lower;
 };
 FileDescriptorPlan PlanFileDescriptors(int64_t open_files, bool queued_reads, uint64_t connections);
 // What is wrong when `fds` does not fit under the open-file limit `limit` (RLIMIT_NOFILE's soft

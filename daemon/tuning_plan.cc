@@ -709,8 +709,30 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
       pc.read_ahead.value_or(Tuner::StartStreamBufferBytes(limits, k.readers, k.reads_per_file));
   plan.tune = !(at.fixed.readers && at.fixed.workers && at.fixed.prefetch && at.fixed.stream_buffer_bytes &&
                 at.fixed.reads_per_file);
-  plan.file_descriptors =
-      PlanFileDescriptors(plan.memory.open_files, limits.max_reads_per_file > 1, kMaxControlConnections);
+  const bool queued_fds = limits.max_reads_per_file > 1;
+  plan.file_descriptors = PlanFileDescriptors(plan.memory.open_files, queued_fds, kMaxControlConnections);
+  {
+    // What lowers the data files' part: fewer files opened ahead (one per reader), fewer in
+    // the interleave, no io_uring queue per file. Each only where it opens fewer than now.
+    std::vector<std::string> lower;
+    const int64_t open = plan.memory.open_files;
+    const auto files_text = [](int64_t n) { return std::to_string(n) + (n == 1 ? " data file" : " data files"); };
+    if (const int64_t with_one = OpenFiles(pc.cycle_length, 1, shard_files); limits.max_readers > 1 && with_one < open) {
+      lower.push_back("set pipeline.readers to 1 (" + files_text(with_one) + " open" +
+                      (pc.readers ? std::string() : "; auto readers open one file ahead each") + ")");
+    }
+    if (queued_fds) {
+      lower.push_back("set pipeline.reads_per_file to 1 (1 descriptor per data file, not 2: no io_uring queue)");
+    }
+    if (const int64_t interleave_one = OpenFiles(1, limits.max_readers, shard_files);
+        pc.cycle_length > 1 && interleave_one < open) {
+      lower.push_back("lower pipeline.cycle_length (with 1: " + files_text(interleave_one) +
+                      " open; it changes the batch order)");
+    }
+    for (size_t i = 0; i < lower.size(); ++i) {
+      plan.file_descriptors.lower += (i == 0 ? "" : i + 1 == lower.size() ? " or " : ", ") + lower[i];
+    }
+  }
 
   // The largest record the budget holds (TuningPlan::record_limit_bytes).
   const uint64_t copies = mi.compressed ? 2 : 1;

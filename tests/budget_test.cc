@@ -929,7 +929,18 @@ TEST_CASE("PlanFileDescriptors and OpenFileLimitProblem: the arithmetic, and a l
   CHECK(OpenFileLimitProblem(queued, 2551, 2551) ==
         "this job may hold 2552 file descriptors at once (1116 data files x 2 (each with its io_uring queue) + 256 "
         "control connections + 64 others = 2552), more than the open-file limit 2551 (RLIMIT_NOFILE, hard limit "
-        "2551): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit) or lower pipeline.cycle_length");
+        "2551): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit)");
+  // With PlanTuning's advice on the config keys that open fewer files.
+  FileDescriptorPlan advised = queued;
+  advised.lower = "set pipeline.readers to 1 (5 data files open)";
+  CHECK_THAT(OpenFileLimitProblem(advised, 2551, 2551),
+             Catch::EndsWith("(`ulimit -n`, LimitNOFILE= in the systemd unit), or set pipeline.readers to 1 (5 data "
+                             "files open)"));
+  // Under what even one data file needs (256 connections + 64 others + 2), no config helps.
+  CHECK(queued.least == 322);
+  CHECK_THAT(OpenFileLimitProblem(advised, 300, 300),
+             Catch::EndsWith("raise it (`ulimit -n`, LimitNOFILE= in the systemd unit); no config fits under it: with "
+                             "one data file the control connections and the daemon's own still need 322"));
 }
 
 }  // namespace

@@ -464,21 +464,36 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
     DaemonProcess daemon(dir.path(), "fd-start",
                          IdJobConfig("fd-start", dir.file("*.tfrecord"), "pipeline: {cycle_length: 30}\n"));
     DaemonStart start;
-    start.wrapper = {"bash", "-c", "ulimit -n 200 && exec \"$@\"", "bash"};  // soft and hard
+    // Soft and hard; above the 322 that one data file needs beside the 256 control connections.
+    start.wrapper = {"bash", "-c", "ulimit -n 350 && exec \"$@\"", "bash"};
     REQUIRE_FALSE(daemon.Start(start));
     INFO(daemon.Stderr());
     REQUIRE(daemon.exit_status());
     CHECK(daemon.exit_status()->ToString() == "exit 2");
-    CHECK_THAT(daemon.Stderr(), Catch::Contains("more than the open-file limit 200 (RLIMIT_NOFILE, hard limit 200)"));
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("more than the open-file limit 350 (RLIMIT_NOFILE, hard limit 350)"));
     CHECK_THAT(daemon.Stderr(), Catch::Contains(" control connections + 64 others = "));
-    CHECK_THAT(daemon.Stderr(), Catch::Contains("lower pipeline.cycle_length"));
+    // What opens fewer: 40 files open now (30 interleaved + one ahead per auto reader, 16).
+    CHECK_THAT(daemon.Stderr(), Catch::Contains("), or set pipeline.readers to 1 (31 data files open; auto readers "
+                                                "open one file ahead each), ") &&
+                                    Catch::Contains("lower pipeline.cycle_length (with 1: 17 data files open; it "
+                                                    "changes the batch order)"));
     // `ringfeedctl check` under the same limit refuses the same way, before any daemon.
     const CommandResult check =
-        RunCommand({"/bin/bash", "-c", "ulimit -n 200 && exec \"$@\"", "bash", CtlBinary(), "check", daemon.config_path()});
+        RunCommand({"/bin/bash", "-c", "ulimit -n 350 && exec \"$@\"", "bash", CtlBinary(), "check", daemon.config_path()});
     INFO(check.out << check.err);
     CHECK(check.status.ToString() == "exit 2");
     CHECK_THAT(check.err, Catch::Contains("ringfeedd would refuse to start this job: this job may hold "));
-    CHECK_THAT(check.err, Catch::Contains("more than the open-file limit 200"));
+    CHECK_THAT(check.err, Catch::Contains("more than the open-file limit 350") &&
+                              Catch::Contains("lower pipeline.cycle_length (with 1: 17 data files open"));
+    // Under what one data file needs beside the control connections, no config advice.
+    const CommandResult tight =
+        RunCommand({"/bin/bash", "-c", "ulimit -n 200 && exec \"$@\"", "bash", CtlBinary(), "check", daemon.config_path()});
+    INFO(tight.out << tight.err);
+    CHECK(tight.status.ToString() == "exit 2");
+    CHECK_THAT(tight.err, Catch::Contains("more than the open-file limit 200") &&
+                              Catch::Contains("no config fits under it: with one data file the control connections and "
+                                              "the daemon's own still need ") &&
+                              !Catch::Contains("pipeline.cycle_length"));
   }
 #if !defined(__SANITIZE_ADDRESS__)  // the ASan+UBSan build: UBSan's vptr check opens a pipe to probe memory,
                                     // so with no descriptor left it reports "invalid vptr" and halts the daemon
