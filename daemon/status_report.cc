@@ -34,7 +34,17 @@ void RateWindow::Add(Clock::time_point t, uint64_t records, uint64_t bytes) {
 
 std::pair<double, double> RateWindow::Rates(Clock::time_point now, uint64_t records, uint64_t bytes) const {
   std::lock_guard lock(mutex_);
-  const Sample& a = samples_.front();
+  // From the newest sample at least 10 s old: after a pause of the sampler (the daemon stopped
+  // with SIGSTOP, then continued) the oldest kept may be far older, and a rate from it would be
+  // one over the pause as well. Younger than 10 s, from the start.
+  const Sample* from = &samples_.front();
+  for (auto it = samples_.rbegin(); it != samples_.rend(); ++it) {
+    if (now - it->t >= std::chrono::seconds(10)) {
+      from = &*it;
+      break;
+    }
+  }
+  const Sample& a = *from;
   const double dt = std::chrono::duration<double>(now - a.t).count();
   if (dt <= 0) return {0, 0};
   return {static_cast<double>(records - a.records) / dt, static_cast<double>(bytes - a.bytes) / dt};

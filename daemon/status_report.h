@@ -29,7 +29,7 @@
 namespace ringfeed {
 
 // Throughput over the last 10 s: one sample of the counters per second (the first at the
-// daemon's start, counters 0), the rate from the oldest sample kept (10 s back, or the start
+// daemon's start, counters 0), the rate from the newest sample at least 10 s old (the start
 // while the daemon is younger) to the counters now. Thread-safe.
 class RateWindow {
  public:

@@ -4,6 +4,7 @@ ringfeed_test(shuffle_test SOURCES shuffle_test.cc LIBS ringfeed_daemon nlohmann
 ringfeed_test(sequencer_test SOURCES sequencer_test.cc ARGS "~[slowfs]" LIBS ringfeed_daemon nlohmann_json::nlohmann_json)
 ringfeed_test(sched_clock_test SOURCES sched_clock_test.cc LIBS ringfeed_daemon)
 ringfeed_test(log_format_test SOURCES log_format_test.cc LIBS ringfeed_daemon)
+ringfeed_test(status_report_test SOURCES status_report_test.cc LIBS ringfeed_daemon)
 # End to end: ringfeedd and ringfeedctl run as real processes, consumers in forked children
 # (tests/daemon_harness.h). The golden and /dev/shm tests may skip (testing::Skip), and are
 # programs of their own, so that CTest reports them as skipped (a program reports a skip only
