@@ -426,7 +426,8 @@ void MakeRuntimeDir(const std::string& runtime_dir) {
     const bool lasting = ec == std::errc::permission_denied || ec == std::errc::not_a_directory ||
                          ec == std::errc::read_only_file_system || ec == std::errc::file_exists ||
                          ec == std::errc::operation_not_permitted || ec == std::errc::filename_too_long ||
-                         ec == std::errc::too_many_symbolic_link_levels;
+                         ec == std::errc::too_many_symbolic_link_levels ||
+                         ec == std::errc::no_such_file_or_directory;  // made in order: a pseudo file system (/proc)
     throw StartupError("cannot create the runtime directory " + runtime_dir + ": " + ec.message(), lasting ? 2 : 1);
   }
   if (const std::string problem = shm::RuntimeDirProblem(runtime_dir); !problem.empty()) {

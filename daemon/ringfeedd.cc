@@ -235,6 +235,8 @@ void LogPlan(const TuningPlan& plan) {
   if (!plan.slot_bytes_note.empty()) spdlog::warn("{}", plan.slot_bytes_note);
   if (!plan.ring_slots_warning.empty()) spdlog::warn("{}", plan.ring_slots_warning);
   spdlog::debug("{}", plan.memory.Describe());
+  spdlog::info("memory_budget {} ({}): private RSS + the segment, the whole run",
+               FormatBytes(plan.autotune.memory_budget_bytes), plan.autotune.memory_budget_source);
   spdlog::info("cpu_budget {} cores ({}): the CPU the daemon's threads may use together",
                plan.autotune.cpu_budget_cores, plan.autotune.cpu_budget_source);
 }
@@ -484,6 +486,18 @@ int RunDaemon(const DaemonOptions& options) {
     // 1. Runtime directory and lock.
     std::string runtime_dir = options.runtime_dir.empty() ? shm::RuntimeDir() : options.runtime_dir;
     while (runtime_dir.size() > 1 && runtime_dir.back() == '/') runtime_dir.pop_back();  // no "dir//job.sock"
+    // A relative one made absolute, so that the status, the log and the messages name a socket
+    // path that holds from any directory (the segment's name comes from the absolute path
+    // anyway: shm::SegmentName); kept relative where the working directory cannot be named or
+    // the absolute socket path would be longer than a Unix socket allows.
+    if (!runtime_dir.empty() && runtime_dir.front() != '/') {
+      std::error_code ec;
+      const std::string absolute = std::filesystem::absolute(runtime_dir, ec).lexically_normal().string();
+      if (!ec && shm::SocketPath(absolute, config.job).size() < sizeof(sockaddr_un{}.sun_path)) {
+        runtime_dir = absolute;
+        while (runtime_dir.size() > 1 && runtime_dir.back() == '/') runtime_dir.pop_back();
+      }
+    }
     const std::string socket_path = shm::SocketPath(runtime_dir, config.job);
     if (socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
       throw StartupError("control socket path " + socket_path + " is " + std::to_string(socket_path.size()) +
@@ -762,6 +776,9 @@ int RunDaemon(const DaemonOptions& options) {
                          {config.job, segment_name, instance_id}, std::move(handlers));
     segment_guard.SocketBound(server.socket_id());
 
+    // The job's failure, for the last line of the log (written by the pipeline's thread, read
+    // after pipeline->Join()).
+    std::string failure;
     pipeline = std::make_unique<Pipeline>(po, parser, ring, [&](PipelineEnd end, const std::string& message) {
       consumers.SetProductionEnded(end == PipelineEnd::kEndOfData);
       if (end == PipelineEnd::kEndOfData) {
@@ -773,6 +790,7 @@ int RunDaemon(const DaemonOptions& options) {
       }
       if (end == PipelineEnd::kFailed) {
         spdlog::error("stopped producing: {}", message);
+        failure = message;
         exit_status = 1;
       }
       done_producing = true;
@@ -978,6 +996,8 @@ int RunDaemon(const DaemonOptions& options) {
     pipeline->Join();
     heartbeat.Stop();
     spdlog::info("stopped: {}", names.Removal());
+    // The last line says why the exit status is 1 (what `journalctl -n` shows after a stop).
+    if (!failure.empty()) spdlog::error("exit status 1: the job had failed: {}", failure);
     return exit_status.load();
   } catch (const StartupError& e) {
     spdlog::error("{}", e.what());

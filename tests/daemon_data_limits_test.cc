@@ -203,6 +203,12 @@ TEST_CASE("on_error with a corrupted record: fail names file and record, skip de
     CHECK(std::find(received.begin() + 2, received.end(), "READY=1") != received.end());
     CHECK_THAT(failed, Catch::Contains(bad + ": record 6 at byte") && Catch::Contains("corrupted record data"));
     CHECK(daemon.Stop().ToString() == "exit 1");  // it failed: exit status 1 once stopped
+    // Its last line says why (what `journalctl -n` shows after `systemctl stop`).
+    std::string last = daemon.Stderr();
+    while (!last.empty() && last.back() == '\n') last.pop_back();
+    last = last.substr(last.rfind('\n') + 1);
+    CHECK_THAT(last, Catch::Contains("[error] exit status 1: the job had failed: " + bad + ": record 6 at byte") &&
+                         Catch::Contains("corrupted record data"));
   }
   SECTION("skip under systemd (NOTIFY_SOCKET): the unit's status line counts epochs as ringfeedctl status does") {
     NotifySocket notify(dir.file("notify"));

@@ -371,6 +371,13 @@ TEST_CASE("a runtime directory that cannot be made for a lasting reason: exit 2,
   CHECK(r.status.ToString() == "exit 2");
   CHECK_THAT(r.err, Catch::Contains("cannot create the runtime directory " + dir.file("a-file") + "/run: Not a "
                                     "directory"));
+  // In a pseudo file system that has no such directory and makes none (before: exit 1, retried).
+  const CommandResult proc = RunCommand({DaemonBinary(), "--config", dir.file("job.yaml"), "--runtime-dir",
+                                         "/proc/ringfeed-none/run"});
+  INFO(proc.err);
+  CHECK(proc.status.ToString() == "exit 2");
+  CHECK_THAT(proc.err, Catch::Contains("cannot create the runtime directory /proc/ringfeed-none/run: No such file or "
+                                       "directory"));
 }
 
 TEST_CASE("the segment truncated under the daemon: it says so, removes socket and segment, exits 1") {
@@ -833,6 +840,24 @@ TEST_CASE("under umask 077 with permissions.group the runtime directory is 0755 
                                             "in), so trainers of that group cannot reach the socket made for them; "
                                             "let them through (chmod o+x " + closed.path().string() + ")"));
   CHECK(shut.Stop().ToString() == "exit 0");
+}
+
+TEST_CASE("a relative --runtime-dir: the status and the log name the socket by its absolute path") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 10);
+  DaemonProcess daemon(dir.path(), "relative", IdJobConfig("relative", dir.file("data.tfrecord"), "epochs: 0\n"));
+  REQUIRE(daemon.runtime_dir() == dir.file("run"));
+  DaemonStart start;
+  // The harness's --runtime-dir (the last argument, absolute) given as "run" from its directory.
+  start.wrapper = {"bash", "-c", "cd \"$0\" && exec \"${@:1:$#-1}\" run", dir.path().string()};
+  RINGFEED_REQUIRE_STARTED(daemon, start);
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  CHECK(daemon.Status()["socket"] == daemon.socket_path());  // before: "run/relative.sock"
+  CHECK_THAT(daemon.Stderr(), Catch::Contains("ready: socket " + daemon.socket_path() + ","));
+  // (And the start-up log says where the auto memory budget came from, as it does the CPU's.)
+  CHECK_THAT(daemon.Stderr(), Catch::Matches(R"([\s\S]*\[info\] memory_budget [0-9.]+ [MG]iB \(default: [^\n]+\): private )"
+                                             R"(RSS \+ the segment, the whole run\n[\s\S]*)"));
+  CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
 TEST_CASE("another program's socket put at the socket's path is asked once whether it listens, and left alone") {
