@@ -7,6 +7,14 @@
 #include <stdexcept>
 #include <string>
 
+// The C++ API passes std::string across the library's boundary, so a trainer must use the
+// libstdc++ string ABI the library was built with (the C++11 one, GCC's default since 5). A
+// trainer built with -D_GLIBCXX_USE_CXX11_ABI=0 (older libtorch builds ask for it) would link
+// and then crash in Attach: stop it here. The C ABI (client/ringfeed.h) has no such dependence.
+#if defined(__GLIBCXX__) && defined(_GLIBCXX_USE_CXX11_ABI) && !_GLIBCXX_USE_CXX11_ABI
+#error "ringfeed's C++ API needs _GLIBCXX_USE_CXX11_ABI=1, the library's ABI; with 0 use the C ABI, client/ringfeed.h"
+#endif
+
 namespace ringfeed {
 
 class ClientError : public std::runtime_error {

@@ -178,6 +178,8 @@ int64_t rf_timeout_reason(const rf_client* client, char* buf, size_t buf_len);
  * on one batch. */
 void rf_batch_release(rf_batch* batch);
 
+/* rf_schema_count, rf_schema_batch_size, rf_consumer_id: 0 for a NULL client, with
+ * rf_last_error "FN: NULL argument" (cleared on success, as every function here does). */
 size_t rf_schema_count(const rf_client* client);
 int rf_schema_feature(const rf_client* client, size_t index, rf_feature* feature);
 uint32_t rf_schema_batch_size(const rf_client* client);

@@ -131,7 +131,9 @@ int rf_attach(const rf_attach_options* options, rf_client** client, char* err, s
   return Guard("rf_attach", err, err_len, [&] {
     ringfeed::ClientOptions o;
     if (options->job == nullptr || options->job[0] == '\0') {
-      return Fail("rf_attach: options->job is empty: set it to the job's name", err, err_len);
+      return Fail(std::string("rf_attach: options->job is ") + (options->job == nullptr ? "NULL" : "empty") +
+                      ": set it to the job's name",
+                  err, err_len);
     }
     o.job = options->job;
     if (!ringfeed::shm::IsValidJobName(o.job)) {
@@ -313,7 +315,12 @@ void rf_batch_release(rf_batch* batch) {
 }
 
 size_t rf_schema_count(const rf_client* client) {
-  return client == nullptr ? 0 : client->client->schema().features.size();
+  ClearError(nullptr, 0);
+  if (client == nullptr) {
+    Fail("rf_schema_count: NULL argument");
+    return 0;
+  }
+  return client->client->schema().features.size();
 }
 
 int rf_schema_feature(const rf_client* client, size_t index, rf_feature* feature) {
@@ -339,11 +346,21 @@ int rf_schema_feature(const rf_client* client, size_t index, rf_feature* feature
 }
 
 uint32_t rf_schema_batch_size(const rf_client* client) {
-  return client == nullptr ? 0 : client->client->schema().batch_size;
+  ClearError(nullptr, 0);
+  if (client == nullptr) {
+    Fail("rf_schema_batch_size: NULL argument");
+    return 0;
+  }
+  return client->client->schema().batch_size;
 }
 
 uint32_t rf_consumer_id(const rf_client* client) {
-  return client == nullptr ? 0 : client->client->consumer_id();
+  ClearError(nullptr, 0);
+  if (client == nullptr) {
+    Fail("rf_consumer_id: NULL argument");
+    return 0;
+  }
+  return client->client->consumer_id();
 }
 
 const char* rf_dtype_name(int32_t dtype) {

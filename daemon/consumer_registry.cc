@@ -68,9 +68,7 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
     c.wait_ns.store(0, std::memory_order_relaxed);
     c.attached.store(1, std::memory_order_release);
     ++consumers_seen_;
-    if (production_ended_.load(std::memory_order_acquire) && !end_of_data_.load(std::memory_order_acquire)) {
-      MarkToldLocked(e);
-    }
+    if (production_ended_.load(std::memory_order_acquire)) MarkToldLocked(e);
     membership_changes_.fetch_add(1, std::memory_order_release);
     // The id is the consumer's entry in the segment, used again once it detaches; the count of
     // attaches tells one consumer from the next in the log.
@@ -215,7 +213,6 @@ void ConsumerRegistry::SetProductionEnded(bool end_of_data) {
   std::lock_guard lock(mutex_);
   end_of_data_.store(end_of_data, std::memory_order_release);
   production_ended_.store(true, std::memory_order_release);
-  if (end_of_data) return;
   for (const Entry& e : entries_) {
     if (e.attached) MarkToldLocked(e);
   }

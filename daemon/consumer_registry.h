@@ -95,14 +95,13 @@ class ConsumerRegistry {
   // now on holding batches, with nothing of theirs left in the ring, are not counted as dead.
   // ringfeedd calls it from the pipeline's end callback, and before a detach once the pipeline
   // has recorded its end (a consumer may see the end state and leave before the callback).
-  // Production ending otherwise (a failure, a stop) also marks every consumer attached now as
-  // told of it: NotToldOfEnd.
+  // It also marks every consumer attached now as told of the end: NotToldOfEnd.
   void SetProductionEnded(bool end_of_data);
-  // After production ended without the end of the data (a failure: on_error: fail): the ranks
-  // (0..count-1) that no consumer was attached as when it ended or has attached as since, so
-  // that none of their trainers has read the failure from the segment yet; shared mode: {0}
-  // when no consumer has, else empty. ringfeedd --exit-when-done waits for it to be empty
-  // (a trainer starting after the exit would get "cannot connect" instead of the error).
+  // After production ended: the ranks (0..count-1) that no consumer was attached as when it
+  // ended or has attached as since, so that none of their trainers has read the end (a failure,
+  // or why the data gave no batch) from the segment yet; shared mode: {0} when no consumer has,
+  // else empty. ringfeedd --exit-when-done waits for it to be empty after a failure or an end
+  // with no batch (a trainer starting after the exit would get "cannot connect" instead).
   std::vector<int> NotToldOfEnd() const;
   uint64_t batches_reclaimed() const {
     std::lock_guard lock(mutex_);
@@ -169,8 +168,8 @@ class ConsumerRegistry {
   std::atomic<uint64_t> membership_changes_{0};
   std::atomic<bool> end_of_data_{false};
   std::atomic<bool> production_ended_{false};
-  // Per rank (one entry in shared mode): a consumer was attached as it when production ended
-  // without the end of the data, or attached after (NotToldOfEnd).
+  // Per rank (one entry in shared mode): a consumer was attached as it when production ended,
+  // or attached after (NotToldOfEnd).
   std::vector<bool> told_of_end_ = std::vector<bool>(std::max<uint32_t>(ranks_, 1), false);
   void MarkToldLocked(const Entry& e) {
     told_of_end_[e.rank >= 0 && static_cast<uint32_t>(e.rank) < told_of_end_.size() ? static_cast<size_t>(e.rank) : 0] =

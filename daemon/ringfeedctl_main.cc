@@ -585,7 +585,8 @@ Command AddDumpCommand(CLI::App& parent) {
   cmd->add_option("--rank", options->rank, "consumers.mode ranks: attach as this rank (0-63)")
       ->check(CLI::Range(0, 63))
       ->option_text("RANK");
-  cmd->add_option("--timeout", options->timeout_seconds, "Give up when no batch comes for this many seconds (default 60)")
+  cmd->add_option("--timeout", options->timeout_seconds,
+                  "Give up when no batch comes for this many seconds: 0.001 to 604800 (default 60)")
       ->check(kTimeoutValidator)
       ->option_text("SECONDS");
   AddBytesOption(cmd, bytes.get());

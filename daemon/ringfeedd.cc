@@ -375,24 +375,26 @@ shm::Segment CreateSegment(const std::string& name, uint64_t bytes, mode_t mode,
   return segment;
 }
 
-// --exit-when-done after a failure: what the daemon still waits for, as "a trainer of rank 1
+// --exit-when-done after a failure (or an end with no batch, `what` "why"): what the daemon
+// still waits for, as "a trainer of rank 1
 // has attached, taken its 2 ready batches and got the failure" (the ranks with batches ready or
 // no trainer attached since the failure: ConsumerRegistry::NotToldOfEnd); shared mode: "a
 // trainer has taken the 3 ready batches and got the failure".
 std::string FailedJobWaitsFor(bool ranks, uint64_t slots_ready, const std::vector<uint32_t>& ready_per_queue,
-                              const std::vector<int>& untold) {
+                              const std::vector<int>& untold, const std::string& what) {
   const auto batches = [](uint64_t n) { return n == 1 ? std::string("1 ready batch") : fmt::format("{} ready batches", n); };
   if (!ranks) {
-    return slots_ready > 0 ? fmt::format("a trainer has taken the {} and got the failure", batches(slots_ready))
-                           : std::string("a trainer has attached and got the failure");
+    return slots_ready > 0 ? fmt::format("a trainer has taken the {} and got {}", batches(slots_ready), what)
+                           : "a trainer has attached and got " + what;
   }
   std::vector<std::string> waits;
   for (size_t r = 0; r < ready_per_queue.size(); ++r) {
     const bool not_told = std::find(untold.begin(), untold.end(), static_cast<int>(r)) != untold.end();
     if (ready_per_queue[r] == 0 && !not_told) continue;
-    waits.push_back(fmt::format("a trainer of rank {} has {}got the failure", r,
+    waits.push_back(fmt::format("a trainer of rank {} has {}got {}", r,
                                 ready_per_queue[r] > 0 ? "taken its " + batches(ready_per_queue[r]) + " and "
-                                                       : std::string(not_told ? "attached and " : "")));
+                                                       : std::string(not_told ? "attached and " : ""),
+                                what));
   }
   return fmt::format("{}", fmt::join(waits, ", and "));
 }
@@ -847,21 +849,29 @@ int RunDaemon(const DaemonOptions& options) {
           // after the failure gets the error, not "cannot connect". Batches still held then
           // need no daemon (their mapping outlives it): a trainer that got the error may keep
           // its last one as long as it likes.
+          // So does a job whose data gave no batch at all (fewer records than batch.size with
+          // drop_remainder, every record skipped): the reason, in the segment, is all a trainer
+          // can get.
           const bool failed = s.end == PipelineEnd::kFailed;
-          const std::vector<int> untold = failed ? consumers.NotToldOfEnd() : std::vector<int>{};
-          if (failed ? s.slots_ready == 0 && untold.empty() : s.slots_ready == 0 && s.slots_held == 0) {
-            stop_reason = failed ? "ringfeedd exited: the job failed; every batch before the failure was delivered"
-                                 : "ringfeedd exited: all batches delivered";
+          const bool no_batch = s.end == PipelineEnd::kEndOfData && s.batches == 0;
+          const std::vector<int> untold = failed || no_batch ? consumers.NotToldOfEnd() : std::vector<int>{};
+          if (failed || no_batch ? s.slots_ready == 0 && untold.empty() : s.slots_ready == 0 && s.slots_held == 0) {
+            stop_reason = failed     ? "ringfeedd exited: the job failed; every batch before the failure was delivered"
+                          : no_batch ? "ringfeedd exited: the data gave no batch, and a trainer was told why"
+                                     : "ringfeedd exited: all batches delivered";
             io.stop();
             return;
           }
-          // Said once, after a while (the trainers may be starting now): whom a failed job waits for.
+          // Said once, after a while (the trainers may be starting now): whom such a job waits for.
           const auto now = std::chrono::steady_clock::now();
-          if (failed && !failed_wait_since) failed_wait_since = now;
-          if (failed && !failed_wait_logged && now - *failed_wait_since >= ConsumerRegistry::kRankStallWarning) {
+          if ((failed || no_batch) && !failed_wait_since) failed_wait_since = now;
+          if ((failed || no_batch) && !failed_wait_logged &&
+              now - *failed_wait_since >= ConsumerRegistry::kRankStallWarning) {
             failed_wait_logged = true;
-            spdlog::warn("--exit-when-done: the job failed; ringfeedd exits once {}; stop it (SIGTERM) to exit now",
-                         FailedJobWaitsFor(ranks, s.slots_ready, s.ready_per_queue, untold));
+            spdlog::warn("--exit-when-done: {}; ringfeedd exits once {}; stop it (SIGTERM) to exit now",
+                         failed ? "the job failed" : "the data gave no batch",
+                         FailedJobWaitsFor(ranks, s.slots_ready, s.ready_per_queue, untold,
+                                           failed ? "the failure" : "why"));
           }
         }
         check_done();

@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
                "Exit once every epoch is produced and every batch has been released by a consumer; "
                "after a failure (on_error: fail), once every batch before it was taken and a "
                "consumer was attached at the failure or since (in ranks mode, one of every rank), so that "
-               "it got the error (default: keep serving until stopped)");
+               "it got the error; likewise after data that gave no batch at all, so that a trainer got why "
+               "(default: keep serving until stopped)");
   // Decimal only: CLI11 would read "010" (a zero-padded checkpoint name) as octal 8.
   const auto decimal = [](const char* what, const char* name) {
     return CLI::Validator(

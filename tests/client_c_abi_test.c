@@ -40,6 +40,9 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
     EXPECT(rf_attach(&nodaemon, &client, err, sizeof err) == RF_ERROR);
     EXPECT(strstr(err, "rf_attach: options->rank -5: a rank is 0 or more") != NULL);
     nodaemon.rank = -1;
+    nodaemon.job = NULL;
+    EXPECT(rf_attach(&nodaemon, &client, err, sizeof err) == RF_ERROR);
+    EXPECT(strcmp(err, "rf_attach: options->job is NULL: set it to the job's name") == 0);
     nodaemon.job = "../../etc/passwd"; /* a job name becomes a path: never one outside the runtime directory */
     EXPECT(rf_attach(&nodaemon, &client, err, sizeof err) == RF_ERROR);
     EXPECT(strstr(err, "rf_attach: options->job '../../etc/passwd' is not a job name") != NULL);
@@ -72,6 +75,15 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
     EXPECT(strcmp(rf_last_error(), "rf_feature_index: the job has no feature 'nope'") == 0);
     EXPECT(rf_feature_index(client, NULL) == -1);
     EXPECT(strcmp(rf_last_error(), "rf_feature_index: NULL argument") == 0);
+    /* The schema's getters clear the last error on success and set it for a NULL client. */
+    EXPECT(rf_schema_count(client) == 4 && rf_last_error()[0] == '\0');
+    EXPECT(rf_schema_count(NULL) == 0);
+    EXPECT(strcmp(rf_last_error(), "rf_schema_count: NULL argument") == 0);
+    EXPECT(rf_schema_batch_size(NULL) == 0);
+    EXPECT(strcmp(rf_last_error(), "rf_schema_batch_size: NULL argument") == 0);
+    EXPECT(rf_consumer_id(NULL) == 0);
+    EXPECT(strcmp(rf_last_error(), "rf_consumer_id: NULL argument") == 0);
+    EXPECT(rf_consumer_id(client) >= 1 && rf_last_error()[0] == '\0');
   }
 
   for (;;) {

@@ -1069,6 +1069,26 @@ TEST_CASE("end_reason: empty after an ordinary end, the daemon's reason after an
   }
 }
 
+TEST_CASE("exit-when-done on data that gives no batch: waits for a trainer to get the reason, then exits 0") {
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 3);
+  DaemonProcess daemon(dir.path(), "late-reason",
+                       IdJobConfig("late-reason", dir.file("data.tfrecord"), "batch: {size: 4, drop_remainder: true}\n"));
+  RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
+  INFO("ringfeedd stderr:\n" << daemon.Stderr());
+  // Before: it exited ~0.2 s after start, and a trainer starting later got "cannot connect".
+  REQUIRE(daemon.WaitForStderr("end of data: epoch 0 delivered no batch"));
+  REQUIRE_FALSE(daemon.Wait(std::chrono::milliseconds(1500)));
+  const std::unique_ptr<Client> client = Client::Attach(daemon.client_options());
+  Batch batch;
+  CHECK(client->Next(std::chrono::seconds(10), &batch) == Client::Status::kEndOfData);
+  CHECK_THAT(client->end_reason(), Catch::StartsWith("epoch 0 delivered no batch: its 3 records are fewer than "
+                                                     "batch.size 4"));
+  const auto status = daemon.Wait();
+  REQUIRE(status);
+  CHECK(status->ToString() == "exit 0");
+}
+
 TEST_CASE("rf_timeout_reason (C ABI): after RF_TIMEOUT, what holds this rank up") {
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 40);

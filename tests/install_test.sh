@@ -82,8 +82,25 @@ project(trainer LANGUAGES CXX)
 find_package(ringfeed 0.1 REQUIRED)
 add_executable(trainer trainer.cc)
 target_link_libraries(trainer PRIVATE ringfeed::client)
+install(TARGETS trainer)
 CM
 "$cmake" -S "$tmp/proj" -B "$tmp/proj/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CXX_COMPILER="$cxx" > "$tmp/cmake.log"
 "$cmake" --build "$tmp/proj/build" > "$tmp/build.log"
 check "find_package(ringfeed)" "$tmp/proj/build/trainer"
+# Installed (CMake drops its build-tree RPATH there): the package's RUNPATH still finds the library.
+env -u DESTDIR "$cmake" --install "$tmp/proj/build" --prefix "$tmp/trainer-prefix" > "$tmp/install-trainer.log"
+check "find_package(ringfeed), installed trainer" "$tmp/trainer-prefix/bin/trainer"
+
+# A trainer built with the pre-C++11 libstdc++ string ABI cannot use the C++ API (it linked and
+# then crashed in Attach): the header stops the build, naming the fix. The C ABI works there.
+# shellcheck disable=SC2046
+if "$cxx" -std=c++20 -D_GLIBCXX_USE_CXX11_ABI=0 -c "$tmp/trainer.cc" -o "$tmp/old_abi.o" \
+    $(pkg-config --cflags ringfeed) 2> "$tmp/old_abi.log"; then
+  echo "install_test: the C++ API compiled with _GLIBCXX_USE_CXX11_ABI=0" >&2
+  exit 1
+fi
+grep -q "C++ API needs _GLIBCXX_USE_CXX11_ABI=1" "$tmp/old_abi.log" || { cat "$tmp/old_abi.log" >&2; exit 1; }
+# shellcheck disable=SC2046
+"$cc" -std=c11 -D_GLIBCXX_USE_CXX11_ABI=0 "$tmp/trainer.c" -o "$tmp/trainer_c_old" $(pkg-config --cflags --libs ringfeed)
+check "pkg-config, C, old-ABI flags" "$tmp/trainer_c_old"
 echo "install_test: OK"
