@@ -375,11 +375,11 @@ shm::Segment CreateSegment(const std::string& name, uint64_t bytes, mode_t mode,
   return segment;
 }
 
-// --exit-when-done after a failure (or an end with no batch, `what` "why"): what the daemon
-// still waits for, as "a trainer of rank 1
-// has attached, taken its 2 ready batches and got the failure" (the ranks with batches ready or
-// no trainer attached since the failure: ConsumerRegistry::NotToldOfEnd); shared mode: "a
-// trainer has taken the 3 ready batches and got the failure".
+// --exit-when-done after a failure (`what` "the failure") or an end with no batch ("why"):
+// what the daemon still waits for, as "a trainer of rank 1 has attached, taken its 2 ready
+// batches and got the failure" (the ranks with batches ready or no trainer attached since the
+// end: ConsumerRegistry::NotToldOfEnd); shared mode: "a trainer has taken the 3 ready batches
+// and got the failure".
 std::string FailedJobWaitsFor(bool ranks, uint64_t slots_ready, const std::vector<uint32_t>& ready_per_queue,
                               const std::vector<int>& untold, const std::string& what) {
   const auto batches = [](uint64_t n) { return n == 1 ? std::string("1 ready batch") : fmt::format("{} ready batches", n); };

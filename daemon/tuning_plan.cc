@@ -717,7 +717,8 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     std::vector<std::string> lower;
     const int64_t open = plan.memory.open_files;
     const auto files_text = [](int64_t n) { return std::to_string(n) + (n == 1 ? " data file" : " data files"); };
-    if (const int64_t with_one = OpenFiles(pc.cycle_length, 1, shard_files); limits.max_readers > 1 && with_one < open) {
+    if (const int64_t with_one = OpenFiles(pc.cycle_length, 1, shard_files);
+        limits.max_readers > 1 && with_one < open) {
       lower.push_back("set pipeline.readers to 1 (" + files_text(with_one) + " open" +
                       (pc.readers ? std::string() : "; auto readers open one file ahead each") + ")");
     }

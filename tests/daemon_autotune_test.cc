@@ -753,7 +753,8 @@ TEST_CASE("a stop while start-up lists and samples files on slow storage: exit 0
                                               "was made: nothing else to clean up)"));
   // Written by the signal handler, timed as the logger's lines are (under systemd: info's priority).
   const bool journal = std::getenv("JOURNAL_STREAM") != nullptr;
-  CHECK_THAT(daemon.Stderr(), Catch::Matches(std::string(R"(([\s\S]*\n)?)") + (journal ? "<6>" : R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} )") +
+  CHECK_THAT(daemon.Stderr(), Catch::Matches(std::string(R"(([\s\S]*\n)?)") +
+                                             (journal ? "<6>" : R"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} )") +
                                              R"(\[info\] ringfeedd: stopped by SIGTERM during start-up [\s\S]*)"));
   CHECK_FALSE(std::filesystem::exists(daemon.lock_path()));
 }

@@ -485,7 +485,8 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
                                                     "changes the batch order)"));
     // `ringfeedctl check` under the same limit refuses the same way, before any daemon.
     const CommandResult check =
-        RunCommand({"/bin/bash", "-c", "ulimit -n 350 && exec \"$@\"", "bash", CtlBinary(), "check", daemon.config_path()});
+        RunCommand({"/bin/bash", "-c", "ulimit -n 350 && exec \"$@\"", "bash", CtlBinary(), "check",
+                    daemon.config_path()});
     INFO(check.out << check.err);
     CHECK(check.status.ToString() == "exit 2");
     CHECK_THAT(check.err, Catch::Contains("ringfeedd would refuse to start this job: this job may hold "));
@@ -493,7 +494,8 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
                               Catch::Contains("lower pipeline.cycle_length (with 1: 17 data files open"));
     // Under what one data file needs beside the control connections, no config advice.
     const CommandResult tight =
-        RunCommand({"/bin/bash", "-c", "ulimit -n 200 && exec \"$@\"", "bash", CtlBinary(), "check", daemon.config_path()});
+        RunCommand({"/bin/bash", "-c", "ulimit -n 200 && exec \"$@\"", "bash", CtlBinary(), "check",
+                    daemon.config_path()});
     INFO(tight.out << tight.err);
     CHECK(tight.status.ToString() == "exit 2");
     CHECK_THAT(tight.err, Catch::Contains("more than the open-file limit 200") &&

@@ -1073,7 +1073,8 @@ TEST_CASE("exit-when-done on data that gives no batch: waits for a trainer to ge
   TempDir dir;
   WriteIdFile(dir.file("data.tfrecord"), 0, 3);
   DaemonProcess daemon(dir.path(), "late-reason",
-                       IdJobConfig("late-reason", dir.file("data.tfrecord"), "batch: {size: 4, drop_remainder: true}\n"));
+                       IdJobConfig("late-reason", dir.file("data.tfrecord"),
+                                   "batch: {size: 4, drop_remainder: true}\n"));
   RINGFEED_REQUIRE_STARTED(daemon, WithArgs({"--exit-when-done"}));
   INFO("ringfeedd stderr:\n" << daemon.Stderr());
   // Before: it exited ~0.2 s after start, and a trainer starting later got "cannot connect".

@@ -855,8 +855,9 @@ TEST_CASE("a relative --runtime-dir: the status and the log name the socket by i
   CHECK(daemon.Status()["socket"] == daemon.socket_path());  // before: "run/relative.sock"
   CHECK_THAT(daemon.Stderr(), Catch::Contains("ready: socket " + daemon.socket_path() + ","));
   // (And the start-up log says where the auto memory budget came from, as it does the CPU's.)
-  CHECK_THAT(daemon.Stderr(), Catch::Matches(R"([\s\S]*\[info\] memory_budget [0-9.]+ [MG]iB \(default: [^\n]+\): private )"
-                                             R"(RSS \+ the segment, the whole run\n[\s\S]*)"));
+  CHECK_THAT(daemon.Stderr(),
+             Catch::Matches(R"([\s\S]*\[info\] memory_budget [0-9.]+ [MG]iB \(default: [^\n]+\): )"
+                            R"(private RSS \+ the segment, the whole run\n[\s\S]*)"));
   CHECK(daemon.Stop().ToString() == "exit 0");
 }
 
