@@ -633,7 +633,9 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
                                                                : "; cycle_length changes the batch order"});
     }
     if (in.workers_fixed && in.max_workers > 1) {
-      knobs.push_back({"parse workers", {"pipeline.workers"}, SatAdd(plan.workers_bytes, plan.threads_bytes)});
+      // What workers: 1 takes off: the other workers' scratch and threads (not the readers').
+      knobs.push_back({"parse workers", {"pipeline.workers"},
+                       SatMul(static_cast<uint64_t>(in.max_workers - 1), SatAdd(in.worker_scratch_bytes, kThreadBytes))});
     }
     knobs.push_back({"batches in flight", batch_keys, plan.batches_bytes});
     if (queued > 0) {  // a fixed reads_per_file above 1 (auto starts at 1)
@@ -658,7 +660,8 @@ MemoryPlan PlanMemory(const MemoryInputs& in) {
     const uint64_t needed_margin = MarginFor(needed);
     message += "  needed at least " + FormatBytes(needed) + " (" + std::to_string(needed) + " bytes: " +
                FormatBytes(needed - needed_margin) + " for the job + " + FormatBytes(needed_margin) +
-               " safety margin, which lowering the job's parts does not shrink); raise pipeline.memory_budget to at "
+               " safety margin: 5% of the budget, at least " + FormatBytes(kSafetyMarginMinBytes) +
+               "); raise pipeline.memory_budget to at "
                "least " + ConfigMiB(needed) +
                (knobs.empty()       ? std::string()
                 : knobs.size() == 1 ? ", or lower " + knobs[0].Text()
@@ -794,7 +797,7 @@ FileDescriptorPlan PlanFileDescriptors(int64_t open_files, bool queued_reads, ui
   const uint64_t files = static_cast<uint64_t>(std::max<int64_t>(open_files, 1));
   FileDescriptorPlan plan;
   plan.needed = SatAdd(SatMul(files, queued_reads ? 2 : 1), SatAdd(connections, kOtherFileDescriptors));
-  plan.least = SatAdd(queued_reads ? 2 : 1, SatAdd(connections, kOtherFileDescriptors));
+  plan.least = SatAdd(1, SatAdd(connections, kOtherFileDescriptors));  // PlanTuning sets the job's
   plan.arithmetic = Plural(static_cast<int64_t>(files), "data file", "data files") +
                     (queued_reads ? " x 2 (each with its io_uring queue)" : "") + " + " +
                     std::to_string(connections) + " control connections + " + std::to_string(kOtherFileDescriptors) +
@@ -809,8 +812,8 @@ std::string OpenFileLimitProblem(const FileDescriptorPlan& fds, uint64_t limit, 
                      " (RLIMIT_NOFILE, hard limit " + std::to_string(hard) +
                      "): raise it (`ulimit -n`, LimitNOFILE= in the systemd unit)";
   if (fds.least > limit) {
-    return text + "; no config fits under it: with one data file the control connections and the daemon's own " +
-           "still need " + std::to_string(fds.least);
+    return text + "; no config fits under it: with the fewest data files this job can open (readers 1, " +
+           "cycle_length 1, reads_per_file 1) it still needs " + std::to_string(fds.least);
   }
   return fds.lower.empty() ? text : text + ", or " + fds.lower;
 }

@@ -281,7 +281,9 @@ struct FileDescriptorPlan {
   uint64_t needed = 0;
   // "1116 data files x 2 (each with its io_uring queue) + 256 control connections + 64 others = 2552"
   std::string arithmetic;
-  uint64_t least = 0;  // needed with one data file: no config lowers the count below it
+  // Needed with the fewest data files the job can open (PlanTuning: readers 1, cycle_length 1,
+  // reads_per_file 1; PlanFileDescriptors: one file): no config lowers the count below it.
+  uint64_t least = 0;
   // The config keys that lower the data files' part, with what each gives (set by PlanTuning,
   // which knows which are fixed): "set pipeline.readers to 1 (5 data files open)"; "" for none.
   std::string lower;

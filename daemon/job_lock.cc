@@ -357,7 +357,9 @@ void LockFile::Open() {
   if (fd_ < 0) {
     // A directory there, another user's file, a read-only directory: no restart mends those.
     const int err = errno;
-    const bool lasting = err == EISDIR || err == EACCES || err == EPERM || err == EROFS || err == ENOTDIR;
+    // ENOENT with the directory there: a pseudo file system that makes no files (/proc).
+    const bool lasting = err == EISDIR || err == EACCES || err == EPERM || err == EROFS || err == ENOTDIR ||
+                         (err == ENOENT && std::filesystem::is_directory(path.substr(0, path.rfind('/') + 1)));
     throw StartupError("cannot open lock file " + path + ": " + std::strerror(err) +
                            (lasting ? "; ringfeedd makes a regular file of its own user there: remove what is "
                                       "there, or use another runtime directory"

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string_view>
@@ -101,9 +102,12 @@ int main(int argc, char** argv) {
       ->transform(decimal("batches", "BATCH"))
       ->option_text("BATCH");
   app.set_version_flag("--version", std::string("ringfeedd ") + RINGFEED_VERSION);
-  // Usage errors name the program, as its other messages do (journald shows them beside others').
+  // Usage errors name the program, as its other messages do (journald shows them beside
+  // others'), and under systemd start with error's priority, as its log lines do (log_format.h).
+  static const std::string error_prefix =
+      std::string(std::getenv("JOURNAL_STREAM") != nullptr ? "<3>" : "") + "ringfeedd: ";
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
-    return std::string("ringfeedd: ") + e.what() + "\nRun 'ringfeedd --help' for more information.\n";
+    return error_prefix + e.what() + "\nRun 'ringfeedd --help' for more information.\n";
   });
   try {
     app.parse(argc, argv);
@@ -113,7 +117,7 @@ int main(int argc, char** argv) {
       for (int i = 1; i < argc; ++i) {
         const std::string_view arg = argv[i];
         if (!arg.starts_with("-") && (arg.ends_with(".yaml") || arg.ends_with(".yml"))) {
-          std::cerr << "ringfeedd: the job config is given with --config: ringfeedd --config " << arg << "\n";
+          std::cerr << error_prefix << "the job config is given with --config: ringfeedd --config " << arg << "\n";
           return 2;
         }
       }

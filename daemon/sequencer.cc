@@ -83,9 +83,11 @@ Sequencer::Outcome Sequencer::Run(const std::function<bool(BatchJob&&)>& emit) {
                      (e == options_.first_epoch && options_.first_batch > 0
                           ? " (and --start-batch " + std::to_string(options_.first_batch) + " asked for a batch of it)"
                           : "") +
-                     (more ? "; ended there, before the last epoch, since the epochs after it would deliver none "
-                             "either; restart the job once the cause is fixed"
-                           : "; the last epoch; restart the job once the cause is fixed");
+                     (options_.epochs == 0 ? "; ended there (epochs: 0 would repeat it without end, every epoch "
+                                             "delivering none); restart the job once the cause is fixed"
+                      : more ? "; ended there, before the last epoch, since the epochs after it would deliver none "
+                               "either; restart the job once the cause is fixed"
+                             : "; the last epoch; restart the job once the cause is fixed");
       return Outcome::kEndOfData;
     }
   }

@@ -34,13 +34,14 @@ void RateWindow::Add(Clock::time_point t, uint64_t records, uint64_t bytes) {
 
 std::pair<double, double> RateWindow::Rates(Clock::time_point now, uint64_t records, uint64_t bytes) const {
   std::lock_guard lock(mutex_);
-  // From the newest sample at least 10 s old: after a pause of the sampler (the daemon stopped
-  // with SIGSTOP, then continued) the oldest kept may be far older, and a rate from it would be
-  // one over the pause as well. Younger than 10 s, from the start.
-  const Sample* from = &samples_.front();
-  for (auto it = samples_.rbegin(); it != samples_.rend(); ++it) {
-    if (now - it->t >= std::chrono::seconds(10)) {
-      from = &*it;
+  // From the oldest sample at most 10.5 s old (one a second: about 10 s back). After a pause of
+  // the sampler (the daemon stopped with SIGSTOP, then continued) the samples before it are far
+  // older, and a rate from them would count what was done before the pause: then from the
+  // first sample after it, or from the newest (the start while the daemon is younger than 10 s).
+  const Sample* from = &samples_.back();
+  for (const Sample& sample : samples_) {
+    if (now - sample.t <= std::chrono::milliseconds(10'500)) {
+      from = &sample;
       break;
     }
   }

@@ -29,8 +29,8 @@
 namespace ringfeed {
 
 // Throughput over the last 10 s: one sample of the counters per second (the first at the
-// daemon's start, counters 0), the rate from the newest sample at least 10 s old (the start
-// while the daemon is younger) to the counters now. Thread-safe.
+// daemon's start, counters 0), the rate from the oldest sample at most 10.5 s old (after a
+// pause of the sampler, the first one after it) to the counters now. Thread-safe.
 class RateWindow {
  public:
   using Clock = std::chrono::steady_clock;

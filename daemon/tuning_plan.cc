@@ -733,6 +733,12 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     for (size_t i = 0; i < lower.size(); ++i) {
       plan.file_descriptors.lower += (i == 0 ? "" : i + 1 == lower.size() ? " or " : ", ") + lower[i];
     }
+    // The fewest this job can hold: 1 reader, cycle_length 1, no queues.
+    const uint64_t fixed_fds = kMaxControlConnections + kOtherFileDescriptors;
+    plan.file_descriptors.least = static_cast<uint64_t>(OpenFiles(1, 1, shard_files)) + fixed_fds;
+    if (lower.size() > 1) {
+      plan.file_descriptors.lower += " (all of them: " + std::to_string(plan.file_descriptors.least) + ")";
+    }
   }
 
   // The largest record the budget holds (TuningPlan::record_limit_bytes).

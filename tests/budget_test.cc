@@ -634,8 +634,8 @@ TEST_CASE("PlanMemory: a budget that cannot fit fails with the arithmetic", "[pl
       "  read-ahead at least: 8 open files x 256.0 KiB min stream buffer + 224 B of bookkeeping per record (1.3 KiB "
       "records assumed: 2/3 of the mean) = 2.3 MiB (the budget leaves 0 B)\n",
       // fixed without margin 107'793'408 + read-ahead 2'097'152 + 344'064 + margin 8 MiB.
-      "  needed at least 113.1 MiB (118623232 bytes: 105.1 MiB for the job + 8.0 MiB safety margin, which lowering "
-      "the job's parts does not shrink); raise pipeline.memory_budget to at least 114MiB, or lower the ring "
+      "  needed at least 113.1 MiB (118623232 bytes: 105.1 MiB for the job + 8.0 MiB safety margin: 5% of the "
+      "budget, at least 8.0 MiB); raise pipeline.memory_budget to at least 114MiB, or lower the ring "
       "(40.1 MiB: ring.slots or batch.size) or the shuffle buffer (30.1 MiB: shuffle.buffer; changes the batch "
       "order)",
   };
@@ -664,9 +664,10 @@ TEST_CASE("PlanMemory: the advice names only the parts that can go lower", "[pla
     const std::string message = PlanError(in);
     return message.substr(message.find("MiB, or lower ") + 5);
   };
-  // Fixed readers (4) and workers (8), cycle_length 4: each can go lower.
+  // Fixed readers (4) and workers (8), cycle_length 4: each can go lower. The workers by what
+  // workers: 1 takes off: 7 x (1 MiB scratch + 256 KiB thread), not the readers' threads.
   CHECK(advice(in) == "or lower the open files (17.8 MiB: pipeline.cycle_length or pipeline.readers; cycle_length "
-                      "changes the batch order) or the parse workers (12.0 MiB: pipeline.workers)");
+                      "changes the batch order) or the parse workers (8.8 MiB: pipeline.workers)");
   // The same counts from auto knobs: only the tuner's reach, which PlanTuning lowers itself.
   in.readers_fixed = in.workers_fixed = false;
   CHECK(advice(in) == "or lower the open files (17.8 MiB: pipeline.cycle_length; changes the batch order) or the "
@@ -936,11 +937,13 @@ TEST_CASE("PlanFileDescriptors and OpenFileLimitProblem: the arithmetic, and a l
   CHECK_THAT(OpenFileLimitProblem(advised, 2551, 2551),
              Catch::EndsWith("(`ulimit -n`, LimitNOFILE= in the systemd unit), or set pipeline.readers to 1 (5 data "
                              "files open)"));
-  // Under what even one data file needs (256 connections + 64 others + 2), no config helps.
-  CHECK(queued.least == 322);
+  // Under what the fewest data files need (PlanTuning's; here one: 256 connections + 64 others
+  // + 1), no config helps.
+  CHECK(queued.least == 321);
   CHECK_THAT(OpenFileLimitProblem(advised, 300, 300),
              Catch::EndsWith("raise it (`ulimit -n`, LimitNOFILE= in the systemd unit); no config fits under it: with "
-                             "one data file the control connections and the daemon's own still need 322"));
+                             "the fewest data files this job can open (readers 1, cycle_length 1, reads_per_file 1) "
+                             "it still needs 321"));
 }
 
 }  // namespace

@@ -482,7 +482,7 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
     CHECK_THAT(daemon.Stderr(), Catch::Contains("), or set pipeline.readers to 1 (31 data files open; auto readers "
                                                 "open one file ahead each), ") &&
                                     Catch::Contains("lower pipeline.cycle_length (with 1: 17 data files open; it "
-                                                    "changes the batch order)"));
+                                                    "changes the batch order) (all of them: 322)"));
     // `ringfeedctl check` under the same limit refuses the same way, before any daemon.
     const CommandResult check =
         RunCommand({"/bin/bash", "-c", "ulimit -n 350 && exec \"$@\"", "bash", CtlBinary(), "check",
@@ -499,8 +499,8 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
     INFO(tight.out << tight.err);
     CHECK(tight.status.ToString() == "exit 2");
     CHECK_THAT(tight.err, Catch::Contains("more than the open-file limit 200") &&
-                              Catch::Contains("no config fits under it: with one data file the control connections and "
-                                              "the daemon's own still need ") &&
+                              Catch::Contains("no config fits under it: with the fewest data files this job can open "
+                                              "(readers 1, cycle_length 1, reads_per_file 1) it still needs 322") &&
                               !Catch::Contains("pipeline.cycle_length"));
   }
 #if !defined(__SANITIZE_ADDRESS__)  // the ASan+UBSan build: UBSan's vptr check opens a pipe to probe memory,
@@ -877,7 +877,7 @@ TEST_CASE("on_error: skip over records that are all bad, epochs: 0 or 1: no empt
                                                 "under on_error: skip (10 errors; a features block that no record "
                                                 "matches skips every record); the first: " +
                                                 dir.file("data.tfrecord") + ": record 0 at byte 0: "));
-    CHECK_THAT(daemon.Stderr(), Catch::Contains(epochs == 0 ? "; ended there, before the last epoch"
+    CHECK_THAT(daemon.Stderr(), Catch::Contains(epochs == 0 ? "; ended there (epochs: 0 would repeat it without end"
                                                             : "; the last epoch; restart the job"));
     // A trainer that comes later is told that nothing was produced, and why, not to run
     // another pass.

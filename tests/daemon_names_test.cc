@@ -378,6 +378,17 @@ TEST_CASE("a runtime directory that cannot be made for a lasting reason: exit 2,
   CHECK(proc.status.ToString() == "exit 2");
   CHECK_THAT(proc.err, Catch::Contains("cannot create the runtime directory /proc/ringfeed-none/run: No such file or "
                                        "directory"));
+  // /proc itself: there, but no lock file can be made in it (before: exit 1).
+  const CommandResult proc_itself = RunCommand({DaemonBinary(), "--config", dir.file("job.yaml"), "--runtime-dir",
+                                                "/proc"});
+  INFO(proc_itself.err);
+  CHECK(proc_itself.status.ToString() == "exit 2");
+  CHECK_THAT(proc_itself.err, Catch::Contains("cannot open lock file /proc/rundir.lock: No such file or directory"));
+  // A usage error under systemd starts with error's priority, as the log lines do.
+  const CommandResult usage = RunCommand({"/usr/bin/env", "JOURNAL_STREAM=1:1", DaemonBinary(), "--config",
+                                          dir.file("job.yaml"), "--no-such-option"});
+  CHECK(usage.status.ToString() == "exit 2");
+  CHECK_THAT(usage.err, Catch::StartsWith("<3>ringfeedd: The following argument was not expected: --no-such-option"));
 }
 
 TEST_CASE("the segment truncated under the daemon: it says so, removes socket and segment, exits 1") {

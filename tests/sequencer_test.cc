@@ -933,8 +933,8 @@ TEST_CASE("an epoch that delivers no batch ends the data early and says why, fro
     return sequencer.empty_epoch();
   };
   CHECK(empty_epoch(o, read_ahead) ==
-        "epoch 0 delivered no batch: its 2 files held no record; ended there, before the last epoch, since the "
-        "epochs after it would deliver none either; restart the job once the cause is fixed");
+        "epoch 0 delivered no batch: its 2 files held no record; ended there (epochs: 0 would repeat it without end, "
+        "every epoch delivering none); restart the job once the cause is fixed");
 
   // The last epoch says it too: its trainers get no batch either.
   SequencerOptions last = o;

@@ -18,11 +18,15 @@ TEST_CASE("RateWindow: the last 10 s, from the start while younger, and not acro
   // Then 300 records/s to 20 s: the last 10 s (from the sample at 10 s) see only those.
   for (int s = 5; s <= 20; ++s) window.Add(t0 + seconds(s), 400u + 300u * (s - 4), 4000u);
   CHECK(window.Rates(t0 + seconds(20), 400 + 300 * 16, 4000).first == Approx(300.0));
-  // The sampler paused from 20 s to 35 s (the daemon under SIGSTOP) and nothing was produced:
-  // the last 10 s are from the newest sample 10 s back, the one at 20 s (records 5200), not from
-  // the oldest kept (10 s), whose rate would count the records of 10-20 s.
-  CHECK(window.Rates(t0 + seconds(35), 5200, 4000).first == 0);
-  window.Add(t0 + seconds(35), 5200, 4000);
-  window.Add(t0 + seconds(36), 5500, 4000);
-  CHECK(window.Rates(t0 + seconds(36), 5500, 4000).first == Approx(300.0 / 16));
+  // 270 more records to 20.9 s, then the daemon stopped (SIGSTOP) until 35 s: no samples, and
+  // nothing produced. Before a sample after the pause: from the newest (20 s), not from the
+  // oldest kept (10 s), whose rate would count the records of 10-20 s too.
+  CHECK(window.Rates(t0 + seconds(35), 5470, 4000).first == Approx(270.0 / 15));
+  // Sampled after the pause: from those samples only. Before, from the newest sample at least
+  // 10 s old, the 270 records made before the pause still counted 4 s after it.
+  for (int s = 35; s <= 38; ++s) window.Add(t0 + seconds(s), 5470, 4000);
+  CHECK(window.Rates(t0 + seconds(39), 5470, 4000).first == 0);
+  // And on from there as before.
+  for (int s = 39; s <= 50; ++s) window.Add(t0 + seconds(s), 5470u + 200u * (s - 38), 4000);
+  CHECK(window.Rates(t0 + seconds(50), 5470 + 200 * 12, 4000).first == Approx(200.0));
 }
