@@ -717,18 +717,18 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     std::vector<std::string> lower;
     const int64_t open = plan.memory.open_files;
     const auto files_text = [](int64_t n) { return std::to_string(n) + (n == 1 ? " data file" : " data files"); };
-    if (const int64_t with_one = OpenFiles(pc.cycle_length, 1, shard_files);
-        limits.max_readers > 1 && with_one < open) {
-      lower.push_back("set pipeline.readers to 1 (" + files_text(with_one) + " open" +
-                      (pc.readers ? std::string() : "; auto readers open one file ahead each") + ")");
+    const bool readers_lower = limits.max_readers > 1 && OpenFiles(pc.cycle_length, 1, shard_files) < open;
+    const bool cycle_lower = pc.cycle_length > 1 && OpenFiles(1, limits.max_readers, shard_files) < open;
+    if (readers_lower) {
+      lower.push_back("set pipeline.readers to 1 (" + files_text(OpenFiles(pc.cycle_length, 1, shard_files)) +
+                      " open" + (pc.readers ? std::string() : "; auto readers open one file ahead each") + ")");
     }
     if (queued_fds) {
       lower.push_back("set pipeline.reads_per_file to 1 (1 descriptor per data file, not 2: no io_uring queue)");
     }
-    if (const int64_t interleave_one = OpenFiles(1, limits.max_readers, shard_files);
-        pc.cycle_length > 1 && interleave_one < open) {
-      lower.push_back("lower pipeline.cycle_length (with 1: " + files_text(interleave_one) +
-                      " open; it changes the batch order)");
+    if (cycle_lower) {
+      lower.push_back("lower pipeline.cycle_length (with 1: " +
+                      files_text(OpenFiles(1, limits.max_readers, shard_files)) + " open; it changes the batch order)");
     }
     for (size_t i = 0; i < lower.size(); ++i) {
       plan.file_descriptors.lower += (i == 0 ? "" : i + 1 == lower.size() ? " or " : ", ") + lower[i];
@@ -736,8 +736,11 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     // The fewest this job can hold: 1 reader, cycle_length 1, no queues.
     const uint64_t fixed_fds = kMaxControlConnections + kOtherFileDescriptors;
     plan.file_descriptors.least = static_cast<uint64_t>(OpenFiles(1, 1, shard_files)) + fixed_fds;
-    if (lower.size() > 1) {
-      plan.file_descriptors.lower += " (all of them: " + std::to_string(plan.file_descriptors.least) + ")";
+    if (lower.size() > 1) {  // what the changes named need together
+      const int64_t together = OpenFiles(cycle_lower ? 1 : pc.cycle_length, readers_lower ? 1 : limits.max_readers,
+                                         shard_files);
+      plan.file_descriptors.lower +=
+          " (all of them: " + std::to_string(static_cast<uint64_t>(together) + fixed_fds) + ")";
     }
   }
 

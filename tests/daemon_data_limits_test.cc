@@ -502,6 +502,22 @@ TEST_CASE("out of file descriptors: refused at start with the arithmetic; at run
                               Catch::Contains("no config fits under it: with the fewest data files this job can open "
                                               "(readers 1, cycle_length 1, reads_per_file 1) it still needs 322") &&
                               !Catch::Contains("pipeline.cycle_length"));
+    // 10 files, cycle_length 5, auto readers (10): all 10 open; cycle_length 1 would open as
+    // many (1 + 10), so it is not named, and the two changes named need 6 files together.
+    std::filesystem::create_directory(dir.file("ten"));
+    for (int f = 0; f < 10; ++f) WriteIdFile(dir.file("ten/part-" + std::to_string(f) + ".tfrecord"), f * 10, 10);
+    WriteFile(dir.file("ten.yaml"), IdJobConfig("fd-ten", dir.file("ten/*.tfrecord"), "pipeline: {cycle_length: 5}\n"));
+    const CommandResult ten = RunCommand({"/bin/bash", "-c", "ulimit -n 325 && exec \"$@\"", "bash", CtlBinary(),
+                                          "check", dir.file("ten.yaml")});
+    INFO(ten.out << ten.err);
+    CHECK(ten.status.ToString() == "exit 2");
+    CHECK_THAT(ten.err, Catch::Contains("set pipeline.readers to 1 (6 data files open; auto readers open one file "
+                                        "ahead each)") &&
+                            !Catch::Contains("pipeline.cycle_length"));
+    // With io_uring queues (2 descriptors a file), reads_per_file is named too, and the total.
+    if (ten.err.find("set pipeline.reads_per_file to 1") != std::string::npos) {
+      CHECK_THAT(ten.err, Catch::Contains("(all of them: 326)"));
+    }
   }
 #if !defined(__SANITIZE_ADDRESS__)  // the ASan+UBSan build: UBSan's vptr check opens a pipe to probe memory,
                                     // so with no descriptor left it reports "invalid vptr" and halts the daemon
