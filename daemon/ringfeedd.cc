@@ -326,9 +326,8 @@ std::string GroupReachProblem(const std::string& runtime_dir, gid_t gid, const s
     const bool group_bits = st.st_gid == gid;
     if (!(st.st_mode & (group_bits ? S_IXGRP : S_IXOTH))) {
       const struct group* owner_group = ::getgrgid(st.st_gid);
-      char mode[8];
-      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-      return "permissions.group " + group + ": its members cannot enter " + dir.string() + " (mode " + mode +
+      return "permissions.group " + group + ": its members cannot enter " + dir.string() + " (mode " +
+             shm::ModeText(st.st_mode) +
              (group_bits ? ", group " + group
                          : ", group " + (owner_group ? std::string(owner_group->gr_name) : std::to_string(st.st_gid)) +
                                ", which they may not be in") +

@@ -717,18 +717,20 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
     std::vector<std::string> lower;
     const int64_t open = plan.memory.open_files;
     const auto files_text = [](int64_t n) { return std::to_string(n) + (n == 1 ? " data file" : " data files"); };
-    const bool readers_lower = limits.max_readers > 1 && OpenFiles(pc.cycle_length, 1, shard_files) < open;
-    const bool cycle_lower = pc.cycle_length > 1 && OpenFiles(1, limits.max_readers, shard_files) < open;
+    const int64_t one_reader = OpenFiles(pc.cycle_length, 1, shard_files);
+    const int64_t interleave_one = OpenFiles(1, limits.max_readers, shard_files);
+    const bool readers_lower = limits.max_readers > 1 && one_reader < open;
+    const bool cycle_lower = pc.cycle_length > 1 && interleave_one < open;
     if (readers_lower) {
-      lower.push_back("set pipeline.readers to 1 (" + files_text(OpenFiles(pc.cycle_length, 1, shard_files)) +
-                      " open" + (pc.readers ? std::string() : "; auto readers open one file ahead each") + ")");
+      lower.push_back("set pipeline.readers to 1 (" + files_text(one_reader) + " open" +
+                      (pc.readers ? std::string() : "; auto readers open one file ahead each") + ")");
     }
     if (queued_fds) {
       lower.push_back("set pipeline.reads_per_file to 1 (1 descriptor per data file, not 2: no io_uring queue)");
     }
     if (cycle_lower) {
-      lower.push_back("lower pipeline.cycle_length (with 1: " +
-                      files_text(OpenFiles(1, limits.max_readers, shard_files)) + " open; it changes the batch order)");
+      lower.push_back("lower pipeline.cycle_length (with 1: " + files_text(interleave_one) +
+                      " open; it changes the batch order)");
     }
     for (size_t i = 0; i < lower.size(); ++i) {
       plan.file_descriptors.lower += (i == 0 ? "" : i + 1 == lower.size() ? " or " : ", ") + lower[i];
