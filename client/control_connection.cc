@@ -2,8 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -29,23 +27,6 @@
 namespace ringfeed::detail {
 namespace {
 
-// The names of user `uid` and group `gid` (reentrant lookups: trainers attach from several
-// threads), or the number when there is none.
-std::string UserName(uid_t uid) {
-  passwd entry{};
-  passwd* found = nullptr;
-  char buffer[4096];
-  if (::getpwuid_r(uid, &entry, buffer, sizeof buffer, &found) == 0 && found) return found->pw_name;
-  return "uid " + std::to_string(uid);
-}
-std::string GroupName(gid_t gid) {
-  group entry{};
-  group* found = nullptr;
-  char buffer[16384];
-  if (::getgrgid_r(gid, &entry, buffer, sizeof buffer, &found) == 0 && found) return found->gr_name;
-  return "gid " + std::to_string(gid);
-}
-
 // For a socket at `path` that refused this process (EACCES) though the way to it is open: who
 // may connect (its owner, and its group when it may write it) and what lets this process in.
 std::string SocketAccessAdvice(const std::string& path) {
@@ -53,14 +34,21 @@ std::string SocketAccessAdvice(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) {
     return "run this process as the daemon's user or as a member of the job's permissions.group (id -Gn)";
   }
-  const std::string user = UserName(st.st_uid);
+  const std::string user = shm::UserName(st.st_uid);
   if (!(st.st_mode & S_IWGRP)) {
     return "the socket is user " + user + "'s with mode " + shm::ModeText(st.st_mode) +
            ", which lets only that user connect (the job sets no permissions.group): run this process as " + user +
            ", or give the job a permissions.group this process is in (id -Gn) and restart it";
   }
-  const std::string group = GroupName(st.st_gid);
-  const std::string my_name = UserName(::geteuid());
+  const std::string group = shm::GroupName(st.st_gid);
+  const std::string my_name = shm::UserName(::geteuid());
+  if (shm::AccountInGroup(::geteuid(), st.st_gid)) {
+    // Added to the group after this process's login session began: its groups are that session's.
+    return "the socket is user " + user + "'s and group " + group + "'s (mode " + shm::ModeText(st.st_mode) +
+           ", the job's permissions.group); user " + my_name + " is in group " + group +
+           " but this process is not (id -Gn): a process keeps the groups of the login session it started in, "
+           "so start it from a new login (or run newgrp " + group + "; restart a service) or run it as " + user;
+  }
   return "the socket is user " + user + "'s and group " + group + "'s (mode " + shm::ModeText(st.st_mode) +
          ", the job's permissions.group), and this process is in neither (id -Gn): add its user to the group "
          "(usermod -aG " + group + " " + my_name + ", then log in again) or run it as " + user;

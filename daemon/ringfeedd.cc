@@ -4,7 +4,6 @@
 #include <pthread.h>
 #include <signal.h>
 #include <grp.h>
-#include <pwd.h>
 #include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -82,16 +81,6 @@ uint64_t RandomId() {
     id = static_cast<uint64_t>(Clock::now().time_since_epoch().count()) ^ (static_cast<uint64_t>(::getpid()) << 32);
   }
   return id;
-}
-
-// Whether the process has `gid` as its effective or a supplementary group.
-bool InGroup(gid_t gid) {
-  if (::getegid() == gid) return true;
-  const int n = ::getgroups(0, nullptr);
-  if (n <= 0) return false;
-  std::vector<gid_t> groups(static_cast<size_t>(n));
-  const int got = ::getgroups(n, groups.data());
-  return got > 0 && std::find(groups.begin(), groups.begin() + got, gid) != groups.begin() + got;
 }
 
 // glibc malloc settings for the daemon's heap, which churns in blocks of 0.1-1 MiB: records of
@@ -299,9 +288,17 @@ Access AccessFor(const PermissionsConfig& permissions) {
   if (!g) throw StartupError(MissingGroupMessage(permissions), 2);
   const gid_t gid = g->gr_gid;
   // Only root, or a member, may give the segment and socket to the group (chown).
-  if (::geteuid() != 0 && !InGroup(gid)) {
-    const struct passwd* user = ::getpwuid(::geteuid());
-    const std::string name = user ? user->pw_name : std::to_string(::geteuid());
+  if (::geteuid() != 0 && !shm::ProcessInGroup(gid)) {
+    const std::string name = shm::UserName(::geteuid());
+    if (shm::AccountInGroup(::geteuid(), gid)) {
+      // Listed in the group, but added after this process's login session began.
+      throw StartupError("permissions.group: ringfeedd runs as user '" + name + "', a member of group '" +
+                             permissions.group + "' (gid " + std::to_string(gid) + "), but this process is not in "
+                             "it (id -Gn): a process keeps the groups of the login session it started in, so start "
+                             "it from a new login (or run newgrp " + permissions.group + "; under systemd, restart the service), or "
+                             "choose another group",
+                         2);
+    }
     throw StartupError("permissions.group: ringfeedd runs as user '" + name + "', which is not a member of group '" +
                            permissions.group + "' (gid " + std::to_string(gid) + "): add the user to it (usermod -aG " +
                            permissions.group + " " + name + "), under systemd give it with SupplementaryGroups=" +
@@ -325,12 +322,10 @@ std::string GroupReachProblem(const std::string& runtime_dir, gid_t gid, const s
     if (::stat(dir.c_str(), &st) != 0) return "";
     const bool group_bits = st.st_gid == gid;
     if (!(st.st_mode & (group_bits ? S_IXGRP : S_IXOTH))) {
-      const struct group* owner_group = ::getgrgid(st.st_gid);
       return "permissions.group " + group + ": its members cannot enter " + dir.string() + " (mode " +
              shm::ModeText(st.st_mode) +
              (group_bits ? ", group " + group
-                         : ", group " + (owner_group ? std::string(owner_group->gr_name) : std::to_string(st.st_gid)) +
-                               ", which they may not be in") +
+                         : ", group " + shm::GroupName(st.st_gid) + ", which they may not be in") +
              "), so trainers of that group cannot reach the socket made for them; let them through (chmod " +
              (group_bits ? "g+x " : "o+x ") + dir.string() + ") or use a runtime directory they can reach " +
              "(--runtime-dir, RINGFEED_RUNTIME_DIR)";

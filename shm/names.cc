@@ -1,6 +1,8 @@
 #include "shm/names.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -194,8 +196,51 @@ std::string ModeText(mode_t mode) {
   return text;
 }
 
+std::string UserName(uid_t uid) {
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) == 0 && found) return found->pw_name;
+  return "uid " + std::to_string(uid);
+}
+
+std::string GroupName(gid_t gid) {
+  group entry{};
+  group* found = nullptr;
+  std::vector<char> buffer(65536);  // a group's member list can be long
+  if (::getgrgid_r(gid, &entry, buffer.data(), buffer.size(), &found) == 0 && found) return found->gr_name;
+  return "gid " + std::to_string(gid);
+}
+
+bool ProcessInGroup(gid_t gid) {
+  if (::getegid() == gid) return true;
+  const int n = ::getgroups(0, nullptr);
+  if (n <= 0) return false;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  const int got = ::getgroups(n, groups.data());
+  return got > 0 && std::find(groups.begin(), groups.begin() + got, gid) != groups.begin() + got;
+}
+
+bool AccountInGroup(uid_t uid, gid_t gid) {
+  passwd entry{};
+  passwd* found = nullptr;
+  std::vector<char> buffer(16384);
+  if (::getpwuid_r(uid, &entry, buffer.data(), buffer.size(), &found) != 0 || found == nullptr) return false;
+  if (found->pw_gid == gid) return true;
+  std::vector<gid_t> groups(64);
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    int n = static_cast<int>(groups.size());
+    if (::getgrouplist(found->pw_name, found->pw_gid, groups.data(), &n) >= 0) {
+      return std::find(groups.begin(), groups.begin() + n, gid) != groups.begin() + n;
+    }
+    groups.resize(static_cast<size_t>(std::max(n, 2 * static_cast<int>(groups.size()))));  // n: how many it has
+  }
+  return false;
+}
+
 namespace {
 std::string Mode(const struct stat& st) { return ModeText(st.st_mode); }
+
 // Whether `path` is `base` or lies below it, as written or with symbolic links resolved.
 bool Within(const std::string& path, const std::string& base) {
   const auto below = [](const std::string& p, const std::string& b) {
@@ -348,9 +393,13 @@ std::string RuntimeDirPermissions(std::string_view runtime_dir) {
     const std::string path = above.string();
     if (::stat(path.c_str(), &st) != 0) return "the directory " + path + " above it does not let this user in";
     const bool mine = st.st_uid == ::geteuid();
-    return "the directory " + path + " above it does not let this user in (" + describe(st) + "); " +
-           (mine ? "give it search permission: chmod u+x " + path
-                 : "ask its owner to let this user through (chmod o+x " + path + ")");
+    // Its group's bits apply to this process when it is in that group (and is not its owner).
+    const bool group_bits = !mine && ProcessInGroup(st.st_gid);
+    return "the directory " + path + " above it does not let this user in (" + describe(st) +
+           (group_bits ? ", group " + GroupName(st.st_gid) + ", which this process is in" : "") + "); " +
+           (mine         ? "give it search permission: chmod u+x " + path
+            : group_bits ? "ask its owner to let the group through (chmod g+x " + path + ")"
+                         : "ask its owner to let this user through (chmod o+x " + path + ")");
   }
   const std::string path = dir.string();
   struct stat st {};

@@ -65,6 +65,18 @@
 //                       search (x), else "owned by uid U, mode 0000; ringfeedd creates it ...;
 //                       <the fix>"; "" when d cannot be stat'ed.
 //   ModeText(mode)      a file's permission bits (mode & 07777) as four octal digits: "0755".
+//   UserName(uid), GroupName(gid)
+//                       the user's or group's name ("uid N" / "gid N" when there is none), for
+//                       messages. Reentrant (getpwuid_r, getgrgid_r): trainers attach from several
+//                       threads.
+//   ProcessInGroup(gid) whether this process has gid as its effective or a supplementary group
+//                       (what the kernel checks a file's group bits against).
+//   AccountInGroup(uid, gid)
+//                       whether user uid's account is in group gid: its login group (passwd) or
+//                       a group that lists it (the group database, getgrouplist(3)). A process
+//                       of that user started before it was added is not (ProcessInGroup): its
+//                       groups are fixed when its login session starts. False when uid has no
+//                       passwd entry.
 //   ProcessState(pid)   the process's state letter from /proc/PID/stat (proc(5): R, S, D, T, t,
 //                       Z, ...); '\0' when there is no such process in this process's /proc, or
 //                       pid <= 0.
@@ -114,6 +126,10 @@ std::string RuntimeDirProblem(const std::string& runtime_dir);
 std::string UntrustedDaemon(const std::string& socket_path, uid_t peer_uid);
 std::string DirectoryOf(const std::string& path);
 std::string ModeText(mode_t mode);
+std::string UserName(uid_t uid);
+std::string GroupName(gid_t gid);
+bool ProcessInGroup(gid_t gid);
+bool AccountInGroup(uid_t uid, gid_t gid);
 char ProcessState(pid_t pid);
 std::string StoppedProcess(pid_t pid);
 bool ProcessExited(pid_t pid);

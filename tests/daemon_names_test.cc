@@ -951,7 +951,7 @@ TEST_CASE("a control socket path too long for a Unix socket: exit 2 naming the p
                                                   "directory (--runtime-dir, RINGFEED_RUNTIME_DIR) or job name"));
 }
 
-TEST_CASE("permissions.group the daemon's user is not in: exit 2 (not retried by the unit), naming user and group") {
+TEST_CASE("permissions.group the daemon process is not in: exit 2 naming the user and the group and the fix") {
   if (::geteuid() != 0) {
     SkipOrFail("needs root, to run ringfeedd as user nobody");
     return;
@@ -971,6 +971,22 @@ TEST_CASE("permissions.group the daemon's user is not in: exit 2 (not retried by
   CHECK_THAT(daemon.Stderr(), Catch::Contains("permissions.group: ringfeedd runs as user 'nobody', which is not a "
                                               "member of group 'root' (gid 0): add the user to it (usermod -aG root "
                                               "nobody)"));
+
+  // Its own login group (nogroup), which the process was started without (as by a login
+  // session older than the membership): a new login, not usermod.
+  DaemonProcess stale(dir.path(), "stale-group",
+                      IdJobConfig("stale-group", dir.file("data.tfrecord"), "permissions: {group: nogroup}\n"));
+  start.wrapper = {"setpriv", "--reuid=65534", "--regid=1", "--clear-groups"};
+  CHECK_FALSE(stale.Start(start));
+  const auto stale_status = stale.Wait();
+  REQUIRE(stale_status);
+  INFO("ringfeedd stderr:\n" << stale.Stderr());
+  CHECK(stale_status->ToString() == "exit 2");
+  CHECK_THAT(stale.Stderr(), Catch::Contains("permissions.group: ringfeedd runs as user 'nobody', a member of group "
+                                             "'nogroup' (gid 65534), but this process is not in it (id -Gn): a "
+                                             "process keeps the groups of the login session it started in, so start "
+                                             "it from a new login (or run newgrp nogroup; under systemd, restart the "
+                                             "service), or choose another group"));
 }
 
 TEST_CASE("a runtime directory others can write, or a lock file that is a symbolic link: exit 2, nothing written") {

@@ -575,6 +575,19 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
                            ": Permission denied (the directory " + dir.path().string() +
                            " above it does not let this user in (owned by uid 0, mode 0700); ask its owner to let "
                            "this user through (chmod o+x " + dir.path().string() + "))\n");
+    // The directory's group is one this process is in (nogroup, nobody's): its group bits are
+    // what to open, not the others'.
+    REQUIRE(::chown(dir.path().c_str(), 0, 65534) == 0);
+    std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all);
+    const CommandResult group_above = ctl({"list"});
+    std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all | std::filesystem::perms::group_exec |
+                                                 std::filesystem::perms::others_exec);
+    INFO("list below a directory closed to its group:\n" << group_above.out << group_above.err);
+    CHECK(group_above.err == "ringfeedctl list: cannot read the runtime directory " + fake.runtime_dir +
+                                 ": Permission denied (the directory " + dir.path().string() +
+                                 " above it does not let this user in (owned by uid 0, mode 0700, group nogroup, "
+                                 "which this process is in); ask its owner to let the group through (chmod g+x " +
+                                 dir.path().string() + "))\n");
     // The way open, the socket (root's, not writable by nobody) not: listed as denied, not as a
     // daemon that does not answer.
     ::chmod(fake.socket.c_str(), 0755);
@@ -594,6 +607,19 @@ TEST_CASE("a runtime directory this user cannot read: list, status and dump name
                                                 "permissions.group), and this process is in neither (id -Gn): add "
                                                 "its user to the group (usermod -aG root nobody, then log in again) "
                                                 "or run it as root"));
+    // A socket of nobody's own login group (nogroup), to a process of nobody started without it
+    // (as a login session older than the user's membership is): no usermod, a new login.
+    REQUIRE(::chown(fake.socket.c_str(), 0, 65534) == 0);
+    const CommandResult stale_login = RunCommand({"/usr/bin/setpriv", "--reuid=65534", "--regid=1", "--clear-groups",
+                                                  CtlBinary(), "list", "--runtime-dir", fake.runtime_dir});
+    INFO("list of a socket of the user's group, from a process without it:\n" << stale_login.out << stale_login.err);
+    CHECK_THAT(stale_login.out, Catch::Contains("the socket is user root's and group nogroup's (mode 0770, the job's "
+                                                "permissions.group); user nobody is in group nogroup but this process "
+                                                "is not (id -Gn): a process keeps the groups of the login session it "
+                                                "started in, so start it from a new login (or run newgrp nogroup; "
+                                                "restart a service) or run it as root"));
+    CHECK_THAT(stale_login.out, !Catch::Contains("usermod"));
+    REQUIRE(::chown(fake.socket.c_str(), 0, 0) == 0);
     // A runtime directory this user may list but not enter (root's, 0744): denied too.
     REQUIRE(::chown(fake.runtime_dir.c_str(), 0, 0) == 0);
     std::filesystem::permissions(fake.runtime_dir, std::filesystem::perms::owner_all |
