@@ -7,7 +7,7 @@
 //
 // Checks: Client::Next has checked the batch's header and every column's regions against the
 // slot; feature(i) checks column i's row_splits / value_offsets entries the first time it is
-// called (shm/batch_check.h), so a trainer pays only for the columns it reads, and a batch
+// called (source: shm/batch_check.h), so a trainer pays only for the columns it reads, and a batch
 // with a bad entry fails there, naming it.
 //
 // Thread-safety: const accessors may run concurrently; Release/move/destruction must not race
@@ -23,7 +23,7 @@
 #include <string_view>
 
 #include "client/tensor_view.h"
-#include "shm/batch_check.h"
+#include "shm/checked_batch.h"
 #include "shm/ring_layout.h"
 
 namespace ringfeed {

@@ -8,10 +8,10 @@
 //     ...
 //   }   // each Next (or batch.Release()) hands the previous slot back to the daemon
 //
-// Attach connects to the job's control socket (shm/names.h: SocketPath), says hello (protocol
-// in shm/protocol.h), maps the segment the welcome names, checks it (CheckSuperblock: magic,
-// layout version and hash, geometry, schema) and that it belongs to the daemon that answered
-// (instance id). The connection stays open while the Client or any of its Batches lives: its
+// Attach connects to the job's control socket (source: shm/names.h, SocketPath), says hello
+// (source: shm/protocol.h), maps the segment the welcome names, checks it (magic, layout
+// version and hash, geometry, schema; source: shm/superblock_check.h) and that it belongs to
+// the daemon that answered (instance id). The connection stays open while the Client or any of its Batches lives: its
 // end tells the daemon that this consumer is gone, and the daemon then reclaims its slots.
 //
 // Next waits on the queue's futex in slices of at most 100 ms, no busy spinning. Between
@@ -20,7 +20,7 @@
 // message) and its heartbeat (unchanged for longer than liveness_timeout, or twice the
 // daemon's heartbeat period if that is longer => "frozen?" error). Batches published before
 // the daemon failed, stopped or reached the end are still delivered first. Every batch is
-// checked (shm/batch_check.h) before it is handed out; a bad one is released and reported.
+// checked (source: shm/batch_check.h) before it is handed out; a bad one is released and reported.
 //
 // Errors: ClientError (daemon not running, refused the consumer with its reason, died,
 // failed, stopped, froze, wrote an invalid batch, incompatible layout). A timeout is

@@ -20,7 +20,8 @@
 // slots back in Poll() (called by every Upload too), Synchronize() or the destructor.
 // Driver entry points and their C signatures: CUDA Driver API reference,
 // https://docs.nvidia.com/cuda/cuda-driver-api/ (sections Initialization, Device, Primary
-// Context, Context, Memory, Event, Error Handling); types declared in cuda_uploader.cc.
+// Context, Context, Memory, Event, Error Handling); the types are declared in ringfeed's source
+// (source: client/cuda_uploader.cc), not in a CUDA header.
 //
 // Context: Create uses the calling thread's current context (cuCtxGetCurrent; PyTorch and JAX
 // make their device's primary context current) or, when there is none, retains the primary

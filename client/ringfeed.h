@@ -56,7 +56,7 @@ extern "C" {
 #define RF_END_OF_DATA 2     /* rf_next: the job's data has ended (every later call too) */
 #define RF_ERROR (-1)        /* see the message */
 
-/* dtype (the ring's numbering; format/feature_spec.h). */
+/* dtype (the ring's numbering, shm/dtype.h's; source: format/feature_spec.h). */
 #define RF_INT64 0
 #define RF_FLOAT32 1
 #define RF_BYTES 2

@@ -12,7 +12,7 @@
 //                     shape() = {rows, dims...} counting strings
 //   bytes (VarLen)    as bytes, plus row_splits() counting strings per row;
 //                     shape() = {number of strings}
-// All offsets have been checked against the slot (shm/batch_check.h) before the view exists.
+// All offsets have been checked against the slot (source: shm/batch_check.h) before the view exists.
 // The memory is writable (mutable_data) because NumPy/DLPack need writable buffers; writes land
 // in the shared segment's slot, which only the holder reads until it releases the batch, and the
 // daemon overwrites them when it reuses the slot.

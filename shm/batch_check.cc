@@ -343,19 +343,6 @@ std::string Explain(const uint8_t* slot, uint64_t slot_bytes, uint32_t batch_siz
 
 }  // namespace
 
-CheckedBatch& CheckedBatch::operator=(const CheckedBatch& other) {
-  if (this != &other) {
-    epoch = other.epoch;
-    batch_index = other.batch_index;
-    rows = other.rows;
-    flags = other.flags;
-    sources_offset = other.sources_offset;
-    column_count = other.column_count;
-    std::memcpy(columns, other.columns, column_count * sizeof(ColumnDesc));
-  }
-  return *this;
-}
-
 bool ReadBatch(const uint8_t* slot, uint64_t slot_bytes, uint32_t batch_size,
                std::span<const FeatureDesc> features, CheckedBatch* out, std::string* error) {
   if (ReadFast(slot, slot_bytes, batch_size, features, out)) return true;

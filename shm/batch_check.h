@@ -39,35 +39,18 @@
 // pass, four int64 lanes at a time, AVX2 where the CPU has it) and only a failed check runs
 // the slow path again to name what is wrong. Both paths accept and reject exactly the same
 // slots.
-// Thread-safe (reads only).
+// Thread-safe (reads only). Internal to ringfeed (not installed): the library does not export
+// these functions; the CheckedBatch they fill is in shm/checked_batch.h.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 
+#include "shm/checked_batch.h"
 #include "shm/ring_layout.h"
 
 namespace ringfeed::shm {
-
-// A checked copy of a slot's header and column table. The table is stored inline (no heap
-// memory per batch): 12 KiB, of which only the first column_count entries are written,
-// read or copied.
-struct CheckedBatch {
-  CheckedBatch() {}  // `columns` stays uninitialized: only [0, column_count) is ever read
-  CheckedBatch(const CheckedBatch& other) { *this = other; }
-  CheckedBatch& operator=(const CheckedBatch& other);
-
-  std::span<const ColumnDesc> column_span() const { return {columns, column_count}; }
-
-  uint64_t epoch = 0;
-  uint64_t batch_index = 0;
-  uint32_t rows = 0;
-  uint32_t flags = 0;
-  uint64_t sources_offset = 0;  // RowSource[rows] from the slot start
-  uint32_t column_count = 0;    // = the number of features
-  ColumnDesc columns[kMaxFeatures];  // [0, column_count): one per feature, regions inside the slot
-};
 
 // Checks the batch in `slot` (slot_bytes usable bytes) against the schema `features` and
 // `batch_size`, all but the contents of the offset arrays (header, tables, columns above); on

@@ -1,8 +1,9 @@
 // Element types and feature types as the ring stores them (FeatureDesc::dtype / ::type).
 //
-// The numbering is format/feature_spec.h's DType (0 int64, 1 float32, 2 bytes, 3 uint8, 4 int8,
-// 5 uint16, 6 int16, 7 int32, 8 uint32, 9 float64), repeated here so that shm/ and the client
-// library depend on nothing of ours. It is part of the ring layout: never renumber.
+// The numbering (0 int64, 1 float32, 2 bytes, 3 uint8, 4 int8, 5 uint16, 6 int16, 7 int32,
+// 8 uint32, 9 float64) is the DType of ringfeed's parser (source: format/feature_spec.h),
+// repeated here so that shm/ and the client library depend on nothing of ours. It is part of
+// the ring layout: never renumber.
 // Plain constexpr functions; thread-safe.
 #pragma once
 

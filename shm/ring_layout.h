@@ -1,6 +1,6 @@
 // The shared-memory ring's layout: the contract between ringfeedd (the only writer of batch
 // data) and the client library in each trainer process. Plain structs and constants, no
-// behaviour; shm/ring.h has the operations on them.
+// behaviour; the operations on them are in ringfeed's source (source: shm/ring.h).
 //
 // One segment per job (POSIX shared memory, /dev/shm), laid out as
 //
@@ -16,13 +16,13 @@
 // slot start. All integers are little-endian host order; the segment is never shared between
 // machines.
 //
-// Column layout inside a slot (the same as format/example_batch.h), rows = SlotHeader::rows:
+// Column layout inside a slot (the same as source: format/example_batch.h), rows = SlotHeader::rows:
 //   FixedLen numeric      values: rows * prod(shape) elements of dtype, row-major
 //   VarLen numeric        values: the rows' values concatenated; row_splits: int64[rows + 1]
 //   FixedLen bytes        values: the strings' bytes; value_offsets: int64[rows*prod(shape)+1]
 //   VarLen bytes          values + value_offsets (one per string + 1) + row_splits (strings)
 // value_offsets[0] == row_splits[0] == 0; both are non-decreasing. A client checks all of this
-// against the slot bounds before handing a pointer out (shm/batch_check.h).
+// against the slot bounds before handing a pointer out (source: shm/batch_check.h).
 //
 // Hand-off (no locks; atomics in the mapping, futex waits with timeouts):
 //   Each slot has one 64-bit state word (SlotWord): kFree -> kFilling (daemon lays out and
@@ -40,7 +40,7 @@
 //   the consumer drains what was published first when state is kEndOfData.
 //   Waking: a futex wake is a system call (about 1 us even when nobody sleeps), so each futex
 //   word has a waiter count beside it (publish_waiters, free_waiters). A sleeper increments the
-//   count before its FUTEX_WAIT and decrements it after (shm/ring.h: WaitForPublish,
+//   count before its FUTEX_WAIT and decrements it after (source: shm/ring.h, WaitForPublish,
 //   WaitForFree, whose one sleeper sets it to 1 and back to 0); a waker bumps the futex word,
 //   then wakes only when the count is non-zero (both sides sequentially consistent, so either
 //   the waker sees the sleeper or the sleeper's FUTEX_WAIT sees the bumped word and returns at
@@ -54,7 +54,7 @@
 // slice ends; never a lost or duplicated batch; free_waiters is set anew at each of the
 // daemon's waits); the consumer-table counters are statistics.
 // Once a second it compares the geometry, `published`, `taken`, `slot_of` and the words of
-// the slots it published with its records and puts back what differs (Pipeline::RepairRing,
+// the slots it published with its records and puts back what differs (source: daemon/pipeline.h, RepairRing,
 // logged as "ring repaired"), and the identity, geometry, schema and (while it runs) state
 // and error text that clients read; in ranks mode, slots held by a consumer of another rank
 // than the batch's are freed. Not repairable: slots forged as held by a consumer that is
@@ -104,7 +104,7 @@ inline constexpr uint32_t kBatchEndOfData = 2;   // last batch of the run (for i
 inline constexpr uint8_t kFixedLen = 0;
 inline constexpr uint8_t kVarLen = 1;
 
-// One feature of the batch schema. dtype uses format/feature_spec.h's DType numbering
+// One feature of the batch schema. dtype uses shm/dtype.h's DType numbering
 // (0 int64, 1 float32, 2 bytes, 3 uint8, 4 int8, 5 uint16, 6 int16, 7 int32, 8 uint32,
 // 9 float64), repeated here so shm/ depends on nothing of ours.
 struct FeatureDesc {
@@ -250,7 +250,7 @@ constexpr uint64_t Fnv1a(uint64_t h, uint64_t v) {
 }  // namespace detail
 
 // FNV-1a over every size and offset the two sides must agree on. A client built from another
-// version of this header refuses the segment (shm/ring.h: CheckSuperblock).
+// version of this header refuses the segment (source: shm/superblock_check.h, CheckSuperblock).
 inline constexpr uint64_t kLayoutHash = [] {
   const uint64_t parts[] = {
       kLayoutVersion, kPageBytes, kColumnAlign, kMaxFeatures, kMaxNameBytes, kMaxRank, kMaxSlots,

@@ -20,6 +20,11 @@ cat > "$tmp/trainer.cc" <<'CC'
 #include <cstdio>
 #include "client/client.h"
 int main() {
+  // The installed headers' types link: a Batch's checked copy is copied by inline code alone
+  // (it called shm functions the library does not export).
+  ringfeed::shm::CheckedBatch checked;
+  const ringfeed::shm::CheckedBatch copy(checked);
+  if (copy.column_count != 0) return 1;
   ringfeed::ClientOptions options;
   options.job = "install-test-no-such-job";
   options.runtime_dir = "/nonexistent/ringfeed-install-test";
@@ -51,6 +56,14 @@ check() {  # $1 label, $2 program
   echo "$1: $out"
   [[ $out == *"install-test-no-such-job"* ]] || { echo "install_test: $1 did not name the job" >&2; exit 1; }
 }
+
+# The installed headers name only files a user has: installed ones, or ringfeed's source, said
+# so ("source: shm/ring.h").
+missing=$(grep -rnoE "(source: )?\b(shm|format|client|daemon)/[a-z_]+\.(h|cc)\b" "$prefix/include/ringfeed" |
+          grep -v ":source: " | while IFS=: read -r file line ref; do
+            [[ -e $prefix/include/ringfeed/$ref ]] || echo "$file:$line: $ref"
+          done)
+[[ -z $missing ]] || { printf 'install_test: installed headers name files not installed:\n%s\n' "$missing" >&2; exit 1; }
 
 # shellcheck disable=SC2046
 "$cxx" -std=c++20 "$tmp/trainer.cc" -o "$tmp/trainer_pc" $(pkg-config --cflags --libs ringfeed)
