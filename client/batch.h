@@ -35,6 +35,8 @@ class Batch {
  public:
   Batch();  // user-provided: Batch{} must not zero the 12 KiB column table
   ~Batch();
+  // Moving leaves `other` empty (valid() false); move-assigning into a Batch that holds a slot
+  // releases that slot first.
   Batch(Batch&& other) noexcept;
   Batch& operator=(Batch&& other) noexcept;
   Batch(const Batch&) = delete;
@@ -62,7 +64,8 @@ class Batch {
   // feature(i).
   TensorView feature(std::string_view name) const;
   // Where row `row` (< rows()) came from: file_index in the job's file list, record_index in
-  // that file.
+  // that file. Throws ClientError for a row out of range ("row R out of range: the batch has N
+  // rows") and on an empty Batch.
   shm::RowSource source(size_t row) const;
 
  private:

@@ -26,8 +26,11 @@
 // failed, stopped, froze, wrote an invalid batch, incompatible layout). A timeout is
 // Status::kTimeout, the end of the data Status::kEndOfData (then every later Next too).
 //
-// Thread-safety: Next may be called from several threads of one Client at once (each call
-// claims a different batch). fork(): a child must not use its parent's Client; attach anew in
+// Thread-safety: Attach may be called from several threads at once (each gets its own Client).
+// Every const member, and Next, may be called from several threads of one Client at once (each
+// Next claims a different batch). Destroying a Client (the unique_ptr) while another thread is
+// in one of its calls is undefined behaviour, as for any C++ object; its Batches may outlive
+// it (they keep the mapping and the connection). fork(): a child must not use its parent's Client; attach anew in
 // the child (a DataLoader worker, say) after fork. In a forked child the parent's Client's Next
 // throws ClientError, and releasing (or destroying) a Batch inherited from the parent does not
 // hand the slot back — the parent may still be reading it.
@@ -96,21 +99,30 @@ class Client {
   // Takes the next batch into *out (releasing what *out held first), waiting at most
   // `timeout` (0 or negative = just look; std::chrono::milliseconds::max() = no limit; the C
   // API's rf_next reads a negative timeout as no limit). kTimeout and
-  // kEndOfData leave *out empty. A null `out` throws ClientError.
+  // kEndOfData leave *out empty. A null `out` throws ClientError; so does any error above,
+  // with *out left empty (what it held released).
   Status Next(std::chrono::milliseconds timeout, Batch* out);
 
+  // The batch schema from the segment (feature names, dtypes, shapes, batch size). The
+  // reference is valid while this Client lives; thread-safe (never changes after Attach).
   const Schema& schema() const;
   // The job's file list (all shards'): Batch::source(row).file_index indexes it. Asked
   // of the daemon on a control connection of its own on the first call (one round trip per
   // ~60 KiB of paths), then kept. Paths as the daemon expanded the config's globs, byte for
   // byte (UTF-8 or not), absolute (a relative entry has the daemon's working directory
-  // prefixed), in the job's order (docs/architecture.md, rule 1). Thread-safe. Throws ClientError (the daemon gone or restarted since
-  // this client attached).
+  // prefixed), in the job's order (docs/architecture.md, rule 1). Thread-safe. Throws
+  // ClientError (the daemon gone or restarted since this client attached). The reference is
+  // valid while this Client lives. It asks on a connection of its own, so it works in a forked
+  // child too (the Python binding refuses it there, as every use of the parent's client).
   const std::vector<std::string>& files() const;
+  // Fixed at Attach; thread-safe. References are valid while this Client lives.
   uint32_t consumer_id() const;  // 1..64, this consumer's entry in the daemon's table
-  int rank() const;
-  int daemon_pid() const;
+  int rank() const;              // the rank attached as (consumers.mode ranks), else -1
+  int daemon_pid() const;        // the daemon's pid as it said in its welcome
   const std::string& job() const;
+  // The POSIX shared-memory name of the job's segment, "/ringfeed.JOB.HASH" (HASH: 16
+  // lower-case hex digits of FNV-1a-64 of the runtime directory's canonical path and file
+  // system; the file /dev/shm/ringfeed.JOB.HASH on Linux).
   const std::string& segment_name() const;
   // The ring's slots as mapped in this process: every batch's data lies inside. Starts on a
   // page boundary (4 KiB) and spans whole pages, as cuMemHostRegister and friends need.
@@ -118,6 +130,7 @@ class Client {
   std::span<uint8_t> slots_region() const;
   // Ring slots in all, and how many this consumer holds now (batches taken and not released,
   // here or in a binding's views): when they are equal, Next can only time out. For messages.
+  // Thread-safe (reads the segment's words).
   uint32_t slot_count() const;
   uint32_t slots_held() const;
   uint32_t slots_held_by_all() const;  // by any consumer of the job

@@ -22,10 +22,13 @@
  * output structs (rf_batch_info, rf_tensor, rf_feature, rf_row_source) their whole size in
  * this header, for rf_attach_options the part up to and including `job`.
  *
- * Errors: functions return RF_OK (0) or another RF_* status; RF_ERROR (-1) comes with a
- * message: written to `err` (at most err_len bytes, always NUL-terminated; err may be NULL)
- * where the function has that parameter, and always kept for the calling thread by
- * rf_last_error(). No C++ exception crosses this boundary.
+ * Errors: the functions that return int return RF_OK (0) or another RF_* status; those that
+ * return a count, an index or a length return it, or RF_ERROR (-1) where their comment says so
+ * (rf_schema_count, rf_schema_batch_size and rf_consumer_id return 0 instead). An error comes
+ * with a message: written to `err` (at most err_len bytes, always NUL-terminated; err may be
+ * NULL) where the function has that parameter, and always kept for the calling thread by
+ * rf_last_error(). Every function but rf_last_error clears it on entry, so after a call it
+ * holds that call's error or "". No C++ exception crosses this boundary.
  *
  * Lifetimes: an rf_batch holds its shared-memory slot until rf_batch_release; pointers in an
  * rf_tensor (data, value_offsets, row_splits, name) are valid until then. rf_detach may be
@@ -33,8 +36,10 @@
  * rf_batch_release and rf_detach free their handle, as free() does: a handle must not be used,
  * released or detached again after that (a second call is undefined behaviour, typically a
  * crash; set your pointer to NULL after the call, which both accept).
- * Threads: rf_next may be called on one client from several threads at once; one rf_batch must
- * not be used from two threads while one of them releases it; rf_detach frees the client, so no
+ * Threads: every function may be called on one client from several threads at once (rf_next
+ * too: each call gets a different batch), and on one batch (rf_batch_get_info,
+ * rf_batch_feature, rf_batch_source), except the two that free a handle: one rf_batch must not
+ * be used from two threads while one of them releases it; rf_detach frees the client, so no
  * other thread may be in (or enter) a call on that client then. Batches may be released after.
  * fork(): a child must not use its parent's client or batches; attach anew in the child.
  */
@@ -86,7 +91,7 @@ typedef struct rf_attach_options {
   const char* job;             /* required */
   int32_t rank;                /* consumers.mode ranks: 0..ranks-1; else -1 */
   const char* runtime_dir;     /* NULL or "" = default (RINGFEED_RUNTIME_DIR, ...) */
-  int64_t liveness_timeout_ms; /* <= 0 = default (10000) */
+  int64_t liveness_timeout_ms; /* <= 0 = default (10000); above 2^31 - 1 taken as that */
   int64_t attach_timeout_ms;   /* wait this long for a daemon not listening yet (retried every
                                   100 ms); <= 0 = one try (ClientOptions::attach_timeout) */
 } rf_attach_options;
@@ -131,17 +136,21 @@ typedef struct rf_row_source {
   uint64_t record_index; /* 0-based, in that file */
 } rf_row_source;
 
-/* Attaches to ringfeedd for options->job. On RF_OK, *client must be rf_detach'ed. */
+/* Attaches to ringfeedd for options->job. On RF_OK, *client must be rf_detach'ed; on RF_ERROR
+ * *client is NULL (client itself must not be NULL) and err says why. */
 int rf_attach(const rf_attach_options* options, rf_client** client, char* err, size_t err_len);
 /* Detaches (NULL is fine) and frees the handle: never call it twice on one client. Batches
  * still held stay valid until released. */
 void rf_detach(rf_client* client);
 
-/* Waits at most timeout_ms (0 = just look, < 0 = no limit) for the next batch. RF_OK: *batch is set and must
- * be rf_batch_release'd. RF_TIMEOUT / RF_END_OF_DATA: *batch is NULL. RF_ERROR: daemon exited,
- * failed, stopped, froze, or wrote an invalid batch (see err). */
+/* Waits at most timeout_ms (0 = just look, < 0 = no limit) for the next batch. RF_OK: *batch
+ * is set and must be rf_batch_release'd. RF_TIMEOUT / RF_END_OF_DATA: *batch is NULL. RF_ERROR:
+ * daemon exited, failed, stopped, froze, or wrote an invalid batch (see err). err is "" after
+ * anything but RF_ERROR. */
 int rf_next(rf_client* client, int64_t timeout_ms, rf_batch** batch, char* err, size_t err_len);
 
+/* The batch's epoch, index, rows and flags into *info (as far as info->struct_size reaches).
+ * RF_ERROR for a NULL argument or a struct_size below this version's. */
 int rf_batch_get_info(const rf_batch* batch, rf_batch_info* info);
 /* Feature `index` (schema order) of the batch. The first call for a column checks its row_splits /
  * value_offsets entries against the slot. RF_ERROR when index >= rf_schema_count, or when an entry
@@ -151,6 +160,10 @@ int rf_batch_feature(const rf_batch* batch, size_t index, rf_tensor* tensor);
  * argument). Check it before passing it as rf_batch_feature's size_t index: -1 converts to
  * SIZE_MAX, which rf_batch_feature refuses with RF_ERROR. */
 int64_t rf_feature_index(const rf_client* client, const char* name);
+/* Where row `row` (0-based, < rf_batch_info.rows) came from: its file (an index into the
+ * job's file list: rf_file_path) and its record index in that file. RF_ERROR for a row out of
+ * range ("row R out of range: the batch has N rows"), a NULL argument or a struct_size below
+ * this version's. */
 int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source);
 /* The job's file list, which rf_row_source.file_index indexes: fetched from the daemon on
  * the first call of either function (one round trip per ~60 KiB of paths), then kept.
@@ -181,6 +194,8 @@ void rf_batch_release(rf_batch* batch);
 /* rf_schema_count, rf_schema_batch_size, rf_consumer_id: 0 for a NULL client, with
  * rf_last_error "FN: NULL argument" (cleared on success, as every function here does). */
 size_t rf_schema_count(const rf_client* client);
+/* Feature `index` (schema order, < rf_schema_count) into *feature; RF_ERROR for an index out of
+ * range, a NULL argument or a struct_size below this version's. */
 int rf_schema_feature(const rf_client* client, size_t index, rf_feature* feature);
 uint32_t rf_schema_batch_size(const rf_client* client);
 uint32_t rf_consumer_id(const rf_client* client);

@@ -165,6 +165,7 @@ int rf_attach(const rf_attach_options* options, rf_client** client, char* err, s
 }
 
 void rf_detach(rf_client* client) {
+  ClearError(nullptr, 0);
   try {
     delete client;
   } catch (...) {
@@ -308,6 +309,7 @@ int rf_batch_source(const rf_batch* batch, size_t row, rf_row_source* source) {
 }
 
 void rf_batch_release(rf_batch* batch) {
+  ClearError(nullptr, 0);
   try {
     delete batch;
   } catch (...) {
@@ -364,6 +366,7 @@ uint32_t rf_consumer_id(const rf_client* client) {
 }
 
 const char* rf_dtype_name(int32_t dtype) {
+  ClearError(nullptr, 0);
   if (dtype < 0 || dtype >= ringfeed::shm::kDTypeCount) return "unknown";
   return ringfeed::shm::DTypeName(static_cast<ringfeed::shm::DType>(dtype)).data();
 }

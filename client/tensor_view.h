@@ -50,8 +50,8 @@ class TensorView {
   uint64_t size() const { return size_; }
 
   // The values as T, which must match dtype() (int64_t, float, double, uint8_t, int8_t,
-  // uint16_t, int16_t, int32_t, uint32_t; char, uint8_t or std::byte for kBytes). Throws
-  // ClientError on a mismatch.
+  // uint16_t, int16_t, int32_t, uint32_t; char, uint8_t or std::byte for kBytes, and char or
+  // std::byte for kUInt8 too, byte views of the same memory). Throws ClientError on a mismatch.
   template <typename T>
   std::span<const T> values() const {
     if (!Matches<T>(dtype_)) {

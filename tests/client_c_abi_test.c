@@ -69,6 +69,7 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
     EXPECT(f.dtype == RF_BYTES && f.type == RF_FIXED_LEN && f.rank == 1 && f.shape[0] == 2);
     EXPECT(rf_schema_feature(client, 4, &f) == RF_ERROR);
     EXPECT(strcmp(rf_dtype_name(f.dtype), "bytes") == 0);
+    EXPECT(rf_last_error()[0] == '\0'); /* every function clears it (here: rf_schema_feature's error) */
     EXPECT(rf_feature_index(client, "pixels") == 3);
     EXPECT(rf_last_error()[0] == '\0');
     EXPECT(rf_feature_index(client, "nope") == -1);
@@ -147,8 +148,12 @@ int rf_c_abi_roundtrip(const char* runtime_dir, int expected_batches, char* repo
   EXPECT(batches == expected_batches);
   EXPECT(batch == NULL);
   EXPECT(rf_next(client, -1, &batch, err, sizeof err) == RF_END_OF_DATA); /* no limit */
+  (void)rf_schema_count(NULL);
   rf_batch_release(NULL);
+  EXPECT(rf_last_error()[0] == '\0');
+  (void)rf_schema_count(NULL);
   rf_detach(client);
+  EXPECT(rf_last_error()[0] == '\0');
   rf_detach(NULL);
   return 0;
 

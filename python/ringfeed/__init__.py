@@ -29,7 +29,14 @@ except ModuleNotFoundError as e:
 from ._client import Client, Feature
 
 ClientError.__module__ = "ringfeed"
+ClientError.__doc__ = """An error of the client or of the job (a RuntimeError): the daemon not running, refusing
+this consumer, exited, failed, stopped or frozen, an invalid batch, a closed client or released batch, a
+parent's client used in a forked child. The message says which, with the daemon's own words where it gave
+them. C++: ringfeed::ClientError."""
 Timeout.__module__ = "ringfeed"
+Timeout.__doc__ = """Nothing arrived within the timeout (a TimeoutError): raised by ``Client.next`` and by
+iterating a ``Client``. A status, not a failure: the job goes on, and the message says what may hold it up
+(every slot held, a rank without a consumer) where the ring shows it."""
 Batch.__module__ = "ringfeed"
 
 __all__ = ["Client", "Batch", "Feature", "ClientError", "Timeout"]

@@ -19,7 +19,14 @@ _NUMPY_DTYPES = {
     "bytes": np.dtype(np.bytes_),
 }
 
-_DEFAULT = object()  # "use the client's timeout"
+class _ClientTimeout:
+    """The default of ``Client.next(timeout=...)``: the client's own timeout (``Client.timeout``)."""
+
+    def __repr__(self) -> str:
+        return "<the client's timeout>"
+
+
+_DEFAULT = _ClientTimeout()
 
 
 class Feature(NamedTuple):
@@ -145,6 +152,7 @@ class Client:
         self._schema = [Feature(name, _NUMPY_DTYPES[dtype], kind, tuple(shape))
                         for name, dtype, kind, shape in self._core.features()]
         self._taken = 0  # batches this client took (the end-of-data warnings say so)
+        self._end_reason_at_close: Optional[str] = None  # end_reason as close() found it
         self._end_warned = False  # the end of the data is warned about once per client
 
     # -- batches ---------------------------------------------------------------------------
@@ -169,6 +177,8 @@ class Client:
         return self._take(seconds)
 
     def __iter__(self) -> Iterator[_core.Batch]:
+        """Iterates the batches until the end of the data, each ``next()`` with the client's
+        timeout (``ringfeed.Timeout`` when it passes)."""
         return self
 
     def __next__(self) -> _core.Batch:
@@ -213,8 +223,9 @@ class Client:
     def files(self) -> List[str]:
         """The job's file list, which ``batch.sources[0]`` (file indices) indexes: asked of
         the daemon the first time, then kept. Raises ringfeed.ClientError if the daemon is gone or
-        restarted since this client attached. Paths decoded as ``os.fsdecode`` does: one that is
-        not UTF-8 keeps its bytes as surrogates, and ``open()`` or ``os.fsencode`` gets them back."""
+        restarted since this client attached, or if it is closed and the list was not read before.
+        Paths decoded as ``os.fsdecode`` does: one that is not UTF-8 keeps its bytes as
+        surrogates, and ``open()`` or ``os.fsencode`` gets them back."""
         if self._files is None:
             self._files = [os.fsdecode(path) for path in self._core.files()]
         return list(self._files)
@@ -224,7 +235,10 @@ class Client:
         """Why the data ended, once iteration has stopped (``next`` returned None): ``""`` after an
         ordinary end (every epoch served) and while the data has not ended, else the daemon's
         reason, e.g. ``"epoch 3 delivered no batch: its 4 files held no record; ..."`` (then a
-        ``RuntimeWarning`` said it too). C++: ``Client::end_reason``."""
+        ``RuntimeWarning`` said it too). Still readable after ``close()`` (as it was then), so
+        after a ``with`` block too. C++: ``Client::end_reason``."""
+        if self._end_reason_at_close is not None:
+            return self._end_reason_at_close
         return self._core.end_reason().decode("utf-8", errors="replace")
 
     @property
@@ -234,14 +248,17 @@ class Client:
 
     @property
     def daemon_pid(self) -> int:
+        """The pid of the ringfeedd this client attached to (from its welcome)."""
         return self._core.daemon_pid
 
     @property
     def job(self) -> str:
+        """The job's name, as given to the constructor."""
         return self._core.job
 
     @property
     def rank(self) -> Optional[int]:
+        """The rank attached as (``consumers.mode: ranks``); None in shared mode."""
         rank = self._core.rank
         return None if rank < 0 else rank
 
@@ -268,11 +285,20 @@ class Client:
     # -- lifetime --------------------------------------------------------------------------
     def close(self) -> None:
         """Detach. Batches still held stay valid; the daemon reclaims their slots when the last
-        is gone. Idempotent."""
+        is gone. Idempotent. Afterwards ``next()``, and ``files`` when it was not read before,
+        raise ``ringfeed.ClientError``; ``end_reason`` keeps what it said at the close, and the
+        attributes fixed at attach (``job``, ``rank``, ``mode``, ``schema``, ``batch_size``,
+        ``consumer_id``, ``daemon_pid``, ``timeout``) still answer."""
+        if self._end_reason_at_close is None and not self._core.closed:
+            try:
+                self._end_reason_at_close = self._core.end_reason().decode("utf-8", errors="replace")
+            except _core.ClientError:
+                pass  # a forked child's copy of the parent's client: nothing to keep
         self._core.close()
 
     @property
     def closed(self) -> bool:
+        """Whether ``close()`` was called (or the ``with`` block ended)."""
         return self._core.closed
 
     def __enter__(self) -> "Client":

@@ -54,7 +54,8 @@ Thread-safety: like any Python object (the GIL serialises calls).)doc")
            "varlen -> a list per row. TypeError for numeric features.")
       .def("keys", &BatchObject::Keys, "Feature names in schema order.")
       .def("__contains__", &BatchObject::Contains, nb::arg("name").none())
-      .def("__iter__", [](const BatchObject& b) { return nb::iter(b.Keys()); })
+      .def("__iter__", [](const BatchObject& b) { return nb::iter(b.Keys()); },
+           "Iterates the feature names in schema order, as ``keys()``.")
       .def("__len__", &BatchObject::rows, "Rows (records) in the batch.")
       .def_prop_ro("sources", &BatchObject::Sources,
                    "(file_index, record_index): two int64 arrays of shape (rows,) (copies): where each row came "

@@ -605,6 +605,12 @@ def test_an_endless_job_whose_files_were_emptied_ends_with_a_warning_and_a_reaso
         assert f"after this client took {taken} batches" in str(said[0].message)
         assert client.end_reason.startswith("epoch ") and "delivered no batch: its 1 file held no record" in \
             client.end_reason
+        reason = client.end_reason
+    # Read after the `with` block (closed), as the docs' examples do: what it said at the close.
+    assert client.closed and client.end_reason == reason
+    assert client.job and client.batch_size == 4 and client.rank is None
+    with pytest.raises(ringfeed.ClientError, match="is closed"):
+        client.files  # not read before the close
     # An ordinary end: no warning, no reason.
     (tmp_path / "ok").mkdir()
     d2 = daemon_factory(id_job(tmp_path / "ok", count=8, batch=4))
@@ -626,3 +632,17 @@ def test_a_job_that_delivers_no_batch_says_why(daemon_factory, tmp_path):
                                                 r"drop_remainder drops a short batch; the last epoch") as said:
             assert list(client) == []
         assert "earlier consumers" not in str(said[0].message)
+
+
+def test_the_public_api_has_docstrings_and_a_readable_default_timeout():
+    # A library reviewer's audit (helper-158) found undocumented members and a signature that
+    # showed `timeout=<object object at 0x...>`.
+    import inspect
+    missing = [f"Client.{name}" for name, member in vars(ringfeed.Client).items()
+               if (not name.startswith("_") or name == "__iter__") and not inspect.getdoc(member)]
+    missing += [cls.__name__ for cls in (ringfeed.ClientError, ringfeed.Timeout, ringfeed.Batch) if not cls.__doc__]
+    missing += [f"Batch.{name}" for name in ("keys", "__iter__", "__len__", "release")
+                if not inspect.getdoc(getattr(ringfeed.Batch, name))]
+    assert missing == []
+    assert str(inspect.signature(ringfeed.Client.next)) == "(self, timeout=<the client's timeout>) -> " \
+        "'Optional[_core.Batch]'"
