@@ -55,10 +55,58 @@ constexpr size_t kMaxFeatureNameBytes = 127;           // shm::kMaxNameBytes - 1
 
 }  // namespace
 
+namespace {
+// The code point of the UTF-8 sequence at s[i] when it is a character that shows as nothing or
+// as a plain space (C1 controls, no-break and other Unicode spaces, zero-width characters, line
+// and paragraph separators, a byte order mark), with its length in *length; 0 otherwise.
+char32_t InvisibleAt(std::string_view s, size_t i, size_t* length) {
+  const auto at = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  if (at(0) == 0xC2 && (at(1) <= 0xA0 || at(1) == 0xAD) && at(1) >= 0x80) {  // U+0080-U+00A0, U+00AD
+    *length = 2;
+    return 0x80 + (at(1) - 0x80);
+  }
+  if (at(0) < 0xE0 || at(0) > 0xEF || (at(1) & 0xC0) != 0x80 || (at(2) & 0xC0) != 0x80) return 0;
+  const char32_t cp = ((at(0) & 0x0Fu) << 12) | ((at(1) & 0x3Fu) << 6) | (at(2) & 0x3Fu);
+  const bool invisible = (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
+                         (cp >= 0x205F && cp <= 0x2064) || cp == 0x3000 || cp == 0xFEFF;
+  if (!invisible) return 0;
+  *length = 3;
+  return cp;
+}
+
+// `s` without the characters InvisibleAt finds, and without leading and trailing spaces.
+std::string WithoutInvisible(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    size_t length = 0;
+    if (static_cast<unsigned char>(s[i]) > 0x7F && InvisibleAt(s, i, &length)) {
+      i += length - 1;
+    } else {
+      out += s[i];
+    }
+  }
+  // Then without the plain spaces around (a no-break space typed before a space, say).
+  const size_t first = out.find_first_not_of(' ');
+  if (first == std::string::npos) return "";
+  return out.substr(first, out.find_last_not_of(' ') - first + 1);
+}
+}  // namespace
+
 std::string Escaped(std::string_view s, bool ascii_only) {
   std::string out;
-  for (const char c : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
     const auto byte = static_cast<unsigned char>(c);
+    size_t length = 0;
+    if (!ascii_only && byte > 0x7F) {
+      if (const char32_t cp = InvisibleAt(s, i, &length)) {
+        char text[8];
+        std::snprintf(text, sizeof text, "\\u%04X", static_cast<unsigned>(cp));
+        out += text;
+        i += length - 1;
+        continue;
+      }
+    }
     if (byte < 0x20 || byte == 0x7F || (ascii_only && byte > 0x7F)) {
       char hex[5];
       std::snprintf(hex, sizeof hex, "\\x%02X", byte);
@@ -250,7 +298,7 @@ std::string FormatMessage(const std::string& file, int line, int column, const s
     if (column > 0) out += ":" + std::to_string(column);
   }
   out += ": ";
-  if (!key.empty()) out += key + ": ";
+  if (!key.empty()) out += Escaped(key) + ": ";
   out += problem;
   return out;
 }
@@ -401,6 +449,18 @@ std::string TabIndentation(const std::string& text) {
   return "";
 }
 
+// "; its lines end with CR alone (classic Mac OS): ..." when the text has a CR not followed by
+// LF (YAML reads a lone CR as a line break, but yaml-cpp does not); "" if none.
+std::string LoneCarriageReturn(const std::string& text) {
+  for (size_t i = text.find('\r'); i != std::string::npos; i = text.find('\r', i + 1)) {
+    if (i + 1 >= text.size() || text[i + 1] != '\n') {
+      return "; the file ends lines with CR alone (classic Mac OS), which yaml-cpp does not read as line ends: "
+             "convert them to LF (e.g. tr '\\r' '\\n')";
+    }
+  }
+  return "";
+}
+
 // Whether `word` is a key of some section of the config (a feature's name is not: any word).
 template <size_t N>
 bool In(std::string_view word, const std::string_view (&words)[N]) {
@@ -466,7 +526,7 @@ class Loader {
       Fail(e.mark, "", "YAML syntax error: " + e.msg +
                            (unclosed && e.mark.pos >= 0 ? UnclosedBracket(text, static_cast<size_t>(e.mark.pos)) : "") +
                            (flow_variable ? std::string("; inside { } or [ ], quote a ${VAR}: {size: \"${X}\"}") : "") +
-                           MissingSpace(text, e.mark.line) + TabIndentation(text));
+                           MissingSpace(text, e.mark.line) + TabIndentation(text) + LoneCarriageReturn(text));
     } catch (const YAML::Exception& e) {
       Fail(e.mark, "", "YAML error: " + e.msg);
     }
@@ -568,9 +628,22 @@ class Loader {
     for (const Entry& e : entries) {
       if (std::find(std::begin(known), std::end(known), e.key) == std::end(known)) {
         const std::string space = MissingSpaceHint(e.key, known);
+        if (const std::string visible = WithoutInvisible(e.key); visible != e.key) {
+          // A no-break space typed for indentation, a zero-width space or a byte order mark
+          // pasted in: the key looks right and is not.
+          const bool known_key = std::find(std::begin(known), std::end(known), visible) != std::end(known);
+          Fail(e.key_node.Mark(), e.path,
+               "unknown key " + Quote(e.key) + ": it holds characters that show as nothing or as a space (\\uXXXX "
+               "above), which YAML takes as part of the key; " +
+                   (known_key ? "retype it as '" + visible + "' with plain spaces around it"
+                              : "retype it with plain spaces; known keys: " + JoinWords(known)));
+        }
         Fail(e.key_node.Mark(), e.path,
              "unknown key " + Quote(e.key) + "; known keys: " + JoinWords(known) +
-                 (space.empty() ? Suggestion(e.key, known, present) : space));
+                 (e.key == "<<" ? "; YAML merge keys ('<<: *anchor') are not supported (YAML 1.2 has none): write "
+                                  "the keys out (an alias of a whole value, key: *anchor, works)"
+                  : !space.empty() ? space
+                                   : DottedKeyHint(e.key, known) + Suggestion(e.key, known, present)));
       }
     }
     return entries;
@@ -587,6 +660,17 @@ class Loader {
     return "; YAML needs a space after ':' (write " + Quote(key + ": " + text.substr(colon + 1)) + ")";
   }
 
+  // "; nested keys are written as a mapping: batch: {size: 16}" for "batch.size", where the
+  // part before the first '.' is one of `known`; else "".
+  template <size_t N>
+  static std::string DottedKeyHint(const std::string& key, const std::string_view (&known)[N]) {
+    const size_t dot = key.find('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 >= key.size()) return "";
+    const std::string head = key.substr(0, dot);
+    if (std::find(std::begin(known), std::end(known), head) == std::end(known)) return "";
+    return "; nested keys are written as a mapping, not with a dot: " + head + ": {" + key.substr(dot + 1) + ": ...}";
+  }
+
   // The pairs of a mapping with scalar, unique keys (any key names).
   std::vector<Entry> ReadPairs(const YAML::Node& node, const std::string& path) {
     std::vector<Entry> entries;
@@ -595,7 +679,11 @@ class Loader {
       const YAML::Node value = pair.second;
       std::string where = path.empty() ? "" : path + ".";
       if (!key.IsScalar()) {
-        Fail(key.Mark(), path, "keys must be plain names, got " + NodeKindName(key));
+        Fail(key.Mark(), path,
+             "keys must be plain names, got " + NodeKindName(key) +
+                 (key.IsNull() ? std::string(": YAML reads an empty key, null and ~ as no name; a feature named "
+                                             "null or ~ is written quoted (\"null\": ...)")
+                               : std::string()));
       }
       std::string name = key.Scalar();
       for (const Entry& prev : entries) {
@@ -708,10 +796,31 @@ class Loader {
     return ReadIntNode(e.value, MarkOf(e), e.path, min, max, "");
   }
 
+  // For an integer spelt in a way YAML readers disagree on or that hides a typo: a leading
+  // zero ("010": octal 8 to YAML 1.1 readers such as PyYAML, 10 to YAML 1.2's) or a signed
+  // zero ("-0": likely a digit lost). The reason, else "".
+  static std::string IntegerSpellingProblem(std::string_view text) {
+    std::string_view digits = text;
+    if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits.remove_prefix(1);
+    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return "";
+    }
+    if (digits.size() > 1 && digits[0] == '0') {
+      const std::string_view bare = digits.substr(std::min(digits.find_first_not_of('0'), digits.size() - 1));
+      return ": a leading 0 means octal to YAML 1.1 readers (PyYAML reads 010 as 8) and decimal here, so it "
+             "is refused; write " + std::string(bare) + " (decimal) without the leading zeros";
+    }
+    if (text[0] == '-' && digits == "0") return ": -0 is refused (a digit lost?); write 0 if 0 is meant";
+    return "";
+  }
+
   int64_t ReadIntNode(const YAML::Node& node, const YAML::Mark& mark, const std::string& path,
                       int64_t min, int64_t max, const std::string& extra_expected) {
     std::string expected = extra_expected + IntRange(min, max);
     std::string text = ScalarText(node, mark, path, expected);
+    if (const std::string problem = IntegerSpellingProblem(text); !problem.empty()) {
+      Fail(mark, path, "expected " + expected + ", got " + Quote(text) + problem);
+    }
     bool overflow = false;
     std::optional<int64_t> v = ParseInteger<int64_t>(text, &overflow);
     if (!v && !overflow) Fail(mark, path, "expected " + expected + ", got " + Quote(text));
@@ -724,6 +833,9 @@ class Loader {
   uint64_t ReadUInt64(const Entry& e) {
     std::string expected = "an integer from 0 to 18446744073709551615";
     std::string text = ScalarText(e, expected);
+    if (const std::string problem = IntegerSpellingProblem(text); !problem.empty()) {
+      Fail(MarkOf(e), e.path, "expected " + expected + ", got " + Quote(text) + problem);
+    }
     bool overflow = false;
     std::optional<uint64_t> v = ParseInteger<uint64_t>(text, &overflow);
     if (overflow) {
@@ -769,6 +881,15 @@ class Loader {
     std::string text = ScalarText(e, expected);
     for (size_t i = 0; i < N; ++i) {
       if (text == words[i]) return i;
+    }
+    // Other programs' names of a word here (spdlog's and syslog's log levels).
+    constexpr std::pair<std::string_view, std::string_view> kOtherNames[] = {
+        {"warning", "warn"}, {"err", "error"}, {"critical", "error"}, {"fatal", "error"}, {"none", "off"}};
+    for (const auto& [other, ours] : kOtherNames) {
+      if (text == other && std::find(std::begin(words), std::end(words), ours) != std::end(words)) {
+        Fail(MarkOf(e), e.path, "unknown value " + Quote(text) + "; allowed values: " + JoinWords(words) +
+                                    "; did you mean '" + std::string(ours) + "'?");
+      }
     }
     Fail(MarkOf(e), e.path, "unknown value " + Quote(text) + "; allowed values: " +
                                 JoinWords(words) + Suggestion(text, words));
@@ -1055,6 +1176,13 @@ class Loader {
     }
     if (e.value.IsSequence()) {
       int64_t want = spec->NumElements();
+      for (size_t i = 0; i < e.value.size(); ++i) {
+        if (e.value[i].IsSequence()) {
+          Fail(e.value[i].Mark(), e.path + "[" + std::to_string(i) + "]",
+               "default is a nested list; give the " + std::to_string(want) + " values of shape " + shape +
+                   " as one flat list in row-major order (or a single scalar to fill the whole shape)");
+        }
+      }
       if (static_cast<int64_t>(e.value.size()) != want) {
         Fail(MarkOf(e), e.path,
              "default has " + std::to_string(e.value.size()) +

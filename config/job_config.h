@@ -162,7 +162,10 @@ inline constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
 
 // `s` for messages: control characters (a NUL from "\0" in a quoted scalar, a tab, a newline
 // from a ${VAR}) as \xHH, so that a message is never cut short or garbled by them, and with
-// `ascii_only` every byte above 0x7E too (else UTF-8 is kept as written).
+// `ascii_only` every byte above 0x7E too. Else UTF-8 is kept as written, but for characters
+// that show as nothing or as a plain space, written \uXXXX: C1 controls and U+00A0 (no-break
+// space), U+00AD, U+2000-U+200F (spaces, zero-width characters), U+2028-U+202F, U+205F-U+2064,
+// U+3000 and U+FEFF (a byte order mark).
 std::string Escaped(std::string_view s, bool ascii_only = false);
 
 // Why `name` cannot be a job name ("invalid job name 'x/y'; expected ..."), or "" when it can.

@@ -178,12 +178,17 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   const uint64_t budget = config.pipeline.memory_budget.value_or(DefaultMemoryBudget().bytes);
   if (parse_bytes > budget) {
     // What a ring slot needs for a batch of these fixed shapes alone, as the daemon's error at
-    // such a batch asks this command for.
+    // such a batch asks this command for. Which side is wrong, the budget (1 byte) or the
+    // shapes (2^31 values a row), the user knows: both fixes are named.
     const uint64_t slot = SlotBytesNeeded(parser.specs(), static_cast<size_t>(config.batch.size), ColumnSizes{});
-    result.epoch_not_read = parse_batch + " is more than the memory budget " + FormatBytes(budget) +
-                            "; a ring slot for a batch of " + std::to_string(config.batch.size) +
-                            " rows needs ring.slot_bytes of at least " + std::to_string((slot + 1023) / 1024) + "KiB (" +
-                            FormatBytes(slot) + ") for them";
+    result.epoch_not_read =
+        parse_batch + " is more than " +
+        (config.pipeline.memory_budget ? "pipeline.memory_budget (" + FormatBytes(budget) + ")"
+                                       : "the memory budget (" + FormatBytes(budget) +
+                                             ", the default; pipeline.memory_budget sets it)") +
+        ": raise pipeline.memory_budget (the daemon's refusal below says to what), or lower batch.size or the "
+        "feature shapes (a ring slot for a batch of " + std::to_string(config.batch.size) + " rows of them needs " +
+        FormatBytes(slot) + ": ring.slot_bytes " + std::to_string((slot + 1023) / 1024) + "KiB)";
     settle_absent();
     return result;
   }
@@ -191,7 +196,7 @@ JobCheckResult RunJobCheck(const JobConfig& config, std::ostream& report, std::o
   try {
     batch_storage.emplace(parser.specs(), parse_rows);
   } catch (const std::bad_alloc&) {
-    result.epoch_not_read = "out of memory making " + parse_batch;
+    result.epoch_not_read = "out of memory making " + parse_batch + "; lower batch.size or the feature shapes";
     settle_absent();
     return result;
   }

@@ -269,8 +269,7 @@ Command AddCheckCommand(CLI::App& parent) {
       return ringfeed::kExitUsage;
     }
     if (!r.epoch_not_read.empty()) {
-      std::cerr << "ringfeedctl check: " << *config_path << ": the epoch was not read: " << r.epoch_not_read
-                << "; lower batch.size or the feature shapes\n";
+      std::cerr << "ringfeedctl check: " << *config_path << ": the epoch was not read: " << r.epoch_not_read << "\n";
       if (!r.plan_error.empty()) std::cerr << "error: ringfeedd would refuse to start this job: " << r.plan_error << "\n";
       return ringfeed::kExitUsage;
     }

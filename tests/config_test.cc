@@ -886,7 +886,29 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"permissions typo", kHead + "permissions: {gruop: ml}\n", 6, 15, "permissions.gruop",
        {"unknown key 'gruop'; known keys: group", "did you mean 'group'?"}},
       {"log_level unknown", kHead + "log_level: warning\n", 6, 12, "log_level",
-       {"unknown value 'warning'; allowed values: trace, debug, info, warn, error, off"}},
+       {"unknown value 'warning'; allowed values: trace, debug, info, warn, error, off; did you mean 'warn'?"}},
+      {"a leading zero: octal to YAML 1.1 readers", kHead + "batch: {size: 010}\n", 6, 15, "batch.size",
+       {"got '010': a leading 0 means octal to YAML 1.1 readers (PyYAML reads 010 as 8) and decimal here, so it is "
+        "refused; write 10 (decimal) without the leading zeros"}},
+      {"a leading zero in a default", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: int64, default: -007}\n",
+       4, 30, "features.x.default", {"got '-007': a leading 0 means octal", "write 7 (decimal)"}},
+      {"a leading zero in the seed", kHead + "shuffle: {seed: 00}\n", 6, 17, "shuffle.seed",
+       {"got '00': a leading 0", "write 0 (decimal)"}},
+      {"a signed zero: epochs -0 would run forever", kHead + "epochs: -0\n", 6, 9, "epochs",
+       {"got '-0': -0 is refused (a digit lost?); write 0 if 0 is meant"}},
+      {"a feature named null unquoted", "job: t\nsource: {files: [a]}\nfeatures:\n  null: {dtype: int64}\n", 4, 3,
+       "features", {"keys must be plain names, got nothing (null): YAML reads an empty key, null and ~ as no name; a "
+                    "feature named null or ~ is written quoted (\"null\": ...)"}},
+      {"a YAML merge key", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {<<: {dtype: int64}}\n", 4, 7,
+       "features.x.<<", {"unknown key '<<'", "YAML merge keys ('<<: *anchor') are not supported"}},
+      {"a dotted key", kHead + "batch.size: 16\n", 6, 1, "batch.size",
+       {"unknown key 'batch.size'", "; nested keys are written as a mapping, not with a dot: batch: {size: ...}"}},
+      {"a nested list as a default", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: int64, shape: [2, 2], "
+       "default: [[1, 2], [3, 4]]}\n", 4, 46, "features.x.default[0]",
+       {"default is a nested list; give the 4 values of shape [2, 2] as one flat list in row-major order"}},
+      {"lines ended by CR alone", "job: t\rsource: {files: [a]}\rfeatures: {x: {dtype: int64}}\r", 1, 14, "",
+       {"YAML syntax error", "; the file ends lines with CR alone (classic Mac OS), which yaml-cpp does not read as "
+        "line ends: convert them to LF (e.g. tr '\\r' '\\n')"}},
       {"log_level critical", kHead + "log_level: critical\n", 6, 12, "log_level",
        {"unknown value 'critical'"}},
       {"YAML syntax error", "job: t\nsource:\n  files: [a]\n  - b\n", 4, 3, "",
@@ -950,6 +972,36 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
     }
   }
   CHECK(cases.size() >= 12);
+}
+
+TEST_CASE("characters that show as nothing or as a space are written as escapes and named", "[config][errors]") {
+  // A no-break space typed before an indentation's spaces, a zero-width space or a byte order
+  // mark pasted into a key: the message showed the key as it looked, right (helper-157).
+  const auto message = [](const std::string& yaml) {
+    try {
+      Load(yaml);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("loaded without error");
+  };
+  CHECK(message(kHead + "batch:\n  \u200Bsize: 16\n") ==
+        "test.yaml:7:3: batch.\\u200Bsize: unknown key '\\u200Bsize': it holds characters that show as nothing or "
+        "as a space (\\uXXXX above), which YAML takes as part of the key; retype it as 'size' with plain spaces "
+        "around it");
+  CHECK(message(kHead + "\uFEFFepochs: 2\n") ==
+        "test.yaml:6:1: \\uFEFFepochs: unknown key '\\uFEFFepochs': it holds characters that show as nothing or as "
+        "a space (\\uXXXX above), which YAML takes as part of the key; retype it as 'epochs' with plain spaces "
+        "around it");
+  CHECK(message(kHead + "\u00A0 turbo: 2\n") ==
+        "test.yaml:6:1: \\u00A0 turbo: unknown key '\\u00A0 turbo': it holds characters that show as nothing or as "
+        "a space (\\uXXXX above), which YAML takes as part of the key; retype it with plain spaces; known keys: job, "
+        "source, features, batch, shuffle, epochs, pipeline, deterministic, shard, ring, consumers, permissions, "
+        "log_level");
+  CHECK_THAT(message(kHead + "batch: {size: \"16\u00A0\"}\n"), Catch::EndsWith("got '16\\u00A0'"));
+  // Other UTF-8 is kept as written.
+  CHECK_THAT(message(kHead + "batch: {size: \"16é\"}\n"), Catch::EndsWith("got '16é'"));
+  CHECK(Escaped("a\u0085b\u00ADc\u3000d") == "a\\u0085b\\u00ADc\\u3000d");
 }
 
 TEST_CASE("config files: read errors and positions name the file", "[config][file]") {

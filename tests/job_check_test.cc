@@ -704,9 +704,12 @@ TEST_CASE("fixed features whose batch is more than the memory budget: the epoch 
                                 ", default: 0}\npipeline: {memory_budget: 256MiB}\n"),
         log, log);
     CHECK_THAT(r.epoch_not_read, Catch::StartsWith("a batch of 32 rows to parse the records into (") &&
-                                     Catch::Contains(" for the features' fixed shapes) is more than the memory "
-                                                     "budget 256.0 MiB; a ring slot for a batch of 32 rows needs "
-                                                     "ring.slot_bytes of at least "));
+                                     Catch::Contains(" for the features' fixed shapes) is more than "
+                                                     "pipeline.memory_budget (256.0 MiB): raise "
+                                                     "pipeline.memory_budget (the daemon's refusal below says to "
+                                                     "what), or lower batch.size or the feature shapes (a ring slot "
+                                                     "for a batch of 32 rows of them needs ") &&
+                                     Catch::EndsWith("KiB)"));
     CHECK(r.records == 0);
     INFO(r.plan_error);
     CHECK_THAT(r.plan_error, Catch::Contains("is too small for this job:\n") &&
