@@ -240,7 +240,12 @@ Command AddCheckCommand(CLI::App& parent) {
       "Examples:\n"
       "  ringfeedctl check config/examples/mnist.yaml   # after scripts/quickstart.sh wrote its data\n"
       "  ringfeedctl check --strict job.yaml            # in CI: a misspelt VarLen feature fails it");
-  cmd->add_option("CONFIG", *config_path, "Job config (YAML)")->required()->option_text("REQUIRED");
+  cmd->add_option("CONFIG", *config_path, "Job config (YAML)")
+      ->required()
+      ->option_text("REQUIRED")
+      ->check(CLI::Validator(
+          [](const std::string& path) { return path.empty() ? std::string("the path is empty") : std::string(); },
+          ""));
   cmd->add_flag("--strict", *strict,
                 "Warnings count as problems (exit 1): every warning of the list below (a misspelt VarLen name "
                 "gives empty rows: a spec feature that no record has)");
@@ -688,6 +693,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // `check --config job.yaml`, as ringfeedd takes it: check takes the config as its argument.
+    for (int i = 1; i < argc && command_name == "ringfeedctl check"; ++i) {
+      const std::string_view arg = argv[i];
+      const bool joined = arg.starts_with("--config=");
+      if (joined || ((arg == "--config" || arg == "-c") && i + 1 < argc)) {
+        std::cerr << command_name << ": the job config is check's argument, without --config: ringfeedctl check "
+                  << (joined ? arg.substr(9) : std::string_view(argv[i + 1])) << "\n";
+        return ringfeed::kExitUsage;
+      }
+    }
     // CLI11 checks required arguments before unknown ones: `status -x` would say "JOB is
     // required". An unknown option is the error to name.
     if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {

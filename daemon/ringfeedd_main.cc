@@ -45,7 +45,14 @@ int main(int argc, char** argv) {
           [](std::string& path) -> std::string {
             struct stat st {};
             if (path.empty()) return "the path is empty";
-            if (::stat(path.c_str(), &st) != 0) return "cannot read " + path + ": " + std::strerror(errno);
+            if (::stat(path.c_str(), &st) != 0) {
+              // `-c=job.yaml`: the short option takes no '=' (CLI11 keeps it in the value).
+              if (path.starts_with("=") && path.size() > 1 && ::stat(path.c_str() + 1, &st) == 0) {
+                return "cannot read " + path + ": -c takes no '=': write -c " + path.substr(1) + " or --config=" +
+                       path.substr(1);
+              }
+              return "cannot read " + path + ": " + std::strerror(errno);
+            }
             if (S_ISDIR(st.st_mode)) return path + " is a directory, not a config file";
             return "";
           },
@@ -109,6 +116,14 @@ int main(int argc, char** argv) {
   app.failure_message([](const CLI::App*, const CLI::Error& e) {
     return error_prefix + e.what() + "\nRun 'ringfeedd --help' for more information.\n";
   });
+  // --help wins over the other arguments, as it does in most programs: `ringfeedd -h --config
+  // x` printed x's error, not the help asked for.
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    if (std::string_view(argv[i]) == "-h" || std::string_view(argv[i]) == "--help") {
+      std::cout << app.help();
+      return 0;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1162,6 +1162,38 @@ TEST_CASE("ringfeedd JOB.yaml without --config: a usage error that gives the com
   const CommandResult directory = RunCommand({DaemonBinary(), "--config", "/tmp"});
   CHECK(directory.status.ToString() == "exit 2");
   CHECK_THAT(directory.err, Catch::StartsWith("ringfeedd: --config: /tmp is a directory, not a config file"));
+  // `-c=FILE` (CLI11 keeps the '=' in a short option's value): the spelling that works.
+  TempDir dir;
+  WriteFile(dir.file("job.yaml"), "job: x\n");
+  const CommandResult equals = RunCommand({DaemonBinary(), "-c=" + dir.file("job.yaml")});
+  CHECK(equals.status.ToString() == "exit 2");
+  CHECK_THAT(equals.err, Catch::StartsWith("ringfeedd: --config: cannot read =" + dir.file("job.yaml") +
+                                           ": -c takes no '=': write -c " + dir.file("job.yaml") + " or --config=" +
+                                           dir.file("job.yaml") + "\n"));
+  // --help wins over the other arguments, a config that cannot be read among them.
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"-h", "--config", "/nonexistent/x.yaml"},
+                                               std::vector<std::string>{"--config", "/nonexistent/x.yaml", "--help"}}) {
+    std::vector<std::string> command = {DaemonBinary()};
+    command.insert(command.end(), args.begin(), args.end());
+    const CommandResult help = RunCommand(command);
+    CHECK(help.status.ToString() == "exit 0");
+    CHECK_THAT(help.out, Catch::StartsWith("ringfeedd: reads the TFRecord files of one job"));
+    CHECK(help.err.empty());
+  }
+  // ringfeedctl check takes the config as its argument; --config there is said so, and an empty
+  // path is named as ringfeedd names it.
+  for (const std::vector<std::string>& form : {std::vector<std::string>{"--config", dir.file("job.yaml")},
+                                               std::vector<std::string>{"--config=" + dir.file("job.yaml")}}) {
+    std::vector<std::string> command = {CtlBinary(), "check"};
+    command.insert(command.end(), form.begin(), form.end());
+    const CommandResult check = RunCommand(command);
+    CHECK(check.status.ToString() == "exit 2");
+    CHECK(check.err == "ringfeedctl check: the job config is check's argument, without --config: ringfeedctl check " +
+                           dir.file("job.yaml") + "\n");
+  }
+  const CommandResult empty = RunCommand({CtlBinary(), "check", ""});
+  CHECK(empty.status.ToString() == "exit 2");
+  CHECK_THAT(empty.err, Catch::StartsWith("ringfeedctl check: CONFIG: the path is empty\n"));
   // An unknown option is named, not the required one it came without (CLI11 checks those first).
   const CommandResult unknown = RunCommand({DaemonBinary(), "-x"});
   CHECK(unknown.status.ToString() == "exit 2");
