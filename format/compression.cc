@@ -53,10 +53,10 @@ bool IsGzipHeader(const uint8_t* h, size_t n) {
   return n >= 4 && h[0] == 0x1f && h[1] == 0x8b && h[2] == 8 && (h[3] & 0xe0) == 0;
 }
 
-// RFC 1950: CM=8, CINFO<=7, FCHECK makes CMF*256+FLG a multiple of 31, no preset dictionary.
+// RFC 1950: CM=8, CINFO<=7, FCHECK makes CMF*256+FLG a multiple of 31. A preset dictionary
+// (FDICT) counts: such a file is zlib, and its inflate error says it needs one.
 bool IsZlibHeader(const uint8_t* h, size_t n) {
-  return n >= 2 && (h[0] & 0x0f) == 8 && (h[0] >> 4) <= 7 && ((h[0] << 8) | h[1]) % 31 == 0 &&
-         (h[1] & 0x20) == 0;
+  return n >= 2 && (h[0] & 0x0f) == 8 && (h[0] >> 4) <= 7 && ((h[0] << 8) | h[1]) % 31 == 0;
 }
 
 // The first 12 bytes read as a TFRecord header: uint64 length + masked CRC-32C of it.

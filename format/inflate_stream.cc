@@ -31,6 +31,12 @@ class InflateStream::Decoder {
 
 namespace {
 
+// After either library's "needs a dictionary": a zlib stream compressed with a preset
+// dictionary (RFC 1950 FDICT), which no TFRecord writer makes and no reader can inflate.
+constexpr const char* kPresetDictionaryNote =
+    " (a zlib stream made with a preset dictionary, FDICT: TFRecord files never are, and TensorFlow cannot read "
+    "it either)";
+
 // Both libraries count in 32 bits.
 constexpr size_t kMaxStep = size_t{1} << 30;
 
@@ -63,7 +69,7 @@ class ZlibDecoder final : public InflateStream::Decoder {
     *out_avail -= made;
     if (rc == Z_STREAM_END) return Result::kMemberEnd;
     if (rc == Z_OK || rc == Z_BUF_ERROR) return Result::kProgress;
-    *error = std::string("zlib: ") + (z_.msg ? z_.msg : zError(rc));
+    *error = std::string("zlib: ") + (z_.msg ? z_.msg : zError(rc)) + (rc == Z_NEED_DICT ? kPresetDictionaryNote : "");
     // zlib tells a trailer mismatch from other data errors only by its message.
     const bool trailer = rc == Z_DATA_ERROR && z_.msg != nullptr &&
                          (std::strcmp(z_.msg, "incorrect data check") == 0 ||
@@ -86,7 +92,7 @@ const char* IsalError(int rc) {
     case ISAL_INVALID_WRAPPER: return "invalid gzip/zlib header";
     case ISAL_UNSUPPORTED_METHOD: return "unsupported compression method";
     case ISAL_INCORRECT_CHECKSUM: return "the data does not match the member's trailer (CRC-32/Adler-32 or length)";
-    case ISAL_NEED_DICT: return "stream needs a preset dictionary";
+    case ISAL_NEED_DICT: return "stream needs a preset dictionary";  // kPresetDictionaryNote follows
     default: return "inflate error";
   }
 }
@@ -119,7 +125,7 @@ class IsalDecoder final : public InflateStream::Decoder {
     *out += made;
     *out_avail -= made;
     if (rc < 0 || rc == ISAL_NEED_DICT) {
-      *error = std::string("isa-l: ") + IsalError(rc);
+      *error = std::string("isa-l: ") + IsalError(rc) + (rc == ISAL_NEED_DICT ? kPresetDictionaryNote : "");
       if (rc == ISAL_INCORRECT_CHECKSUM) return Result::kTrailerError;
       HandBackUnread(in, in_avail);  // where it stopped does not depend on how much it was given
       return Result::kError;

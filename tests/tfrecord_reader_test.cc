@@ -1019,6 +1019,39 @@ TEST_CASE("bytes after a zlib stream are an error with both backends, even one o
   }
 }
 
+TEST_CASE("a zlib stream made with a preset dictionary: auto takes it as zlib and the error says what it is") {
+  // compression: auto read it as plain ("this does not look like a TFRecord file", helper-156).
+  const std::string plain = FrameRecords(TenRecords());
+  z_stream z{};
+  REQUIRE(deflateInit(&z, Z_DEFAULT_COMPRESSION) == Z_OK);
+  const std::string dictionary = "ringfeed preset dictionary";
+  REQUIRE(deflateSetDictionary(&z, reinterpret_cast<const Bytef*>(dictionary.data()),
+                               static_cast<uInt>(dictionary.size())) == Z_OK);
+  std::string compressed(deflateBound(&z, plain.size()), '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(plain.data()));
+  z.avail_in = static_cast<uInt>(plain.size());
+  z.next_out = reinterpret_cast<Bytef*>(compressed.data());
+  z.avail_out = static_cast<uInt>(compressed.size());
+  REQUIRE(deflate(&z, Z_FINISH) == Z_STREAM_END);
+  compressed.resize(z.total_out);
+  deflateEnd(&z);
+  REQUIRE((static_cast<unsigned char>(compressed[1]) & 0x20) != 0);  // FDICT
+  TempDir dir;
+  WriteFile(dir.file("dict.zlib"), compressed);
+  for (auto backend : {InflateBackend::kIsal, InflateBackend::kZlib}) {
+    INFO(InflateBackendName(backend));
+    ReaderOptions o;
+    o.inflate = backend;  // compression: auto
+    Outcome out = ReadAll(dir.file("dict.zlib"), o);
+    CHECK(out.records.empty());
+    REQUIRE(out.errors.size() == 1);
+    CHECK_THAT(out.errors[0].message,
+               Catch::Contains("record 0 at byte 0 of the uncompressed stream (zlib): decompression error: ") &&
+                   Catch::Contains("(a zlib stream made with a preset dictionary, FDICT: TFRecord files never are, "
+                                   "and TensorFlow cannot read it either), found at compressed byte 6"));
+  }
+}
+
 TEST_CASE("a gzip header longer than 1 MiB (huge FNAME) is read like gzip -d reads it") {
   TempDir dir;
   auto records = TenRecords();
