@@ -172,6 +172,12 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
   const bool recoverable = kind == ReadErrorKind::kCorruptedData || kind == ReadErrorKind::kRecordTooLarge;
   // A compressed file that ended early because it shrank (before EndFile lets go of the inflater).
   if (kind == ReadErrorKind::kDecompression && inflate_) detail += ShrankNote(0);
+  // Bad bytes from a file written over while it was read, where no shrinking said so.
+  const bool bad_bytes = kind == ReadErrorKind::kTruncatedRecord || kind == ReadErrorKind::kCorruptedLength ||
+                         kind == ReadErrorKind::kCorruptedData || kind == ReadErrorKind::kDecompression;
+  if (bad_bytes && detail.find("rewritten in place?") == std::string::npos) {
+    detail += ChangedNote();
+  }
   const bool zeros_inside = kind == ReadErrorKind::kDecompression && inflate_ && inflate_->zeros_inside();
   if (!recoverable) EndFile();
   error->kind = kind;
@@ -238,6 +244,19 @@ std::string TFRecordReader::ShrankNote(uint64_t end) const {
   if (plain_file_size_ == 0 || end >= plain_file_size_) return "";
   return "; the file had " + std::to_string(plain_file_size_) + " bytes when it was opened, and its reads ended at "
          "byte " + std::to_string(end) + ": it shrank while it was read (rewritten in place?)";
+}
+
+std::string TFRecordReader::ChangedNote() const {
+  struct stat st {};
+  if (fd_ < 0 || ::fstat(fd_, &st) != 0) return "";
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  if (size == file_size_ && mtime_ns == opened_mtime_ns_) return "";
+  return "; the file changed while it was read (" +
+         (size == file_size_ ? std::to_string(size) + " bytes then and now"
+                             : std::to_string(file_size_) + " bytes when it was opened, " + std::to_string(size) +
+                                   " now") +
+         ", modified since it was opened): rewritten in place? Replace a data file by renaming a new one over it";
 }
 
 bool TFRecordReader::DecompressionErrorAhead(std::string* why) {
@@ -312,6 +331,7 @@ bool TFRecordReader::Open(ReadError* error) {
   // first anyway.
   bool have_head = false;
   file_size_ = regular_size;
+  opened_mtime_ns_ = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
   if (queued) {
     // Without io_uring (nullptr) the file is read with read() as usual; the caller is told why.
     queue_ = ReadQueue::Create(fd_, 0, regular_size, options_.read_block_bytes, options_.reads_in_flight + 1,

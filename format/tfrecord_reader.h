@@ -247,6 +247,10 @@ class TFRecordReader {
   // the file had at open (`end`: the offset where a plain file's bytes ended; for a compressed
   // file, where its input reads ended, at its end), else "".
   std::string ShrankNote(uint64_t end) const;
+  // "; the file changed while it was read (...): rewritten in place?" when the open file's size
+  // or modification time now differ from those at open (a bad record read from a file written
+  // over while it was read: `cp new old`), else "".
+  std::string ChangedNote() const;
   // Skips the rest of a too-large record (discard_ bytes: header, payload and footer) without
   // storing it; index_ and offset_ still name it until it is gone, so an end inside it is
   // reported at it. False when the stream ends (or fails: stream_error_) first.
@@ -290,6 +294,7 @@ class TFRecordReader {
   uint64_t plain_file_offset_ = 0;  // bytes read from the file (plain)
   uint64_t plain_file_size_ = 0;    // st_size at open (plain regular files; 0 = unknown)
   uint64_t file_size_ = 0;          // st_size at open, whatever the compression
+  int64_t opened_mtime_ns_ = 0;     // st_mtim at open, in ns
   uint64_t stream_bytes_ = 0;       // uncompressed bytes produced by the stream so far
   uint8_t head_[16] = {};           // the file's first bytes (for hints in error messages)
   size_t head_size_ = 0;

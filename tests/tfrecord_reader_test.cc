@@ -517,6 +517,52 @@ TEST_CASE("a plain file cut inside a record while it is read: the truncated reco
   }
 }
 
+TEST_CASE("a file written over while it is read: the bad record's error says the file changed") {
+  // `cp new old` over a file being read: the CRC error named no cause (helper-156).
+  TempDir dir;
+  const std::vector<std::string> records = ThousandByteRecords();
+  const std::string bytes = FrameRecords(records);
+  const std::string path = dir.file("rewritten.tfrecord");
+  const uint64_t record_bytes = 1000 + 16;
+  for (const bool grows : {false, true}) {
+    INFO((grows ? "written over with more bytes" : "bytes changed in place, same size"));
+    WriteFile(path, bytes);
+    ReaderOptions o;
+    o.buffer_bytes = 64;
+    TFRecordReader reader(path, o);
+    Record record;
+    ReadError error;
+    REQUIRE(reader.Next(&record, &error) == TFRecordReader::Status::kRecord);
+    // Record 6's payload changed (its CRC no longer matches); the time set apart from the
+    // open's, which a coarse file system clock could otherwise share.
+    std::string changed = bytes;
+    changed[6 * record_bytes + 12 + 500] ^= 0x5A;
+    if (grows) changed += FrameRecords({"one more"});
+    WriteFile(path, changed);
+    const timespec times[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+    REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+    size_t got = 1;
+    TFRecordReader::Status status;
+    while ((status = reader.Next(&record, &error)) == TFRecordReader::Status::kRecord) ++got;
+    CHECK(got == 6);
+    REQUIRE(status == TFRecordReader::Status::kError);
+    CHECK(error.kind == ReadErrorKind::kCorruptedData);
+    const std::string sizes = grows ? std::to_string(bytes.size()) + " bytes when it was opened, " +
+                                          std::to_string(changed.size()) + " now"
+                                    : std::to_string(bytes.size()) + " bytes then and now";
+    CHECK_THAT(error.message, Catch::EndsWith("; the file changed while it was read (" + sizes +
+                                              ", modified since it was opened): rewritten in place? Replace a data "
+                                              "file by renaming a new one over it"));
+  }
+  // Unchanged, a bad record says nothing of the kind.
+  std::string bad = bytes;
+  bad[2 * record_bytes + 12 + 10] ^= 1;
+  WriteFile(path, bad);
+  Outcome out = ReadAll(path, ReaderOptions{});
+  REQUIRE(out.errors.size() == 1);
+  CHECK_THAT(out.errors[0].message, !Catch::Contains("changed while it was read"));
+}
+
 TEST_CASE("zero bytes between gzip members are an error after the records before them, not a member lost quietly") {
   // A member overwritten with zeros (a crash, a bad disk block): skipping the zeros and reading
   // on from the next member lost its records without a word (helper-145).
