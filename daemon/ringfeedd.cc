@@ -271,6 +271,8 @@ PipelineOptions PipelineOptionsFor(const JobConfig& config, const DaemonOptions&
   // (source.max_record_bytes, or less where the budget says so).
   po.reader.max_record_bytes = plan.record_limit_bytes;
   po.reader.max_record_bytes_why = plan.record_limit_why;
+  po.reader.missing_file_note =
+      " (it was listed when the job started, and the file list is fixed then: removed or renamed since?)";
   po.inflate_unplanned = !plan.inflate_planned;
   return po;
 }

@@ -305,7 +305,9 @@ bool TFRecordReader::Open(ReadError* error) {
     return false;
   }
   if (fd_ < 0) {
-    MakeError(ReadErrorKind::kIo, std::string("cannot open: ") + std::strerror(errno), error);
+    const bool missing = errno == ENOENT;
+    MakeError(ReadErrorKind::kIo,
+              std::string("cannot open: ") + std::strerror(errno) + (missing ? options_.missing_file_note : ""), error);
     return false;
   }
   if (::fstat(fd_, &st) != 0) {

@@ -62,6 +62,9 @@ struct ReaderOptions {
   // exceeds <this>" instead of "exceeds max_record_bytes N (raise max_record_bytes if the record
   // is genuine)".
   std::string max_record_bytes_why{};
+  // Appended to the error of a file that does not exist (ENOENT) when it is opened: where the
+  // caller listed the file earlier (ringfeedd: at start), what that means.
+  std::string missing_file_note{};
   bool verify_crc = true;
   // Granularity of read() calls and of the window buffer, in bytes (min 64). Records larger
   // than this still work; tests set it tiny to split records across reads.
