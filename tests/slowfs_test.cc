@@ -353,7 +353,8 @@ TEST_CASE("ReadQueue: a read far later than the usual round trip is sent again, 
   CHECK(reapers() == 0);
   std::printf("slowfs_test: 64 reads at 5 ms with 3%% at %d ms more: %.3f s (without stragglers %.3f s; +%.3f s "
               "to destroy the queue), %llu stragglers, hedges sent %llu, won %llu\n",
-              tail_ms, seconds, plain_seconds, destroy_seconds, static_cast<unsigned long long>(Counter(stats, "tail_reads")),
+              tail_ms, seconds, plain_seconds, destroy_seconds,
+              static_cast<unsigned long long>(Counter(stats, "tail_reads")),
               static_cast<unsigned long long>(sent), static_cast<unsigned long long>(won));
   CHECK(got == content);
   const uint64_t stragglers = Counter(stats, "tail_reads");
