@@ -56,24 +56,6 @@ constexpr size_t kMaxFeatureNameBytes = 127;           // shm::kMaxNameBytes - 1
 }  // namespace
 
 namespace {
-// The code point of the UTF-8 sequence at s[i] when it is a character that shows as nothing or
-// as a plain space (C1 controls, no-break and other Unicode spaces, zero-width characters, line
-// and paragraph separators, a byte order mark), with its length in *length; 0 otherwise.
-char32_t InvisibleAt(std::string_view s, size_t i, size_t* length) {
-  const auto at = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
-  if (at(0) == 0xC2 && (at(1) <= 0xA0 || at(1) == 0xAD) && at(1) >= 0x80) {  // U+0080-U+00A0, U+00AD
-    *length = 2;
-    return 0x80 + (at(1) - 0x80);
-  }
-  if (at(0) < 0xE0 || at(0) > 0xEF || (at(1) & 0xC0) != 0x80 || (at(2) & 0xC0) != 0x80) return 0;
-  const char32_t cp = ((at(0) & 0x0Fu) << 12) | ((at(1) & 0x3Fu) << 6) | (at(2) & 0x3Fu);
-  const bool invisible = (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
-                         (cp >= 0x205F && cp <= 0x2064) || cp == 0x3000 || cp == 0xFEFF;
-  if (!invisible) return 0;
-  *length = 3;
-  return cp;
-}
-
 // `s` without the characters InvisibleAt finds, and without leading and trailing spaces.
 std::string WithoutInvisible(std::string_view s) {
   std::string out;
@@ -92,31 +74,8 @@ std::string WithoutInvisible(std::string_view s) {
 }
 }  // namespace
 
-std::string Escaped(std::string_view s, bool ascii_only) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    const auto byte = static_cast<unsigned char>(c);
-    size_t length = 0;
-    if (!ascii_only && byte > 0x7F) {
-      if (const char32_t cp = InvisibleAt(s, i, &length)) {
-        char text[8];
-        std::snprintf(text, sizeof text, "\\u%04X", static_cast<unsigned>(cp));
-        out += text;
-        i += length - 1;
-        continue;
-      }
-    }
-    if (byte < 0x20 || byte == 0x7F || (ascii_only && byte > 0x7F)) {
-      char hex[5];
-      std::snprintf(hex, sizeof hex, "\\x%02X", byte);
-      out += hex;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
+std::string Escaped(std::string_view s, bool ascii_only) { return EscapeForMessage(s, ascii_only); }
+
 namespace {
 
 // Bytes that are not printable ASCII as \xHH.

@@ -659,7 +659,7 @@ bool DecodeExample(std::span<const uint8_t> example, ExampleFeatures* out, std::
   out->clear();
   for (const auto& [key, feature] : raw) {
     if (std::string bad = DecodeFeature(feature, &(*out)[key]); !bad.empty()) {
-      *error = "key '" + key + "': malformed Feature: " + bad;
+      *error = "key " + QuotedName(key) + ": malformed Feature: " + bad;
       return false;
     }
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "format/utf8.h"
 #include "shm/ring.h"
 
 namespace ringfeed {
@@ -25,11 +26,11 @@ void WriteSchema(const FeatureSpecs& specs, shm::Superblock* sb) {
     const FeatureSpec& s = specs[i];
     shm::FeatureDesc& d = sb->features[i];
     if (s.name.size() >= shm::kMaxNameBytes) {
-      throw std::invalid_argument("feature '" + s.name + "': names in the ring are at most " +
+      throw std::invalid_argument("feature " + QuotedName(s.name) + ": names in the ring are at most " +
                                   std::to_string(shm::kMaxNameBytes - 1) + " bytes");
     }
     if (s.shape.size() > shm::kMaxRank) {
-      throw std::invalid_argument("feature '" + s.name + "': shape has " + std::to_string(s.shape.size()) +
+      throw std::invalid_argument("feature " + QuotedName(s.name) + ": shape has " + std::to_string(s.shape.size()) +
                                   " dimensions; the ring supports at most " + std::to_string(shm::kMaxRank));
     }
     std::memcpy(d.name, s.name.data(), s.name.size());

@@ -30,6 +30,7 @@
 #include "daemon/shard.h"
 #include "daemon/standard_fds.h"
 #include "format/compression.h"
+#include "format/utf8.h"
 #include "shm/names.h"
 #include "shm/segment.h"
 
@@ -311,7 +312,7 @@ Command AddCheckCommand(CLI::App& parent) {
       std::cout << "records: " << r.mean_record_bytes << " bytes on average; the largest: " << r.largest_record << "\n";
     }
     for (const auto& [name, first] : r.found_after_sample) {
-      std::cout << "note: feature '" << name << "' is in none of the " << r.sample_records
+      std::cout << "note: feature " << ringfeed::QuotedName(name) << " is in none of the " << r.sample_records
                 << " records sampled at start, but in later ones (the first: " << first
                 << "): ringfeedd warns about it at start, and reads it; rows without it get an empty list or the "
                    "default\n";

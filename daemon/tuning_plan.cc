@@ -13,6 +13,7 @@
 #include "format/compression.h"
 #include "format/example_wire.h"
 #include "format/tfrecord_reader.h"
+#include "format/utf8.h"
 #include "shm/ring.h"
 
 namespace ringfeed {
@@ -86,7 +87,7 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
   for (const FeatureSpec& spec : specs) {
     if (keys.count(spec.name)) continue;
     const bool fails = spec.RequiredInRecords();
-    std::string line = "feature '" + spec.name + "' is in none of the " + std::to_string(sampled) +
+    std::string line = "feature " + QuotedName(spec.name) + " is in none of the " + std::to_string(sampled) +
                        (sampled == 1 ? " record sampled at start" : " records sampled at start") +
                        (fails ? " (a FixedLen feature without a default: every record without it is a parse error)"
                         : spec.type != FeatureType::kFixedLen ? " (rows without it get an empty list)"
@@ -99,7 +100,7 @@ std::vector<std::string> AbsentFeatures(const FeatureSpecs& specs, const std::se
       if (const size_t d = EditDistance(spec.name, key); d < best_distance) best_distance = d, best = key;
     }
     if (!best.empty()) {
-      line += "; did you mean '" + best + "'?";
+      line += "; did you mean " + QuotedName(best) + "?";
     } else if (!keys.empty()) {
       // No near name: what the records have that the config does not name (all their names
       // when the config names every one), so that a name far off is seen.

@@ -4,6 +4,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "format/utf8.h"
+
 namespace ringfeed {
 
 ExampleBatch::ExampleBatch(const FeatureSpecs& specs, size_t capacity)
@@ -41,7 +43,7 @@ ExampleBatch::ExampleBatch(const FeatureSpecs& specs, size_t capacity, std::span
     const bool fixed = spec.type == FeatureType::kFixedLen;
     const bool bytes = spec.dtype == DType::kBytes;
     auto bad = [&](const std::string& what) {
-      return std::invalid_argument("ExampleBatch: feature '" + spec.name + "': " + what);
+      return std::invalid_argument("ExampleBatch: feature " + QuotedName(spec.name) + ": " + what);
     };
     if (!bytes && !r.value_offsets.empty()) throw bad("a value_offsets region for a numeric feature");
     if (fixed && !r.row_splits.empty()) throw bad("a row_splits region for a FixedLen feature");

@@ -22,6 +22,7 @@
 #include <stdexcept>
 
 #include "format/example_wire.h"
+#include "format/utf8.h"
 
 namespace ringfeed {
 namespace {
@@ -203,22 +204,26 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
     const bool fixed_len = s.type == FeatureType::kFixedLen;
     for (int64_t dim : s.shape) {
       // Checked per dimension: [-1, -1] has a positive product.
-      if (fixed_len && dim < 0) throw std::invalid_argument("feature '" + s.name + "': negative dimension in shape");
+      if (fixed_len && dim < 0) {
+        throw std::invalid_argument("feature " + QuotedName(s.name) + ": negative dimension in shape");
+      }
     }
     if (s.decode_raw && (!fixed_len || s.dtype == DType::kBytes)) {
-      throw std::invalid_argument("feature '" + s.name + "': decode: raw needs a FixedLen feature of a numeric dtype");
+      throw std::invalid_argument("feature " + QuotedName(s.name) +
+                                  ": decode: raw needs a FixedLen feature of a numeric dtype");
     }
     if (!s.decode_raw && s.dtype != DType::kInt64 && s.dtype != DType::kFloat32 && s.dtype != DType::kBytes) {
-      throw std::invalid_argument("feature '" + s.name + "': dtype " + std::string(DTypeName(s.dtype)) +
+      throw std::invalid_argument("feature " + QuotedName(s.name) + ": dtype " + std::string(DTypeName(s.dtype)) +
                                   " needs decode: raw");
     }
     if (fixed_len && s.has_default && s.dtype == DType::kBytes && s.default_bytes.size() != 1 &&
         s.default_bytes.size() != static_cast<size_t>(s.NumElements())) {
-      throw std::invalid_argument("feature '" + s.name + "': default has " + std::to_string(s.default_bytes.size()) +
-                                  " values, shape needs 1 or " + std::to_string(s.NumElements()));
+      throw std::invalid_argument("feature " + QuotedName(s.name) + ": default has " +
+                                  std::to_string(s.default_bytes.size()) + " values, shape needs 1 or " +
+                                  std::to_string(s.NumElements()));
     }
     auto key = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.name.data()), s.name.size());
-    if (Lookup(key) >= 0) throw std::invalid_argument("feature '" + s.name + "' listed twice");
+    if (Lookup(key) >= 0) throw std::invalid_argument("feature " + QuotedName(s.name) + " listed twice");
     const Fingerprint f = FingerprintOf(key.data(), key.size(), key.data());
     uint32_t pos = Hash(f) & mask_;
     while (table_[pos].feature >= 0) pos = (pos + 1) & mask_;
@@ -239,10 +244,10 @@ ExampleParser::ExampleParser(FeatureSpecs specs) : specs_(std::move(specs)) {
     const size_t n = static_cast<size_t>(s.NumElements());
     const size_t given = s.dtype == DType::kInt64 ? s.default_int64.size() : s.default_float.size();
     if (s.decode_raw || (s.dtype != DType::kInt64 && s.dtype != DType::kFloat32)) {
-      throw std::invalid_argument("feature '" + s.name + "': a default needs dtype int64, float32 or bytes");
+      throw std::invalid_argument("feature " + QuotedName(s.name) + ": a default needs dtype int64, float32 or bytes");
     }
     if (given != 1 && given != n) {
-      throw std::invalid_argument("feature '" + s.name + "': default has " + std::to_string(given) +
+      throw std::invalid_argument("feature " + QuotedName(s.name) + ": default has " + std::to_string(given) +
                                   " values, shape needs 1 or " + std::to_string(n));
     }
     std::vector<uint8_t>& row = default_rows_[i];
@@ -313,8 +318,8 @@ Scratch<Hint>& ScratchOf(uint64_t parser_id, size_t features) {
   batch.RollbackRow();
   error->no_room = true;
   error->key = spec.name;
-  error->message = "key '" + spec.name + "': the record does not fit in the batch's column regions (" + regions +
-                   "); size them with ExampleParser::Measure and ColumnCapacities";
+  error->message = "key " + QuotedName(spec.name) + ": the record does not fit in the batch's column regions (" +
+                   regions + "); size them with ExampleParser::Measure and ColumnCapacities";
   return false;
 }
 
@@ -576,7 +581,7 @@ bool ExampleParser::ParseTwoPass(std::span<const uint8_t> example, ExampleBatch&
     batch.RollbackRow();
     error->no_room = false;
     error->key = spec.name;
-    error->message = "key '" + spec.name + "': " + message;
+    error->message = "key " + QuotedName(spec.name) + ": " + message;
     return false;
   };
   auto count_mismatch = [&](uint32_t kind, size_t count) {
@@ -618,7 +623,7 @@ bool ExampleParser::ParseTwoPass(std::span<const uint8_t> example, ExampleBatch&
     batch.RollbackRow();
     error->no_room = false;
     error->key = spec.name;
-    error->message = "key '" + spec.name + "': malformed Feature: bad field in Feature";
+    error->message = "key " + QuotedName(spec.name) + ": malformed Feature: bad field in Feature";
     return false;
   }
   if (run.kind == 0) {  // missing
@@ -662,7 +667,7 @@ bool ExampleParser::ParseTwoPass(std::span<const uint8_t> example, ExampleBatch&
     batch.RollbackRow();
     error->no_room = false;
     error->key = spec.name;
-    error->message = "key '" + spec.name + "': malformed Feature: bad " + ListName(run.kind);
+    error->message = "key " + QuotedName(spec.name) + ": malformed Feature: bad " + ListName(run.kind);
     return false;
   }
 

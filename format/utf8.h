@@ -14,6 +14,17 @@
 //                             'x' becomes \x5C, so the mapping is one-to-one (\xNN always stands
 //                             for one byte; shm::FileNameFromWire inverts it). How names that may
 //                             not be text go into JSON: ringfeedctl inspect's, ringfeedd's file list.
+//   InvisibleAt(s, i, &len)   the code point of the UTF-8 character at s[i] when it shows as nothing
+//                             or as a plain space (C1 controls U+0080-U+009F, U+00A0 no-break space,
+//                             U+00AD, U+2000-U+200F spaces and zero-width characters, U+2028-U+202F,
+//                             U+205F-U+2064, U+3000, U+FEFF byte order mark), its length in *len;
+//                             else 0.
+//   EscapeForMessage(s, ascii_only)
+//                             `s` for an error message: C0 controls and DEL as \xHH (so that a tab or
+//                             NUL never garbles or cuts a message), InvisibleAt's characters as
+//                             \uXXXX (a key that looks right and is not can be seen), other UTF-8 as
+//                             written; with ascii_only every byte above 0x7E as \xHH.
+//   QuotedName(s)             "'" + EscapeForMessage(s) + "'": a feature or key name in messages.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -72,6 +83,48 @@ inline std::string EscapeNonUtf8(std::string_view bytes) {
   }
   return out;
 }
+
+inline char32_t InvisibleAt(std::string_view s, size_t i, size_t* length) {
+  const auto at = [&](size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  if (at(0) == 0xC2 && ((at(1) >= 0x80 && at(1) <= 0xA0) || at(1) == 0xAD)) {
+    *length = 2;
+    return at(1);  // U+0080-U+00A0, U+00AD
+  }
+  if (at(0) < 0xE0 || at(0) > 0xEF || (at(1) & 0xC0) != 0x80 || (at(2) & 0xC0) != 0x80) return 0;
+  const char32_t cp = ((at(0) & 0x0Fu) << 12) | ((at(1) & 0x3Fu) << 6) | (at(2) & 0x3Fu);
+  const bool invisible = (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
+                         (cp >= 0x205F && cp <= 0x2064) || cp == 0x3000 || cp == 0xFEFF;
+  if (!invisible) return 0;
+  *length = 3;
+  return cp;
+}
+
+inline std::string EscapeForMessage(std::string_view s, bool ascii_only = false) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(s[i]);
+    size_t length = 0;
+    if (!ascii_only && byte > 0x7F) {
+      if (const char32_t cp = InvisibleAt(s, i, &length)) {
+        char text[8];
+        std::snprintf(text, sizeof text, "\\u%04X", static_cast<unsigned>(cp));
+        out += text;
+        i += length - 1;
+        continue;
+      }
+    }
+    if (byte < 0x20 || byte == 0x7F || (ascii_only && byte > 0x7F)) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02X", byte);
+      out += hex;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+inline std::string QuotedName(std::string_view s) { return "'" + EscapeForMessage(s) + "'"; }
 
 inline size_t Utf8Prefix(std::string_view s, size_t max) {
   size_t i = 0;

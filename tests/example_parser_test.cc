@@ -16,6 +16,7 @@
 #include "format/example_batch.h"
 #include "format/example_parser.h"
 #include "format/feature_spec.h"
+#include "format/utf8.h"
 
 using namespace ringfeed;
 using namespace std::string_literals;
@@ -228,6 +229,17 @@ void ExpectError(Harness& h, const std::string& bytes, const std::string& key, c
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
+
+TEST_CASE("a key with control or invisible characters is escaped in errors: the message is not garbled") {
+  // A tab (from "\t" in a quoted YAML name), DEL or a zero-width space showed raw (helper-157).
+  const std::string name = std::string("a\tb\x7F") + "c\u200Bd";
+  Harness h({Fixed(name, DType::kInt64)});
+  REQUIRE_FALSE(h.Parse(Example({Entry("other", IntF({1}))})));
+  CHECK(h.error.key == name);
+  CHECK_THAT(h.error.message, Catch::StartsWith("key 'a\\x09b\\x7Fc\\u200Bd': required feature is missing"));
+  CHECK(QuotedName("price") == "'price'");
+  CHECK(QuotedName("ü") == "'ü'");  // other UTF-8 as written
+}
 
 TEST_CASE("int64: negatives are 10-byte varints; INT64_MIN and INT64_MAX round-trip") {
   CHECK(Varint(static_cast<uint64_t>(int64_t{-1})).size() == 10);
