@@ -470,6 +470,7 @@ class Loader {
   explicit Loader(std::string file) : file_(std::move(file)) {}
 
   JobConfig Load(const std::string& text) {
+    text_ = text;  // for columns in characters (Column); Fail is only called from here
     RefuseControlCharacters(text);
     std::vector<YAML::Node> docs;
     try {
@@ -507,7 +508,23 @@ class Loader {
   // "file:line:column: key: " (a ConfigError's prefix), to name a value in errors found later.
   std::string Where(const YAML::Mark& mark, const std::string& key) const {
     const int line = mark.line >= 0 ? mark.line + 1 : 0;
-    return FormatMessage(file_, line, line > 0 && mark.column >= 0 ? mark.column + 1 : 0, key, "");
+    return FormatMessage(file_, line, line > 0 ? Column(mark) : 0, key, "");
+  }
+
+  // The 1-based column of `mark` in characters, as editors count it: yaml-cpp counts bytes, so
+  // a line with a multi-byte name before the spot ("специя": ...) was off by one per extra byte.
+  // 0 for a mark without a column.
+  int Column(const YAML::Mark& mark) const {
+    if (mark.column < 0) return 0;
+    // yaml-cpp's positions start after a byte order mark.
+    const size_t bom = text_.starts_with("\xEF\xBB\xBF") ? 3 : 0;
+    if (mark.pos < mark.column || static_cast<size_t>(mark.pos) + bom > text_.size()) return mark.column + 1;
+    const size_t end = static_cast<size_t>(mark.pos) + bom;
+    const size_t start = end - static_cast<size_t>(mark.column);
+    const auto continuation = [](char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; };
+    return 1 + static_cast<int>(std::count_if(text_.begin() + static_cast<std::ptrdiff_t>(start),
+                                              text_.begin() + static_cast<std::ptrdiff_t>(end),
+                                              [&](char c) { return !continuation(c); }));
   }
 
   // YAML allows no control characters but tab, LF and CR in a file (YAML 1.2 §5.1, c-printable);
@@ -538,7 +555,7 @@ class Loader {
   [[noreturn]] void Fail(const YAML::Mark& mark, const std::string& key,
                          const std::string& problem) const {
     int line = mark.line >= 0 ? mark.line + 1 : 0;
-    int column = mark.column >= 0 && line > 0 ? mark.column + 1 : 0;
+    int column = line > 0 ? Column(mark) : 0;
     // A value made by ${VAR} substitution: the message shows the result, so say what was written
     // (which variable a launcher set wrong), unless the message quotes it already.
     if (const auto it = substituted_.find(mark.pos);
@@ -1330,6 +1347,7 @@ class Loader {
   }
 
   std::string file_;
+  std::string text_;  // the config's text, while Load runs
   std::map<int, std::string> substituted_;  // the values Substitute changed, as written, by mark.pos
   std::optional<YAML::Mark> batch_size_mark_;  // batch.size's value, when given (CheckBatchSize)
   std::map<std::string, YAML::Mark> feature_marks_;  // each feature's name (CheckBatchSize)

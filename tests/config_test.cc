@@ -899,6 +899,11 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
       {"a feature named null unquoted", "job: t\nsource: {files: [a]}\nfeatures:\n  null: {dtype: int64}\n", 4, 3,
        "features", {"keys must be plain names, got nothing (null): YAML reads an empty key, null and ~ as no name; a "
                     "feature named null or ~ is written quoted (\"null\": ...)"}},
+      {"a column after multi-byte characters counts characters, as editors do (yaml-cpp counts bytes)",
+       "job: t\nsource: {files: [a]}\nfeatures:\n  \"специя\": {dtype: int46}\n", 4, 21, "features.специя.dtype",
+       {"unknown dtype 'int46'"}},
+      {"a column on the line of a byte order mark", "\xEF\xBB\xBFjob: a/b\nsource: {files: [a]}\n", 1, 6, "job",
+       {"invalid job name 'a/b'"}},
       {"a YAML merge key", "job: t\nsource: {files: [a]}\nfeatures:\n  x: {<<: {dtype: int64}}\n", 4, 7,
        "features.x.<<", {"unknown key '<<'", "YAML merge keys ('<<: *anchor') are not supported"}},
       {"a dotted key", kHead + "batch.size: 16\n", 6, 1, "batch.size",
