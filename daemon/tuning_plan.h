@@ -105,6 +105,9 @@ std::string SampleParseProblem(const JobConfig& config, const RecordSample& samp
 // GZIP/ZLIB file the window is where records are inflated to, so its records come in pieces
 // of this size too (an inflate call each).
 inline constexpr uint64_t kMinReaderBufferBytes = 64u << 10;
+// The most a deflate stream (GZIP, ZLIB) inflates to per compressed byte: 1032 (zlib's
+// "Technical Details", zlib.net/zlib_tech.html).
+inline constexpr uint64_t kMaxDeflateRatio = 1032;
 uint64_t ReaderBufferBytes(const RecordSample& sample);
 
 // One warning per feature of `specs` whose name is not among `keys` (the feature names seen in

