@@ -774,8 +774,8 @@ class Loader {
 
   // For an integer spelt in a way YAML readers disagree on or that hides a typo: a leading
   // zero ("010": octal 8 to YAML 1.1 readers such as PyYAML, 10 to YAML 1.2's) or a signed
-  // zero ("-0": likely a digit lost). The reason, else "".
-  static std::string IntegerSpellingProblem(std::string_view text) {
+  // zero ("-0": likely a digit lost; not for a float, where -0 is a value). The reason, else "".
+  static std::string IntegerSpellingProblem(std::string_view text, bool refuse_signed_zero = true) {
     std::string_view digits = text;
     if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) digits.remove_prefix(1);
     if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
@@ -786,7 +786,9 @@ class Loader {
       return ": a leading 0 means octal to YAML 1.1 readers (PyYAML reads 010 as 8) and decimal here, so it "
              "is refused; write " + std::string(bare) + " (decimal) without the leading zeros";
     }
-    if (text[0] == '-' && digits == "0") return ": -0 is refused (a digit lost?); write 0 if 0 is meant";
+    if (refuse_signed_zero && text[0] == '-' && digits == "0") {
+      return ": -0 is refused (a digit lost?); write 0 if 0 is meant";
+    }
     return "";
   }
 
@@ -860,9 +862,12 @@ class Loader {
     }
     // Other programs' names of a word here (spdlog's and syslog's log levels).
     constexpr std::pair<std::string_view, std::string_view> kOtherNames[] = {
-        {"warning", "warn"}, {"err", "error"}, {"critical", "error"}, {"fatal", "error"}, {"none", "off"}};
+        {"warning", "warn"}, {"err", "error"},   {"critical", "error"},
+        {"fatal", "error"},  {"none", "off"},    {"information", "info"}};
+    std::string lower = text;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     for (const auto& [other, ours] : kOtherNames) {
-      if (text == other && std::find(std::begin(words), std::end(words), ours) != std::end(words)) {
+      if (lower == other && std::find(std::begin(words), std::end(words), ours) != std::end(words)) {
         Fail(MarkOf(e), e.path, "unknown value " + Quote(text) + "; allowed values: " + JoinWords(words) +
                                     "; did you mean '" + std::string(ours) + "'?");
       }
@@ -1186,6 +1191,9 @@ class Loader {
           break;
         case DType::kFloat32: {
           std::string text = ScalarText(node, mark, path, "a number");
+          if (const std::string problem = IntegerSpellingProblem(text, /*refuse_signed_zero=*/false); !problem.empty()) {
+            Fail(mark, path, "expected a number for dtype float32, got " + Quote(text) + problem);
+          }
           std::optional<double> v = ParseNumber(text);
           if (!v) Fail(mark, path, "expected a number for dtype float32, got " + Quote(text));
           // Rounded to double, then to float32, as TensorFlow takes a default (a Python float
@@ -1263,6 +1271,9 @@ class Loader {
       const std::string expected = "auto or a number of cores > 0 (e.g. 6 or 2.5)";
       std::string text = ScalarText(*e, expected);
       if (text != "auto") {
+        if (const std::string problem = IntegerSpellingProblem(text); !problem.empty()) {
+          Fail(MarkOf(*e), e->path, "expected " + expected + ", got " + Quote(text) + problem);
+        }
         std::optional<double> v = ParseNumber(text);
         if (!v) Fail(MarkOf(*e), e->path, "expected " + expected + ", got " + Quote(text));
         if (!std::isfinite(*v) || *v <= 0) {

@@ -695,12 +695,16 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // `check --config job.yaml`, as ringfeedd takes it: check takes the config as its argument.
-    for (int i = 1; i < argc && command_name == "ringfeedctl check"; ++i) {
+    // (Not when help was asked for: that comes first.)
+    const bool help = dynamic_cast<const CLI::CallForHelp*>(&e) != nullptr ||
+                      dynamic_cast<const CLI::CallForAllHelp*>(&e) != nullptr;
+    for (int i = 1; i < argc && !help && command_name == "ringfeedctl check"; ++i) {
       const std::string_view arg = argv[i];
-      const bool joined = arg.starts_with("--config=");
-      if (joined || ((arg == "--config" || arg == "-c") && i + 1 < argc)) {
+      const size_t joined = arg.starts_with("--config=") ? 9 : arg.starts_with("-c=") ? 3 : 0;
+      if (joined > 0 || arg == "--config" || arg == "-c") {
+        const std::string_view path = joined > 0 ? arg.substr(joined) : i + 1 < argc ? argv[i + 1] : "";
         std::cerr << command_name << ": the job config is check's argument, without --config: ringfeedctl check "
-                  << (joined ? arg.substr(9) : std::string_view(argv[i + 1])) << "\n";
+                  << (path.empty() ? std::string_view("CONFIG") : path) << "\n";
         return ringfeed::kExitUsage;
       }
     }

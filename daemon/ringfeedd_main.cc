@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
           [](std::string& path) -> std::string {
             struct stat st {};
             if (path.empty()) return "the path is empty";
+            if (path == "=") return "'=': -c takes no '=': write -c FILE or --config=FILE";
             if (::stat(path.c_str(), &st) != 0) {
               // `-c=job.yaml`: the short option takes no '=' (CLI11 keeps it in the value).
               if (path.starts_with("=") && path.size() > 1 && ::stat(path.c_str() + 1, &st) == 0) {

@@ -170,7 +170,7 @@ std::string SampleParseProblem(const JobConfig& config, const RecordSample& samp
   std::string where = config.path;
   const auto line = config.feature_lines.find(sample.first_parse_failure_key);
   if (line != config.feature_lines.end() && line->second > 0) {
-    where += ":" + std::to_string(line->second) + ": features." + sample.first_parse_failure_key;
+    where += ":" + std::to_string(line->second) + ": features." + EscapeForMessage(sample.first_parse_failure_key);
   }
   return where + ": none of the " + std::to_string(sample.parse_checked) +
          (sample.parse_checked == 1 ? " record sampled at start parses" : " records sampled at start parses") +

@@ -894,6 +894,13 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
        4, 30, "features.x.default", {"got '-007': a leading 0 means octal", "write 7 (decimal)"}},
       {"a leading zero in the seed", kHead + "shuffle: {seed: 00}\n", 6, 17, "shuffle.seed",
        {"got '00': a leading 0", "write 0 (decimal)"}},
+      {"a leading zero in cpu_budget", kHead + "pipeline: {cpu_budget: 010}\n", 6, 24, "pipeline.cpu_budget",
+       {"got '010': a leading 0 means octal"}},
+      {"a leading zero in a float32 default",
+       "job: t\nsource: {files: [a]}\nfeatures:\n  x: {dtype: float32, default: 010}\n", 4, 32,
+       "features.x.default", {"expected a number for dtype float32, got '010': a leading 0 means octal"}},
+      {"log_level in capitals", kHead + "log_level: WARNING\n", 6, 12, "log_level", {"did you mean 'warn'?"}},
+      {"log_level information", kHead + "log_level: information\n", 6, 12, "log_level", {"did you mean 'info'?"}},
       {"a signed zero: epochs -0 would run forever", kHead + "epochs: -0\n", 6, 9, "epochs",
        {"got '-0': -0 is refused (a digit lost?); write 0 if 0 is meant"}},
       {"a feature named null unquoted", "job: t\nsource: {files: [a]}\nfeatures:\n  null: {dtype: int64}\n", 4, 3,
@@ -977,6 +984,20 @@ TEST_CASE("broken configs name file, line, column and key", "[config][errors]") 
     }
   }
   CHECK(cases.size() >= 12);
+}
+
+TEST_CASE("signed and leading zeros: -0 is a float32 default, 0 and +16 are integers", "[config]") {
+  // The refusals of 010 and an integer -0 (broken configs above) leave these alone.
+  const JobConfig c = Load("job: t\nsource: {files: [a]}\nfeatures:\n  f: {dtype: float32, default: -0}\n"
+                           "  i: {dtype: int64, default: +16}\n  z: {dtype: int64, default: 0}\n"
+                           "  \"010\": {dtype: int64}\nepochs: 0\n");
+  REQUIRE(c.features[0].default_float.size() == 1);
+  CHECK(c.features[0].default_float[0] == 0.0f);
+  CHECK(std::signbit(c.features[0].default_float[0]));
+  CHECK(c.features[1].default_int64 == std::vector<int64_t>{16});
+  CHECK(c.features[2].default_int64 == std::vector<int64_t>{0});
+  CHECK(c.features[3].name == "010");  // a name, not a number
+  CHECK(c.epochs == 0);
 }
 
 TEST_CASE("characters that show as nothing or as a space are written as escapes and named", "[config][errors]") {

@@ -460,6 +460,12 @@ TEST_CASE("no sampled record parses with the config: check says ringfeedd would 
                                "the spec expects int64_list (dtype int64); for this data use dtype: float32; ringfeedctl "
                                "check " + path + " checks every record, and ringfeedctl inspect --schema FILE prints a "
                                "file's features as a config");
+  // A name with a tab: escaped in the key path as in the message (helper-161).
+  WriteFile(path, "job: t\nsource: {files: [\"" + dir.file("*.tfrecord") +
+                      "\"]}\nfeatures:\n  id: {dtype: int64}\n  \"a\\tb\": {dtype: int64}\n");
+  const JobCheckResult tab = RunJobCheck(LoadJobConfig(path), log, log);
+  CHECK_THAT(tab.plan_error, Catch::StartsWith(path + ":5: features.a\\x09b: none of the 3 records") &&
+                                 Catch::Contains("key 'a\\x09b': required feature is missing"));
 }
 
 // The knobs a memory budget caps, from JobCheckResult::knob_caps ("at most 2 readers (of 12; one

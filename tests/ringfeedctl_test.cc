@@ -1191,6 +1191,13 @@ TEST_CASE("ringfeedd JOB.yaml without --config: a usage error that gives the com
     CHECK(check.err == "ringfeedctl check: the job config is check's argument, without --config: ringfeedctl check " +
                            dir.file("job.yaml") + "\n");
   }
+  const CommandResult short_equals = RunCommand({CtlBinary(), "check", "-c=" + dir.file("job.yaml")});
+  CHECK(short_equals.err == "ringfeedctl check: the job config is check's argument, without --config: ringfeedctl "
+                            "check " + dir.file("job.yaml") + "\n");
+  // ... but help asked for comes first.
+  const CommandResult check_help = RunCommand({CtlBinary(), "check", "-h", "--config", dir.file("job.yaml")});
+  CHECK(check_help.status.ToString() == "exit 0");
+  CHECK_THAT(check_help.out, Catch::Contains("Usage: ringfeedctl check [OPTIONS] CONFIG"));
   const CommandResult empty = RunCommand({CtlBinary(), "check", ""});
   CHECK(empty.status.ToString() == "exit 2");
   CHECK_THAT(empty.err, Catch::StartsWith("ringfeedctl check: CONFIG: the path is empty\n"));
