@@ -106,7 +106,7 @@ inline std::string EscapeForMessage(std::string_view s, bool ascii_only = false)
     size_t length = 0;
     if (!ascii_only && byte > 0x7F) {
       if (const char32_t cp = InvisibleAt(s, i, &length)) {
-        char text[8];
+        char text[16];  // "\\u" and 4 to 8 hex digits: GCC's -Wformat-truncation counts 8
         std::snprintf(text, sizeof text, "\\u%04X", static_cast<unsigned>(cp));
         out += text;
         i += length - 1;
