@@ -1191,9 +1191,8 @@ class Loader {
           break;
         case DType::kFloat32: {
           std::string text = ScalarText(node, mark, path, "a number");
-          if (const std::string problem = IntegerSpellingProblem(text, /*refuse_signed_zero=*/false); !problem.empty()) {
-            Fail(mark, path, "expected a number for dtype float32, got " + Quote(text) + problem);
-          }
+          const std::string problem = IntegerSpellingProblem(text, /*refuse_signed_zero=*/false);
+          if (!problem.empty()) Fail(mark, path, "expected a number for dtype float32, got " + Quote(text) + problem);
           std::optional<double> v = ParseNumber(text);
           if (!v) Fail(mark, path, "expected a number for dtype float32, got " + Quote(text));
           // Rounded to double, then to float32, as TensorFlow takes a default (a Python float

@@ -297,8 +297,8 @@ Access AccessFor(const PermissionsConfig& permissions) {
       throw StartupError("permissions.group: ringfeedd runs as user '" + name + "', a member of group '" +
                              permissions.group + "' (gid " + std::to_string(gid) + "), but this process is not in "
                              "it (id -Gn): a process keeps the groups of the login session it started in, so start "
-                             "it from a new login (or run newgrp " + permissions.group + "; under systemd, restart the service), or "
-                             "choose another group",
+                             "it from a new login (or run newgrp " + permissions.group +
+                             "; under systemd, restart the service), or choose another group",
                          2);
     }
     throw StartupError("permissions.group: ringfeedd runs as user '" + name + "', which is not a member of group '" +

@@ -389,11 +389,11 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   limits.max_open_files = std::max<int64_t>(1, shard_files);  // as the memory plan counts them
   // Files all smaller than the least read-ahead per open file (many small shards): a file holds
   // no more read-ahead than its records' bytes, so the least is that (in 4 KiB pages: a chunk's
-  // pages are resident as they are written), not 256 KiB. 2,000 plain files of 192 B needed a 40 MiB budget, 22
-  // MiB of it read-ahead, for a measured 4.8 MiB (helper-159). A compressed file (or one that
-  // may be: compression auto, not every file sampled) inflates to at most 1032 times its size,
-  // deflate's largest ratio (zlib's "Technical Details"). A file grown since is read with less
-  // read-ahead, within the budget.
+  // pages are resident as they are written), not 256 KiB. 2,000 plain files of 192 B needed a
+  // 40 MiB budget, 22 MiB of it read-ahead, for a measured 4.8 MiB (helper-159). A compressed
+  // file (or one that may be: compression auto, not every file sampled) inflates to at most
+  // 1032 times its size, deflate's largest ratio (zlib's "Technical Details"). A file grown
+  // since is read with less read-ahead, within the budget.
   if (sample.largest_file_bytes) {
     const bool plain = config.source.compression == Compression::kNone || sample.every_file_plain;
     // Taken at most at the least already (no overflow), then scaled.

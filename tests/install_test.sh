@@ -63,7 +63,10 @@ missing=$(grep -rnoE "(source: )?\b(shm|format|client|daemon)/[a-z_]+\.(h|cc)\b"
           grep -v ":source: " | while IFS=: read -r file line ref; do
             [[ -e $prefix/include/ringfeed/$ref ]] || echo "$file:$line: $ref"
           done)
-[[ -z $missing ]] || { printf 'install_test: installed headers name files not installed:\n%s\n' "$missing" >&2; exit 1; }
+if [[ -n $missing ]]; then
+  printf 'install_test: installed headers name files not installed:\n%s\n' "$missing" >&2
+  exit 1
+fi
 
 # shellcheck disable=SC2046
 "$cxx" -std=c++20 "$tmp/trainer.cc" -o "$tmp/trainer_pc" $(pkg-config --cflags --libs ringfeed)
