@@ -269,7 +269,7 @@ int RunCount(const InspectOptions& options, std::ostream& out, std::ostream& err
 std::string VerifyLine(const ReadError& error) {
   std::string line = ProblemMessage(error);
   if (!error.recoverable && error.kind != ReadErrorKind::kTruncatedRecord && error.kind != ReadErrorKind::kIo &&
-      error.kind != ReadErrorKind::kOutOfFileDescriptors) {
+      error.kind != ReadErrorKind::kOutOfFileDescriptors && error.kind != ReadErrorKind::kFileChanged) {
     line += " (the rest of this file cannot be checked)";
   }
   return line;

@@ -62,7 +62,9 @@ Pipeline::Pipeline(PipelineOptions options, const ExampleParser& parser, const s
   sequencer_ = std::make_unique<Sequencer>(
       options_.sequencer, read_ahead_.get(),
       [this](const ReadError& error) {
-        NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample, !error.recoverable);
+        // A file changed while it was read is said at its end: nothing of it was left unread.
+        NoteSkipped(error.message, error.kind == ReadErrorKind::kInvalidExample,
+                    !error.recoverable && error.kind != ReadErrorKind::kFileChanged);
       },
       [](const std::string& message) { spdlog::warn("{}", message); });
   if (options_.sequencer.skip_errors) {

@@ -61,6 +61,7 @@ std::string_view ReadErrorKindName(ReadErrorKind kind) {
     case ReadErrorKind::kOutOfFileDescriptors: return "out of file descriptors";
     case ReadErrorKind::kOutOfMemory: return "out of memory";
     case ReadErrorKind::kInvalidExample: return "invalid Example";
+    case ReadErrorKind::kFileChanged: return "file changed while read";
   }
   return "?";
 }
@@ -199,7 +200,7 @@ TFRecordReader::Status TFRecordReader::MakeError(ReadErrorKind kind, std::string
   }
   // A file that ends here after some good records: say what is lost (on_error: skip goes on with
   // the next file, and one error counted must not hide the rest of a file).
-  if (!recoverable && index_ > 0 && kind != ReadErrorKind::kTruncatedRecord) {
+  if (!recoverable && index_ > 0 && kind != ReadErrorKind::kTruncatedRecord && kind != ReadErrorKind::kFileChanged) {
     detail += "; the rest of the file is not read";
     if (kind == ReadErrorKind::kCorruptedLength && plain_file_size_ > offset_) {
       detail += " (its last " + std::to_string(plain_file_size_ - offset_) +
@@ -246,17 +247,23 @@ std::string TFRecordReader::ShrankNote(uint64_t end) const {
          "byte " + std::to_string(end) + ": it shrank while it was read (rewritten in place?)";
 }
 
-std::string TFRecordReader::ChangedNote() const {
+std::string TFRecordReader::ChangeSinceOpen() const {
   struct stat st {};
   if (fd_ < 0 || ::fstat(fd_, &st) != 0) return "";
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   const int64_t mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
   if (size == file_size_ && mtime_ns == opened_mtime_ns_) return "";
-  return "; the file changed while it was read (" +
-         (size == file_size_ ? std::to_string(size) + " bytes then and now"
+  return (size == file_size_ ? std::to_string(size) + " bytes then and now"
                              : std::to_string(file_size_) + " bytes when it was opened, " + std::to_string(size) +
                                    " now") +
-         ", modified since it was opened): rewritten in place? Replace a data file by renaming a new one over it";
+         ", modified since it was opened";
+}
+
+std::string TFRecordReader::ChangedNote() const {
+  const std::string change = ChangeSinceOpen();
+  if (change.empty()) return "";
+  return "; the file changed while it was read (" + change +
+         "): rewritten in place? Replace a data file by renaming a new one over it";
 }
 
 bool TFRecordReader::DecompressionErrorAhead(std::string* why) {
@@ -624,6 +631,15 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
                            std::to_string(file_size_) +
                            " bytes when it was opened: it shrank while it was read (rewritten in place?), and the "
                            "records that were past this point are not read",
+                       error);
+    }
+    // A file written over in place with records where the old ones were passes every CRC, its
+    // records a mix of both versions (helper-156): said at its end, one fstat per file.
+    if (const std::string change = ChangeSinceOpen(); !change.empty()) {
+      return MakeError(ReadErrorKind::kFileChanged,
+                       "the file changed while it was read (" + change + "): the " + std::to_string(index_) +
+                           " records read from it may mix its old and new contents (rewritten in place, or "
+                           "appended to?); replace a data file by renaming a new one over it",
                        error);
     }
     // The end: the queue's blocks and the window go now, not when the reader is destroyed (a

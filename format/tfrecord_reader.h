@@ -107,6 +107,12 @@ enum class ReadErrorKind {
   // The record is intact but its Example does not match the job's spec (recoverable). Never
   // raised by TFRecordReader: ReadAhead's record check (daemon/read_ahead.h) makes it.
   kInvalidExample,
+  // The file was modified (its size or mtime) between its open and its end, with every record
+  // intact: written over in place with records where the old ones were, the records read from it
+  // may mix both versions, which no CRC catches (or it was appended to: the reader cannot tell).
+  // Raised at the file's end (not recoverable: nothing follows), after its records; the ones
+  // handed out cannot be taken back.
+  kFileChanged,
 };
 std::string_view ReadErrorKindName(ReadErrorKind kind);  // "truncated record", ...
 // "PATH: record N at byte B", and for a GZIP/ZLIB file " of the uncompressed stream (gzip)"
@@ -254,6 +260,9 @@ class TFRecordReader {
   // or modification time now differ from those at open (a bad record read from a file written
   // over while it was read: `cp new old`), else "".
   std::string ChangedNote() const;
+  // "S bytes then and now, modified since it was opened" (or "S bytes when it was opened, T now,
+  // ..."): how the open file differs from its open, or "" when its size and mtime are the same.
+  std::string ChangeSinceOpen() const;
   // Skips the rest of a too-large record (discard_ bytes: header, payload and footer) without
   // storing it; index_ and offset_ still name it until it is gone, so an end inside it is
   // reported at it. False when the stream ends (or fails: stream_error_) first.

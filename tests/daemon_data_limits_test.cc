@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -29,6 +30,7 @@
 #include "client/client.h"
 #include "daemon/budget.h"
 #include "format/example_builder.h"
+#include "format/tfrecord_reader.h"
 #include "format/tfrecord_writer.h"
 #include "tests/daemon_harness.h"
 #include "tests/test_support.h"
@@ -332,6 +334,73 @@ TEST_CASE("on_error: skip with a bad length mid-file: the rest of that file is s
                             "\\(0-based \\d+\\), \\d+ of its batches formed; \\d+ records in \\d+ batches in all; \\d+ "
                             "read and 0 parse errors skipped \\(\\d+ of them ended a file early\\)"));
   CHECK_THAT(endless_log, Catch::Contains("ringfeedd stopped by SIGTERM: stopping at epoch "));
+}
+
+TEST_CASE("a file written over in place while it is read with every record intact: the error at its end reaches the trainer") {
+  // New records where the old ones were pass every CRC: the daemon delivered a mix of both
+  // versions without a word (helper-156). Ids 100000.. and 400000.. give records of the same
+  // sizes (IdRecord: id % 15, six digits, a 3-byte varint).
+  TempDir dir;
+  constexpr int64_t kRecords = 100000, kOld = 100000, kNew = 400000;
+  const std::string path = dir.file("data.tfrecord");
+  const std::string rewritten = dir.file("rewritten.tfrecord");
+  WriteIdFile(rewritten, kNew, kRecords);
+  for (const std::string on_error : {"skip", "fail"}) {
+    INFO("on_error: " << on_error);
+    WriteIdFile(path, kOld, kRecords);
+    REQUIRE(std::filesystem::file_size(path) == std::filesystem::file_size(rewritten));
+    const std::string job = "changed-" + on_error;
+    DaemonProcess daemon(dir.path(), job,
+                         "job: " + job + "\nsource: {files: [\"" + path + "\"], on_error: " + on_error +
+                             "}\nfeatures:\n" + IdFeaturesYaml() +
+                             "batch: {size: 100}\nring: {slots: 2}\npipeline: {read_ahead: 64KiB}\nepochs: 1\n");
+    RINGFEED_REQUIRE_STARTED(daemon);
+    // No trainer yet: the daemon stops at a full ring, a MiB or so into the 6 MB file.
+    REQUIRE(WaitUntil([&] { return daemon.Status()["ring"]["ready"] == 2; }));
+    {
+      // Written over without O_TRUNC (no moment when the file is shorter), the time set apart.
+      const std::string bytes = ReadFile(rewritten);
+      const int fd = ::open(path.c_str(), O_WRONLY);
+      REQUIRE(fd >= 0);
+      REQUIRE(::pwrite(fd, bytes.data(), bytes.size(), 0) == static_cast<ssize_t>(bytes.size()));
+      const timespec times[2] = {{0, UTIME_OMIT}, {1000000000, 0}};
+      REQUIRE(::futimens(fd, times) == 0);
+      ::close(fd);
+    }
+    const ConsumerReport report = ConsumeInProcess({.client = daemon.client_options()});
+    INFO("consumer error: " << report.error << "\nringfeedd stderr:\n" << daemon.Stderr());
+    // Every record delivered, each the old file's or the new one's at its place: the mix.
+    uint64_t rows = 0, old_rows = 0, new_rows = 0;
+    for (const BatchInfo& batch : report.batches) {
+      for (size_t r = 0; r < batch.ids.size(); ++r) {
+        const int64_t at = static_cast<int64_t>(batch.sources[r].second);
+        ++rows;
+        old_rows += batch.ids[r] == kOld + at;
+        new_rows += batch.ids[r] == kNew + at;
+      }
+    }
+    CHECK(rows == kRecords);
+    CHECK(old_rows + new_rows == rows);
+    CHECK(old_rows >= 200);
+    CHECK(new_rows > 0);
+    const std::string said = RecordPlace(path, kRecords, std::filesystem::file_size(path), Compression::kNone) +
+                             ": file changed while read: the file changed while it was read (" +
+                             std::to_string(std::filesystem::file_size(path)) +
+                             " bytes then and now, modified since it was opened): the " + std::to_string(kRecords) +
+                             " records read from it may mix its old and new contents (rewritten in place, or "
+                             "appended to?); replace a data file by renaming a new one over it";
+    if (on_error == "fail") {
+      CHECK(report.end == "error");
+      CHECK_THAT(report.error, Catch::Contains(said));
+    } else {
+      CHECK(report.end == "end");
+      const json status = daemon.Status();
+      CHECK(status["errors"]["read_errors_skipped"] == 1);
+      CHECK(status["errors"]["files_ended_early"] == 0);  // read to its end
+      CHECK(status["errors"]["last_error"] == said);
+    }
+    daemon.Stop();
+  }
 }
 
 TEST_CASE("a record past the start-up sample that the memory budget cannot hold is refused as too large, never read") {
