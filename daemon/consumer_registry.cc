@@ -9,7 +9,7 @@
 
 namespace ringfeed {
 
-std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> rank, std::string* error) {
+std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> rank, std::string* error, bool* retry) {
   std::lock_guard lock(mutex_);
   if (ranks_ == 0 && rank) {
     *error = "this job delivers in consumers.mode: shared; attach without a rank (or set consumers.mode: ranks)";
@@ -44,6 +44,13 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
         *error = "rank " + std::to_string(*rank) + " is already attached by " +
                  (e.pid > 0 ? "pid " + std::to_string(e.pid)
                             : std::string("a process outside ringfeedd's pid namespace (its pid reads as 0 there)"));
+        if (e.pid > 0 && e.pid != pid && shm::ProcessExiting(e.pid)) {
+          // Killed a moment ago: the kernel frees its memory before its sockets close (a trainer
+          // restarted at once by a supervisor was refused, naming the killed pid: helper-164).
+          *error += ", which is exiting (killed: its rank is free once its memory is freed and its connection "
+                    "closes, in a moment)";
+          if (retry != nullptr) *retry = true;
+        }
         if (e.pid == pid && pid > 0) {
           // A closed client whose batches (or NumPy views, tensors of them) are still alive keeps
           // its attachment, and so its rank, until the last one is released.

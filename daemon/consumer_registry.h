@@ -38,7 +38,11 @@ class ConsumerRegistry {
   // `ring`: the daemon's own geometry (DaemonRing), never read back from the superblock.
   ConsumerRegistry(const shm::Ring& ring, uint32_t ranks) : ring_(ring), ranks_(ranks) {}
 
-  std::optional<uint32_t> Attach(pid_t pid, std::optional<int> rank, std::string* error);
+  // A consumer of process `pid` asks to attach (with `rank` in ranks mode): its id, or nullopt
+  // and *error, the refusal for the client. *retry (when given) is set when the refusal may pass
+  // in a moment: the rank's holder is exiting (killed, its memory being freed: its connection
+  // closes then), which a client with attach_timeout tries again.
+  std::optional<uint32_t> Attach(pid_t pid, std::optional<int> rank, std::string* error, bool* retry = nullptr);
   // Detaches consumer `id` if it is still the one with `pid` (the id may have been given to a
   // new consumer after ReapDead). Returns the number of slots reclaimed.
   uint32_t Detach(uint32_t id, pid_t pid);

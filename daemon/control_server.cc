@@ -204,7 +204,8 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
           rank = r.get<int>();
         }
         std::string error;
-        const auto id = server_->handlers_.attach(peer_pid_, rank, &error);
+        bool retry = false;
+        const auto id = server_->handlers_.attach(peer_pid_, rank, &error, &retry);
         if (!id) {
           // The trainer gets the reason; the operator sees it too (it was only the trainer's).
           ++server_->refused_attaches_;
@@ -213,7 +214,7 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
             spdlog::info("refused a consumer (pid {}): {} [{} refused so far]", peer_pid_, error,
                          server_->refused_attaches_);
           }
-          return Fail(error);
+          return Fail(error, retry);
         }
         consumer_id_ = *id;
         welcome["consumer_id"] = *id;
@@ -243,8 +244,11 @@ class ControlServer::Connection : public std::enable_shared_from_this<Connection
     });
   }
 
-  bool Fail(const std::string& message) {
-    Write({{"type", "error"}, {"message", message}}, true);
+  // `retry`: the refusal is for now (shm/protocol.h).
+  bool Fail(const std::string& message, bool retry = false) {
+    nlohmann::json reply = {{"type", "error"}, {"message", message}};
+    if (retry) reply["retry"] = true;
+    Write(reply, true);
     return false;
   }
 

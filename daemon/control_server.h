@@ -39,8 +39,11 @@ namespace ringfeed {
 class ControlServer {
  public:
   struct Handlers {
-    // A consumer says hello; returns its consumer id, or an error message for the client.
-    std::function<std::optional<uint32_t>(pid_t pid, std::optional<int> rank, std::string* error)> attach;
+    // A consumer says hello; returns its consumer id, or an error message for the client and
+    // whether the refusal is for now (*retry: the reply says "retry", which a client with
+    // attach_timeout tries again).
+    std::function<std::optional<uint32_t>(pid_t pid, std::optional<int> rank, std::string* error, bool* retry)>
+        attach;
     // The consumer's connection closed (`pid`: its peer credentials, to tell it from a later
     // consumer given the same id).
     std::function<void(uint32_t consumer_id, pid_t pid)> detach;

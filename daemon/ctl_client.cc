@@ -616,6 +616,11 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
     if (options.rank < 0 && what.find("attach with a rank") != std::string::npos) {
       throw ClientError(what + " (ringfeedctl dump --rank R)");
     }
+    // A refusal for now (a rank whose trainer is exiting) comes with the library's advice on
+    // attach_timeout, not a dump option.
+    if (const size_t advice = what.find(". To try again for a while, set attach_timeout"); advice != std::string::npos) {
+      throw ClientError(what.substr(0, advice) + "; run ringfeedctl dump again in a moment");
+    }
     throw;
   }
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options.timeout_seconds * 1000));

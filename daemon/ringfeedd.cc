@@ -267,6 +267,7 @@ PipelineOptions PipelineOptionsFor(const JobConfig& config, const DaemonOptions&
   po.reader.reads_in_flight = static_cast<size_t>(start.reads_per_file);
   po.reader.hedged_reads = config.pipeline.hedged_reads;
   po.reader.buffer_bytes = static_cast<size_t>(plan.reader_buffer_bytes);
+  po.reader.read_block_bytes = static_cast<size_t>(plan.read_block_bytes);
   // A record past the start-up sample that the budget cannot hold is a too-large record
   // (source.max_record_bytes, or less where the budget says so).
   po.reader.max_record_bytes = plan.record_limit_bytes;
@@ -726,8 +727,8 @@ int RunDaemon(const DaemonOptions& options) {
     };
 
     ControlServer::Handlers handlers;
-    handlers.attach = [&](pid_t pid, std::optional<int> rank, std::string* error) {
-      const std::optional<uint32_t> id = consumers.Attach(pid, rank, error);
+    handlers.attach = [&](pid_t pid, std::optional<int> rank, std::string* error, bool* retry) {
+      const std::optional<uint32_t> id = consumers.Attach(pid, rank, error, retry);
       if (id && pipeline) {
         // The trainer will get no batch (its client says so too, but a C++ loop may not look).
         const PipelineStats s = pipeline->Snapshot();

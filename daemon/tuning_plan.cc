@@ -151,6 +151,10 @@ uint64_t ReaderBufferBytes(const RecordSample& sample) {
   return std::clamp(rounded, kMinReaderBufferBytes, most);
 }
 
+uint64_t ReadBlockBytes(const RecordSample& sample) {
+  return std::min<uint64_t>(ReaderOptions{}.read_block_bytes, ReaderBufferBytes(sample));
+}
+
 std::string SampleParseProblem(const JobConfig& config, const RecordSample& sample, bool* fatal) {
   const bool none = sample.parse_checked > 0 && sample.parse_failures == sample.parse_checked;
   const bool skip = config.source.on_error == OnError::kSkip;
@@ -336,6 +340,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   AutotuneOptions& at = plan.autotune;
   plan.ring_slots_warning = RingSlotsWarning(config);
   plan.reader_buffer_bytes = ReaderBufferBytes(sample);
+  plan.read_block_bytes = ReadBlockBytes(sample);
 
   // Budgets.
   const CpuBudget machine = DetectCpuBudget();
@@ -537,7 +542,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
                              FormatBytes(*sample.largest_file_bytes);
     }
     mi.reads_per_file = fixed_reads_per_file > 0 ? fixed_reads_per_file : 1;
-    mi.read_block_bytes = ReaderOptions{}.read_block_bytes;
+    mi.read_block_bytes = plan.read_block_bytes;
     mi.mean_record_bytes = sample.records > 0 ? sample.bytes / sample.records : 0;
     mi.largest_record_bytes = sample.largest_bytes;
     mi.shuffle_buffer = plan.shuffle_buffer;
@@ -699,7 +704,7 @@ TuningPlan PlanTuning(const JobConfig& config, const RecordSample& sample, int64
   limits.queued_stream_buffer_bytes = std::clamp(records_ahead, kQueuedStreamBufferBytes,
                                                  std::max(kQueuedStreamBufferBytes, limits.max_stream_buffer_bytes));
   limits.read_bytes = plan.reader_buffer_bytes;  // the daemon's readers' ReaderOptions::buffer_bytes
-  limits.read_block_bytes = ReaderOptions{}.read_block_bytes;
+  limits.read_block_bytes = plan.read_block_bytes;  // the daemon's readers' ReaderOptions::read_block_bytes
   // Queued reads serve plain and compressed files alike (a GZIP/ZLIB file's inflater reads its
   // compressed bytes through the queue; docs/benchmarks.md, session 44: on GZIP files behind
   // 20 ms the tuner with them got the throughput of 4-8 readers reading one at a time, median

@@ -109,6 +109,12 @@ inline constexpr uint64_t kMinReaderBufferBytes = 64u << 10;
 // "Technical Details", zlib.net/zlib_tech.html).
 inline constexpr uint64_t kMaxDeflateRatio = 1032;
 uint64_t ReaderBufferBytes(const RecordSample& sample);
+// The size of a queued read's block (ReaderOptions::read_block_bytes, with reads_per_file above
+// 1): the default (256 KiB), or ReaderBufferBytes where that is less. A block holds a file's own
+// (compressed) bytes, never more than the file, but it is allocated and counted whole: (reads +
+// 3) blocks per open file in the memory plan and the tuner (ReadQueue::MostBytes), 4.5 MiB at
+// 16 reads for a file of 192 bytes.
+uint64_t ReadBlockBytes(const RecordSample& sample);
 
 // One warning per feature of `specs` whose name is not among `keys` (the feature names seen in
 // `sampled` records), saying what its rows get then:
@@ -225,6 +231,9 @@ struct TuningPlan {
   // ReaderBufferBytes(sample): the readers' ReaderOptions::buffer_bytes, as the memory plan
   // counts it.
   uint64_t reader_buffer_bytes = 0;
+  // ReadBlockBytes(sample): the readers' ReaderOptions::read_block_bytes, as the memory plan and
+  // the tuner count it.
+  uint64_t read_block_bytes = 0;
   // The memory plan charges decompression buffers (MemoryInputs::compressed): not under
   // compression: auto where every file was found plain at start (RecordSample::
   // every_file_plain). ringfeedd warns when a file turns out compressed then.

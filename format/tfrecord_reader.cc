@@ -637,7 +637,7 @@ TFRecordReader::Status TFRecordReader::Read(RecordAllocator* allocator, Record* 
     // records a mix of both versions (helper-156): said at its end, one fstat per file.
     if (const std::string change = ChangeSinceOpen(); !change.empty()) {
       return MakeError(ReadErrorKind::kFileChanged,
-                       "the file changed while it was read (" + change + "): the " + std::to_string(index_) +
+                       change + "; the " + std::to_string(index_) +
                            " records read from it may mix its old and new contents (rewritten in place, or "
                            "appended to?); replace a data file by renaming a new one over it",
                        error);

@@ -124,6 +124,38 @@ bool ProcessExited(pid_t pid) {
   return threads == std::string::npos || std::strtol(status.c_str() + threads + 9, nullptr, 10) <= 1;
 }
 
+bool ProcessExiting(pid_t pid) {
+  if (pid <= 0 || ProcessExited(pid)) return false;
+  constexpr unsigned long long kPfExiting = 0x4;                      // PF_EXITING, linux/sched.h
+  constexpr unsigned long long kSigKill = 1ull << (SIGKILL - 1);      // its bit in SigPnd / ShdPnd
+  const std::string task = "task/";
+  std::error_code error;
+  std::filesystem::directory_iterator thread("/proc/" + std::to_string(pid) + "/task", error);
+  size_t seen = 0;
+  // A thread that ends while this looks (the killed process's threads do) is passed over.
+  for (; !error && thread != std::filesystem::directory_iterator(); thread.increment(error)) {
+    const std::string tid = thread->path().filename().string();
+    const std::string status = ProcFile(pid, (task + tid + "/status").c_str());
+    if (status.empty()) continue;
+    unsigned long long pending = 0;
+    for (const char* key : {"\nSigPnd:", "\nShdPnd:"}) {
+      const size_t at = status.find(key);
+      if (at != std::string::npos) pending |= std::strtoull(status.c_str() + at + std::strlen(key), nullptr, 16);
+    }
+    ++seen;
+    if (pending & kSigKill) continue;
+    // "TID (COMM) STATE PPID PGRP SESSION TTY_NR TPGID FLAGS ...": FLAGS is the 6th field after ')'.
+    const std::string stat = ProcFile(pid, (task + tid + "/stat").c_str());
+    const size_t name_end = stat.rfind(')');
+    if (name_end == std::string::npos) continue;  // ended since its status was read
+    unsigned long long flags = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + name_end + 1, " %c %*d %*d %*d %*d %*d %llu", &state, &flags) != 2) return false;
+    if ((flags & kPfExiting) == 0) return false;  // a thread that goes on
+  }
+  return seen > 0;
+}
+
 namespace {
 // A non-blocking connect to the Unix socket at `path`: the socket (the caller closes it), or -1
 // when none could be made (a path too long, no descriptor); `*error`: connect's errno, 0 when

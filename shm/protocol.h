@@ -8,8 +8,9 @@
 //                        "instance_id":"<16 hex digits>","consumer_id":<1..64>,"daemon_pid":<pid>}
 //                   or  {"type":"error","message":"<why, with the fix>"} and the daemon closes;
 //                       with "retry":true when the refusal is for now (all its control
-//                       connections taken: sent at once, before the hello), which the client
-//                       tries again until ClientOptions::attach_timeout.
+//                       connections taken: sent at once, before the hello; or the rank asked
+//                       for is held by a process that is exiting), which the client tries
+//                       again until ClientOptions::attach_timeout.
 // After the welcome the consumer keeps the connection open for its lifetime and sends nothing
 // more (optionally {"type":"bye"} just before closing). The daemon takes the connection's end
 // (EOF/HUP) as the consumer's death and reclaims the slots it held (shm/ring.h:

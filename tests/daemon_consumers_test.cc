@@ -201,6 +201,61 @@ TEST_CASE("ranks mode: a trainer that died while a child it forked holds its con
                              "detaching it for the new consumer of its rank"));
 }
 
+TEST_CASE("ranks mode: a trainer killed a moment ago whose memory is still being freed: its rank is refused for now "
+          "and attach_timeout waits for it") {
+  // The kernel frees a killed process's memory before its sockets close (1 GiB: ~170 ms): a
+  // trainer restarted at once by a supervisor was refused for good, naming the killed pid
+  // (helper-164).
+  const std::string how = GENERATE("no attach_timeout", "attach_timeout 10 s", "ringfeedctl dump");
+  INFO(how);
+  const bool wait = how == "attach_timeout 10 s";
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 40);
+  DaemonProcess daemon(dir.path(), "dying-rank",
+                       IdJobConfig("dying-rank", dir.file("data.tfrecord"),
+                                   "consumers: {mode: ranks, count: 2}\nepochs: 0\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  ClientOptions rank0 = daemon.client_options(0);
+  ChildProcess trainer([rank0](ChildIo& io) {
+    auto client = Client::Attach(rank0);
+    std::vector<char> memory(size_t{1} << 30, 1);  // touched: its pages take a while to free
+    io.WriteLine("holding " + std::to_string(memory[memory.size() / 2]));
+    ::pause();
+    return 0;
+  });
+  REQUIRE(trainer.WaitForLine("holding 1"));
+  CHECK_FALSE(shm::ProcessExiting(trainer.pid()));
+  CHECK_FALSE(shm::ProcessExiting(::getpid()));
+  trainer.Kill(SIGKILL);
+  if (how == "ringfeedctl dump") {
+    const CommandResult dump = RunCommand(
+        {CtlBinary(), "dump", "dying-rank", "--rank", "0", "--batches", "1", "--runtime-dir", daemon.runtime_dir()});
+    INFO(dump.err);
+    if (dump.status.ToString() != "exit 0") {  // else its memory was freed already
+      CHECK_THAT(dump.err, Catch::Contains(", which is exiting (killed: its rank is free once its memory is freed "
+                                           "and its connection closes, in a moment); run ringfeedctl dump again "
+                                           "in a moment") &&
+                               !Catch::Contains("attach_timeout"));
+    }
+    return;
+  }
+  if (wait) rank0.attach_timeout = std::chrono::seconds(10);
+  std::unique_ptr<Client> again;
+  try {
+    again = Client::Attach(rank0);
+  } catch (const ClientError& e) {
+    // Only for now, and said so: the rank frees in a moment.
+    CHECK_FALSE(wait);
+    CHECK_THAT(e.what(), Catch::Contains("rank 0 is already attached by pid " + std::to_string(trainer.pid()) +
+                                         ", which is exiting (killed: its rank is free once its memory is freed "
+                                         "and its connection closes, in a moment). To try again for a while, set "
+                                         "attach_timeout"));
+  }
+  if (wait) CHECK(again != nullptr);
+  REQUIRE(WaitUntil([&] { return shm::ProcessExited(trainer.pid()); }));
+  CHECK_FALSE(shm::ProcessExiting(trainer.pid()));  // exited, no longer exiting
+}
+
 TEST_CASE("a trainer whose main thread ended (pthread_exit) while another thread holds its client stays attached") {
   // Its /proc/PID/stat says Z, as a zombie's does: a check on that letter alone detached a
   // live trainer and freed the slots it was reading (helper-127).

@@ -384,9 +384,8 @@ TEST_CASE("a file written over in place while it is read with every record intac
     CHECK(old_rows >= 200);
     CHECK(new_rows > 0);
     const std::string said = RecordPlace(path, kRecords, std::filesystem::file_size(path), Compression::kNone) +
-                             ": file changed while read: the file changed while it was read (" +
-                             std::to_string(std::filesystem::file_size(path)) +
-                             " bytes then and now, modified since it was opened): the " + std::to_string(kRecords) +
+                             ": file changed while read: " + std::to_string(std::filesystem::file_size(path)) +
+                             " bytes then and now, modified since it was opened; the " + std::to_string(kRecords) +
                              " records read from it may mix its old and new contents (rewritten in place, or "
                              "appended to?); replace a data file by renaming a new one over it";
     if (on_error == "fail") {

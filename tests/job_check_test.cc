@@ -870,6 +870,33 @@ TEST_CASE("the readers' buffers are the largest file's size when the files are s
   CHECK_THAT(three.memory_plan, Catch::Contains("open files: 3 (all files) x (1.0 MiB window + "));
 }
 
+TEST_CASE("queued reads' blocks are the readers' buffer size when the files are smaller than 256 KiB") {
+  // ReadBlockBytes: ReaderBufferBytes, at most ReaderOptions' 256 KiB. Blocks of 256 KiB were
+  // counted (reads_per_file + 3 per open file) for files of a few hundred bytes.
+  RecordSample sample;
+  CHECK(ReadBlockBytes(sample) == (256u << 10));  // sizes not known: the default
+  sample.largest_file_bytes = 207;
+  CHECK(ReadBlockBytes(sample) == kMinReaderBufferBytes);
+  sample.largest_file_bytes = 100000;
+  CHECK(ReadBlockBytes(sample) == 102400);  // 25 pages of 4 KiB
+  sample.largest_file_bytes = 5u << 20;
+  CHECK(ReadBlockBytes(sample) == (256u << 10));
+
+  TempDir dir;
+  for (int i = 0; i < 40; ++i) WriteShard(dir.file("f" + std::to_string(100 + i) + ".tfrecord"), i, 1);
+  std::ostringstream log;
+  // A budget too small for the job: its refusal shows the per-file arithmetic.
+  const std::string tight = "pipeline: {reads_per_file: 8, readers: 4, memory_budget: 12MiB}\n";
+  const JobCheckResult small = RunJobCheck(Config(dir, "skip", tight), log, log);
+  INFO(small.plan_error);
+  CHECK_THAT(small.plan_error, Catch::Contains(" + 11 x 64.0 KiB for 8 queued reads (pipeline.reads_per_file)"));
+  // One file of 1 MiB: the default blocks for every file.
+  WriteSparseFile(dir.file("f200.tfrecord"), 1u << 20);
+  const JobCheckResult large = RunJobCheck(Config(dir, "skip", tight), log, log);
+  INFO(large.plan_error);
+  CHECK_THAT(large.plan_error, Catch::Contains(" + 11 x 256.0 KiB for 8 queued reads (pipeline.reads_per_file)"));
+}
+
 TEST_CASE("compression: auto plans decompression buffers unless every file was found plain at start") {
   TempDir dir;
   WriteShard(dir.file("a.tfrecord"), 0, 3);

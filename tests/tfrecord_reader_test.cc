@@ -347,7 +347,7 @@ TEST_CASE("a plain file cut at a record boundary while it is read: an error sayi
   CHECK(grown_records == 2);
   REQUIRE(status == TFRecordReader::Status::kError);
   CHECK(error.kind == ReadErrorKind::kFileChanged);
-  CHECK_THAT(error.message, Catch::Contains("(" + std::to_string(FrameRecord("x").size()) + " bytes when it was opened, " +
+  CHECK_THAT(error.message, Catch::Contains(": " + std::to_string(FrameRecord("x").size()) + " bytes when it was opened, " +
                                             std::to_string(2 * FrameRecord("x").size()) + " now, modified since"));
   CHECK(grows.Next(&record, &error) == TFRecordReader::Status::kEnd);
 }
@@ -606,10 +606,10 @@ TEST_CASE("a file written over in place with intact records: an error at its end
     CHECK_FALSE(error.recoverable);
     CHECK(error.record_index == 10);
     CHECK(error.message == RecordPlace(path, 10, 10 * 1016, compression) +
-                               ": file changed while read: the file changed while it was read (" +
-                               std::to_string(rewritten.size()) + " bytes then and now" +
-                               ", modified since it was opened): the 10 records read from it may mix its old and new "
-                               "contents (rewritten in place, or appended to?); replace a data file by renaming a new one over it");
+                               ": file changed while read: " + std::to_string(rewritten.size()) +
+                               " bytes then and now, modified since it was opened; the 10 records read from it may mix "
+                               "its old and new contents (rewritten in place, or appended to?); replace a data file by "
+                               "renaming a new one over it");
     CHECK(reader.Next(&record, &error) == TFRecordReader::Status::kEnd);
   }
   // A file replaced by renaming a new one over it: the open file is the old one, unchanged.
