@@ -140,8 +140,13 @@ void Autotune::Run() {
     const bool members_changed = membership_now != membership;
     if (elapsed < interval && !ended && !(members_changed && elapsed >= kShortestIntervalSeconds)) continue;
     // Production's last stretch ends where production did, not at this sample (up to 100 ms on).
+    // An interval that began after the end measures its whole length. CPU time is measured up
+    // to this sample, so CPU per second is over the whole interval (over a stretch of 1 us it
+    // read as 637 cores: helper-162).
+    const double wall = elapsed;
     if (ended) {
-      elapsed = std::clamp(std::chrono::duration<double>(pipeline_.ended_at() - interval_start).count(), 1e-6, elapsed);
+      const double producing = std::chrono::duration<double>(pipeline_.ended_at() - interval_start).count();
+      if (producing > 0) elapsed = std::min(producing, elapsed);
     }
 
     const PipelineStats s = pipeline_.Snapshot();
@@ -173,7 +178,7 @@ void Autotune::Run() {
     const double read_cpu = static_cast<double>(s.read_cpu_ns - prev.read_cpu_ns);
     const double read_not_queued = static_cast<double>(read_busy) - read_cpu * run_delay_per_cpu;
     o.read_cpu_fraction = read_busy == 0 ? 0 : read_not_queued <= read_cpu ? 1.0 : std::clamp(read_cpu / read_not_queued, 0.0, 1.0);
-    o.read_cpu_cores = elapsed > 0 ? read_cpu / 1e9 / elapsed : 0;
+    o.read_cpu_cores = wall > 0 ? read_cpu / 1e9 / wall : 0;
     o.sequencer_read_wait_fraction = Fraction(s.read_wait_ns - prev.read_wait_ns, elapsed);
     o.sequencer_cpu_fraction = Fraction(s.sequencer_cpu_ns - prev.sequencer_cpu_ns, elapsed);
     o.parse_busy_fraction = Fraction(s.parse_busy_ns - prev.parse_busy_ns, elapsed * workers);
@@ -181,7 +186,7 @@ void Autotune::Run() {
     o.parse_cpu_fraction = parse_busy == 0 ? 1.0
                                            : std::clamp(static_cast<double>(s.parse_cpu_ns - prev.parse_cpu_ns) /
                                                             static_cast<double>(parse_busy), 0.0, 1.0);
-    o.cpu_cores = cpu_delta / 1e9 / elapsed;
+    o.cpu_cores = wall > 0 ? cpu_delta / 1e9 / wall : 0;
     o.sequencer_slot_wait_fraction = Fraction(s.slot_wait_ns - prev.slot_wait_ns, elapsed);
     o.sequencer_prefetch_wait_fraction = Fraction(s.prefetch_wait_ns - prev.prefetch_wait_ns, elapsed);
     o.ready_slots_mean = ready_samples > 0 ? ready_sum / static_cast<double>(ready_samples) : 0;

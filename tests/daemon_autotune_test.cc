@@ -399,6 +399,23 @@ TEST_CASE("read-ahead: auto starts at 256 KiB per file, or at 10 records of the 
   }
 }
 
+TEST_CASE("a job that ends before the tuner's first interval: status measures the CPU over real time") {
+  // Its last interval measured production's last stretch, 1 us or a few hundred, and the CPU of
+  // the whole interval over it: status said 637 cores (helper-162).
+  TempDir dir;
+  WriteIdFile(dir.file("data.tfrecord"), 0, 50);
+  DaemonProcess daemon(dir.path(), "ended-early", IdJobConfig("ended-early", dir.file("data.tfrecord"), "epochs: 1\n"));
+  RINGFEED_REQUIRE_STARTED(daemon);
+  json s;
+  REQUIRE(WaitUntil([&] {
+    s = daemon.Status();
+    return s["autotune"]["measured"]["interval_seconds"].get<double>() > 0;
+  }));
+  INFO(s["autotune"].dump(2));
+  CHECK(s["autotune"]["measured"]["cpu_cores"].get<double>() <= s["autotune"]["limits"]["cpu_budget_cores"].get<double>() * 1.05);
+  daemon.Stop();
+}
+
 TEST_CASE("local files: the tuner reads at most 2 files in parallel; fixed knobs are used exactly") {
   TempDir dir;
   for (int f = 0; f < 8; ++f) WriteIdFile(dir.file("part-" + std::to_string(f) + ".tfrecord"), f * 20000, 20000);
