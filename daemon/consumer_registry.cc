@@ -44,7 +44,8 @@ std::optional<uint32_t> ConsumerRegistry::Attach(pid_t pid, std::optional<int> r
         *error = "rank " + std::to_string(*rank) + " is already attached by " +
                  (e.pid > 0 ? "pid " + std::to_string(e.pid)
                             : std::string("a process outside ringfeedd's pid namespace (its pid reads as 0 there)"));
-        if (e.pid > 0 && e.pid != pid && shm::ProcessExiting(e.pid)) {
+        // Exited since the check above counts too: the next try detaches it.
+        if (e.pid > 0 && e.pid != pid && (shm::ProcessExiting(e.pid) || shm::ProcessExited(e.pid))) {
           // Killed a moment ago: the kernel frees its memory before its sockets close (a trainer
           // restarted at once by a supervisor was refused, naming the killed pid: helper-164).
           *error += ", which is exiting (killed: its rank is free once its memory is freed and its connection "

@@ -618,7 +618,8 @@ DumpResult DumpBatches(const DumpOptions& options, std::ostream& out) {
     }
     // A refusal for now (a rank whose trainer is exiting) comes with the library's advice on
     // attach_timeout, not a dump option.
-    if (const size_t advice = what.find(". To try again for a while, set attach_timeout"); advice != std::string::npos) {
+    const size_t advice = what.find(". To try again for a while, set attach_timeout");
+    if (advice != std::string::npos) {
       throw ClientError(what.substr(0, advice) + "; run ringfeedctl dump again in a moment");
     }
     throw;

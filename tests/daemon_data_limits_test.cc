@@ -336,7 +336,8 @@ TEST_CASE("on_error: skip with a bad length mid-file: the rest of that file is s
   CHECK_THAT(endless_log, Catch::Contains("ringfeedd stopped by SIGTERM: stopping at epoch "));
 }
 
-TEST_CASE("a file written over in place while it is read with every record intact: the error at its end reaches the trainer") {
+TEST_CASE("a file written over in place while it is read with every record intact: the error at its end reaches the "
+          "trainer") {
   // New records where the old ones were pass every CRC: the daemon delivered a mix of both
   // versions without a word (helper-156). Ids 100000.. and 400000.. give records of the same
   // sizes (IdRecord: id % 15, six digits, a 3-byte varint).

@@ -347,7 +347,8 @@ TEST_CASE("a plain file cut at a record boundary while it is read: an error sayi
   CHECK(grown_records == 2);
   REQUIRE(status == TFRecordReader::Status::kError);
   CHECK(error.kind == ReadErrorKind::kFileChanged);
-  CHECK_THAT(error.message, Catch::Contains(": " + std::to_string(FrameRecord("x").size()) + " bytes when it was opened, " +
+  CHECK_THAT(error.message, Catch::Contains(": " + std::to_string(FrameRecord("x").size()) +
+                                            " bytes when it was opened, " +
                                             std::to_string(2 * FrameRecord("x").size()) + " now, modified since"));
   CHECK(grows.Next(&record, &error) == TFRecordReader::Status::kEnd);
 }
